@@ -1,0 +1,242 @@
+//! MongoDB's BSON comparison order: the model the key encoding must agree with.
+//!
+//! Types compare by their canonical rank first (MinKey < null < numbers < strings < objects <
+//! arrays < binary < ObjectId < booleans < dates < timestamps < regexes < code < MaxKey), then by
+//! value within the rank. All numeric types share one rank and compare by exact numeric value,
+//! so `Int32(5) == Int64(5) == Double(5.0)`. NaN sorts below every other number, as in MongoDB.
+
+use std::cmp::Ordering;
+
+use bson::{Bson, Document};
+
+/// Canonical type rank, as MongoDB's `canonicalizeBSONType`. Equal ranks compare by value.
+pub fn canonical_rank(value: &Bson) -> u8 {
+    match value {
+        Bson::MinKey => 1,
+        Bson::Null | Bson::Undefined => 5,
+        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => 10,
+        Bson::Symbol(_) | Bson::String(_) => 15,
+        Bson::Document(_) => 20,
+        Bson::Array(_) => 25,
+        Bson::Binary(_) => 30,
+        Bson::ObjectId(_) => 35,
+        Bson::Boolean(_) => 40,
+        Bson::DateTime(_) => 45,
+        Bson::Timestamp(_) => 47,
+        Bson::RegularExpression(_) => 50,
+        Bson::DbPointer(_) => 55,
+        Bson::JavaScriptCode(_) => 60,
+        Bson::JavaScriptCodeWithScope(_) => 65,
+        Bson::MaxKey => 127,
+    }
+}
+
+/// A number widened for exact comparison. Integers stay integers; doubles stay doubles; a
+/// decimal is approximated by its nearest double (a documented difference from MongoDB).
+#[derive(Clone, Copy, Debug)]
+pub enum Number {
+    Integer(i64),
+    Float(f64),
+}
+
+impl Number {
+    pub fn from_bson(value: &Bson) -> Option<Number> {
+        match value {
+            Bson::Int32(v) => Some(Number::Integer(i64::from(*v))),
+            Bson::Int64(v) => Some(Number::Integer(*v)),
+            Bson::Double(v) => Some(Number::Float(*v)),
+            Bson::Decimal128(d) => Some(Number::Float(decimal_to_f64(d))),
+            _ => None,
+        }
+    }
+
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Number::Integer(v) => v as f64,
+            Number::Float(v) => v,
+        }
+    }
+}
+
+/// Nearest double of a Decimal128 (its display form parses as a Rust float, including
+/// `Infinity`, `-Infinity` and `NaN`).
+pub fn decimal_to_f64(value: &bson::Decimal128) -> f64 {
+    value.to_string().parse::<f64>().unwrap_or(f64::NAN)
+}
+
+/// Exact comparison of an integer against a double, with NaN below everything.
+fn compare_integer_float(integer: i64, float: f64) -> Ordering {
+    if float.is_nan() {
+        return Ordering::Greater;
+    }
+    // 2^63 as f64 is exact; every i64 is below it and at or above -2^63.
+    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+    if float >= TWO_POW_63 {
+        return Ordering::Less;
+    }
+    if float < -TWO_POW_63 {
+        return Ordering::Greater;
+    }
+    let truncated = float.trunc();
+    // In range, so the cast is exact for the integral part.
+    let truncated_integer = truncated as i64;
+    match integer.cmp(&truncated_integer) {
+        Ordering::Equal => {
+            let fraction = float - truncated;
+            if fraction > 0.0 {
+                Ordering::Less
+            } else if fraction < 0.0 {
+                Ordering::Greater
+            } else {
+                Ordering::Equal
+            }
+        }
+        other => other,
+    }
+}
+
+fn compare_floats(a: f64, b: f64) -> Ordering {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+        // Neither is NaN, so partial_cmp is total here; -0.0 == 0.0 as MongoDB wants.
+        (false, false) => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+    }
+}
+
+pub fn compare_numbers(a: Number, b: Number) -> Ordering {
+    match (a, b) {
+        (Number::Integer(x), Number::Integer(y)) => x.cmp(&y),
+        (Number::Float(x), Number::Float(y)) => compare_floats(x, y),
+        (Number::Integer(x), Number::Float(y)) => compare_integer_float(x, y),
+        (Number::Float(x), Number::Integer(y)) => compare_integer_float(y, x).reverse(),
+    }
+}
+
+/// Total order over BSON values, as MongoDB sorts and compares them.
+pub fn compare_values(a: &Bson, b: &Bson) -> Ordering {
+    let rank = canonical_rank(a).cmp(&canonical_rank(b));
+    if rank != Ordering::Equal {
+        return rank;
+    }
+    match (a, b) {
+        (Bson::MinKey, _) | (Bson::MaxKey, _) => Ordering::Equal,
+        (Bson::Null | Bson::Undefined, _) => Ordering::Equal,
+        (Bson::String(_) | Bson::Symbol(_), _) => string_bytes(a).cmp(string_bytes(b)),
+        (Bson::Document(x), Bson::Document(y)) => compare_documents(x, y),
+        (Bson::Array(x), Bson::Array(y)) => compare_arrays(x, y),
+        (Bson::Binary(x), Bson::Binary(y)) => x
+            .bytes
+            .len()
+            .cmp(&y.bytes.len())
+            .then_with(|| u8::from(x.subtype).cmp(&u8::from(y.subtype)))
+            .then_with(|| x.bytes.cmp(&y.bytes)),
+        (Bson::ObjectId(x), Bson::ObjectId(y)) => x.bytes().cmp(&y.bytes()),
+        (Bson::Boolean(x), Bson::Boolean(y)) => x.cmp(y),
+        (Bson::DateTime(x), Bson::DateTime(y)) => x.timestamp_millis().cmp(&y.timestamp_millis()),
+        (Bson::Timestamp(x), Bson::Timestamp(y)) => (x.time, x.increment).cmp(&(y.time, y.increment)),
+        (Bson::RegularExpression(x), Bson::RegularExpression(y)) => {
+            x.pattern.cmp(&y.pattern).then_with(|| x.options.cmp(&y.options))
+        }
+        (Bson::DbPointer(_), Bson::DbPointer(_)) => Ordering::Equal,
+        (Bson::JavaScriptCode(x), Bson::JavaScriptCode(y)) => x.cmp(y),
+        (Bson::JavaScriptCodeWithScope(x), Bson::JavaScriptCodeWithScope(y)) => {
+            x.code.cmp(&y.code).then_with(|| compare_documents(&x.scope, &y.scope))
+        }
+        _ => match (Number::from_bson(a), Number::from_bson(b)) {
+            (Some(x), Some(y)) => compare_numbers(x, y),
+            // Same rank implies the same variant family; this arm is unreachable by construction.
+            _ => Ordering::Equal,
+        },
+    }
+}
+
+fn string_bytes(value: &Bson) -> &[u8] {
+    match value {
+        Bson::String(s) | Bson::Symbol(s) => s.as_bytes(),
+        _ => &[],
+    }
+}
+
+/// Documents compare element by element: type rank, then field name, then value; a prefix
+/// sorts first.
+pub fn compare_documents(a: &Document, b: &Document) -> Ordering {
+    let mut left = a.iter();
+    let mut right = b.iter();
+    loop {
+        match (left.next(), right.next()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some((key_a, value_a)), Some((key_b, value_b))) => {
+                let ordering = canonical_rank(value_a)
+                    .cmp(&canonical_rank(value_b))
+                    .then_with(|| key_a.as_bytes().cmp(key_b.as_bytes()))
+                    .then_with(|| compare_values(value_a, value_b));
+                if ordering != Ordering::Equal {
+                    return ordering;
+                }
+            }
+        }
+    }
+}
+
+pub fn compare_arrays(a: &[Bson], b: &[Bson]) -> Ordering {
+    for (x, y) in a.iter().zip(b.iter()) {
+        let ordering = compare_values(x, y);
+        if ordering != Ordering::Equal {
+            return ordering;
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+/// MongoDB equality: comparison-equal (so `1 == 1.0`).
+pub fn values_equal(a: &Bson, b: &Bson) -> bool {
+    compare_values(a, b) == Ordering::Equal
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::{doc, oid::ObjectId};
+
+    #[test]
+    fn numbers_compare_across_types() {
+        assert_eq!(compare_values(&Bson::Int32(5), &Bson::Double(5.0)), Ordering::Equal);
+        assert_eq!(compare_values(&Bson::Int64(5), &Bson::Double(5.5)), Ordering::Less);
+        assert_eq!(compare_values(&Bson::Double(f64::NAN), &Bson::Int64(i64::MIN)), Ordering::Less);
+        assert_eq!(compare_values(&Bson::Int64(i64::MAX), &Bson::Double(9.3e18)), Ordering::Less);
+        // 2^53 + 1 is not a double; it must still exceed 2^53 as a double.
+        let big = (1_i64 << 53) + 1;
+        assert_eq!(compare_values(&Bson::Int64(big), &Bson::Double((1_i64 << 53) as f64)), Ordering::Greater);
+        assert_eq!(compare_values(&Bson::Double(-0.0), &Bson::Int32(0)), Ordering::Equal);
+    }
+
+    #[test]
+    fn types_follow_canonical_rank() {
+        let ordered = [
+            Bson::MinKey,
+            Bson::Null,
+            Bson::Int32(1),
+            Bson::String("a".into()),
+            Bson::Document(doc! {"a": 1}),
+            Bson::Array(vec![Bson::Int32(1)]),
+            Bson::ObjectId(ObjectId::from_bytes([0; 12])),
+            Bson::Boolean(false),
+            Bson::MaxKey,
+        ];
+        for pair in ordered.windows(2) {
+            assert_eq!(compare_values(&pair[0], &pair[1]), Ordering::Less, "{pair:?}");
+        }
+    }
+
+    #[test]
+    fn documents_and_arrays_compare_elementwise() {
+        assert_eq!(compare_documents(&doc! {"a": 1}, &doc! {"a": 1, "b": 1}), Ordering::Less);
+        assert_eq!(compare_documents(&doc! {"a": 2}, &doc! {"b": 1}), Ordering::Less);
+        assert_eq!(compare_documents(&doc! {"a": "x"}, &doc! {"a": 1}), Ordering::Greater);
+        assert_eq!(compare_arrays(&[Bson::Int32(1)], &[Bson::Int32(1), Bson::Int32(0)]), Ordering::Less);
+    }
+}
