@@ -1,0 +1,60 @@
+//! The one error type of this crate: why some bytes are not a key this crate made.
+
+use std::fmt;
+
+/// Why decoding failed. Decoding never panics on any input; every malformed input lands here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyStringError {
+    /// The input ended inside a value.
+    Truncated,
+    /// A byte where a type byte belongs is not one of ours.
+    UnknownTypeByte(u8),
+    /// The key's first byte is not [`crate::FORMAT_VERSION`] (or the key is empty).
+    BadVersion(Option<u8>),
+    /// A string's bytes are not UTF-8.
+    InvalidUtf8,
+    /// A string escape other than `0x00 0xFF` or the `0x00 0x00` terminator.
+    InvalidEscape(u8),
+    /// Bytes no encoder produces (non-canonical NaN or -0.0, an impossible integer tiebreak,
+    /// a boolean other than 0 or 1).
+    NonCanonical(&'static str),
+    /// Bytes remain after the last field of a key.
+    TrailingBytes(usize),
+    /// Documents or arrays nest deeper than [`MAX_NESTING_DEPTH`].
+    TooDeep,
+    /// A DbPointer placeholder could not be rebuilt (the bson crate has no public constructor).
+    DbPointerUnavailable,
+}
+
+/// Deepest nesting of documents/arrays that decoding accepts (MongoDB's own limit is 100 for
+/// stored documents, plus a little room for wrappers); bounds recursion on untrusted bytes.
+pub const MAX_NESTING_DEPTH: usize = 200;
+
+impl fmt::Display for KeyStringError {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyStringError::Truncated => write!(formatter, "key string truncated"),
+            KeyStringError::UnknownTypeByte(byte) => {
+                write!(formatter, "unknown key string type byte 0x{byte:02x}")
+            }
+            KeyStringError::BadVersion(Some(byte)) => {
+                write!(formatter, "unsupported key string format version {byte}")
+            }
+            KeyStringError::BadVersion(None) => write!(formatter, "empty key string has no version"),
+            KeyStringError::InvalidUtf8 => write!(formatter, "key string holds invalid UTF-8"),
+            KeyStringError::InvalidEscape(byte) => {
+                write!(formatter, "invalid key string escape 0x00 0x{byte:02x}")
+            }
+            KeyStringError::NonCanonical(what) => write!(formatter, "non-canonical key string: {what}"),
+            KeyStringError::TrailingBytes(count) => {
+                write!(formatter, "{count} bytes after the last key string field")
+            }
+            KeyStringError::TooDeep => {
+                write!(formatter, "key string nests deeper than {MAX_NESTING_DEPTH} levels")
+            }
+            KeyStringError::DbPointerUnavailable => write!(formatter, "cannot rebuild a DbPointer"),
+        }
+    }
+}
+
+impl std::error::Error for KeyStringError {}
