@@ -204,7 +204,7 @@ impl Reader<'_> {
             }
             return Ok(Bson::Int64(exact));
         }
-        if integral && nearest >= -TWO_POW_63 && nearest < TWO_POW_63 {
+        if integral && (-TWO_POW_63..TWO_POW_63).contains(&nearest) {
             // In range and integral, so the casts are exact.
             let integer = nearest as i64;
             return Ok(match i32::try_from(integer) {

@@ -123,4 +123,31 @@ mod tests {
         assert_eq!(min_key_bytes(), &lowest[1..2]);
         assert_eq!(max_key_bytes(), &highest[1..2]);
     }
+
+    /// Pins the byte layouts documented in docs/FORMAT.md (its worked examples).
+    #[test]
+    fn documented_layouts_are_stable() {
+        let encode = |value: Bson| encode_key([(&value, Direction::Ascending)]);
+        assert_eq!(encode(Bson::Int32(5)), [1, 0x1E, 0xC0, 0x14, 0, 0, 0, 0, 0, 0, 0x80, 0x00]);
+        assert_eq!(encode(Bson::Double(5.0)), encode(Bson::Int32(5)));
+        assert_eq!(
+            encode(Bson::Int64((1 << 53) + 1)),
+            [1, 0x1E, 0xC3, 0x40, 0, 0, 0, 0, 0, 0, 0x80, 0x01]
+        );
+        assert_eq!(
+            encode(Bson::Double(-1.5)),
+            [1, 0x1E, 0x40, 0x07, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x80, 0x00]
+        );
+        assert_eq!(encode(Bson::Double(f64::NAN)), [1, 0x1E, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x00]);
+        assert_eq!(encode(Bson::String("a\0b".into())), [1, 0x28, b'a', 0, 0xFF, b'b', 0, 0]);
+        assert_eq!(
+            encode(Bson::Document(bson::doc! {"a": true})),
+            [1, 0x32, 0x5A, b'a', 0, 0, 1, 0x04]
+        );
+        assert_eq!(encode(Bson::Array(vec![Bson::Null])), [1, 0x3C, 0x14, 0x04]);
+        assert_eq!(
+            encode_key([(&Bson::String("a".into()), Direction::Descending)]),
+            [1, !0x28, !b'a', 0xFF, 0xFF]
+        );
+    }
 }

@@ -245,7 +245,7 @@ fn malformed_keys_report_specific_errors() {
     assert_eq!(decode_key(&[1, 0x28, 0, 7], &[Direction::Ascending]), Err(KeyStringError::InvalidEscape(7)));
     assert_eq!(decode_key(&[1, 0x28, 0xC3, 0, 0], &[Direction::Ascending]), Err(KeyStringError::InvalidUtf8));
     let mut deep = vec![1];
-    deep.extend(std::iter::repeat(0x3C).take(10_000));
+    deep.extend_from_slice(&[0x3C; 10_000]);
     assert_eq!(decode_key(&deep, &[Direction::Ascending]), Err(KeyStringError::TooDeep));
 }
 
