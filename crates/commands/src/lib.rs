@@ -1,1 +1,26 @@
-//! placeholder
+//! MongoDB commands over Myriad's storage and query crates: one command table
+//! ([`table::COMMANDS`]), one module per command under [`command`], and one error mapping
+//! ([`error`]) from every layer's error enum to MongoDB's codes.
+//!
+//! Invariants:
+//! - Every reply is a MongoDB reply shape: `ok: 1` with the command's fields, or
+//!   `{ok: 0, errmsg, code, codeName}`. Nothing a client sends can panic a handler; unknown
+//!   errors become InternalError (1).
+//! - A command resolves namespaces through the storage engine's immutable catalog snapshot, so
+//!   readers never wait on DDL.
+//! - Every cursor, batch and log buffer is bounded.
+
+pub mod command;
+pub mod context;
+pub mod cursor;
+pub mod error;
+pub mod log;
+pub mod plan;
+pub mod request;
+pub mod table;
+pub mod write;
+
+pub use context::{ConnectionInfo, ServerContext, ServerOptions};
+pub use error::{CommandError, CommandResult};
+pub use request::CommandRequest;
+pub use table::dispatch;

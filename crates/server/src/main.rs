@@ -1,1 +1,27 @@
-fn main() {}
+//! The `myriad` binary: a MongoDB-compatible server (`myriad --dbpath DIR --port N`), and the
+//! benchmark programs (`myriad bench ...`).
+//!
+//! Invariants: nothing a client sends can panic the process or stall other connections; a
+//! malformed message gets an error reply or closes only its own connection; SIGINT/SIGTERM
+//! stop accepting, then flush the storage engine before exit.
+
+mod cli;
+mod network;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let arguments = cli::Arguments::parse();
+    match arguments.command {
+        Some(cli::Command::Bench(bench)) => cli::run_bench(bench),
+        None => match network::serve(arguments.server, std::env::args().collect()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("myriad: {message}");
+                ExitCode::from(48)
+            }
+        },
+    }
+}

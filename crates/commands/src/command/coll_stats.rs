@@ -1,0 +1,49 @@
+//! `collStats`: counts and sizes read from the stats family, never from a scan.
+
+use bson::{doc, Document};
+
+use crate::error::{CommandError, CommandResult, NAMESPACE_NOT_FOUND};
+use crate::{CommandRequest, ServerContext};
+
+/// `scale` divides every size, as MongoDB's does (must be a positive integer).
+pub fn scale(request: &CommandRequest) -> CommandResult<i64> {
+    match request.optional_integer("scale")? {
+        None => Ok(1),
+        Some(scale) if scale >= 1 => Ok(scale),
+        Some(_) => Err(CommandError::bad_value("scale has to be > 0")),
+    }
+}
+
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let name = request.collection_name()?;
+    let namespace = format!("{}.{}", request.db, name);
+    let scale = scale(request)?;
+    let Some(collection) = context.engine.collection(&request.db, &name)? else {
+        return Err(CommandError::new(NAMESPACE_NOT_FOUND, format!("Collection [{namespace}] not found.")));
+    };
+    let stats = context.engine.collection_stats(&collection)?;
+    let mut index_sizes = Document::new();
+    let mut total_index_size = 0i64;
+    for (index_name, size) in &stats.index_sizes_bytes {
+        index_sizes.insert(index_name.clone(), size / scale);
+        total_index_size += size;
+    }
+    let average = if stats.count > 0 { stats.data_size_bytes / stats.count } else { 0 };
+    Ok(doc! {
+        "ns": namespace,
+        "size": stats.data_size_bytes / scale,
+        "count": stats.count,
+        "avgObjSize": average,
+        "storageSize": stats.data_size_bytes / scale,
+        "freeStorageSize": 0_i64,
+        "capped": false,
+        "nindexes": stats.index_sizes_bytes.len() as i32,
+        "indexDetails": {},
+        "indexBuilds": [],
+        "totalIndexSize": total_index_size / scale,
+        "totalSize": (stats.data_size_bytes + total_index_size) / scale,
+        "indexSizes": index_sizes,
+        "scaleFactor": scale,
+        "ok": 1.0,
+    })
+}

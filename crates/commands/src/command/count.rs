@@ -1,0 +1,33 @@
+//! `count`: without a query, skip or limit it reads the stats family (no scan).
+
+use bson::{doc, Document};
+
+use crate::error::CommandResult;
+use crate::plan::Execution;
+use crate::{CommandRequest, ServerContext};
+
+/// Matches are counted in batches of this many documents.
+const COUNT_BATCH: usize = 1024;
+
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let name = request.collection_name()?;
+    let spec = super::find::parse_query_spec(request, "query")?;
+    context.count(&context.operation_counters.command, 0);
+    let Some(collection) = context.engine.collection(&request.db, &name)? else {
+        return Ok(doc! { "n": 0, "ok": 1.0 });
+    };
+    if spec.filter_document.is_empty() && spec.skip == 0 && spec.limit.is_none() {
+        let stats = context.engine.collection_stats(&collection)?;
+        return Ok(doc! { "n": stats.count, "ok": 1.0 });
+    }
+    let mut execution = Execution::new(collection, spec)?;
+    let mut count = 0i64;
+    loop {
+        let found = execution.next_matches(&context.engine, COUNT_BATCH)?.len();
+        count += found as i64;
+        if found < COUNT_BATCH {
+            break;
+        }
+    }
+    Ok(doc! { "n": count, "ok": 1.0 })
+}

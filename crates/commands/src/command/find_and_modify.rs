@@ -1,0 +1,95 @@
+//! `findAndModify`: updates (or removes) the first document in sort order and returns it,
+//! before or after the change (`new`), projected by `fields`.
+
+use bson::{doc, Bson, Document};
+use myriad_query::projection::Projection;
+use myriad_query::sort::SortSpec;
+use myriad_query::update::Update;
+
+use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
+use crate::write::durability;
+use crate::{CommandRequest, ServerContext};
+
+use super::update::{apply_statement, parse_array_filters, UpdateStatement};
+
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let name = request.collection_name()?;
+    let empty = Document::new();
+    let filter = request.optional_document("query")?.unwrap_or(&empty);
+    let sort = match request.optional_document("sort")? {
+        Some(sort) if !sort.is_empty() => Some(SortSpec::parse(sort)?),
+        _ => None,
+    };
+    let projection = match request.optional_document("fields")? {
+        Some(fields) if !fields.is_empty() => Some(Projection::parse(fields)?),
+        _ => None,
+    };
+    let remove = request.flag("remove")?;
+    let return_new = request.flag("new")?;
+    let upsert = request.flag("upsert")?;
+    let durability = durability(request)?;
+    let update_document = match request.body.get("update") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::Document(update)) => Some(update),
+        Some(Bson::Array(_)) => {
+            return Err(CommandError::new(crate::error::ILLEGAL_OPERATION, "pipeline-style updates are not supported by Myriad yet"))
+        }
+        Some(other) => return Err(crate::request::field_type_error("update", "object", other)),
+    };
+    let hint = request.body.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned();
+    let (value, last_error) = match (remove, update_document) {
+        (true, Some(_)) => return Err(CommandError::new(FAILED_TO_PARSE, "Cannot specify both an update and remove=true")),
+        (false, None) => return Err(CommandError::new(FAILED_TO_PARSE, "Either an update or remove=true must be specified")),
+        (true, None) => {
+            if upsert || return_new {
+                return Err(CommandError::new(FAILED_TO_PARSE, "Cannot specify both upsert=true and remove=true"));
+            }
+            context.count(&context.operation_counters.delete, 1);
+            let removed = match context.engine.collection(&request.db, &name)? {
+                Some(collection) => {
+                    super::delete::delete_matching(context, &collection, filter, false, hint, sort.as_ref(), durability)?
+                }
+                None => Vec::new(),
+            };
+            let count = removed.len() as i32;
+            (removed.into_iter().next(), doc! { "n": count })
+        }
+        (false, Some(update_document)) => {
+            context.count(&context.operation_counters.update, 1);
+            let statement = UpdateStatement {
+                filter_document: filter,
+                update: Update::parse(update_document, &parse_array_filters(&request.body)?)?,
+                multi: false,
+                upsert,
+                hint,
+                sort,
+                return_new,
+            };
+            let collection = if upsert {
+                Some(context.engine.get_or_create_collection(&request.db, &name)?)
+            } else {
+                context.engine.collection(&request.db, &name)?
+            };
+            match collection {
+                Some(collection) => {
+                    let outcome = apply_statement(context, &collection, &statement, durability)?;
+                    let mut last_error = doc! {
+                        "n": (outcome.matched + i64::from(outcome.upserted_id.is_some())) as i32,
+                        "updatedExisting": outcome.matched > 0,
+                    };
+                    if let Some(id) = outcome.upserted_id {
+                        last_error.insert("upserted", id);
+                    }
+                    (outcome.document, last_error)
+                }
+                None => (None, doc! { "n": 0, "updatedExisting": false }),
+            }
+        }
+    };
+    let value = match (value, &projection) {
+        (Some(document), Some(projection)) => Bson::Document(projection.apply(&document, None)?),
+        (Some(document), None) => Bson::Document(document),
+        (None, _) => Bson::Null,
+    };
+    Ok(doc! { "lastErrorObject": last_error, "value": value, "ok": 1.0 })
+}

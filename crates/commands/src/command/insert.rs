@@ -1,0 +1,34 @@
+//! `insert`: one atomic WriteBatch per command. Ordered batches stop at the first error and
+//! keep what came before it; unordered batches go on and report every error with its index.
+
+use bson::Document;
+
+use crate::error::CommandResult;
+use crate::write::{check_batch_size, durability, ordered, prepare_for_insert, target_collection, write_reply};
+use crate::{CommandRequest, ServerContext};
+
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let documents = request.document_array("documents")?;
+    check_batch_size(documents.len())?;
+    let ordered = ordered(request)?;
+    let durability = durability(request)?;
+    let collection = target_collection(&context.engine, request)?;
+    let mut transaction = context.engine.begin_write(&collection);
+    let mut inserted = 0i64;
+    let mut write_errors = Vec::new();
+    for (index, document) in documents.into_iter().enumerate() {
+        let outcome = prepare_for_insert(document).and_then(|prepared| Ok(transaction.insert(&prepared)?));
+        match outcome {
+            Ok(_) => inserted += 1,
+            Err(error) => {
+                write_errors.push(error.to_write_error(index));
+                if ordered {
+                    break;
+                }
+            }
+        }
+    }
+    transaction.commit(durability)?;
+    context.count(&context.operation_counters.insert, inserted);
+    Ok(write_reply(inserted, write_errors))
+}

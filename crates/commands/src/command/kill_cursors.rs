@@ -1,0 +1,35 @@
+//! `killCursors`: closes the named cursors and reports which were found.
+
+use bson::{doc, Bson, Document};
+
+use crate::error::{CommandError, CommandResult};
+use crate::{CommandRequest, ServerContext};
+
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    request.collection_name()?;
+    let Some(ids) = request.optional_array("cursors")? else {
+        return Err(CommandError::new(
+            crate::error::FAILED_TO_PARSE,
+            "BSON field 'killCursors.cursors' is missing but a required field",
+        ));
+    };
+    let mut killed = Vec::new();
+    let mut not_found = Vec::new();
+    for id in ids {
+        let Bson::Int64(id) = id else {
+            return Err(crate::request::field_type_error("cursors", "long", id));
+        };
+        if context.cursors.kill(*id) {
+            killed.push(Bson::Int64(*id));
+        } else {
+            not_found.push(Bson::Int64(*id));
+        }
+    }
+    Ok(doc! {
+        "cursorsKilled": killed,
+        "cursorsNotFound": not_found,
+        "cursorsAlive": Bson::Array(Vec::new()),
+        "cursorsUnknown": Bson::Array(Vec::new()),
+        "ok": 1.0,
+    })
+}

@@ -1,0 +1,61 @@
+//! `listCollections`: reads the catalog family for one database (no per-collection work beyond
+//! its entry), with `filter`, `nameOnly` and a cursor.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use bson::{doc, Document};
+use myriad_query::filter::Filter;
+use myriad_storage::CollectionHandle;
+
+use crate::cursor::{Cursor, CursorSource};
+use crate::error::CommandResult;
+use crate::{CommandRequest, ServerContext};
+
+pub fn describe(collection: &CollectionHandle, name_only: bool) -> CommandResult<Document> {
+    if name_only {
+        return Ok(doc! { "name": collection.name(), "type": "collection" });
+    }
+    Ok(doc! {
+        "name": collection.name(),
+        "type": "collection",
+        "options": collection.options()?,
+        "info": { "readOnly": false, "uuid": collection.uuid() },
+        "idIndex": { "v": 2, "key": { "_id": 1 }, "name": "_id_" },
+    })
+}
+
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let filter = match request.optional_document("filter")? {
+        Some(filter) if !filter.is_empty() => Some(Filter::parse(filter)?),
+        _ => None,
+    };
+    let name_only = request.flag("nameOnly")?;
+    let batch_size = match request.optional_document("cursor")?.and_then(|cursor| cursor.get("batchSize")) {
+        Some(size) => crate::request::integer_value(size).filter(|size| *size >= 0).map_or(usize::MAX, |size| size as usize),
+        None => usize::MAX,
+    };
+    let mut entries: VecDeque<Document> = VecDeque::new();
+    for collection in context.engine.list_collections(&request.db)? {
+        // The filter sees the full entry (it may test options or type) even with nameOnly.
+        let full = describe(&collection, false)?;
+        if filter.as_ref().map_or(true, |filter| filter.matches(&full)) {
+            entries.push_back(if name_only { describe(&collection, true)? } else { full });
+        }
+    }
+    let namespace = format!("{}.$cmd.listCollections", request.db);
+    let first_count = batch_size.min(entries.len());
+    let first_batch: Vec<Document> = entries.drain(..first_count).collect();
+    let cursor_id = if entries.is_empty() {
+        0
+    } else {
+        context.cursors.register(Cursor {
+            namespace: namespace.clone(),
+            source: CursorSource::Materialized(entries),
+            batch_size: None,
+            last_used: Instant::now(),
+            connection_id: request.connection.connection_id,
+        })
+    };
+    Ok(super::find::cursor_reply("firstBatch", cursor_id, &namespace, first_batch))
+}

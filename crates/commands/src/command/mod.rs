@@ -1,0 +1,36 @@
+//! One module per command, each exposing `run` (or named handlers) with the table's signature.
+
+pub mod aggregate;
+pub mod build_info;
+pub mod coll_stats;
+pub mod connection_status;
+pub mod count;
+pub mod create;
+pub mod create_indexes;
+pub mod db_stats;
+pub mod delete;
+pub mod distinct;
+pub mod drop;
+pub mod drop_database;
+pub mod drop_indexes;
+pub mod find;
+pub mod find_and_modify;
+pub mod get_cmd_line_opts;
+pub mod get_log;
+pub mod get_more;
+pub mod hello;
+pub mod host_info;
+pub mod insert;
+pub mod kill_cursors;
+pub mod list_collections;
+pub mod list_commands;
+pub mod list_databases;
+pub mod list_indexes;
+pub mod parameters;
+pub mod ping;
+pub mod rename_collection;
+pub mod server_status;
+pub mod sessions;
+pub mod update;
+pub mod validate;
+pub mod whatsmyuri;

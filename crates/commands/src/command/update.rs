@@ -1,0 +1,216 @@
+//! `update`: each statement finds its matches first, then rewrites them, so a multi-update
+//! never sees its own writes. Statements commit one batch each, so later statements read
+//! what earlier ones wrote; one statement's documents and index entries are atomic.
+
+use std::sync::Arc;
+
+use bson::{doc, Bson, DateTime, Document};
+use myriad_query::filter::Filter;
+use myriad_query::update::{upsert_seed, Update, UpdateContext};
+use myriad_storage::{CollectionHandle, Durability};
+
+use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
+use crate::plan::{Execution, QuerySpec};
+use crate::write::{durability, ordered, prepare_for_insert, statements};
+use crate::{CommandRequest, ServerContext};
+
+/// What one statement did.
+#[derive(Default)]
+pub struct StatementOutcome {
+    pub matched: i64,
+    pub modified: i64,
+    pub upserted_id: Option<Bson>,
+    /// The document before (or, with `return_new`, after) the first modification.
+    pub document: Option<Document>,
+}
+
+pub struct UpdateStatement<'a> {
+    pub filter_document: &'a Document,
+    pub update: Update,
+    pub multi: bool,
+    pub upsert: bool,
+    pub hint: Option<Bson>,
+    pub sort: Option<myriad_query::sort::SortSpec>,
+    pub return_new: bool,
+}
+
+pub fn parse_array_filters(statement: &Document) -> CommandResult<Vec<Document>> {
+    match statement.get("arrayFilters") {
+        None | Some(Bson::Null) => Ok(Vec::new()),
+        Some(Bson::Array(filters)) => filters
+            .iter()
+            .map(|filter| match filter {
+                Bson::Document(filter) => Ok(filter.clone()),
+                other => Err(crate::request::field_type_error("arrayFilters", "object", other)),
+            })
+            .collect(),
+        Some(other) => Err(crate::request::field_type_error("arrayFilters", "array", other)),
+    }
+}
+
+/// Runs one update statement inside its own transaction.
+pub fn apply_statement(
+    context: &ServerContext,
+    collection: &CollectionHandle,
+    statement: &UpdateStatement<'_>,
+    durability: Durability,
+) -> CommandResult<StatementOutcome> {
+    let spec = QuerySpec {
+        filter: Arc::new(Filter::parse(statement.filter_document)?),
+        filter_document: statement.filter_document.clone(),
+        projection: None,
+        sort: None,
+        skip: 0,
+        limit: if statement.multi || statement.sort.is_some() { None } else { Some(1) },
+        hint: statement.hint.clone(),
+    };
+    let filter = Arc::clone(&spec.filter);
+    let mut execution = Execution::new(collection.clone(), spec)?;
+    let mut matches = if statement.sort.is_some() || statement.multi {
+        execution.drain_unprojected(&context.engine, crate::plan::BLOCKING_SORT_MEMORY_LIMIT_BYTES)?
+    } else {
+        execution.next_matches(&context.engine, 1)?
+    };
+    if let Some(sort) = &statement.sort {
+        matches.sort_by(|(_, left), (_, right)| sort.compare(left, right));
+        matches.truncate(1);
+    }
+    let mut outcome = StatementOutcome::default();
+    let mut transaction = context.engine.begin_write(collection);
+    let now = DateTime::now();
+    for (record_id, old) in matches {
+        outcome.matched += 1;
+        let mut new = old.clone();
+        let position = filter.matches_with_position(&old).and_then(|details| details.array_position);
+        let update_context = UpdateContext { is_upsert_insert: false, matched_array_position: position, now };
+        let changed = statement.update.apply(&mut new, &update_context)?;
+        if changed {
+            check_id_unchanged(&old, &new)?;
+            transaction.update(record_id, &old, &new)?;
+            outcome.modified += 1;
+        }
+        if outcome.document.is_none() {
+            outcome.document = Some(if statement.return_new { new } else { old });
+        }
+    }
+    if outcome.matched == 0 && statement.upsert {
+        let mut seed = upsert_seed(statement.filter_document)?;
+        if statement.update.is_replacement() {
+            let id = seed.remove("_id");
+            seed.clear();
+            if let Some(id) = id {
+                seed.insert("_id", id);
+            }
+        }
+        let update_context = UpdateContext { is_upsert_insert: true, matched_array_position: None, now };
+        statement.update.apply(&mut seed, &update_context)?;
+        let prepared = prepare_for_insert(&seed)?;
+        transaction.insert(&prepared)?;
+        outcome.upserted_id = prepared.get("_id").cloned();
+        if statement.return_new {
+            outcome.document = Some(prepared);
+        }
+    }
+    transaction.commit(durability)?;
+    Ok(outcome)
+}
+
+fn check_id_unchanged(old: &Document, new: &Document) -> CommandResult<()> {
+    match (old.get("_id"), new.get("_id")) {
+        (Some(before), Some(after)) if myriad_keystring::values_equal(before, after) && before.element_type() == after.element_type() => Ok(()),
+        (None, None) => Ok(()),
+        _ => Err(CommandError::new(
+            crate::error::IMMUTABLE_FIELD,
+            "Performing an update on the path '_id' would modify the immutable field '_id'",
+        )),
+    }
+}
+
+fn parse_statement(statement: &Document) -> CommandResult<UpdateStatement<'_>> {
+    let filter_document = match statement.get("q") {
+        Some(Bson::Document(filter)) => filter,
+        Some(other) => return Err(crate::request::field_type_error("q", "object", other)),
+        None => return Err(CommandError::new(FAILED_TO_PARSE, "BSON field 'update.updates.q' is missing but a required field")),
+    };
+    let update_document = match statement.get("u") {
+        Some(Bson::Document(update)) => update,
+        Some(Bson::Array(_)) => {
+            return Err(CommandError::new(
+                crate::error::ILLEGAL_OPERATION,
+                "pipeline-style updates are not supported by Myriad yet",
+            ))
+        }
+        Some(other) => return Err(crate::request::field_type_error("u", "object", other)),
+        None => return Err(CommandError::new(FAILED_TO_PARSE, "BSON field 'update.updates.u' is missing but a required field")),
+    };
+    let flag = |name: &str| -> CommandResult<bool> {
+        match statement.get(name) {
+            None => Ok(false),
+            Some(value) => crate::request::truthy(value).ok_or_else(|| crate::request::field_type_error(name, "bool", value)),
+        }
+    };
+    let update = Update::parse(update_document, &parse_array_filters(statement)?)?;
+    let multi = flag("multi")?;
+    if multi && update.is_replacement() {
+        return Err(CommandError::new(crate::error::FAILED_TO_PARSE, "multi update is not supported for replacement-style update"));
+    }
+    Ok(UpdateStatement {
+        filter_document,
+        update,
+        multi,
+        upsert: flag("upsert")?,
+        hint: statement.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned(),
+        sort: None,
+        return_new: false,
+    })
+}
+
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let statements = statements(request, "updates")?;
+    let ordered = ordered(request)?;
+    let durability = durability(request)?;
+    let name = request.collection_name()?;
+    let mut matched = 0i64;
+    let mut modified = 0i64;
+    let mut upserted = Vec::new();
+    let mut write_errors = Vec::new();
+    for (index, statement) in statements.into_iter().enumerate() {
+        context.count(&context.operation_counters.update, 1);
+        let result = parse_statement(statement).and_then(|parsed| {
+            let collection = if parsed.upsert {
+                Some(context.engine.get_or_create_collection(&request.db, &name)?)
+            } else {
+                context.engine.collection(&request.db, &name)?
+            };
+            match collection {
+                Some(collection) => apply_statement(context, &collection, &parsed, durability),
+                None => Ok(StatementOutcome::default()),
+            }
+        });
+        match result {
+            Ok(outcome) => {
+                matched += outcome.matched;
+                modified += outcome.modified;
+                if let Some(id) = outcome.upserted_id {
+                    matched += 1;
+                    upserted.push(doc! { "index": index as i32, "_id": id });
+                }
+            }
+            Err(error) => {
+                write_errors.push(error.to_write_error(index));
+                if ordered {
+                    break;
+                }
+            }
+        }
+    }
+    let mut reply = doc! { "n": matched as i32, "nModified": modified as i32 };
+    if !upserted.is_empty() {
+        reply.insert("upserted", upserted);
+    }
+    if !write_errors.is_empty() {
+        reply.insert("writeErrors", write_errors);
+    }
+    reply.insert("ok", 1.0);
+    Ok(reply)
+}

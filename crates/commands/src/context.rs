@@ -1,0 +1,97 @@
+//! State shared by every connection: the storage engine, cursors, counters, parameters, log.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use bson::{Bson, Document};
+use parking_lot::RwLock;
+
+use myriad_storage::Engine;
+
+use crate::cursor::CursorManager;
+use crate::log::Logger;
+
+/// How the server was started: shown by getCmdLineOpts.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    pub dbpath: String,
+    pub port: u16,
+    pub bind_ip: String,
+    pub argv: Vec<String>,
+    pub logpath: Option<String>,
+}
+
+/// Per-operation-type counters, as serverStatus.opcounters.
+#[derive(Default)]
+pub struct OperationCounters {
+    pub insert: AtomicI64,
+    pub query: AtomicI64,
+    pub update: AtomicI64,
+    pub delete: AtomicI64,
+    pub getmore: AtomicI64,
+    pub command: AtomicI64,
+}
+
+#[derive(Default)]
+pub struct ConnectionCounters {
+    pub current: AtomicI64,
+    pub total_created: AtomicI64,
+    pub rejected: AtomicI64,
+}
+
+pub struct ServerContext {
+    pub engine: Arc<Engine>,
+    pub options: ServerOptions,
+    pub cursors: CursorManager,
+    pub logger: Logger,
+    pub operation_counters: OperationCounters,
+    pub connection_counters: ConnectionCounters,
+    /// Server parameters settable by setParameter (a small, bounded set of known names).
+    pub parameters: RwLock<BTreeMap<String, Bson>>,
+    pub started_at: Instant,
+    pub started_at_wall: SystemTime,
+    next_session_number: AtomicU64,
+    pub network_bytes_in: AtomicI64,
+    pub network_bytes_out: AtomicI64,
+    pub network_requests: AtomicI64,
+}
+
+/// What a handler knows of the connection that sent the command.
+#[derive(Clone, Debug)]
+pub struct ConnectionInfo {
+    pub connection_id: i64,
+    pub remote_address: Option<SocketAddr>,
+    pub local_address: Option<SocketAddr>,
+    pub client_metadata: Option<Document>,
+}
+
+impl ServerContext {
+    pub fn new(engine: Arc<Engine>, options: ServerOptions, logger: Logger) -> ServerContext {
+        ServerContext {
+            engine,
+            options,
+            cursors: CursorManager::new(),
+            logger,
+            operation_counters: OperationCounters::default(),
+            connection_counters: ConnectionCounters::default(),
+            parameters: RwLock::new(crate::command::parameters::defaults()),
+            started_at: Instant::now(),
+            started_at_wall: SystemTime::now(),
+            next_session_number: AtomicU64::new(1),
+            network_bytes_in: AtomicI64::new(0),
+            network_bytes_out: AtomicI64::new(0),
+            network_requests: AtomicI64::new(0),
+        }
+    }
+
+    pub fn next_session_number(&self) -> u64 {
+        self.next_session_number.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn count(&self, counter: &AtomicI64, amount: i64) {
+        counter.fetch_add(amount, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,196 @@
+//! A decoded command: its database, body (with OP_MSG document sequences folded in) and typed
+//! accessors that reply with MongoDB's errors for wrongly typed fields.
+
+use bson::{Bson, Document};
+
+use crate::context::ConnectionInfo;
+use crate::error::{CommandError, CommandResult, INVALID_NAMESPACE, TYPE_MISMATCH};
+
+pub struct CommandRequest {
+    /// The `$db` of the command.
+    pub db: String,
+    /// The command name as sent (its first key).
+    pub name: String,
+    pub body: Document,
+    pub connection: ConnectionInfo,
+}
+
+impl CommandRequest {
+    /// Builds a request from an OP_MSG body and its kind-1 sequences, which become arrays
+    /// under their identifiers (`documents`, `updates`, `deletes`), as MongoDB treats them.
+    pub fn from_op_msg(
+        mut body: Document,
+        sequences: Vec<(String, Vec<Document>)>,
+        connection: ConnectionInfo,
+    ) -> CommandResult<CommandRequest> {
+        for (identifier, documents) in sequences {
+            if body.contains_key(&identifier) {
+                return Err(CommandError::bad_value(format!(
+                    "Duplicate field {identifier} in both the command body and a document sequence"
+                )));
+            }
+            body.insert(identifier, Bson::Array(documents.into_iter().map(Bson::Document).collect()));
+        }
+        let db = match body.get("$db") {
+            Some(Bson::String(db)) => db.clone(),
+            Some(_) => return Err(CommandError::type_mismatch("$db must be a string")),
+            None => return Err(CommandError::bad_value("OP_MSG requests require a $db argument")),
+        };
+        CommandRequest::new(db, body, connection)
+    }
+
+    pub fn new(db: String, body: Document, connection: ConnectionInfo) -> CommandResult<CommandRequest> {
+        let name = match body.keys().next() {
+            Some(name) => name.clone(),
+            None => return Err(CommandError::bad_value("Empty command object")),
+        };
+        validate_database_name(&db)?;
+        Ok(CommandRequest { db, name, body, connection })
+    }
+
+    /// The value of the command's first field (the collection name for most commands).
+    pub fn first_value(&self) -> Option<&Bson> {
+        self.body.get(&self.name)
+    }
+
+    /// The collection named by the command's first field.
+    pub fn collection_name(&self) -> CommandResult<String> {
+        match self.first_value() {
+            Some(Bson::String(name)) => {
+                validate_collection_name(name)?;
+                Ok(name.clone())
+            }
+            Some(other) => Err(CommandError::new(
+                INVALID_NAMESPACE,
+                format!("collection name has invalid type {}", type_name(other)),
+            )),
+            None => Err(CommandError::bad_value("missing collection name")),
+        }
+    }
+
+    pub fn optional_document(&self, field: &str) -> CommandResult<Option<&Document>> {
+        match self.body.get(field) {
+            None | Some(Bson::Null) => Ok(None),
+            Some(Bson::Document(document)) => Ok(Some(document)),
+            Some(other) => Err(field_type_error(field, "object", other)),
+        }
+    }
+
+    pub fn optional_array(&self, field: &str) -> CommandResult<Option<&Vec<Bson>>> {
+        match self.body.get(field) {
+            None | Some(Bson::Null) => Ok(None),
+            Some(Bson::Array(array)) => Ok(Some(array)),
+            Some(other) => Err(field_type_error(field, "array", other)),
+        }
+    }
+
+    pub fn optional_string(&self, field: &str) -> CommandResult<Option<&str>> {
+        match self.body.get(field) {
+            None | Some(Bson::Null) => Ok(None),
+            Some(Bson::String(text)) => Ok(Some(text)),
+            Some(other) => Err(field_type_error(field, "string", other)),
+        }
+    }
+
+    /// MongoDB accepts booleans and numbers for flags.
+    pub fn flag(&self, field: &str) -> CommandResult<bool> {
+        match self.body.get(field) {
+            None | Some(Bson::Null) => Ok(false),
+            Some(value) => truthy(value).ok_or_else(|| field_type_error(field, "bool", value)),
+        }
+    }
+
+    /// A whole number (int32, int64 or an integral double).
+    pub fn optional_integer(&self, field: &str) -> CommandResult<Option<i64>> {
+        match self.body.get(field) {
+            None | Some(Bson::Null) => Ok(None),
+            Some(value) => integer_value(value).map(Some).ok_or_else(|| field_type_error(field, "number", value)),
+        }
+    }
+
+    /// A document array field whose elements must each be documents (insert's `documents`).
+    pub fn document_array(&self, field: &str) -> CommandResult<Vec<&Document>> {
+        let array = self
+            .optional_array(field)?
+            .ok_or_else(|| CommandError::new(crate::error::FAILED_TO_PARSE, format!("BSON field '{}.{field}' is missing but a required field", self.name)))?;
+        array
+            .iter()
+            .map(|value| match value {
+                Bson::Document(document) => Ok(document),
+                other => Err(field_type_error(field, "object", other)),
+            })
+            .collect()
+    }
+}
+
+pub fn truthy(value: &Bson) -> Option<bool> {
+    match value {
+        Bson::Boolean(flag) => Some(*flag),
+        Bson::Int32(number) => Some(*number != 0),
+        Bson::Int64(number) => Some(*number != 0),
+        Bson::Double(number) => Some(*number != 0.0),
+        Bson::Null | Bson::Undefined => Some(false),
+        _ => None,
+    }
+}
+
+pub fn integer_value(value: &Bson) -> Option<i64> {
+    match value {
+        Bson::Int32(number) => Some(i64::from(*number)),
+        Bson::Int64(number) => Some(*number),
+        Bson::Double(number) if number.fract() == 0.0 && number.abs() < 9.2e18 => Some(*number as i64),
+        _ => None,
+    }
+}
+
+pub fn type_name(value: &Bson) -> &'static str {
+    match value {
+        Bson::Double(_) => "double",
+        Bson::String(_) => "string",
+        Bson::Document(_) => "object",
+        Bson::Array(_) => "array",
+        Bson::Binary(_) => "binData",
+        Bson::Undefined => "undefined",
+        Bson::ObjectId(_) => "objectId",
+        Bson::Boolean(_) => "bool",
+        Bson::DateTime(_) => "date",
+        Bson::Null => "null",
+        Bson::RegularExpression(_) => "regex",
+        Bson::DbPointer(_) => "dbPointer",
+        Bson::JavaScriptCode(_) => "javascript",
+        Bson::Symbol(_) => "symbol",
+        Bson::JavaScriptCodeWithScope(_) => "javascriptWithScope",
+        Bson::Int32(_) => "int",
+        Bson::Timestamp(_) => "timestamp",
+        Bson::Int64(_) => "long",
+        Bson::Decimal128(_) => "decimal",
+        Bson::MinKey => "minKey",
+        Bson::MaxKey => "maxKey",
+    }
+}
+
+pub fn field_type_error(field: &str, expected: &str, actual: &Bson) -> CommandError {
+    CommandError::new(
+        TYPE_MISMATCH,
+        format!("BSON field '{field}' is the wrong type '{}', expected type '{expected}'", type_name(actual)),
+    )
+}
+
+/// Database names: non-empty, under 64 bytes, none of `/\. "$` or NUL (MongoDB's rules).
+pub fn validate_database_name(db: &str) -> CommandResult<()> {
+    if db.is_empty() || db.len() >= 64 || db.contains(['/', '\\', '.', ' ', '"', '$', '\0']) {
+        return Err(CommandError::new(INVALID_NAMESPACE, format!("Invalid database name: '{db}'")));
+    }
+    Ok(())
+}
+
+/// Collection names: non-empty, no NUL, not starting with `$` or `.`, not ending with `.`.
+pub fn validate_collection_name(name: &str) -> CommandResult<()> {
+    if name.is_empty() || name.contains('\0') || name.starts_with('.') || name.ends_with('.') {
+        return Err(CommandError::new(INVALID_NAMESPACE, format!("Invalid collection name: '{name}'")));
+    }
+    if name.contains('$') && !name.starts_with("oplog.$") {
+        return Err(CommandError::new(INVALID_NAMESPACE, format!("Invalid collection name: {name}")));
+    }
+    Ok(())
+}

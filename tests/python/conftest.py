@@ -1,0 +1,82 @@
+"""Starts a real myriad server for the pymongo suite: its own temp dir, a free port, and a
+clean stop at the end of the session."""
+
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+import threading
+
+import pymongo
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT_SECONDS = 60
+
+
+def server_binary() -> str:
+    explicit = os.environ.get("MYRIAD_BIN")
+    if explicit:
+        return explicit
+    return str(ROOT / "target" / "debug" / "myriad")
+
+
+class Server:
+    def __init__(self) -> None:
+        self.directory = tempfile.TemporaryDirectory(prefix="myriad-pytest-")
+        self.process = subprocess.Popen(
+            [server_binary(), "--dbpath", self.directory.name, "--port", "0", "--bind_ip", "127.0.0.1",
+             "--cacheSizeMB", "64"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        ready = threading.Event()
+        self.port = None
+
+        def drain() -> None:
+            # Keep reading stderr for the server's whole life so it never blocks on a full pipe.
+            for line in self.process.stderr:
+                if self.port is None and "Waiting for connections" in line:
+                    self.port = json.loads(line)["attr"]["port"]
+                    ready.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        if not ready.wait(STARTUP_TIMEOUT_SECONDS):
+            self.process.kill()
+            raise RuntimeError("myriad did not start")
+
+    def uri(self) -> str:
+        return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.directory.cleanup()
+
+
+@pytest.fixture(scope="session")
+def server():
+    running = Server()
+    yield running
+    running.stop()
+
+
+@pytest.fixture()
+def client(server):
+    connection = pymongo.MongoClient(server.uri(), serverSelectionTimeoutMS=10_000)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture()
+def db(client, request):
+    name = "pytest_" + request.node.name[:40].replace("[", "_").replace("]", "_").replace("-", "_")
+    client.drop_database(name)
+    yield client[name]
+    client.drop_database(name)
