@@ -10,6 +10,7 @@
 pub mod bson_types;
 pub mod error;
 pub mod expression;
+pub mod filter;
 pub mod path;
 
 pub use error::{QueryError, QueryResult};

@@ -1,0 +1,196 @@
+//! Matching a parsed filter against a document or a bare value.
+
+use std::cmp::Ordering;
+
+use bson::{Bson, Document};
+use myriad_keystring::compare::{canonical_rank, compare_values, values_equal, Number};
+
+use super::{Comparison, MatchDetails, Node, Predicate};
+use crate::error::QueryResult;
+use crate::expression::is_truthy;
+use crate::path::{visit_match_values, LeafArrays, PathValue};
+
+pub(super) fn matches_document(node: &Node, document: &Document, details: &mut MatchDetails) -> QueryResult<bool> {
+    match node {
+        Node::And(children) => {
+            for child in children {
+                if !matches_document(child, document, details)? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        Node::Or(children) => {
+            for child in children {
+                if matches_document(child, document, details)? {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }
+        Node::Nor(children) => {
+            for child in children {
+                let mut ignored = MatchDetails::default();
+                if matches_document(child, document, &mut ignored)? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        Node::Not(child) => {
+            let mut ignored = MatchDetails::default();
+            Ok(!matches_document(child, document, &mut ignored)?)
+        }
+        Node::Expr(expression) => Ok(is_truthy(Some(&expression.evaluate(document)?))),
+        Node::Leaf { path, predicate } => {
+            if path.is_empty() {
+                // A value condition applied to a whole document (e.g. an `$elemMatch` element).
+                let value = Bson::Document(document.clone());
+                return Ok(predicate_matches(predicate, Some(&value)).is_some());
+            }
+            let leaf_arrays = match predicate {
+                Predicate::Size(_) | Predicate::ElemMatchValue(_) | Predicate::ElemMatchObject(_) => LeafArrays::WholeOnly,
+                _ => LeafArrays::ExpandAndWhole,
+            };
+            let mut found: Option<Option<usize>> = None;
+            visit_match_values(document, path, leaf_arrays, &mut |visit: PathValue<'_>| match predicate_matches(predicate, visit.value) {
+                Some(inner_position) => {
+                    found = Some(visit.array_position.or(inner_position));
+                    true
+                }
+                None => false,
+            });
+            match found {
+                Some(position) => {
+                    if details.array_position.is_none() {
+                        details.array_position = position;
+                    }
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        }
+    }
+}
+
+/// Matches a condition against a bare value: leaves with an empty path test the value itself
+/// (no array expansion); leaves with a path look inside the value when it is a document.
+pub(super) fn matches_value(node: &Node, value: &Bson, details: &mut MatchDetails) -> QueryResult<bool> {
+    match node {
+        Node::And(children) => {
+            for child in children {
+                if !matches_value(child, value, details)? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        Node::Or(children) => {
+            for child in children {
+                if matches_value(child, value, details)? {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }
+        Node::Nor(children) => {
+            for child in children {
+                if matches_value(child, value, &mut MatchDetails::default())? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        Node::Not(child) => Ok(!matches_value(child, value, &mut MatchDetails::default())?),
+        Node::Leaf { path, predicate } if path.is_empty() => Ok(predicate_matches(predicate, Some(value)).is_some()),
+        other => match value {
+            Bson::Document(document) => matches_document(other, document, details),
+            _ => Ok(false),
+        },
+    }
+}
+
+/// Tests one value. `Some(position)` on a match, where `position` is the matching element's
+/// index for `$elemMatch` (so the positional operator can use it).
+fn predicate_matches(predicate: &Predicate, value: Option<&Bson>) -> Option<Option<usize>> {
+    let matched = match predicate {
+        Predicate::Eq(expected) => match value {
+            None => matches!(expected, Bson::Null),
+            Some(actual) => equal_for_query(actual, expected),
+        },
+        Predicate::Compare(comparison, bound) => compare_matches(*comparison, value, bound),
+        Predicate::In { values, regexes } => match value {
+            None => values.iter().any(|candidate| matches!(candidate, Bson::Null)),
+            Some(actual) => {
+                values.iter().any(|candidate| equal_for_query(actual, candidate)) || regexes.iter().any(|regex| regex.matches(actual))
+            }
+        },
+        Predicate::Regex(regex) => value.is_some_and(|actual| regex.matches(actual)),
+        Predicate::Exists => value.is_some(),
+        Predicate::Type(aliases) => value.is_some_and(|actual| aliases.iter().any(|alias| alias.matches(actual))),
+        Predicate::Size(size) => matches!(value, Some(Bson::Array(items)) if i64::try_from(items.len()).is_ok_and(|length| length == *size)),
+        Predicate::Mod { divisor, remainder } => value.and_then(Number::from_bson).is_some_and(|number| {
+            let dividend = match number {
+                Number::Integer(integer) => integer,
+                Number::Float(float) if float.is_finite() => float.trunc() as i64,
+                Number::Float(_) => return false,
+            };
+            dividend.checked_rem(*divisor).unwrap_or(0) == *remainder
+        }),
+        Predicate::ElemMatchValue(condition) => {
+            let Some(Bson::Array(items)) = value else { return None };
+            return items
+                .iter()
+                .position(|item| matches_value(condition, item, &mut MatchDetails::default()).unwrap_or(false))
+                .map(Some);
+        }
+        Predicate::ElemMatchObject(query) => {
+            let Some(Bson::Array(items)) = value else { return None };
+            return items
+                .iter()
+                .position(|item| match item {
+                    Bson::Document(document) => matches_document(query, document, &mut MatchDetails::default()).unwrap_or(false),
+                    Bson::Array(inner) => {
+                        let as_document: Document = inner.iter().enumerate().map(|(index, value)| (index.to_string(), value.clone())).collect();
+                        matches_document(query, &as_document, &mut MatchDetails::default()).unwrap_or(false)
+                    }
+                    _ => false,
+                })
+                .map(Some);
+        }
+    };
+    matched.then_some(None)
+}
+
+/// Query equality: comparison-equal within the same type bracket (null also equals undefined).
+fn equal_for_query(actual: &Bson, expected: &Bson) -> bool {
+    canonical_rank(actual) == canonical_rank(expected) && values_equal(actual, expected)
+}
+
+fn is_nan(value: &Bson) -> bool {
+    matches!(Number::from_bson(value), Some(Number::Float(float)) if float.is_nan())
+}
+
+fn compare_matches(comparison: Comparison, value: Option<&Bson>, bound: &Bson) -> bool {
+    let inclusive = matches!(comparison, Comparison::Gte | Comparison::Lte);
+    let Some(actual) = value else {
+        // Missing behaves as null for $gte/$lte null.
+        return inclusive && matches!(bound, Bson::Null);
+    };
+    if canonical_rank(actual) != canonical_rank(bound) {
+        // Only MinKey/MaxKey bounds compare across type brackets.
+        if !matches!(bound, Bson::MinKey | Bson::MaxKey) {
+            return false;
+        }
+    } else if is_nan(actual) || is_nan(bound) {
+        // NaN equals only NaN and is neither above nor below any other number.
+        return inclusive && is_nan(actual) && is_nan(bound);
+    }
+    let ordering = compare_values(actual, bound);
+    match comparison {
+        Comparison::Gt => ordering == Ordering::Greater,
+        Comparison::Gte => ordering != Ordering::Less,
+        Comparison::Lt => ordering == Ordering::Less,
+        Comparison::Lte => ordering != Ordering::Greater,
+    }
+}

@@ -1,0 +1,119 @@
+//! Query filters (`find`'s `filter`, `$match`, `$pull` conditions, array filters).
+//!
+//! A filter is parsed once into a tree of [`Node`]s and then matched against documents with
+//! MongoDB's implicit array traversal: `{a: 5}` matches `a: [1, 5]`; `{"a.b": 1}` matches
+//! `a: [{b: 1}]`; a comparison against an array value also matches the whole array; negations
+//! (`$ne`, `$nin`, `$not`, `$nor`, `$exists: false`) negate the whole path predicate, so
+//! `{a: {$ne: 5}}` does not match `a: [1, 5]`; null equality matches missing fields.
+
+mod matching;
+mod parse;
+mod regex;
+
+use bson::{Bson, Document};
+
+use crate::bson_types::TypeAlias;
+use crate::error::QueryResult;
+use crate::expression::Expression;
+
+pub use self::regex::CompiledRegex;
+
+/// A parsed query filter.
+#[derive(Clone, Debug)]
+pub struct Filter {
+    root: Node,
+}
+
+/// Where a match went through an array, for the positional `$` update and projection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MatchDetails {
+    /// The index in the first array the matching path went through.
+    pub array_position: Option<usize>,
+}
+
+/// One node of a parsed filter.
+#[derive(Clone, Debug)]
+pub enum Node {
+    And(Vec<Node>),
+    Or(Vec<Node>),
+    Nor(Vec<Node>),
+    Not(Box<Node>),
+    /// A predicate on the values a path reaches. An empty path means "the value itself"
+    /// (inside `$elemMatch` value form and `$pull` conditions).
+    Leaf { path: Vec<String>, predicate: Predicate },
+    Expr(Expression),
+}
+
+/// Comparison operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Comparison {
+    Gt,
+    Gte,
+    Lt,
+    Lte,
+}
+
+/// A predicate on a single value (`None` for a missing field).
+#[derive(Clone, Debug)]
+pub enum Predicate {
+    Eq(Bson),
+    Compare(Comparison, Bson),
+    In { values: Vec<Bson>, regexes: Vec<CompiledRegex> },
+    Regex(CompiledRegex),
+    Exists,
+    Type(Vec<TypeAlias>),
+    Size(i64),
+    /// `$elemMatch` whose operators apply to each element as a value.
+    ElemMatchValue(Box<Node>),
+    /// `$elemMatch` whose query applies to each element as a document.
+    ElemMatchObject(Box<Node>),
+    Mod { divisor: i64, remainder: i64 },
+}
+
+impl Filter {
+    /// Parses a filter document, validating every operator.
+    pub fn parse(filter: &Document) -> QueryResult<Filter> {
+        Ok(Filter { root: parse::parse_document(filter, 0)? })
+    }
+
+    /// Parses a condition that applies to a bare value, such as `$pull: {a: {$gte: 5}}`'s
+    /// `{$gte: 5}` (operator document) or `5` (equality) or `/re/`.
+    pub fn parse_value_condition(condition: &Bson) -> QueryResult<Filter> {
+        Ok(Filter { root: parse::parse_value_condition(condition)? })
+    }
+
+    /// True when the document matches. An error while evaluating `$expr` counts as no match;
+    /// use [`Filter::try_matches`] to see it.
+    pub fn matches(&self, document: &Document) -> bool {
+        self.try_matches(document).unwrap_or(false)
+    }
+
+    /// Like [`Filter::matches`], but reports `$expr` evaluation errors.
+    pub fn try_matches(&self, document: &Document) -> QueryResult<bool> {
+        let mut details = MatchDetails::default();
+        matching::matches_document(&self.root, document, &mut details)
+    }
+
+    /// Matches and reports which array element matched (for the positional `$` operator).
+    pub fn matches_with_position(&self, document: &Document) -> Option<MatchDetails> {
+        let mut details = MatchDetails::default();
+        match matching::matches_document(&self.root, document, &mut details) {
+            Ok(true) => Some(details),
+            _ => None,
+        }
+    }
+
+    /// Matches a bare value against a filter from [`Filter::parse_value_condition`].
+    pub fn matches_value(&self, value: &Bson) -> bool {
+        let mut details = MatchDetails::default();
+        matching::matches_value(&self.root, value, &mut details).unwrap_or(false)
+    }
+
+    /// The parsed tree, for callers that analyse filters.
+    pub fn root(&self) -> &Node {
+        &self.root
+    }
+}
+
+#[cfg(test)]
+mod tests;
