@@ -1,1 +1,44 @@
-//! placeholder
+//! `myriad-storage`: the shared-tablespace storage engine. Every collection and index of a node
+//! lives in a small fixed set of RocksDB column families (`catalog`, `records`, `indexes`,
+//! `stats`, `local_records`, `local_indexes`), told apart by a unique 8-byte key prefix, so the
+//! number of column families, open files and start-up work never grows with the number of
+//! collections. docs/design.md describes the on-disk layout.
+//!
+//! Invariants:
+//! - Prefixes come from one persisted counter and are never reused; a collection's records are
+//!   exactly the keys `[prefix, prefix + 1)` of its records family, an index's entries exactly
+//!   those of its indexes family.
+//! - Data, index entries and counter deltas of one write command commit in one WriteBatch, so
+//!   the `stats` counters always equal what a scan would count.
+//! - Readers resolve namespaces from an immutable catalog snapshot without locks; DDL is
+//!   serialised by one mutex and publishes a new snapshot after its batch committed.
+//! - Writers of one collection are serialised by one of a fixed array of lock stripes; DDL on a
+//!   collection takes its stripe too, so writes always maintain the current index set.
+
+mod catalog;
+mod engine;
+mod error;
+mod index;
+mod keys;
+mod options;
+mod stats;
+mod write;
+
+pub use catalog::{CollectionHandle, IndexInfo};
+pub use engine::{
+    CollectionStats, CreateIndexesOutcome, DatabaseStats, Durability, Engine, IndexKeyRange,
+    IndexSelector, COLUMN_FAMILIES, MAX_SCAN_BATCH,
+};
+pub use error::StorageError;
+pub use index::{hashed_index_value, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
+pub use options::EngineOptions;
+pub use write::WriteTransaction;
+
+/// Identifier of a record within its collection: positive, allocated in increasing order.
+pub type RecordId = i64;
+
+/// Largest document accepted (MongoDB's 16 MiB user document limit).
+pub const MAX_DOCUMENT_SIZE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The database whose collections live in the `local_*` column families.
+pub const LOCAL_DATABASE: &str = "local";

@@ -1,0 +1,403 @@
+//! Catalog entries (one per collection, holding its indexes), their BSON form in the `catalog`
+//! column family, and the immutable in-memory snapshot readers resolve namespaces against.
+//!
+//! Invariants: an entry's prefix and every index prefix are unique across the node and never
+//! reused; an entry is immutable once published (DDL publishes a new `Arc`); the snapshot only
+//! ever holds entries that were read from or written to the catalog column family.
+
+use std::sync::Arc;
+
+use bson::{spec::BinarySubtype, Binary, Bson, Document, RawDocumentBuf};
+
+use crate::index::{parse_key_pattern, IndexField, ParsedIndexSpec, ID_INDEX_NAME};
+use crate::StorageError;
+
+/// Version of the catalog entry document layout.
+const ENTRY_FORMAT: i32 = 1;
+
+/// One index of a collection, as cached in memory (compact: the spec is kept as raw BSON).
+#[derive(Debug)]
+pub(crate) struct IndexEntry {
+    pub(crate) name: Box<str>,
+    pub(crate) prefix: u64,
+    pub(crate) unique: bool,
+    pub(crate) sparse: bool,
+    pub(crate) fields: Box<[IndexField]>,
+    /// The full spec as given to createIndexes (normalized), for listIndexes.
+    pub(crate) spec: RawDocumentBuf,
+}
+
+impl IndexEntry {
+    pub(crate) fn from_parsed(parsed: &ParsedIndexSpec, prefix: u64) -> Result<Self, StorageError> {
+        Ok(IndexEntry {
+            name: parsed.name.as_str().into(),
+            prefix,
+            unique: parsed.unique,
+            sparse: parsed.sparse,
+            fields: parsed.fields.clone().into_boxed_slice(),
+            spec: RawDocumentBuf::from_document(&parsed.spec)
+                .map_err(|error| StorageError::InvalidIndexSpec(error.to_string()))?,
+        })
+    }
+
+    pub(crate) fn spec_document(&self) -> Result<Document, StorageError> {
+        self.spec.to_document().map_err(|error| StorageError::Corrupt(format!("index spec: {error}")))
+    }
+
+    pub(crate) fn key_pattern(&self) -> Result<Document, StorageError> {
+        match self.spec_document()?.remove("key") {
+            Some(Bson::Document(key_pattern)) => Ok(key_pattern),
+            _ => Err(StorageError::Corrupt(format!("index {} has no key pattern", self.name))),
+        }
+    }
+
+    pub(crate) fn info(&self) -> Result<IndexInfo, StorageError> {
+        let options = self.spec_document()?;
+        let key_pattern = match options.get("key") {
+            Some(Bson::Document(key_pattern)) => key_pattern.clone(),
+            _ => return Err(StorageError::Corrupt(format!("index {} has no key pattern", self.name))),
+        };
+        Ok(IndexInfo {
+            name: self.name.to_string(),
+            key_pattern,
+            unique: self.unique,
+            sparse: self.sparse,
+            options,
+            prefix: self.prefix,
+        })
+    }
+
+    fn to_bson(&self) -> Result<Document, StorageError> {
+        Ok(bson::doc! {
+            "name": self.name.as_ref(),
+            "prefix": prefix_to_bson(self.prefix),
+            "ident": format!("index-{}", self.prefix),
+            "unique": self.unique,
+            "sparse": self.sparse,
+            "spec": self.spec_document()?,
+        })
+    }
+
+    fn from_bson(document: &Document) -> Result<Self, StorageError> {
+        let corrupt = |what: &str| StorageError::Corrupt(format!("catalog index entry: {what}"));
+        let name = document.get_str("name").map_err(|_| corrupt("name"))?;
+        let prefix = prefix_from_bson(document.get("prefix")).ok_or_else(|| corrupt("prefix"))?;
+        let unique = document.get_bool("unique").map_err(|_| corrupt("unique"))?;
+        let sparse = document.get_bool("sparse").map_err(|_| corrupt("sparse"))?;
+        let spec = document.get_document("spec").map_err(|_| corrupt("spec"))?;
+        let key_pattern = spec.get_document("key").map_err(|_| corrupt("spec.key"))?;
+        let fields = parse_key_pattern(key_pattern).map_err(|error| corrupt(&error.to_string()))?;
+        Ok(IndexEntry {
+            name: name.into(),
+            prefix,
+            unique,
+            sparse,
+            fields: fields.into_boxed_slice(),
+            spec: RawDocumentBuf::from_document(spec).map_err(|_| corrupt("spec bytes"))?,
+        })
+    }
+}
+
+/// One collection and its indexes, as cached in memory.
+#[derive(Debug)]
+pub(crate) struct CollectionEntry {
+    /// "db.collection"; the map key of the snapshot shares this allocation.
+    pub(crate) namespace: Arc<str>,
+    /// Length of the database part of `namespace`.
+    pub(crate) db_len: usize,
+    pub(crate) prefix: u64,
+    pub(crate) uuid: [u8; 16],
+    pub(crate) options: RawDocumentBuf,
+    pub(crate) indexes: Box<[IndexEntry]>,
+}
+
+impl CollectionEntry {
+    pub(crate) fn new(
+        db: &str,
+        collection: &str,
+        prefix: u64,
+        uuid: [u8; 16],
+        options: RawDocumentBuf,
+        indexes: Vec<IndexEntry>,
+    ) -> Self {
+        CollectionEntry {
+            namespace: namespace_of(db, collection).into(),
+            db_len: db.len(),
+            prefix,
+            uuid,
+            options,
+            indexes: indexes.into_boxed_slice(),
+        }
+    }
+
+    pub(crate) fn db(&self) -> &str {
+        self.namespace.get(..self.db_len).unwrap_or_default()
+    }
+
+    pub(crate) fn collection(&self) -> &str {
+        self.namespace.get(self.db_len + 1..).unwrap_or_default()
+    }
+
+    pub(crate) fn is_local(&self) -> bool {
+        self.db() == crate::LOCAL_DATABASE
+    }
+
+    pub(crate) fn index(&self, name: &str) -> Option<&IndexEntry> {
+        self.indexes.iter().find(|index| &*index.name == name)
+    }
+
+    /// A copy with a different namespace (rename) and the same prefixes.
+    pub(crate) fn renamed(&self, db: &str, collection: &str) -> Result<Self, StorageError> {
+        let indexes = self.indexes_cloned()?;
+        Ok(CollectionEntry::new(db, collection, self.prefix, self.uuid, self.options.clone(), indexes))
+    }
+
+    /// A copy with a different index list.
+    pub(crate) fn with_indexes(&self, indexes: Vec<IndexEntry>) -> Self {
+        CollectionEntry::new(
+            self.db(),
+            self.collection(),
+            self.prefix,
+            self.uuid,
+            self.options.clone(),
+            indexes,
+        )
+    }
+
+    pub(crate) fn indexes_cloned(&self) -> Result<Vec<IndexEntry>, StorageError> {
+        Ok(self
+            .indexes
+            .iter()
+            .map(|index| IndexEntry {
+                name: index.name.clone(),
+                prefix: index.prefix,
+                unique: index.unique,
+                sparse: index.sparse,
+                fields: index.fields.clone(),
+                spec: index.spec.clone(),
+            })
+            .collect())
+    }
+
+    /// The catalog column family value.
+    pub(crate) fn to_bytes(&self) -> Result<Vec<u8>, StorageError> {
+        let mut indexes = Vec::with_capacity(self.indexes.len());
+        for index in self.indexes.iter() {
+            indexes.push(Bson::Document(index.to_bson()?));
+        }
+        let options = self
+            .options
+            .to_document()
+            .map_err(|error| StorageError::Corrupt(format!("collection options: {error}")))?;
+        let document = bson::doc! {
+            "format": ENTRY_FORMAT,
+            "db": self.db(),
+            "collection": self.collection(),
+            "prefix": prefix_to_bson(self.prefix),
+            "ident": format!("collection-{}", self.prefix),
+            "uuid": Binary { subtype: BinarySubtype::Uuid, bytes: self.uuid.to_vec() },
+            "options": options,
+            "indexes": indexes,
+        };
+        let mut bytes = Vec::new();
+        document
+            .to_writer(&mut bytes)
+            .map_err(|error| StorageError::Corrupt(format!("serializing catalog entry: {error}")))?;
+        Ok(bytes)
+    }
+
+    /// Parses a catalog column family value.
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, StorageError> {
+        let corrupt = |what: &str| StorageError::Corrupt(format!("catalog entry: {what}"));
+        let document = Document::from_reader(bytes).map_err(|error| corrupt(&error.to_string()))?;
+        if document.get_i32("format") != Ok(ENTRY_FORMAT) {
+            return Err(corrupt("unknown format"));
+        }
+        let db = document.get_str("db").map_err(|_| corrupt("db"))?;
+        let collection = document.get_str("collection").map_err(|_| corrupt("collection"))?;
+        let prefix = prefix_from_bson(document.get("prefix")).ok_or_else(|| corrupt("prefix"))?;
+        let uuid = match document.get("uuid") {
+            Some(Bson::Binary(Binary { subtype: BinarySubtype::Uuid, bytes })) => {
+                <[u8; 16]>::try_from(bytes.as_slice()).map_err(|_| corrupt("uuid length"))?
+            }
+            _ => return Err(corrupt("uuid")),
+        };
+        let options = document.get_document("options").map_err(|_| corrupt("options"))?;
+        let index_documents = document.get_array("indexes").map_err(|_| corrupt("indexes"))?;
+        let mut indexes = Vec::with_capacity(index_documents.len());
+        for index in index_documents {
+            match index {
+                Bson::Document(index) => indexes.push(IndexEntry::from_bson(index)?),
+                _ => return Err(corrupt("index is not a document")),
+            }
+        }
+        if indexes.first().map(|index| &*index.name) != Some(ID_INDEX_NAME) {
+            return Err(corrupt("first index is not _id_"));
+        }
+        let options = RawDocumentBuf::from_document(options).map_err(|_| corrupt("options bytes"))?;
+        Ok(CollectionEntry::new(db, collection, prefix, uuid, options, indexes))
+    }
+}
+
+pub(crate) fn namespace_of(db: &str, collection: &str) -> String {
+    let mut namespace = String::with_capacity(db.len() + 1 + collection.len());
+    namespace.push_str(db);
+    namespace.push('.');
+    namespace.push_str(collection);
+    namespace
+}
+
+fn prefix_to_bson(prefix: u64) -> Bson {
+    // Prefixes come from a counter that starts at 1 and cannot reach 2^63 in practice; the
+    // conversion is checked at allocation time (`Engine::allocate_prefixes`).
+    Bson::Int64(i64::try_from(prefix).unwrap_or(i64::MAX))
+}
+
+fn prefix_from_bson(value: Option<&Bson>) -> Option<u64> {
+    match value {
+        Some(Bson::Int64(prefix)) => u64::try_from(*prefix).ok(),
+        _ => None,
+    }
+}
+
+/// Public description of one index (listIndexes, query planning).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexInfo {
+    pub name: String,
+    pub key_pattern: Document,
+    pub unique: bool,
+    pub sparse: bool,
+    /// The full spec as given to createIndexes (with `v`), for listIndexes.
+    pub options: Document,
+    pub prefix: u64,
+}
+
+/// A resolved collection: a cheap, immutable reference to one version of its catalog entry.
+/// Holding a handle does not keep the collection alive; writes re-check it (see
+/// [`crate::Engine::begin_write`]).
+#[derive(Clone, Debug)]
+pub struct CollectionHandle {
+    pub(crate) entry: Arc<CollectionEntry>,
+}
+
+impl CollectionHandle {
+    pub fn db(&self) -> &str {
+        self.entry.db()
+    }
+
+    pub fn name(&self) -> &str {
+        self.entry.collection()
+    }
+
+    /// "db.collection".
+    pub fn namespace(&self) -> &str {
+        &self.entry.namespace
+    }
+
+    /// The key prefix of the collection's records.
+    pub fn prefix(&self) -> u64 {
+        self.entry.prefix
+    }
+
+    /// The storage identifier ("collection-<prefix>").
+    pub fn ident(&self) -> String {
+        format!("collection-{}", self.entry.prefix)
+    }
+
+    /// The collection UUID (generated once at creation, kept across renames).
+    pub fn uuid(&self) -> Binary {
+        Binary { subtype: BinarySubtype::Uuid, bytes: self.entry.uuid.to_vec() }
+    }
+
+    pub fn uuid_bytes(&self) -> [u8; 16] {
+        self.entry.uuid
+    }
+
+    /// The options given to createCollection.
+    pub fn options(&self) -> Result<Document, StorageError> {
+        self.entry
+            .options
+            .to_document()
+            .map_err(|error| StorageError::Corrupt(format!("collection options: {error}")))
+    }
+
+    /// Every index, `_id_` first, in creation order.
+    pub fn indexes(&self) -> Result<Vec<IndexInfo>, StorageError> {
+        self.entry.indexes.iter().map(IndexEntry::info).collect()
+    }
+
+    pub fn index(&self, name: &str) -> Result<Option<IndexInfo>, StorageError> {
+        self.entry.index(name).map(IndexEntry::info).transpose()
+    }
+
+    pub fn index_count(&self) -> usize {
+        self.entry.indexes.len()
+    }
+
+    pub fn index_names(&self) -> Vec<String> {
+        self.entry.indexes.iter().map(|index| index.name.to_string()).collect()
+    }
+
+    /// True when both handles name the same version of the same collection.
+    pub fn same_version(&self, other: &CollectionHandle) -> bool {
+        Arc::ptr_eq(&self.entry, &other.entry)
+    }
+}
+
+/// The immutable snapshot published through `ArcSwap`. Cloning is O(1) (persistent map).
+#[derive(Clone, Default)]
+pub(crate) struct Catalog {
+    /// Bumped by every DDL publication; lazy loads publish only if it did not move.
+    pub(crate) generation: u64,
+    pub(crate) collections: imbl::HashMap<Arc<str>, Arc<CollectionEntry>>,
+    /// Sum of the index counts of the cached collections.
+    pub(crate) cached_index_count: usize,
+}
+
+impl Catalog {
+    pub(crate) fn get(&self, namespace: &str) -> Option<&Arc<CollectionEntry>> {
+        self.collections.get(namespace)
+    }
+
+    pub(crate) fn insert(&mut self, entry: Arc<CollectionEntry>) {
+        let added = entry.indexes.len();
+        if let Some(previous) = self.collections.insert(entry.namespace.clone(), entry) {
+            self.cached_index_count = self.cached_index_count.saturating_sub(previous.indexes.len());
+        }
+        self.cached_index_count += added;
+    }
+
+    pub(crate) fn remove(&mut self, namespace: &str) {
+        if let Some(previous) = self.collections.remove(namespace) {
+            self.cached_index_count = self.cached_index_count.saturating_sub(previous.indexes.len());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::id_index_spec;
+
+    #[test]
+    fn entries_round_trip_through_bson() {
+        let id_index = IndexEntry::from_parsed(&id_index_spec(), 8).unwrap();
+        let options = RawDocumentBuf::from_document(&bson::doc! {"capped": false}).unwrap();
+        let entry = CollectionEntry::new("shop", "orders", 7, [3; 16], options, vec![id_index]);
+        let decoded = CollectionEntry::from_bytes(&entry.to_bytes().unwrap()).unwrap();
+        assert_eq!(decoded.db(), "shop");
+        assert_eq!(decoded.collection(), "orders");
+        assert_eq!(&*decoded.namespace, "shop.orders");
+        assert_eq!(decoded.prefix, 7);
+        assert_eq!(decoded.uuid, [3; 16]);
+        assert_eq!(decoded.indexes.len(), 1);
+        assert_eq!(decoded.indexes[0].prefix, 8);
+        assert!(decoded.indexes[0].unique);
+        assert_eq!(decoded.to_bytes().unwrap(), entry.to_bytes().unwrap());
+    }
+
+    #[test]
+    fn garbage_is_reported_as_corruption() {
+        assert!(matches!(CollectionEntry::from_bytes(b"nonsense"), Err(StorageError::Corrupt(_))));
+    }
+}

@@ -1,0 +1,1540 @@
+//! The engine: opening the RocksDB instance with its fixed column families, the lock-free
+//! catalog (snapshot + lazy load), DDL, reads, statistics and status.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use bson::{Bson, Document, RawDocumentBuf};
+use parking_lot::{Mutex, MutexGuard};
+use rocksdb::{
+    BottommostLevelCompaction, Cache, ColumnFamily, ColumnFamilyDescriptor, CompactOptions,
+    FlushOptions, ReadOptions, WriteBatch, WriteOptions, DB,
+};
+
+use crate::catalog::{namespace_of, Catalog, CollectionEntry, CollectionHandle, IndexEntry};
+use crate::index::{
+    generate_keys, id_index_spec, key_value_document, parse_index_spec, same_key_pattern,
+    same_options, ParsedIndexSpec, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION,
+};
+use crate::keys::{self, PREFIX_LEN, RECORD_ID_LEN};
+use crate::options::{database_options, family_options, EngineOptions, FamilyKind};
+use crate::stats::{self, decode_counters, encode_counters};
+use crate::{RecordId, StorageError, LOCAL_DATABASE};
+
+pub(crate) const FAMILY_CATALOG: &str = "catalog";
+pub(crate) const FAMILY_RECORDS: &str = "records";
+pub(crate) const FAMILY_INDEXES: &str = "indexes";
+pub(crate) const FAMILY_STATS: &str = "stats";
+pub(crate) const FAMILY_LOCAL_RECORDS: &str = "local_records";
+pub(crate) const FAMILY_LOCAL_INDEXES: &str = "local_indexes";
+
+/// The fixed column families (besides RocksDB's own `default`, which stays empty). Their number
+/// never grows with the number of collections.
+pub const COLUMN_FAMILIES: [&str; 6] = [
+    FAMILY_CATALOG,
+    FAMILY_RECORDS,
+    FAMILY_INDEXES,
+    FAMILY_STATS,
+    FAMILY_LOCAL_RECORDS,
+    FAMILY_LOCAL_INDEXES,
+];
+
+/// On-disk format version stored under catalog key `V`.
+const FORMAT_VERSION: u32 = 1;
+/// First prefix handed out (0 is never used, so an all-zero key is never valid data).
+const FIRST_PREFIX: u64 = 1;
+/// Attempts to publish a lazily loaded entry before giving up (the caller still gets it).
+const MAX_PUBLISH_ATTEMPTS: usize = 16;
+/// Documents read per batch while building an index.
+const INDEX_BUILD_BATCH_DOCUMENTS: usize = 1000;
+/// Range deletions after which the data memtables are flushed (range tombstones in a mutable
+/// memtable make every read after a new one re-fragment the whole list).
+const RANGE_DELETIONS_BEFORE_FLUSH: u64 = 4096;
+/// Upper bound on the entries returned by one scan call.
+pub const MAX_SCAN_BATCH: usize = 100_000;
+
+/// How durable a commit must be before it returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Written to the WAL (OS buffers); survives a process crash, not a power loss.
+    Default,
+    /// The WAL is fsynced before returning (j: true, w: "majority").
+    Journaled,
+}
+
+/// Counters of one collection (collStats).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CollectionStats {
+    pub count: i64,
+    pub data_size_bytes: i64,
+    /// Per index, in catalog order (`_id_` first).
+    pub index_sizes_bytes: Vec<(String, i64)>,
+    pub total_index_size_bytes: i64,
+}
+
+/// Counters of one database (dbStats, listDatabases).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DatabaseStats {
+    pub name: String,
+    pub collections: i64,
+    pub indexes: i64,
+    pub objects: i64,
+    pub data_size_bytes: i64,
+    pub index_size_bytes: i64,
+    /// Estimate: logical data plus index bytes (shared files have no per-database size).
+    pub size_on_disk_bytes: i64,
+    pub empty: bool,
+}
+
+/// What createIndexes did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CreateIndexesOutcome {
+    pub indexes_before: usize,
+    pub indexes_after: usize,
+    pub created_collection_automatically: bool,
+}
+
+/// Which indexes dropIndexes removes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IndexSelector {
+    /// Every index except `_id_` ("*").
+    All,
+    Name(String),
+    Names(Vec<String>),
+    KeyPattern(Document),
+}
+
+/// A range of index keys. `lower`/`upper` are keystring bytes without the 8-byte prefix (as made
+/// by `myriad_keystring::encode_key` with the index's directions). Bounds match by prefix: an
+/// entry whose keystring starts with an inclusive bound counts as equal to it, so a bound may
+/// name only the leading fields of a compound key. Empty inclusive bounds mean unbounded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexKeyRange {
+    pub lower: Vec<u8>,
+    pub lower_inclusive: bool,
+    pub upper: Vec<u8>,
+    pub upper_inclusive: bool,
+}
+
+impl IndexKeyRange {
+    /// Every entry of the index.
+    pub fn full() -> Self {
+        IndexKeyRange { lower: Vec::new(), lower_inclusive: true, upper: Vec::new(), upper_inclusive: true }
+    }
+
+    /// Entries whose keystring equals (or starts with) `key`.
+    pub fn point(key: Vec<u8>) -> Self {
+        IndexKeyRange { lower: key.clone(), lower_inclusive: true, upper: key, upper_inclusive: true }
+    }
+}
+
+/// State guarded by one lock stripe: the last record id handed out per collection prefix (loaded
+/// from disk on first use). Writers of a collection hold its stripe from `begin_write` to commit.
+#[derive(Default)]
+pub(crate) struct StripeState {
+    pub(crate) last_record_ids: HashMap<u64, RecordId>,
+}
+
+/// State guarded by the DDL mutex.
+struct DdlState {
+    next_prefix: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) stripe_lock_acquisitions: AtomicU64,
+    pub(crate) stripe_lock_contended: AtomicU64,
+    ddl_lock_acquisitions: AtomicU64,
+    ddl_lock_contended: AtomicU64,
+    catalog_lazy_loads: AtomicU64,
+    catalog_publish_retries: AtomicU64,
+    catalog_publish_abandoned: AtomicU64,
+    range_deletions_since_flush: AtomicU64,
+}
+
+/// One RocksDB instance holding every collection and index of the node. `Send + Sync`.
+pub struct Engine {
+    pub(crate) db: DB,
+    database_options: rocksdb::Options,
+    block_cache: Cache,
+    block_cache_capacity_bytes: usize,
+    catalog: ArcSwap<Catalog>,
+    ddl: Mutex<DdlState>,
+    stripes: Box<[Mutex<StripeState>]>,
+    pub(crate) counters: Counters,
+    ddl_write_options: WriteOptions,
+}
+
+fn validate_database_name(db: &str) -> Result<(), StorageError> {
+    if db.is_empty() || db.len() > 63 {
+        return Err(StorageError::InvalidNamespace(format!("bad database name length: '{db}'")));
+    }
+    if db.chars().any(|character| "/\\. \"$*<>:|?\0".contains(character)) {
+        return Err(StorageError::InvalidNamespace(format!("bad database name '{db}'")));
+    }
+    Ok(())
+}
+
+fn validate_namespace(db: &str, collection: &str) -> Result<(), StorageError> {
+    validate_database_name(db)?;
+    if collection.is_empty() || collection.contains('\0') || collection.starts_with('.') {
+        return Err(StorageError::InvalidNamespace(format!("bad collection name '{collection}'")));
+    }
+    if collection.contains('$') && !collection.starts_with("oplog.$") {
+        return Err(StorageError::InvalidNamespace(format!(
+            "collection names may not contain '$': '{collection}'"
+        )));
+    }
+    if db.len() + 1 + collection.len() > 255 {
+        return Err(StorageError::InvalidNamespace(format!("namespace too long: {db}.{collection}")));
+    }
+    Ok(())
+}
+
+/// Spreads prefixes over the stripes (consecutive prefixes belong to one collection's indexes,
+/// so a plain modulo would still be fine; the mix keeps it fine for any allocation pattern).
+fn stripe_index(prefix: u64, stripes: usize) -> usize {
+    let mut mixed = prefix.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    mixed ^= mixed >> 31;
+    (mixed % stripes.max(1) as u64) as usize
+}
+
+fn raw_document(bytes: Vec<u8>) -> Result<RawDocumentBuf, StorageError> {
+    RawDocumentBuf::from_bytes(bytes).map_err(|error| StorageError::Corrupt(format!("record: {error}")))
+}
+
+fn database_entry_bytes(db: &str) -> Result<Vec<u8>, StorageError> {
+    let mut bytes = Vec::new();
+    bson::doc! { "name": db }
+        .to_writer(&mut bytes)
+        .map_err(|error| StorageError::Corrupt(format!("database entry: {error}")))?;
+    Ok(bytes)
+}
+
+/// Deltas to a database's counter vector.
+type DatabaseDelta = [i64; stats::DATABASE_SLOTS];
+
+impl Engine {
+    /// Opens (creating if needed) the engine at `path`. Cost does not depend on the number of
+    /// collections: the catalog is loaded lazily, entry by entry, on first lookup.
+    pub fn open(path: &Path, options: &EngineOptions) -> Result<Engine, StorageError> {
+        let database_options = database_options(options);
+        let block_cache = Cache::new_lru_cache(options.block_cache_size_bytes)?;
+        let existing = if path.join("CURRENT").exists() {
+            DB::list_cf(&database_options, path)?
+        } else {
+            Vec::new()
+        };
+        for name in &existing {
+            if name != "default" && !COLUMN_FAMILIES.contains(&name.as_str()) {
+                return Err(StorageError::Corrupt(format!("unexpected column family '{name}'")));
+            }
+        }
+        let kinds = [
+            (FAMILY_CATALOG, FamilyKind::Catalog),
+            (FAMILY_RECORDS, FamilyKind::Records),
+            (FAMILY_INDEXES, FamilyKind::Indexes),
+            (FAMILY_STATS, FamilyKind::Stats),
+            (FAMILY_LOCAL_RECORDS, FamilyKind::LocalRecords),
+            (FAMILY_LOCAL_INDEXES, FamilyKind::LocalIndexes),
+        ];
+        let descriptors = kinds.iter().map(|(name, kind)| {
+            ColumnFamilyDescriptor::new(*name, family_options(*kind, &block_cache, options))
+        });
+        let db = DB::open_cf_descriptors(&database_options, path, descriptors)?;
+        let stripe_count = options.lock_stripes.max(1);
+        let mut engine = Engine {
+            db,
+            database_options,
+            block_cache,
+            block_cache_capacity_bytes: options.block_cache_size_bytes,
+            catalog: ArcSwap::from_pointee(Catalog::default()),
+            ddl: Mutex::new(DdlState { next_prefix: FIRST_PREFIX }),
+            stripes: (0..stripe_count).map(|_| Mutex::new(StripeState::default())).collect(),
+            counters: Counters::default(),
+            ddl_write_options: WriteOptions::default(),
+        };
+        engine.check_format()?;
+        let next_prefix = match engine.db.get_cf(engine.family(FAMILY_CATALOG)?, keys::CATALOG_NEXT_PREFIX_KEY)? {
+            Some(bytes) => keys::read_u64(&bytes)?,
+            None => FIRST_PREFIX,
+        };
+        engine.ddl.get_mut().next_prefix = next_prefix;
+        engine.remove_interrupted_index_builds()?;
+        Ok(engine)
+    }
+
+    fn check_format(&self) -> Result<(), StorageError> {
+        let catalog = self.family(FAMILY_CATALOG)?;
+        match self.db.get_cf(catalog, keys::CATALOG_FORMAT_KEY)? {
+            Some(bytes) if bytes.as_slice() == FORMAT_VERSION.to_be_bytes() => Ok(()),
+            Some(bytes) => Err(StorageError::Corrupt(format!("unsupported format version {bytes:?}"))),
+            None => {
+                let mut write_options = WriteOptions::default();
+                write_options.set_sync(true);
+                self.db.put_cf_opt(catalog, keys::CATALOG_FORMAT_KEY, FORMAT_VERSION.to_be_bytes(), &write_options)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Index builds interrupted by a crash leave a `B` marker; their partial entries are deleted
+    /// here (the markers are few: one per index being built at crash time).
+    fn remove_interrupted_index_builds(&self) -> Result<(), StorageError> {
+        let catalog = self.family(FAMILY_CATALOG)?;
+        let (start, end) = keys::build_markers_range();
+        let mut batch = WriteBatch::default();
+        let mut read_options = ReadOptions::default();
+        read_options.set_iterate_upper_bound(end);
+        let mut iterator = self.db.raw_iterator_cf_opt(catalog, read_options);
+        iterator.seek(&start);
+        let mut ranges = 0u64;
+        while let Some(key) = iterator.key() {
+            let prefix = keys::prefix_from_build_marker_key(key)?;
+            let (range_start, range_end) = keys::prefix_range(prefix);
+            batch.delete_range_cf(self.family(FAMILY_INDEXES)?, range_start, range_end);
+            batch.delete_range_cf(self.family(FAMILY_LOCAL_INDEXES)?, range_start, range_end);
+            batch.delete_range_cf(self.family(FAMILY_STATS)?, keys::stats_prefix_key(prefix), keys::stats_prefix_key(prefix.saturating_add(1)));
+            batch.delete_cf(catalog, key);
+            ranges += 1;
+            iterator.next();
+        }
+        iterator.status()?;
+        drop(iterator);
+        if ranges > 0 {
+            self.db.write_opt(batch, &self.ddl_write_options)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn family(&self, name: &str) -> Result<&ColumnFamily, StorageError> {
+        self.db
+            .cf_handle(name)
+            .ok_or_else(|| StorageError::Corrupt(format!("column family '{name}' is missing")))
+    }
+
+    pub(crate) fn records_family(&self, entry: &CollectionEntry) -> Result<&ColumnFamily, StorageError> {
+        self.family(if entry.is_local() { FAMILY_LOCAL_RECORDS } else { FAMILY_RECORDS })
+    }
+
+    pub(crate) fn indexes_family(&self, entry: &CollectionEntry) -> Result<&ColumnFamily, StorageError> {
+        self.family(if entry.is_local() { FAMILY_LOCAL_INDEXES } else { FAMILY_INDEXES })
+    }
+
+    // ----- locks -------------------------------------------------------------------------
+
+    fn lock_ddl(&self) -> MutexGuard<'_, DdlState> {
+        self.counters.ddl_lock_acquisitions.fetch_add(1, Ordering::Relaxed);
+        match self.ddl.try_lock() {
+            Some(guard) => guard,
+            None => {
+                self.counters.ddl_lock_contended.fetch_add(1, Ordering::Relaxed);
+                self.ddl.lock()
+            }
+        }
+    }
+
+    fn stripe_mutex(&self, prefix: u64) -> &Mutex<StripeState> {
+        // stripe_index is always below the (non-zero) stripe count.
+        &self.stripes[stripe_index(prefix, self.stripes.len())]
+    }
+
+    pub(crate) fn lock_stripe(&self, prefix: u64) -> MutexGuard<'_, StripeState> {
+        self.counters.stripe_lock_acquisitions.fetch_add(1, Ordering::Relaxed);
+        let stripe = self.stripe_mutex(prefix);
+        match stripe.try_lock() {
+            Some(guard) => guard,
+            None => {
+                self.counters.stripe_lock_contended.fetch_add(1, Ordering::Relaxed);
+                stripe.lock()
+            }
+        }
+    }
+
+    /// Locks the stripes of several prefixes, in ascending stripe order (deadlock-free: writers
+    /// hold one stripe, DDL takes stripes only while holding the DDL mutex).
+    fn lock_stripes<'s>(&'s self, prefixes: impl IntoIterator<Item = u64>) -> Vec<MutexGuard<'s, StripeState>> {
+        let mut indexes: Vec<usize> =
+            prefixes.into_iter().map(|prefix| stripe_index(prefix, self.stripes.len())).collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        indexes
+            .into_iter()
+            .filter_map(|index| self.stripes.get(index))
+            .map(|stripe| {
+                self.counters.stripe_lock_acquisitions.fetch_add(1, Ordering::Relaxed);
+                match stripe.try_lock() {
+                    Some(guard) => guard,
+                    None => {
+                        self.counters.stripe_lock_contended.fetch_add(1, Ordering::Relaxed);
+                        stripe.lock()
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Forgets the record id counters of dropped collections (the caller holds their stripes).
+    fn forget_record_ids(guards: &mut [MutexGuard<'_, StripeState>], prefixes: &[u64]) {
+        for guard in guards.iter_mut() {
+            for prefix in prefixes {
+                guard.last_record_ids.remove(prefix);
+            }
+        }
+    }
+
+    // ----- catalog -----------------------------------------------------------------------
+
+    /// Resolves a namespace without taking any lock: a snapshot lookup, and on a miss one point
+    /// read of the catalog column family whose result is published into the snapshot.
+    /// Absent namespaces are not cached (each miss costs a bloom-filtered point read).
+    pub fn collection(&self, db: &str, collection: &str) -> Result<Option<CollectionHandle>, StorageError> {
+        validate_namespace(db, collection)?;
+        let namespace = namespace_of(db, collection);
+        let snapshot = self.catalog.load();
+        if let Some(entry) = snapshot.get(&namespace) {
+            return Ok(Some(CollectionHandle { entry: entry.clone() }));
+        }
+        let generation = snapshot.generation;
+        drop(snapshot);
+        self.counters.catalog_lazy_loads.fetch_add(1, Ordering::Relaxed);
+        let Some(entry) = self.read_entry(db, collection)? else {
+            return Ok(None);
+        };
+        if *entry.namespace != *namespace {
+            return Err(StorageError::Corrupt(format!("catalog entry for {namespace} names {}", entry.namespace)));
+        }
+        let entry = Arc::new(entry);
+        self.publish_loaded(generation, &entry);
+        Ok(Some(CollectionHandle { entry }))
+    }
+
+    /// Publishes a lazily loaded entry, unless a DDL publication happened since `generation`
+    /// was read (the entry might then predate it). Bounded retries on CAS races.
+    fn publish_loaded(&self, generation: u64, entry: &Arc<CollectionEntry>) {
+        for _ in 0..MAX_PUBLISH_ATTEMPTS {
+            let current = self.catalog.load_full();
+            if current.generation != generation {
+                self.counters.catalog_publish_abandoned.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            if current.get(&entry.namespace).is_some() {
+                return;
+            }
+            let mut next = Catalog::clone(&current);
+            next.insert(entry.clone());
+            let previous = self.catalog.compare_and_swap(&current, Arc::new(next));
+            if Arc::ptr_eq(&*previous, &current) {
+                return;
+            }
+            self.counters.catalog_publish_retries.fetch_add(1, Ordering::Relaxed);
+        }
+        self.counters.catalog_publish_abandoned.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Publishes a DDL change (called after its batch committed, with the DDL mutex held).
+    fn publish_ddl(&self, change: impl Fn(&mut Catalog)) {
+        self.catalog.rcu(|current| {
+            let mut next = Catalog::clone(current);
+            change(&mut next);
+            next.generation += 1;
+            next
+        });
+    }
+
+    /// Reads a catalog entry from disk, bypassing the snapshot.
+    fn read_entry(&self, db: &str, collection: &str) -> Result<Option<CollectionEntry>, StorageError> {
+        let catalog = self.family(FAMILY_CATALOG)?;
+        match self.db.get_pinned_cf(catalog, keys::collection_key(db, collection))? {
+            Some(bytes) => Ok(Some(CollectionEntry::from_bytes(&bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Reserves `count` consecutive prefixes; the caller persists `next` in its batch and
+    /// stores it into the DDL state once the batch committed.
+    fn allocate_prefixes(ddl: &DdlState, count: u64) -> Result<(u64, u64), StorageError> {
+        let first = ddl.next_prefix;
+        let next = first
+            .checked_add(count)
+            .filter(|next| *next < i64::MAX as u64)
+            .ok_or_else(|| StorageError::Corrupt("prefix space exhausted".to_string()))?;
+        Ok((first, next))
+    }
+
+    pub fn create_collection(
+        &self,
+        db: &str,
+        collection: &str,
+        options: Document,
+    ) -> Result<CollectionHandle, StorageError> {
+        validate_namespace(db, collection)?;
+        let mut ddl = self.lock_ddl();
+        if self.read_entry(db, collection)?.is_some() {
+            return Err(StorageError::NamespaceExists(namespace_of(db, collection)));
+        }
+        let entry = self.create_collection_locked(&mut ddl, db, collection, &options)?;
+        Ok(CollectionHandle { entry })
+    }
+
+    /// Returns the collection, creating it (with default options) when absent.
+    pub fn get_or_create_collection(&self, db: &str, collection: &str) -> Result<CollectionHandle, StorageError> {
+        if let Some(handle) = self.collection(db, collection)? {
+            return Ok(handle);
+        }
+        let mut ddl = self.lock_ddl();
+        if let Some(entry) = self.read_entry(db, collection)? {
+            return Ok(CollectionHandle { entry: Arc::new(entry) });
+        }
+        let entry = self.create_collection_locked(&mut ddl, db, collection, &Document::new())?;
+        Ok(CollectionHandle { entry })
+    }
+
+    fn create_collection_locked(
+        &self,
+        ddl: &mut DdlState,
+        db: &str,
+        collection: &str,
+        options: &Document,
+    ) -> Result<Arc<CollectionEntry>, StorageError> {
+        let (prefix, next_prefix) = Self::allocate_prefixes(ddl, 2)?;
+        let id_index = IndexEntry::from_parsed(&id_index_spec(), prefix + 1)?;
+        let options = RawDocumentBuf::from_document(options)
+            .map_err(|error| StorageError::InvalidDocument(format!("collection options: {error}")))?;
+        let entry = CollectionEntry::new(db, collection, prefix, bson::Uuid::new().bytes(), options, vec![id_index]);
+        let catalog = self.family(FAMILY_CATALOG)?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(catalog, keys::collection_key(db, collection), entry.to_bytes()?);
+        batch.put_cf(catalog, keys::CATALOG_NEXT_PREFIX_KEY, next_prefix.to_be_bytes());
+        let database_key = keys::database_key(db);
+        if self.db.get_pinned_cf(catalog, &database_key)?.is_none() {
+            batch.put_cf(catalog, &database_key, database_entry_bytes(db)?);
+        }
+        let mut delta: DatabaseDelta = [0; stats::DATABASE_SLOTS];
+        delta[stats::DATABASE_COLLECTIONS] = 1;
+        delta[stats::DATABASE_INDEXES] = 1;
+        batch.merge_cf(self.family(FAMILY_STATS)?, keys::stats_database_key(db), encode_counters(&delta));
+        self.db.write_opt(batch, &self.ddl_write_options)?;
+        ddl.next_prefix = next_prefix;
+        let entry = Arc::new(entry);
+        let published = entry.clone();
+        self.publish_ddl(move |catalog| catalog.insert(published.clone()));
+        Ok(entry)
+    }
+
+    /// Reads the counters of a collection and its indexes: (collection slots, per-index slots).
+    fn read_collection_counters(&self, entry: &CollectionEntry) -> Result<(Vec<i64>, Vec<Vec<i64>>), StorageError> {
+        let stats_family = self.family(FAMILY_STATS)?;
+        let mut keys_to_read = Vec::with_capacity(1 + entry.indexes.len());
+        keys_to_read.push(keys::stats_prefix_key(entry.prefix));
+        keys_to_read.extend(entry.indexes.iter().map(|index| keys::stats_prefix_key(index.prefix)));
+        let values = self.db.batched_multi_get_cf(stats_family, keys_to_read.iter(), false);
+        let mut collection = vec![0; stats::COLLECTION_SLOTS];
+        let mut indexes = Vec::with_capacity(entry.indexes.len());
+        for (position, value) in values.into_iter().enumerate() {
+            let decoded = match value? {
+                Some(bytes) => decode_counters(&bytes, stats::COLLECTION_SLOTS.max(stats::INDEX_SLOTS))?,
+                None => vec![0; stats::COLLECTION_SLOTS.max(stats::INDEX_SLOTS)],
+            };
+            if position == 0 {
+                collection = decoded;
+            } else {
+                indexes.push(decoded);
+            }
+        }
+        debug_assert_eq!(indexes.len(), entry.indexes.len());
+        Ok((collection, indexes))
+    }
+
+    /// The database counters a collection contributes (collections, indexes, documents, sizes).
+    fn collection_contribution(&self, entry: &CollectionEntry) -> Result<DatabaseDelta, StorageError> {
+        let (collection, indexes) = self.read_collection_counters(entry)?;
+        let mut delta: DatabaseDelta = [0; stats::DATABASE_SLOTS];
+        delta[stats::DATABASE_COLLECTIONS] = 1;
+        delta[stats::DATABASE_INDEXES] = entry.indexes.len() as i64;
+        delta[stats::DATABASE_DOCUMENTS] = collection.get(stats::COLLECTION_DOCUMENTS).copied().unwrap_or(0);
+        delta[stats::DATABASE_DATA_SIZE_BYTES] = collection.get(stats::COLLECTION_DATA_SIZE_BYTES).copied().unwrap_or(0);
+        delta[stats::DATABASE_INDEX_SIZE_BYTES] =
+            indexes.iter().map(|index| index.get(stats::INDEX_SIZE_BYTES).copied().unwrap_or(0)).sum();
+        Ok(delta)
+    }
+
+    /// Adds to `batch` the removal of a collection's data, index entries, stats and catalog
+    /// entry (not the database counters). Returns the number of range deletions added.
+    fn add_collection_removal(&self, batch: &mut WriteBatch, entry: &CollectionEntry) -> Result<u64, StorageError> {
+        let (start, end) = keys::prefix_range(entry.prefix);
+        batch.delete_range_cf(self.records_family(entry)?, start, end);
+        let stats_family = self.family(FAMILY_STATS)?;
+        batch.delete_cf(stats_family, keys::stats_prefix_key(entry.prefix));
+        let indexes_family = self.indexes_family(entry)?;
+        for index in entry.indexes.iter() {
+            let (start, end) = keys::prefix_range(index.prefix);
+            batch.delete_range_cf(indexes_family, start, end);
+            batch.delete_cf(stats_family, keys::stats_prefix_key(index.prefix));
+        }
+        batch.delete_cf(self.family(FAMILY_CATALOG)?, keys::collection_key(entry.db(), entry.collection()));
+        Ok(1 + entry.indexes.len() as u64)
+    }
+
+    /// True when `db` has no collection other than `except`.
+    fn is_only_collection(&self, db: &str, except: &str) -> Result<bool, StorageError> {
+        let catalog = self.family(FAMILY_CATALOG)?;
+        let (start, end) = keys::collections_of_database_range(db);
+        let mut read_options = ReadOptions::default();
+        read_options.set_iterate_upper_bound(end);
+        let mut iterator = self.db.raw_iterator_cf_opt(catalog, read_options);
+        iterator.seek(&start);
+        // At most two keys are examined: `except` itself and one other.
+        for _ in 0..2 {
+            match iterator.key() {
+                None => break,
+                Some(key) => {
+                    if keys::collection_name_from_key(key, db)? != except {
+                        return Ok(false);
+                    }
+                }
+            }
+            iterator.next();
+        }
+        iterator.status()?;
+        Ok(true)
+    }
+
+    fn negate(delta: &DatabaseDelta) -> DatabaseDelta {
+        let mut negated = *delta;
+        for value in negated.iter_mut() {
+            *value = value.wrapping_neg();
+        }
+        negated
+    }
+
+    fn note_range_deletions(&self, count: u64) -> Result<(), StorageError> {
+        let total = self.counters.range_deletions_since_flush.fetch_add(count, Ordering::Relaxed) + count;
+        if total >= RANGE_DELETIONS_BEFORE_FLUSH {
+            self.counters.range_deletions_since_flush.store(0, Ordering::Relaxed);
+            let mut flush_options = FlushOptions::default();
+            flush_options.set_wait(false);
+            for name in [FAMILY_RECORDS, FAMILY_INDEXES, FAMILY_LOCAL_RECORDS, FAMILY_LOCAL_INDEXES] {
+                self.db.flush_cf_opt(self.family(name)?, &flush_options)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops a collection: one batch deleting its catalog entry, the ranges of its records and
+    /// of every index, and its counters. Space returns when compaction reaches the ranges.
+    pub fn drop_collection(&self, db: &str, collection: &str) -> Result<(), StorageError> {
+        validate_namespace(db, collection)?;
+        let _ddl = self.lock_ddl();
+        let Some(entry) = self.read_entry(db, collection)? else {
+            return Err(StorageError::NamespaceNotFound(namespace_of(db, collection)));
+        };
+        let mut stripes = self.lock_stripes([entry.prefix]);
+        let mut batch = WriteBatch::default();
+        let contribution = self.collection_contribution(&entry)?;
+        let ranges = self.add_collection_removal(&mut batch, &entry)?;
+        self.add_database_delta(&mut batch, db, &Self::negate(&contribution), self.is_only_collection(db, collection)?)?;
+        self.db.write_opt(batch, &self.ddl_write_options)?;
+        Self::forget_record_ids(&mut stripes, &[entry.prefix]);
+        let namespace = entry.namespace.clone();
+        self.publish_ddl(move |catalog| catalog.remove(&namespace));
+        drop(stripes);
+        self.note_range_deletions(ranges)
+    }
+
+    /// Adds a database counter delta to `batch`, or removes the database (entry and counters)
+    /// when `database_now_empty`.
+    fn add_database_delta(
+        &self,
+        batch: &mut WriteBatch,
+        db: &str,
+        delta: &DatabaseDelta,
+        database_now_empty: bool,
+    ) -> Result<(), StorageError> {
+        let stats_family = self.family(FAMILY_STATS)?;
+        if database_now_empty {
+            batch.delete_cf(self.family(FAMILY_CATALOG)?, keys::database_key(db));
+            batch.delete_cf(stats_family, keys::stats_database_key(db));
+        } else if delta.iter().any(|value| *value != 0) {
+            batch.merge_cf(stats_family, keys::stats_database_key(db), encode_counters(delta));
+        }
+        Ok(())
+    }
+
+    /// Reads every catalog entry of a database from disk (bounded by the catalog's size).
+    fn read_database_entries(&self, db: &str) -> Result<Vec<CollectionEntry>, StorageError> {
+        let catalog = self.family(FAMILY_CATALOG)?;
+        let (start, end) = keys::collections_of_database_range(db);
+        let mut read_options = ReadOptions::default();
+        read_options.set_iterate_upper_bound(end);
+        let mut iterator = self.db.raw_iterator_cf_opt(catalog, read_options);
+        iterator.seek(&start);
+        let mut entries = Vec::new();
+        while let Some(value) = iterator.value() {
+            entries.push(CollectionEntry::from_bytes(value)?);
+            iterator.next();
+        }
+        iterator.status()?;
+        Ok(entries)
+    }
+
+    /// Drops every collection of a database in one batch. Runs of consecutive prefixes (a
+    /// database created in bulk gets consecutive prefixes) become one range deletion each.
+    pub fn drop_database(&self, db: &str) -> Result<(), StorageError> {
+        validate_database_name(db)?;
+        let _ddl = self.lock_ddl();
+        let entries = self.read_database_entries(db)?;
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut all_prefixes = Vec::with_capacity(entries.len() * 3);
+        for entry in &entries {
+            all_prefixes.push(entry.prefix);
+            all_prefixes.extend(entry.indexes.iter().map(|index| index.prefix));
+        }
+        let collection_prefixes: Vec<u64> = entries.iter().map(|entry| entry.prefix).collect();
+        let mut stripes = self.lock_stripes(collection_prefixes.iter().copied());
+        all_prefixes.sort_unstable();
+        all_prefixes.dedup();
+        let mut batch = WriteBatch::default();
+        let (records, indexes) = if db == LOCAL_DATABASE {
+            (self.family(FAMILY_LOCAL_RECORDS)?, self.family(FAMILY_LOCAL_INDEXES)?)
+        } else {
+            (self.family(FAMILY_RECORDS)?, self.family(FAMILY_INDEXES)?)
+        };
+        let stats_family = self.family(FAMILY_STATS)?;
+        // Coalesce consecutive prefixes: every prefix in a run belongs to this database, and a
+        // collection prefix never has keys in the indexes family (nor the reverse), so one
+        // range per run and family is exact.
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for prefix in all_prefixes.iter().copied() {
+            match runs.last_mut() {
+                Some((_, run_end)) if *run_end == prefix => *run_end = prefix.saturating_add(1),
+                _ => runs.push((prefix, prefix.saturating_add(1))),
+            }
+        }
+        for (start, end) in &runs {
+            batch.delete_range_cf(records, start.to_be_bytes(), end.to_be_bytes());
+            batch.delete_range_cf(indexes, start.to_be_bytes(), end.to_be_bytes());
+            batch.delete_range_cf(stats_family, keys::stats_prefix_key(*start), keys::stats_prefix_key(*end));
+        }
+        let ranges = 2 * runs.len() as u64;
+        let (start, end) = keys::collections_of_database_range(db);
+        batch.delete_range_cf(self.family(FAMILY_CATALOG)?, start, end);
+        self.add_database_delta(&mut batch, db, &[0; stats::DATABASE_SLOTS], true)?;
+        self.db.write_opt(batch, &self.ddl_write_options)?;
+        Self::forget_record_ids(&mut stripes, &collection_prefixes);
+        let namespaces: Vec<Arc<str>> = entries.iter().map(|entry| entry.namespace.clone()).collect();
+        self.publish_ddl(move |catalog| {
+            for namespace in &namespaces {
+                catalog.remove(namespace);
+            }
+        });
+        drop(stripes);
+        self.note_range_deletions(ranges)
+    }
+
+    /// Renames a collection (catalog only: prefixes, records and indexes stay in place), across
+    /// databases too. Counters move between databases in the same batch.
+    pub fn rename_collection(
+        &self,
+        from_db: &str,
+        from_collection: &str,
+        to_db: &str,
+        to_collection: &str,
+        drop_target: bool,
+    ) -> Result<(), StorageError> {
+        validate_namespace(from_db, from_collection)?;
+        validate_namespace(to_db, to_collection)?;
+        if from_db == to_db && from_collection == to_collection {
+            return Err(StorageError::InvalidOptions("cannot rename a collection to itself".to_string()));
+        }
+        let _ddl = self.lock_ddl();
+        let Some(source) = self.read_entry(from_db, from_collection)? else {
+            return Err(StorageError::NamespaceNotFound(namespace_of(from_db, from_collection)));
+        };
+        let target = self.read_entry(to_db, to_collection)?;
+        if target.is_some() && !drop_target {
+            return Err(StorageError::NamespaceExists(namespace_of(to_db, to_collection)));
+        }
+        if (from_db == LOCAL_DATABASE) != (to_db == LOCAL_DATABASE) {
+            return Err(StorageError::InvalidOptions(
+                "cannot rename a collection into or out of the local database".to_string(),
+            ));
+        }
+        let mut stripe_prefixes = vec![source.prefix];
+        stripe_prefixes.extend(target.as_ref().map(|target| target.prefix));
+        let mut stripes = self.lock_stripes(stripe_prefixes);
+        let renamed = source.renamed(to_db, to_collection)?;
+        let catalog = self.family(FAMILY_CATALOG)?;
+        let mut batch = WriteBatch::default();
+        let mut ranges = 0;
+        let mut target_delta: DatabaseDelta = [0; stats::DATABASE_SLOTS];
+        if let Some(target) = &target {
+            target_delta = Self::negate(&self.collection_contribution(target)?);
+            ranges = self.add_collection_removal(&mut batch, target)?;
+        }
+        batch.delete_cf(catalog, keys::collection_key(from_db, from_collection));
+        batch.put_cf(catalog, keys::collection_key(to_db, to_collection), renamed.to_bytes()?);
+        if from_db == to_db {
+            self.add_database_delta(&mut batch, to_db, &target_delta, false)?;
+        } else {
+            let moved = self.collection_contribution(&source)?;
+            self.add_database_delta(&mut batch, from_db, &Self::negate(&moved), self.is_only_collection(from_db, from_collection)?)?;
+            let mut to_delta = moved;
+            for (slot, target_value) in to_delta.iter_mut().zip(target_delta) {
+                *slot += target_value;
+            }
+            let database_key = keys::database_key(to_db);
+            if self.db.get_pinned_cf(catalog, &database_key)?.is_none() {
+                batch.put_cf(catalog, &database_key, database_entry_bytes(to_db)?);
+            }
+            self.add_database_delta(&mut batch, to_db, &to_delta, false)?;
+        }
+        self.db.write_opt(batch, &self.ddl_write_options)?;
+        if let Some(target) = &target {
+            Self::forget_record_ids(&mut stripes, &[target.prefix]);
+        }
+        let old_namespace = source.namespace.clone();
+        let renamed = Arc::new(renamed);
+        self.publish_ddl(move |catalog| {
+            catalog.remove(&old_namespace);
+            catalog.insert(renamed.clone());
+        });
+        drop(stripes);
+        self.note_range_deletions(ranges)
+    }
+
+    /// Collections of a database, from the catalog column family (cached entries are reused).
+    pub fn list_collections(&self, db: &str) -> Result<Vec<CollectionHandle>, StorageError> {
+        validate_database_name(db)?;
+        let snapshot = self.catalog.load();
+        let mut handles = Vec::new();
+        for entry in self.read_database_entries(db)? {
+            let handle = match snapshot.get(&entry.namespace) {
+                Some(cached) if cached.prefix == entry.prefix && cached.indexes.len() == entry.indexes.len() => {
+                    CollectionHandle { entry: cached.clone() }
+                }
+                _ => CollectionHandle { entry: Arc::new(entry) },
+            };
+            handles.push(handle);
+        }
+        Ok(handles)
+    }
+
+    /// Every database with at least one collection, with its counters. Reads only the small
+    /// per-database entries (`D` keys) and their counters, never the collections.
+    pub fn list_databases(&self) -> Result<Vec<DatabaseStats>, StorageError> {
+        let catalog = self.family(FAMILY_CATALOG)?;
+        let (start, end) = keys::databases_range();
+        let mut read_options = ReadOptions::default();
+        read_options.set_iterate_upper_bound(end);
+        let mut iterator = self.db.raw_iterator_cf_opt(catalog, read_options);
+        iterator.seek(&start);
+        let mut names = Vec::new();
+        while let Some(key) = iterator.key() {
+            names.push(keys::database_name_from_key(key)?.to_string());
+            iterator.next();
+        }
+        iterator.status()?;
+        drop(iterator);
+        let stats_family = self.family(FAMILY_STATS)?;
+        let stat_keys: Vec<Vec<u8>> = names.iter().map(|name| keys::stats_database_key(name)).collect();
+        let values = self.db.batched_multi_get_cf(stats_family, stat_keys.iter(), false);
+        let mut databases = Vec::with_capacity(names.len());
+        for (name, value) in names.into_iter().zip(values) {
+            let counters = match value? {
+                Some(bytes) => decode_counters(&bytes, stats::DATABASE_SLOTS)?,
+                None => vec![0; stats::DATABASE_SLOTS],
+            };
+            databases.push(Self::database_stats_from(name, &counters));
+        }
+        Ok(databases)
+    }
+
+    fn database_stats_from(name: String, counters: &[i64]) -> DatabaseStats {
+        let slot = |index: usize| counters.get(index).copied().unwrap_or(0);
+        let data_size_bytes = slot(stats::DATABASE_DATA_SIZE_BYTES);
+        let index_size_bytes = slot(stats::DATABASE_INDEX_SIZE_BYTES);
+        let size_on_disk_bytes = data_size_bytes.saturating_add(index_size_bytes);
+        DatabaseStats {
+            name,
+            collections: slot(stats::DATABASE_COLLECTIONS),
+            indexes: slot(stats::DATABASE_INDEXES),
+            objects: slot(stats::DATABASE_DOCUMENTS),
+            data_size_bytes,
+            index_size_bytes,
+            size_on_disk_bytes,
+            empty: size_on_disk_bytes == 0,
+        }
+    }
+
+    /// Counters of one database (zeros when it does not exist). One point read.
+    pub fn database_stats(&self, db: &str) -> Result<DatabaseStats, StorageError> {
+        validate_database_name(db)?;
+        let counters = match self.db.get_cf(self.family(FAMILY_STATS)?, keys::stats_database_key(db))? {
+            Some(bytes) => decode_counters(&bytes, stats::DATABASE_SLOTS)?,
+            None => vec![0; stats::DATABASE_SLOTS],
+        };
+        Ok(Self::database_stats_from(db.to_string(), &counters))
+    }
+
+    /// Counters of one collection: point reads of its stats keys, never a scan.
+    pub fn collection_stats(&self, handle: &CollectionHandle) -> Result<CollectionStats, StorageError> {
+        let (collection, indexes) = self.read_collection_counters(&handle.entry)?;
+        let index_sizes_bytes: Vec<(String, i64)> = handle
+            .entry
+            .indexes
+            .iter()
+            .zip(indexes.iter())
+            .map(|(index, counters)| {
+                (index.name.to_string(), counters.get(stats::INDEX_SIZE_BYTES).copied().unwrap_or(0))
+            })
+            .collect();
+        Ok(CollectionStats {
+            count: collection.get(stats::COLLECTION_DOCUMENTS).copied().unwrap_or(0),
+            data_size_bytes: collection.get(stats::COLLECTION_DATA_SIZE_BYTES).copied().unwrap_or(0),
+            total_index_size_bytes: index_sizes_bytes.iter().map(|(_, size)| size).sum(),
+            index_sizes_bytes,
+        })
+    }
+
+    // ----- indexes -----------------------------------------------------------------------
+
+    /// Creates indexes, building them from existing documents in bounded batches while writers
+    /// of the collection wait on its stripe. A unique build that meets a duplicate creates
+    /// nothing. Specs identical to existing indexes are no-ops.
+    pub fn create_indexes(
+        &self,
+        db: &str,
+        collection: &str,
+        specs: Vec<Document>,
+    ) -> Result<CreateIndexesOutcome, StorageError> {
+        validate_namespace(db, collection)?;
+        if specs.is_empty() {
+            return Err(StorageError::InvalidIndexSpec("must specify at least one index".to_string()));
+        }
+        let parsed: Vec<ParsedIndexSpec> = specs.iter().map(parse_index_spec).collect::<Result<_, _>>()?;
+        let mut ddl = self.lock_ddl();
+        let (entry, created_collection_automatically) = match self.read_entry(db, collection)? {
+            Some(entry) => (Arc::new(entry), false),
+            None => (self.create_collection_locked(&mut ddl, db, collection, &Document::new())?, true),
+        };
+        let indexes_before = entry.indexes.len();
+        let mut to_build: Vec<ParsedIndexSpec> = Vec::new();
+        for spec in parsed {
+            if Self::check_index_conflicts(&entry, &to_build, &spec)? {
+                to_build.push(spec);
+            }
+        }
+        if to_build.is_empty() {
+            return Ok(CreateIndexesOutcome {
+                indexes_before,
+                indexes_after: indexes_before,
+                created_collection_automatically,
+            });
+        }
+        if indexes_before + to_build.len() > MAX_INDEXES_PER_COLLECTION {
+            return Err(StorageError::CannotCreateIndex(format!(
+                "a collection may have at most {MAX_INDEXES_PER_COLLECTION} indexes"
+            )));
+        }
+        let _stripe = self.lock_stripes([entry.prefix]);
+        let (first_prefix, next_prefix) = Self::allocate_prefixes(&ddl, to_build.len() as u64)?;
+        let new_indexes: Vec<IndexEntry> = to_build
+            .iter()
+            .zip(first_prefix..)
+            .map(|(spec, prefix)| IndexEntry::from_parsed(spec, prefix))
+            .collect::<Result<_, _>>()?;
+        // Persist the counter and the build markers first: a crash mid-build leaves markers
+        // that the next open uses to delete the partial entries, and the prefixes are never
+        // handed out again.
+        let catalog = self.family(FAMILY_CATALOG)?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(catalog, keys::CATALOG_NEXT_PREFIX_KEY, next_prefix.to_be_bytes());
+        for index in &new_indexes {
+            batch.put_cf(catalog, keys::build_marker_key(index.prefix), []);
+        }
+        self.db.write_opt(batch, &self.ddl_write_options)?;
+        ddl.next_prefix = next_prefix;
+        let built = self.build_indexes(&entry, &new_indexes);
+        let mut batch = WriteBatch::default();
+        for index in &new_indexes {
+            batch.delete_cf(catalog, keys::build_marker_key(index.prefix));
+        }
+        let totals = match built {
+            Ok(totals) => totals,
+            Err(error) => {
+                let indexes_family = self.indexes_family(&entry)?;
+                for index in &new_indexes {
+                    let (start, end) = keys::prefix_range(index.prefix);
+                    batch.delete_range_cf(indexes_family, start, end);
+                }
+                self.db.write_opt(batch, &self.ddl_write_options)?;
+                self.note_range_deletions(new_indexes.len() as u64)?;
+                return Err(error);
+            }
+        };
+        let stats_family = self.family(FAMILY_STATS)?;
+        let mut delta: DatabaseDelta = [0; stats::DATABASE_SLOTS];
+        delta[stats::DATABASE_INDEXES] = new_indexes.len() as i64;
+        for (index, (size_bytes, entries)) in new_indexes.iter().zip(&totals) {
+            let mut counters = [0i64; stats::INDEX_SLOTS];
+            counters[stats::INDEX_SIZE_BYTES] = *size_bytes;
+            counters[stats::INDEX_ENTRIES] = *entries;
+            batch.put_cf(stats_family, keys::stats_prefix_key(index.prefix), encode_counters(&counters));
+            delta[stats::DATABASE_INDEX_SIZE_BYTES] += *size_bytes;
+        }
+        batch.merge_cf(stats_family, keys::stats_database_key(db), encode_counters(&delta));
+        let mut all_indexes = entry.indexes_cloned()?;
+        all_indexes.extend(new_indexes);
+        let updated = entry.with_indexes(all_indexes);
+        batch.put_cf(catalog, keys::collection_key(db, collection), updated.to_bytes()?);
+        self.db.write_opt(batch, &self.ddl_write_options)?;
+        let indexes_after = updated.indexes.len();
+        let updated = Arc::new(updated);
+        self.publish_ddl(move |catalog| catalog.insert(updated.clone()));
+        Ok(CreateIndexesOutcome { indexes_before, indexes_after, created_collection_automatically })
+    }
+
+    /// Applies MongoDB's conflict rules; `Ok(true)` when `spec` must be built, `Ok(false)` when
+    /// an identical index exists (or is already requested).
+    fn check_index_conflicts(
+        entry: &CollectionEntry,
+        requested: &[ParsedIndexSpec],
+        spec: &ParsedIndexSpec,
+    ) -> Result<bool, StorageError> {
+        let mut existing: Vec<(String, Document, Document)> = Vec::with_capacity(entry.indexes.len() + requested.len());
+        for index in entry.indexes.iter() {
+            existing.push((index.name.to_string(), index.key_pattern()?, index.spec_document()?));
+        }
+        for other in requested {
+            existing.push((other.name.clone(), other.key_pattern.clone(), other.spec.clone()));
+        }
+        for (name, key_pattern, options) in &existing {
+            let same_key = same_key_pattern(key_pattern, &spec.key_pattern);
+            let same_options = same_options(options, &spec.spec);
+            if *name == spec.name {
+                if !same_key {
+                    return Err(StorageError::IndexKeySpecsConflict(format!(
+                        "an index named '{name}' already exists with a different key pattern"
+                    )));
+                }
+                if !same_options && name != ID_INDEX_NAME {
+                    return Err(StorageError::IndexOptionsConflict(format!(
+                        "an index named '{name}' already exists with different options"
+                    )));
+                }
+                return Ok(false);
+            }
+            if same_key && same_options {
+                return Err(StorageError::IndexOptionsConflict(format!(
+                    "index already exists with a different name: {name}"
+                )));
+            }
+        }
+        Ok(true)
+    }
+
+    /// Writes the entries of `new_indexes` for every document, in batches of
+    /// [`INDEX_BUILD_BATCH_DOCUMENTS`]. Returns per index (size in bytes, entry count).
+    fn build_indexes(&self, entry: &CollectionEntry, new_indexes: &[IndexEntry]) -> Result<Vec<(i64, i64)>, StorageError> {
+        let indexes_family = self.indexes_family(entry)?;
+        let mut totals = vec![(0i64, 0i64); new_indexes.len()];
+        let mut start_after = None;
+        loop {
+            let page = self.scan_records_of(entry, start_after, INDEX_BUILD_BATCH_DOCUMENTS)?;
+            let Some((last, _)) = page.last() else { break };
+            start_after = Some(*last);
+            let mut batch = WriteBatch::default();
+            let mut batch_unique_owners: HashMap<Vec<u8>, RecordId> = HashMap::new();
+            for (record_id, raw) in &page {
+                let document = raw
+                    .to_document()
+                    .map_err(|error| StorageError::Corrupt(format!("record {record_id}: {error}")))?;
+                for (index, total) in new_indexes.iter().zip(totals.iter_mut()) {
+                    for keystring in generate_keys(&index.fields, index.sparse, &document)? {
+                        let (key, value) = if index.unique {
+                            let key = keys::index_entry_key(index.prefix, &keystring, None);
+                            let owner = match batch_unique_owners.get(&key) {
+                                Some(owner) => Some(*owner),
+                                None => match self.db.get_pinned_cf(indexes_family, &key)? {
+                                    Some(value) => Some(keys::read_i64(&value)?),
+                                    None => None,
+                                },
+                            };
+                            if let Some(owner) = owner {
+                                if owner != *record_id {
+                                    return Err(StorageError::DuplicateKey {
+                                        namespace: entry.namespace.to_string(),
+                                        index_name: index.name.to_string(),
+                                        key_pattern: index.key_pattern()?,
+                                        key_value: key_value_document(&index.fields, &keystring),
+                                    });
+                                }
+                            }
+                            batch_unique_owners.insert(key.clone(), *record_id);
+                            (key, record_id.to_be_bytes().to_vec())
+                        } else {
+                            (keys::index_entry_key(index.prefix, &keystring, Some(*record_id)), Vec::new())
+                        };
+                        total.0 += (key.len() + value.len()) as i64;
+                        total.1 += 1;
+                        batch.put_cf(indexes_family, key, value);
+                    }
+                }
+            }
+            self.db.write_opt(batch, &self.ddl_write_options)?;
+        }
+        Ok(totals)
+    }
+
+    /// Drops indexes (never `_id_`). Returns the number of indexes before the drop.
+    pub fn drop_indexes(&self, db: &str, collection: &str, selector: IndexSelector) -> Result<usize, StorageError> {
+        validate_namespace(db, collection)?;
+        let _ddl = self.lock_ddl();
+        let Some(entry) = self.read_entry(db, collection)? else {
+            return Err(StorageError::NamespaceNotFound(namespace_of(db, collection)));
+        };
+        let before = entry.indexes.len();
+        let cannot_drop_id = || StorageError::InvalidOptions("cannot drop _id index".to_string());
+        let find_by_name = |name: &str| -> Result<usize, StorageError> {
+            if name == ID_INDEX_NAME {
+                return Err(cannot_drop_id());
+            }
+            entry
+                .indexes
+                .iter()
+                .position(|index| &*index.name == name)
+                .ok_or_else(|| StorageError::IndexNotFound(format!("index not found with name [{name}]")))
+        };
+        let mut targets: Vec<usize> = match &selector {
+            IndexSelector::All => (1..before).collect(),
+            IndexSelector::Name(name) if name == "*" => (1..before).collect(),
+            IndexSelector::Name(name) => vec![find_by_name(name)?],
+            IndexSelector::Names(names) => names.iter().map(|name| find_by_name(name)).collect::<Result<_, _>>()?,
+            IndexSelector::KeyPattern(key_pattern) => {
+                let mut found = None;
+                for (position, index) in entry.indexes.iter().enumerate() {
+                    if same_key_pattern(&index.key_pattern()?, key_pattern) {
+                        found = Some(position);
+                        break;
+                    }
+                }
+                match found {
+                    Some(0) => return Err(cannot_drop_id()),
+                    Some(position) => vec![position],
+                    None => {
+                        return Err(StorageError::IndexNotFound(format!("can't find index with key: {key_pattern}")))
+                    }
+                }
+            }
+        };
+        targets.sort_unstable();
+        targets.dedup();
+        if targets.is_empty() {
+            return Ok(before);
+        }
+        let _stripe = self.lock_stripes([entry.prefix]);
+        let (_, index_counters) = self.read_collection_counters(&entry)?;
+        let indexes_family = self.indexes_family(&entry)?;
+        let stats_family = self.family(FAMILY_STATS)?;
+        let mut batch = WriteBatch::default();
+        let mut delta: DatabaseDelta = [0; stats::DATABASE_SLOTS];
+        for position in &targets {
+            let (Some(index), Some(counters)) = (entry.indexes.get(*position), index_counters.get(*position)) else {
+                continue;
+            };
+            let (start, end) = keys::prefix_range(index.prefix);
+            batch.delete_range_cf(indexes_family, start, end);
+            batch.delete_cf(stats_family, keys::stats_prefix_key(index.prefix));
+            delta[stats::DATABASE_INDEXES] -= 1;
+            delta[stats::DATABASE_INDEX_SIZE_BYTES] -= counters.get(stats::INDEX_SIZE_BYTES).copied().unwrap_or(0);
+        }
+        let remaining: Vec<IndexEntry> = entry
+            .indexes_cloned()?
+            .into_iter()
+            .enumerate()
+            .filter(|(position, _)| !targets.contains(position))
+            .map(|(_, index)| index)
+            .collect();
+        let updated = entry.with_indexes(remaining);
+        batch.put_cf(self.family(FAMILY_CATALOG)?, keys::collection_key(db, collection), updated.to_bytes()?);
+        self.add_database_delta(&mut batch, db, &delta, false)?;
+        self.db.write_opt(batch, &self.ddl_write_options)?;
+        let updated = Arc::new(updated);
+        self.publish_ddl(move |catalog| catalog.insert(updated.clone()));
+        self.note_range_deletions(targets.len() as u64)?;
+        Ok(before)
+    }
+
+    // ----- reads -------------------------------------------------------------------------
+
+    pub fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> Result<Option<RawDocumentBuf>, StorageError> {
+        if record_id <= 0 {
+            return Ok(None);
+        }
+        let family = self.records_family(&handle.entry)?;
+        match self.db.get_cf(family, keys::record_key(handle.entry.prefix, record_id))? {
+            Some(bytes) => Ok(Some(raw_document(bytes)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Documents in record id order, after `start_after`, at most `max_count` (capped at
+    /// [`MAX_SCAN_BATCH`]). An empty result means the end.
+    pub fn scan_records(
+        &self,
+        handle: &CollectionHandle,
+        start_after: Option<RecordId>,
+        max_count: usize,
+    ) -> Result<Vec<(RecordId, RawDocumentBuf)>, StorageError> {
+        self.scan_records_of(&handle.entry, start_after, max_count)
+    }
+
+    pub(crate) fn scan_records_of(
+        &self,
+        entry: &CollectionEntry,
+        start_after: Option<RecordId>,
+        max_count: usize,
+    ) -> Result<Vec<(RecordId, RawDocumentBuf)>, StorageError> {
+        let max_count = max_count.min(MAX_SCAN_BATCH);
+        if max_count == 0 {
+            return Ok(Vec::new());
+        }
+        let (range_start, range_end) = keys::prefix_range(entry.prefix);
+        let start = match start_after {
+            Some(record_id) if record_id >= i64::MAX => return Ok(Vec::new()),
+            Some(record_id) => keys::record_key(entry.prefix, record_id.max(0) + 1).to_vec(),
+            None => range_start.to_vec(),
+        };
+        let mut read_options = ReadOptions::default();
+        read_options.set_iterate_upper_bound(range_end);
+        let mut iterator = self.db.raw_iterator_cf_opt(self.records_family(entry)?, read_options);
+        iterator.seek(&start);
+        let mut records = Vec::with_capacity(max_count.min(1024));
+        while records.len() < max_count {
+            let (Some(key), Some(value)) = (iterator.key(), iterator.value()) else { break };
+            let record_id = keys::record_id_from_key(key, entry.prefix)?;
+            records.push((record_id, raw_document(value.to_vec())?));
+            iterator.next();
+        }
+        iterator.status()?;
+        Ok(records)
+    }
+
+    /// The highest record id stored for a collection (0 when empty). One reverse seek.
+    pub(crate) fn read_last_record_id(&self, entry: &CollectionEntry) -> Result<RecordId, StorageError> {
+        let (range_start, range_end) = keys::prefix_range(entry.prefix);
+        let mut read_options = ReadOptions::default();
+        read_options.set_iterate_lower_bound(range_start);
+        read_options.set_iterate_upper_bound(range_end);
+        let mut iterator = self.db.raw_iterator_cf_opt(self.records_family(entry)?, read_options);
+        iterator.seek_to_last();
+        let last = match iterator.key() {
+            Some(key) => keys::record_id_from_key(key, entry.prefix)?,
+            None => 0,
+        };
+        iterator.status()?;
+        Ok(last)
+    }
+
+    /// Index entries in `range`, ascending or reversed, resuming after `start_after` (an entry
+    /// key returned earlier). Returns (entry key, record id); the entry key is the keystring
+    /// followed by the 8-byte big-endian record id, for unique and non-unique indexes alike.
+    pub fn scan_index(
+        &self,
+        handle: &CollectionHandle,
+        index_name: &str,
+        range: &IndexKeyRange,
+        reverse: bool,
+        start_after: Option<&[u8]>,
+        max_count: usize,
+    ) -> Result<Vec<(Vec<u8>, RecordId)>, StorageError> {
+        let entry = &handle.entry;
+        let index = entry
+            .index(index_name)
+            .ok_or_else(|| StorageError::IndexNotFound(format!("index not found with name [{index_name}]")))?;
+        let max_count = max_count.min(MAX_SCAN_BATCH);
+        if max_count == 0 {
+            return Ok(Vec::new());
+        }
+        let prefix_bytes = index.prefix.to_be_bytes();
+        let (index_start, index_end) = keys::prefix_range(index.prefix);
+        let with_prefix = |bytes: &[u8]| {
+            let mut key = Vec::with_capacity(PREFIX_LEN + bytes.len());
+            key.extend_from_slice(&prefix_bytes);
+            key.extend_from_slice(bytes);
+            key
+        };
+        let mut lower = if range.lower_inclusive {
+            with_prefix(&range.lower)
+        } else {
+            keys::prefix_successor(&with_prefix(&range.lower)).unwrap_or_else(|| index_end.to_vec())
+        };
+        let mut upper = if range.upper_inclusive {
+            keys::prefix_successor(&with_prefix(&range.upper)).unwrap_or_else(|| index_end.to_vec())
+        } else {
+            with_prefix(&range.upper)
+        };
+        if lower.as_slice() < index_start.as_slice() {
+            lower = index_start.to_vec();
+        }
+        if upper.as_slice() > index_end.as_slice() {
+            upper = index_end.to_vec();
+        }
+        if let Some(resume) = start_after {
+            if resume.len() < RECORD_ID_LEN {
+                return Err(StorageError::InvalidOptions("index resume key is too short".to_string()));
+            }
+            let stored = if index.unique {
+                with_prefix(&resume[..resume.len() - RECORD_ID_LEN])
+            } else {
+                with_prefix(resume)
+            };
+            if reverse {
+                if stored < upper {
+                    upper = stored;
+                }
+            } else {
+                let mut after = stored;
+                after.push(0);
+                if after > lower {
+                    lower = after;
+                }
+            }
+        }
+        if lower >= upper {
+            return Ok(Vec::new());
+        }
+        let mut read_options = ReadOptions::default();
+        read_options.set_iterate_lower_bound(lower.clone());
+        read_options.set_iterate_upper_bound(upper);
+        let mut iterator = self.db.raw_iterator_cf_opt(self.indexes_family(entry)?, read_options);
+        if reverse {
+            iterator.seek_to_last();
+        } else {
+            iterator.seek(&lower);
+        }
+        let mut entries = Vec::with_capacity(max_count.min(1024));
+        while entries.len() < max_count {
+            let (Some(key), Some(value)) = (iterator.key(), iterator.value()) else { break };
+            let body = key
+                .get(PREFIX_LEN..)
+                .ok_or_else(|| StorageError::Corrupt("index key shorter than its prefix".to_string()))?;
+            let (entry_key, record_id) = if index.unique {
+                let record_id = keys::read_i64(value)?;
+                let mut entry_key = Vec::with_capacity(body.len() + RECORD_ID_LEN);
+                entry_key.extend_from_slice(body);
+                entry_key.extend_from_slice(&record_id.to_be_bytes());
+                (entry_key, record_id)
+            } else {
+                let split = body
+                    .len()
+                    .checked_sub(RECORD_ID_LEN)
+                    .ok_or_else(|| StorageError::Corrupt("index key without record id".to_string()))?;
+                (body.to_vec(), keys::read_i64(&body[split..])?)
+            };
+            entries.push((entry_key, record_id));
+            if reverse {
+                iterator.prev();
+            } else {
+                iterator.next();
+            }
+        }
+        iterator.status()?;
+        Ok(entries)
+    }
+
+    /// Finds a document by `_id` through the `_id_` index: two point reads.
+    pub fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> Result<Option<(RecordId, RawDocumentBuf)>, StorageError> {
+        let index = handle
+            .entry
+            .index(ID_INDEX_NAME)
+            .ok_or_else(|| StorageError::Corrupt(format!("{} has no _id index", handle.entry.namespace)))?;
+        let keystring = myriad_keystring::encode_key([(id, myriad_keystring::Direction::Ascending)]);
+        let key = keys::index_entry_key(index.prefix, &keystring, None);
+        let Some(value) = self.db.get_pinned_cf(self.indexes_family(&handle.entry)?, key)? else {
+            return Ok(None);
+        };
+        let record_id = keys::read_i64(&value)?;
+        Ok(self.get_record(handle, record_id)?.map(|document| (record_id, document)))
+    }
+
+    // ----- maintenance and status --------------------------------------------------------
+
+    /// Compacts every column family fully, so dropped ranges give their space back.
+    pub fn compact(&self) -> Result<(), StorageError> {
+        let mut compact_options = CompactOptions::default();
+        compact_options.set_bottommost_level_compaction(BottommostLevelCompaction::ForceOptimized);
+        for name in COLUMN_FAMILIES {
+            self.db.compact_range_cf_opt(self.family(name)?, None::<&[u8]>, None::<&[u8]>, &compact_options);
+        }
+        Ok(())
+    }
+
+    /// Flushes every memtable to SST files and syncs the WAL.
+    pub fn flush(&self) -> Result<(), StorageError> {
+        let mut flush_options = FlushOptions::default();
+        flush_options.set_wait(true);
+        for name in COLUMN_FAMILIES {
+            self.db.flush_cf_opt(self.family(name)?, &flush_options)?;
+        }
+        self.db.flush_wal(true)?;
+        Ok(())
+    }
+
+    /// Syncs the WAL to disk (makes every earlier commit durable).
+    pub fn sync_wal(&self) -> Result<(), StorageError> {
+        self.db.flush_wal(true)?;
+        Ok(())
+    }
+
+    /// Total size of the live SST files of every column family.
+    pub fn sst_size_bytes(&self) -> Result<u64, StorageError> {
+        let mut total = 0u64;
+        for name in COLUMN_FAMILIES {
+            total += self.db.property_int_value_cf(self.family(name)?, rocksdb::properties::LIVE_SST_FILES_SIZE)?.unwrap_or(0);
+        }
+        Ok(total)
+    }
+
+    fn statistics_tickers(&self) -> HashMap<String, i64> {
+        let mut tickers = HashMap::new();
+        if let Some(dump) = self.database_options.get_statistics() {
+            for line in dump.lines() {
+                // Ticker lines look like "rocksdb.block.cache.hit COUNT : 42".
+                let mut parts = line.split_whitespace();
+                if let (Some(name), Some("COUNT"), Some(":"), Some(value)) =
+                    (parts.next(), parts.next(), parts.next(), parts.next())
+                {
+                    if let Ok(value) = value.parse::<i64>() {
+                        tickers.insert(name.to_string(), value);
+                    }
+                }
+            }
+        }
+        tickers
+    }
+
+    /// RocksDB and engine figures for serverStatus.
+    pub fn engine_status(&self) -> Document {
+        let tickers = self.statistics_tickers();
+        let ticker = |name: &str| tickers.get(name).copied().unwrap_or(0);
+        let hits = ticker("rocksdb.block.cache.hit");
+        let misses = ticker("rocksdb.block.cache.miss");
+        let mut families = Document::new();
+        let mut memtable_bytes = 0i64;
+        let mut pending_compaction_bytes = 0i64;
+        let mut sst_files = 0i64;
+        let mut sst_bytes = 0i64;
+        let mut running_compactions = 0i64;
+        let mut write_stopped = 0i64;
+        for name in COLUMN_FAMILIES {
+            let Ok(family) = self.family(name) else { continue };
+            let property = |property: &std::ffi::CStr| -> i64 {
+                self.db
+                    .property_int_value_cf(family, property)
+                    .ok()
+                    .flatten()
+                    .map(|value| i64::try_from(value).unwrap_or(i64::MAX))
+                    .unwrap_or(0)
+            };
+            let mut files = 0i64;
+            for level in 0..7 {
+                let name = rocksdb::properties::num_files_at_level(level);
+                files += property(name.as_c_str());
+            }
+            let family_memtable = property(rocksdb::properties::SIZE_ALL_MEM_TABLES);
+            let family_pending = property(rocksdb::properties::ESTIMATE_PENDING_COMPACTION_BYTES);
+            let family_sst_bytes = property(rocksdb::properties::LIVE_SST_FILES_SIZE);
+            memtable_bytes += family_memtable;
+            pending_compaction_bytes += family_pending;
+            sst_files += files;
+            sst_bytes += family_sst_bytes;
+            running_compactions = running_compactions.max(property(rocksdb::properties::NUM_RUNNING_COMPACTIONS));
+            write_stopped = write_stopped.max(property(rocksdb::properties::IS_WRITE_STOPPED));
+            families.insert(
+                name,
+                bson::doc! {
+                    "sstFiles": files,
+                    "sstBytes": family_sst_bytes,
+                    "memtableBytes": family_memtable,
+                    "estimatedKeys": property(rocksdb::properties::ESTIMATE_NUM_KEYS),
+                    "pendingCompactionBytes": family_pending,
+                },
+            );
+        }
+        let snapshot = self.catalog.load();
+        let counter = |value: &AtomicU64| i64::try_from(value.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+        let as_i64 = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
+        bson::doc! {
+            "blockCache": {
+                "usageBytes": as_i64(self.block_cache.get_usage()),
+                "pinnedUsageBytes": as_i64(self.block_cache.get_pinned_usage()),
+                "capacityBytes": as_i64(self.block_cache_capacity_bytes),
+                "hits": hits,
+                "misses": misses,
+                "hitRatio": if hits + misses > 0 { hits as f64 / (hits + misses) as f64 } else { 0.0 },
+            },
+            "memtableBytes": memtable_bytes,
+            "pendingCompactionBytes": pending_compaction_bytes,
+            "runningCompactions": running_compactions,
+            "stalls": {
+                "writeStallMicros": ticker("rocksdb.stall.micros"),
+                "writeStopped": write_stopped != 0,
+            },
+            "liveSstFiles": sst_files,
+            "liveSstBytes": sst_bytes,
+            "columnFamilies": families,
+            "catalogCache": {
+                "collections": as_i64(snapshot.collections.len()),
+                "indexes": as_i64(snapshot.cached_index_count),
+                "generation": i64::try_from(snapshot.generation).unwrap_or(i64::MAX),
+                "lazyLoads": counter(&self.counters.catalog_lazy_loads),
+                "publishRetries": counter(&self.counters.catalog_publish_retries),
+                "publishAbandoned": counter(&self.counters.catalog_publish_abandoned),
+            },
+            "contention": {
+                "lockStripes": as_i64(self.stripes.len()),
+                "stripeLockAcquisitions": counter(&self.counters.stripe_lock_acquisitions),
+                "stripeLockContended": counter(&self.counters.stripe_lock_contended),
+                "ddlLockAcquisitions": counter(&self.counters.ddl_lock_acquisitions),
+                "ddlLockContended": counter(&self.counters.ddl_lock_contended),
+            },
+        }
+    }
+
+    /// Names of the column families as stored on disk (for tests and diagnostics).
+    pub fn column_family_names(path: &Path) -> Result<Vec<String>, StorageError> {
+        Ok(DB::list_cf(&rocksdb::Options::default(), path)?)
+    }
+
+    /// Number of cached catalog entries (collections) in the current snapshot.
+    pub fn cached_collection_count(&self) -> usize {
+        self.catalog.load().collections.len()
+    }
+
+    /// Number of raw keys under a prefix in the records and index families (tests, validation).
+    pub fn count_keys_with_prefix(&self, prefix: u64) -> Result<usize, StorageError> {
+        let mut count = 0usize;
+        let (start, end) = keys::prefix_range(prefix);
+        for name in [FAMILY_RECORDS, FAMILY_INDEXES, FAMILY_LOCAL_RECORDS, FAMILY_LOCAL_INDEXES] {
+            let mut read_options = ReadOptions::default();
+            read_options.set_iterate_upper_bound(end);
+            let mut iterator = self.db.raw_iterator_cf_opt(self.family(name)?, read_options);
+            iterator.seek(start);
+            while iterator.valid() {
+                count += 1;
+                iterator.next();
+            }
+            iterator.status()?;
+        }
+        Ok(count)
+    }
+}

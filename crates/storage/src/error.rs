@@ -1,0 +1,143 @@
+//! The storage error enum. Every failure the engine can report is one of these variants; the
+//! command layer maps them to MongoDB error codes with [`StorageError::code`].
+
+use std::fmt;
+
+use crate::RecordId;
+
+/// What went wrong in a storage call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StorageError {
+    /// The namespace ("db.collection") does not exist.
+    NamespaceNotFound(String),
+    /// The namespace already exists (explicit create, rename without drop_target).
+    NamespaceExists(String),
+    /// No index with that name or key pattern.
+    IndexNotFound(String),
+    /// An index with the same name or key exists with different options.
+    IndexOptionsConflict(String),
+    /// An index with the same name exists with a different key pattern.
+    IndexKeySpecsConflict(String),
+    /// A unique index already holds this key for another document.
+    DuplicateKey {
+        namespace: String,
+        index_name: String,
+        key_pattern: bson::Document,
+        key_value: bson::Document,
+    },
+    /// A compound index key would need to traverse two different arrays of one document.
+    CannotIndexParallelArrays(String),
+    /// The index kind or option is valid MongoDB but not supported here (text, 2dsphere...),
+    /// or the collection already has the maximum number of indexes.
+    CannotCreateIndex(String),
+    /// Malformed database or collection name.
+    InvalidNamespace(String),
+    /// Malformed index specification (bad key pattern, unknown field...).
+    InvalidIndexSpec(String),
+    /// The request is not allowed (dropping the `_id_` index).
+    InvalidOptions(String),
+    /// The document cannot be stored (no `_id`, array `_id`, hashed array value...).
+    InvalidDocument(String),
+    /// The serialized document exceeds [`crate::MAX_DOCUMENT_SIZE_BYTES`].
+    DocumentTooLarge,
+    /// An update or delete named a record id that does not exist (anymore).
+    RecordNotFound(RecordId),
+    /// Bytes read from disk do not have the layout this engine writes.
+    Corrupt(String),
+    /// An error reported by RocksDB.
+    RocksDb(String),
+}
+
+impl StorageError {
+    /// The MongoDB error code for this error.
+    pub fn code(&self) -> i32 {
+        match self {
+            StorageError::NamespaceNotFound(_) => 26,
+            StorageError::NamespaceExists(_) => 48,
+            StorageError::IndexNotFound(_) => 27,
+            StorageError::IndexOptionsConflict(_) => 85,
+            StorageError::IndexKeySpecsConflict(_) => 86,
+            StorageError::DuplicateKey { .. } => 11000,
+            StorageError::CannotIndexParallelArrays(_) => 171,
+            StorageError::CannotCreateIndex(_) => 67,
+            StorageError::InvalidNamespace(_) => 73,
+            StorageError::InvalidIndexSpec(_) => 197,
+            StorageError::InvalidOptions(_) => 72,
+            StorageError::InvalidDocument(_) => 2,
+            StorageError::DocumentTooLarge => 10334,
+            StorageError::RecordNotFound(_) => 1,
+            StorageError::Corrupt(_) => 1,
+            StorageError::RocksDb(_) => 1,
+        }
+    }
+
+    /// The MongoDB code name for this error (`codeName` in replies).
+    pub fn code_name(&self) -> &'static str {
+        match self {
+            StorageError::NamespaceNotFound(_) => "NamespaceNotFound",
+            StorageError::NamespaceExists(_) => "NamespaceExists",
+            StorageError::IndexNotFound(_) => "IndexNotFound",
+            StorageError::IndexOptionsConflict(_) => "IndexOptionsConflict",
+            StorageError::IndexKeySpecsConflict(_) => "IndexKeySpecsConflict",
+            StorageError::DuplicateKey { .. } => "DuplicateKey",
+            StorageError::CannotIndexParallelArrays(_) => "CannotIndexParallelArrays",
+            StorageError::CannotCreateIndex(_) => "CannotCreateIndex",
+            StorageError::InvalidNamespace(_) => "InvalidNamespace",
+            StorageError::InvalidIndexSpec(_) => "InvalidIndexSpecificationOption",
+            StorageError::InvalidOptions(_) => "InvalidOptions",
+            StorageError::InvalidDocument(_) => "BadValue",
+            StorageError::DocumentTooLarge => "BSONObjectTooLarge",
+            StorageError::RecordNotFound(_) => "InternalError",
+            StorageError::Corrupt(_) => "InternalError",
+            StorageError::RocksDb(_) => "InternalError",
+        }
+    }
+}
+
+impl fmt::Display for StorageError {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StorageError::NamespaceNotFound(namespace) => {
+                write!(formatter, "namespace not found: {namespace}")
+            }
+            StorageError::NamespaceExists(namespace) => {
+                write!(formatter, "namespace already exists: {namespace}")
+            }
+            StorageError::IndexNotFound(what) => write!(formatter, "index not found: {what}"),
+            StorageError::IndexOptionsConflict(what) => write!(formatter, "{what}"),
+            StorageError::IndexKeySpecsConflict(what) => write!(formatter, "{what}"),
+            StorageError::DuplicateKey { namespace, index_name, key_value, .. } => write!(
+                formatter,
+                "E11000 duplicate key error collection: {namespace} index: {index_name} dup key: {key_value}"
+            ),
+            StorageError::CannotIndexParallelArrays(what) => {
+                write!(formatter, "cannot index parallel arrays {what}")
+            }
+            StorageError::CannotCreateIndex(what) => write!(formatter, "cannot create index: {what}"),
+            StorageError::InvalidNamespace(what) => write!(formatter, "invalid namespace: {what}"),
+            StorageError::InvalidIndexSpec(what) => {
+                write!(formatter, "invalid index specification: {what}")
+            }
+            StorageError::InvalidOptions(what) => write!(formatter, "{what}"),
+            StorageError::InvalidDocument(what) => write!(formatter, "{what}"),
+            StorageError::DocumentTooLarge => write!(
+                formatter,
+                "document is larger than the maximum size {}",
+                crate::MAX_DOCUMENT_SIZE_BYTES
+            ),
+            StorageError::RecordNotFound(record_id) => {
+                write!(formatter, "record {record_id} not found")
+            }
+            StorageError::Corrupt(what) => write!(formatter, "storage corruption: {what}"),
+            StorageError::RocksDb(what) => write!(formatter, "rocksdb: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for StorageError {}
+
+impl From<rocksdb::Error> for StorageError {
+    fn from(error: rocksdb::Error) -> Self {
+        StorageError::RocksDb(error.into_string())
+    }
+}

@@ -1,0 +1,575 @@
+//! Index specifications (parsing, validation, conflict rules) and index key generation: which
+//! keystrings a document produces for an index.
+//!
+//! Key generation follows MongoDB: dotted paths traverse embedded documents and arrays of
+//! documents; a field whose value is an array yields one key per element (multikey; an empty
+//! array indexes as `undefined`); a missing field indexes as null, unless the index is sparse and
+//! every field is missing, in which case the document has no entry. At most one array may be
+//! expanded per key (fields sharing the same array are combined), otherwise the document is
+//! rejected with `CannotIndexParallelArrays`.
+
+use std::borrow::Cow;
+
+use bson::{Bson, Document};
+use myriad_keystring::{encode_key, Direction};
+
+use crate::StorageError;
+
+/// MongoDB's limit of indexes per collection (the `_id` index included).
+pub const MAX_INDEXES_PER_COLLECTION: usize = 64;
+/// Upper bound on the keys one document may produce for one index (cartesian products of arrays).
+pub const MAX_KEYS_PER_DOCUMENT: usize = 100_000;
+/// Upper bound on the fields of a compound key pattern (MongoDB's limit).
+const MAX_KEY_PATTERN_FIELDS: usize = 32;
+/// The name of the index every collection has.
+pub const ID_INDEX_NAME: &str = "_id_";
+
+/// How one key pattern field is indexed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FieldKind {
+    Ascending,
+    Descending,
+    /// The 64-bit hash of the value ([`hashed_index_value`]), stored as an ascending Int64.
+    Hashed,
+}
+
+impl FieldKind {
+    pub(crate) fn direction(self) -> Direction {
+        match self {
+            FieldKind::Ascending | FieldKind::Hashed => Direction::Ascending,
+            FieldKind::Descending => Direction::Descending,
+        }
+    }
+}
+
+/// One field of a key pattern.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct IndexField {
+    pub(crate) path: Box<str>,
+    pub(crate) kind: FieldKind,
+}
+
+/// A validated index specification.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ParsedIndexSpec {
+    pub(crate) name: String,
+    pub(crate) key_pattern: Document,
+    pub(crate) fields: Vec<IndexField>,
+    pub(crate) unique: bool,
+    pub(crate) sparse: bool,
+    /// The spec as given, with `v: 2` added when absent and the obsolete `ns` removed.
+    pub(crate) spec: Document,
+}
+
+/// Spec fields accepted by createIndexes (others are rejected, as MongoDB does).
+const KNOWN_SPEC_FIELDS: &[&str] = &[
+    "key",
+    "name",
+    "v",
+    "unique",
+    "sparse",
+    "background",
+    "expireAfterSeconds",
+    "hidden",
+    "ns",
+    "collation",
+    "partialFilterExpression",
+    "storageEngine",
+    "weights",
+    "default_language",
+    "language_override",
+    "textIndexVersion",
+    "2dsphereIndexVersion",
+    "bits",
+    "min",
+    "max",
+    "bucketSize",
+    "wildcardProjection",
+    "dropDups",
+];
+
+/// Options whose difference makes two specs with the same key different indexes.
+const SIGNIFICANT_OPTIONS: &[&str] = &[
+    "unique",
+    "sparse",
+    "expireAfterSeconds",
+    "partialFilterExpression",
+    "collation",
+    "hidden",
+    "weights",
+    "default_language",
+    "language_override",
+    "bits",
+    "min",
+    "max",
+    "wildcardProjection",
+];
+
+/// The 64-bit hash a hashed index stores for `value` (as `Bson::Int64`). Values that compare
+/// equal (`5`, `5.0`, `NumberLong(5)`) hash equal, because the hash is taken over their
+/// canonical keystring encoding. The query layer uses this to build bounds for hashed indexes.
+pub fn hashed_index_value(value: &Bson) -> i64 {
+    let encoded = encode_key([(value, Direction::Ascending)]);
+    // FNV-1a over the canonical bytes, then the splitmix64 finaliser so that nearby inputs
+    // spread over the whole 64-bit range (hashed indexes exist to spread keys).
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in encoded {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash ^= hash >> 30;
+    hash = hash.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    hash ^= hash >> 27;
+    hash = hash.wrapping_mul(0x94d0_49bb_1331_11eb);
+    hash ^= hash >> 31;
+    hash as i64
+}
+
+/// The spec of the `_id` index created with every collection.
+pub(crate) fn id_index_spec() -> ParsedIndexSpec {
+    let key_pattern = bson::doc! { "_id": 1 };
+    ParsedIndexSpec {
+        name: ID_INDEX_NAME.to_string(),
+        fields: vec![IndexField { path: "_id".into(), kind: FieldKind::Ascending }],
+        unique: true,
+        sparse: false,
+        spec: bson::doc! { "v": 2, "key": key_pattern.clone(), "name": ID_INDEX_NAME },
+        key_pattern,
+    }
+}
+
+/// MongoDB's default index name: fields and values joined by '_' (`{a: 1, b: -1}` → `a_1_b_-1`).
+pub(crate) fn default_index_name(key_pattern: &Document) -> String {
+    let mut parts = Vec::with_capacity(key_pattern.len() * 2);
+    for (field, value) in key_pattern {
+        parts.push(field.clone());
+        parts.push(match value {
+            Bson::Int32(number) => number.to_string(),
+            Bson::Int64(number) => number.to_string(),
+            Bson::Double(number) if number.fract() == 0.0 && number.abs() < 1e15 => {
+                format!("{}", *number as i64)
+            }
+            Bson::Double(number) => number.to_string(),
+            Bson::String(text) => text.clone(),
+            other => other.to_string(),
+        });
+    }
+    parts.join("_")
+}
+
+/// Parses a key pattern document into index fields.
+pub(crate) fn parse_key_pattern(key_pattern: &Document) -> Result<Vec<IndexField>, StorageError> {
+    if key_pattern.is_empty() {
+        return Err(StorageError::CannotCreateIndex("index key pattern must not be empty".into()));
+    }
+    if key_pattern.len() > MAX_KEY_PATTERN_FIELDS {
+        return Err(StorageError::CannotCreateIndex(format!(
+            "index key pattern has more than {MAX_KEY_PATTERN_FIELDS} fields"
+        )));
+    }
+    let mut fields = Vec::with_capacity(key_pattern.len());
+    for (path, value) in key_pattern {
+        validate_key_path(path)?;
+        let kind = match value {
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
+                let number = myriad_keystring::Number::from_bson(value)
+                    .map(|number| number.as_f64())
+                    .unwrap_or(f64::NAN);
+                if number > 0.0 {
+                    FieldKind::Ascending
+                } else if number < 0.0 {
+                    FieldKind::Descending
+                } else {
+                    return Err(StorageError::CannotCreateIndex(format!(
+                        "values in the index key pattern can't be 0 or NaN (field {path})"
+                    )));
+                }
+            }
+            Bson::String(kind) if kind == "hashed" => FieldKind::Hashed,
+            Bson::String(kind)
+                if matches!(kind.as_str(), "text" | "2dsphere" | "2d" | "geoHaystack" | "columnstore") =>
+            {
+                return Err(StorageError::CannotCreateIndex(format!(
+                    "{kind} indexes are not supported by this server"
+                )));
+            }
+            Bson::String(kind) => {
+                return Err(StorageError::CannotCreateIndex(format!("unknown index plugin '{kind}'")));
+            }
+            other => {
+                return Err(StorageError::CannotCreateIndex(format!(
+                    "bad index key pattern value for field {path}: {other}"
+                )));
+            }
+        };
+        fields.push(IndexField { path: path.as_str().into(), kind });
+    }
+    if fields.iter().filter(|field| field.kind == FieldKind::Hashed).count() > 1 {
+        return Err(StorageError::CannotCreateIndex(
+            "a key pattern may contain at most one hashed field".into(),
+        ));
+    }
+    Ok(fields)
+}
+
+fn validate_key_path(path: &str) -> Result<(), StorageError> {
+    if path.contains("$**") || path == "$**" {
+        return Err(StorageError::CannotCreateIndex("wildcard indexes are not supported".into()));
+    }
+    if path.is_empty() || path.split('.').any(|component| component.is_empty()) {
+        return Err(StorageError::CannotCreateIndex(format!("bad index key path '{path}'")));
+    }
+    if path.split('.').any(|component| component.starts_with('$')) {
+        return Err(StorageError::CannotCreateIndex(format!(
+            "index key path '{path}' may not start a component with '$'"
+        )));
+    }
+    if path.contains('\0') {
+        return Err(StorageError::CannotCreateIndex("index key path contains a null byte".into()));
+    }
+    Ok(())
+}
+
+fn truthy(value: Option<&Bson>) -> bool {
+    match value {
+        None | Some(Bson::Null) | Some(Bson::Undefined) => false,
+        Some(Bson::Boolean(flag)) => *flag,
+        Some(Bson::Int32(number)) => *number != 0,
+        Some(Bson::Int64(number)) => *number != 0,
+        Some(Bson::Double(number)) => *number != 0.0,
+        Some(_) => true,
+    }
+}
+
+/// Validates one createIndexes spec.
+pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, StorageError> {
+    for field in spec.keys() {
+        if !KNOWN_SPEC_FIELDS.contains(&field.as_str()) {
+            return Err(StorageError::InvalidIndexSpec(format!(
+                "the field '{field}' is not valid for an index specification"
+            )));
+        }
+    }
+    let key_pattern = match spec.get("key") {
+        Some(Bson::Document(key_pattern)) => key_pattern.clone(),
+        Some(_) => return Err(StorageError::InvalidIndexSpec("'key' must be a document".into())),
+        None => return Err(StorageError::InvalidIndexSpec("'key' is required".into())),
+    };
+    let fields = parse_key_pattern(&key_pattern)?;
+    let name = match spec.get("name") {
+        Some(Bson::String(name)) if !name.is_empty() => name.clone(),
+        Some(Bson::String(_)) => {
+            return Err(StorageError::InvalidIndexSpec("index name must not be empty".into()))
+        }
+        Some(_) => return Err(StorageError::InvalidIndexSpec("'name' must be a string".into())),
+        None => default_index_name(&key_pattern),
+    };
+    if name.contains('\0') {
+        return Err(StorageError::InvalidIndexSpec("index name contains a null byte".into()));
+    }
+    match spec.get("v") {
+        None | Some(Bson::Int32(1 | 2)) | Some(Bson::Int64(1 | 2)) => {}
+        Some(Bson::Double(version)) if *version == 1.0 || *version == 2.0 => {}
+        Some(other) => {
+            return Err(StorageError::CannotCreateIndex(format!("index version {other} is not supported")))
+        }
+    }
+    if spec.contains_key("partialFilterExpression") {
+        return Err(StorageError::CannotCreateIndex(
+            "partialFilterExpression is not supported by this server".into(),
+        ));
+    }
+    match spec.get("collation") {
+        None => {}
+        Some(Bson::Document(collation)) if collation.get_str("locale") == Ok("simple") => {}
+        Some(_) => {
+            return Err(StorageError::CannotCreateIndex(
+                "only the simple collation is supported".into(),
+            ))
+        }
+    }
+    let unique = truthy(spec.get("unique"));
+    let sparse = truthy(spec.get("sparse"));
+    if unique && fields.iter().any(|field| field.kind == FieldKind::Hashed) {
+        return Err(StorageError::CannotCreateIndex(
+            "hashed indexes cannot guarantee uniqueness".into(),
+        ));
+    }
+    if name == ID_INDEX_NAME {
+        let id_spec = id_index_spec();
+        if fields != id_spec.fields || sparse {
+            return Err(StorageError::CannotCreateIndex(
+                "the index name '_id_' is reserved for the _id index".into(),
+            ));
+        }
+    }
+    let mut normalized = Document::new();
+    if !spec.contains_key("v") {
+        normalized.insert("v", 2);
+    }
+    for (field, value) in spec {
+        if field != "ns" {
+            normalized.insert(field.clone(), value.clone());
+        }
+    }
+    if !spec.contains_key("name") {
+        normalized.insert("name", name.clone());
+    }
+    Ok(ParsedIndexSpec { name, key_pattern, fields, unique, sparse, spec: normalized })
+}
+
+/// True when two specs have the same significant options (unique, sparse, TTL...).
+pub(crate) fn same_options(left: &Document, right: &Document) -> bool {
+    SIGNIFICANT_OPTIONS.iter().all(|option| {
+        let left_value = left.get(*option);
+        let right_value = right.get(*option);
+        match (*option, left_value, right_value) {
+            ("unique" | "sparse" | "hidden", _, _) => truthy(left_value) == truthy(right_value),
+            (_, None, None) => true,
+            (_, Some(left_value), Some(right_value)) => {
+                myriad_keystring::values_equal(left_value, right_value)
+            }
+            _ => false,
+        }
+    })
+}
+
+/// True when two key patterns are the same (field order and numerically equal values).
+pub(crate) fn same_key_pattern(left: &Document, right: &Document) -> bool {
+    left.len() == right.len()
+        && left.iter().zip(right.iter()).all(|((left_field, left_value), (right_field, right_value))| {
+            left_field == right_field && myriad_keystring::values_equal(left_value, right_value)
+        })
+}
+
+static NULL_VALUE: Bson = Bson::Null;
+static UNDEFINED_VALUE: Bson = Bson::Undefined;
+
+/// Values found at one key path of one document.
+struct PathValues<'d> {
+    values: Vec<Cow<'d, Bson>>,
+    /// The path components before the first array met, if any (the array's own path).
+    first_array_path: Option<usize>,
+}
+
+/// Collects the values at `components` under `value`. Recursion depth is bounded by the number
+/// of path components; the fan-out by the array lengths of the (size-bounded) document.
+fn collect_path<'d>(value: &'d Bson, components: &[&str], depth: usize, out: &mut PathValues<'d>) {
+    let Some((first, rest)) = components.split_first() else {
+        match value {
+            Bson::Array(items) => {
+                out.first_array_path.get_or_insert(depth);
+                if items.is_empty() {
+                    out.values.push(Cow::Borrowed(&UNDEFINED_VALUE));
+                }
+                out.values.extend(items.iter().map(Cow::Borrowed));
+            }
+            other => out.values.push(Cow::Borrowed(other)),
+        }
+        return;
+    };
+    match value {
+        Bson::Document(document) => {
+            if let Some(child) = document.get(*first) {
+                collect_path(child, rest, depth + 1, out);
+            }
+        }
+        Bson::Array(items) => {
+            out.first_array_path.get_or_insert(depth);
+            // The field applies to each embedded document; arrays of arrays and scalars are not
+            // traversed (MongoDB's implicit array traversal goes one level deep).
+            for item in items {
+                if let Bson::Document(document) = item {
+                    if let Some(child) = document.get(*first) {
+                        collect_path(child, rest, depth + 1, out);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn values_at_path<'d>(document: &'d Document, path: &str) -> PathValues<'d> {
+    let components: Vec<&str> = path.split('.').collect();
+    let mut out = PathValues { values: Vec::new(), first_array_path: None };
+    if let Some((first, rest)) = components.split_first() {
+        if let Some(value) = document.get(*first) {
+            collect_path(value, rest, 1, &mut out);
+        }
+    }
+    out
+}
+
+/// The keystrings (without prefix or record id) `document` produces for an index, sorted and
+/// without duplicates. Empty for a sparse index when every key field is missing.
+pub(crate) fn generate_keys(
+    fields: &[IndexField],
+    sparse: bool,
+    document: &Document,
+) -> Result<Vec<Vec<u8>>, StorageError> {
+    let mut per_field: Vec<Vec<Cow<'_, Bson>>> = Vec::with_capacity(fields.len());
+    let mut array_owner: Option<(&str, String)> = None;
+    let mut all_missing = true;
+    for field in fields {
+        let found = values_at_path(document, &field.path);
+        if let Some(array_depth) = found.first_array_path {
+            let array_path = field.path.split('.').take(array_depth).collect::<Vec<_>>().join(".");
+            match &array_owner {
+                None => array_owner = Some((&field.path, array_path)),
+                Some((owner_path, owner_array)) => {
+                    if *owner_array != array_path {
+                        return Err(StorageError::CannotIndexParallelArrays(format!(
+                            "[{owner_path}] [{}]",
+                            field.path
+                        )));
+                    }
+                }
+            }
+        }
+        let mut values = found.values;
+        if values.is_empty() {
+            values.push(Cow::Borrowed(&NULL_VALUE));
+        } else {
+            all_missing = false;
+        }
+        if field.kind == FieldKind::Hashed {
+            if found.first_array_path.is_some() {
+                return Err(StorageError::InvalidDocument(format!(
+                    "hashed indexes do not support array values (field {})",
+                    field.path
+                )));
+            }
+            values = values
+                .into_iter()
+                .map(|value| Cow::Owned(Bson::Int64(hashed_index_value(&value))))
+                .collect();
+        }
+        per_field.push(values);
+    }
+    if sparse && all_missing {
+        return Ok(Vec::new());
+    }
+    let total = per_field
+        .iter()
+        .try_fold(1usize, |product, values| product.checked_mul(values.len()))
+        .filter(|total| *total <= MAX_KEYS_PER_DOCUMENT)
+        .ok_or_else(|| {
+            StorageError::InvalidDocument(format!(
+                "document produces more than {MAX_KEYS_PER_DOCUMENT} keys for one index"
+            ))
+        })?;
+    let mut keys = Vec::with_capacity(total);
+    // Odometer over the cartesian product (only fields sharing one array have several values).
+    let mut positions = vec![0usize; per_field.len()];
+    for _ in 0..total {
+        let key = encode_key(
+            fields
+                .iter()
+                .zip(per_field.iter())
+                .zip(positions.iter())
+                .filter_map(|((field, values), position)| {
+                    values.get(*position).map(|value| (value.as_ref(), field.kind.direction()))
+                }),
+        );
+        keys.push(key);
+        for (position, values) in positions.iter_mut().zip(per_field.iter()).rev() {
+            *position += 1;
+            if *position < values.len() {
+                break;
+            }
+            *position = 0;
+        }
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    Ok(keys)
+}
+
+/// The `{field: value}` document MongoDB shows for a duplicate key, decoded from the keystring.
+pub(crate) fn key_value_document(fields: &[IndexField], keystring: &[u8]) -> Document {
+    let directions: Vec<Direction> = fields.iter().map(|field| field.kind.direction()).collect();
+    let values = myriad_keystring::decode_key(keystring, &directions).unwrap_or_default();
+    let mut document = Document::new();
+    for (field, value) in fields.iter().zip(values) {
+        document.insert(field.path.to_string(), value);
+    }
+    document
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    fn fields(pattern: Document) -> Vec<IndexField> {
+        parse_key_pattern(&pattern).expect("valid pattern")
+    }
+
+    fn single(value: Bson) -> Vec<u8> {
+        encode_key([(&value, Direction::Ascending)])
+    }
+
+    #[test]
+    fn array_values_produce_one_key_per_distinct_element() {
+        let keys = generate_keys(&fields(doc! {"a": 1}), false, &doc! {"a": [3, 1, 3]}).unwrap();
+        assert_eq!(keys, vec![single(Bson::Int32(1)), single(Bson::Int32(3))]);
+    }
+
+    #[test]
+    fn missing_fields_index_as_null_unless_sparse() {
+        let pattern = fields(doc! {"a": 1});
+        assert_eq!(generate_keys(&pattern, false, &doc! {"b": 1}).unwrap(), vec![single(Bson::Null)]);
+        assert!(generate_keys(&pattern, true, &doc! {"b": 1}).unwrap().is_empty());
+        assert_eq!(generate_keys(&pattern, true, &doc! {"a": null}).unwrap(), vec![single(Bson::Null)]);
+    }
+
+    #[test]
+    fn dotted_paths_traverse_arrays_of_documents() {
+        let document = doc! {"a": [{"b": 1}, {"b": 2}, {"c": 3}, 4]};
+        let keys = generate_keys(&fields(doc! {"a.b": 1}), false, &document).unwrap();
+        assert_eq!(keys, vec![single(Bson::Int32(1)), single(Bson::Int32(2))]);
+    }
+
+    #[test]
+    fn parallel_arrays_are_rejected_but_shared_arrays_are_not() {
+        let pattern = fields(doc! {"a": 1, "b": 1});
+        let error = generate_keys(&pattern, false, &doc! {"a": [1, 2], "b": [3]}).unwrap_err();
+        assert_eq!(error.code(), 171);
+        let shared = fields(doc! {"a.x": 1, "a.y": 1});
+        let keys = generate_keys(&shared, false, &doc! {"a": [{"x": 1, "y": 2}]}).unwrap();
+        assert_eq!(keys.len(), 1);
+    }
+
+    #[test]
+    fn empty_array_indexes_as_undefined() {
+        let keys = generate_keys(&fields(doc! {"a": 1}), false, &doc! {"a": []}).unwrap();
+        assert_eq!(keys, vec![single(Bson::Undefined)]);
+    }
+
+    #[test]
+    fn hashed_values_of_equal_numbers_agree() {
+        assert_eq!(hashed_index_value(&Bson::Int32(5)), hashed_index_value(&Bson::Double(5.0)));
+        assert_ne!(hashed_index_value(&Bson::Int32(5)), hashed_index_value(&Bson::Int32(6)));
+        let error = generate_keys(&fields(doc! {"a": "hashed"}), false, &doc! {"a": [1]}).unwrap_err();
+        assert_eq!(error.code(), 2);
+    }
+
+    #[test]
+    fn specs_are_validated() {
+        let parsed = parse_index_spec(&doc! {"key": {"a": 1, "b": -1}}).unwrap();
+        assert_eq!(parsed.name, "a_1_b_-1");
+        assert_eq!(parsed.spec.get_i32("v"), Ok(2));
+        assert_eq!(parse_index_spec(&doc! {"key": {"a": "text"}, "name": "t"}).unwrap_err().code(), 67);
+        assert_eq!(parse_index_spec(&doc! {"key": {"a": 0}, "name": "z"}).unwrap_err().code(), 67);
+        assert_eq!(parse_index_spec(&doc! {"key": {"a": 1}, "bogus": 1}).unwrap_err().code(), 197);
+        assert!(parse_index_spec(&doc! {"key": {"a": 1}, "name": "_id_"}).is_err());
+    }
+
+    #[test]
+    fn duplicate_key_documents_decode_the_values() {
+        let pattern = fields(doc! {"a": 1, "b": -1});
+        let keys = generate_keys(&pattern, false, &doc! {"a": "x", "b": true}).unwrap();
+        assert_eq!(key_value_document(&pattern, &keys[0]), doc! {"a": "x", "b": true});
+    }
+}

@@ -1,0 +1,158 @@
+//! Engine options and the RocksDB settings derived from them (docs/design.md, "RocksDB
+//! settings", says why each value is what it is).
+
+use rocksdb::{
+    BlockBasedIndexType, BlockBasedOptions, Cache, DBCompactionStyle, DBCompressionType,
+    DataBlockIndexType, Options,
+};
+
+use crate::stats::{add_counters_merge, MERGE_OPERATOR_NAME};
+
+/// Tunables of an [`crate::Engine`]. `Default` gives the production settings.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// Capacity of the one LRU block cache shared by every column family.
+    pub block_cache_size_bytes: usize,
+    /// Upper bound on SST files RocksDB keeps open (the machine's hard limit is 20,000).
+    pub max_open_files: i32,
+    /// Flush plus compaction threads.
+    pub background_jobs: i32,
+    /// Rate limit of flush and compaction writes.
+    pub compaction_rate_limit_bytes_per_second: i64,
+    /// Memtable size of the `records` and `indexes` column families.
+    pub write_buffer_size_bytes: usize,
+    /// Upper bound on all memtables together.
+    pub total_write_buffer_size_bytes: usize,
+    /// WAL size at which the column families holding the oldest WAL get flushed.
+    pub max_total_wal_size_bytes: u64,
+    /// Number of lock stripes serialising writers of the same collection.
+    pub lock_stripes: usize,
+    /// Collect RocksDB statistics (block cache hit rate, stall time) for serverStatus.
+    pub enable_statistics: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            block_cache_size_bytes: 1 << 30,
+            max_open_files: 1024,
+            background_jobs: 2,
+            compaction_rate_limit_bytes_per_second: 200 << 20,
+            write_buffer_size_bytes: 64 << 20,
+            total_write_buffer_size_bytes: 256 << 20,
+            max_total_wal_size_bytes: 512 << 20,
+            lock_stripes: 4096,
+            enable_statistics: true,
+        }
+    }
+}
+
+/// Which fixed column family an options set is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FamilyKind {
+    Catalog,
+    Records,
+    Indexes,
+    Stats,
+    LocalRecords,
+    LocalIndexes,
+}
+
+/// The DB-wide options.
+pub(crate) fn database_options(options: &EngineOptions) -> Options {
+    let mut database = Options::default();
+    database.create_if_missing(true);
+    database.create_missing_column_families(true);
+    database.set_max_background_jobs(options.background_jobs.max(1));
+    database.set_max_open_files(options.max_open_files);
+    database.set_ratelimiter(options.compaction_rate_limit_bytes_per_second.max(1 << 20), 100_000, 10);
+    database.set_db_write_buffer_size(options.total_write_buffer_size_bytes);
+    database.set_max_total_wal_size(options.max_total_wal_size_bytes);
+    database.set_bytes_per_sync(1 << 20);
+    database.set_wal_bytes_per_sync(1 << 20);
+    database.set_keep_log_file_num(4);
+    database.set_max_log_file_size(16 << 20);
+    database.set_max_manifest_file_size(64 << 20);
+    // Opening must not cost time per SST file (start-up target: first query within 1 s).
+    database.set_skip_stats_update_on_db_open(true);
+    database.set_skip_checking_sst_file_sizes_on_db_open(true);
+    database.set_max_file_opening_threads(2);
+    if options.enable_statistics {
+        database.enable_statistics();
+    }
+    database
+}
+
+fn table_options(cache: &Cache, block_size_bytes: usize, hash_index: bool) -> BlockBasedOptions {
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_block_size(block_size_bytes);
+    table.set_bloom_filter(10.0, false);
+    table.set_whole_key_filtering(true);
+    // Index and filter blocks live in (and are bounded by) the shared cache; the L0 ones are
+    // pinned so fresh files never miss on their filters.
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    table.set_index_type(BlockBasedIndexType::BinarySearch);
+    table.set_format_version(5);
+    if hash_index {
+        table.set_data_block_index_type(DataBlockIndexType::BinaryAndHash);
+        table.set_data_block_hash_ratio(0.75);
+    }
+    table
+}
+
+/// The options of one fixed column family.
+pub(crate) fn family_options(kind: FamilyKind, cache: &Cache, options: &EngineOptions) -> Options {
+    let mut family = Options::default();
+    family.set_compaction_style(DBCompactionStyle::Level);
+    family.set_level_compaction_dynamic_level_bytes(true);
+    family.set_num_levels(7);
+    // Many logical trees share each family; raise the stall thresholds so a burst of small
+    // flushes does not throttle every collection at once.
+    family.set_level_zero_file_num_compaction_trigger(4);
+    family.set_level_zero_slowdown_writes_trigger(40);
+    family.set_level_zero_stop_writes_trigger(64);
+    family.set_soft_pending_compaction_bytes_limit(128 << 30);
+    family.set_hard_pending_compaction_bytes_limit(512 << 30);
+    family.set_compression_per_level(&[
+        DBCompressionType::None,
+        DBCompressionType::None,
+        DBCompressionType::Lz4,
+        DBCompressionType::Lz4,
+        DBCompressionType::Lz4,
+        DBCompressionType::Lz4,
+        DBCompressionType::Zstd,
+    ]);
+    family.set_bottommost_compression_type(DBCompressionType::Zstd);
+    family.set_target_file_size_base(64 << 20);
+    family.set_max_bytes_for_level_base(256 << 20);
+    let big_buffer = options.write_buffer_size_bytes.max(1 << 20);
+    let small_buffer = (big_buffer / 4).max(1 << 20);
+    let (write_buffer_bytes, block_size_bytes, hash_index) = match kind {
+        FamilyKind::Records => (big_buffer, 16 << 10, true),
+        FamilyKind::Indexes => (big_buffer, 4 << 10, false),
+        FamilyKind::Catalog => (small_buffer, 4 << 10, true),
+        FamilyKind::Stats => (small_buffer, 4 << 10, true),
+        FamilyKind::LocalRecords => (small_buffer, 16 << 10, true),
+        FamilyKind::LocalIndexes => (small_buffer, 4 << 10, false),
+    };
+    family.set_write_buffer_size(write_buffer_bytes);
+    family.set_max_write_buffer_number(if matches!(kind, FamilyKind::Records | FamilyKind::Indexes) {
+        4
+    } else {
+        2
+    });
+    // Whole-key bloom filter in the memtable: point reads that miss (unique checks, lazy
+    // catalog loads of absent names) skip the memtable search.
+    family.set_memtable_prefix_bloom_ratio(0.02);
+    family.set_memtable_whole_key_filtering(true);
+    family.set_block_based_table_factory(&table_options(cache, block_size_bytes, hash_index));
+    if kind == FamilyKind::Stats {
+        family.set_merge_operator_associative(MERGE_OPERATOR_NAME, add_counters_merge);
+        // Hot counters (one per database) collapse their operands in the memtable instead of
+        // making every read merge a long operand list.
+        family.set_max_successive_merges(64);
+    }
+    family
+}

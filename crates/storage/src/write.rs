@@ -1,0 +1,373 @@
+//! Write transactions: one write command's inserts, updates and deletes on one collection,
+//! committed as one atomic RocksDB WriteBatch together with the counter merges.
+//!
+//! Invariants: the transaction holds the collection's lock stripe from `begin_write` until it is
+//! committed or dropped, so unique checks (check-then-write) never race with another writer of
+//! the same collection, nor with DDL on it. Pending changes are kept in ordered maps that
+//! override the database (read-your-writes); an operation that fails leaves them unchanged.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bson::{Bson, Document, RawDocumentBuf};
+use parking_lot::MutexGuard;
+use rocksdb::{WriteBatch, WriteOptions};
+
+use crate::catalog::{CollectionEntry, CollectionHandle};
+use crate::engine::{Durability, Engine, StripeState, FAMILY_STATS};
+use crate::index::{generate_keys, key_value_document};
+use crate::keys;
+use crate::stats::{self, encode_counters};
+use crate::{RecordId, StorageError, MAX_DOCUMENT_SIZE_BYTES};
+
+/// An open write transaction on one collection. Dropping it without `commit` discards it.
+pub struct WriteTransaction<'e> {
+    engine: &'e Engine,
+    stripe: MutexGuard<'e, StripeState>,
+    /// The collection's current catalog entry, or why it cannot be written.
+    entry: Result<Arc<CollectionEntry>, StorageError>,
+    /// Pending record state: `Some(bytes)` put, `None` deleted.
+    records: BTreeMap<RecordId, Option<Vec<u8>>>,
+    /// Pending index entries by full key (prefix included): `Some(value)` put, `None` deleted.
+    index_entries: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Delta of [documents, data size bytes].
+    collection_delta: [i64; stats::COLLECTION_SLOTS],
+    /// Per index (catalog order): delta of [size bytes, entries].
+    index_deltas: Vec<[i64; stats::INDEX_SLOTS]>,
+    operations: usize,
+}
+
+/// Index entry changes one operation will apply, computed before anything is applied.
+struct PlannedEntries {
+    puts: Vec<(usize, Vec<u8>, Vec<u8>)>,
+    deletes: Vec<(usize, Vec<u8>, usize)>,
+}
+
+impl Engine {
+    /// Starts a write transaction on `handle`'s collection, taking its lock stripe (held until
+    /// commit or drop). The collection is re-resolved under the stripe so the transaction
+    /// maintains exactly the current indexes; if it was dropped or renamed, every operation
+    /// returns `NamespaceNotFound`.
+    pub fn begin_write(&self, handle: &CollectionHandle) -> WriteTransaction<'_> {
+        let stripe = self.lock_stripe(handle.entry.prefix);
+        let entry = match self.collection(handle.db(), handle.name()) {
+            Ok(Some(current)) if current.entry.prefix == handle.entry.prefix => Ok(current.entry),
+            Ok(_) => Err(StorageError::NamespaceNotFound(handle.namespace().to_string())),
+            Err(error) => Err(error),
+        };
+        let index_count = entry.as_ref().map(|entry| entry.indexes.len()).unwrap_or(0);
+        WriteTransaction {
+            engine: self,
+            stripe,
+            entry,
+            records: BTreeMap::new(),
+            index_entries: BTreeMap::new(),
+            collection_delta: [0; stats::COLLECTION_SLOTS],
+            index_deltas: vec![[0; stats::INDEX_SLOTS]; index_count],
+            operations: 0,
+        }
+    }
+}
+
+fn serialize(document: &Document) -> Result<Vec<u8>, StorageError> {
+    let mut bytes = Vec::new();
+    document
+        .to_writer(&mut bytes)
+        .map_err(|error| StorageError::InvalidDocument(format!("cannot serialize document: {error}")))?;
+    if bytes.len() > MAX_DOCUMENT_SIZE_BYTES {
+        return Err(StorageError::DocumentTooLarge);
+    }
+    Ok(bytes)
+}
+
+fn validate_id(document: &Document) -> Result<(), StorageError> {
+    match document.get("_id") {
+        None => Err(StorageError::InvalidDocument("document has no _id".to_string())),
+        Some(Bson::Array(_)) => Err(StorageError::InvalidDocument("_id cannot be an array".to_string())),
+        Some(Bson::RegularExpression(_)) => {
+            Err(StorageError::InvalidDocument("_id cannot be a regular expression".to_string()))
+        }
+        Some(Bson::Undefined) => Err(StorageError::InvalidDocument("_id cannot be undefined".to_string())),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Elements of `left` not in `right` (both sorted and deduplicated).
+fn sorted_difference<'a>(left: &'a [Vec<u8>], right: &[Vec<u8>]) -> Vec<&'a Vec<u8>> {
+    let mut difference = Vec::new();
+    let mut right_position = 0;
+    for item in left {
+        while right.get(right_position).is_some_and(|other| other < item) {
+            right_position += 1;
+        }
+        if right.get(right_position) != Some(item) {
+            difference.push(item);
+        }
+    }
+    difference
+}
+
+impl<'e> WriteTransaction<'e> {
+    fn entry(&self) -> Result<Arc<CollectionEntry>, StorageError> {
+        self.entry.clone()
+    }
+
+    /// The collection this transaction writes (current version).
+    pub fn handle(&self) -> Result<CollectionHandle, StorageError> {
+        Ok(CollectionHandle { entry: self.entry()? })
+    }
+
+    /// Number of inserts, updates and deletes applied so far.
+    pub fn pending_operations(&self) -> usize {
+        self.operations
+    }
+
+    /// Reads a record as this transaction sees it (its own pending writes included).
+    pub fn get_record(&self, record_id: RecordId) -> Result<Option<RawDocumentBuf>, StorageError> {
+        match self.current_record_bytes(record_id)? {
+            Some(bytes) => RawDocumentBuf::from_bytes(bytes)
+                .map(Some)
+                .map_err(|error| StorageError::Corrupt(format!("record: {error}"))),
+            None => Ok(None),
+        }
+    }
+
+    fn current_record_bytes(&self, record_id: RecordId) -> Result<Option<Vec<u8>>, StorageError> {
+        if let Some(pending) = self.records.get(&record_id) {
+            return Ok(pending.clone());
+        }
+        if record_id <= 0 {
+            return Ok(None);
+        }
+        let entry = self.entry()?;
+        let family = self.engine.records_family(&entry)?;
+        Ok(self.engine.db.get_cf(family, keys::record_key(entry.prefix, record_id))?)
+    }
+
+    fn current_record_len(&self, record_id: RecordId) -> Result<Option<usize>, StorageError> {
+        if let Some(pending) = self.records.get(&record_id) {
+            return Ok(pending.as_ref().map(Vec::len));
+        }
+        if record_id <= 0 {
+            return Ok(None);
+        }
+        let entry = self.entry()?;
+        let family = self.engine.records_family(&entry)?;
+        Ok(self.engine.db.get_pinned_cf(family, keys::record_key(entry.prefix, record_id))?.map(|bytes| bytes.len()))
+    }
+
+    /// The record currently owning a unique index key, pending writes first.
+    fn unique_key_owner(&self, entry: &CollectionEntry, full_key: &[u8]) -> Result<Option<RecordId>, StorageError> {
+        let value = match self.index_entries.get(full_key) {
+            Some(Some(value)) => Some(keys::read_i64(value)?),
+            Some(None) => None,
+            None => match self.engine.db.get_pinned_cf(self.engine.indexes_family(entry)?, full_key)? {
+                Some(value) => Some(keys::read_i64(&value)?),
+                None => None,
+            },
+        };
+        Ok(value)
+    }
+
+    fn duplicate_key(entry: &CollectionEntry, position: usize, keystring: &[u8]) -> StorageError {
+        let Some(index) = entry.indexes.get(position) else {
+            return StorageError::Corrupt("index position out of range".to_string());
+        };
+        StorageError::DuplicateKey {
+            namespace: entry.namespace.to_string(),
+            index_name: index.name.to_string(),
+            key_pattern: index.key_pattern().unwrap_or_default(),
+            key_value: key_value_document(&index.fields, keystring),
+        }
+    }
+
+    fn entry_key(entry: &CollectionEntry, position: usize, keystring: &[u8], record_id: RecordId) -> (Vec<u8>, Vec<u8>) {
+        match entry.indexes.get(position) {
+            Some(index) if index.unique => {
+                (keys::index_entry_key(index.prefix, keystring, None), record_id.to_be_bytes().to_vec())
+            }
+            Some(index) => (keys::index_entry_key(index.prefix, keystring, Some(record_id)), Vec::new()),
+            None => (Vec::new(), Vec::new()),
+        }
+    }
+
+    /// Plans the index entry changes from `old` to `new` for record `record_id` and checks
+    /// unique indexes (against pending writes, then the database). Applies nothing.
+    fn plan_entries(
+        &self,
+        entry: &CollectionEntry,
+        record_id: RecordId,
+        old: Option<&Document>,
+        new: Option<&Document>,
+    ) -> Result<PlannedEntries, StorageError> {
+        let mut planned = PlannedEntries { puts: Vec::new(), deletes: Vec::new() };
+        for (position, index) in entry.indexes.iter().enumerate() {
+            let old_keys = match old {
+                Some(document) => generate_keys(&index.fields, index.sparse, document)?,
+                None => Vec::new(),
+            };
+            let new_keys = match new {
+                Some(document) => generate_keys(&index.fields, index.sparse, document)?,
+                None => Vec::new(),
+            };
+            for keystring in sorted_difference(&old_keys, &new_keys) {
+                let (key, value) = Self::entry_key(entry, position, keystring, record_id);
+                let size = key.len() + value.len();
+                planned.deletes.push((position, key, size));
+            }
+            for keystring in sorted_difference(&new_keys, &old_keys) {
+                let (key, value) = Self::entry_key(entry, position, keystring, record_id);
+                if index.unique {
+                    if let Some(owner) = self.unique_key_owner(entry, &key)? {
+                        if owner != record_id {
+                            return Err(Self::duplicate_key(entry, position, keystring));
+                        }
+                    }
+                }
+                planned.puts.push((position, key, value));
+            }
+        }
+        Ok(planned)
+    }
+
+    fn apply_entries(&mut self, planned: PlannedEntries) {
+        // Deletes first: an update may delete and re-put keys of other positions only, but a
+        // delete then insert of the same unique key in one transaction must end as a put.
+        for (position, key, size) in planned.deletes {
+            if let Some(delta) = self.index_deltas.get_mut(position) {
+                delta[stats::INDEX_SIZE_BYTES] -= size as i64;
+                delta[stats::INDEX_ENTRIES] -= 1;
+            }
+            self.index_entries.insert(key, None);
+        }
+        for (position, key, value) in planned.puts {
+            if let Some(delta) = self.index_deltas.get_mut(position) {
+                delta[stats::INDEX_SIZE_BYTES] += (key.len() + value.len()) as i64;
+                delta[stats::INDEX_ENTRIES] += 1;
+            }
+            self.index_entries.insert(key, Some(value));
+        }
+    }
+
+    /// Allocates the next record id of the collection (loaded from disk on first use).
+    fn next_record_id(&mut self, entry: &CollectionEntry) -> Result<RecordId, StorageError> {
+        let last = match self.stripe.last_record_ids.get(&entry.prefix) {
+            Some(last) => *last,
+            None => self.engine.read_last_record_id(entry)?,
+        };
+        let next = last
+            .checked_add(1)
+            .ok_or_else(|| StorageError::Corrupt("record id space exhausted".to_string()))?;
+        self.stripe.last_record_ids.insert(entry.prefix, next);
+        Ok(next)
+    }
+
+    /// Inserts a document (which must have an `_id`). Checks size and unique indexes against
+    /// the database and this transaction; on error the transaction is unchanged.
+    pub fn insert(&mut self, document: &Document) -> Result<RecordId, StorageError> {
+        let entry = self.entry()?;
+        validate_id(document)?;
+        let bytes = serialize(document)?;
+        // The id is allocated before the checks; a failed insert leaves a gap in the ids,
+        // which are only required to be unique and increasing.
+        let record_id = self.next_record_id(&entry)?;
+        let planned = self.plan_entries(&entry, record_id, None, Some(document))?;
+        self.apply_entries(planned);
+        self.collection_delta[stats::COLLECTION_DOCUMENTS] += 1;
+        self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64;
+        self.records.insert(record_id, Some(bytes));
+        self.operations += 1;
+        Ok(record_id)
+    }
+
+    /// Replaces record `record_id`, whose current content is `old`, with `new`. Only index
+    /// entries whose keys changed are rewritten. On error the transaction is unchanged.
+    pub fn update(&mut self, record_id: RecordId, old: &Document, new: &Document) -> Result<(), StorageError> {
+        let entry = self.entry()?;
+        let current_len = self.current_record_len(record_id)?.ok_or(StorageError::RecordNotFound(record_id))?;
+        debug_assert_eq!(serialize(old).map(|bytes| bytes.len()).ok(), Some(current_len), "stale old document");
+        validate_id(new)?;
+        let bytes = serialize(new)?;
+        let planned = self.plan_entries(&entry, record_id, Some(old), Some(new))?;
+        self.apply_entries(planned);
+        self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64 - current_len as i64;
+        self.records.insert(record_id, Some(bytes));
+        self.operations += 1;
+        Ok(())
+    }
+
+    /// Deletes record `record_id`, whose current content is `old`, and its index entries.
+    pub fn delete(&mut self, record_id: RecordId, old: &Document) -> Result<(), StorageError> {
+        let entry = self.entry()?;
+        let current_len = self.current_record_len(record_id)?.ok_or(StorageError::RecordNotFound(record_id))?;
+        debug_assert_eq!(serialize(old).map(|bytes| bytes.len()).ok(), Some(current_len), "stale old document");
+        let planned = self.plan_entries(&entry, record_id, Some(old), None)?;
+        self.apply_entries(planned);
+        self.collection_delta[stats::COLLECTION_DOCUMENTS] -= 1;
+        self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] -= current_len as i64;
+        self.records.insert(record_id, None);
+        self.operations += 1;
+        Ok(())
+    }
+
+    /// Writes everything as one atomic WriteBatch, counter merges included. With
+    /// `Durability::Journaled` the WAL is fsynced before returning.
+    pub fn commit(self, durability: Durability) -> Result<(), StorageError> {
+        let entry = self.entry()?;
+        if self.operations == 0 {
+            return Ok(());
+        }
+        let engine = self.engine;
+        let records_family = engine.records_family(&entry)?;
+        let indexes_family = engine.indexes_family(&entry)?;
+        let stats_family = engine.family(FAMILY_STATS)?;
+        let mut batch = WriteBatch::default();
+        for (record_id, state) in &self.records {
+            let key = keys::record_key(entry.prefix, *record_id);
+            match state {
+                Some(bytes) => batch.put_cf(records_family, key, bytes),
+                None => batch.delete_cf(records_family, key),
+            }
+        }
+        for (key, state) in &self.index_entries {
+            match state {
+                Some(value) => batch.put_cf(indexes_family, key, value),
+                None => batch.delete_cf(indexes_family, key),
+            }
+        }
+        if self.collection_delta.iter().any(|value| *value != 0) {
+            batch.merge_cf(stats_family, keys::stats_prefix_key(entry.prefix), encode_counters(&self.collection_delta));
+        }
+        let mut index_size_delta = 0i64;
+        for (index, delta) in entry.indexes.iter().zip(&self.index_deltas) {
+            if delta.iter().any(|value| *value != 0) {
+                batch.merge_cf(stats_family, keys::stats_prefix_key(index.prefix), encode_counters(delta));
+            }
+            index_size_delta += delta[stats::INDEX_SIZE_BYTES];
+        }
+        let mut database_delta = [0i64; stats::DATABASE_SLOTS];
+        database_delta[stats::DATABASE_DOCUMENTS] = self.collection_delta[stats::COLLECTION_DOCUMENTS];
+        database_delta[stats::DATABASE_DATA_SIZE_BYTES] = self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES];
+        database_delta[stats::DATABASE_INDEX_SIZE_BYTES] = index_size_delta;
+        if database_delta.iter().any(|value| *value != 0) {
+            batch.merge_cf(stats_family, keys::stats_database_key(entry.db()), encode_counters(&database_delta));
+        }
+        let mut write_options = WriteOptions::default();
+        write_options.set_sync(durability == Durability::Journaled);
+        engine.db.write_opt(batch, &write_options)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sorted_difference_finds_missing_items() {
+        let left = vec![vec![1], vec![2], vec![4]];
+        let right = vec![vec![2], vec![3]];
+        assert_eq!(sorted_difference(&left, &right), vec![&vec![1], &vec![4]]);
+        assert!(sorted_difference(&right, &right).is_empty());
+    }
+}
