@@ -12,5 +12,6 @@ pub mod error;
 pub mod expression;
 pub mod filter;
 pub mod path;
+pub mod sort;
 
 pub use error::{QueryError, QueryResult};
