@@ -268,10 +268,15 @@ impl<'e> WriteTransaction<'e> {
         let entry = self.entry()?;
         validate_id(document)?;
         let bytes = serialize(document)?;
-        // The id is allocated before the checks; a failed insert leaves a gap in the ids,
-        // which are only required to be unique and increasing.
         let record_id = self.next_record_id(&entry)?;
-        let planned = self.plan_entries(&entry, record_id, None, Some(document))?;
+        let planned = match self.plan_entries(&entry, record_id, None, Some(document)) {
+            Ok(planned) => planned,
+            Err(error) => {
+                // Hand the id back: this transaction holds the stripe, so nobody allocated since.
+                self.stripe.last_record_ids.insert(entry.prefix, record_id - 1);
+                return Err(error);
+            }
+        };
         self.apply_entries(planned);
         self.collection_delta[stats::COLLECTION_DOCUMENTS] += 1;
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64;
