@@ -13,5 +13,6 @@ pub mod expression;
 pub mod filter;
 pub mod path;
 pub mod sort;
+pub mod update;
 
 pub use error::{QueryError, QueryResult};
