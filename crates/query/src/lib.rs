@@ -12,6 +12,7 @@ pub mod error;
 pub mod expression;
 pub mod filter;
 pub mod path;
+pub mod projection;
 pub mod sort;
 pub mod update;
 
