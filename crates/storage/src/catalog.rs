@@ -239,6 +239,24 @@ impl CollectionEntry {
     }
 }
 
+/// The prefixes of a stored catalog entry: the collection's, then its indexes'. Read straight
+/// from the raw bytes, without building the entry (dropping a database reads thousands).
+pub(crate) fn entry_prefixes(bytes: &[u8]) -> Result<(u64, Vec<u64>), StorageError> {
+    let corrupt = |what: &str| StorageError::Corrupt(format!("catalog entry: {what}"));
+    let raw = bson::RawDocument::from_bytes(bytes).map_err(|error| corrupt(&error.to_string()))?;
+    let prefix_of = |document: &bson::RawDocument| {
+        document.get_i64("prefix").ok().and_then(|prefix| u64::try_from(prefix).ok()).ok_or_else(|| corrupt("prefix"))
+    };
+    let collection = prefix_of(raw)?;
+    let mut indexes = Vec::new();
+    for index in raw.get_array("indexes").map_err(|_| corrupt("indexes"))? {
+        let index = index.map_err(|error| corrupt(&error.to_string()))?;
+        let document = index.as_document().ok_or_else(|| corrupt("index is not a document"))?;
+        indexes.push(prefix_of(document)?);
+    }
+    Ok((collection, indexes))
+}
+
 pub(crate) fn namespace_of(db: &str, collection: &str) -> String {
     let mut namespace = String::with_capacity(db.len() + 1 + collection.len());
     namespace.push_str(db);
@@ -394,6 +412,7 @@ mod tests {
         assert_eq!(decoded.indexes[0].prefix, 8);
         assert!(decoded.indexes[0].unique);
         assert_eq!(decoded.to_bytes().unwrap(), entry.to_bytes().unwrap());
+        assert_eq!(entry_prefixes(&entry.to_bytes().unwrap()).unwrap(), (7, vec![8]));
     }
 
     #[test]

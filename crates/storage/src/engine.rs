@@ -14,7 +14,7 @@ use rocksdb::{
     FlushOptions, ReadOptions, WriteBatch, WriteOptions, DB,
 };
 
-use crate::catalog::{namespace_of, Catalog, CollectionEntry, CollectionHandle, IndexEntry};
+use crate::catalog::{entry_prefixes, namespace_of, Catalog, CollectionEntry, CollectionHandle, IndexEntry};
 use crate::index::{
     generate_keys, id_index_spec, key_value_document, parse_index_spec, same_key_pattern,
     same_options, ParsedIndexSpec, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION,
@@ -359,33 +359,38 @@ impl Engine {
     }
 
     /// Locks the stripes of several prefixes, in ascending stripe order (deadlock-free: writers
-    /// hold one stripe, DDL takes stripes only while holding the DDL mutex).
-    fn lock_stripes<'s>(&'s self, prefixes: impl IntoIterator<Item = u64>) -> Vec<MutexGuard<'s, StripeState>> {
+    /// hold one stripe, DDL takes stripes only while holding the DDL mutex). Returns the guards
+    /// with their stripe numbers, sorted by stripe number.
+    fn lock_stripes<'s>(&'s self, prefixes: impl IntoIterator<Item = u64>) -> Vec<(usize, MutexGuard<'s, StripeState>)> {
         let mut indexes: Vec<usize> =
             prefixes.into_iter().map(|prefix| stripe_index(prefix, self.stripes.len())).collect();
         indexes.sort_unstable();
         indexes.dedup();
         indexes
             .into_iter()
-            .filter_map(|index| self.stripes.get(index))
-            .map(|stripe| {
+            .filter_map(|index| self.stripes.get(index).map(|stripe| (index, stripe)))
+            .map(|(index, stripe)| {
                 self.counters.stripe_lock_acquisitions.fetch_add(1, Ordering::Relaxed);
-                match stripe.try_lock() {
+                let guard = match stripe.try_lock() {
                     Some(guard) => guard,
                     None => {
                         self.counters.stripe_lock_contended.fetch_add(1, Ordering::Relaxed);
                         stripe.lock()
                     }
-                }
+                };
+                (index, guard)
             })
             .collect()
     }
 
     /// Forgets the record id counters of dropped collections (the caller holds their stripes).
-    fn forget_record_ids(guards: &mut [MutexGuard<'_, StripeState>], prefixes: &[u64]) {
-        for guard in guards.iter_mut() {
-            for prefix in prefixes {
-                guard.last_record_ids.remove(prefix);
+    fn forget_record_ids(&self, guards: &mut [(usize, MutexGuard<'_, StripeState>)], prefixes: &[u64]) {
+        for prefix in prefixes {
+            let stripe = stripe_index(*prefix, self.stripes.len());
+            if let Ok(position) = guards.binary_search_by_key(&stripe, |(index, _)| *index) {
+                if let Some((_, guard)) = guards.get_mut(position) {
+                    guard.last_record_ids.remove(prefix);
+                }
             }
         }
     }
@@ -642,7 +647,7 @@ impl Engine {
         let ranges = self.add_collection_removal(&mut batch, &entry)?;
         self.add_database_delta(&mut batch, db, &Self::negate(&contribution), self.is_only_collection(db, collection)?)?;
         self.db.write_opt(batch, &self.ddl_write_options)?;
-        Self::forget_record_ids(&mut stripes, &[entry.prefix]);
+        self.forget_record_ids(&mut stripes, &[entry.prefix]);
         let namespace = entry.namespace.clone();
         self.publish_ddl(move |catalog| catalog.remove(&namespace));
         drop(stripes);
@@ -690,16 +695,28 @@ impl Engine {
     pub fn drop_database(&self, db: &str) -> Result<(), StorageError> {
         validate_database_name(db)?;
         let _ddl = self.lock_ddl();
-        let entries = self.read_database_entries(db)?;
-        if entries.is_empty() {
+        let catalog = self.family(FAMILY_CATALOG)?;
+        let (start, end) = keys::collections_of_database_range(db);
+        let mut read_options = ReadOptions::default();
+        read_options.set_iterate_upper_bound(end.clone());
+        let mut iterator = self.db.raw_iterator_cf_opt(catalog, read_options);
+        iterator.seek(&start);
+        let mut namespaces: Vec<String> = Vec::new();
+        let mut collection_prefixes: Vec<u64> = Vec::new();
+        let mut all_prefixes: Vec<u64> = Vec::new();
+        while let (Some(key), Some(value)) = (iterator.key(), iterator.value()) {
+            namespaces.push(namespace_of(db, keys::collection_name_from_key(key, db)?));
+            let (collection_prefix, index_prefixes) = entry_prefixes(value)?;
+            collection_prefixes.push(collection_prefix);
+            all_prefixes.push(collection_prefix);
+            all_prefixes.extend(index_prefixes);
+            iterator.next();
+        }
+        iterator.status()?;
+        drop(iterator);
+        if namespaces.is_empty() {
             return Ok(());
         }
-        let mut all_prefixes = Vec::with_capacity(entries.len() * 3);
-        for entry in &entries {
-            all_prefixes.push(entry.prefix);
-            all_prefixes.extend(entry.indexes.iter().map(|index| index.prefix));
-        }
-        let collection_prefixes: Vec<u64> = entries.iter().map(|entry| entry.prefix).collect();
         let mut stripes = self.lock_stripes(collection_prefixes.iter().copied());
         all_prefixes.sort_unstable();
         all_prefixes.dedup();
@@ -726,12 +743,10 @@ impl Engine {
             batch.delete_range_cf(stats_family, keys::stats_prefix_key(*start), keys::stats_prefix_key(*end));
         }
         let ranges = 2 * runs.len() as u64;
-        let (start, end) = keys::collections_of_database_range(db);
-        batch.delete_range_cf(self.family(FAMILY_CATALOG)?, start, end);
+        batch.delete_range_cf(catalog, start, end);
         self.add_database_delta(&mut batch, db, &[0; stats::DATABASE_SLOTS], true)?;
         self.db.write_opt(batch, &self.ddl_write_options)?;
-        Self::forget_record_ids(&mut stripes, &collection_prefixes);
-        let namespaces: Vec<Arc<str>> = entries.iter().map(|entry| entry.namespace.clone()).collect();
+        self.forget_record_ids(&mut stripes, &collection_prefixes);
         self.publish_ddl(move |catalog| {
             for namespace in &namespaces {
                 catalog.remove(namespace);
@@ -800,7 +815,7 @@ impl Engine {
         }
         self.db.write_opt(batch, &self.ddl_write_options)?;
         if let Some(target) = &target {
-            Self::forget_record_ids(&mut stripes, &[target.prefix]);
+            self.forget_record_ids(&mut stripes, &[target.prefix]);
         }
         let old_namespace = source.namespace.clone();
         let renamed = Arc::new(renamed);
