@@ -144,18 +144,6 @@ impl<'e> WriteTransaction<'e> {
         Ok(self.engine.db.get_cf(family, keys::record_key(entry.prefix, record_id))?)
     }
 
-    fn current_record_len(&self, record_id: RecordId) -> Result<Option<usize>, StorageError> {
-        if let Some(pending) = self.records.get(&record_id) {
-            return Ok(pending.as_ref().map(Vec::len));
-        }
-        if record_id <= 0 {
-            return Ok(None);
-        }
-        let entry = self.entry()?;
-        let family = self.engine.records_family(&entry)?;
-        Ok(self.engine.db.get_pinned_cf(family, keys::record_key(entry.prefix, record_id))?.map(|bytes| bytes.len()))
-    }
-
     /// The record currently owning a unique index key, pending writes first.
     fn unique_key_owner(&self, entry: &CollectionEntry, full_key: &[u8]) -> Result<Option<RecordId>, StorageError> {
         let value = match self.index_entries.get(full_key) {
@@ -285,15 +273,30 @@ impl<'e> WriteTransaction<'e> {
         Ok(record_id)
     }
 
+    /// The record's current content as a document: `old` when it is byte-identical to what is
+    /// stored (the usual case, no parsing), else the stored bytes parsed. Index keys are always
+    /// derived from what is really stored, so a stale `old` cannot corrupt an index.
+    fn stored_document(&self, record_id: RecordId, old: &Document) -> Result<(Document, usize), StorageError> {
+        let stored = self.current_record_bytes(record_id)?.ok_or(StorageError::RecordNotFound(record_id))?;
+        let mut old_bytes = Vec::with_capacity(stored.len());
+        let matches = old.to_writer(&mut old_bytes).is_ok() && old_bytes == stored;
+        let document = if matches {
+            old.clone()
+        } else {
+            Document::from_reader(stored.as_slice())
+                .map_err(|error| StorageError::Corrupt(format!("record {record_id}: {error}")))?
+        };
+        Ok((document, stored.len()))
+    }
+
     /// Replaces record `record_id`, whose current content is `old`, with `new`. Only index
     /// entries whose keys changed are rewritten. On error the transaction is unchanged.
     pub fn update(&mut self, record_id: RecordId, old: &Document, new: &Document) -> Result<(), StorageError> {
         let entry = self.entry()?;
-        let current_len = self.current_record_len(record_id)?.ok_or(StorageError::RecordNotFound(record_id))?;
-        debug_assert_eq!(serialize(old).map(|bytes| bytes.len()).ok(), Some(current_len), "stale old document");
+        let (old, current_len) = self.stored_document(record_id, old)?;
         validate_id(new)?;
         let bytes = serialize(new)?;
-        let planned = self.plan_entries(&entry, record_id, Some(old), Some(new))?;
+        let planned = self.plan_entries(&entry, record_id, Some(&old), Some(new))?;
         self.apply_entries(planned);
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64 - current_len as i64;
         self.records.insert(record_id, Some(bytes));
@@ -304,9 +307,8 @@ impl<'e> WriteTransaction<'e> {
     /// Deletes record `record_id`, whose current content is `old`, and its index entries.
     pub fn delete(&mut self, record_id: RecordId, old: &Document) -> Result<(), StorageError> {
         let entry = self.entry()?;
-        let current_len = self.current_record_len(record_id)?.ok_or(StorageError::RecordNotFound(record_id))?;
-        debug_assert_eq!(serialize(old).map(|bytes| bytes.len()).ok(), Some(current_len), "stale old document");
-        let planned = self.plan_entries(&entry, record_id, Some(old), None)?;
+        let (old, current_len) = self.stored_document(record_id, old)?;
+        let planned = self.plan_entries(&entry, record_id, Some(&old), None)?;
         self.apply_entries(planned);
         self.collection_delta[stats::COLLECTION_DOCUMENTS] -= 1;
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] -= current_len as i64;

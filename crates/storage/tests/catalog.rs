@@ -43,7 +43,7 @@ fn invalid_names_are_rejected() {
 fn drop_collection_removes_entry_data_and_counters() {
     let directory = tempfile::tempdir().unwrap();
     let engine = common::open(directory.path());
-    let handle = engine.create_collection("app", "gone", doc! {}).unwrap();
+    engine.create_collection("app", "gone", doc! {}).unwrap();
     engine.create_indexes("app", "gone", vec![doc! {"key": {"a": 1}, "name": "a_1"}]).unwrap();
     let handle = engine.collection("app", "gone").unwrap().unwrap();
     common::insert_all(&engine, &handle, &[doc! {"_id": 1, "a": 1}, doc! {"_id": 2, "a": 2}]);

@@ -322,3 +322,21 @@ fn concurrent_writers_of_one_collection_keep_unique_keys_unique() {
     assert_eq!(common::index_entries(&engine, &handle, "k_1").len(), 50);
     assert_eq!(engine.collection_stats(&handle).unwrap().count, 50);
 }
+
+#[test]
+fn a_stale_old_document_cannot_corrupt_indexes() {
+    let directory = tempfile::tempdir().unwrap();
+    let engine = common::open(directory.path());
+    let handle = setup(&engine, vec![doc! {"key": {"a": 1}, "name": "a_1"}]);
+    let ids = common::insert_all(&engine, &handle, &[doc! {"_id": 1, "a": 1}]);
+    let mut transaction = engine.begin_write(&handle);
+    // The caller believes a is 99; the stored document says 1, and that is what gets unindexed.
+    transaction.update(ids[0], &doc! {"_id": 1, "a": 99}, &doc! {"_id": 1, "a": 2}).unwrap();
+    transaction.commit(Durability::Default).unwrap();
+    assert_eq!(common::index_entries(&engine, &handle, "a_1"), vec![(common::keystring(Bson::Int32(2)), ids[0])]);
+    let mut transaction = engine.begin_write(&handle);
+    transaction.delete(ids[0], &doc! {"_id": 1}).unwrap();
+    transaction.commit(Durability::Default).unwrap();
+    assert!(common::index_entries(&engine, &handle, "a_1").is_empty());
+    assert_eq!(engine.collection_stats(&handle).unwrap().data_size_bytes, 0);
+}
