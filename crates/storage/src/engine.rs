@@ -413,9 +413,6 @@ impl Engine {
         let Some(entry) = self.read_entry(db, collection)? else {
             return Ok(None);
         };
-        if *entry.namespace != *namespace {
-            return Err(StorageError::Corrupt(format!("catalog entry for {namespace} names {}", entry.namespace)));
-        }
         let entry = Arc::new(entry);
         self.publish_loaded(generation, &entry);
         Ok(Some(CollectionHandle { entry }))
@@ -457,10 +454,18 @@ impl Engine {
     /// Reads a catalog entry from disk, bypassing the snapshot.
     fn read_entry(&self, db: &str, collection: &str) -> Result<Option<CollectionEntry>, StorageError> {
         let catalog = self.family(FAMILY_CATALOG)?;
-        match self.db.get_pinned_cf(catalog, keys::collection_key(db, collection))? {
-            Some(bytes) => Ok(Some(CollectionEntry::from_bytes(&bytes)?)),
-            None => Ok(None),
+        let Some(bytes) = self.db.get_pinned_cf(catalog, keys::collection_key(db, collection))? else {
+            return Ok(None);
+        };
+        let entry = CollectionEntry::from_bytes(&bytes)?;
+        if entry.db() != db || entry.collection() != collection {
+            return Err(StorageError::Corrupt(format!(
+                "catalog entry for {} names {}",
+                namespace_of(db, collection),
+                entry.namespace
+            )));
         }
+        Ok(Some(entry))
     }
 
     /// Reserves `count` consecutive prefixes; the caller persists `next` in its batch and
@@ -1575,5 +1580,61 @@ impl Engine {
             iterator.status()?;
         }
         Ok(count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small_options() -> EngineOptions {
+        EngineOptions { block_cache_size_bytes: 4 << 20, lock_stripes: 16, ..EngineOptions::default() }
+    }
+
+    #[test]
+    fn interrupted_index_builds_are_cleaned_up_at_open() {
+        let directory = tempfile::tempdir().unwrap();
+        let orphan_prefix = 1000;
+        {
+            let engine = Engine::open(directory.path(), &small_options()).unwrap();
+            engine.create_collection("db", "c", Document::new()).unwrap();
+            // What a crash in the middle of a build leaves: a marker and some entries.
+            let catalog = engine.family(FAMILY_CATALOG).unwrap();
+            engine.db.put_cf(catalog, keys::build_marker_key(orphan_prefix), []).unwrap();
+            let indexes = engine.family(FAMILY_INDEXES).unwrap();
+            for record_id in 1..=3 {
+                let key = keys::index_entry_key(orphan_prefix, b"\x01key", Some(record_id));
+                engine.db.put_cf(indexes, key, []).unwrap();
+            }
+            assert_eq!(engine.count_keys_with_prefix(orphan_prefix).unwrap(), 3);
+        }
+        let engine = Engine::open(directory.path(), &small_options()).unwrap();
+        assert_eq!(engine.count_keys_with_prefix(orphan_prefix).unwrap(), 0);
+        let catalog = engine.family(FAMILY_CATALOG).unwrap();
+        assert!(engine.db.get_cf(catalog, keys::build_marker_key(orphan_prefix)).unwrap().is_none());
+        assert!(engine.collection("db", "c").unwrap().is_some());
+    }
+
+    #[test]
+    fn a_catalog_entry_under_the_wrong_key_is_corruption() {
+        let directory = tempfile::tempdir().unwrap();
+        let engine = Engine::open(directory.path(), &small_options()).unwrap();
+        engine.create_collection("db", "real", Document::new()).unwrap();
+        let catalog = engine.family(FAMILY_CATALOG).unwrap();
+        let bytes = engine.db.get_cf(catalog, keys::collection_key("db", "real")).unwrap().unwrap();
+        engine.db.put_cf(catalog, keys::collection_key("db", "copy"), bytes).unwrap();
+        assert!(matches!(engine.collection("db", "copy"), Err(StorageError::Corrupt(_))));
+        engine.db.put_cf(catalog, keys::collection_key("db", "junk"), b"junk").unwrap();
+        assert!(matches!(engine.collection("db", "junk"), Err(StorageError::Corrupt(_))));
+    }
+
+    #[test]
+    fn stripes_spread_consecutive_prefixes() {
+        let mut used = std::collections::HashSet::new();
+        for prefix in 0..64 {
+            used.insert(stripe_index(prefix, 4096));
+        }
+        assert!(used.len() > 60);
+        assert!((0..1000).all(|prefix| stripe_index(prefix, 7) < 7));
     }
 }

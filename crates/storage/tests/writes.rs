@@ -340,3 +340,47 @@ fn a_stale_old_document_cannot_corrupt_indexes() {
     assert!(common::index_entries(&engine, &handle, "a_1").is_empty());
     assert_eq!(engine.collection_stats(&handle).unwrap().data_size_bytes, 0);
 }
+
+#[test]
+fn writers_racing_index_builds_and_drops_stay_consistent() {
+    let directory = tempfile::tempdir().unwrap();
+    let engine = std::sync::Arc::new(common::open(directory.path()));
+    let handle = engine.create_collection("ddl", "c", doc! {}).unwrap();
+    let writers: Vec<_> = (0..3)
+        .map(|thread| {
+            let engine = engine.clone();
+            let handle = handle.clone();
+            std::thread::spawn(move || {
+                for item in 0..200 {
+                    // Stale handles are fine: begin_write re-resolves the current index set.
+                    let mut transaction = engine.begin_write(&handle);
+                    transaction.insert(&doc! {"_id": format!("{thread}-{item}"), "v": item % 17}).unwrap();
+                    transaction.commit(Durability::Default).unwrap();
+                }
+            })
+        })
+        .collect();
+    for round in 0..5 {
+        let name = format!("v_{round}");
+        engine.create_indexes("ddl", "c", vec![doc! {"key": {"v": 1, "r": round + 1}, "name": &name}]).unwrap();
+        if round % 2 == 0 {
+            engine.drop_indexes("ddl", "c", myriad_storage::IndexSelector::Name(name)).unwrap();
+        }
+    }
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    let handle = engine.collection("ddl", "c").unwrap().unwrap();
+    assert_eq!(handle.index_names(), vec!["_id_", "v_1", "v_3"]);
+    let stats = engine.collection_stats(&handle).unwrap();
+    assert_eq!(stats.count, 600);
+    for (name, size) in &stats.index_sizes_bytes {
+        let entries = common::index_entries(&engine, &handle, name);
+        assert_eq!(entries.len(), 600, "index {name}");
+        let bytes: i64 = entries.iter().map(|(key, _)| (key.len() + 16) as i64).sum();
+        assert_eq!(*size, bytes, "index {name}");
+    }
+    let database = engine.database_stats("ddl").unwrap();
+    assert_eq!(database.indexes, 3);
+    assert_eq!(database.index_size_bytes, stats.total_index_size_bytes);
+}
