@@ -7,6 +7,7 @@
 //! errors only); applying an update never leaves a document half-modified (it works on a copy);
 //! every error carries MongoDB's own code (see [`QueryError::code`]).
 
+pub mod aggregate;
 pub mod bounds;
 pub mod bson_types;
 pub mod error;

@@ -10,8 +10,6 @@ mod evaluate;
 mod strings;
 
 pub(crate) use arithmetic::{integral_value, Numeric};
-pub(crate) use evaluate::compare_optional;
-pub(crate) use strings::format_double;
 
 use bson::{Bson, Document};
 

@@ -1,0 +1,51 @@
+//! A simple memory budget for blocking stages: MongoDB fails `$group`/`$sort` over 100 MiB
+//! without `allowDiskUse`, with code 292.
+
+use bson::Bson;
+
+use crate::error::{QueryError, QueryResult};
+
+/// MongoDB's default per-stage limit.
+pub const STAGE_MEMORY_LIMIT_BYTES: u64 = 100 * 1024 * 1024;
+
+/// Approximate in-memory size of a value (close to its BSON size).
+pub fn approximate_size_bytes(value: &Bson) -> u64 {
+    match value {
+        Bson::String(text) | Bson::Symbol(text) | Bson::JavaScriptCode(text) => 5 + text.len() as u64,
+        Bson::Document(document) => 5 + document.iter().map(|(key, value)| 2 + key.len() as u64 + approximate_size_bytes(value)).sum::<u64>(),
+        Bson::Array(items) => 5 + items.iter().map(|value| 4 + approximate_size_bytes(value)).sum::<u64>(),
+        Bson::Binary(binary) => 5 + binary.bytes.len() as u64,
+        Bson::RegularExpression(regex) => 2 + regex.pattern.len() as u64 + regex.options.len() as u64,
+        Bson::JavaScriptCodeWithScope(code) => 10 + code.code.len() as u64 + approximate_size_bytes(&Bson::Document(code.scope.clone())),
+        Bson::Decimal128(_) => 16,
+        Bson::ObjectId(_) => 12,
+        _ => 8,
+    }
+}
+
+/// Bytes charged by one stage so far.
+#[derive(Debug)]
+pub struct MemoryBudget {
+    used_bytes: u64,
+    limit_bytes: u64,
+}
+
+impl MemoryBudget {
+    pub fn new(limit_bytes: u64) -> MemoryBudget {
+        MemoryBudget { used_bytes: 0, limit_bytes }
+    }
+
+    pub fn charge(&mut self, bytes: u64, stage: &str) -> QueryResult<()> {
+        self.used_bytes = self.used_bytes.saturating_add(bytes);
+        if self.used_bytes > self.limit_bytes {
+            return Err(QueryError::QueryExceededMemoryLimitNoDiskUseAllowed(format!(
+                "Exceeded memory limit for {stage}, but didn't allow external sort. Pass allowDiskUse:true to opt in."
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn release(&mut self, bytes: u64) {
+        self.used_bytes = self.used_bytes.saturating_sub(bytes);
+    }
+}

@@ -1,0 +1,354 @@
+//! Aggregation pipelines over an iterator of documents.
+//!
+//! Stages: `$match $group $project $addFields/$set $unset $sort $skip $limit $count $unwind
+//! $replaceRoot/$replaceWith $sortByCount`. Streaming stages process one document at a time;
+//! `$group`, `$sort` and `$count` buffer and flush when the input ends. A `$limit` reached
+//! behind only streaming stages stops reading the input. `$group` and `$sort` fail with code
+//! 292 past 100 MiB of buffered data (no spilling to disk).
+
+mod group;
+pub mod memory;
+mod stages;
+
+use bson::{Bson, Document};
+
+use crate::error::{QueryError, QueryResult};
+use crate::expression::{integral_value, Expression};
+use crate::filter::Filter;
+use crate::projection::Projection;
+use crate::sort::{SortKey, SortSpec};
+use group::{GroupSpec, GroupState};
+use memory::{approximate_size_bytes, MemoryBudget, STAGE_MEMORY_LIMIT_BYTES};
+use stages::{replace_root, AddFields, Unwind};
+
+/// MongoDB's bound on pipeline length.
+const MAX_PIPELINE_STAGES: usize = 1000;
+
+/// A parsed pipeline.
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    stages: Vec<Stage>,
+    leading_match: Option<Document>,
+    memory_limit_bytes: u64,
+}
+
+#[derive(Clone, Debug)]
+enum Stage {
+    Match(Box<Filter>),
+    Group(Box<GroupSpec>),
+    Project(Box<Projection>),
+    AddFields(AddFields),
+    Sort { spec: SortSpec, limit: Option<u64> },
+    Skip(u64),
+    Limit(u64),
+    Count(String),
+    Unwind(Unwind),
+    ReplaceRoot(Expression),
+}
+
+impl Stage {
+    fn is_blocking(&self) -> bool {
+        matches!(self, Stage::Group(_) | Stage::Sort { .. } | Stage::Count(_))
+    }
+}
+
+/// Per-stage state while running.
+enum Running {
+    Stateless,
+    Skip(u64),
+    Limit(u64),
+    Group(GroupState, MemoryBudget),
+    Sort(Vec<(Vec<SortKey>, Document, u64)>, MemoryBudget),
+    Count(u64),
+}
+
+impl Pipeline {
+    /// Parses the stage documents.
+    pub fn parse(stages: &[Document]) -> QueryResult<Pipeline> {
+        if stages.len() > MAX_PIPELINE_STAGES {
+            return Err(QueryError::Location(7749501, format!("Pipeline length must be no longer than {MAX_PIPELINE_STAGES} stages")));
+        }
+        let mut parsed = Vec::with_capacity(stages.len());
+        for stage in stages {
+            let mut entries = stage.iter();
+            let (Some((name, argument)), None) = (entries.next(), entries.next()) else {
+                return Err(QueryError::Location(40323, "A pipeline stage specification object must contain exactly one field.".into()));
+            };
+            parse_stage(name, argument, &mut parsed)?;
+        }
+        // A $limit right after a $sort bounds what the sort keeps (top-k).
+        for index in 1..parsed.len() {
+            if let Some(Stage::Limit(count)) = parsed.get(index) {
+                let count = *count;
+                if let Some(Stage::Sort { limit: limit @ None, .. }) = parsed.get_mut(index - 1) {
+                    *limit = Some(count);
+                }
+            }
+        }
+        let leading_match = match stages.first().and_then(|stage| stage.get("$match")) {
+            Some(Bson::Document(filter)) => Some(filter.clone()),
+            _ => None,
+        };
+        Ok(Pipeline { stages: parsed, leading_match, memory_limit_bytes: STAGE_MEMORY_LIMIT_BYTES })
+    }
+
+    /// The filter of a leading `$match`, which the caller may answer with an index (the
+    /// pipeline still applies it, so pushing it down never changes results).
+    pub fn leading_match(&self) -> Option<&Document> {
+        self.leading_match.as_ref()
+    }
+
+    /// Overrides the per-stage memory limit (for tests and for callers with other limits).
+    pub fn with_memory_limit_bytes(mut self, limit_bytes: u64) -> Pipeline {
+        self.memory_limit_bytes = limit_bytes;
+        self
+    }
+
+    /// Runs the pipeline to completion.
+    pub fn run(&self, input: impl Iterator<Item = Document>) -> QueryResult<Vec<Document>> {
+        let mut states: Vec<Running> = self
+            .stages
+            .iter()
+            .map(|stage| match stage {
+                Stage::Skip(count) => Running::Skip(*count),
+                Stage::Limit(count) => Running::Limit(*count),
+                Stage::Group(_) => Running::Group(GroupState::new(), MemoryBudget::new(self.memory_limit_bytes)),
+                Stage::Sort { .. } => Running::Sort(Vec::new(), MemoryBudget::new(self.memory_limit_bytes)),
+                Stage::Count(_) => Running::Count(0),
+                _ => Running::Stateless,
+            })
+            .collect();
+        let streaming_prefix = self.stages.iter().position(Stage::is_blocking).unwrap_or(self.stages.len());
+        let mut output = Vec::new();
+        for document in input {
+            self.push(0, document, &mut states, &mut output)?;
+            if self.exhausted(&states, streaming_prefix) {
+                break;
+            }
+        }
+        for index in 0..self.stages.len() {
+            let flushed = self.flush(index, &mut states)?;
+            for document in flushed {
+                self.push(index + 1, document, &mut states, &mut output)?;
+            }
+        }
+        Ok(output)
+    }
+
+    /// True when a `$limit` with only streaming stages before it has been used up.
+    fn exhausted(&self, states: &[Running], streaming_prefix: usize) -> bool {
+        states.iter().take(streaming_prefix).any(|state| matches!(state, Running::Limit(0)))
+    }
+
+    fn push(&self, index: usize, document: Document, states: &mut [Running], output: &mut Vec<Document>) -> QueryResult<()> {
+        let Some(stage) = self.stages.get(index) else {
+            output.push(document);
+            return Ok(());
+        };
+        let next = index + 1;
+        match stage {
+            Stage::Match(filter) => {
+                if filter.try_matches(&document)? {
+                    self.push(next, document, states, output)?;
+                }
+                Ok(())
+            }
+            Stage::Project(projection) => {
+                let projected = projection.apply(&document, None)?;
+                self.push(next, projected, states, output)
+            }
+            Stage::AddFields(add_fields) => {
+                let updated = add_fields.apply(document)?;
+                self.push(next, updated, states, output)
+            }
+            Stage::ReplaceRoot(expression) => {
+                let root = replace_root(expression, &document)?;
+                self.push(next, root, states, output)
+            }
+            Stage::Unwind(unwind) => unwind.apply(document, &mut |unwound| self.push(next, unwound, states, output)),
+            Stage::Skip(_) => {
+                if let Some(Running::Skip(remaining)) = states.get_mut(index) {
+                    if *remaining > 0 {
+                        *remaining -= 1;
+                        return Ok(());
+                    }
+                }
+                self.push(next, document, states, output)
+            }
+            Stage::Limit(_) => {
+                if let Some(Running::Limit(remaining)) = states.get_mut(index) {
+                    if *remaining == 0 {
+                        return Ok(());
+                    }
+                    *remaining -= 1;
+                }
+                self.push(next, document, states, output)
+            }
+            Stage::Group(spec) => {
+                if let Some(Running::Group(state, budget)) = states.get_mut(index) {
+                    state.add(spec, &document, budget)?;
+                }
+                Ok(())
+            }
+            Stage::Sort { spec, limit } => {
+                if let Some(Running::Sort(buffer, budget)) = states.get_mut(index) {
+                    let size_bytes = approximate_size_bytes(&Bson::Document(document.clone()));
+                    budget.charge(size_bytes, "$sort")?;
+                    buffer.push((spec.sort_key(&document), document, size_bytes));
+                    if let Some(limit) = limit {
+                        // Keep the buffer near the limit: sort and truncate when it doubles.
+                        let keep = usize::try_from(*limit).unwrap_or(usize::MAX);
+                        if buffer.len() > keep.saturating_mul(2).max(1024) {
+                            buffer.sort_by(|left, right| spec.compare_keys(&left.0, &right.0));
+                            for (_, _, dropped_bytes) in buffer.drain(keep.min(buffer.len())..) {
+                                budget.release(dropped_bytes);
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Stage::Count(_) => {
+                if let Some(Running::Count(count)) = states.get_mut(index) {
+                    *count += 1;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn flush(&self, index: usize, states: &mut [Running]) -> QueryResult<Vec<Document>> {
+        let (Some(stage), Some(state)) = (self.stages.get(index), states.get_mut(index)) else {
+            return Ok(Vec::new());
+        };
+        let taken = std::mem::replace(state, Running::Stateless);
+        Ok(match (stage, taken) {
+            (Stage::Group(spec), Running::Group(group, _)) => group.finish(spec),
+            (Stage::Sort { spec, limit }, Running::Sort(mut buffer, _)) => {
+                buffer.sort_by(|left, right| spec.compare_keys(&left.0, &right.0));
+                let keep = limit.map_or(usize::MAX, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
+                buffer.into_iter().take(keep).map(|(_, document, _)| document).collect()
+            }
+            (Stage::Count(name), Running::Count(count)) => {
+                if count == 0 {
+                    Vec::new()
+                } else {
+                    let value = i32::try_from(count).map_or(Bson::Int64(i64::try_from(count).unwrap_or(i64::MAX)), Bson::Int32);
+                    let mut document = Document::new();
+                    document.insert(name.clone(), value);
+                    vec![document]
+                }
+            }
+            (_, other) => {
+                // Streaming stages keep their state (e.g. a $limit's remaining count).
+                *state = other;
+                Vec::new()
+            }
+        })
+    }
+}
+
+fn non_negative_count(stage: &str, argument: &Bson) -> QueryResult<u64> {
+    let (type_code, negative_code) = if stage == "$skip" { (15972, 15956) } else { (15957, 15958) };
+    let value = integral_value(argument).ok_or_else(|| {
+        QueryError::Location(type_code, format!("invalid argument to {stage} stage: Expected an integer: {argument}"))
+    })?;
+    if value < 0 || (stage == "$limit" && value == 0) {
+        let message = if stage == "$skip" { "Cannot skip a negative number of documents".to_string() } else { "the limit must be positive".to_string() };
+        return Err(QueryError::Location(negative_code, message));
+    }
+    Ok(u64::try_from(value).unwrap_or(0))
+}
+
+fn parse_stage(name: &str, argument: &Bson, parsed: &mut Vec<Stage>) -> QueryResult<()> {
+    let stage = match name {
+        "$match" => {
+            let Bson::Document(filter) = argument else {
+                return Err(QueryError::Location(15959, "the match filter must be an expression in an object".into()));
+            };
+            Stage::Match(Box::new(Filter::parse(filter)?))
+        }
+        "$group" => Stage::Group(Box::new(GroupSpec::parse(argument)?)),
+        "$project" => {
+            let Bson::Document(specification) = argument else {
+                return Err(QueryError::Location(15969, "$project specification must be an object".into()));
+            };
+            Stage::Project(Box::new(Projection::parse_aggregate(specification)?))
+        }
+        "$addFields" | "$set" => Stage::AddFields(AddFields::parse(name, argument)?),
+        "$unset" => {
+            let paths: Vec<String> = match argument {
+                Bson::String(path) => vec![path.clone()],
+                Bson::Array(items) if !items.is_empty() => items
+                    .iter()
+                    .map(|item| match item {
+                        Bson::String(path) => Ok(path.clone()),
+                        _ => Err(QueryError::Location(31120, "$unset specification must be a string or an array containing only string values".into())),
+                    })
+                    .collect::<QueryResult<_>>()?,
+                _ => return Err(QueryError::Location(31002, "$unset specification must be a string or an array with at least one field".into())),
+            };
+            Stage::Project(Box::new(Projection::exclusion_of(&paths)?))
+        }
+        "$sort" => {
+            let Bson::Document(specification) = argument else {
+                return Err(QueryError::Location(15973, "the $sort key specification must be an object".into()));
+            };
+            let spec = SortSpec::parse(specification)?;
+            if spec.is_empty() {
+                return Err(QueryError::Location(15976, "$sort stage must have at least one sort key".into()));
+            }
+            Stage::Sort { spec, limit: None }
+        }
+        "$skip" => Stage::Skip(non_negative_count(name, argument)?),
+        "$limit" => Stage::Limit(non_negative_count(name, argument)?),
+        "$count" => {
+            let Bson::String(field) = argument else {
+                return Err(QueryError::Location(40156, "the count field must be a non-empty string".into()));
+            };
+            if field.is_empty() {
+                return Err(QueryError::Location(40157, "the count field must be a non-empty string".into()));
+            }
+            if field.starts_with('$') {
+                return Err(QueryError::Location(40158, "the count field cannot be a $-prefixed path".into()));
+            }
+            if field.contains('.') {
+                return Err(QueryError::Location(40160, "the count field cannot contain '.'".into()));
+            }
+            Stage::Count(field.clone())
+        }
+        "$unwind" => Stage::Unwind(Unwind::parse(argument)?),
+        "$replaceRoot" => {
+            let Bson::Document(options) = argument else {
+                return Err(QueryError::Location(40229, "expected an object as specification for $replaceRoot stage".into()));
+            };
+            let root = options.get("newRoot").ok_or_else(|| QueryError::Location(40231, "no newRoot specified for the $replaceRoot stage".into()))?;
+            if let Some(other) = options.keys().find(|key| *key != "newRoot") {
+                return Err(QueryError::Location(40415, format!("BSON field '$replaceRoot.{other}' is an unknown field.")));
+            }
+            Stage::ReplaceRoot(Expression::parse(root)?)
+        }
+        "$replaceWith" => Stage::ReplaceRoot(Expression::parse(argument)?),
+        "$sortByCount" => {
+            let valid = match argument {
+                Bson::String(path) => path.starts_with('$'),
+                Bson::Document(expression) => expression.len() == 1 && expression.keys().next().is_some_and(|key| key.starts_with('$')),
+                _ => false,
+            };
+            if !valid {
+                return Err(QueryError::Location(40148, "the sortByCount field must be specified as a string or an expression object".into()));
+            }
+            let group = bson::doc! {"_id": argument.clone(), "count": {"$sum": 1}};
+            parsed.push(Stage::Group(Box::new(GroupSpec::parse(&Bson::Document(group))?)));
+            Stage::Sort { spec: SortSpec::parse(&bson::doc! {"count": -1})?, limit: None }
+        }
+        other => {
+            return Err(QueryError::Location(40324, format!("Unrecognized pipeline stage name: '{other}'")));
+        }
+    };
+    parsed.push(stage);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
