@@ -118,7 +118,7 @@ fn field_key(document: &Document, path: &[String], ascending: bool) -> SortKey {
             }
             Some(value) => SortKey::Value(value.clone()),
         };
-        if best.as_ref().map_or(true, |current| candidate.compare(current) == wanted) {
+        if !matches!(best.as_ref(), Some(current) if candidate.compare(current) != wanted) {
             best = Some(candidate);
         }
         false

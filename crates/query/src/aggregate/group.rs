@@ -204,7 +204,7 @@ fn accumulate(kind: Accumulator, state: &mut State, value: Option<Bson>, budget:
                 return Ok(());
             };
             let wanted = if kind == Accumulator::Min { Ordering::Less } else { Ordering::Greater };
-            if best.as_ref().map_or(true, |current| compare_values(&value, current) == wanted) {
+            if !matches!(best.as_ref(), Some(current) if compare_values(&value, current) != wanted) {
                 budget.charge(approximate_size_bytes(&value), "$group")?;
                 *best = Some(value);
             }

@@ -160,7 +160,7 @@ fn stage_errors() {
         (doc! {"$unset": 1}, 31002),
     ];
     for (stage, code) in cases {
-        let result = Pipeline::parse(&[stage.clone()]);
+        let result = Pipeline::parse(std::slice::from_ref(&stage));
         assert_eq!(result.map(|_| ()).map_err(|error| error.code()), Err(code), "{stage}");
     }
     let two_fields = Pipeline::parse(&[doc! {"$match": {}, "$limit": 1}]);

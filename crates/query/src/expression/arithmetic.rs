@@ -88,7 +88,7 @@ pub(crate) fn integral_value(value: &Bson) -> Option<i64> {
         Numeric::Int64(number) => Some(number),
         Numeric::Double(number) => {
             // -2^63 is exact as a double; values at or above 2^63 do not fit.
-            if number.fract() == 0.0 && number >= -9_223_372_036_854_775_808.0 && number < 9_223_372_036_854_775_808.0 {
+            if number.fract() == 0.0 && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&number) {
                 Some(number as i64)
             } else {
                 None

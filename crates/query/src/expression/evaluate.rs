@@ -289,7 +289,7 @@ fn evaluate_operator(operator: Operator, arguments: &[Expression], scope: &mut S
             let wanted = if operator == O::Max { Ordering::Greater } else { Ordering::Less };
             let mut best: Option<Bson> = None;
             for value in values.into_iter().filter(|value| !matches!(value, Bson::Null | Bson::Undefined)) {
-                if best.as_ref().map_or(true, |current| compare_values(&value, current) == wanted) {
+                if !matches!(best.as_ref(), Some(current) if compare_values(&value, current) != wanted) {
                     best = Some(value);
                 }
             }

@@ -377,6 +377,9 @@ fn include_into(tree: &Tree, source: &Document, output: &mut Document, context: 
 
 /// Adds computed fields (and nested trees holding computed fields) in specification order.
 fn append_computed(tree: &Tree, output: &mut Document, context: &ApplyContext<'_>, depth: usize) -> QueryResult<()> {
+    if depth > MAX_PROJECTION_DEPTH {
+        return Err(QueryError::BadValue("projection is nested too deeply".into()));
+    }
     for (key, spec) in &tree.fields {
         match spec {
             FieldSpec::Computed(expression) => match expression.evaluate_optional(context.root)? {

@@ -237,5 +237,5 @@ fn push(items: &mut Vec<Bson>, spec: &PushSpec) {
             items.drain(..items.len() - count);
         }
     }
-    debug_assert!(spec.slice.map_or(true, |slice| u64::try_from(items.len()).unwrap_or(u64::MAX) <= slice.unsigned_abs()));
+    debug_assert!(!matches!(spec.slice, Some(slice) if u64::try_from(items.len()).unwrap_or(u64::MAX) > slice.unsigned_abs()));
 }
