@@ -32,7 +32,7 @@ pub fn parse_array_index(component: &str) -> Option<usize> {
     if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    if bytes.len() > 1 && bytes[0] == b'0' {
+    if bytes.len() > 1 && bytes.first() == Some(&b'0') {
         return None;
     }
     component.parse::<usize>().ok()

@@ -12,15 +12,20 @@ pub const STAGE_MEMORY_LIMIT_BYTES: u64 = 100 * 1024 * 1024;
 pub fn approximate_size_bytes(value: &Bson) -> u64 {
     match value {
         Bson::String(text) | Bson::Symbol(text) | Bson::JavaScriptCode(text) => 5 + text.len() as u64,
-        Bson::Document(document) => 5 + document.iter().map(|(key, value)| 2 + key.len() as u64 + approximate_size_bytes(value)).sum::<u64>(),
+        Bson::Document(document) => approximate_document_size_bytes(document),
         Bson::Array(items) => 5 + items.iter().map(|value| 4 + approximate_size_bytes(value)).sum::<u64>(),
         Bson::Binary(binary) => 5 + binary.bytes.len() as u64,
         Bson::RegularExpression(regex) => 2 + regex.pattern.len() as u64 + regex.options.len() as u64,
-        Bson::JavaScriptCodeWithScope(code) => 10 + code.code.len() as u64 + approximate_size_bytes(&Bson::Document(code.scope.clone())),
+        Bson::JavaScriptCodeWithScope(code) => 10 + code.code.len() as u64 + approximate_document_size_bytes(&code.scope),
         Bson::Decimal128(_) => 16,
         Bson::ObjectId(_) => 12,
         _ => 8,
     }
+}
+
+/// Approximate size of a document (close to its BSON size).
+pub fn approximate_document_size_bytes(document: &bson::Document) -> u64 {
+    5 + document.iter().map(|(key, value)| 2 + key.len() as u64 + approximate_size_bytes(value)).sum::<u64>()
 }
 
 /// Bytes charged by one stage so far.

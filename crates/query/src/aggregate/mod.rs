@@ -18,7 +18,7 @@ use crate::filter::Filter;
 use crate::projection::Projection;
 use crate::sort::{SortKey, SortSpec};
 use group::{GroupSpec, GroupState};
-use memory::{approximate_size_bytes, MemoryBudget, STAGE_MEMORY_LIMIT_BYTES};
+use memory::{approximate_document_size_bytes, MemoryBudget, STAGE_MEMORY_LIMIT_BYTES};
 use stages::{replace_root, AddFields, Unwind};
 
 /// MongoDB's bound on pipeline length.
@@ -192,7 +192,7 @@ impl Pipeline {
             }
             Stage::Sort { spec, limit } => {
                 if let Some(Running::Sort(buffer, budget)) = states.get_mut(index) {
-                    let size_bytes = approximate_size_bytes(&Bson::Document(document.clone()));
+                    let size_bytes = approximate_document_size_bytes(&document);
                     budget.charge(size_bytes, "$sort")?;
                     buffer.push((spec.sort_key(&document), document, size_bytes));
                     if let Some(limit) = limit {

@@ -12,7 +12,7 @@ use crate::path::expression_path_value;
 
 /// What `$$` names refer to during one evaluation.
 pub(super) struct Scope<'a> {
-    pub root: &'a Bson,
+    pub root: &'a Document,
     /// Variables bound by `$let`, `$map` and `$filter`, innermost last.
     pub variables: Vec<(String, Bson)>,
 }
@@ -24,10 +24,10 @@ const MAX_ARRAY_ELEMENTS: usize = 10_000_000;
 pub(super) fn evaluate(expression: &Expression, scope: &mut Scope<'_>) -> QueryResult<Option<Bson>> {
     match expression {
         Expression::Literal(value) => Ok(Some(value.clone())),
-        Expression::FieldPath(path) => Ok(expression_path_value(scope.root, path)),
+        Expression::FieldPath(path) => Ok(document_path_value(scope.root, path)),
         Expression::Variable(variable, path) => {
             let base = match variable {
-                Variable::Root | Variable::Current => scope.root.clone(),
+                Variable::Root | Variable::Current => return Ok(document_path_value(scope.root, path)),
                 Variable::Remove => return Ok(None),
                 Variable::User(name) => match scope.variables.iter().rev().find(|(bound, _)| bound == name) {
                     Some((_, value)) => value.clone(),
@@ -110,6 +110,14 @@ pub(super) fn evaluate(expression: &Expression, scope: &mut Scope<'_>) -> QueryR
             Ok(Some(Bson::Array(output)))
         }
         Expression::Operator(operator, arguments) => evaluate_operator(*operator, arguments, scope),
+    }
+}
+
+/// A path from a document without copying the document (unless the path is empty).
+fn document_path_value(document: &Document, path: &[String]) -> Option<Bson> {
+    match path.split_first() {
+        None => Some(Bson::Document(document.clone())),
+        Some((first, rest)) => expression_path_value(document.get(first.as_str())?, rest),
     }
 }
 

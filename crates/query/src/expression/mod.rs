@@ -135,8 +135,7 @@ impl Expression {
 
     /// Evaluates, keeping "missing" (`None`) apart from null.
     pub fn evaluate_optional(&self, document: &Document) -> QueryResult<Option<Bson>> {
-        let root = Bson::Document(document.clone());
-        let mut scope = evaluate::Scope { root: &root, variables: Vec::new() };
+        let mut scope = evaluate::Scope { root: document, variables: Vec::new() };
         evaluate::evaluate(self, &mut scope)
     }
 

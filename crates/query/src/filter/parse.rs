@@ -247,8 +247,11 @@ fn parse_mod(argument: &Bson) -> QueryResult<(i64, i64)> {
             }
         }
     };
-    let divisor = truncated(&items[0], "divisor")?;
-    let remainder = truncated(&items[1], "remainder")?;
+    let [divisor, remainder] = items.as_slice() else {
+        return Err(QueryError::BadValue("malformed mod, needs to be an array".into()));
+    };
+    let divisor = truncated(divisor, "divisor")?;
+    let remainder = truncated(remainder, "remainder")?;
     if divisor == 0 {
         return Err(QueryError::BadValue("divisor cannot be 0".into()));
     }

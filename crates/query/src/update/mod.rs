@@ -295,7 +295,7 @@ fn check_conflicts(modifications: &[Modification]) -> QueryResult<()> {
     // In sorted order a path and any path it prefixes are separated only by paths it also
     // prefixes, so checking neighbours finds every conflict.
     for pair in paths.windows(2) {
-        let (shorter, longer) = (&pair[0], &pair[1]);
+        let [shorter, longer] = pair else { continue };
         if longer.len() >= shorter.len() && longer[..shorter.len()] == shorter[..] {
             return Err(QueryError::ConflictingUpdateOperators(format!(
                 "Updating the path '{}' would create a conflict at '{}'",
