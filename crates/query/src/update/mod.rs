@@ -184,6 +184,7 @@ impl Update {
                 working
             }
         };
+        check_id_type(&updated)?;
         let changed = !same_bytes(document, &updated);
         if changed {
             *document = updated;
@@ -423,6 +424,17 @@ fn check_id_unchanged(original: &Document, updated: &Document, modifications: &[
     Err(QueryError::ImmutableField(format!(
         "Performing an update on the path '{path}' would modify the immutable field '_id'"
     )))
+}
+
+/// `_id` may not be an array, a regex or undefined (MongoDB's InvalidIdField).
+pub fn check_id_type(document: &Document) -> QueryResult<()> {
+    let kind = match document.get("_id") {
+        Some(Bson::Array(_)) => "array",
+        Some(Bson::RegularExpression(_)) => "regex",
+        Some(Bson::Undefined) => "undefined",
+        _ => return Ok(()),
+    };
+    Err(QueryError::InvalidIdField(format!("The '_id' value cannot be of type {kind}")))
 }
 
 fn same_bytes(left: &Document, right: &Document) -> bool {

@@ -189,6 +189,7 @@ fn errors_match_mongodb() {
         (doc! {"_id": 1}, doc! {"$set": {"a.$[x]": 1}}, vec![doc! {"x": 1}, doc! {"x": 2}], 9, "multiple array filters"),
         (doc! {"_id": 1}, doc! {"$set": {"a.$[X]": 1}}, vec![doc! {"X": 1}], 2, "lowercase letter"),
         (doc! {"_id": 1}, doc! {"_id": 2}, vec![], 66, "was found to have been altered to _id: 2"),
+        (doc! {"a": 1}, doc! {"$set": {"_id": [1]}}, vec![], 53, "The '_id' value cannot be of type array"),
     ];
     for (original, update, filters, code, message) in cases {
         match run(original.clone(), update.clone(), filters, context()) {
