@@ -126,11 +126,13 @@ fn predicate_intervals(predicate: &Predicate, depth: usize) -> Option<Vec<Interv
     match predicate {
         Predicate::Eq(value) => Some(equality_intervals(value)),
         Predicate::In { values, regexes } => {
-            if !regexes.is_empty() {
-                return None;
+            let mut set: Vec<Interval> = values.iter().flat_map(equality_intervals).collect();
+            for regex in regexes {
+                set.extend(regex_intervals(regex));
             }
-            Some(values.iter().flat_map(equality_intervals).collect())
+            Some(set)
         }
+        Predicate::Regex(regex) => Some(regex_intervals(regex)),
         Predicate::Compare(comparison, bound) => comparison_intervals(*comparison, bound),
         Predicate::ElemMatchValue(node) => {
             // Every operator applies to the same element, whose key is in the index.
@@ -178,6 +180,69 @@ fn equality_intervals(value: &Bson) -> Vec<Interval> {
         }
         other => vec![Interval::point(other.clone())],
     }
+}
+
+/// A regex matches strings (all of them, or those starting with its literal prefix when it is
+/// anchored with `^` and case-sensitive) and stored regexes identical to it.
+fn regex_intervals(regex: &crate::filter::CompiledRegex) -> Vec<Interval> {
+    let stored = Bson::RegularExpression(bson::Regex { pattern: regex.pattern.clone(), options: regex.options.clone() });
+    let mut set = vec![Interval::point(stored)];
+    let prefix = literal_prefix(&regex.pattern, &regex.options);
+    let strings = match prefix.as_deref().and_then(|prefix| Some((prefix, successor(prefix)?))) {
+        Some((prefix, next)) => Interval {
+            lower: Bson::String(prefix.to_string()),
+            lower_inclusive: true,
+            upper: Bson::String(next),
+            upper_inclusive: false,
+        },
+        None => Interval {
+            lower: Bson::String(String::new()),
+            lower_inclusive: true,
+            upper: Bson::Document(Document::new()),
+            upper_inclusive: false,
+        },
+    };
+    set.push(strings);
+    set
+}
+
+/// The literal text a `^`-anchored, case-sensitive pattern must start with (none if empty).
+fn literal_prefix(pattern: &str, options: &str) -> Option<String> {
+    // Case-insensitive, extended or multi-line patterns do not pin the string's first bytes.
+    if options.contains('i') || options.contains('x') || options.contains('m') {
+        return None;
+    }
+    let body = pattern.strip_prefix('^')?;
+    let mut prefix = String::new();
+    let mut characters = body.chars().peekable();
+    while let Some(character) = characters.next() {
+        if "\\.*+?()[]{}|^$".contains(character) {
+            break;
+        }
+        // A quantifier after this character would make it optional.
+        if matches!(characters.peek(), Some('*' | '?' | '{')) {
+            break;
+        }
+        prefix.push(character);
+    }
+    if prefix.is_empty() { None } else { Some(prefix) }
+}
+
+/// The smallest string above every string starting with `prefix` (by UTF-8 bytes).
+fn successor(prefix: &str) -> Option<String> {
+    let mut characters: Vec<char> = prefix.chars().collect();
+    while let Some(last) = characters.pop() {
+        let mut code = u32::from(last) + 1;
+        // Skip the surrogate gap, which has no chars.
+        if (0xD800..0xE000).contains(&code) {
+            code = 0xE000;
+        }
+        if let Some(next) = char::from_u32(code) {
+            characters.push(next);
+            return Some(characters.into_iter().collect());
+        }
+    }
+    None
 }
 
 /// The lowest and highest values of a bound's type bracket, with the upper bound's inclusivity.

@@ -20,7 +20,11 @@ fn equality_and_in() {
     assert_eq!(field_intervals(&doc! {"b": 1}, "a"), None);
     assert_eq!(field_intervals(&doc! {"$or": [{"a": 1}, {"a": 2}]}, "a"), None);
     assert_eq!(field_intervals(&doc! {"a": {"$ne": 1}}, "a"), None);
-    assert_eq!(field_intervals(&doc! {"a": {"$in": [Bson::RegularExpression(bson::Regex { pattern: "x".into(), options: String::new() })]}}, "a"), None);
+    let anchored = field_intervals(&doc! {"a": {"$regex": "^ab.c"}}, "a");
+    assert!(anchored.as_ref().is_some_and(|set| set.iter().any(|interval| interval.contains(&Bson::String("abzz".into())))));
+    assert!(anchored.as_ref().is_some_and(|set| !set.iter().any(|interval| interval.contains(&Bson::String("b".into())))));
+    let loose = field_intervals(&doc! {"a": {"$regex": "^ab", "$options": "i"}}, "a");
+    assert!(loose.as_ref().is_some_and(|set| set.iter().any(|interval| interval.contains(&Bson::String("AB".into())))));
     assert_eq!(field_intervals(&doc! {"a.b": 1, "a": 2}, "a.b"), Some(vec![point(Bson::Int32(1))]));
     assert_eq!(field_intervals(&doc! {"$and": [{"a": 1}, {"c": 1}]}, "a"), Some(vec![point(Bson::Int32(1))]));
     let array = field_intervals(&doc! {"a": [2, 1]}, "a");
@@ -105,6 +109,8 @@ fn predicate_strategy() -> BoxedStrategy<Bson> {
         }),
         prop::collection::vec(value_strategy(), 0..4).prop_map(|values| Bson::Document(doc! {"$in": values})),
         prop::collection::vec(value_strategy(), 0..3).prop_map(Bson::Array),
+        (prop::sample::select(vec!["^a", "a", "^ab", "b$", "^a*", "^A"]), prop::sample::select(vec!["", "i", "m"]))
+            .prop_map(|(pattern, options)| Bson::RegularExpression(bson::Regex { pattern: pattern.to_string(), options: options.to_string() })),
         (operator.clone(), value_strategy(), operator, value_strategy()).prop_map(|(first, left, second, right)| {
             let mut inner = Document::new();
             inner.insert(first, left);
