@@ -3,9 +3,15 @@
 //!
 //! A pure library: BSON in, BSON out, no I/O. Every ordering and equality between BSON values
 //! goes through `myriad_keystring::compare`, so query results agree with index key order.
-//! Invariants: parsing validates everything it can up front (so evaluation errors are data
-//! errors only); applying an update never leaves a document half-modified (it works on a copy);
-//! every error carries MongoDB's own code (see [`QueryError::code`]).
+//!
+//! Invariants:
+//! - Parsing validates everything it can up front, so evaluation only fails on data errors.
+//! - Applying an update never leaves a document half-modified (it works on a copy).
+//! - Every error carries MongoDB's own code and code name (see [`QueryError::code`]).
+//! - Recursion over user input (filters, expressions, projections) is depth-bounded.
+//!
+//! Modules: [`path`] (dotted paths), [`filter`], [`expression`], [`update`], [`projection`],
+//! [`sort`], [`aggregate`], [`bounds`] (index intervals), [`bson_types`] (`$type` aliases).
 
 pub mod aggregate;
 pub mod bounds;
@@ -18,4 +24,11 @@ pub mod projection;
 pub mod sort;
 pub mod update;
 
+pub use aggregate::Pipeline;
+pub use bounds::{field_intervals, field_intervals_non_multikey, Interval};
 pub use error::{QueryError, QueryResult};
+pub use expression::Expression;
+pub use filter::{Filter, MatchDetails};
+pub use projection::Projection;
+pub use sort::SortSpec;
+pub use update::{upsert_seed, Update, UpdateContext};
