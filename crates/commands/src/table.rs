@@ -69,6 +69,7 @@ commands! {
     "dropIndexes" | "deleteIndexes" => command::drop_indexes::run, admin: false, write: true, "Drops indexes.";
     "collStats" => command::coll_stats::run, admin: false, write: false, "Collection statistics.";
     "dbStats" => command::db_stats::run, admin: false, write: false, "Database statistics.";
+    "compact" => command::compact::run, admin: false, write: true, "Compacts the shared tablespace (returns dropped collections' disk space).";
     "validate" => command::validate::run, admin: false, write: false, "Checks a collection's records, indexes and counts.";
 }
 

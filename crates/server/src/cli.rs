@@ -52,11 +52,16 @@ pub enum Command {
 pub enum BenchCommand {
     /// Routing-table refresh, lookup, memory and build against MongoDB 5.0 and 7.0 baselines.
     Routing(myriad_bench::routing::RoutingArgs),
+    /// Millions of collections: creation, restart, memory, CRUD against a one-collection
+    /// baseline, dropDatabase; or (--mode wtperf) MongoDB's skewed many-table workload.
+    #[command(name = "many-collections")]
+    ManyCollections(myriad_bench::many_collections::ManyCollectionsArgs),
 }
 
 pub fn run_bench(command: BenchCommand) -> ExitCode {
     let result = match command {
         BenchCommand::Routing(arguments) => myriad_bench::routing::run(&arguments),
+        BenchCommand::ManyCollections(arguments) => myriad_bench::many_collections::run(&arguments),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

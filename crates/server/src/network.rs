@@ -28,6 +28,9 @@ const NEVER_COMPRESSED: &[&str] = &[
     "copydbSaslStart", "copydbgetnonce", "copydb",
 ];
 
+/// Stack for every runtime thread (virtual memory; only touched pages cost RAM).
+const COMMAND_THREAD_STACK_BYTES: usize = 16 * 1024 * 1024;
+
 pub fn serve(arguments: ServerArguments, argv: Vec<String>) -> Result<(), String> {
     let logger = match &arguments.logpath {
         Some(path) => Logger::file(path, arguments.logappend, arguments.quiet).map_err(|error| format!("cannot open --logpath {path}: {error}"))?,
@@ -36,6 +39,9 @@ pub fn serve(arguments: ServerArguments, argv: Vec<String>) -> Result<(), String
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("myriad-worker")
+        // The bson crate decodes recursively at 20-40 KiB of stack per nesting level; the wire
+        // decoder admits 200 levels, so commands run on threads with room for that.
+        .thread_stack_size(COMMAND_THREAD_STACK_BYTES)
         .build()
         .map_err(|error| format!("cannot start the runtime: {error}"))?;
     runtime.block_on(run(arguments, argv, logger))
@@ -158,7 +164,7 @@ async fn accept_loop(
             context.logger.info(
                 "NETWORK",
                 22943,
-                &format!("listener"),
+                "listener",
                 "Connection accepted",
                 json!({ "remote": remote_address.to_string(), "connectionId": connection_id }),
             );

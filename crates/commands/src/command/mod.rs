@@ -3,6 +3,7 @@
 pub mod aggregate;
 pub mod build_info;
 pub mod coll_stats;
+pub mod compact;
 pub mod connection_status;
 pub mod count;
 pub mod create;

@@ -33,7 +33,13 @@ impl Interval {
         Interval { lower: value.clone(), lower_inclusive: true, upper: value, upper_inclusive: true }
     }
 
-    fn is_point(&self) -> bool {
+    /// [MinKey, MaxKey]: every key, for a hinted index the filter does not constrain.
+    pub fn everything() -> Interval {
+        Interval { lower: Bson::MinKey, lower_inclusive: true, upper: Bson::MaxKey, upper_inclusive: true }
+    }
+
+    /// A single value: an equality or `$in` element.
+    pub fn is_point(&self) -> bool {
         self.lower_inclusive && self.upper_inclusive && compare_values(&self.lower, &self.upper) == Ordering::Equal
     }
 
