@@ -12,6 +12,8 @@
 //!   shared vector of up to 500 chunk pointers. A refresh copies the outer map (O(N/500)),
 //!   rebuilds the buckets the changed chunks touch, and updates shard versions from the changed
 //!   chunks.
+//!
+//! A timed refresh includes releasing the replaced table, for these models and for myriad alike.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound as RangeBound;
