@@ -5,49 +5,92 @@
 //! reused; an entry is immutable once published (DDL publishes a new `Arc`); the snapshot only
 //! ever holds entries that were read from or written to the catalog column family.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use bson::{spec::BinarySubtype, Binary, Bson, Document, RawDocumentBuf};
+use bson::{spec::BinarySubtype, Binary, Bson, Document, RawDocument};
 
-use crate::index::{parse_key_pattern, IndexField, ParsedIndexSpec, ID_INDEX_NAME};
+use crate::index::{id_index_spec, key_fields_from_raw, IndexField, ParsedIndexSpec, ID_INDEX_NAME};
 use crate::StorageError;
 
 /// Version of the catalog entry document layout.
 const ENTRY_FORMAT: i32 = 1;
 
-/// One index of a collection, as cached in memory (compact: the spec is kept as raw BSON).
-#[derive(Debug)]
+/// Serialized bytes of the standard `_id_` spec. Every collection's `_id_` index stores an empty
+/// spec meaning "this one", so the most common index costs no spec allocation.
+fn id_spec_bytes() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| {
+        let mut bytes = Vec::new();
+        // Serializing a small literal document into a Vec cannot fail.
+        let _ = id_index_spec().spec.to_writer(&mut bytes);
+        bytes
+    })
+}
+
+fn serialize_document(document: &Document) -> Result<Vec<u8>, StorageError> {
+    let mut bytes = Vec::new();
+    document
+        .to_writer(&mut bytes)
+        .map_err(|error| StorageError::InvalidDocument(format!("cannot serialize: {error}")))?;
+    Ok(bytes)
+}
+
+/// One index of a collection, as cached in memory. Compact on purpose (a node caches up to
+/// millions of them): the name and key fields are read from the spec bytes when needed.
+#[derive(Clone, Debug)]
 pub(crate) struct IndexEntry {
-    pub(crate) name: Box<str>,
     pub(crate) prefix: u64,
     pub(crate) unique: bool,
     pub(crate) sparse: bool,
-    pub(crate) fields: Box<[IndexField]>,
-    /// The full spec as given to createIndexes (normalized), for listIndexes.
-    pub(crate) spec: RawDocumentBuf,
+    /// The full spec as given to createIndexes (normalized), exactly sized; empty for the
+    /// standard `_id_` spec.
+    spec: Box<[u8]>,
 }
 
 impl IndexEntry {
     pub(crate) fn from_parsed(parsed: &ParsedIndexSpec, prefix: u64) -> Result<Self, StorageError> {
-        Ok(IndexEntry {
-            name: parsed.name.as_str().into(),
-            prefix,
-            unique: parsed.unique,
-            sparse: parsed.sparse,
-            fields: parsed.fields.clone().into_boxed_slice(),
-            spec: RawDocumentBuf::from_document(&parsed.spec)
-                .map_err(|error| StorageError::InvalidIndexSpec(error.to_string()))?,
-        })
+        Self::from_spec_bytes(serialize_document(&parsed.spec)?, prefix, parsed.unique, parsed.sparse)
+    }
+
+    fn from_spec_bytes(bytes: Vec<u8>, prefix: u64, unique: bool, sparse: bool) -> Result<Self, StorageError> {
+        let spec = if bytes.as_slice() == id_spec_bytes() { Box::default() } else { bytes.into_boxed_slice() };
+        let index = IndexEntry { prefix, unique, sparse, spec };
+        // Validate once, so the accessors below cannot meet a malformed spec later.
+        if index.name().is_empty() {
+            return Err(StorageError::Corrupt("index spec has no name".to_string()));
+        }
+        index.fields()?;
+        Ok(index)
+    }
+
+    fn spec_raw(&self) -> Result<&RawDocument, StorageError> {
+        let bytes = if self.spec.is_empty() { id_spec_bytes() } else { &self.spec };
+        RawDocument::from_bytes(bytes).map_err(|error| StorageError::Corrupt(format!("index spec: {error}")))
+    }
+
+    /// The index name (validated non-empty when the entry was built).
+    pub(crate) fn name(&self) -> &str {
+        self.spec_raw().ok().and_then(|raw| raw.get_str("name").ok()).unwrap_or_default()
+    }
+
+    /// The key pattern fields, paths borrowed from the spec bytes.
+    pub(crate) fn fields(&self) -> Result<Vec<IndexField<'_>>, StorageError> {
+        let key_pattern = self
+            .spec_raw()?
+            .get_document("key")
+            .map_err(|error| StorageError::Corrupt(format!("index spec key: {error}")))?;
+        key_fields_from_raw(key_pattern)
     }
 
     pub(crate) fn spec_document(&self) -> Result<Document, StorageError> {
-        self.spec.to_document().map_err(|error| StorageError::Corrupt(format!("index spec: {error}")))
+        Document::try_from(self.spec_raw()?)
+            .map_err(|error| StorageError::Corrupt(format!("index spec: {error}")))
     }
 
     pub(crate) fn key_pattern(&self) -> Result<Document, StorageError> {
         match self.spec_document()?.remove("key") {
             Some(Bson::Document(key_pattern)) => Ok(key_pattern),
-            _ => Err(StorageError::Corrupt(format!("index {} has no key pattern", self.name))),
+            _ => Err(StorageError::Corrupt(format!("index {} has no key pattern", self.name()))),
         }
     }
 
@@ -55,10 +98,10 @@ impl IndexEntry {
         let options = self.spec_document()?;
         let key_pattern = match options.get("key") {
             Some(Bson::Document(key_pattern)) => key_pattern.clone(),
-            _ => return Err(StorageError::Corrupt(format!("index {} has no key pattern", self.name))),
+            _ => return Err(StorageError::Corrupt(format!("index {} has no key pattern", self.name()))),
         };
         Ok(IndexInfo {
-            name: self.name.to_string(),
+            name: self.name().to_string(),
             key_pattern,
             unique: self.unique,
             sparse: self.sparse,
@@ -69,7 +112,7 @@ impl IndexEntry {
 
     fn to_bson(&self) -> Result<Document, StorageError> {
         Ok(bson::doc! {
-            "name": self.name.as_ref(),
+            "name": self.name(),
             "prefix": prefix_to_bson(self.prefix),
             "ident": format!("index-{}", self.prefix),
             "unique": self.unique,
@@ -85,16 +128,11 @@ impl IndexEntry {
         let unique = document.get_bool("unique").map_err(|_| corrupt("unique"))?;
         let sparse = document.get_bool("sparse").map_err(|_| corrupt("sparse"))?;
         let spec = document.get_document("spec").map_err(|_| corrupt("spec"))?;
-        let key_pattern = spec.get_document("key").map_err(|_| corrupt("spec.key"))?;
-        let fields = parse_key_pattern(key_pattern).map_err(|error| corrupt(&error.to_string()))?;
-        Ok(IndexEntry {
-            name: name.into(),
-            prefix,
-            unique,
-            sparse,
-            fields: fields.into_boxed_slice(),
-            spec: RawDocumentBuf::from_document(spec).map_err(|_| corrupt("spec bytes"))?,
-        })
+        let index = Self::from_spec_bytes(serialize_document(spec)?, prefix, unique, sparse)?;
+        if index.name() != name {
+            return Err(corrupt("name differs from the spec's"));
+        }
+        Ok(index)
     }
 }
 
@@ -107,7 +145,8 @@ pub(crate) struct CollectionEntry {
     pub(crate) db_len: usize,
     pub(crate) prefix: u64,
     pub(crate) uuid: [u8; 16],
-    pub(crate) options: RawDocumentBuf,
+    /// createCollection options as BSON bytes, exactly sized; empty when there were none.
+    options: Box<[u8]>,
     pub(crate) indexes: Box<[IndexEntry]>,
 }
 
@@ -117,7 +156,23 @@ impl CollectionEntry {
         collection: &str,
         prefix: u64,
         uuid: [u8; 16],
-        options: RawDocumentBuf,
+        options: &Document,
+        indexes: Vec<IndexEntry>,
+    ) -> Result<Self, StorageError> {
+        let options = if options.is_empty() {
+            Box::default()
+        } else {
+            serialize_document(options)?.into_boxed_slice()
+        };
+        Ok(Self::with_options_bytes(db, collection, prefix, uuid, options, indexes))
+    }
+
+    fn with_options_bytes(
+        db: &str,
+        collection: &str,
+        prefix: u64,
+        uuid: [u8; 16],
+        options: Box<[u8]>,
         indexes: Vec<IndexEntry>,
     ) -> Self {
         CollectionEntry {
@@ -128,6 +183,15 @@ impl CollectionEntry {
             options,
             indexes: indexes.into_boxed_slice(),
         }
+    }
+
+    /// The createCollection options.
+    pub(crate) fn options_document(&self) -> Result<Document, StorageError> {
+        if self.options.is_empty() {
+            return Ok(Document::new());
+        }
+        Document::from_reader(&self.options[..])
+            .map_err(|error| StorageError::Corrupt(format!("collection options: {error}")))
     }
 
     pub(crate) fn db(&self) -> &str {
@@ -143,18 +207,18 @@ impl CollectionEntry {
     }
 
     pub(crate) fn index(&self, name: &str) -> Option<&IndexEntry> {
-        self.indexes.iter().find(|index| &*index.name == name)
+        self.indexes.iter().find(|index| index.name() == name)
     }
 
     /// A copy with a different namespace (rename) and the same prefixes.
     pub(crate) fn renamed(&self, db: &str, collection: &str) -> Result<Self, StorageError> {
         let indexes = self.indexes_cloned()?;
-        Ok(CollectionEntry::new(db, collection, self.prefix, self.uuid, self.options.clone(), indexes))
+        Ok(CollectionEntry::with_options_bytes(db, collection, self.prefix, self.uuid, self.options.clone(), indexes))
     }
 
     /// A copy with a different index list.
     pub(crate) fn with_indexes(&self, indexes: Vec<IndexEntry>) -> Self {
-        CollectionEntry::new(
+        CollectionEntry::with_options_bytes(
             self.db(),
             self.collection(),
             self.prefix,
@@ -165,18 +229,7 @@ impl CollectionEntry {
     }
 
     pub(crate) fn indexes_cloned(&self) -> Result<Vec<IndexEntry>, StorageError> {
-        Ok(self
-            .indexes
-            .iter()
-            .map(|index| IndexEntry {
-                name: index.name.clone(),
-                prefix: index.prefix,
-                unique: index.unique,
-                sparse: index.sparse,
-                fields: index.fields.clone(),
-                spec: index.spec.clone(),
-            })
-            .collect())
+        Ok(self.indexes.to_vec())
     }
 
     /// The catalog column family value.
@@ -185,10 +238,7 @@ impl CollectionEntry {
         for index in self.indexes.iter() {
             indexes.push(Bson::Document(index.to_bson()?));
         }
-        let options = self
-            .options
-            .to_document()
-            .map_err(|error| StorageError::Corrupt(format!("collection options: {error}")))?;
+        let options = self.options_document()?;
         let document = bson::doc! {
             "format": ENTRY_FORMAT,
             "db": self.db(),
@@ -231,11 +281,10 @@ impl CollectionEntry {
                 _ => return Err(corrupt("index is not a document")),
             }
         }
-        if indexes.first().map(|index| &*index.name) != Some(ID_INDEX_NAME) {
+        if indexes.first().map(IndexEntry::name) != Some(ID_INDEX_NAME) {
             return Err(corrupt("first index is not _id_"));
         }
-        let options = RawDocumentBuf::from_document(options).map_err(|_| corrupt("options bytes"))?;
-        Ok(CollectionEntry::new(db, collection, prefix, uuid, options, indexes))
+        CollectionEntry::new(db, collection, prefix, uuid, options, indexes)
     }
 }
 
@@ -333,10 +382,7 @@ impl CollectionHandle {
 
     /// The options given to createCollection.
     pub fn options(&self) -> Result<Document, StorageError> {
-        self.entry
-            .options
-            .to_document()
-            .map_err(|error| StorageError::Corrupt(format!("collection options: {error}")))
+        self.entry.options_document()
     }
 
     /// Every index, `_id_` first, in creation order.
@@ -353,7 +399,7 @@ impl CollectionHandle {
     }
 
     pub fn index_names(&self) -> Vec<String> {
-        self.entry.indexes.iter().map(|index| index.name.to_string()).collect()
+        self.entry.indexes.iter().map(|index| index.name().to_string()).collect()
     }
 
     /// True when both handles name the same version of the same collection.
@@ -367,7 +413,7 @@ impl CollectionHandle {
 pub(crate) struct Catalog {
     /// Bumped by every DDL publication; lazy loads publish only if it did not move.
     pub(crate) generation: u64,
-    pub(crate) collections: imbl::HashMap<Arc<str>, Arc<CollectionEntry>>,
+    pub(crate) collections: imbl::OrdMap<Arc<str>, Arc<CollectionEntry>>,
     /// Sum of the index counts of the cached collections.
     pub(crate) cached_index_count: usize,
 }
@@ -395,13 +441,13 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::id_index_spec;
 
     #[test]
     fn entries_round_trip_through_bson() {
         let id_index = IndexEntry::from_parsed(&id_index_spec(), 8).unwrap();
-        let options = RawDocumentBuf::from_document(&bson::doc! {"capped": false}).unwrap();
-        let entry = CollectionEntry::new("shop", "orders", 7, [3; 16], options, vec![id_index]);
+        assert!(id_index.spec.is_empty(), "the standard _id spec is shared");
+        let options = bson::doc! {"capped": false};
+        let entry = CollectionEntry::new("shop", "orders", 7, [3; 16], &options, vec![id_index]).unwrap();
         let decoded = CollectionEntry::from_bytes(&entry.to_bytes().unwrap()).unwrap();
         assert_eq!(decoded.db(), "shop");
         assert_eq!(decoded.collection(), "orders");

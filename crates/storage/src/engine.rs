@@ -516,9 +516,7 @@ impl Engine {
     ) -> Result<Arc<CollectionEntry>, StorageError> {
         let (prefix, next_prefix) = Self::allocate_prefixes(ddl, 2)?;
         let id_index = IndexEntry::from_parsed(&id_index_spec(), prefix + 1)?;
-        let options = RawDocumentBuf::from_document(options)
-            .map_err(|error| StorageError::InvalidDocument(format!("collection options: {error}")))?;
-        let entry = CollectionEntry::new(db, collection, prefix, bson::Uuid::new().bytes(), options, vec![id_index]);
+        let entry = CollectionEntry::new(db, collection, prefix, bson::Uuid::new().bytes(), options, vec![id_index])?;
         let catalog = self.family(FAMILY_CATALOG)?;
         let mut batch = WriteBatch::default();
         batch.put_cf(catalog, keys::collection_key(db, collection), entry.to_bytes()?);
@@ -915,7 +913,7 @@ impl Engine {
             .iter()
             .zip(indexes.iter())
             .map(|(index, counters)| {
-                (index.name.to_string(), counters.get(stats::INDEX_SIZE_BYTES).copied().unwrap_or(0))
+                (index.name().to_string(), counters.get(stats::INDEX_SIZE_BYTES).copied().unwrap_or(0))
             })
             .collect();
         Ok(CollectionStats {
@@ -1033,7 +1031,7 @@ impl Engine {
     ) -> Result<bool, StorageError> {
         let mut existing: Vec<(String, Document, Document)> = Vec::with_capacity(entry.indexes.len() + requested.len());
         for index in entry.indexes.iter() {
-            existing.push((index.name.to_string(), index.key_pattern()?, index.spec_document()?));
+            existing.push((index.name().to_string(), index.key_pattern()?, index.spec_document()?));
         }
         for other in requested {
             existing.push((other.name.clone(), other.key_pattern.clone(), other.spec.clone()));
@@ -1068,6 +1066,7 @@ impl Engine {
     fn build_indexes(&self, entry: &CollectionEntry, new_indexes: &[IndexEntry]) -> Result<Vec<(i64, i64)>, StorageError> {
         let indexes_family = self.indexes_family(entry)?;
         let mut totals = vec![(0i64, 0i64); new_indexes.len()];
+        let new_fields: Vec<_> = new_indexes.iter().map(IndexEntry::fields).collect::<Result<_, _>>()?;
         let mut start_after = None;
         loop {
             let page = self.scan_records_of(entry, start_after, INDEX_BUILD_BATCH_DOCUMENTS)?;
@@ -1079,8 +1078,8 @@ impl Engine {
                 let document = raw
                     .to_document()
                     .map_err(|error| StorageError::Corrupt(format!("record {record_id}: {error}")))?;
-                for (index, total) in new_indexes.iter().zip(totals.iter_mut()) {
-                    for keystring in generate_keys(&index.fields, index.sparse, &document)? {
+                for ((index, fields), total) in new_indexes.iter().zip(&new_fields).zip(totals.iter_mut()) {
+                    for keystring in generate_keys(fields, index.sparse, &document)? {
                         let (key, value) = if index.unique {
                             let key = keys::index_entry_key(index.prefix, &keystring, None);
                             let owner = match batch_unique_owners.get(&key) {
@@ -1094,9 +1093,9 @@ impl Engine {
                                 if owner != *record_id {
                                     return Err(StorageError::DuplicateKey {
                                         namespace: entry.namespace.to_string(),
-                                        index_name: index.name.to_string(),
+                                        index_name: index.name().to_string(),
                                         key_pattern: index.key_pattern()?,
-                                        key_value: key_value_document(&index.fields, &keystring),
+                                        key_value: key_value_document(fields, &keystring),
                                     });
                                 }
                             }
@@ -1132,7 +1131,7 @@ impl Engine {
             entry
                 .indexes
                 .iter()
-                .position(|index| &*index.name == name)
+                .position(|index| index.name() == name)
                 .ok_or_else(|| StorageError::IndexNotFound(format!("index not found with name [{name}]")))
         };
         let mut targets: Vec<usize> = match &selector {

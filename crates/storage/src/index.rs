@@ -42,10 +42,10 @@ impl FieldKind {
     }
 }
 
-/// One field of a key pattern.
+/// One field of a key pattern; the path is borrowed from a cached spec's bytes when it can be.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct IndexField {
-    pub(crate) path: Box<str>,
+pub(crate) struct IndexField<'a> {
+    pub(crate) path: Cow<'a, str>,
     pub(crate) kind: FieldKind,
 }
 
@@ -54,7 +54,7 @@ pub(crate) struct IndexField {
 pub(crate) struct ParsedIndexSpec {
     pub(crate) name: String,
     pub(crate) key_pattern: Document,
-    pub(crate) fields: Vec<IndexField>,
+    pub(crate) fields: Vec<IndexField<'static>>,
     pub(crate) unique: bool,
     pub(crate) sparse: bool,
     /// The spec as given, with `v: 2` added when absent and the obsolete `ns` removed.
@@ -130,7 +130,7 @@ pub(crate) fn id_index_spec() -> ParsedIndexSpec {
     let key_pattern = bson::doc! { "_id": 1 };
     ParsedIndexSpec {
         name: ID_INDEX_NAME.to_string(),
-        fields: vec![IndexField { path: "_id".into(), kind: FieldKind::Ascending }],
+        fields: vec![IndexField { path: Cow::Borrowed("_id"), kind: FieldKind::Ascending }],
         unique: true,
         sparse: false,
         spec: bson::doc! { "v": 2, "key": key_pattern.clone(), "name": ID_INDEX_NAME },
@@ -158,7 +158,7 @@ pub(crate) fn default_index_name(key_pattern: &Document) -> String {
 }
 
 /// Parses a key pattern document into index fields.
-pub(crate) fn parse_key_pattern(key_pattern: &Document) -> Result<Vec<IndexField>, StorageError> {
+pub(crate) fn parse_key_pattern(key_pattern: &Document) -> Result<Vec<IndexField<'static>>, StorageError> {
     if key_pattern.is_empty() {
         return Err(StorageError::CannotCreateIndex("index key pattern must not be empty".into()));
     }
@@ -202,12 +202,47 @@ pub(crate) fn parse_key_pattern(key_pattern: &Document) -> Result<Vec<IndexField
                 )));
             }
         };
-        fields.push(IndexField { path: path.as_str().into(), kind });
+        fields.push(IndexField { path: Cow::Owned(path.clone()), kind });
     }
     if fields.iter().filter(|field| field.kind == FieldKind::Hashed).count() > 1 {
         return Err(StorageError::CannotCreateIndex(
             "a key pattern may contain at most one hashed field".into(),
         ));
+    }
+    Ok(fields)
+}
+
+/// The fields of a key pattern stored in a cached spec (validated when the spec was stored),
+/// borrowing the paths from the spec bytes.
+pub(crate) fn key_fields_from_raw(key_pattern: &bson::RawDocument) -> Result<Vec<IndexField<'_>>, StorageError> {
+    let corrupt = |what: String| StorageError::Corrupt(format!("stored key pattern: {what}"));
+    let mut fields = Vec::with_capacity(4);
+    for element in key_pattern {
+        let (path, value) = element.map_err(|error| corrupt(error.to_string()))?;
+        let number = match value {
+            bson::RawBsonRef::Int32(number) => f64::from(number),
+            bson::RawBsonRef::Int64(number) => number as f64,
+            bson::RawBsonRef::Double(number) => number,
+            bson::RawBsonRef::Decimal128(number) => {
+                myriad_keystring::compare::decimal_to_f64(&number)
+            }
+            bson::RawBsonRef::String("hashed") => {
+                fields.push(IndexField { path: Cow::Borrowed(path), kind: FieldKind::Hashed });
+                continue;
+            }
+            other => return Err(corrupt(format!("field {path} has value {other:?}"))),
+        };
+        let kind = if number > 0.0 {
+            FieldKind::Ascending
+        } else if number < 0.0 {
+            FieldKind::Descending
+        } else {
+            return Err(corrupt(format!("field {path} has direction {number}")));
+        };
+        fields.push(IndexField { path: Cow::Borrowed(path), kind });
+    }
+    if fields.is_empty() {
+        return Err(corrupt("empty".to_string()));
     }
     Ok(fields)
 }
@@ -404,7 +439,7 @@ fn values_at_path<'d>(document: &'d Document, path: &str) -> PathValues<'d> {
 /// The keystrings (without prefix or record id) `document` produces for an index, sorted and
 /// without duplicates. Empty for a sparse index when every key field is missing.
 pub(crate) fn generate_keys(
-    fields: &[IndexField],
+    fields: &[IndexField<'_>],
     sparse: bool,
     document: &Document,
 ) -> Result<Vec<Vec<u8>>, StorageError> {
@@ -487,7 +522,7 @@ pub(crate) fn generate_keys(
 }
 
 /// The `{field: value}` document MongoDB shows for a duplicate key, decoded from the keystring.
-pub(crate) fn key_value_document(fields: &[IndexField], keystring: &[u8]) -> Document {
+pub(crate) fn key_value_document(fields: &[IndexField<'_>], keystring: &[u8]) -> Document {
     let directions: Vec<Direction> = fields.iter().map(|field| field.kind.direction()).collect();
     let values = myriad_keystring::decode_key(keystring, &directions).unwrap_or_default();
     let mut document = Document::new();
@@ -502,7 +537,7 @@ mod tests {
     use super::*;
     use bson::doc;
 
-    fn fields(pattern: Document) -> Vec<IndexField> {
+    fn fields(pattern: Document) -> Vec<IndexField<'static>> {
         parse_key_pattern(&pattern).expect("valid pattern")
     }
 

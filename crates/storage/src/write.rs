@@ -163,9 +163,9 @@ impl<'e> WriteTransaction<'e> {
         };
         StorageError::DuplicateKey {
             namespace: entry.namespace.to_string(),
-            index_name: index.name.to_string(),
+            index_name: index.name().to_string(),
             key_pattern: index.key_pattern().unwrap_or_default(),
-            key_value: key_value_document(&index.fields, keystring),
+            key_value: index.fields().map(|fields| key_value_document(&fields, keystring)).unwrap_or_default(),
         }
     }
 
@@ -190,12 +190,13 @@ impl<'e> WriteTransaction<'e> {
     ) -> Result<PlannedEntries, StorageError> {
         let mut planned = PlannedEntries { puts: Vec::new(), deletes: Vec::new() };
         for (position, index) in entry.indexes.iter().enumerate() {
+            let fields = index.fields()?;
             let old_keys = match old {
-                Some(document) => generate_keys(&index.fields, index.sparse, document)?,
+                Some(document) => generate_keys(&fields, index.sparse, document)?,
                 None => Vec::new(),
             };
             let new_keys = match new {
-                Some(document) => generate_keys(&index.fields, index.sparse, document)?,
+                Some(document) => generate_keys(&fields, index.sparse, document)?,
                 None => Vec::new(),
             };
             for keystring in sorted_difference(&old_keys, &new_keys) {
