@@ -1230,7 +1230,7 @@ impl Engine {
         }
         let (range_start, range_end) = keys::prefix_range(entry.prefix);
         let start = match start_after {
-            Some(record_id) if record_id >= i64::MAX => return Ok(Vec::new()),
+            Some(i64::MAX) => return Ok(Vec::new()),
             Some(record_id) => keys::record_key(entry.prefix, record_id.max(0) + 1).to_vec(),
             None => range_start.to_vec(),
         };

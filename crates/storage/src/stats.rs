@@ -42,7 +42,7 @@ pub(crate) fn encode_counters(values: &[i64]) -> Vec<u8> {
 
 /// Decodes a counter vector into exactly `slots` values (missing slots are 0).
 pub(crate) fn decode_counters(bytes: &[u8], slots: usize) -> Result<Vec<i64>, StorageError> {
-    if bytes.len() % 8 != 0 || bytes.len() / 8 > MAX_SLOTS {
+    if bytes.len() & 7 != 0 || bytes.len() / 8 > MAX_SLOTS {
         return Err(StorageError::Corrupt(format!("stats value of {} bytes", bytes.len())));
     }
     let mut values = vec![0i64; slots];
@@ -55,7 +55,7 @@ pub(crate) fn decode_counters(bytes: &[u8], slots: usize) -> Result<Vec<i64>, St
 }
 
 fn add_into(total: &mut Vec<i64>, bytes: &[u8]) -> Option<()> {
-    if bytes.len() % 8 != 0 || bytes.len() / 8 > MAX_SLOTS {
+    if bytes.len() & 7 != 0 || bytes.len() / 8 > MAX_SLOTS {
         return None;
     }
     let slots = bytes.len() / 8;
