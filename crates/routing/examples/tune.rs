@@ -2,7 +2,7 @@
 //! fan-out) pair and prints build time, memory by the map's own accounting, point lookup and
 //! refresh (one split into 8 plus one migration with its control chunk) medians.
 //!
-//! `cargo run --release -p myriad-routing --example tune -- 10000000 64,128,256,500 16,32,64`
+//! `cargo run --release -p myriad-routing --example tune -- 10000000 64,128,256,500 16,32,64 [refreshes]`
 
 use std::time::Instant;
 
@@ -46,6 +46,7 @@ fn main() -> Result<(), String> {
     let chunks: usize = arguments.next().and_then(|text| text.parse().ok()).unwrap_or(1_000_000);
     let bucket_sizes = list(arguments.next(), &[500]);
     let fan_outs = list(arguments.next(), &[64]);
+    let refresh_count: usize = arguments.next().and_then(|text| text.parse().ok()).unwrap_or(300);
     let lowest = encode_key([(&Bson::MinKey, Direction::Ascending)]);
     let highest = encode_key([(&Bson::MaxKey, Direction::Ascending)]);
     let step = u64::MAX / chunks as u64;
@@ -92,7 +93,7 @@ fn main() -> Result<(), String> {
             let lookup_ns = median(samples);
 
             let mut refreshes = Vec::new();
-            for _ in 0..300 {
+            for _ in 0..refresh_count {
                 let (major, _minor) = map.collection_version().placement();
                 let split = map.find(&key(next(&mut state) as i64)).map(|c| c.to_chunk()).ok_or("no chunk")?;
                 let moved = map.find(&key(next(&mut state) as i64)).map(|c| c.to_chunk()).ok_or("no chunk")?;
@@ -118,10 +119,11 @@ fn main() -> Result<(), String> {
                 for (index, pair) in points.windows(2).enumerate() {
                     changed.push(Chunk { min: pair[0].clone(), max: pair[1].clone(), shard: split.shard, version: version(major + 1, 2 + index as u32) });
                 }
+                // Timed as the benchmark times it: build the new map and release the old one.
                 let start = Instant::now();
                 let updated = map.apply(&changed).map_err(|e| e.to_string())?;
-                refreshes.push(start.elapsed().as_nanos() as f64 / 1e3);
                 map = updated;
+                refreshes.push(start.elapsed().as_nanos() as f64 / 1e3);
             }
             let refresh_us = median(refreshes);
             println!(

@@ -127,7 +127,7 @@ impl<'a> Chunks<'a> {
                 return false;
             }
             if let Some(shard) = self.shard {
-                if inner.child_summary(child).binary_search_by_key(&shard, |max| max.shard).is_err() {
+                if inner.children[child].summary().binary_search_by_key(&shard, |max| max.shard).is_err() {
                     continue;
                 }
             }

@@ -84,7 +84,6 @@ impl Collection {
 pub struct ChunkMap {
     pub(crate) root: Arc<Node>,
     pub(crate) collection: Arc<Collection>,
-    shard_maxima: Arc<[ShardMax]>,
     collection_version: (u32, u32),
     chunk_count: u64,
 }
@@ -198,9 +197,9 @@ impl ChunkMapBuilder {
         if leaves.len() >= 2 {
             node::fix_underflow(&mut leaves, &mut context)?;
         }
-        let (root, chunk_count, summary) = node::into_root(leaves, &mut context)?;
+        let (root, chunk_count) = node::into_root(leaves, &mut context)?;
         debug_assert_eq!(chunk_count, self.chunk_count);
-        Ok(ChunkMap::from_parts(root, self.collection, summary, chunk_count))
+        Ok(ChunkMap::from_parts(root, self.collection, chunk_count))
     }
 }
 
@@ -213,9 +212,9 @@ pub struct RangeTarget {
 }
 
 impl ChunkMap {
-    fn from_parts(root: Arc<Node>, collection: Arc<Collection>, summary: Vec<ShardMax>, chunk_count: u64) -> ChunkMap {
-        let collection_version = summary.iter().map(ShardMax::version).max().unwrap_or((0, 0));
-        ChunkMap { root, collection, shard_maxima: summary.into(), collection_version, chunk_count }
+    fn from_parts(root: Arc<Node>, collection: Arc<Collection>, chunk_count: u64) -> ChunkMap {
+        let collection_version = root.summary().iter().map(ShardMax::version).max().unwrap_or((0, 0));
+        ChunkMap { root, collection, collection_version, chunk_count }
     }
 
     /// Builds a map from all of a collection's chunks, sorted by key, validating that they tile
@@ -259,7 +258,8 @@ impl ChunkMap {
     pub fn shard_versions(&self) -> ShardVersionMap {
         ShardVersionMap {
             entries: self
-                .shard_maxima
+                .root
+                .summary()
                 .iter()
                 .map(|max| (ShardId(max.shard), self.collection.version(max.version())))
                 .collect(),
@@ -267,8 +267,9 @@ impl ChunkMap {
     }
 
     pub fn shard_version(&self, shard: ShardId) -> Option<ChunkVersion> {
-        let index = self.shard_maxima.binary_search_by_key(&shard.0, |max| max.shard).ok()?;
-        self.shard_maxima.get(index).map(|max| self.collection.version(max.version()))
+        let summary = self.root.summary();
+        let index = summary.binary_search_by_key(&shard.0, |max| max.shard).ok()?;
+        summary.get(index).map(|max| self.collection.version(max.version()))
     }
 
     /// A map with one more shard name (or this map, if the name is known), and the shard's id.
@@ -400,8 +401,8 @@ impl ChunkMap {
         let parameters = collection.info.parameters;
         let mut context = TreeContext { parameters: &parameters, scratch: SummaryScratch::new(collection.info.shards.len()) };
         let items = node::edit(&self.root, &collection.highest, &edits, &mut context)?;
-        let (root, chunk_count, summary) = node::into_root(items, &mut context)?;
-        Ok(ChunkMap::from_parts(root, Arc::clone(collection), summary, chunk_count))
+        let (root, chunk_count) = node::into_root(items, &mut context)?;
+        Ok(ChunkMap::from_parts(root, Arc::clone(collection), chunk_count))
     }
 
     /// A run of changed chunks `[start, end)` must begin and end on existing chunk boundaries,
@@ -431,12 +432,13 @@ impl ChunkMap {
     /// diagnostics.
     pub fn verify(&self) -> Result<(), RoutingError> {
         let mut depth = None;
-        let (count, summary) = verify_node(&self.root, &self.collection, true, 0, &mut depth)?;
+        let count = verify_node(&self.root, &self.collection, true, 0, &mut depth)?;
         if count != self.chunk_count {
             return Err(RoutingError::Internal("chunk count differs from the tree"));
         }
-        if summary.as_slice() != &*self.shard_maxima {
-            return Err(RoutingError::Internal("shard versions differ from the tree"));
+        let newest = self.root.summary().iter().map(ShardMax::version).max().unwrap_or((0, 0));
+        if newest != self.collection_version {
+            return Err(RoutingError::Internal("collection version differs from the tree"));
         }
         if self.root.keys().key(0) != self.collection.lowest.as_slice() {
             return Err(RoutingError::Internal("first chunk does not start at MinKey"));
@@ -482,7 +484,7 @@ fn collect_range(node: &Node, upper: &[u8], start: &[u8], end: &[u8], seen: &mut
                 let child_upper = if child + 1 < count { inner.keys.key(child + 1) } else { upper };
                 if child_lower >= start && child_upper <= end {
                     *chunk_count += inner.chunk_counts[child];
-                    for max in inner.child_summary(child) {
+                    for max in inner.children[child].summary() {
                         mark(seen, max.shard);
                     }
                 } else {
@@ -493,14 +495,14 @@ fn collect_range(node: &Node, upper: &[u8], start: &[u8], end: &[u8], seen: &mut
     }
 }
 
-/// Checks one subtree; returns its chunk count and summary.
+/// Checks one subtree, its own summary included; returns its chunk count.
 fn verify_node(
     node: &Node,
     collection: &Collection,
     is_root: bool,
     depth: usize,
     leaf_depth: &mut Option<usize>,
-) -> Result<(u64, Vec<ShardMax>), RoutingError> {
+) -> Result<u64, RoutingError> {
     let parameters = &collection.info.parameters;
     let keys = node.keys();
     for index in 1..keys.len() {
@@ -508,7 +510,7 @@ fn verify_node(
             return Err(RoutingError::Internal("keys out of order"));
         }
     }
-    let scratch = SummaryScratch::new(collection.info.shards.len());
+    let mut context = TreeContext { parameters, scratch: SummaryScratch::new(collection.info.shards.len()) };
     match node {
         Node::Leaf(leaf) => {
             if *leaf_depth.get_or_insert(depth) != depth {
@@ -521,11 +523,13 @@ fn verify_node(
             if !is_root && size < parameters.leaf_minimum() {
                 return Err(RoutingError::Internal("leaf too small"));
             }
-            let mut context = TreeContext { parameters, scratch };
             let entries: Vec<(&[u8], Placement)> =
                 leaf.placements.iter().enumerate().map(|(index, placement)| (keys.key(index), *placement)).collect();
-            let subtree = node::make_leaf(&entries, &mut context)?;
-            Ok((size as u64, subtree.summary.into_owned()))
+            let rebuilt = node::make_leaf(&entries, &mut context)?;
+            if rebuilt.node.summary() != node.summary() {
+                return Err(RoutingError::Internal("stale leaf summary"));
+            }
+            Ok(size as u64)
         }
         Node::Inner(inner) => {
             let size = inner.children.len();
@@ -543,26 +547,27 @@ fn verify_node(
                 if child.keys().key(0) != keys.key(index) {
                     return Err(RoutingError::Internal("separator differs from the child's first key"));
                 }
-                let (count, summary) = verify_node(child, collection, false, depth + 1, leaf_depth)?;
-                if count != inner.chunk_counts[index] || summary.as_slice() != inner.child_summary(index) {
-                    return Err(RoutingError::Internal("stale per-child count or summary"));
+                let count = verify_node(child, collection, false, depth + 1, leaf_depth)?;
+                if count != inner.chunk_counts[index] {
+                    return Err(RoutingError::Internal("stale per-child chunk count"));
                 }
                 total += count;
             }
-            let mut context = TreeContext { parameters, scratch };
-            let merged = node::make_inner(
+            let rebuilt = node::make_inner(
                 (0..size)
                     .map(|index| Subtree {
-                        first_key: std::borrow::Cow::Borrowed(keys.key(index)),
+                        first_key: Some(keys.key(index)),
                         node: Arc::clone(&inner.children[index]),
                         chunk_count: inner.chunk_counts[index],
-                        summary: std::borrow::Cow::Borrowed(inner.child_summary(index)),
                         fresh: false,
                     })
                     .collect(),
                 &mut context,
             )?;
-            Ok((total, merged.summary.into_owned()))
+            if rebuilt.node.summary() != node.summary() {
+                return Err(RoutingError::Internal("stale inner summary"));
+            }
+            Ok(total)
         }
     }
 }

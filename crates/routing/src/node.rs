@@ -3,11 +3,12 @@
 //!
 //! Each chunk is stored once, in a leaf, as its min bound plus a 12-byte placement (version and
 //! shard); its max is the next chunk's min (or, for the last chunk of a leaf, the bound its parent
-//! gives the leaf). An inner node keeps, per child, the child's first key, its chunk count and a
-//! summary of the highest version per shard inside it, so a parent can be rebuilt, and the
-//! collection's shard versions recomputed, without visiting unchanged children.
+//! gives the leaf). An inner node keeps, per child, the child's first key and chunk count, so a
+//! parent can be rebuilt without visiting unchanged children. Every node also keeps its own
+//! summary: the highest version per shard inside it. A rebuilt node derives its summary from its
+//! old one and the children that changed (`incremental_summary`), so the collection's shard
+//! versions stay exact at O(k · log N) cost.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::keys::KeyBlock;
@@ -51,6 +52,8 @@ pub(crate) enum Node {
 pub(crate) struct Leaf {
     pub(crate) keys: KeyBlock,
     pub(crate) placements: Box<[Placement]>,
+    /// Highest version per shard among these chunks, sorted by shard.
+    pub(crate) summary: Box<[ShardMax]>,
 }
 
 /// Child `i` holds the chunks whose min is in `[keys.key(i), keys.key(i + 1) or the upper bound)`.
@@ -58,24 +61,17 @@ pub(crate) struct Inner {
     pub(crate) keys: KeyBlock,
     pub(crate) children: Box<[Arc<Node>]>,
     pub(crate) chunk_counts: Box<[u64]>,
-    /// Child `i`'s summary is `summaries[summary_ends[i - 1]..summary_ends[i]]`, sorted by shard.
-    pub(crate) summary_ends: Box<[u32]>,
-    pub(crate) summaries: Box<[ShardMax]>,
+    /// Highest version per shard in this subtree, sorted by shard.
+    pub(crate) summary: Box<[ShardMax]>,
 }
 
 impl Inner {
-    pub(crate) fn child_summary(&self, index: usize) -> &[ShardMax] {
-        let start = if index == 0 { 0 } else { self.summary_ends[index - 1] as usize };
-        &self.summaries[start..self.summary_ends[index] as usize]
-    }
-
     /// Child `index` as a subtree that a rebuilt parent can take over unchanged.
     fn subtree(&self, index: usize) -> Subtree<'_> {
         Subtree {
-            first_key: Cow::Borrowed(self.keys.key(index)),
+            first_key: Some(self.keys.key(index)),
             node: Arc::clone(&self.children[index]),
             chunk_count: self.chunk_counts[index],
-            summary: Cow::Borrowed(self.child_summary(index)),
             fresh: false,
         }
     }
@@ -86,6 +82,14 @@ impl Node {
         match self {
             Node::Leaf(leaf) => &leaf.keys,
             Node::Inner(inner) => &inner.keys,
+        }
+    }
+
+    /// Highest version per shard in this subtree, sorted by shard.
+    pub(crate) fn summary(&self) -> &[ShardMax] {
+        match self {
+            Node::Leaf(leaf) => &leaf.summary,
+            Node::Inner(inner) => &inner.summary,
         }
     }
 
@@ -105,24 +109,32 @@ impl Node {
     pub(crate) fn heap_bytes(&self) -> usize {
         let own = std::mem::size_of::<Node>() + 2 * std::mem::size_of::<usize>();
         own + self.keys().heap_bytes()
+            + self.summary().len() * std::mem::size_of::<ShardMax>()
             + match self {
                 Node::Leaf(leaf) => leaf.placements.len() * std::mem::size_of::<Placement>(),
-                Node::Inner(inner) => {
-                    inner.children.len() * (std::mem::size_of::<Arc<Node>>() + 8 + 4)
-                        + inner.summaries.len() * std::mem::size_of::<ShardMax>()
-                }
+                Node::Inner(inner) => inner.children.len() * (std::mem::size_of::<Arc<Node>>() + 8),
             }
     }
 }
 
 /// A subtree ready to be placed in a parent: the parent stores these fields per child.
 pub(crate) struct Subtree<'a> {
-    pub(crate) first_key: Cow<'a, [u8]>,
+    /// The subtree's first key as its old parent holds it (so an unchanged child is not read);
+    /// `None` means read it from the node, which a fresh node has in cache.
+    pub(crate) first_key: Option<&'a [u8]>,
     pub(crate) node: Arc<Node>,
     pub(crate) chunk_count: u64,
-    pub(crate) summary: Cow<'a, [ShardMax]>,
     /// Built by this refresh (so possibly below the minimum size); unchanged subtrees are not.
     pub(crate) fresh: bool,
+}
+
+impl Subtree<'_> {
+    fn first_key(&self) -> &[u8] {
+        match self.first_key {
+            Some(key) => key,
+            None => self.node.keys().key(0),
+        }
+    }
 }
 
 /// Dense per-shard maxima used to build summaries in time linear in what is merged.
@@ -187,20 +199,19 @@ fn group_sizes(count: usize, maximum: usize) -> impl Iterator<Item = usize> {
 
 /// A leaf of `entries` (sorted, distinct mins) as a fresh subtree.
 pub(crate) fn make_leaf(entries: &[(&[u8], Placement)], context: &mut TreeContext) -> Result<Subtree<'static>, RoutingError> {
-    let Some(first) = entries.first() else {
+    if entries.is_empty() {
         return Err(RoutingError::Internal("empty leaf"));
-    };
+    }
     let keys = KeyBlock::build(entries.len(), |index| entries[index].0);
     for (_, placement) in entries {
         context.scratch.add(placement.shard, placement.version());
     }
-    let summary = context.scratch.take();
+    let summary = context.scratch.take().into_boxed_slice();
     let placements = entries.iter().map(|(_, placement)| *placement).collect();
     Ok(Subtree {
-        first_key: Cow::Owned(first.0.to_vec()),
-        node: Arc::new(Node::Leaf(Leaf { keys, placements })),
+        first_key: None,
+        node: Arc::new(Node::Leaf(Leaf { keys, placements, summary })),
         chunk_count: entries.len() as u64,
-        summary: Cow::Owned(summary),
         fresh: true,
     })
 }
@@ -231,42 +242,46 @@ pub(crate) fn pack_inner(items: Vec<Subtree<'_>>, context: &mut TreeContext) -> 
 }
 
 pub(crate) fn make_inner(group: Vec<Subtree<'_>>, context: &mut TreeContext) -> Result<Subtree<'static>, RoutingError> {
-    let Some(first) = group.first() else {
+    make_inner_with(group, None, context)
+}
+
+/// An inner node over `group`; `known_summary` is the node's own per-shard maxima when the
+/// caller already knows them (see `incremental_summary`), else they are merged from the group.
+fn make_inner_with(
+    group: Vec<Subtree<'_>>,
+    known_summary: Option<Vec<ShardMax>>,
+    context: &mut TreeContext,
+) -> Result<Subtree<'static>, RoutingError> {
+    if group.is_empty() {
         return Err(RoutingError::Internal("empty inner node"));
-    };
-    let first_key = first.first_key.to_vec();
-    let keys = KeyBlock::build(group.len(), |index| &group[index].first_key);
-    let summary_total: usize = group.iter().map(|item| item.summary.len()).sum();
-    let mut summaries = Vec::with_capacity(summary_total);
-    let mut summary_ends = Vec::with_capacity(group.len());
+    }
+    let keys = KeyBlock::build(group.len(), |index| group[index].first_key());
     let mut chunk_counts = Vec::with_capacity(group.len());
     let mut children = Vec::with_capacity(group.len());
     let mut chunk_count = 0u64;
+    let merge = known_summary.is_none();
     for item in group {
-        for shard_max in item.summary.iter() {
-            context.scratch.add(shard_max.shard, shard_max.version());
+        if merge {
+            // Only bulk builds and node splits get here; their children are in cache.
+            for shard_max in item.node.summary() {
+                context.scratch.add(shard_max.shard, shard_max.version());
+            }
         }
-        summaries.extend_from_slice(&item.summary);
-        summary_ends.push(u32::try_from(summaries.len()).map_err(|_| RoutingError::Internal("summary too long"))?);
         chunk_counts.push(item.chunk_count);
         chunk_count += item.chunk_count;
         children.push(item.node);
     }
-    let summary = context.scratch.take();
+    let summary = match known_summary {
+        Some(summary) => summary,
+        None => context.scratch.take(),
+    };
     let inner = Inner {
         keys,
         children: children.into_boxed_slice(),
         chunk_counts: chunk_counts.into_boxed_slice(),
-        summary_ends: summary_ends.into_boxed_slice(),
-        summaries: summaries.into_boxed_slice(),
+        summary: summary.into_boxed_slice(),
     };
-    Ok(Subtree {
-        first_key: Cow::Owned(first_key),
-        node: Arc::new(Node::Inner(inner)),
-        chunk_count,
-        summary: Cow::Owned(summary),
-        fresh: true,
-    })
+    Ok(Subtree { first_key: None, node: Arc::new(Node::Inner(inner)), chunk_count, fresh: true })
 }
 
 /// Two adjacent subtrees of the same height repacked into one or two fresh ones.
@@ -302,7 +317,8 @@ pub(crate) fn merge_pair(left: &Subtree<'_>, right: &Subtree<'_>, context: &mut 
 
 /// Merges every fresh subtree below the minimum size with a neighbour. Unchanged subtrees already
 /// satisfy the minimum, so only fresh ones (hot in cache) are measured.
-pub(crate) fn fix_underflow(items: &mut Vec<Subtree<'_>>, context: &mut TreeContext) -> Result<(), RoutingError> {
+pub(crate) fn fix_underflow(items: &mut Vec<Subtree<'_>>, context: &mut TreeContext) -> Result<bool, RoutingError> {
+    let mut merged_any = false;
     let mut index = 0;
     // Each round either advances or shrinks the list, so this bound is never reached.
     let mut rounds_left = 2 * items.len() + 8;
@@ -313,12 +329,61 @@ pub(crate) fn fix_underflow(items: &mut Vec<Subtree<'_>>, context: &mut TreeCont
             let left = if index + 1 < items.len() { index } else { index - 1 };
             let merged = merge_pair(&items[left], &items[left + 1], context)?;
             items.splice(left..=left + 1, merged);
+            merged_any = true;
             index = left;
         } else {
             index += 1;
         }
     }
-    Ok(())
+    Ok(merged_any)
+}
+
+fn version_of(summary: &[ShardMax], shard: u16) -> Option<(u32, u32)> {
+    summary.binary_search_by_key(&shard, |max| max.shard).ok().map(|index| summary[index].version())
+}
+
+/// Per-shard maxima of `lists` (each sorted by shard), sorted by shard.
+fn merged_maxima(lists: &[&[ShardMax]]) -> Vec<ShardMax> {
+    let mut all: Vec<ShardMax> = lists.iter().flat_map(|list| list.iter().copied()).collect();
+    all.sort_unstable_by_key(|max| (max.shard, std::cmp::Reverse(max.version())));
+    all.dedup_by_key(|max| max.shard);
+    all
+}
+
+/// A rebuilt inner node's per-shard maxima from its old ones, reading only the children that
+/// changed: `old` are the node's maxima before the edit, `removed` the summaries of the children
+/// the edit replaced or dropped, and `items` the new child list (fresh items are the
+/// replacements, unchanged ones are read only in the rare case below). A shard's old maximum still stands unless a removed child held it; only then,
+/// and only if the replacements do not reach it, are the unchanged children consulted for that
+/// shard. This keeps a refresh's summary work proportional to the children it touches instead of
+/// the node's fan-out.
+fn incremental_summary(old: &[ShardMax], removed: &[&[ShardMax]], items: &[Subtree<'_>]) -> Vec<ShardMax> {
+    let removed_maxima = merged_maxima(removed);
+    let added: Vec<&[ShardMax]> = items.iter().filter(|item| item.fresh).map(|item| item.node.summary()).collect();
+    let added_maxima = merged_maxima(&added);
+    let mut shards: Vec<u16> = old.iter().chain(&added_maxima).map(|max| max.shard).collect();
+    shards.sort_unstable();
+    shards.dedup();
+    let mut summary = Vec::with_capacity(shards.len());
+    for shard in shards {
+        let before = version_of(old, shard);
+        let taken = version_of(&removed_maxima, shard);
+        let added = version_of(&added_maxima, shard);
+        let kept = if taken.is_some() && taken == before && added < before {
+            // The old maximum left with a removed child: the unchanged children decide.
+            items
+                .iter()
+                .filter(|item| !item.fresh)
+                .filter_map(|item| version_of(item.node.summary(), shard))
+                .max()
+        } else {
+            before
+        };
+        if let Some((major, minor)) = kept.max(added) {
+            summary.push(ShardMax { shard, major, minor });
+        }
+    }
+    summary
 }
 
 /// One contiguous change: delete the chunks whose min is in `[start, end)` and insert `entries`
@@ -375,6 +440,7 @@ pub(crate) fn edit<'a>(
                 }
             }
             let mut items: Vec<Subtree<'a>> = Vec::with_capacity(count + 4);
+            let mut removed: Vec<&[ShardMax]> = Vec::with_capacity(plan.len());
             let mut step = 0;
             let mut child_edits: Vec<Edit<'a>> = Vec::new();
             for child in 0..count {
@@ -387,6 +453,7 @@ pub(crate) fn edit<'a>(
                     items.push(inner.subtree(child));
                     continue;
                 }
+                removed.push(inner.children[child].summary());
                 if group.iter().any(|(_, edit)| edit.is_none()) {
                     continue;
                 }
@@ -398,9 +465,15 @@ pub(crate) fn edit<'a>(
             if step != plan.len() {
                 return Err(RoutingError::Internal("edit plan out of order"));
             }
-            fix_underflow(&mut items, context)?;
+            let merged = fix_underflow(&mut items, context)?;
             if items.is_empty() {
                 return Ok(Vec::new());
+            }
+            if !merged && items.len() <= context.parameters.routing_table_inner_node_fan_out {
+                // The common case: the node keeps its shape, so its maxima follow from the
+                // children that changed.
+                let own = incremental_summary(&inner.summary, &removed, &items);
+                return Ok(vec![make_inner_with(items, Some(own), context)?]);
             }
             pack_inner(items, context)
         }
@@ -408,7 +481,7 @@ pub(crate) fn edit<'a>(
 }
 
 /// Stacks subtrees of one height into a single root, then drops single-child roots.
-pub(crate) fn into_root(mut items: Vec<Subtree<'_>>, context: &mut TreeContext) -> Result<(Arc<Node>, u64, Vec<ShardMax>), RoutingError> {
+pub(crate) fn into_root(mut items: Vec<Subtree<'_>>, context: &mut TreeContext) -> Result<(Arc<Node>, u64), RoutingError> {
     // Each round divides the count by at least 2 (fan-out >= 4), so 64 rounds cover any size.
     let mut rounds_left = 64;
     while items.len() > 1 {
@@ -429,5 +502,5 @@ pub(crate) fn into_root(mut items: Vec<Subtree<'_>>, context: &mut TreeContext) 
         };
         root = only_child;
     }
-    Ok((root, top.chunk_count, top.summary.into_owned()))
+    Ok((root, top.chunk_count))
 }
