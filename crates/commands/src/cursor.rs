@@ -30,8 +30,16 @@ pub struct Cursor {
 }
 
 pub struct CursorManager {
-    open: Mutex<HashMap<i64, Cursor>>,
+    open: Mutex<OpenCursors>,
 }
+
+struct OpenCursors {
+    by_id: HashMap<i64, Cursor>,
+    /// Reaping scans every cursor, so it runs at most once per `REAP_INTERVAL`.
+    last_reaped: Instant,
+}
+
+const REAP_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Default for CursorManager {
     fn default() -> Self {
@@ -41,21 +49,21 @@ impl Default for CursorManager {
 
 impl CursorManager {
     pub fn new() -> CursorManager {
-        CursorManager { open: Mutex::new(HashMap::new()) }
+        CursorManager { open: Mutex::new(OpenCursors { by_id: HashMap::new(), last_reaped: Instant::now() }) }
     }
 
     /// Stores a cursor and returns its new id (positive, never 0).
     pub fn register(&self, cursor: Cursor) -> i64 {
         let mut open = self.open.lock();
         reap_idle(&mut open);
-        if open.len() >= MAX_OPEN_CURSORS {
-            if let Some(oldest) = open.iter().min_by_key(|(_, cursor)| cursor.last_used).map(|(id, _)| *id) {
-                open.remove(&oldest);
+        if open.by_id.len() >= MAX_OPEN_CURSORS {
+            if let Some(oldest) = open.by_id.iter().min_by_key(|(_, cursor)| cursor.last_used).map(|(id, _)| *id) {
+                open.by_id.remove(&oldest);
             }
         }
         loop {
             let id = (rand_id() & i64::MAX).max(1);
-            if let std::collections::hash_map::Entry::Vacant(slot) = open.entry(id) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = open.by_id.entry(id) {
                 slot.insert(cursor);
                 return id;
             }
@@ -66,36 +74,40 @@ impl CursorManager {
     pub fn check_out(&self, id: i64) -> Option<Cursor> {
         let mut open = self.open.lock();
         reap_idle(&mut open);
-        open.remove(&id)
+        open.by_id.remove(&id)
     }
 
     pub fn check_in(&self, id: i64, mut cursor: Cursor) {
         cursor.last_used = Instant::now();
-        self.open.lock().insert(id, cursor);
+        self.open.lock().by_id.insert(id, cursor);
     }
 
     pub fn kill(&self, id: i64) -> bool {
-        self.open.lock().remove(&id).is_some()
+        self.open.lock().by_id.remove(&id).is_some()
     }
 
     pub fn open_count(&self) -> usize {
-        self.open.lock().len()
+        self.open.lock().by_id.len()
     }
 
     /// Cursors of a namespace die with it (drop, rename).
     pub fn kill_namespace(&self, namespace: &str) {
-        self.open.lock().retain(|_, cursor| cursor.namespace != namespace);
+        self.open.lock().by_id.retain(|_, cursor| cursor.namespace != namespace);
     }
 
     pub fn kill_database(&self, db: &str) {
         let prefix = format!("{db}.");
-        self.open.lock().retain(|_, cursor| !cursor.namespace.starts_with(&prefix));
+        self.open.lock().by_id.retain(|_, cursor| !cursor.namespace.starts_with(&prefix));
     }
 }
 
-fn reap_idle(open: &mut HashMap<i64, Cursor>) {
+fn reap_idle(open: &mut OpenCursors) {
     let now = Instant::now();
-    open.retain(|_, cursor| now.duration_since(cursor.last_used) < CURSOR_TIMEOUT);
+    if now.duration_since(open.last_reaped) < REAP_INTERVAL {
+        return;
+    }
+    open.last_reaped = now;
+    open.by_id.retain(|_, cursor| now.duration_since(cursor.last_used) < CURSOR_TIMEOUT);
 }
 
 /// Cursor ids need not be cryptographic, only unpredictable enough not to collide across
