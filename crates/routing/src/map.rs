@@ -297,14 +297,22 @@ impl ChunkMap {
         loop {
             match node {
                 Node::Inner(inner) => {
-                    let child = inner.keys.rank(key, true).checked_sub(1)?;
+                    // Loading the children line while the last head line is searched overlaps
+                    // two cache misses; the loaded value itself is not needed.
+                    let rank = inner.keys.rank_touching(key, true, |first| {
+                        std::hint::black_box(inner.children.get(first).map(Arc::as_ptr));
+                    });
+                    let child = rank.checked_sub(1)?;
                     if child + 1 < inner.children.len() {
                         upper = inner.keys.key(child + 1);
                     }
                     node = &inner.children[child];
                 }
                 Node::Leaf(leaf) => {
-                    let index = leaf.keys.rank(key, true).checked_sub(1)?;
+                    let rank = leaf.keys.rank_touching(key, true, |first| {
+                        std::hint::black_box(leaf.placements.get(first).map(|placement| placement.shard));
+                    });
+                    let index = rank.checked_sub(1)?;
                     return Some(ChunkView::new(leaf, index, upper, &self.collection));
                 }
             }

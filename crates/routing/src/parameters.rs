@@ -15,18 +15,20 @@ pub struct RoutingParameters {
     /// Default 500, MongoDB's own bucket size, kept because it measured best: with
     /// `cargo run --release -p myriad-routing --example tune -- 10000000 64,128,256,500,1000 16,32,64`
     /// at 10M int64 chunks, leaves of 256 to 1000 chunks give lookups of 0.87-1.06 µs and
-    /// refreshes (split into 8 plus a migration) of 32-42 µs, all within run-to-run noise of each
-    /// other, while leaves of 64-128 make lookups slower (1.4-1.8 µs: more levels of inner nodes
-    /// that no longer fit in cache) without making refreshes faster. A leaf's 8-byte key heads
+    /// refreshes (split into 8 plus a migration) within run-to-run noise of each other, while
+    /// leaves of 64-128 make lookups slower (1.4-1.8 µs: more levels of inner nodes that no
+    /// longer fit in cache) without making refreshes faster. A leaf's 8-byte key heads
     /// form a 3-level search tree of cache lines at 500 (8^3 = 512), so a lookup reads 3 lines
     /// of it.
     pub routing_table_cache_chunk_bucket_size: usize,
     /// Children per inner node: an inner node splits above this and merges below half of it.
-    /// Narrower than the leaves (64 by default) because copying an inner node clones one `Arc`
-    /// per child (an atomic increment each) and its per-child shard summaries, and a refresh
-    /// copies one inner node per level per changed region; 64 keeps a 10M-chunk tree at four
-    /// levels whose inner nodes (a few MB) stay in cache for lookups. The tune example measured
-    /// 32 and 64 alike (within noise) and 16 slower for lookups.
+    /// Much narrower than the leaves (16 by default) because copying an inner node clones one
+    /// `Arc` per child, and each clone is an atomic increment on a cache line that, in a large
+    /// map, is cold: a refresh copies one inner node per level per changed region, so its cost
+    /// grows with the fan-out far faster than with the depth. Measured with the tune example at
+    /// 10M chunks (bucket 500): refresh medians of 37-39 µs at 16, 41 at 24, 45-46 at 32, 46-48
+    /// at 48 and 55-59 at 64, with lookups equal within noise (0.8-1.0 µs): the upper levels
+    /// stay in cache either way. Server parameter `routingTableCacheInnerNodeFanOut`.
     pub routing_table_inner_node_fan_out: usize,
 }
 
@@ -41,7 +43,7 @@ impl Default for RoutingParameters {
 
 impl RoutingParameters {
     pub const DEFAULT_BUCKET_SIZE: usize = 500;
-    pub const DEFAULT_INNER_FAN_OUT: usize = 64;
+    pub const DEFAULT_INNER_FAN_OUT: usize = 16;
     /// Smallest node: half of it (2) still lets a split produce two legal nodes.
     pub const MIN_NODE_SIZE: usize = 4;
     /// Largest node: keeps a node's key bytes well inside the `u32` offsets of a key block.
