@@ -109,7 +109,7 @@ impl Node {
     pub(crate) fn heap_bytes(&self) -> usize {
         let own = std::mem::size_of::<Node>() + 2 * std::mem::size_of::<usize>();
         own + self.keys().heap_bytes()
-            + self.summary().len() * std::mem::size_of::<ShardMax>()
+            + std::mem::size_of_val(self.summary())
             + match self {
                 Node::Leaf(leaf) => leaf.placements.len() * std::mem::size_of::<Placement>(),
                 Node::Inner(inner) => inner.children.len() * (std::mem::size_of::<Arc<Node>>() + 8),
