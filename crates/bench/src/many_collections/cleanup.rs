@@ -70,7 +70,8 @@ pub fn clean_up_now() {
 pub fn spawn_signal_watcher(runtime: &tokio::runtime::Runtime) {
     runtime.spawn(async {
         use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+        else {
             return;
         };
         let code = tokio::select! {

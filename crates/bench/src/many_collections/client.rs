@@ -16,7 +16,8 @@ pub const COMMAND_NOT_FOUND: i32 = 59;
 
 /// A client whose pool holds `pool_size` connections, failing fast when no server answers.
 pub async fn connect(uri: &str, pool_size: u32, operation_timeout: Duration) -> BenchResult<Client> {
-    let mut options = ClientOptions::parse(uri).await.map_err(|error| BenchError::driver(format!("parsing {uri}"), &error))?;
+    let mut options =
+        ClientOptions::parse(uri).await.map_err(|error| BenchError::driver(format!("parsing {uri}"), &error))?;
     options.app_name = Some("myriad-bench-many-collections".into());
     options.max_pool_size = Some(pool_size.max(1));
     options.min_pool_size = Some(0);
@@ -81,7 +82,12 @@ where
 }
 
 /// Runs a command on `database`, bounded by `timeout`.
-pub async fn command(client: &Client, database: &str, body: Document, timeout: Duration) -> Result<Document, CallError> {
+pub async fn command(
+    client: &Client,
+    database: &str,
+    body: Document,
+    timeout: Duration,
+) -> Result<Document, CallError> {
     bounded(timeout, client.database(database).run_command(body)).await
 }
 

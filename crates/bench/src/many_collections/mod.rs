@@ -66,7 +66,8 @@ fn print_flushed(text: &str) {
 
 fn write_plot(settings: &Settings, points: &[plot::PlotPoint]) -> BenchResult<()> {
     if let Some(path) = &settings.plot {
-        std::fs::write(path, plot::render(points)).map_err(|error| BenchError::io(format!("writing {}", path.display()), error))?;
+        std::fs::write(path, plot::render(points))
+            .map_err(|error| BenchError::io(format!("writing {}", path.display()), error))?;
         eprintln!("many-collections: plot written to {}", path.display());
     }
     Ok(())
@@ -85,7 +86,10 @@ fn run_normal(runtime: &tokio::runtime::Runtime, settings: &Settings) -> BenchRe
             collections: result.collections,
             operations_per_second: result.crud.operations_per_second(),
             latency_microseconds_p99: result.crud.latency_microseconds(0.99) as f64,
-            baseline_operations_per_second: result.baseline.as_ref().map(|baseline| baseline.crud.operations_per_second()),
+            baseline_operations_per_second: result
+                .baseline
+                .as_ref()
+                .map(|baseline| baseline.crud.operations_per_second()),
             baseline_latency_microseconds_p99: result
                 .baseline
                 .as_ref()
@@ -108,7 +112,8 @@ fn run_wtperf(runtime: &tokio::runtime::Runtime, settings: &Settings) -> BenchRe
             None => Some(DataDirectory::create(settings, &format!("myriad-bench-wtperf-{collections}-"))?),
         };
         let deployment = normal::deploy(settings, data_directory.as_ref())?;
-        let client = runtime.block_on(client::connect(&deployment.uri(), settings.pool_size(), settings.operation_timeout))?;
+        let client =
+            runtime.block_on(client::connect(&deployment.uri(), settings.pool_size(), settings.operation_timeout))?;
         if matches!(deployment, Deployment::External { .. }) {
             runtime.block_on(normal::drop_bench_databases(&client, settings))?;
         }

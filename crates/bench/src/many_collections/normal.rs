@@ -81,6 +81,10 @@ pub struct NormalResult {
     pub database_stats_milliseconds_median: Result<f64, String>,
     pub crud: CrudOutcome,
     pub resident_bytes_after_crud: Option<u64>,
+    /// serverStatus contention counters around the creation phase and around the CRUD phase
+    /// (a restart in between resets them).
+    pub contention_before_creation: Counters,
+    pub contention_after_creation: Counters,
     pub contention_before: Counters,
     pub contention_after: Counters,
     pub drop_database: DropFigures,
@@ -132,7 +136,8 @@ impl Deployment {
         match self {
             Deployment::Owned { process, .. } => process.resident_bytes(),
             Deployment::External { .. } => {
-                let reply = runtime.block_on(client::command(client, "admin", doc! { "serverStatus": 1 }, timeout)).ok()?;
+                let reply =
+                    runtime.block_on(client::command(client, "admin", doc! { "serverStatus": 1 }, timeout)).ok()?;
                 status::resident_bytes(&reply)
             }
         }
@@ -219,7 +224,8 @@ pub async fn drop_bench_databases(client: &Client, settings: &Settings) -> Bench
     names.push(BASELINE_DATABASE.to_string());
     for name in names {
         let context = format!("dropDatabase {name}");
-        client::required_command(client, &name, doc! { "dropDatabase": 1 }, settings.operation_timeout, &context).await?;
+        client::required_command(client, &name, doc! { "dropDatabase": 1 }, settings.operation_timeout, &context)
+            .await?;
     }
     Ok(())
 }
@@ -237,6 +243,7 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
         runtime.block_on(drop_bench_databases(&client, settings))?;
     }
 
+    let contention_before_creation = runtime.block_on(contention(&client, timeout));
     eprintln!("many-collections: creating {collections} collections");
     let creation = runtime.block_on(populate::create_collections(
         &client,
@@ -247,6 +254,7 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
         timeout,
         settings.phase_timeout,
     ))?;
+    let contention_after_creation = runtime.block_on(contention(&client, timeout));
     let resident_bytes_after_creation = deployment.resident_bytes(runtime, &client, timeout);
     let data_directory_after_creation = match deployment.data_directory() {
         Some(directory) => Some(directory_usage(directory)?),
@@ -263,15 +271,21 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
         let time_to_listening = process.time_to_listening;
         client = runtime.block_on(client::connect(&process.uri(), settings.pool_size(), timeout))?;
         let probes = runtime.block_on(probe_until_served(&client, settings, collections))?;
-        restart = Some(RestartFigures { shutdown, time_to_listening, time_to_first_query: spawned_at.elapsed(), probes });
+        restart =
+            Some(RestartFigures { shutdown, time_to_listening, time_to_first_query: spawned_at.elapsed(), probes });
         deployment = Deployment::Owned { process, launch };
     }
-    let resident_bytes_after_restart = restart.as_ref().and_then(|_| deployment.resident_bytes(runtime, &client, timeout));
+    let resident_bytes_after_restart =
+        restart.as_ref().and_then(|_| deployment.resident_bytes(runtime, &client, timeout));
 
     let list_databases_milliseconds_median =
         runtime.block_on(median_milliseconds(&client, "admin", doc! { "listDatabases": 1 }, timeout));
-    let database_stats_milliseconds_median =
-        runtime.block_on(median_milliseconds(&client, &database_name(0, settings.databases), doc! { "dbStats": 1 }, timeout));
+    let database_stats_milliseconds_median = runtime.block_on(median_milliseconds(
+        &client,
+        &database_name(0, settings.databases),
+        doc! { "dbStats": 1 },
+        timeout,
+    ));
 
     let contention_before = runtime.block_on(contention(&client, timeout));
     eprintln!("many-collections: CRUD on {collections} collections for {:?}", settings.duration);
@@ -280,7 +294,8 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
         databases: settings.databases,
         documents_per_collection: settings.documents_per_collection,
     };
-    let crud = runtime.block_on(workload::run_crud(&client, target, settings.threads, settings.duration, timeout, "CRUD"))?;
+    let crud =
+        runtime.block_on(workload::run_crud(&client, target, settings.threads, settings.duration, timeout, "CRUD"))?;
     let contention_after = runtime.block_on(contention(&client, timeout));
     let resident_bytes_after_crud = deployment.resident_bytes(runtime, &client, timeout);
 
@@ -324,11 +339,23 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
             collection: BASELINE_COLLECTION.to_string(),
             documents,
         };
-        let crud =
-            runtime.block_on(workload::run_crud(&baseline_client, target, settings.threads, settings.duration, timeout, "baseline CRUD"))?;
+        let crud = runtime.block_on(workload::run_crud(
+            &baseline_client,
+            target,
+            settings.threads,
+            settings.duration,
+            timeout,
+            "baseline CRUD",
+        ))?;
         if matches!(baseline_deployment, Deployment::External { .. }) && !settings.keep_data {
             let context = format!("dropDatabase {BASELINE_DATABASE}");
-            runtime.block_on(client::required_command(&baseline_client, BASELINE_DATABASE, doc! { "dropDatabase": 1 }, timeout, &context))?;
+            runtime.block_on(client::required_command(
+                &baseline_client,
+                BASELINE_DATABASE,
+                doc! { "dropDatabase": 1 },
+                timeout,
+                &context,
+            ))?;
         }
         runtime.block_on(client::close(baseline_client));
         stop(baseline_deployment, settings)?;
@@ -350,6 +377,8 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
         database_stats_milliseconds_median,
         crud,
         resident_bytes_after_crud,
+        contention_before_creation,
+        contention_after_creation,
         contention_before,
         contention_after,
         drop_database,
@@ -365,13 +394,14 @@ async fn probe_until_served(client: &Client, settings: &Settings, collections: u
     loop {
         attempts += 1;
         let index = rand::thread_rng().gen_range(0..collections.max(1));
-        let collection = client
-            .database(&database_name(index, settings.databases))
-            .collection::<Document>(&collection_name(index));
+        let collection =
+            client.database(&database_name(index, settings.databases)).collection::<Document>(&collection_name(index));
         match client::bounded(settings.operation_timeout, collection.find_one(doc! { "_id": 0_i64 })).await {
             Ok(_) => return Ok(attempts),
             Err(error) if Instant::now() >= deadline => {
-                return Err(BenchError::Timeout(format!("no query succeeded after the restart ({attempts} tries): {error}")))
+                return Err(BenchError::Timeout(format!(
+                    "no query succeeded after the restart ({attempts} tries): {error}"
+                )))
             }
             Err(_) => tokio::time::sleep(PROBE_INTERVAL).await,
         }
@@ -379,7 +409,12 @@ async fn probe_until_served(client: &Client, settings: &Settings, collections: u
 }
 
 /// Median wall time of `CATALOG_COMMAND_RUNS` runs of a command, or the first error.
-async fn median_milliseconds(client: &Client, database: &str, body: Document, timeout: Duration) -> Result<f64, String> {
+async fn median_milliseconds(
+    client: &Client,
+    database: &str,
+    body: Document,
+    timeout: Duration,
+) -> Result<f64, String> {
     let mut timings = Vec::with_capacity(CATALOG_COMMAND_RUNS);
     for _ in 0..CATALOG_COMMAND_RUNS {
         let started = Instant::now();
@@ -417,14 +452,13 @@ fn drop_and_compact(
     settings: &Settings,
     collections: u64,
 ) -> BenchResult<DropFigures> {
-    let timeout = settings.operation_timeout;
     let database = database_name(0, settings.databases);
     // db0 holds collections 0, D, 2D, ...: ceil(N / D) of them.
     let dropped_collections = collections.div_ceil(settings.databases);
     let disk_bytes_before = deployment.disk_bytes()?;
     let started = Instant::now();
     let elapsed = runtime
-        .block_on(client::command(client, &database, doc! { "dropDatabase": 1 }, timeout))
+        .block_on(client::command(client, &database, doc! { "dropDatabase": 1 }, settings.phase_timeout))
         .map(|_| started.elapsed())
         .map_err(|error| error.to_string());
     let disk_bytes_after_drop = deployment.disk_bytes()?;
@@ -447,10 +481,16 @@ async fn compact(client: &Client, settings: &Settings) -> CompactionFigures {
     let timeout = settings.phase_timeout;
     let started = Instant::now();
     match client::command(client, "admin", doc! { "myriadCompact": 1 }, timeout).await {
-        Ok(_) => return CompactionFigures { method: Some("myriadCompact".into()), elapsed: started.elapsed(), note: None },
+        Ok(_) => {
+            return CompactionFigures { method: Some("myriadCompact".into()), elapsed: started.elapsed(), note: None }
+        }
         Err(error) if error.command_code() == Some(COMMAND_NOT_FOUND) => {}
         Err(error) => {
-            return CompactionFigures { method: None, elapsed: started.elapsed(), note: Some(format!("myriadCompact failed: {error}")) }
+            return CompactionFigures {
+                method: None,
+                elapsed: started.elapsed(),
+                note: Some(format!("myriadCompact failed: {error}")),
+            }
         }
     }
     let database = database_name(1, settings.databases);

@@ -45,7 +45,8 @@ pub fn seed_document(id: i64) -> Document {
 /// `createIndexes` on `database.collection` (creating the collection implicitly).
 pub async fn create_indexes(client: &Client, database: &str, collection: &str, timeout: Duration) -> BenchResult<()> {
     let body = doc! { "createIndexes": collection, "indexes": index_specifications() };
-    client::required_command(client, database, body, timeout, &format!("createIndexes on {database}.{collection}")).await?;
+    client::required_command(client, database, body, timeout, &format!("createIndexes on {database}.{collection}"))
+        .await?;
     Ok(())
 }
 

@@ -77,8 +77,7 @@ fn crud_json(outcome: &CrudOutcome) -> Value {
         .per_operation
         .iter()
         .map(|figures| {
-            let quantile =
-                |q: f64| if figures.latency.is_empty() { 0 } else { figures.latency.value_at_quantile(q) };
+            let quantile = |q: f64| if figures.latency.is_empty() { 0 } else { figures.latency.value_at_quantile(q) };
             (
                 figures.operation.name().to_string(),
                 json!({
@@ -140,7 +139,8 @@ pub fn normal_table(result: &NormalResult) -> String {
         grouped(creation.documents)
     );
     if let Some(usage) = result.data_directory_after_creation {
-        let _ = writeln!(table, "{:<28}{} files, {}", "data directory", grouped(usage.files), mebibytes(usage.size_bytes));
+        let _ =
+            writeln!(table, "{:<28}{} files, {}", "data directory", grouped(usage.files), mebibytes(usage.size_bytes));
     }
     let _ = writeln!(
         table,
@@ -199,14 +199,29 @@ pub fn normal_table(result: &NormalResult) -> String {
             result.latency_p99_ratio().map_or("n/a".into(), |ratio| format!("{ratio:.3}"))
         );
     }
-    if result.contention_after.is_empty() {
+    if result.contention_after.is_empty() && result.contention_after_creation.is_empty() {
         let _ = writeln!(table, "{:<28}none exposed under serverStatus.myriad", "contention counters");
     } else {
-        let _ = writeln!(table, "{:<28}before -> after (delta over the CRUD phase)", "contention counters");
-        for (path, delta) in difference(&result.contention_before, &result.contention_after) {
-            let before = result.contention_before.iter().find(|(name, _)| *name == path).map_or(0.0, |(_, value)| *value);
-            let after = before + delta;
-            let _ = writeln!(table, "    {path:<40} {before} -> {after} ({delta:+})");
+        let _ = writeln!(
+            table,
+            "{:<68} {:>14} {:>14}",
+            "contention counters (serverStatus.myriad)", "during create", "during CRUD"
+        );
+        let creation = difference(&result.contention_before_creation, &result.contention_after_creation);
+        let crud = difference(&result.contention_before, &result.contention_after);
+        let mut seen = Vec::with_capacity(creation.len() + crud.len());
+        for path in creation.iter().chain(crud.iter()).map(|(path, _)| path) {
+            if seen.contains(&path) {
+                continue;
+            }
+            seen.push(path);
+            let delta = |counters: &Counters| {
+                counters
+                    .iter()
+                    .find(|(name, _)| name == path)
+                    .map_or("n/a".to_string(), |(_, value)| format!("{value:+}"))
+            };
+            let _ = writeln!(table, "    {path:<64} {:>14} {:>14}", delta(&creation), delta(&crud));
         }
     }
     let drop = &result.drop_database;
@@ -278,9 +293,12 @@ pub fn normal_json(result: &NormalResult) -> Value {
         "operations_per_second_ratio": result.operations_per_second_ratio().map(|ratio| rounded(ratio, 4)),
         "latency_p99_ratio": result.latency_p99_ratio().map(|ratio| rounded(ratio, 4)),
         "contention_counters": {
-            "before": counters_json(&result.contention_before),
-            "after": counters_json(&result.contention_after),
-            "delta": counters_json(&difference(&result.contention_before, &result.contention_after)),
+            "before_create": counters_json(&result.contention_before_creation),
+            "after_create": counters_json(&result.contention_after_creation),
+            "create_delta": counters_json(&difference(&result.contention_before_creation, &result.contention_after_creation)),
+            "before_crud": counters_json(&result.contention_before),
+            "after_crud": counters_json(&result.contention_after),
+            "crud_delta": counters_json(&difference(&result.contention_before, &result.contention_after)),
         },
         "drop_database": {
             "database": drop.database,

@@ -160,7 +160,11 @@ impl ServerProcess {
             match self.child.try_wait() {
                 Ok(Some(status)) => {
                     cleanup::forget_child(self.child.id());
-                    return Ok(ShutdownOutcome { elapsed: started.elapsed(), forced: false, clean_exit: status.success() })
+                    return Ok(ShutdownOutcome {
+                        elapsed: started.elapsed(),
+                        forced: false,
+                        clean_exit: status.success(),
+                    });
                 }
                 Ok(None) if signalled && Instant::now() < deadline => std::thread::sleep(EXIT_POLL_INTERVAL),
                 Ok(None) => {

@@ -208,7 +208,12 @@ pub async fn run_crud(
         let completed_counter = Arc::clone(&completed_counter);
         let mut per_operation = Vec::with_capacity(Operation::ALL.len());
         for operation in Operation::ALL {
-            per_operation.push(OperationFigures { operation, completed: 0, errors: 0, latency: new_histogram(operation_timeout)? });
+            per_operation.push(OperationFigures {
+                operation,
+                completed: 0,
+                errors: 0,
+                latency: new_histogram(operation_timeout)?,
+            });
         }
         let seed = rand::random::<u64>() ^ task_index as u64;
         tasks.spawn(async move {
@@ -220,7 +225,17 @@ pub async fn run_crud(
                 let operation = Operation::from_roll(random.gen_range(0..100));
                 let slot = target.random_slot(&mut random);
                 let started = Instant::now();
-                let outcome = run_one(&client, &target, operation, slot, &mut random, &mut remembered, &next_inserted_id, operation_timeout).await;
+                let outcome = run_one(
+                    &client,
+                    &target,
+                    operation,
+                    slot,
+                    &mut random,
+                    &mut remembered,
+                    &next_inserted_id,
+                    operation_timeout,
+                )
+                .await;
                 let latency = started.elapsed();
                 let entry = &mut figures.per_operation[operation.slot()];
                 match outcome {
@@ -271,11 +286,21 @@ pub async fn run_crud(
     merge(all, threads, elapsed, operation_timeout)
 }
 
-fn merge(all: Vec<TaskFigures>, threads: usize, elapsed: Duration, operation_timeout: Duration) -> BenchResult<CrudOutcome> {
+fn merge(
+    all: Vec<TaskFigures>,
+    threads: usize,
+    elapsed: Duration,
+    operation_timeout: Duration,
+) -> BenchResult<CrudOutcome> {
     let mut latency = new_histogram(operation_timeout)?;
     let mut per_operation = Vec::with_capacity(Operation::ALL.len());
     for operation in Operation::ALL {
-        per_operation.push(OperationFigures { operation, completed: 0, errors: 0, latency: new_histogram(operation_timeout)? });
+        per_operation.push(OperationFigures {
+            operation,
+            completed: 0,
+            errors: 0,
+            latency: new_histogram(operation_timeout)?,
+        });
     }
     let (mut found, mut not_found, mut first_error) = (0, 0, None);
     for figures in all {
@@ -288,11 +313,16 @@ fn merge(all: Vec<TaskFigures>, threads: usize, elapsed: Duration, operation_tim
             debug_assert_eq!(total.operation, part.operation);
             total.completed += part.completed;
             total.errors += part.errors;
-            total.latency.add(&part.latency).map_err(|error| BenchError::InvalidArgument(format!("histogram merge: {error}")))?;
+            total
+                .latency
+                .add(&part.latency)
+                .map_err(|error| BenchError::InvalidArgument(format!("histogram merge: {error}")))?;
         }
     }
     for entry in &per_operation {
-        latency.add(&entry.latency).map_err(|error| BenchError::InvalidArgument(format!("histogram merge: {error}")))?;
+        latency
+            .add(&entry.latency)
+            .map_err(|error| BenchError::InvalidArgument(format!("histogram merge: {error}")))?;
     }
     let completed = per_operation.iter().map(|entry| entry.completed).sum();
     let errors = per_operation.iter().map(|entry| entry.errors).sum();
@@ -442,7 +472,8 @@ mod tests {
             })
             .collect();
         let figures = TaskFigures { per_operation, found: 2, not_found: 1, first_error: None };
-        let merged = merge(vec![figures], 1, Duration::from_secs(1), Duration::from_secs(1)).expect("same bounds merge");
+        let merged =
+            merge(vec![figures], 1, Duration::from_secs(1), Duration::from_secs(1)).expect("same bounds merge");
         assert_eq!(merged.completed, 5);
         assert_eq!(merged.found, 2);
         assert!((99..=101).contains(&merged.latency_microseconds(0.99)));

@@ -208,9 +208,15 @@ async fn create_plain_collections(client: &Client, settings: &WtperfSettings) ->
             Ok(1)
         }
     };
-    let result =
-        for_each_index(settings.collections, settings.create_concurrency, settings.phase_timeout, &progress, "collection creation", work)
-            .await;
+    let result = for_each_index(
+        settings.collections,
+        settings.create_concurrency,
+        settings.phase_timeout,
+        &progress,
+        "collection creation",
+        work,
+    )
+    .await;
     progress.finish_and_clear();
     result?;
     Ok(started.elapsed())
@@ -220,7 +226,11 @@ fn wtperf_document(id: i64) -> Document {
     doc! { "_id": id, "value": PAYLOAD }
 }
 
-async fn populate(client: &Client, settings: &WtperfSettings, counters: Arc<Vec<AtomicU64>>) -> BenchResult<PhaseFigures> {
+async fn populate(
+    client: &Client,
+    settings: &WtperfSettings,
+    counters: Arc<Vec<AtomicU64>>,
+) -> BenchResult<PhaseFigures> {
     let progress = progress_bar(settings.populate_documents, "populating");
     let completed = Arc::new(AtomicU64::new(0));
     let slow = Arc::new(AtomicU64::new(0));
@@ -245,11 +255,12 @@ async fn populate(client: &Client, settings: &WtperfSettings, counters: Arc<Vec<
                 // Ids of a table stay dense (0..count) so readers can pick existing ones; a
                 // failed insert ends the phase, so no gap is ever read.
                 let id = counter.fetch_add(1, Ordering::Relaxed) as i64;
-                let collection = client.database(&database_name(table, databases)).collection::<Document>(&collection_name(table));
+                let collection =
+                    client.database(&database_name(table, databases)).collection::<Document>(&collection_name(table));
                 let operation_started = Instant::now();
-                bounded(timeout, collection.insert_one(wtperf_document(id)))
-                    .await
-                    .map_err(|error| error.into_bench_error(format!("insert into {}", collection.namespace()), timeout))?;
+                bounded(timeout, collection.insert_one(wtperf_document(id))).await.map_err(|error| {
+                    error.into_bench_error(format!("insert into {}", collection.namespace()), timeout)
+                })?;
                 let elapsed = operation_started.elapsed();
                 if elapsed >= SLOW_OPERATION {
                     slow.fetch_add(1, Ordering::Relaxed);
@@ -262,13 +273,23 @@ async fn populate(client: &Client, settings: &WtperfSettings, counters: Arc<Vec<
             }
         }
     };
-    let result =
-        for_each_index(settings.populate_documents, settings.threads, settings.phase_timeout, &progress, "populate", work).await;
+    let result = for_each_index(
+        settings.populate_documents,
+        settings.threads,
+        settings.phase_timeout,
+        &progress,
+        "populate",
+        work,
+    )
+    .await;
     let elapsed = started.elapsed();
     let samples_per_second = sampler.finish().await;
     progress.finish_and_clear();
     result?;
-    let latency = latency.lock().map(|histogram| histogram.clone()).map_err(|_| BenchError::Server("latency lock poisoned".into()))?;
+    let latency = latency
+        .lock()
+        .map(|histogram| histogram.clone())
+        .map_err(|_| BenchError::Server("latency lock poisoned".into()))?;
     Ok(PhaseFigures {
         elapsed,
         operations: completed.load(Ordering::Relaxed),
@@ -291,7 +312,11 @@ struct ReaderFigures {
     first_error: Option<String>,
 }
 
-async fn read(client: &Client, settings: &WtperfSettings, counters: Arc<Vec<AtomicU64>>) -> BenchResult<(PhaseFigures, f64)> {
+async fn read(
+    client: &Client,
+    settings: &WtperfSettings,
+    counters: Arc<Vec<AtomicU64>>,
+) -> BenchResult<(PhaseFigures, f64)> {
     let completed = Arc::new(AtomicU64::new(0));
     let hot_limit = settings.collections.div_ceil(10);
     let sampler = Sampler::start(Arc::clone(&completed), settings.sample_interval);
@@ -322,9 +347,11 @@ async fn read(client: &Client, settings: &WtperfSettings, counters: Arc<Vec<Atom
                 let table = pareto_collection(unit, collections, pareto);
                 let count = counters.get(table as usize).map_or(0, |counter| counter.load(Ordering::Relaxed));
                 let id = if count == 0 { 0 } else { random.gen_range(0..count) as i64 };
-                let collection = client.database(&database_name(table, databases)).collection::<Document>(&collection_name(table));
+                let collection =
+                    client.database(&database_name(table, databases)).collection::<Document>(&collection_name(table));
                 let operation_started = Instant::now();
-                let outcome: Result<Option<Document>, CallError> = bounded(timeout, collection.find_one(doc! { "_id": id })).await;
+                let outcome: Result<Option<Document>, CallError> =
+                    bounded(timeout, collection.find_one(doc! { "_id": id })).await;
                 let elapsed = operation_started.elapsed();
                 if elapsed >= SLOW_OPERATION {
                     figures.slow += 1;
@@ -372,7 +399,9 @@ async fn read(client: &Client, settings: &WtperfSettings, counters: Arc<Vec<Atom
     let mut latency = new_histogram(settings.operation_timeout)?;
     let (mut operations, mut errors, mut not_found, mut slow, mut hot, mut first_error) = (0, 0, 0, 0, 0, None);
     for figures in all {
-        latency.add(&figures.latency).map_err(|error| BenchError::InvalidArgument(format!("histogram merge: {error}")))?;
+        latency
+            .add(&figures.latency)
+            .map_err(|error| BenchError::InvalidArgument(format!("histogram merge: {error}")))?;
         operations += figures.operations;
         errors += figures.errors;
         not_found += figures.not_found;
