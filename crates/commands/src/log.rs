@@ -12,6 +12,10 @@ use serde_json::{json, Value};
 /// getLog returns at most this many recent lines, as mongod's RamLog does.
 pub const RECENT_LINES_CAPACITY: usize = 1024;
 
+/// `--quiet` drops only per-connection chatter (accepted, ended), as mongod's does; the
+/// listener's "Waiting for connections" (23016) always prints, since tools read the port there.
+const QUIET_SUPPRESSED_IDS: &[u32] = &[22943, 22944];
+
 #[derive(Clone, Copy, Debug)]
 pub enum Severity {
     Info,
@@ -73,7 +77,7 @@ impl Logger {
             }
             recent.push_back(text.clone());
         }
-        if self.quiet && matches!(severity, Severity::Info) && component == "NETWORK" {
+        if self.quiet && QUIET_SUPPRESSED_IDS.contains(&id) {
             return;
         }
         let mut sink = self.sink.lock();

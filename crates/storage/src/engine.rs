@@ -490,7 +490,7 @@ impl Engine {
         if self.read_entry(db, collection)?.is_some() {
             return Err(StorageError::NamespaceExists(namespace_of(db, collection)));
         }
-        let entry = self.create_collection_locked(&mut ddl, db, collection, &options)?;
+        let entry = self.create_collection_locked(&mut ddl, db, collection, &options, &[])?;
         Ok(CollectionHandle { entry })
     }
 
@@ -503,20 +503,27 @@ impl Engine {
         if let Some(entry) = self.read_entry(db, collection)? {
             return Ok(CollectionHandle { entry: Arc::new(entry) });
         }
-        let entry = self.create_collection_locked(&mut ddl, db, collection, &Document::new())?;
+        let entry = self.create_collection_locked(&mut ddl, db, collection, &Document::new(), &[])?;
         Ok(CollectionHandle { entry })
     }
 
+    /// Creates an empty collection with its `_id_` index and `extra_indexes`, in one batch. An
+    /// empty collection needs no index build, so no build markers either.
     fn create_collection_locked(
         &self,
         ddl: &mut DdlState,
         db: &str,
         collection: &str,
         options: &Document,
+        extra_indexes: &[ParsedIndexSpec],
     ) -> Result<Arc<CollectionEntry>, StorageError> {
-        let (prefix, next_prefix) = Self::allocate_prefixes(ddl, 2)?;
-        let id_index = IndexEntry::from_parsed(&id_index_spec(), prefix + 1)?;
-        let entry = CollectionEntry::new(db, collection, prefix, bson::Uuid::new().bytes(), options, vec![id_index])?;
+        let (prefix, next_prefix) = Self::allocate_prefixes(ddl, 2 + extra_indexes.len() as u64)?;
+        let mut indexes = Vec::with_capacity(1 + extra_indexes.len());
+        indexes.push(IndexEntry::from_parsed(&id_index_spec(), prefix + 1)?);
+        for (spec, index_prefix) in extra_indexes.iter().zip(prefix + 2..) {
+            indexes.push(IndexEntry::from_parsed(spec, index_prefix)?);
+        }
+        let entry = CollectionEntry::new(db, collection, prefix, bson::Uuid::new().bytes(), options, indexes)?;
         let catalog = self.family(FAMILY_CATALOG)?;
         let mut batch = WriteBatch::default();
         batch.put_cf(catalog, keys::collection_key(db, collection), entry.to_bytes()?);
@@ -527,7 +534,7 @@ impl Engine {
         }
         let mut delta: DatabaseDelta = [0; stats::DATABASE_SLOTS];
         delta[stats::DATABASE_COLLECTIONS] = 1;
-        delta[stats::DATABASE_INDEXES] = 1;
+        delta[stats::DATABASE_INDEXES] = entry.indexes.len() as i64;
         batch.merge_cf(self.family(FAMILY_STATS)?, keys::stats_database_key(db), encode_counters(&delta));
         self.db.write_opt(batch, &self.ddl_write_options)?;
         ddl.next_prefix = next_prefix;
@@ -941,10 +948,29 @@ impl Engine {
         }
         let parsed: Vec<ParsedIndexSpec> = specs.iter().map(parse_index_spec).collect::<Result<_, _>>()?;
         let mut ddl = self.lock_ddl();
-        let (entry, created_collection_automatically) = match self.read_entry(db, collection)? {
-            Some(entry) => (Arc::new(entry), false),
-            None => (self.create_collection_locked(&mut ddl, db, collection, &Document::new())?, true),
+        let Some(entry) = self.read_entry(db, collection)?.map(Arc::new) else {
+            // A new collection is empty: check the specs against `_id_` and each other, then
+            // write the collection and all its indexes in one batch, with nothing to build.
+            let template = CollectionEntry::new(db, collection, 0, [0; 16], &Document::new(), vec![IndexEntry::from_parsed(&id_index_spec(), 0)?])?;
+            let mut to_build: Vec<ParsedIndexSpec> = Vec::new();
+            for spec in parsed {
+                if Self::check_index_conflicts(&template, &to_build, &spec)? {
+                    to_build.push(spec);
+                }
+            }
+            if 1 + to_build.len() > MAX_INDEXES_PER_COLLECTION {
+                return Err(StorageError::CannotCreateIndex(format!(
+                    "a collection may have at most {MAX_INDEXES_PER_COLLECTION} indexes"
+                )));
+            }
+            let created = self.create_collection_locked(&mut ddl, db, collection, &Document::new(), &to_build)?;
+            return Ok(CreateIndexesOutcome {
+                indexes_before: 1,
+                indexes_after: created.indexes.len(),
+                created_collection_automatically: true,
+            });
         };
+        let created_collection_automatically = false;
         let indexes_before = entry.indexes.len();
         let mut to_build: Vec<ParsedIndexSpec> = Vec::new();
         for spec in parsed {

@@ -191,3 +191,37 @@ fn dropped_ranges_are_reclaimed_by_compaction() {
     assert!(engine.disk_usage_bytes().unwrap() > 0);
     assert_eq!(engine.count_keys_with_prefix(handle.prefix()).unwrap(), 0);
 }
+
+#[test]
+fn create_indexes_on_a_new_collection_writes_everything_at_once() {
+    let directory = tempfile::tempdir().unwrap();
+    let engine = common::open(directory.path());
+    let outcome = engine
+        .create_indexes("fresh", "c", vec![doc! {"key": {"a": 1}, "name": "a_1", "unique": true}, doc! {"key": {"b": -1, "c": 1}}])
+        .unwrap();
+    assert_eq!((outcome.indexes_before, outcome.indexes_after), (1, 3));
+    assert!(outcome.created_collection_automatically);
+    let handle = engine.collection("fresh", "c").unwrap().unwrap();
+    assert_eq!(handle.index_names(), vec!["_id_", "a_1", "b_-1_c_1"]);
+    let stats = engine.database_stats("fresh").unwrap();
+    assert_eq!((stats.collections, stats.indexes), (1, 3));
+    // Conflicting specs in the same request are refused before anything is written.
+    let conflict = engine.create_indexes("other", "c", vec![doc! {"key": {"a": 1}, "name": "x"}, doc! {"key": {"b": 1}, "name": "x"}]);
+    assert!(conflict.is_err());
+    assert!(engine.collection("other", "c").unwrap().is_none());
+    // The new indexes are maintained and enforced from the first write.
+    common::insert_all(&engine, &handle, &[doc! {"_id": 1, "a": 5, "b": 1, "c": 2}]);
+    let mut transaction = engine.begin_write(&handle);
+    let duplicate = transaction.insert(&doc! {"_id": 2, "a": 5});
+    assert!(matches!(duplicate, Err(StorageError::DuplicateKey { .. })), "{duplicate:?}");
+    transaction.commit(Durability::Default).unwrap();
+    assert_eq!(common::index_entries(&engine, &handle, "b_-1_c_1").len(), 1);
+    // A second identical request is a no-op; dropping removes every key of every prefix.
+    let again = engine.create_indexes("fresh", "c", vec![doc! {"key": {"a": 1}, "name": "a_1", "unique": true}]).unwrap();
+    assert_eq!((again.indexes_before, again.indexes_after), (3, 3));
+    let prefixes: Vec<u64> = std::iter::once(handle.prefix()).chain(handle.indexes().unwrap().iter().map(|index| index.prefix)).collect();
+    engine.drop_collection("fresh", "c").unwrap();
+    for prefix in prefixes {
+        assert_eq!(engine.count_keys_with_prefix(prefix).unwrap(), 0);
+    }
+}
