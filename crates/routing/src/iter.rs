@@ -1,6 +1,6 @@
 //! Views of single chunks and in-order iteration over a map.
 
-use crate::map::{leaf_placement, ChunkMap, Collection};
+use crate::map::{ChunkMap, Collection};
 use crate::node::{Inner, Leaf, Node};
 use crate::version::{Chunk, ChunkVersion, ShardId};
 
@@ -16,7 +16,7 @@ pub struct ChunkView<'a> {
 
 impl<'a> ChunkView<'a> {
     pub(crate) fn new(leaf: &'a Leaf, index: usize, upper: &'a [u8], collection: &'a Collection) -> ChunkView<'a> {
-        debug_assert!(index < leaf.placements.len());
+        debug_assert!(index < leaf.len());
         ChunkView { leaf, index, upper, collection }
     }
 
@@ -33,11 +33,11 @@ impl<'a> ChunkView<'a> {
     }
 
     pub fn shard(&self) -> ShardId {
-        ShardId(leaf_placement(self.leaf, self.index).shard)
+        ShardId(self.leaf.shard(self.index))
     }
 
     pub fn version(&self) -> ChunkVersion {
-        self.collection.version(leaf_placement(self.leaf, self.index).version())
+        self.collection.version(self.leaf.placement(self.index).version())
     }
 
     /// The shard's name from the map's shard table.
@@ -151,7 +151,7 @@ impl<'a> Iterator for Chunks<'a> {
     fn next(&mut self) -> Option<ChunkView<'a>> {
         while !self.finished {
             if let Some((leaf, index, upper)) = self.leaf.as_mut() {
-                while *index < leaf.placements.len() {
+                while *index < leaf.len() {
                     let current = *index;
                     *index += 1;
                     let view = ChunkView::new(leaf, current, upper, self.collection);

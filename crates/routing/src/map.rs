@@ -6,7 +6,7 @@ use bson::oid::ObjectId;
 use bson::Timestamp;
 
 use crate::iter::{Chunks, ChunkView};
-use crate::node::{self, Edit, Leaf, Node, Placement, ShardMax, Subtree, SummaryScratch, TreeContext};
+use crate::node::{self, Edit, Node, Placement, ShardMax, Subtree, SummaryScratch, TreeContext};
 use crate::version::{Chunk, ChunkVersion, ShardId, ShardNames, ShardVersionMap};
 use crate::{RoutingError, RoutingParameters, ShardKeyPattern, MAX_BOUND_BYTES};
 
@@ -310,7 +310,9 @@ impl ChunkMap {
                 }
                 Node::Leaf(leaf) => {
                     let rank = leaf.keys.rank_touching(key, true, |first| {
-                        std::hint::black_box(leaf.placements.get(first).map(|placement| placement.shard));
+                        if first < leaf.len() {
+                            std::hint::black_box(leaf.shard(first));
+                        }
                     });
                     let index = rank.checked_sub(1)?;
                     return Some(ChunkView::new(leaf, index, upper, &self.collection));
@@ -403,7 +405,8 @@ impl ChunkMap {
         for &(first, last) in &runs {
             let start = &changed[order[first]].min;
             let end = &changed[order[last - 1]].max;
-            self.check_run_bounds(start, end)?;
+            // That each run starts and ends on an old chunk boundary is checked by the edit's
+            // descent, in the leaves it reaches anyway.
             edits.push(Edit { start, end, entries: &entries[first..last] });
         }
         let parameters = collection.info.parameters;
@@ -411,28 +414,6 @@ impl ChunkMap {
         let items = node::edit(&self.root, &collection.highest, &edits, &mut context)?;
         let (root, chunk_count) = node::into_root(items, &mut context)?;
         Ok(ChunkMap::from_parts(root, Arc::clone(collection), chunk_count))
-    }
-
-    /// A run of changed chunks `[start, end)` must begin and end on existing chunk boundaries,
-    /// or part of a chunk it replaces would be left without an owner.
-    fn check_run_bounds(&self, start: &[u8], end: &[u8]) -> Result<(), RoutingError> {
-        let owner = self.find(start).ok_or_else(|| RoutingError::WrongFirstBound {
-            expected: self.collection.lowest.clone(),
-            found: start.to_vec(),
-        })?;
-        if owner.min() != start {
-            return Err(RoutingError::Gap { from: owner.min().to_vec(), to: start.to_vec() });
-        }
-        if end != self.collection.highest.as_slice() {
-            let owner = self.find(end).ok_or_else(|| RoutingError::WrongLastBound {
-                expected: self.collection.highest.clone(),
-                found: end.to_vec(),
-            })?;
-            if owner.min() != end {
-                return Err(RoutingError::Gap { from: end.to_vec(), to: owner.max().to_vec() });
-            }
-        }
-        Ok(())
     }
 
     /// Re-checks every structural invariant (O(N)): node sizes, uniform depth, sorted keys,
@@ -478,8 +459,8 @@ fn collect_range(node: &Node, upper: &[u8], start: &[u8], end: &[u8], seen: &mut
         Node::Leaf(leaf) => {
             let first = leaf.keys.rank(start, true).saturating_sub(1);
             let end_index = leaf.keys.rank(end, false);
-            for placement in leaf.placements.get(first..end_index).unwrap_or(&[]) {
-                mark(seen, placement.shard);
+            for index in first..end_index.min(leaf.len()) {
+                mark(seen, leaf.shard(index));
                 *chunk_count += 1;
             }
         }
@@ -524,7 +505,7 @@ fn verify_node(
             if *leaf_depth.get_or_insert(depth) != depth {
                 return Err(RoutingError::Internal("leaves at different depths"));
             }
-            let size = leaf.placements.len();
+            let size = leaf.len();
             if size != keys.len() || size > parameters.routing_table_cache_chunk_bucket_size {
                 return Err(RoutingError::Internal("leaf too large"));
             }
@@ -532,7 +513,7 @@ fn verify_node(
                 return Err(RoutingError::Internal("leaf too small"));
             }
             let entries: Vec<(&[u8], Placement)> =
-                leaf.placements.iter().enumerate().map(|(index, placement)| (keys.key(index), *placement)).collect();
+                (0..size).map(|index| (keys.key(index), leaf.placement(index))).collect();
             let rebuilt = node::make_leaf(&entries, &mut context)?;
             if rebuilt.node.summary() != node.summary() {
                 return Err(RoutingError::Internal("stale leaf summary"));
@@ -578,9 +559,4 @@ fn verify_node(
             Ok(total)
         }
     }
-}
-
-/// Internal helper for `ChunkView`: the chunk `index` of `leaf`.
-pub(crate) fn leaf_placement(leaf: &Leaf, index: usize) -> Placement {
-    leaf.placements[index]
 }

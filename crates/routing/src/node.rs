@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use crate::keys::KeyBlock;
+use crate::keys::{KeyBlock, KeySource, Part};
 use crate::{RoutingError, RoutingParameters};
 
 /// Where a chunk lives and how new it is; the collection's epoch and timestamp are stored once
@@ -48,12 +48,47 @@ pub(crate) enum Node {
     Inner(Inner),
 }
 
-/// Chunks `i` of this leaf: `[keys.key(i), keys.key(i + 1) or the leaf's upper bound)`.
+/// Chunks `i` of this leaf: `[keys.key(i), keys.key(i + 1) or the leaf's upper bound)`, each
+/// with its placement stored as the key's payload.
 pub(crate) struct Leaf {
     pub(crate) keys: KeyBlock,
-    pub(crate) placements: Box<[Placement]>,
     /// Highest version per shard among these chunks, sorted by shard.
     pub(crate) summary: Box<[ShardMax]>,
+}
+
+/// A placement's payload bytes: major, minor (u32 LE each), shard (u16 LE).
+const PLACEMENT_BYTES: usize = 10;
+
+fn encode_placement(placement: &Placement, out: &mut [u8]) {
+    out[..4].copy_from_slice(&placement.major.to_le_bytes());
+    out[4..8].copy_from_slice(&placement.minor.to_le_bytes());
+    out[8..10].copy_from_slice(&placement.shard.to_le_bytes());
+}
+
+impl Leaf {
+    pub(crate) fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Placement of chunk `index` (below `len()`, an internal invariant).
+    #[inline]
+    pub(crate) fn placement(&self, index: usize) -> Placement {
+        let bytes = self.keys.payload(index);
+        let mut major = [0u8; 4];
+        let mut minor = [0u8; 4];
+        let mut shard = [0u8; 2];
+        major.copy_from_slice(&bytes[..4]);
+        minor.copy_from_slice(&bytes[4..8]);
+        shard.copy_from_slice(&bytes[8..10]);
+        Placement { major: u32::from_le_bytes(major), minor: u32::from_le_bytes(minor), shard: u16::from_le_bytes(shard) }
+    }
+
+    /// Shard of chunk `index`, reading only its two bytes.
+    #[inline]
+    pub(crate) fn shard(&self, index: usize) -> u16 {
+        let bytes = self.keys.payload(index);
+        u16::from_le_bytes([bytes[8], bytes[9]])
+    }
 }
 
 /// Child `i` holds the chunks whose min is in `[keys.key(i), keys.key(i + 1) or the upper bound)`.
@@ -111,7 +146,7 @@ impl Node {
         own + self.keys().heap_bytes()
             + std::mem::size_of_val(self.summary())
             + match self {
-                Node::Leaf(leaf) => leaf.placements.len() * std::mem::size_of::<Placement>(),
+                Node::Leaf(_) => 0,
                 Node::Inner(inner) => inner.children.len() * (std::mem::size_of::<Arc<Node>>() + 8),
             }
     }
@@ -197,32 +232,132 @@ fn group_sizes(count: usize, maximum: usize) -> impl Iterator<Item = usize> {
     (0..groups).map(move |group| base + usize::from(group < remainder)).filter(|size| *size > 0)
 }
 
+/// A run of chunks for a new leaf: a range of an existing leaf (copied in bulk) or new entries.
+#[derive(Clone, Copy)]
+pub(crate) enum LeafPart<'a> {
+    Old { leaf: &'a Leaf, start: usize, end: usize },
+    New(&'a [(&'a [u8], Placement)]),
+}
+
+impl LeafPart<'_> {
+    fn len(&self) -> usize {
+        match self {
+            LeafPart::Old { start, end, .. } => end.saturating_sub(*start),
+            LeafPart::New(entries) => entries.len(),
+        }
+    }
+}
+
+/// New entries as a key source whose payloads are their placements.
+struct PlacedKeys<'a>(&'a [(&'a [u8], Placement)]);
+
+impl<'a> KeySource<'a> for PlacedKeys<'a> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+
+    fn key(&self, index: usize) -> &'a [u8] {
+        self.0[index].0
+    }
+
+    fn write_payload(&self, index: usize, out: &mut [u8]) {
+        encode_placement(&self.0[index].1, out)
+    }
+}
+
+/// The parts covering positions `from..to` of the concatenation of `parts`.
+fn slice_parts<'a>(parts: &[LeafPart<'a>], from: usize, to: usize) -> Vec<LeafPart<'a>> {
+    let mut sliced = Vec::with_capacity(parts.len());
+    let mut offset = 0;
+    for part in parts {
+        let length = part.len();
+        let (start, end) = (from.max(offset), to.min(offset + length));
+        if start < end {
+            sliced.push(match *part {
+                LeafPart::Old { leaf, start: first, .. } => {
+                    LeafPart::Old { leaf, start: first + start - offset, end: first + end - offset }
+                }
+                LeafPart::New(entries) => LeafPart::New(&entries[start - offset..end - offset]),
+            });
+        }
+        offset += length;
+    }
+    sliced
+}
+
 /// A leaf of `entries` (sorted, distinct mins) as a fresh subtree.
 pub(crate) fn make_leaf(entries: &[(&[u8], Placement)], context: &mut TreeContext) -> Result<Subtree<'static>, RoutingError> {
-    if entries.is_empty() {
+    make_leaf_from_parts(&[LeafPart::New(entries)], None, context)
+}
+
+/// A leaf of the chunks of `parts`, in order. `known_summary` is its per-shard maxima when the
+/// caller derived them already; otherwise they are computed from the chunks.
+fn make_leaf_from_parts(
+    parts: &[LeafPart<'_>],
+    known_summary: Option<Vec<ShardMax>>,
+    context: &mut TreeContext,
+) -> Result<Subtree<'static>, RoutingError> {
+    let count: usize = parts.iter().map(LeafPart::len).sum();
+    if count == 0 {
         return Err(RoutingError::Internal("empty leaf"));
     }
-    let keys = KeyBlock::build(entries.len(), |index| entries[index].0);
-    for (_, placement) in entries {
-        context.scratch.add(placement.shard, placement.version());
+    let sources: Vec<PlacedKeys<'_>> = parts
+        .iter()
+        .filter_map(|part| match part {
+            LeafPart::New(entries) => Some(PlacedKeys(entries)),
+            LeafPart::Old { .. } => None,
+        })
+        .collect();
+    let mut next_source = sources.iter();
+    let mut key_parts: Vec<Part<'_, '_>> = Vec::with_capacity(parts.len());
+    for part in parts {
+        match *part {
+            LeafPart::Old { leaf, start, end } => key_parts.push(Part::Copy { block: &leaf.keys, start, end }),
+            LeafPart::New(_) => {
+                let source = next_source.next().ok_or(RoutingError::Internal("leaf parts out of step"))?;
+                key_parts.push(Part::Source(source));
+            }
+        }
     }
-    let summary = context.scratch.take().into_boxed_slice();
-    let placements = entries.iter().map(|(_, placement)| *placement).collect();
+    let keys = KeyBlock::build_from_parts(&key_parts, PLACEMENT_BYTES);
+    let summary = match known_summary {
+        Some(summary) => summary,
+        None => {
+            for part in parts {
+                match *part {
+                    LeafPart::Old { leaf, start, end } => {
+                        for index in start..end {
+                            let placement = leaf.placement(index);
+                            context.scratch.add(placement.shard, placement.version());
+                        }
+                    }
+                    LeafPart::New(entries) => {
+                        for (_, placement) in entries {
+                            context.scratch.add(placement.shard, placement.version());
+                        }
+                    }
+                }
+            }
+            context.scratch.take()
+        }
+    };
     Ok(Subtree {
         first_key: None,
-        node: Arc::new(Node::Leaf(Leaf { keys, placements, summary })),
-        chunk_count: entries.len() as u64,
+        node: Arc::new(Node::Leaf(Leaf { keys, summary: summary.into_boxed_slice() })),
+        chunk_count: count as u64,
         fresh: true,
     })
 }
 
-/// Leaves holding `entries`, each at most the bucket size.
-pub(crate) fn pack_leaves(entries: &[(&[u8], Placement)], context: &mut TreeContext) -> Result<Vec<Subtree<'static>>, RoutingError> {
+/// Leaves holding the chunks of `parts`, each at most the bucket size, split as evenly as possible.
+fn pack_leaves_from_parts(parts: &[LeafPart<'_>], context: &mut TreeContext) -> Result<Vec<Subtree<'static>>, RoutingError> {
     let maximum = context.parameters.routing_table_cache_chunk_bucket_size;
-    let mut leaves = Vec::with_capacity(entries.len().div_ceil(maximum.max(1)));
+    let total: usize = parts.iter().map(LeafPart::len).sum();
+    let mut leaves = Vec::with_capacity(total.div_ceil(maximum.max(1)));
     let mut start = 0;
-    for size in group_sizes(entries.len(), maximum) {
-        leaves.push(make_leaf(&entries[start..start + size], context)?);
+    for size in group_sizes(total, maximum) {
+        let group = slice_parts(parts, start, start + size);
+        leaves.push(make_leaf_from_parts(&group, None, context)?);
         start += size;
     }
     Ok(leaves)
@@ -255,7 +390,7 @@ fn make_inner_with(
     if group.is_empty() {
         return Err(RoutingError::Internal("empty inner node"));
     }
-    let keys = KeyBlock::build(group.len(), |index| group[index].first_key());
+    let keys = KeyBlock::build(group.len(), |index| group[index].first_key(), 0, |_, _| {});
     let mut chunk_counts = Vec::with_capacity(group.len());
     let mut children = Vec::with_capacity(group.len());
     let mut chunk_count = 0u64;
@@ -288,13 +423,8 @@ fn make_inner_with(
 pub(crate) fn merge_pair(left: &Subtree<'_>, right: &Subtree<'_>, context: &mut TreeContext) -> Result<Vec<Subtree<'static>>, RoutingError> {
     match (&*left.node, &*right.node) {
         (Node::Leaf(a), Node::Leaf(b)) => {
-            let mut entries = Vec::with_capacity(a.placements.len() + b.placements.len());
-            for leaf in [a, b] {
-                for (index, placement) in leaf.placements.iter().enumerate() {
-                    entries.push((leaf.keys.key(index), *placement));
-                }
-            }
-            pack_leaves(&entries, context)
+            let parts = [LeafPart::Old { leaf: a, start: 0, end: a.len() }, LeafPart::Old { leaf: b, start: 0, end: b.len() }];
+            pack_leaves_from_parts(&parts, context)
         }
         (Node::Inner(a), Node::Inner(b)) => {
             let mut items = Vec::with_capacity(a.children.len() + b.children.len());
@@ -342,48 +472,55 @@ fn version_of(summary: &[ShardMax], shard: u16) -> Option<(u32, u32)> {
     summary.binary_search_by_key(&shard, |max| max.shard).ok().map(|index| summary[index].version())
 }
 
-/// Per-shard maxima of `lists` (each sorted by shard), sorted by shard.
-fn merged_maxima(lists: &[&[ShardMax]]) -> Vec<ShardMax> {
-    let mut all: Vec<ShardMax> = lists.iter().flat_map(|list| list.iter().copied()).collect();
+/// Per-shard maxima of `versions`, sorted by shard.
+fn maxima(versions: impl Iterator<Item = (u16, (u32, u32))>) -> Vec<ShardMax> {
+    let mut all: Vec<ShardMax> = versions.map(|(shard, (major, minor))| ShardMax { shard, major, minor }).collect();
     all.sort_unstable_by_key(|max| (max.shard, std::cmp::Reverse(max.version())));
     all.dedup_by_key(|max| max.shard);
     all
 }
 
-/// A rebuilt inner node's per-shard maxima from its old ones, reading only the children that
-/// changed: `old` are the node's maxima before the edit, `removed` the summaries of the children
-/// the edit replaced or dropped, and `items` the new child list (fresh items are the
-/// replacements, unchanged ones are read only in the rare case below). A shard's old maximum still stands unless a removed child held it; only then,
-/// and only if the replacements do not reach it, are the unchanged children consulted for that
-/// shard. This keeps a refresh's summary work proportional to the children it touches instead of
-/// the node's fan-out.
-fn incremental_summary(old: &[ShardMax], removed: &[&[ShardMax]], items: &[Subtree<'_>]) -> Vec<ShardMax> {
-    let removed_maxima = merged_maxima(removed);
-    let added: Vec<&[ShardMax]> = items.iter().filter(|item| item.fresh).map(|item| item.node.summary()).collect();
-    let added_maxima = merged_maxima(&added);
-    let mut shards: Vec<u16> = old.iter().chain(&added_maxima).map(|max| max.shard).collect();
+/// A rebuilt node's per-shard maxima from its old ones, reading only what changed: `old` are the
+/// node's maxima before the edit, `removed` the maxima of what the edit took out (children or
+/// chunks), `added` the maxima of what it put in, and `unchanged(shard)` the maximum of a shard
+/// among what stayed. A shard's old maximum still stands unless something removed held it; only
+/// then, and only if the additions do not reach it, is `unchanged` asked. This keeps a refresh's
+/// summary work proportional to what it touches instead of the node's size.
+fn derive_summary(
+    old: &[ShardMax],
+    removed: &[ShardMax],
+    added: &[ShardMax],
+    unchanged: impl Fn(u16) -> Option<(u32, u32)>,
+) -> Vec<ShardMax> {
+    let mut shards: Vec<u16> = old.iter().chain(added).map(|max| max.shard).collect();
     shards.sort_unstable();
     shards.dedup();
     let mut summary = Vec::with_capacity(shards.len());
     for shard in shards {
         let before = version_of(old, shard);
-        let taken = version_of(&removed_maxima, shard);
-        let added = version_of(&added_maxima, shard);
-        let kept = if taken.is_some() && taken == before && added < before {
-            // The old maximum left with a removed child: the unchanged children decide.
-            items
-                .iter()
-                .filter(|item| !item.fresh)
-                .filter_map(|item| version_of(item.node.summary(), shard))
-                .max()
-        } else {
-            before
-        };
-        if let Some((major, minor)) = kept.max(added) {
+        let taken = version_of(removed, shard);
+        let put = version_of(added, shard);
+        let kept = if taken.is_some() && taken == before && put < before { unchanged(shard) } else { before };
+        if let Some((major, minor)) = kept.max(put) {
             summary.push(ShardMax { shard, major, minor });
         }
     }
     summary
+}
+
+/// [`derive_summary`] for an inner node whose children were edited: `removed` are the old
+/// summaries of the replaced or dropped children, and fresh `items` are their replacements.
+fn incremental_summary(old: &[ShardMax], removed: &[&[ShardMax]], items: &[Subtree<'_>]) -> Vec<ShardMax> {
+    let taken = maxima(removed.iter().flat_map(|summary| summary.iter().map(|max| (max.shard, max.version()))));
+    let put = maxima(
+        items
+            .iter()
+            .filter(|item| item.fresh)
+            .flat_map(|item| item.node.summary().iter().map(|max| (max.shard, max.version()))),
+    );
+    derive_summary(old, &taken, &put, |shard| {
+        items.iter().filter(|item| !item.fresh).filter_map(|item| version_of(item.node.summary(), shard)).max()
+    })
 }
 
 /// One contiguous change: delete the chunks whose min is in `[start, end)` and insert `entries`
@@ -405,18 +542,66 @@ pub(crate) fn edit<'a>(
 ) -> Result<Vec<Subtree<'a>>, RoutingError> {
     match &**node {
         Node::Leaf(leaf) => {
-            let count = leaf.placements.len();
-            let inserted: usize = edits.iter().map(|edit| edit.entries.len()).sum();
-            let mut entries: Vec<(&[u8], Placement)> = Vec::with_capacity(count + inserted);
+            let count = leaf.len();
+            let mut parts: Vec<LeafPart<'a>> = Vec::with_capacity(2 * edits.len() + 1);
+            let mut deleted: Vec<(usize, usize)> = Vec::with_capacity(edits.len());
             let mut position = 0;
             for edit in edits {
-                let start = leaf.keys.rank(edit.start, false).max(position);
-                entries.extend((position..start).map(|index| (leaf.keys.key(index), leaf.placements[index])));
-                entries.extend_from_slice(edit.entries);
-                position = leaf.keys.rank(edit.end, false).max(start);
+                // Validation against the old map happens here, where the descent already is: a
+                // run must start and end on existing chunk boundaries, or part of a chunk it
+                // replaces would be left without an owner.
+                let start = leaf.keys.rank(edit.start, false);
+                if start >= count || leaf.keys.key(start) != edit.start {
+                    let owner_min = if start > 0 { leaf.keys.key(start - 1) } else { edit.start };
+                    return Err(RoutingError::Gap { from: owner_min.to_vec(), to: edit.start.to_vec() });
+                }
+                let end = leaf.keys.rank(edit.end, false);
+                if edit.end < upper && (end >= count || leaf.keys.key(end) != edit.end) {
+                    let owner_max = if end < count { leaf.keys.key(end) } else { upper };
+                    return Err(RoutingError::Gap { from: edit.end.to_vec(), to: owner_max.to_vec() });
+                }
+                let start = start.max(position);
+                if start > position {
+                    parts.push(LeafPart::Old { leaf, start: position, end: start });
+                }
+                if !edit.entries.is_empty() {
+                    parts.push(LeafPart::New(edit.entries));
+                }
+                position = end.max(start);
+                deleted.push((start, position));
             }
-            entries.extend((position..count).map(|index| (leaf.keys.key(index), leaf.placements[index])));
-            pack_leaves(&entries, context)
+            if position < count {
+                parts.push(LeafPart::Old { leaf, start: position, end: count });
+            }
+            let total: usize = parts.iter().map(LeafPart::len).sum();
+            if total == 0 {
+                return Ok(Vec::new());
+            }
+            if total > context.parameters.routing_table_cache_chunk_bucket_size {
+                return pack_leaves_from_parts(&parts, context);
+            }
+            // The common case: one leaf, whose maxima follow from the chunks that changed.
+            let taken = maxima(deleted.iter().flat_map(|&(start, end)| {
+                (start..end).map(|index| {
+                    let placement = leaf.placement(index);
+                    (placement.shard, placement.version())
+                })
+            }));
+            let put = maxima(edits.iter().flat_map(|edit| edit.entries.iter().map(|(_, placement)| (placement.shard, placement.version()))));
+            let summary = derive_summary(&leaf.summary, &taken, &put, |shard| {
+                let mut best = None;
+                for part in &parts {
+                    if let LeafPart::Old { leaf, start, end } = *part {
+                        for index in start..end {
+                            if leaf.shard(index) == shard {
+                                best = best.max(Some(leaf.placement(index).version()));
+                            }
+                        }
+                    }
+                }
+                best
+            });
+            Ok(vec![make_leaf_from_parts(&parts, Some(summary), context)?])
         }
         Node::Inner(inner) => {
             let count = inner.children.len();

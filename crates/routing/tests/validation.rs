@@ -172,3 +172,73 @@ fn a_merge_across_leaves_replaces_many_chunks() {
     assert_eq!(everything.len(), 1);
     assert_eq!(everything.shard_versions().len(), 1);
 }
+
+mod misaligned_refreshes {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn bound(value: i64, bounds: &[Bound]) -> Bound {
+        // Mostly existing boundaries, sometimes a point between them.
+        if value % 3 == 0 {
+            bounds[(value.unsigned_abs() as usize) % bounds.len()]
+        } else {
+            Bound::Value(value % 2000)
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// A refresh is accepted exactly when each run of changed chunks starts and ends on an
+        /// existing chunk boundary; otherwise it is a Gap, whatever leaf the boundary lands in.
+        #[test]
+        fn runs_must_align_with_old_boundaries(
+            initial in proptest::collection::btree_set(-1000_i64..1000, 1..80),
+            raw in proptest::collection::vec((any::<i64>(), any::<i64>()), 1..3),
+        ) {
+            let mut bounds = vec![Bound::Min];
+            bounds.extend(initial.iter().map(|value| Bound::Value(*value * 2)));
+            bounds.push(Bound::Max);
+            let map = ChunkMap::build(info(3, 4, 4), &chunks_over(&bounds, 3))
+                .map_err(|error| TestCaseError::fail(error.to_string()))?;
+            let (major, _) = map.collection_version().placement();
+            let mut changed = Vec::new();
+            for (index, (a, b)) in raw.iter().enumerate() {
+                let (low, high) = (bound(*a, &bounds), bound(*b, &bounds));
+                let (low, high) = if low <= high { (low, high) } else { (high, low) };
+                if low == high {
+                    continue;
+                }
+                changed.push(chunk(low, high, 1, major + 1, index as u32));
+            }
+            changed.sort_by(|x, y| x.min.cmp(&y.min));
+            let overlapping = changed.windows(2).any(|pair| pair[0].max > pair[1].min);
+            let result = map.apply(&changed);
+            if overlapping {
+                prop_assert!(matches!(result, Err(RoutingError::Overlap { .. })), "{:?}", result);
+                return Ok(());
+            }
+            let boundaries: Vec<Vec<u8>> = bounds.iter().map(|bound| bound.key()).collect();
+            // Runs: maximal sequences of changed chunks touching end to start.
+            let mut aligned = true;
+            let mut index = 0;
+            while index < changed.len() {
+                let start = &changed[index].min;
+                let mut end = &changed[index].max;
+                while index + 1 < changed.len() && changed[index + 1].min == *end {
+                    index += 1;
+                    end = &changed[index].max;
+                }
+                aligned &= boundaries.contains(start) && boundaries.contains(end);
+                index += 1;
+            }
+            if aligned {
+                let updated = result.map_err(|error| TestCaseError::fail(error.to_string()))?;
+                prop_assert!(updated.verify().is_ok());
+            } else {
+                prop_assert!(matches!(result, Err(RoutingError::Gap { .. })), "{:?}", result);
+            }
+            prop_assert!(map.verify().is_ok());
+        }
+    }
+}
