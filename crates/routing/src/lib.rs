@@ -14,8 +14,9 @@
 //! - every chunk carries the collection's epoch and timestamp, and changed chunks are never older
 //!   than the collection version they advance;
 //! - every non-root node holds between half and all of its maximum size, all leaves are at one
-//!   depth, and each inner node's per-child first keys, chunk counts and per-shard maximum
-//!   versions match its children, which keeps the collection version and shard versions exact.
+//!   depth, each inner node's per-child first keys and chunk counts match its children, and
+//!   every node's summary (highest version per shard beneath it) matches its contents, which
+//!   keeps the collection version and the shard versions exact.
 
 mod error;
 mod iter;
