@@ -31,6 +31,14 @@ const NEVER_COMPRESSED: &[&str] = &[
 /// Stack for every runtime thread (virtual memory; only touched pages cost RAM).
 const COMMAND_THREAD_STACK_BYTES: usize = 16 * 1024 * 1024;
 
+/// Threads that run commands. Commands are short and CPU-bound (RocksDB reads hit the block
+/// cache), so a few per core keep the cores busy; dozens only add context switches and
+/// futex wake-ups. Override with MYRIAD_COMMAND_THREADS.
+fn blocking_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |count| count.get());
+    std::env::var("MYRIAD_COMMAND_THREADS").ok().and_then(|value| value.parse().ok()).unwrap_or(cores * 4).max(1)
+}
+
 pub fn serve(arguments: ServerArguments, argv: Vec<String>) -> Result<(), String> {
     let logger = match &arguments.logpath {
         Some(path) => Logger::file(path, arguments.logappend, arguments.quiet).map_err(|error| format!("cannot open --logpath {path}: {error}"))?,
@@ -42,6 +50,7 @@ pub fn serve(arguments: ServerArguments, argv: Vec<String>) -> Result<(), String
         // The bson crate decodes recursively at 20-40 KiB of stack per nesting level; the wire
         // decoder admits 200 levels, so commands run on threads with room for that.
         .thread_stack_size(COMMAND_THREAD_STACK_BYTES)
+        .max_blocking_threads(blocking_threads())
         .build()
         .map_err(|error| format!("cannot start the runtime: {error}"))?;
     runtime.block_on(run(arguments, argv, logger))

@@ -334,6 +334,18 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
             timeout,
             settings.phase_timeout,
         ))?;
+        // Restart as the N-collection server was restarted, so both CRUD phases read flushed
+        // data (SST files through the block cache) rather than one reading a warm memtable.
+        let (baseline_client, baseline_deployment) = match baseline_deployment {
+            Deployment::Owned { process, launch } => {
+                runtime.block_on(client::close(baseline_client));
+                process.stop(settings.startup_timeout)?;
+                let process = ServerProcess::start(&launch, settings.startup_timeout)?;
+                let restarted = runtime.block_on(client::connect(&process.uri(), settings.pool_size(), timeout))?;
+                (restarted, Deployment::Owned { process, launch })
+            }
+            external => (baseline_client, external),
+        };
         let target = Target::Single {
             database: BASELINE_DATABASE.to_string(),
             collection: BASELINE_COLLECTION.to_string(),

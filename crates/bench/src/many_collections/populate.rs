@@ -161,17 +161,25 @@ where
 pub struct CreationOutcome {
     pub collections: u64,
     pub documents: u64,
+    /// The createIndexes phase alone (each call creates its collection and two indexes).
     pub elapsed: Duration,
+    /// The document load that follows it.
+    pub load_elapsed: Duration,
 }
 
 impl CreationOutcome {
     pub fn collections_per_second(&self) -> f64 {
         self.collections as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
+
+    pub fn documents_per_second(&self) -> f64 {
+        self.documents as f64 / self.load_elapsed.as_secs_f64().max(1e-9)
+    }
 }
 
-/// Creates `collections` collections, each with the two indexes and `documents_per_collection`
-/// documents (`_id` 0..documents_per_collection).
+/// Creates `collections` collections, each with the two indexes (timed on its own: the
+/// creation rate), then loads `documents_per_collection` documents into each
+/// (`_id` 0..documents_per_collection), timed separately.
 pub async fn create_collections(
     client: &Client,
     collections: u64,
@@ -184,12 +192,28 @@ pub async fn create_collections(
     let progress = progress_bar(collections, "creating collections");
     let started = Instant::now();
     let shared_client = client.clone();
-    let work = move |index: u64| {
+    let create = move |index: u64| {
         let client = shared_client.clone();
         async move {
             let database = database_name(index, databases);
             let collection = collection_name(index);
             create_indexes(&client, &database, &collection, operation_timeout).await?;
+            Ok(1)
+        }
+    };
+    let result = for_each_index(collections, concurrency, phase_timeout, &progress, "collection creation", create).await;
+    progress.finish_and_clear();
+    result?;
+    let elapsed = started.elapsed();
+
+    let progress = progress_bar(collections, "loading documents");
+    let load_started = Instant::now();
+    let shared_client = client.clone();
+    let load = move |index: u64| {
+        let client = shared_client.clone();
+        async move {
+            let database = database_name(index, databases);
+            let collection = collection_name(index);
             let mut first_id = 0;
             // Bounded by documents_per_collection / INSERT_BATCH_DOCUMENTS batches.
             while first_id < documents_per_collection {
@@ -201,10 +225,15 @@ pub async fn create_collections(
             Ok(1)
         }
     };
-    let result = for_each_index(collections, concurrency, phase_timeout, &progress, "collection creation", work).await;
+    let result = for_each_index(collections, concurrency, phase_timeout, &progress, "document load", load).await;
     progress.finish_and_clear();
     result?;
-    Ok(CreationOutcome { collections, documents: collections * documents_per_collection, elapsed: started.elapsed() })
+    Ok(CreationOutcome {
+        collections,
+        documents: collections * documents_per_collection,
+        elapsed,
+        load_elapsed: load_started.elapsed(),
+    })
 }
 
 /// Loads the baseline: one collection with the same indexes and `documents` documents.
