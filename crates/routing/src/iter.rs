@@ -4,18 +4,35 @@ use crate::map::{ChunkMap, Collection};
 use crate::node::{Inner, Leaf, Node};
 use crate::version::{Chunk, ChunkVersion, ShardId};
 
+/// Where the max of a leaf's last chunk is: a key of an ancestor (read only if asked for, so a
+/// point lookup does not touch it) or a known slice.
+#[derive(Clone, Copy)]
+pub(crate) enum Upper<'a> {
+    Key(&'a [u8]),
+    Separator(&'a Inner, usize),
+}
+
+impl<'a> Upper<'a> {
+    fn bytes(self) -> &'a [u8] {
+        match self {
+            Upper::Key(key) => key,
+            Upper::Separator(inner, index) => inner.keys.key(index),
+        }
+    }
+}
+
 /// One chunk of a map, borrowed: nothing is copied until asked for.
 #[derive(Clone, Copy)]
 pub struct ChunkView<'a> {
     leaf: &'a Leaf,
     index: usize,
     /// The max of the leaf's last chunk.
-    upper: &'a [u8],
+    upper: Upper<'a>,
     collection: &'a Collection,
 }
 
 impl<'a> ChunkView<'a> {
-    pub(crate) fn new(leaf: &'a Leaf, index: usize, upper: &'a [u8], collection: &'a Collection) -> ChunkView<'a> {
+    pub(crate) fn new(leaf: &'a Leaf, index: usize, upper: Upper<'a>, collection: &'a Collection) -> ChunkView<'a> {
         debug_assert!(index < leaf.len());
         ChunkView { leaf, index, upper, collection }
     }
@@ -28,7 +45,7 @@ impl<'a> ChunkView<'a> {
         if self.index + 1 < self.leaf.keys.len() {
             self.leaf.keys.key(self.index + 1)
         } else {
-            self.upper
+            self.upper.bytes()
         }
     }
 
@@ -154,7 +171,7 @@ impl<'a> Iterator for Chunks<'a> {
                 while *index < leaf.len() {
                     let current = *index;
                     *index += 1;
-                    let view = ChunkView::new(leaf, current, upper, self.collection);
+                    let view = ChunkView::new(leaf, current, Upper::Key(upper), self.collection);
                     if self.end.is_some_and(|end| view.min() >= end) {
                         self.finished = true;
                         return None;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bson::oid::ObjectId;
 use bson::Timestamp;
 
-use crate::iter::{Chunks, ChunkView};
+use crate::iter::{Chunks, ChunkView, Upper};
 use crate::node::{self, Edit, Node, Placement, ShardMax, Subtree, SummaryScratch, TreeContext};
 use crate::version::{Chunk, ChunkVersion, ShardId, ShardNames, ShardVersionMap};
 use crate::{RoutingError, RoutingParameters, ShardKeyPattern, MAX_BOUND_BYTES};
@@ -292,7 +292,9 @@ impl ChunkMap {
             return None;
         }
         let mut node: &Node = &self.root;
-        let mut upper: &[u8] = &self.collection.highest;
+        // The separator after the chosen child, remembered but not read: a lookup that only
+        // wants the shard never touches these bytes.
+        let mut upper = Upper::Key(&self.collection.highest);
         // The tree's height bounds this loop.
         loop {
             match node {
@@ -304,7 +306,7 @@ impl ChunkMap {
                     });
                     let child = rank.checked_sub(1)?;
                     if child + 1 < inner.children.len() {
-                        upper = inner.keys.key(child + 1);
+                        upper = Upper::Separator(inner, child + 1);
                     }
                     node = &inner.children[child];
                 }

@@ -174,6 +174,28 @@ pub(crate) fn collect(args: &RoutingArgs, budget: Budget) -> Result<Vec<PointRes
     Ok(results)
 }
 
+/// Keys stored back to back in one buffer.
+struct PackedKeys {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl PackedKeys {
+    fn new(keys: impl Iterator<Item = Vec<u8>>) -> PackedKeys {
+        let mut packed = PackedKeys { bytes: Vec::new(), ends: Vec::new() };
+        for key in keys {
+            packed.bytes.extend_from_slice(&key);
+            packed.ends.push(packed.bytes.len());
+        }
+        packed
+    }
+
+    fn get(&self, index: usize) -> &[u8] {
+        let start = if index == 0 { 0 } else { self.ends[index - 1] };
+        &self.bytes[start..self.ends[index]]
+    }
+}
+
 /// Nearest-rank percentile of sorted values.
 fn percentile(sorted: &[f64], fraction: f64) -> f64 {
     if sorted.is_empty() {
@@ -213,27 +235,26 @@ fn measure<T: RoutingTable>(bounds: &Bounds, args: &RoutingArgs, budget: Budget,
     // The same seed for every implementation: they see the same keys and the same refreshes.
     let mut random = StdRng::seed_from_u64(0x5EED ^ chunks as u64);
     let lookup_count = budget.lookup_batches * budget.lookup_batch_size;
-    let lookup_keys: Vec<Vec<u8>> = (0..lookup_count).map(|_| random_key(&mut random)).collect();
+    // Keys packed in one buffer, so reading a key costs the same for every implementation and
+    // never a cache miss of its own.
+    let lookup_keys = PackedKeys::new((0..lookup_count).map(|_| random_key(&mut random)));
     let (lookup_ns_p50, _) = time_batches(budget.lookup_batches, budget.lookup_batch_size, |index| {
-        table.lookup_shard(&lookup_keys[index])
+        table.lookup_shard(lookup_keys.get(index))
     });
     drop(lookup_keys);
 
     // Ranges over one to eight chunk widths from a random start.
     let width = (u64::MAX / chunks as u64).max(1);
     let range_count = budget.range_batches * budget.range_batch_size;
-    let ranges: Vec<(Vec<u8>, Vec<u8>)> = (0..range_count)
-        .map(|_| {
-            let start: i64 = random.gen();
-            let span = width.saturating_mul(random.gen_range(1..=8));
-            let end = (start as i128 + span as i128).min(i64::MAX as i128) as i64;
-            (key_of(&bson::Bson::Int64(start)), key_of(&bson::Bson::Int64(end)))
-        })
-        .collect();
+    let ranges = PackedKeys::new((0..range_count).flat_map(|_| {
+        let start: i64 = random.gen();
+        let span = width.saturating_mul(random.gen_range(1..=8));
+        let end = (start as i128 + span as i128).min(i64::MAX as i128) as i64;
+        [key_of(&bson::Bson::Int64(start)), key_of(&bson::Bson::Int64(end))]
+    }));
     let all_shards = usize::from(args.shards);
     let (range_ns_p50, _) = time_batches(budget.range_batches, budget.range_batch_size, |index| {
-        let (start, end) = &ranges[index];
-        table.target_range(start, end, all_shards)
+        table.target_range(ranges.get(2 * index), ranges.get(2 * index + 1), all_shards)
     });
     drop(ranges);
 
