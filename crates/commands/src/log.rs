@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use myriad_query::dates::CivilTime;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
@@ -100,32 +101,8 @@ impl Logger {
 /// ISO-8601 with milliseconds and a `+00:00` offset, as mongod prints (UTC).
 pub fn format_timestamp(time: SystemTime) -> String {
     let since_epoch = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let total_seconds = since_epoch.as_secs() as i64;
-    let milliseconds = since_epoch.subsec_millis();
-    let days = total_seconds.div_euclid(86_400);
-    let seconds_of_day = total_seconds.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{milliseconds:03}+00:00",
-        seconds_of_day / 3600,
-        (seconds_of_day % 3600) / 60,
-        seconds_of_day % 60
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day): Howard Hinnant's
-/// `civil_from_days`, which avoids a date crate for this one conversion.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    let millis = i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX);
+    CivilTime::from_unix_millis(millis).format_iso8601("+00:00")
 }
 
 #[cfg(test)]

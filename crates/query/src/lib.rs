@@ -15,6 +15,7 @@
 
 pub mod aggregate;
 pub mod bounds;
+pub mod dates;
 pub mod bson_types;
 pub mod error;
 pub mod expression;

@@ -13,25 +13,7 @@ fn nullish(value: &Option<Bson>) -> bool {
 
 /// Formats milliseconds since the epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ` (proleptic Gregorian).
 pub(crate) fn format_date(millis: i64) -> String {
-    let days = millis.div_euclid(86_400_000);
-    let millis_of_day = millis.rem_euclid(86_400_000);
-    // Civil-from-days (Howard Hinnant's algorithm): exact for the whole i64 day range used here.
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        millis_of_day / 3_600_000,
-        millis_of_day / 60_000 % 60,
-        millis_of_day / 1000 % 60,
-        millis_of_day % 1000
-    )
+    crate::dates::CivilTime::from_unix_millis(millis).format_iso8601("Z")
 }
 
 /// MongoDB's shortest round-trip rendering of a double ("1", "2.5", "1e+21", "NaN", "Infinity").
