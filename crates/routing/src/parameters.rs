@@ -9,7 +9,7 @@ use crate::RoutingError;
 pub struct RoutingParameters {
     /// Chunks per leaf ("bucket"): a leaf splits above this and merges with a sibling below half
     /// of it. A refresh copies one leaf per changed region, so this bounds the copy per change;
-    /// a point lookup binary-searches one leaf's packed 8-byte key heads. Server parameter
+    /// a point lookup searches one leaf's packed 8-byte key heads. Server parameter
     /// `routingTableCacheChunkBucketSize` (alias `routeRefreshCacheVerticalDepth`).
     ///
     /// Default 500, MongoDB's own bucket size, kept because it measured best: with
@@ -25,10 +25,11 @@ pub struct RoutingParameters {
     /// Much narrower than the leaves (16 by default) because copying an inner node clones one
     /// `Arc` per child, and each clone is an atomic increment on a cache line that, in a large
     /// map, is cold: a refresh copies one inner node per level per changed region, so its cost
-    /// grows with the fan-out far faster than with the depth. Measured with the tune example at
-    /// 10M chunks (bucket 500): refresh medians of 37-39 µs at 16, 41 at 24, 45-46 at 32, 46-48
-    /// at 48 and 55-59 at 64, with lookups equal within noise (0.8-1.0 µs): the upper levels
-    /// stay in cache either way. Server parameter `routingTableCacheInnerNodeFanOut`.
+    /// grows with the fan-out far faster than with the depth. In interleaved runs of the tune
+    /// example at 10M chunks (bucket 500) 16 gave the lowest refresh medians (46-50 µs against
+    /// 50-51 at 32 and 51-57 at 64 in one series on the shared 2-core machine; 37-39 against
+    /// 45-46 and 55-59 in an earlier one), with lookups equal within run-to-run noise: the upper
+    /// levels stay in cache either way. Server parameter `routingTableCacheInnerNodeFanOut`.
     pub routing_table_inner_node_fan_out: usize,
 }
 
