@@ -8,6 +8,7 @@
 //! `Double(5.0)` encode identically).
 
 pub mod compare;
+mod hash;
 mod decode;
 mod encode;
 mod error;
@@ -16,6 +17,7 @@ pub use compare::{compare_documents, compare_values, values_equal, Number};
 pub use decode::{decode_key, decode_value};
 pub use encode::{append_value, encode_key};
 pub use error::KeyStringError;
+pub use hash::hash_value;
 
 /// The first byte of every key made by [`encode_key`]. Bumped on any incompatible change.
 pub const FORMAT_VERSION: u8 = 1;

@@ -105,25 +105,9 @@ const SIGNIFICANT_OPTIONS: &[&str] = &[
     "wildcardProjection",
 ];
 
-/// The 64-bit hash a hashed index stores for `value` (as `Bson::Int64`). Values that compare
-/// equal (`5`, `5.0`, `NumberLong(5)`) hash equal, because the hash is taken over their
-/// canonical keystring encoding. The query layer uses this to build bounds for hashed indexes.
-pub fn hashed_index_value(value: &Bson) -> i64 {
-    let encoded = encode_key([(value, Direction::Ascending)]);
-    // FNV-1a over the canonical bytes, then the splitmix64 finaliser so that nearby inputs
-    // spread over the whole 64-bit range (hashed indexes exist to spread keys).
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in encoded {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash ^= hash >> 30;
-    hash = hash.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    hash ^= hash >> 27;
-    hash = hash.wrapping_mul(0x94d0_49bb_1331_11eb);
-    hash ^= hash >> 31;
-    hash as i64
-}
+/// The 64-bit hash a hashed index stores for `value` (as `Bson::Int64`); the same function
+/// routes hashed shard keys (see [`myriad_keystring::hash_value`]).
+pub use myriad_keystring::hash_value as hashed_index_value;
 
 /// The spec of the `_id` index created with every collection.
 pub(crate) fn id_index_spec() -> ParsedIndexSpec {
@@ -584,8 +568,6 @@ mod tests {
 
     #[test]
     fn hashed_values_of_equal_numbers_agree() {
-        assert_eq!(hashed_index_value(&Bson::Int32(5)), hashed_index_value(&Bson::Double(5.0)));
-        assert_ne!(hashed_index_value(&Bson::Int32(5)), hashed_index_value(&Bson::Int32(6)));
         let error = generate_keys(&fields(doc! {"a": "hashed"}), false, &doc! {"a": [1]}).unwrap_err();
         assert_eq!(error.code(), 2);
     }
