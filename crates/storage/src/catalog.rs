@@ -121,14 +121,15 @@ impl IndexEntry {
         })
     }
 
-    fn from_bson(document: &Document) -> Result<Self, StorageError> {
+    fn from_raw(document: &RawDocument) -> Result<Self, StorageError> {
         let corrupt = |what: &str| StorageError::Corrupt(format!("catalog index entry: {what}"));
         let name = document.get_str("name").map_err(|_| corrupt("name"))?;
-        let prefix = prefix_from_bson(document.get("prefix")).ok_or_else(|| corrupt("prefix"))?;
+        let prefix =
+            document.get_i64("prefix").ok().and_then(|prefix| u64::try_from(prefix).ok()).ok_or_else(|| corrupt("prefix"))?;
         let unique = document.get_bool("unique").map_err(|_| corrupt("unique"))?;
         let sparse = document.get_bool("sparse").map_err(|_| corrupt("sparse"))?;
         let spec = document.get_document("spec").map_err(|_| corrupt("spec"))?;
-        let index = Self::from_spec_bytes(serialize_document(spec)?, prefix, unique, sparse)?;
+        let index = Self::from_spec_bytes(spec.as_bytes().to_vec(), prefix, unique, sparse)?;
         if index.name() != name {
             return Err(corrupt("name differs from the spec's"));
         }
@@ -256,35 +257,39 @@ impl CollectionEntry {
         Ok(bytes)
     }
 
-    /// Parses a catalog column family value.
+    /// Parses a catalog column family value. Reads the raw bytes in place: this runs on every
+    /// first touch of a collection after a restart (the catalog loads lazily), so it must not
+    /// build an owned document per entry.
     pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, StorageError> {
         let corrupt = |what: &str| StorageError::Corrupt(format!("catalog entry: {what}"));
-        let document = Document::from_reader(bytes).map_err(|error| corrupt(&error.to_string()))?;
-        if document.get_i32("format") != Ok(ENTRY_FORMAT) {
+        let raw = RawDocument::from_bytes(bytes).map_err(|error| corrupt(&error.to_string()))?;
+        if raw.get_i32("format") != Ok(ENTRY_FORMAT) {
             return Err(corrupt("unknown format"));
         }
-        let db = document.get_str("db").map_err(|_| corrupt("db"))?;
-        let collection = document.get_str("collection").map_err(|_| corrupt("collection"))?;
-        let prefix = prefix_from_bson(document.get("prefix")).ok_or_else(|| corrupt("prefix"))?;
-        let uuid = match document.get("uuid") {
-            Some(Bson::Binary(Binary { subtype: BinarySubtype::Uuid, bytes })) => {
-                <[u8; 16]>::try_from(bytes.as_slice()).map_err(|_| corrupt("uuid length"))?
+        let db = raw.get_str("db").map_err(|_| corrupt("db"))?;
+        let collection = raw.get_str("collection").map_err(|_| corrupt("collection"))?;
+        let prefix = raw.get_i64("prefix").ok().and_then(|prefix| u64::try_from(prefix).ok()).ok_or_else(|| corrupt("prefix"))?;
+        let uuid = match raw.get_binary("uuid") {
+            Ok(binary) if binary.subtype == BinarySubtype::Uuid => {
+                <[u8; 16]>::try_from(binary.bytes).map_err(|_| corrupt("uuid length"))?
             }
             _ => return Err(corrupt("uuid")),
         };
-        let options = document.get_document("options").map_err(|_| corrupt("options"))?;
-        let index_documents = document.get_array("indexes").map_err(|_| corrupt("indexes"))?;
-        let mut indexes = Vec::with_capacity(index_documents.len());
-        for index in index_documents {
-            match index {
-                Bson::Document(index) => indexes.push(IndexEntry::from_bson(index)?),
-                _ => return Err(corrupt("index is not a document")),
-            }
+        let options = raw.get_document("options").map_err(|_| corrupt("options"))?;
+        // An empty document is 5 bytes (length and terminator); store none for it.
+        let options: Box<[u8]> = if options.as_bytes().len() <= 5 { Box::default() } else { options.as_bytes().into() };
+        let mut indexes = Vec::new();
+        for index in raw.get_array("indexes").map_err(|_| corrupt("indexes"))? {
+            let index = index.map_err(|error| corrupt(&error.to_string()))?;
+            let index = index.as_document().ok_or_else(|| corrupt("index is not a document"))?;
+            indexes.push(IndexEntry::from_raw(index)?);
         }
         if indexes.first().map(IndexEntry::name) != Some(ID_INDEX_NAME) {
             return Err(corrupt("first index is not _id_"));
         }
-        CollectionEntry::new(db, collection, prefix, uuid, options, indexes)
+        let entry = Self::with_options_bytes(db, collection, prefix, uuid, options, indexes);
+        debug_assert!(entry.to_bytes().is_ok_and(|written| written == bytes), "catalog entries round-trip");
+        Ok(entry)
     }
 }
 
@@ -320,12 +325,6 @@ fn prefix_to_bson(prefix: u64) -> Bson {
     Bson::Int64(i64::try_from(prefix).unwrap_or(i64::MAX))
 }
 
-fn prefix_from_bson(value: Option<&Bson>) -> Option<u64> {
-    match value {
-        Some(Bson::Int64(prefix)) => u64::try_from(*prefix).ok(),
-        _ => None,
-    }
-}
 
 /// Public description of one index (listIndexes, query planning).
 #[derive(Clone, Debug, PartialEq)]
