@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use bson::{spec::BinarySubtype, Binary, Bson, Document, RawDocument};
+use bson::{spec::BinarySubtype, Binary, Bson, Document, RawArrayBuf, RawBinaryRef, RawDocument, RawDocumentBuf};
 
 use crate::index::{id_index_spec, key_fields_from_raw, IndexField, ParsedIndexSpec, ID_INDEX_NAME};
 use crate::StorageError;
@@ -110,15 +110,15 @@ impl IndexEntry {
         })
     }
 
-    fn to_bson(&self) -> Result<Document, StorageError> {
-        Ok(bson::doc! {
-            "name": self.name(),
-            "prefix": prefix_to_bson(self.prefix),
-            "ident": format!("index-{}", self.prefix),
-            "unique": self.unique,
-            "sparse": self.sparse,
-            "spec": self.spec_document()?,
-        })
+    fn to_raw(&self) -> Result<RawDocumentBuf, StorageError> {
+        let mut document = RawDocumentBuf::new();
+        document.append("name", self.name());
+        document.append("prefix", prefix_to_i64(self.prefix));
+        document.append("ident", format!("index-{}", self.prefix));
+        document.append("unique", self.unique);
+        document.append("sparse", self.sparse);
+        document.append_ref("spec", self.spec_raw()?);
+        Ok(document)
     }
 
     fn from_raw(document: &RawDocument) -> Result<Self, StorageError> {
@@ -233,28 +233,26 @@ impl CollectionEntry {
         Ok(self.indexes.to_vec())
     }
 
-    /// The catalog column family value.
+    /// The catalog column family value, written as raw BSON: index specs and options are kept
+    /// as raw bytes in memory and copied straight in (creation runs this under the DDL mutex).
     pub(crate) fn to_bytes(&self) -> Result<Vec<u8>, StorageError> {
-        let mut indexes = Vec::with_capacity(self.indexes.len());
+        let mut indexes = RawArrayBuf::new();
         for index in self.indexes.iter() {
-            indexes.push(Bson::Document(index.to_bson()?));
+            indexes.push(index.to_raw()?);
         }
-        let options = self.options_document()?;
-        let document = bson::doc! {
-            "format": ENTRY_FORMAT,
-            "db": self.db(),
-            "collection": self.collection(),
-            "prefix": prefix_to_bson(self.prefix),
-            "ident": format!("collection-{}", self.prefix),
-            "uuid": Binary { subtype: BinarySubtype::Uuid, bytes: self.uuid.to_vec() },
-            "options": options,
-            "indexes": indexes,
-        };
-        let mut bytes = Vec::new();
-        document
-            .to_writer(&mut bytes)
-            .map_err(|error| StorageError::Corrupt(format!("serializing catalog entry: {error}")))?;
-        Ok(bytes)
+        let options = if self.options.is_empty() { EMPTY_DOCUMENT_BYTES } else { &self.options[..] };
+        let options = RawDocument::from_bytes(options)
+            .map_err(|error| StorageError::Corrupt(format!("collection options: {error}")))?;
+        let mut document = RawDocumentBuf::new();
+        document.append("format", ENTRY_FORMAT);
+        document.append("db", self.db());
+        document.append("collection", self.collection());
+        document.append("prefix", prefix_to_i64(self.prefix));
+        document.append("ident", format!("collection-{}", self.prefix));
+        document.append_ref("uuid", RawBinaryRef { subtype: BinarySubtype::Uuid, bytes: &self.uuid });
+        document.append_ref("options", options);
+        document.append("indexes", indexes);
+        Ok(document.into_bytes())
     }
 
     /// Parses a catalog column family value. Reads the raw bytes in place: this runs on every
@@ -319,11 +317,14 @@ pub(crate) fn namespace_of(db: &str, collection: &str) -> String {
     namespace
 }
 
-fn prefix_to_bson(prefix: u64) -> Bson {
+fn prefix_to_i64(prefix: u64) -> i64 {
     // Prefixes come from a counter that starts at 1 and cannot reach 2^63 in practice; the
     // conversion is checked at allocation time (`Engine::allocate_prefixes`).
-    Bson::Int64(i64::try_from(prefix).unwrap_or(i64::MAX))
+    i64::try_from(prefix).unwrap_or(i64::MAX)
 }
+
+/// `{}` as BSON: length 5, then the terminating NUL.
+const EMPTY_DOCUMENT_BYTES: &[u8] = &[5, 0, 0, 0, 0];
 
 
 /// Public description of one index (listIndexes, query planning).
