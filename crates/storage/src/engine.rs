@@ -598,14 +598,19 @@ impl Engine {
         Ok(1 + entry.indexes.len() as u64)
     }
 
-    /// True when `db` has no collection other than `except`.
-    fn is_only_collection(&self, db: &str, except: &str) -> Result<bool, StorageError> {
-        let catalog = self.family(FAMILY_CATALOG)?;
+    /// An iterator over one database's catalog entries, positioned at the first of them.
+    fn database_catalog_iterator(&self, db: &str) -> Result<rocksdb::DBRawIterator<'_>, StorageError> {
         let (start, end) = keys::collections_of_database_range(db);
         let mut read_options = ReadOptions::default();
         read_options.set_iterate_upper_bound(end);
-        let mut iterator = self.db.raw_iterator_cf_opt(catalog, read_options);
+        let mut iterator = self.db.raw_iterator_cf_opt(self.family(FAMILY_CATALOG)?, read_options);
         iterator.seek(&start);
+        Ok(iterator)
+    }
+
+    /// True when `db` has no collection other than `except`.
+    fn is_only_collection(&self, db: &str, except: &str) -> Result<bool, StorageError> {
+        let mut iterator = self.database_catalog_iterator(db)?;
         // At most two keys are examined: `except` itself and one other.
         for _ in 0..2 {
             match iterator.key() {
@@ -685,12 +690,7 @@ impl Engine {
 
     /// Reads every catalog entry of a database from disk (bounded by the catalog's size).
     fn read_database_entries(&self, db: &str) -> Result<Vec<CollectionEntry>, StorageError> {
-        let catalog = self.family(FAMILY_CATALOG)?;
-        let (start, end) = keys::collections_of_database_range(db);
-        let mut read_options = ReadOptions::default();
-        read_options.set_iterate_upper_bound(end);
-        let mut iterator = self.db.raw_iterator_cf_opt(catalog, read_options);
-        iterator.seek(&start);
+        let mut iterator = self.database_catalog_iterator(db)?;
         let mut entries = Vec::new();
         while let Some(value) = iterator.value() {
             entries.push(CollectionEntry::from_bytes(value)?);
@@ -707,10 +707,7 @@ impl Engine {
         let _ddl = self.lock_ddl();
         let catalog = self.family(FAMILY_CATALOG)?;
         let (start, end) = keys::collections_of_database_range(db);
-        let mut read_options = ReadOptions::default();
-        read_options.set_iterate_upper_bound(end.clone());
-        let mut iterator = self.db.raw_iterator_cf_opt(catalog, read_options);
-        iterator.seek(&start);
+        let mut iterator = self.database_catalog_iterator(db)?;
         let mut namespaces: Vec<String> = Vec::new();
         let mut collection_prefixes: Vec<u64> = Vec::new();
         let mut all_prefixes: Vec<u64> = Vec::new();
