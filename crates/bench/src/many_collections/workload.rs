@@ -206,15 +206,7 @@ pub async fn run_crud(
         let target = Arc::clone(&target);
         let next_inserted_id = Arc::clone(&next_inserted_id);
         let completed_counter = Arc::clone(&completed_counter);
-        let mut per_operation = Vec::with_capacity(Operation::ALL.len());
-        for operation in Operation::ALL {
-            per_operation.push(OperationFigures {
-                operation,
-                completed: 0,
-                errors: 0,
-                latency: new_histogram(operation_timeout)?,
-            });
-        }
+        let per_operation = empty_operation_figures(operation_timeout)?;
         let seed = rand::random::<u64>() ^ task_index as u64;
         tasks.spawn(async move {
             let mut figures = TaskFigures { per_operation, found: 0, not_found: 0, first_error: None };
@@ -293,15 +285,7 @@ fn merge(
     operation_timeout: Duration,
 ) -> BenchResult<CrudOutcome> {
     let mut latency = new_histogram(operation_timeout)?;
-    let mut per_operation = Vec::with_capacity(Operation::ALL.len());
-    for operation in Operation::ALL {
-        per_operation.push(OperationFigures {
-            operation,
-            completed: 0,
-            errors: 0,
-            latency: new_histogram(operation_timeout)?,
-        });
-    }
+    let mut per_operation = empty_operation_figures(operation_timeout)?;
     let (mut found, mut not_found, mut first_error) = (0, 0, None);
     for figures in all {
         found += figures.found;
@@ -420,6 +404,15 @@ pub fn spawn_ticker(
             progress.set_message(format!("{} ops", completed.load(Ordering::Relaxed)));
         }
     })
+}
+
+
+/// Zeroed figures for every operation of the mix, in `Operation::ALL` order.
+fn empty_operation_figures(operation_timeout: Duration) -> BenchResult<Vec<OperationFigures>> {
+    Operation::ALL
+        .into_iter()
+        .map(|operation| Ok(OperationFigures { operation, completed: 0, errors: 0, latency: new_histogram(operation_timeout)? }))
+        .collect()
 }
 
 #[cfg(test)]
