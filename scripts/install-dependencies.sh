@@ -21,7 +21,9 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 if [ "${1:-}" = "--with-python" ]; then
-    if ! python3 -c "import pymongo, pytest, zstandard" >/dev/null 2>&1; then
-        python3 -m pip install -q --disable-pip-version-check pymongo pytest zstandard 2>&1 | grep -v "Running pip as the 'root' user" >&2 || true
+    # pymongo's zstd support needs backports.zstd before Python 3.14 (compression.zstd after).
+    if ! python3 -c "import pymongo, pytest, importlib.util as u; assert u.find_spec('compression.zstd') or u.find_spec('backports.zstd')" >/dev/null 2>&1; then
+        python3 -m pip install -q --disable-pip-version-check pymongo pytest python-snappy "backports.zstd; python_version < '3.14'" 2>&1 \
+            | grep -v "Running pip as the 'root' user" >&2 || true
     fi
 fi

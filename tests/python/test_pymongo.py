@@ -146,15 +146,25 @@ def test_collections_and_databases(client, db):
     assert stats["collections"] == 1 and stats["objects"] == 1
 
 
-def test_zstd_compression(server):
+def zstd_bytes(client):
+    zstd = client.admin.command("serverStatus")["network"]["compression"]["zstd"]
+    return zstd["decompressor"]["bytesIn"], zstd["compressor"]["bytesOut"]
+
+
+def test_zstd_compression(server, client):
     compressed = pymongo.MongoClient(server.uri() + "&compressors=zstd", serverSelectionTimeoutMS=10_000)
     try:
+        received_before, sent_before = zstd_bytes(client)
         collection = compressed.pytest_compression.docs
         collection.drop()
         collection.insert_many([{"i": i, "text": "lorem ipsum " * 50} for i in range(300)])
         assert len(list(collection.find({}, batch_size=50))) == 300
         assert compressed.admin.command("ping")["ok"] == 1.0
         collection.drop()
+        received_after, sent_after = zstd_bytes(client)
+        # The traffic really was zstd both ways (the counters are the server's own).
+        assert received_after > received_before
+        assert sent_after > sent_before
     finally:
         compressed.close()
 

@@ -57,6 +57,24 @@ pub struct ServerContext {
     pub network_bytes_in: AtomicI64,
     pub network_bytes_out: AtomicI64,
     pub network_requests: AtomicI64,
+    pub compression: CompressionCounters,
+}
+
+/// Bytes that crossed the wire compressed, per compressor (serverStatus.network.compression).
+#[derive(Default)]
+pub struct CompressionCounters {
+    /// Indexed by [`compressor_slot`]: snappy, zlib, zstd.
+    pub decompressor_bytes_in: [AtomicI64; 3],
+    pub compressor_bytes_out: [AtomicI64; 3],
+}
+
+/// The counters' slot of a compressor.
+pub fn compressor_slot(compressor: myriad_wire::Compressor) -> usize {
+    match compressor {
+        myriad_wire::Compressor::Snappy => 0,
+        myriad_wire::Compressor::Zlib => 1,
+        myriad_wire::Compressor::Zstd => 2,
+    }
 }
 
 /// What a handler knows of the connection that sent the command.
@@ -84,6 +102,7 @@ impl ServerContext {
             network_bytes_in: AtomicI64::new(0),
             network_bytes_out: AtomicI64::new(0),
             network_requests: AtomicI64::new(0),
+            compression: CompressionCounters::default(),
         }
     }
 

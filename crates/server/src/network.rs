@@ -12,6 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
+use myriad_commands::context::compressor_slot;
 use myriad_commands::log::Logger;
 use myriad_commands::{dispatch, CommandError, CommandRequest, ConnectionInfo, ServerContext, ServerOptions};
 use myriad_storage::{Engine, EngineOptions};
@@ -279,10 +280,17 @@ async fn handle_message(
             if more_to_come {
                 return None;
             }
+            if let Some(used) = decoded.compressor {
+                context.count(&context.compression.decompressor_bytes_in[compressor_slot(used)], message.len() as i64);
+            }
             let compressor = decoded.compressor.filter(|used| {
                 compressors.contains(used) && !NEVER_COMPRESSED.contains(&command_name.as_str())
             });
-            Some(encode_reply_or_error(reply_id, request_id, &reply, compressor))
+            let encoded = encode_reply_or_error(reply_id, request_id, &reply, compressor);
+            if let Some(used) = compressor {
+                context.count(&context.compression.compressor_bytes_out[compressor_slot(used)], encoded.len() as i64);
+            }
+            Some(encoded)
         }
         Request::Query(query) => {
             let reply = match legacy_command(query.full_collection_name.as_str(), query.query, connection.clone()) {

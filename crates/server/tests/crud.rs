@@ -216,6 +216,14 @@ async fn compressed_connections_work_for_every_compressor() {
     }
     let status = server.client().await.database("admin").run_command(doc! { "serverStatus": 1 }).await.expect("status");
     assert!(status.get_document("opcounters").expect("opcounters").get_i64("insert").expect("insert") >= 3);
+    // Each compressor really carried traffic both ways (the server's own counters).
+    let compression = status.get_document("network").and_then(|network| network.get_document("compression")).expect("compression");
+    for name in ["zstd", "snappy", "zlib"] {
+        let figures = compression.get_document(name).expect("compressor figures");
+        let received = figures.get_document("decompressor").and_then(|figures| figures.get_i64("bytesIn")).expect("bytesIn");
+        let sent = figures.get_document("compressor").and_then(|figures| figures.get_i64("bytesOut")).expect("bytesOut");
+        assert!(received > 0 && sent > 0, "{name}: {figures}");
+    }
 }
 
 #[tokio::test]

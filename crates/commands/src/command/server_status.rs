@@ -5,6 +5,9 @@ use std::sync::atomic::Ordering;
 
 use bson::{doc, DateTime, Document};
 
+use myriad_wire::Compressor;
+
+use crate::context::compressor_slot;
 use crate::error::CommandResult;
 use crate::{CommandRequest, ServerContext};
 
@@ -20,6 +23,24 @@ pub fn process_memory_mebibytes() -> (i64, i64) {
             .map_or(0, |kibibytes| kibibytes / 1024)
     };
     (field("VmRSS:"), field("VmSize:"))
+}
+
+/// `{snappy|zlib|zstd: {compressor: {bytesOut}, decompressor: {bytesIn}}}`: compressed bytes
+/// sent and received with each compressor.
+fn compression(context: &ServerContext) -> Document {
+    let counters = &context.compression;
+    let mut figures = Document::new();
+    for compressor in [Compressor::Snappy, Compressor::Zlib, Compressor::Zstd] {
+        let slot = compressor_slot(compressor);
+        figures.insert(
+            compressor.name(),
+            doc! {
+                "compressor": { "bytesOut": counters.compressor_bytes_out[slot].load(Ordering::Relaxed) },
+                "decompressor": { "bytesIn": counters.decompressor_bytes_in[slot].load(Ordering::Relaxed) },
+            },
+        );
+    }
+    figures
 }
 
 pub fn run(context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
@@ -48,6 +69,7 @@ pub fn run(context: &ServerContext, _request: &CommandRequest) -> CommandResult<
             "bytesIn": context.network_bytes_in.load(Ordering::Relaxed),
             "bytesOut": context.network_bytes_out.load(Ordering::Relaxed),
             "numRequests": context.network_requests.load(Ordering::Relaxed),
+            "compression": compression(context),
         },
         "opcounters": {
             "insert": counters.insert.load(Ordering::Relaxed),
