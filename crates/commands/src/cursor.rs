@@ -24,9 +24,7 @@ pub enum CursorSource {
 pub struct Cursor {
     pub namespace: String,
     pub source: CursorSource,
-    pub batch_size: Option<usize>,
     pub last_used: Instant,
-    pub connection_id: i64,
 }
 
 pub struct CursorManager {
@@ -53,7 +51,8 @@ impl CursorManager {
     }
 
     /// Stores a cursor and returns its new id (positive, never 0).
-    pub fn register(&self, cursor: Cursor) -> i64 {
+    pub fn register(&self, namespace: String, source: CursorSource) -> i64 {
+        let cursor = Cursor { namespace, source, last_used: Instant::now() };
         let mut open = self.open.lock();
         reap_idle(&mut open);
         if open.by_id.len() >= MAX_OPEN_CURSORS {

@@ -3,13 +3,11 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bson::{Bson, Document};
 use myriad_query::aggregate::Pipeline;
 use myriad_query::filter::Filter;
 
-use crate::cursor::{Cursor, CursorSource};
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
 use crate::plan::{Execution, QuerySpec, BLOCKING_SORT_MEMORY_LIMIT_BYTES};
 use crate::{CommandRequest, ServerContext};
@@ -75,19 +73,6 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             }
         },
     };
-    let mut results: VecDeque<Document> = pipeline.run(input.into_iter())?.into();
-    let first_count = batch_size.min(results.len());
-    let first_batch: Vec<Document> = results.drain(..first_count).collect();
-    let cursor_id = if results.is_empty() {
-        0
-    } else {
-        context.cursors.register(Cursor {
-            namespace: namespace.clone(),
-            source: CursorSource::Materialized(results),
-            batch_size: None,
-            last_used: Instant::now(),
-            connection_id: request.connection.connection_id,
-        })
-    };
-    Ok(super::find::cursor_reply("firstBatch", cursor_id, &namespace, first_batch))
+    let results: VecDeque<Document> = pipeline.run(input.into_iter())?.into();
+    Ok(super::find::materialized_cursor_reply(context, namespace, results, batch_size))
 }

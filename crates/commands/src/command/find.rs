@@ -1,6 +1,7 @@
 //! `find`: plans the query, returns the first batch (101 documents by default) and keeps a
 //! cursor for the rest.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -9,7 +10,7 @@ use myriad_query::filter::Filter;
 use myriad_query::projection::Projection;
 use myriad_query::sort::SortSpec;
 
-use crate::cursor::{Cursor, CursorSource};
+use crate::cursor::CursorSource;
 use crate::error::{CommandError, CommandResult};
 use crate::plan::{Execution, QuerySpec};
 use crate::{CommandRequest, ServerContext};
@@ -72,13 +73,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let cursor_id = if single_batch || execution.is_exhausted() {
         0
     } else {
-        context.cursors.register(Cursor {
-            namespace: namespace.clone(),
-            source: CursorSource::Query(Box::new(execution)),
-            batch_size: None,
-            last_used: Instant::now(),
-            connection_id: request.connection.connection_id,
-        })
+        context.cursors.register(namespace.clone(), CursorSource::Query(Box::new(execution)))
     };
     let elapsed_ms = started.elapsed().as_millis();
     if elapsed_ms > 100 {
@@ -91,6 +86,24 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         );
     }
     Ok(cursor_reply("firstBatch", cursor_id, &namespace, batch))
+}
+
+/// Replies with the first `batch_size` of precomputed results and keeps the rest in a cursor
+/// (aggregate, listCollections).
+pub fn materialized_cursor_reply(
+    context: &ServerContext,
+    namespace: String,
+    mut results: VecDeque<Document>,
+    batch_size: usize,
+) -> Document {
+    let first_count = batch_size.min(results.len());
+    let first_batch: Vec<Document> = results.drain(..first_count).collect();
+    let cursor_id = if results.is_empty() {
+        0
+    } else {
+        context.cursors.register(namespace.clone(), CursorSource::Materialized(results))
+    };
+    cursor_reply("firstBatch", cursor_id, &namespace, first_batch)
 }
 
 /// `{cursor: {firstBatch|nextBatch, id, ns}, ok: 1}`.

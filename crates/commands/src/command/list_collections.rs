@@ -2,13 +2,11 @@
 //! its entry), with `filter`, `nameOnly` and a cursor.
 
 use std::collections::VecDeque;
-use std::time::Instant;
 
 use bson::{doc, Document};
 use myriad_query::filter::Filter;
 use myriad_storage::CollectionHandle;
 
-use crate::cursor::{Cursor, CursorSource};
 use crate::error::CommandResult;
 use crate::{CommandRequest, ServerContext};
 
@@ -44,18 +42,5 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         }
     }
     let namespace = format!("{}.$cmd.listCollections", request.db);
-    let first_count = batch_size.min(entries.len());
-    let first_batch: Vec<Document> = entries.drain(..first_count).collect();
-    let cursor_id = if entries.is_empty() {
-        0
-    } else {
-        context.cursors.register(Cursor {
-            namespace: namespace.clone(),
-            source: CursorSource::Materialized(entries),
-            batch_size: None,
-            last_used: Instant::now(),
-            connection_id: request.connection.connection_id,
-        })
-    };
-    Ok(super::find::cursor_reply("firstBatch", cursor_id, &namespace, first_batch))
+    Ok(super::find::materialized_cursor_reply(context, namespace, entries, batch_size))
 }
