@@ -3,3 +3,17 @@
 
 pub mod many_collections;
 pub mod routing;
+
+/// Axis labels for the SVG plots: 1500 -> "1.5k", 2000000 -> "2M", 20 -> "20".
+pub(crate) fn compact_number(number: f64) -> String {
+    let (scaled, suffix) = if number >= 1e6 {
+        (number / 1e6, "M")
+    } else if number >= 1e3 {
+        (number / 1e3, "k")
+    } else {
+        (number, "")
+    };
+    let text = format!("{scaled:.1}");
+    let trimmed = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{trimmed}{suffix}")
+}

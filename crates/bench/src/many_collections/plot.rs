@@ -1,6 +1,7 @@
 //! A hand-written SVG: throughput and p99 latency against the collection count (log scale),
 //! with the single-collection baseline dashed when it was measured.
 
+use crate::compact_number;
 use std::fmt::Write;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -184,19 +185,6 @@ pub fn nice_ceiling(number: f64) -> f64 {
     10.0 * power
 }
 
-/// 1500 -> "1.5k", 2000000 -> "2M".
-pub fn compact_number(number: f64) -> String {
-    let (scaled, suffix) = if number >= 1e6 {
-        (number / 1e6, "M")
-    } else if number >= 1e3 {
-        (number / 1e3, "k")
-    } else {
-        (number, "")
-    };
-    let text = format!("{scaled:.1}");
-    let trimmed = text.trim_end_matches('0').trim_end_matches('.');
-    format!("{trimmed}{suffix}")
-}
 
 #[cfg(test)]
 mod tests {

@@ -141,14 +141,14 @@ pub(crate) fn svg(results: &[PointResult]) -> String {
     while decade <= x_high + 1e-9 {
         let x = x_of(decade);
         let _ = writeln!(out, r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#ddd"/>"##, TOP + plot_height);
-        let _ = writeln!(out, r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, TOP + plot_height + 18.0, human(10f64.powf(decade)));
+        let _ = writeln!(out, r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, TOP + plot_height + 18.0, crate::compact_number(10f64.powf(decade)));
         decade += 1.0;
     }
     let mut decade = y_low;
     while decade <= y_high + 1e-9 {
         let y = y_of(decade);
         let _ = writeln!(out, r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##, LEFT + plot_width);
-        let _ = writeln!(out, r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{} µs</text>"#, LEFT - 6.0, y + 4.0, human(10f64.powf(decade)));
+        let _ = writeln!(out, r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{} µs</text>"#, LEFT - 6.0, y + 4.0, crate::compact_number(10f64.powf(decade)));
         decade += 1.0;
     }
     let _ = writeln!(
@@ -193,15 +193,3 @@ pub(crate) fn svg(results: &[PointResult]) -> String {
     out
 }
 
-/// 1000 → "1k", 2500000 → "2.5M".
-fn human(value: f64) -> String {
-    let (scaled, suffix) = if value >= 1e6 {
-        (value / 1e6, "M")
-    } else if value >= 1e3 {
-        (value / 1e3, "k")
-    } else {
-        (value, "")
-    };
-    let text = format!("{scaled:.1}");
-    format!("{}{suffix}", text.trim_end_matches('0').trim_end_matches('.'))
-}
