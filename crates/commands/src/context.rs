@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use bson::{Bson, Document};
+use bson::Bson;
 use parking_lot::RwLock;
 
 use myriad_storage::Engine;
@@ -82,8 +82,6 @@ pub fn compressor_slot(compressor: myriad_wire::Compressor) -> usize {
 pub struct ConnectionInfo {
     pub connection_id: i64,
     pub remote_address: Option<SocketAddr>,
-    pub local_address: Option<SocketAddr>,
-    pub client_metadata: Option<Document>,
 }
 
 impl ServerContext {

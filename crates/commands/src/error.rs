@@ -16,10 +16,6 @@ pub struct ErrorCode {
 macro_rules! error_codes {
     ($($constant:ident = $code:literal, $name:literal;)*) => {
         $(pub const $constant: ErrorCode = ErrorCode { code: $code, name: $name };)*
-        /// Name of a known code, for errors that arrive from other crates as bare numbers.
-        pub fn code_name(code: i32) -> &'static str {
-            match code { $($code => $name,)* _ => "UnknownError" }
-        }
     };
 }
 

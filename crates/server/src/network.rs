@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use bson::{doc, Document};
+use bson::Document;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -178,9 +178,8 @@ async fn accept_loop(
                 "Connection accepted",
                 json!({ "remote": remote_address.to_string(), "connectionId": connection_id }),
             );
-            let local_address = stream.local_addr().ok();
             let _ = stream.set_nodelay(true);
-            let ended = serve_connection(stream, &context, connection_id, remote_address, local_address, shutdown).await;
+            let ended = serve_connection(stream, &context, connection_id, remote_address, shutdown).await;
             context.count(&context.connection_counters.current, -1);
             context.logger.info(
                 "NETWORK",
@@ -201,10 +200,9 @@ async fn serve_connection(
     context: &Arc<ServerContext>,
     connection_id: i64,
     remote_address: SocketAddr,
-    local_address: Option<SocketAddr>,
     mut shutdown: watch::Receiver<bool>,
 ) -> String {
-    let mut connection = ConnectionInfo { connection_id, remote_address: Some(remote_address), local_address, client_metadata: None };
+    let connection = ConnectionInfo { connection_id, remote_address: Some(remote_address) };
     let mut compressors: Vec<Compressor> = Vec::new();
     let mut next_reply_id: i32 = 1;
     loop {
@@ -237,7 +235,7 @@ async fn serve_connection(
         context.count(&context.network_requests, 1);
         let reply_id = next_reply_id;
         next_reply_id = next_reply_id.wrapping_add(1).max(1);
-        let reply = handle_message(context, &message, header.request_id, reply_id, &mut connection, &mut compressors).await;
+        let reply = handle_message(context, &message, header.request_id, reply_id, &connection, &mut compressors).await;
         if let Some(reply) = reply {
             context.count(&context.network_bytes_out, reply.len() as i64);
             if stream.write_all(&reply).await.is_err() {
@@ -254,7 +252,7 @@ async fn handle_message(
     message: &[u8],
     request_id: i32,
     reply_id: i32,
-    connection: &mut ConnectionInfo,
+    connection: &ConnectionInfo,
     compressors: &mut Vec<Compressor>,
 ) -> Option<Vec<u8>> {
     let decoded = match decode_message(message) {
@@ -276,7 +274,7 @@ async fn handle_message(
                 }
                 Err(error) => (error.to_reply(), String::new()),
             };
-            adopt_handshake(&command_name, &reply, connection, compressors);
+            adopt_compressors(&command_name, &reply, compressors);
             if more_to_come {
                 return None;
             }
@@ -297,7 +295,7 @@ async fn handle_message(
                 Ok(request) => {
                     let name = request.name.clone();
                     let reply = run_command(context, request).await;
-                    adopt_handshake(&name, &reply, connection, compressors);
+                    adopt_compressors(&name, &reply, compressors);
                     reply
                 }
                 Err(error) => error.to_reply(),
@@ -320,16 +318,13 @@ fn encode_reply_or_error(reply_id: i32, request_id: i32, reply: &Document, compr
     }
 }
 
-/// After a handshake, the connection adopts the agreed compressors and the client metadata.
-fn adopt_handshake(command_name: &str, reply: &Document, connection: &mut ConnectionInfo, compressors: &mut Vec<Compressor>) {
+/// After a handshake, the connection adopts the compressors it agreed.
+fn adopt_compressors(command_name: &str, reply: &Document, compressors: &mut Vec<Compressor>) {
     if !matches!(command_name, "hello" | "isMaster" | "ismaster") {
         return;
     }
     if let Ok(agreed) = reply.get_array("compression") {
         *compressors = agreed.iter().filter_map(|name| name.as_str().and_then(Compressor::from_name)).collect();
-    }
-    if connection.client_metadata.is_none() {
-        connection.client_metadata = Some(doc! {});
     }
 }
 

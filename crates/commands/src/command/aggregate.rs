@@ -48,7 +48,6 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         Some(name) => format!("{}.{}", request.db, name),
         None => format!("{}.$cmd.aggregate", request.db),
     };
-    context.count(&context.operation_counters.command, 0);
     let input: Vec<Document> = match &collection_name {
         None => Vec::new(),
         Some(name) => match context.engine.collection(&request.db, name)? {

@@ -12,7 +12,6 @@ const COUNT_BATCH: usize = 1024;
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
     let spec = super::find::parse_query_spec(request, "query")?;
-    context.count(&context.operation_counters.command, 0);
     let Some(collection) = context.engine.collection(&request.db, &name)? else {
         return Ok(doc! { "n": 0, "ok": 1.0 });
     };
