@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Installs what building and testing Myriad needs on Debian: the system RocksDB (7.8) and
 # libclang for its bindings, plus pymongo for the Python suite. Idempotent and quiet.
+# Debian packages are checked by name (dpkg -s), never by looking for files: other packages
+# pull in pieces (libclang-cpp.so.14, say) that look like an install but are not one.
 set -euo pipefail
 
+installed() { dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed'; }
+
 need_apt=()
-[ -e /usr/lib/x86_64-linux-gnu/librocksdb.so ] || [ -e /usr/lib/aarch64-linux-gnu/librocksdb.so ] || need_apt+=(librocksdb-dev)
-ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 || need_apt+=(libclang-dev)
-command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
-command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+for package in librocksdb-dev libclang-dev build-essential pkg-config python3 python3-pip; do
+    installed "$package" || need_apt+=("$package")
+done
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}" >&2
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
