@@ -1,18 +1,16 @@
 //! State shared by every connection: the storage engine, cursors, counters, parameters, log.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use bson::Bson;
-use parking_lot::RwLock;
 
 use myriad_storage::Engine;
 
 use crate::cursor::CursorManager;
 use crate::log::Logger;
+use crate::session::Session;
 
 /// How the server was started: shown by getCmdLineOpts.
 #[derive(Clone, Debug)]
@@ -49,8 +47,6 @@ pub struct ServerContext {
     pub logger: Logger,
     pub operation_counters: OperationCounters,
     pub connection_counters: ConnectionCounters,
-    /// Server parameters settable by setParameter (a small, bounded set of known names).
-    pub parameters: RwLock<BTreeMap<String, Bson>>,
     pub started_at: Instant,
     pub started_at_wall: SystemTime,
     next_session_number: AtomicU64,
@@ -58,6 +54,10 @@ pub struct ServerContext {
     pub network_bytes_out: AtomicI64,
     pub network_requests: AtomicI64,
     pub compression: CompressionCounters,
+    /// The `topologyVersion` counter that awaitable `hello`s watch.
+    pub topology: crate::command::hello::Topology,
+    /// Commands running now (currentOp, killOp, maxTimeMS).
+    pub operations: crate::operation::OperationTable,
 }
 
 /// Bytes that crossed the wire compressed, per compressor (serverStatus.network.compression).
@@ -77,11 +77,24 @@ pub fn compressor_slot(compressor: myriad_wire::Compressor) -> usize {
     }
 }
 
-/// What a handler knows of the connection that sent the command.
+/// What a handler knows of the connection that sent the command: its id and address (copied
+/// out of the session for cheap reads) and the connection's [`Session`] state.
 #[derive(Clone, Debug)]
 pub struct ConnectionInfo {
     pub connection_id: i64,
     pub remote_address: Option<SocketAddr>,
+    pub session: Arc<Session>,
+}
+
+impl ConnectionInfo {
+    pub fn new(session: Arc<Session>) -> ConnectionInfo {
+        ConnectionInfo { connection_id: session.connection_id, remote_address: session.remote_address, session }
+    }
+
+    /// A connection with no socket (tests, internal callers).
+    pub fn detached(connection_id: i64) -> ConnectionInfo {
+        ConnectionInfo::new(Arc::new(Session::new(connection_id, None)))
+    }
 }
 
 impl ServerContext {
@@ -93,7 +106,6 @@ impl ServerContext {
             logger,
             operation_counters: OperationCounters::default(),
             connection_counters: ConnectionCounters::default(),
-            parameters: RwLock::new(crate::command::parameters::defaults()),
             started_at: Instant::now(),
             started_at_wall: SystemTime::now(),
             next_session_number: AtomicU64::new(1),
@@ -101,6 +113,8 @@ impl ServerContext {
             network_bytes_out: AtomicI64::new(0),
             network_requests: AtomicI64::new(0),
             compression: CompressionCounters::default(),
+            topology: crate::command::hello::Topology::new(),
+            operations: crate::operation::OperationTable::default(),
         }
     }
 

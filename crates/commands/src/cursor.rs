@@ -1,30 +1,88 @@
-//! Open cursors: a bounded table keyed by cursor id. A getMore checks its cursor out of the
-//! table while it runs, so two getMores on one cursor cannot interleave; idle cursors are
-//! reaped after `cursorTimeoutMillis` (10 minutes, as MongoDB).
+//! Open cursors: a bounded table keyed by cursor id.
+//!
+//! Invariants:
+//! - A getMore checks its cursor out of the table while it runs, so two getMores on one
+//!   cursor cannot interleave.
+//! - A parked cursor holds its position, not documents read ahead ([`Execution::park`]); what
+//!   it must retain (sorted results, precomputed entries) is counted, and the total over all
+//!   cursors stays within `cursorMemoryLimitBytes`: past it, the least recently used cursors
+//!   are closed (their next getMore answers CursorNotFound, as after a timeout).
+//! - At most [`MAX_OPEN_CURSORS`] are open; idle cursors are closed after
+//!   `cursorTimeoutMillis` (10 minutes by default, as MongoDB).
+//! - A cursor belongs to the logical session (lsid) that opened it: a getMore or killCursors
+//!   from another session is refused, as MongoDB refuses it.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use bson::Document;
+use bson::{Bson, Document};
 use parking_lot::Mutex;
 
-use crate::plan::Execution;
+use crate::execution::{bson_size_bytes, Execution, MAX_BATCH_BYTES};
 
 /// At most this many cursors are open at once; beyond it the oldest idle one is closed.
 pub const MAX_OPEN_CURSORS: usize = 100_000;
-pub const CURSOR_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub enum CursorSource {
-    /// Results computed up front (aggregate, listCollections, listIndexes).
-    Materialized(VecDeque<Document>),
+    /// Results computed up front (aggregate, listCollections, listIndexes), with their bytes.
+    Materialized { documents: VecDeque<Document>, bytes: usize },
     /// A query that resumes from its position.
     Query(Box<Execution>),
+}
+
+impl CursorSource {
+    pub fn materialized(documents: VecDeque<Document>) -> CursorSource {
+        let bytes = documents.iter().map(bson_size_bytes).sum();
+        CursorSource::Materialized { documents, bytes }
+    }
+
+    /// Bytes kept while the cursor is parked.
+    fn retained_bytes(&self) -> usize {
+        match self {
+            CursorSource::Materialized { bytes, .. } => *bytes,
+            CursorSource::Query(execution) => execution.retained_bytes(),
+        }
+    }
+
+    /// Drops whatever can be read again (documents an execution read ahead).
+    fn park(&mut self) {
+        if let CursorSource::Query(execution) = self {
+            execution.park();
+        }
+    }
+}
+
+/// Up to `max_documents` from the front of `documents`, within the batch byte bound (the
+/// first document always goes, as it fits in a reply on its own).
+pub fn take_batch(documents: &mut VecDeque<Document>, retained_bytes: &mut usize, max_documents: usize) -> Vec<Document> {
+    let mut batch = Vec::new();
+    let mut batch_bytes = 0usize;
+    while batch.len() < max_documents {
+        let Some(next) = documents.front() else { break };
+        let size = bson_size_bytes(next);
+        if !batch.is_empty() && batch_bytes + size > MAX_BATCH_BYTES {
+            break;
+        }
+        batch_bytes += size;
+        *retained_bytes = retained_bytes.saturating_sub(size);
+        batch.extend(documents.pop_front());
+    }
+    batch
 }
 
 pub struct Cursor {
     pub namespace: String,
     pub source: CursorSource,
-    pub last_used: Instant,
+    /// The `lsid.id` of the session that opened the cursor, when it had one.
+    pub session: Option<Bson>,
+    last_used: Instant,
+    retained_bytes: usize,
+}
+
+impl Cursor {
+    pub fn new(namespace: String, source: CursorSource, session: Option<Bson>) -> Cursor {
+        Cursor { namespace, source, session, last_used: Instant::now(), retained_bytes: 0 }
+    }
 }
 
 pub struct CursorManager {
@@ -33,6 +91,8 @@ pub struct CursorManager {
 
 struct OpenCursors {
     by_id: HashMap<i64, Cursor>,
+    /// Sum of the open cursors' retained bytes.
+    retained_bytes: usize,
     /// Reaping scans every cursor, so it runs at most once per `REAP_INTERVAL`.
     last_reaped: Instant,
 }
@@ -47,56 +107,98 @@ impl Default for CursorManager {
 
 impl CursorManager {
     pub fn new() -> CursorManager {
-        CursorManager { open: Mutex::new(OpenCursors { by_id: HashMap::new(), last_reaped: Instant::now() }) }
+        CursorManager {
+            open: Mutex::new(OpenCursors { by_id: HashMap::new(), retained_bytes: 0, last_reaped: Instant::now() }),
+        }
     }
 
     /// Stores a cursor and returns its new id (positive, never 0).
-    pub fn register(&self, namespace: String, source: CursorSource) -> i64 {
-        let cursor = Cursor { namespace, source, last_used: Instant::now() };
+    pub fn register(&self, cursor: Cursor) -> i64 {
         let mut open = self.open.lock();
         reap_idle(&mut open);
         if open.by_id.len() >= MAX_OPEN_CURSORS {
             if let Some(oldest) = open.by_id.iter().min_by_key(|(_, cursor)| cursor.last_used).map(|(id, _)| *id) {
-                open.by_id.remove(&oldest);
+                open.remove(oldest);
             }
         }
-        loop {
+        let id = loop {
             let id = (rand_id() & i64::MAX).max(1);
-            if let std::collections::hash_map::Entry::Vacant(slot) = open.by_id.entry(id) {
-                slot.insert(cursor);
-                return id;
+            if !open.by_id.contains_key(&id) {
+                break id;
             }
-        }
+        };
+        drop(open);
+        self.check_in(id, cursor);
+        id
     }
 
     /// Removes the cursor for the duration of a getMore; put it back with [`Self::check_in`].
     pub fn check_out(&self, id: i64) -> Option<Cursor> {
         let mut open = self.open.lock();
         reap_idle(&mut open);
-        open.by_id.remove(&id)
+        open.remove(id)
     }
 
+    /// Parks the cursor (dropping what it read ahead), counts what it retains, and closes the
+    /// least recently used cursors while the total is over `cursorMemoryLimitBytes`.
     pub fn check_in(&self, id: i64, mut cursor: Cursor) {
+        cursor.source.park();
         cursor.last_used = Instant::now();
-        self.open.lock().by_id.insert(id, cursor);
+        cursor.retained_bytes = cursor.source.retained_bytes();
+        let limit = crate::knobs::cursor_memory_limit_bytes();
+        let mut open = self.open.lock();
+        open.retained_bytes += cursor.retained_bytes;
+        open.by_id.insert(id, cursor);
+        while open.retained_bytes > limit && open.by_id.len() > 1 {
+            let Some(oldest) = open.by_id.iter().min_by_key(|(_, cursor)| cursor.last_used).map(|(id, _)| *id) else { break };
+            open.remove(oldest);
+        }
+        assert!(open.retained_bytes <= limit || open.by_id.len() <= 1, "cursor memory exceeds its bound");
     }
 
     pub fn kill(&self, id: i64) -> bool {
-        self.open.lock().by_id.remove(&id).is_some()
+        self.open.lock().remove(id).is_some()
+    }
+
+    /// The `lsid.id` that owns an open cursor: `Some(None)` for a cursor opened without a
+    /// session, `None` when no such cursor is open.
+    pub fn owner(&self, id: i64) -> Option<Option<Bson>> {
+        self.open.lock().by_id.get(&id).map(|cursor| cursor.session.clone())
     }
 
     pub fn open_count(&self) -> usize {
         self.open.lock().by_id.len()
     }
 
+    /// Bytes retained by all open cursors.
+    pub fn retained_bytes(&self) -> usize {
+        self.open.lock().retained_bytes
+    }
+
     /// Cursors of a namespace die with it (drop, rename).
     pub fn kill_namespace(&self, namespace: &str) {
-        self.open.lock().by_id.retain(|_, cursor| cursor.namespace != namespace);
+        self.kill_where(|cursor| cursor.namespace == namespace);
     }
 
     pub fn kill_database(&self, db: &str) {
         let prefix = format!("{db}.");
-        self.open.lock().by_id.retain(|_, cursor| !cursor.namespace.starts_with(&prefix));
+        self.kill_where(|cursor| cursor.namespace.starts_with(&prefix));
+    }
+
+    fn kill_where(&self, doomed: impl Fn(&Cursor) -> bool) {
+        let mut open = self.open.lock();
+        let ids: Vec<i64> = open.by_id.iter().filter(|(_, cursor)| doomed(cursor)).map(|(id, _)| *id).collect();
+        for id in ids {
+            open.remove(id);
+        }
+    }
+}
+
+impl OpenCursors {
+    fn remove(&mut self, id: i64) -> Option<Cursor> {
+        let cursor = self.by_id.remove(&id)?;
+        self.retained_bytes -= cursor.retained_bytes;
+        Some(cursor)
     }
 }
 
@@ -106,7 +208,12 @@ fn reap_idle(open: &mut OpenCursors) {
         return;
     }
     open.last_reaped = now;
-    open.by_id.retain(|_, cursor| now.duration_since(cursor.last_used) < CURSOR_TIMEOUT);
+    let timeout = crate::knobs::cursor_timeout();
+    let idle: Vec<i64> =
+        open.by_id.iter().filter(|(_, cursor)| now.duration_since(cursor.last_used) >= timeout).map(|(id, _)| *id).collect();
+    for id in idle {
+        open.remove(id);
+    }
 }
 
 /// Cursor ids need not be cryptographic, only unpredictable enough not to collide across
@@ -119,4 +226,44 @@ fn rand_id() -> i64 {
     let mut hasher = RandomState::new().build_hasher();
     hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     hasher.finish() as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    fn materialized(count: usize, bytes_each: usize) -> CursorSource {
+        let text = "x".repeat(bytes_each);
+        CursorSource::materialized((0..count).map(|_| doc! { "t": text.clone() }).collect())
+    }
+
+    #[test]
+    fn memory_bound_closes_least_recently_used() {
+        let manager = CursorManager::new();
+        crate::knobs::CURSOR_MEMORY_LIMIT_BYTES.store(10_000_000, std::sync::atomic::Ordering::Relaxed);
+        let first = manager.register(Cursor::new("d.c".into(), materialized(6, 1_000_000), None));
+        let second = manager.register(Cursor::new("d.c".into(), materialized(6, 1_000_000), None));
+        assert!(manager.owner(first).is_none(), "the older cursor was closed to stay within the bound");
+        assert!(manager.owner(second).is_some());
+        assert!(manager.retained_bytes() <= 10_000_000);
+        manager.kill(second);
+        assert_eq!(manager.retained_bytes(), 0);
+        crate::knobs::CURSOR_MEMORY_LIMIT_BYTES.store(512 * 1024 * 1024, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    #[test]
+    fn batches_stay_within_the_byte_bound() {
+        let mut documents: VecDeque<Document> = (0..200).map(|_| doc! { "t": "y".repeat(200_000) }).collect();
+        let mut retained: usize = documents.iter().map(bson_size_bytes).sum();
+        let mut total = 0;
+        while !documents.is_empty() {
+            let batch = take_batch(&mut documents, &mut retained, usize::MAX);
+            let bytes: usize = batch.iter().map(bson_size_bytes).sum();
+            assert!(bytes <= MAX_BATCH_BYTES && !batch.is_empty());
+            total += batch.len();
+        }
+        assert_eq!(total, 200);
+        assert_eq!(retained, 0);
+    }
 }

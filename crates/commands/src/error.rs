@@ -49,6 +49,10 @@ error_codes! {
     DATA_CORRUPTION_DETECTED = 12, "DataCorruptionDetected";
     NO_QUERY_EXECUTION_PLANS = 291, "NoQueryExecutionPlans";
     LOCATION_51024 = 51024, "Location51024";
+    MAX_TIME_MS_EXPIRED = 50, "MaxTimeMSExpired";
+    INTERRUPTED = 11601, "Interrupted";
+    QUERY_EXCEEDED_MEMORY_LIMIT = 292, "QueryExceededMemoryLimitNoDiskUseAllowed";
+    WRITE_CONFLICT = 112, "WriteConflict";
 }
 
 /// A command failure, rendered as MongoDB renders it.

@@ -14,9 +14,14 @@ pub mod command;
 pub mod context;
 pub mod cursor;
 pub mod error;
+pub mod execution;
+pub mod knobs;
 pub mod log;
+pub mod modify;
+pub mod operation;
 pub mod plan;
 pub mod request;
+pub mod session;
 pub mod table;
 pub mod write;
 

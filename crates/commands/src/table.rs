@@ -48,6 +48,8 @@ commands! {
     "refreshSessions" => command::sessions::refresh, admin: false, write: false, "Keeps logical sessions alive.";
     "killSessions" => command::sessions::end, admin: false, write: false, "Kills logical sessions.";
     "killAllSessions" => command::sessions::end, admin: false, write: false, "Kills all logical sessions.";
+    "commitTransaction" => command::sessions::commit_transaction, admin: true, write: false, "Commits a transaction (standalone: none can be open).";
+    "abortTransaction" => command::sessions::abort_transaction, admin: true, write: false, "Aborts a transaction (standalone: none can be open).";
     "insert" => command::insert::run, admin: false, write: true, "Inserts documents.";
     "find" => command::find::run, admin: false, write: false, "Queries documents.";
     "getMore" => command::get_more::run, admin: false, write: false, "Next batch of a cursor.";
@@ -70,6 +72,8 @@ commands! {
     "collStats" => command::coll_stats::run, admin: false, write: false, "Collection statistics.";
     "dbStats" => command::db_stats::run, admin: false, write: false, "Database statistics.";
     "compact" => command::compact::run, admin: false, write: true, "Compacts the shared tablespace (returns dropped collections' disk space).";
+    "currentOp" => command::current_op::run, admin: true, write: false, "Lists the operations in progress.";
+    "killOp" => command::current_op::kill, admin: true, write: false, "Interrupts an operation in progress.";
     "validate" => command::validate::run, admin: false, write: false, "Checks a collection's records, indexes and counts.";
 }
 
@@ -77,12 +81,78 @@ pub fn find_command(name: &str) -> Option<&'static CommandSpec> {
     COMMANDS.iter().find(|spec| spec.name == name || spec.aliases.contains(&name))
 }
 
-/// Runs one command and always returns a reply body (errors become `ok: 0` replies).
+/// Runs one command and always returns a reply body (errors become `ok: 0` replies). The
+/// command is listed by currentOp, can be killed by killOp and stops at its maxTimeMS.
 pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Document {
     context.count(&context.operation_counters.command, 1);
-    match run(context, request) {
+    let max_time = match crate::operation::max_time(&request.body) {
+        Ok(max_time) => max_time,
+        Err(error) => return error.to_reply(),
+    };
+    let _operation = context.operations.begin(crate::operation::OperationStart {
+        kind: operation_kind(&request.name),
+        namespace: operation_namespace(request),
+        body: &request.body,
+        connection_id: request.connection.connection_id,
+        client: request.connection.remote_address,
+        max_time,
+    });
+    let started = std::time::Instant::now();
+    let outcome = crate::operation::check_interrupt()
+        .and_then(|()| run(context, request))
+        .and_then(|reply| sync_journal_for_ddl(context, request).map(|()| reply));
+    if crate::knobs::log_level() >= 1 {
+        context.logger.info(
+            "COMMAND",
+            51803,
+            &format!("conn{}", request.connection.connection_id),
+            "Command",
+            serde_json::json!({
+                "command": request.name,
+                "ns": operation_namespace(request),
+                "durationMillis": started.elapsed().as_millis() as u64,
+                "ok": outcome.is_ok(),
+            }),
+        );
+    }
+    match outcome {
         Ok(reply) => reply,
         Err(error) => error.to_reply(),
+    }
+}
+
+/// Commands that change the catalog; their batches are written without a sync, so
+/// `j: true` (or `w: "majority"`) syncs the WAL after them. Data writes sync in their commit.
+const DDL_COMMANDS: &[&str] = &["create", "drop", "dropDatabase", "renameCollection", "createIndexes", "dropIndexes", "deleteIndexes"];
+
+fn sync_journal_for_ddl(context: &ServerContext, request: &CommandRequest) -> CommandResult<()> {
+    if DDL_COMMANDS.contains(&request.name.as_str()) && crate::write::durability(request)? == myriad_storage::Durability::Journaled {
+        context.engine.sync_wal()?;
+    }
+    Ok(())
+}
+
+/// currentOp's `op` for a command.
+fn operation_kind(name: &str) -> &'static str {
+    match name {
+        "find" => "query",
+        "getMore" => "getmore",
+        "insert" => "insert",
+        "update" => "update",
+        "delete" => "remove",
+        _ => "command",
+    }
+}
+
+/// currentOp's `ns`: `db.collection` when the command names one, else `db.$cmd`.
+fn operation_namespace(request: &CommandRequest) -> String {
+    match (request.name.as_str(), request.first_value()) {
+        ("getMore", _) => match request.body.get("collection") {
+            Some(bson::Bson::String(collection)) => format!("{}.{collection}", request.db),
+            _ => format!("{}.$cmd", request.db),
+        },
+        (_, Some(bson::Bson::String(collection))) => format!("{}.{collection}", request.db),
+        _ => format!("{}.$cmd", request.db),
     }
 }
 
@@ -90,6 +160,8 @@ fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Docum
     let Some(spec) = find_command(&request.name) else {
         return Err(CommandError::new(COMMAND_NOT_FOUND, format!("no such command: '{}'", request.name)));
     };
+    // Transactions and retryable writes are refused before anything runs (standalone).
+    command::sessions::refuse_transactions(request)?;
     if spec.admin_only && request.db != "admin" {
         return Err(CommandError::new(
             crate::error::UNAUTHORIZED,

@@ -1,5 +1,6 @@
 //! `aggregate`: a leading `$match` is pushed down to the planner (so it can use an index); the
-//! rest of the pipeline runs in memory and the results are served through a cursor.
+//! pipeline pulls its input from the execution one document at a time, and its results are
+//! served through a cursor in byte-bounded batches.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -9,7 +10,8 @@ use myriad_query::aggregate::Pipeline;
 use myriad_query::filter::Filter;
 
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
-use crate::plan::{Execution, QuerySpec, BLOCKING_SORT_MEMORY_LIMIT_BYTES};
+use crate::execution::Execution;
+use crate::plan::QuerySpec;
 use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
@@ -48,10 +50,10 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         Some(name) => format!("{}.{}", request.db, name),
         None => format!("{}.$cmd.aggregate", request.db),
     };
-    let input: Vec<Document> = match &collection_name {
-        None => Vec::new(),
+    let mut execution = match &collection_name {
+        None => None,
         Some(name) => match context.engine.collection(&request.db, name)? {
-            None => Vec::new(),
+            None => None,
             Some(collection) => {
                 let filter_document = pipeline.leading_match().cloned().unwrap_or_default();
                 let spec = QuerySpec {
@@ -63,15 +65,27 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
                     limit: None,
                     hint: request.body.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned(),
                 };
-                let mut execution = Execution::new(collection, spec)?;
-                execution
-                    .drain_unprojected(&context.engine, BLOCKING_SORT_MEMORY_LIMIT_BYTES)?
-                    .into_iter()
-                    .map(|(_, document)| document)
-                    .collect()
+                Some(Execution::new(collection, spec)?)
             }
         },
     };
-    let results: VecDeque<Document> = pipeline.run(input.into_iter())?.into();
-    Ok(super::find::materialized_cursor_reply(context, namespace, results, batch_size))
+    // The pipeline pulls its input one document at a time; a read error ends the input and is
+    // reported after the pipeline stops.
+    let mut input_error = None;
+    let input = std::iter::from_fn(|| {
+        let execution = execution.as_mut()?;
+        match execution.next_filtered(&context.engine) {
+            Ok(next) => next,
+            Err(error) => {
+                input_error = Some(error);
+                None
+            }
+        }
+    });
+    let results = pipeline.run(input);
+    if let Some(error) = input_error {
+        return Err(error);
+    }
+    let results: VecDeque<Document> = results?.into();
+    Ok(super::find::materialized_cursor_reply(context, request, namespace, results, batch_size))
 }

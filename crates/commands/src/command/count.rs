@@ -3,7 +3,7 @@
 use bson::{doc, Document};
 
 use crate::error::CommandResult;
-use crate::plan::Execution;
+use crate::execution::Execution;
 use crate::{CommandRequest, ServerContext};
 
 /// Matches are counted in batches of this many documents.

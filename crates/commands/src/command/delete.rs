@@ -1,4 +1,5 @@
-//! `delete`: `limit: 1` removes the first match, `limit: 0` all matches; one batch per statement.
+//! `delete`: `limit: 1` removes the first current match, `limit: 0` all of them, each re-checked
+//! under the collection's write lock (see [`crate::modify`]).
 
 use std::sync::Arc;
 
@@ -7,11 +8,14 @@ use myriad_query::filter::Filter;
 use myriad_storage::{CollectionHandle, Durability};
 
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
-use crate::plan::{Execution, QuerySpec, BLOCKING_SORT_MEMORY_LIMIT_BYTES};
+use crate::modify::{for_each_current_match, Scope};
+use crate::plan::QuerySpec;
 use crate::write::{durability, ordered, statements, write_reply};
 use crate::{CommandRequest, ServerContext};
 
-/// Deletes the matches of `filter_document` (at most one unless `multi`); returns them.
+/// Deletes the current matches of `filter_document` (at most one unless `multi`, the first in
+/// `sort` order when given), each re-checked under the collection's write lock. Returns how
+/// many were deleted and the first deleted document.
 pub fn delete_matching(
     context: &ServerContext,
     collection: &CollectionHandle,
@@ -20,34 +24,26 @@ pub fn delete_matching(
     hint: Option<Bson>,
     sort: Option<&myriad_query::sort::SortSpec>,
     durability: Durability,
-) -> CommandResult<Vec<Document>> {
+) -> CommandResult<(u64, Option<Document>)> {
     let spec = QuerySpec {
         filter: Arc::new(Filter::parse(filter_document)?),
         filter_document: filter_document.clone(),
         projection: None,
-        sort: None,
+        sort: sort.cloned(),
         skip: 0,
-        limit: if multi || sort.is_some() { None } else { Some(1) },
+        limit: None,
         hint,
     };
-    let mut execution = Execution::new(collection.clone(), spec)?;
-    let mut matches = if multi || sort.is_some() {
-        execution.drain_unprojected(&context.engine, BLOCKING_SORT_MEMORY_LIMIT_BYTES)?
-    } else {
-        execution.next_matches(&context.engine, 1)?
-    };
-    if let Some(sort) = sort {
-        matches.sort_by(|(_, left), (_, right)| sort.compare(left, right));
-        matches.truncate(1);
-    }
-    let mut transaction = context.engine.begin_write(collection);
-    let mut deleted = Vec::with_capacity(matches.len());
-    for (record_id, document) in matches {
+    let scope = if multi { Scope::All } else { Scope::One };
+    let mut first = None;
+    let deleted = for_each_current_match(&context.engine, collection, &spec, scope, durability, |transaction, record_id, document| {
         transaction.delete(record_id, &document)?;
-        deleted.push(document);
-    }
-    transaction.commit(durability)?;
-    Ok(deleted)
+        if first.is_none() {
+            first = Some(document);
+        }
+        Ok(())
+    })?;
+    Ok((deleted, first))
 }
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
@@ -74,7 +70,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             };
             let hint = statement.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned();
             match &collection {
-                Some(collection) => Ok(delete_matching(context, collection, filter, multi, hint, None, durability)?.len()),
+                Some(collection) => Ok(delete_matching(context, collection, filter, multi, hint, None, durability)?.0 as usize),
                 None => {
                     Filter::parse(filter)?;
                     Ok(0)

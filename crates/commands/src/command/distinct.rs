@@ -6,7 +6,7 @@ use myriad_keystring::compare_values;
 use myriad_query::path::{split_path, visit_match_values, LeafArrays};
 
 use crate::error::{CommandError, CommandResult};
-use crate::plan::{Execution, BLOCKING_SORT_MEMORY_LIMIT_BYTES};
+use crate::execution::{Execution, MAX_BATCH_BYTES};
 use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
@@ -22,19 +22,58 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         return Ok(doc! { "values": Bson::Array(Vec::new()), "ok": 1.0 });
     };
     let mut execution = Execution::new(collection, spec)?;
-    let mut values: Vec<Bson> = Vec::new();
-    for (_, document) in execution.drain_unprojected(&context.engine, BLOCKING_SORT_MEMORY_LIMIT_BYTES)? {
-        // Leaf arrays contribute their elements, not themselves; missing fields nothing.
+    let mut values = DistinctValues::default();
+    while let Some(document) = execution.next_filtered(&context.engine)? {
+        let mut reached_values = Vec::new();
         visit_match_values(&document, &components, LeafArrays::ExpandAndWhole, &mut |reached| {
             match reached.value {
                 Some(Bson::Array(_)) if !reached.from_leaf_expansion => {}
-                Some(value) => values.push(value.clone()),
+                Some(value) => reached_values.push(value.clone()),
                 None => {}
             }
             false
         });
+        for value in reached_values {
+            values.add(value)?;
+        }
     }
-    values.sort_by(compare_values);
-    values.dedup_by(|right, left| compare_values(left, right).is_eq());
+    let values = values.finish();
     Ok(doc! { "values": values, "ok": 1.0 })
+}
+
+/// The distinct values seen so far: sorted and deduplicated whenever the list doubles, so it
+/// holds at most twice the distinct values; their total size is bounded by the 16 MiB reply,
+/// as MongoDB's "distinct too big" (17217).
+#[derive(Default)]
+struct DistinctValues {
+    values: Vec<Bson>,
+    compacted_length: usize,
+}
+
+impl DistinctValues {
+    fn add(&mut self, value: Bson) -> CommandResult<()> {
+        self.values.push(value);
+        if self.values.len() >= (2 * self.compacted_length).max(1024) {
+            self.compact();
+            let bytes: usize = self.values.iter().map(|value| crate::execution::value_size_bytes(value)).sum();
+            if bytes > MAX_BATCH_BYTES {
+                return Err(CommandError::new(
+                    crate::error::ErrorCode { code: 17217, name: "Location17217" },
+                    "distinct too big, 16mb cap",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn compact(&mut self) {
+        self.values.sort_by(compare_values);
+        self.values.dedup_by(|right, left| compare_values(left, right).is_eq());
+        self.compacted_length = self.values.len();
+    }
+
+    fn finish(mut self) -> Vec<Bson> {
+        self.compact();
+        self.values
+    }
 }

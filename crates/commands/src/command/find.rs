@@ -10,9 +10,10 @@ use myriad_query::filter::Filter;
 use myriad_query::projection::Projection;
 use myriad_query::sort::SortSpec;
 
-use crate::cursor::CursorSource;
+use crate::cursor::{take_batch, Cursor, CursorSource};
 use crate::error::{CommandError, CommandResult};
-use crate::plan::{Execution, QuerySpec};
+use crate::execution::Execution;
+use crate::plan::QuerySpec;
 use crate::{CommandRequest, ServerContext};
 
 /// MongoDB's default first batch.
@@ -73,7 +74,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let cursor_id = if single_batch || execution.is_exhausted() {
         0
     } else {
-        context.cursors.register(namespace.clone(), CursorSource::Query(Box::new(execution)))
+        context.cursors.register(Cursor::new(namespace.clone(), CursorSource::Query(Box::new(execution)), session_id(request)))
     };
     let elapsed_ms = started.elapsed().as_millis();
     if elapsed_ms > 100 {
@@ -88,22 +89,34 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     Ok(cursor_reply("firstBatch", cursor_id, &namespace, batch))
 }
 
-/// Replies with the first `batch_size` of precomputed results and keeps the rest in a cursor
-/// (aggregate, listCollections).
+/// Replies with the first `batch_size` of precomputed results (within the batch byte bound)
+/// and keeps the rest in a cursor (aggregate, listCollections, listIndexes).
 pub fn materialized_cursor_reply(
     context: &ServerContext,
+    request: &CommandRequest,
     namespace: String,
-    mut results: VecDeque<Document>,
+    results: VecDeque<Document>,
     batch_size: usize,
 ) -> Document {
-    let first_count = batch_size.min(results.len());
-    let first_batch: Vec<Document> = results.drain(..first_count).collect();
-    let cursor_id = if results.is_empty() {
+    let CursorSource::Materialized { mut documents, mut bytes } = CursorSource::materialized(results) else {
+        unreachable!("CursorSource::materialized builds a materialized source")
+    };
+    let first_batch = take_batch(&mut documents, &mut bytes, batch_size);
+    let cursor_id = if documents.is_empty() {
         0
     } else {
-        context.cursors.register(namespace.clone(), CursorSource::Materialized(results))
+        let source = CursorSource::Materialized { documents, bytes };
+        context.cursors.register(Cursor::new(namespace.clone(), source, session_id(request)))
     };
     cursor_reply("firstBatch", cursor_id, &namespace, first_batch)
+}
+
+/// The `lsid.id` of the command's logical session, which owns the cursors it opens.
+pub fn session_id(request: &CommandRequest) -> Option<Bson> {
+    match request.body.get("lsid") {
+        Some(Bson::Document(lsid)) => lsid.get("id").cloned(),
+        _ => None,
+    }
 }
 
 /// `{cursor: {firstBatch|nextBatch, id, ns}, ok: 1}`.

@@ -45,14 +45,13 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
                 return Err(CommandError::new(FAILED_TO_PARSE, "Cannot specify both upsert=true and remove=true"));
             }
             context.count(&context.operation_counters.delete, 1);
-            let removed = match context.engine.collection(&request.db, &name)? {
+            let (count, removed) = match context.engine.collection(&request.db, &name)? {
                 Some(collection) => {
                     super::delete::delete_matching(context, &collection, filter, false, hint, sort.as_ref(), durability)?
                 }
-                None => Vec::new(),
+                None => (0, None),
             };
-            let count = removed.len() as i32;
-            (removed.into_iter().next(), doc! { "n": count })
+            (removed, doc! { "n": count as i32 })
         }
         (false, Some(update_document)) => {
             context.count(&context.operation_counters.update, 1);

@@ -2,8 +2,11 @@
 
 use bson::{Bson, Document};
 
-use crate::cursor::CursorSource;
-use crate::error::{CommandError, CommandResult, CURSOR_NOT_FOUND, UNAUTHORIZED};
+use crate::cursor::{take_batch, CursorSource};
+use crate::error::{CommandError, CommandResult, ErrorCode, CURSOR_NOT_FOUND, UNAUTHORIZED};
+
+/// A getMore from a session other than the cursor's (MongoDB's 50738).
+const CURSOR_IN_ANOTHER_SESSION: ErrorCode = ErrorCode { code: 50738, name: "Location50738" };
 use crate::{CommandRequest, ServerContext};
 
 /// Without a batchSize a getMore fills up to the 16 MiB batch limit; this bounds the count.
@@ -39,10 +42,15 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         context.cursors.check_in(cursor_id, cursor);
         return Err(CommandError::new(UNAUTHORIZED, message));
     }
+    let session = super::find::session_id(request);
+    if cursor.session != session {
+        let message = format!("Cannot run getMore on cursor {cursor_id}, which was not created in this session");
+        context.cursors.check_in(cursor_id, cursor);
+        return Err(CommandError::new(CURSOR_IN_ANOTHER_SESSION, message));
+    }
     let (batch, exhausted) = match &mut cursor.source {
-        CursorSource::Materialized(documents) => {
-            let count = batch_size.min(documents.len());
-            let batch: Vec<Document> = documents.drain(..count).collect();
+        CursorSource::Materialized { documents, bytes } => {
+            let batch = take_batch(documents, bytes, batch_size);
             (batch, documents.is_empty())
         }
         CursorSource::Query(execution) => {

@@ -19,7 +19,10 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         let Bson::Int64(id) = id else {
             return Err(crate::request::field_type_error("cursors", "long", id));
         };
-        if context.cursors.kill(*id) {
+        // A cursor of another session is not this session's to kill: it is reported as not
+        // found, and stays open.
+        let owned = context.cursors.owner(*id).is_some_and(|owner| owner == super::find::session_id(request));
+        if owned && context.cursors.kill(*id) {
             killed.push(Bson::Int64(*id));
         } else {
             not_found.push(Bson::Int64(*id));

@@ -42,5 +42,5 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         }
     }
     let namespace = format!("{}.$cmd.listCollections", request.db);
-    Ok(super::find::materialized_cursor_reply(context, namespace, entries, batch_size))
+    Ok(super::find::materialized_cursor_reply(context, request, namespace, entries, batch_size))
 }

@@ -8,6 +8,7 @@ pub mod connection_status;
 pub mod count;
 pub mod create;
 pub mod create_indexes;
+pub mod current_op;
 pub mod db_stats;
 pub mod delete;
 pub mod distinct;

@@ -1,49 +1,112 @@
-//! `getParameter` and `setParameter` over a fixed set of known parameters.
+//! `getParameter` / `setParameter`. Every parameter that setParameter accepts takes effect at
+//! the next operation (see [`crate::knobs`]); read-only ones are reported by getParameter and
+//! refused by setParameter; unknown names are refused, as mongod refuses them.
 
-use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 use bson::{doc, Bson, Document};
 
 use crate::error::{CommandError, CommandResult, INVALID_OPTIONS};
+use crate::knobs;
 use crate::{CommandRequest, ServerContext};
 
-/// Names that are spelled two ways (the seed's name, then MongoDB's).
-const ALIASES: &[(&str, &str)] = &[("routeRefreshCacheVerticalDepth", "routingTableCacheChunkBucketSize")];
-
-/// Parameters a client may read, with their defaults. setParameter may change those whose
-/// value is a number or a boolean; the others are read-only.
-pub fn defaults() -> BTreeMap<String, Bson> {
-    let mut parameters = BTreeMap::new();
-    parameters.insert("featureCompatibilityVersion".to_string(), Bson::Document(doc! { "version": "7.0" }));
-    parameters.insert("authenticationMechanisms".to_string(), Bson::Array(vec![Bson::String("SCRAM-SHA-256".into())]));
-    parameters.insert("logLevel".to_string(), Bson::Int32(0));
-    parameters.insert("cursorTimeoutMillis".to_string(), Bson::Int64(600_000));
-    parameters.insert("notablescan".to_string(), Bson::Boolean(false));
-    parameters.insert("maxBSONDepth".to_string(), Bson::Int32(100));
-    parameters.insert("routingTableCacheChunkBucketSize".to_string(), Bson::Int32(500));
-    parameters.insert("internalQueryExecMaxBlockingSortBytes".to_string(), Bson::Int32(100 * 1024 * 1024));
-    parameters
+/// How a parameter is read and, when settable at runtime, written.
+enum Kind {
+    ReadOnly(fn() -> Bson),
+    Settable { read: fn() -> Bson, write: fn(i64) -> CommandResult<()>, boolean: bool },
 }
 
-fn canonical_name(name: &str) -> &str {
-    ALIASES.iter().find(|(alias, _)| *alias == name).map_or(name, |(_, canonical)| canonical)
+struct Parameter {
+    name: &'static str,
+    kind: Kind,
 }
 
-const COMMAND_FIELDS: &[&str] = &["getParameter", "setParameter", "$db", "lsid", "$clusterTime", "comment", "$readPreference", "apiVersion"];
+const PARAMETERS: &[Parameter] = &[
+    Parameter { name: "featureCompatibilityVersion", kind: Kind::ReadOnly(|| Bson::Document(doc! { "version": "7.0" })) },
+    Parameter { name: "authenticationMechanisms", kind: Kind::ReadOnly(|| Bson::Array(vec![Bson::String("SCRAM-SHA-256".into())])) },
+    Parameter { name: "maxBSONDepth", kind: Kind::ReadOnly(|| Bson::Int32(100)) },
+    Parameter {
+        name: "logLevel",
+        kind: Kind::Settable {
+            read: || Bson::Int32(knobs::log_level()),
+            write: |value| {
+                let level = i32::try_from(value).ok().filter(|level| (0..=5).contains(level));
+                let level = level.ok_or_else(|| CommandError::bad_value("logLevel must be between 0 and 5"))?;
+                knobs::LOG_LEVEL.store(level, Ordering::Relaxed);
+                Ok(())
+            },
+            boolean: false,
+        },
+    },
+    Parameter {
+        name: "cursorTimeoutMillis",
+        kind: Kind::Settable {
+            read: || Bson::Int64(knobs::CURSOR_TIMEOUT_MILLIS.load(Ordering::Relaxed) as i64),
+            write: |value| store_positive(&knobs::CURSOR_TIMEOUT_MILLIS, "cursorTimeoutMillis", value),
+            boolean: false,
+        },
+    },
+    Parameter {
+        name: "cursorMemoryLimitBytes",
+        kind: Kind::Settable {
+            read: || Bson::Int64(knobs::CURSOR_MEMORY_LIMIT_BYTES.load(Ordering::Relaxed) as i64),
+            write: |value| store_positive(&knobs::CURSOR_MEMORY_LIMIT_BYTES, "cursorMemoryLimitBytes", value),
+            boolean: false,
+        },
+    },
+    Parameter {
+        name: "notablescan",
+        kind: Kind::Settable {
+            read: || Bson::Boolean(knobs::no_table_scan()),
+            write: |value| {
+                knobs::NO_TABLE_SCAN.store(value != 0, Ordering::Relaxed);
+                Ok(())
+            },
+            boolean: true,
+        },
+    },
+    Parameter {
+        name: "internalQueryExecMaxBlockingSortBytes",
+        kind: Kind::Settable {
+            read: || Bson::Int64(knobs::MAX_BLOCKING_SORT_BYTES.load(Ordering::Relaxed) as i64),
+            write: |value| store_positive(&knobs::MAX_BLOCKING_SORT_BYTES, "internalQueryExecMaxBlockingSortBytes", value),
+            boolean: false,
+        },
+    },
+];
 
-pub fn get(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
-    let parameters = context.parameters.read();
+fn store_positive(target: &std::sync::atomic::AtomicU64, name: &str, value: i64) -> CommandResult<()> {
+    let value = u64::try_from(value).ok().filter(|value| *value > 0);
+    let value = value.ok_or_else(|| CommandError::bad_value(format!("{name} must be a positive integer")))?;
+    target.store(value, Ordering::Relaxed);
+    Ok(())
+}
+
+fn find_parameter(name: &str) -> Option<&'static Parameter> {
+    PARAMETERS.iter().find(|parameter| parameter.name == name)
+}
+
+fn read(parameter: &Parameter) -> Bson {
+    match &parameter.kind {
+        Kind::ReadOnly(read) | Kind::Settable { read, .. } => read(),
+    }
+}
+
+/// Fields of the command that are not parameter names.
+const COMMAND_FIELDS: &[&str] = &["getParameter", "setParameter", "$db", "lsid", "$clusterTime", "comment", "$readPreference", "apiVersion", "maxTimeMS"];
+
+pub fn get(_context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let mut reply = Document::new();
     let all = matches!(request.first_value(), Some(Bson::String(star)) if star == "*")
         || matches!(request.first_value(), Some(Bson::Document(options)) if options.get_bool("allParameters").unwrap_or(false));
     if all {
-        for (name, value) in parameters.iter() {
-            reply.insert(name.clone(), value.clone());
+        for parameter in PARAMETERS {
+            reply.insert(parameter.name, read(parameter));
         }
     } else {
         for (name, _) in request.body.iter().filter(|(name, _)| !COMMAND_FIELDS.contains(&name.as_str())) {
-            if let Some(value) = parameters.get(canonical_name(name)) {
-                reply.insert(name.clone(), value.clone());
+            if let Some(parameter) = find_parameter(name) {
+                reply.insert(name.clone(), read(parameter));
             }
         }
         if reply.is_empty() {
@@ -54,35 +117,36 @@ pub fn get(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     Ok(reply)
 }
 
-pub fn set(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
-    let mut parameters = context.parameters.write();
-    let mut reply = Document::new();
-    let mut changed = 0;
+pub fn set(_context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    // Validate every field before changing any, so a refused command changes nothing.
+    let mut changes = Vec::new();
     for (name, value) in request.body.iter().filter(|(name, _)| !COMMAND_FIELDS.contains(&name.as_str())) {
-        let canonical = canonical_name(name).to_string();
-        let Some(old) = parameters.get(&canonical) else {
+        let Some(parameter) = find_parameter(name) else {
             return Err(CommandError::new(
                 INVALID_OPTIONS,
                 format!("attempted to set unrecognized parameter [{name}], use help:true to see options "),
             ));
         };
-        let compatible = matches!(
-            (old, value),
-            (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_), Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))
-                | (Bson::Boolean(_), Bson::Boolean(_))
-        );
-        if !compatible {
-            return Err(CommandError::bad_value(format!("Invalid value for parameter {name}: {value}")));
-        }
-        if canonical == "routingTableCacheChunkBucketSize" && crate::request::integer_value(value).map_or(true, |size| size < 2) {
-            return Err(CommandError::bad_value(format!("{name} must be an integer of at least 2")));
-        }
-        reply.insert("was", old.clone());
-        parameters.insert(canonical, value.clone());
-        changed += 1;
+        let Kind::Settable { write, boolean, .. } = &parameter.kind else {
+            return Err(CommandError::bad_value(format!("parameter [{name}] cannot be set at runtime")));
+        };
+        let number = match (value, boolean) {
+            (Bson::Boolean(flag), true) => i64::from(*flag),
+            (Bson::Boolean(_), false) => None.ok_or_else(|| CommandError::bad_value(format!("Invalid value for parameter {name}: {value}")))?,
+            (other, _) => match crate::request::integer_value(other) {
+                Some(number) => number,
+                None => return Err(CommandError::bad_value(format!("Invalid value for parameter {name}: {value}"))),
+            },
+        };
+        changes.push((parameter, *write, number));
     }
-    if changed == 0 {
+    if changes.is_empty() {
         return Err(CommandError::new(INVALID_OPTIONS, "no option found to set, use help:true to see options "));
+    }
+    let mut reply = Document::new();
+    for (parameter, write, number) in changes {
+        reply.insert("was", read(parameter));
+        write(number)?;
     }
     reply.insert("ok", 1.0);
     Ok(reply)

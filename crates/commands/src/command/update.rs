@@ -1,6 +1,7 @@
-//! `update`: each statement finds its matches first, then rewrites them, so a multi-update
-//! never sees its own writes. Statements commit one batch each, so later statements read
-//! what earlier ones wrote; one statement's documents and index entries are atomic.
+//! `update`: each statement updates each matching document in one isolated read-modify-write
+//! (see [`crate::modify`]): the filter is re-checked against the current version under the
+//! collection's write lock. A multi-update never visits a document twice; later statements
+//! read what earlier ones wrote.
 
 use std::sync::Arc;
 
@@ -10,7 +11,8 @@ use myriad_query::update::{upsert_seed, Update, UpdateContext};
 use myriad_storage::{CollectionHandle, Durability};
 
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
-use crate::plan::{Execution, QuerySpec};
+use crate::modify::{for_each_current_match, Scope};
+use crate::plan::QuerySpec;
 use crate::write::{durability, ordered, prepare_for_insert, statements};
 use crate::{CommandRequest, ServerContext};
 
@@ -48,7 +50,12 @@ pub fn parse_array_filters(statement: &Document) -> CommandResult<Vec<Document>>
     }
 }
 
-/// Runs one update statement inside its own transaction.
+/// An upsert that loses a race to insert the same unique key is run again (it then finds and
+/// updates the winner's document), as MongoDB retries it; this bounds the retries.
+const MAX_UPSERT_ATTEMPTS: usize = 8;
+
+/// Runs one update statement: each matching document is updated in its own isolated
+/// read-modify-write ([`for_each_current_match`]); an upsert with no match inserts.
 pub fn apply_statement(
     context: &ServerContext,
     collection: &CollectionHandle,
@@ -59,60 +66,79 @@ pub fn apply_statement(
         filter: Arc::new(Filter::parse(statement.filter_document)?),
         filter_document: statement.filter_document.clone(),
         projection: None,
-        sort: None,
+        sort: statement.sort.clone(),
         skip: 0,
-        limit: if statement.multi || statement.sort.is_some() { None } else { Some(1) },
+        limit: None,
         hint: statement.hint.clone(),
     };
-    let filter = Arc::clone(&spec.filter);
-    let mut execution = Execution::new(collection.clone(), spec)?;
-    let mut matches = if statement.sort.is_some() || statement.multi {
-        execution.drain_unprojected(&context.engine, crate::plan::BLOCKING_SORT_MEMORY_LIMIT_BYTES)?
-    } else {
-        execution.next_matches(&context.engine, 1)?
-    };
-    if let Some(sort) = &statement.sort {
-        matches.sort_by(|(_, left), (_, right)| sort.compare(left, right));
-        matches.truncate(1);
-    }
-    let mut outcome = StatementOutcome::default();
-    let mut transaction = context.engine.begin_write(collection);
-    let now = DateTime::now();
-    for (record_id, old) in matches {
-        outcome.matched += 1;
-        let mut new = old.clone();
-        let position = filter.matches_with_position(&old).and_then(|details| details.array_position);
-        let update_context = UpdateContext { is_upsert_insert: false, matched_array_position: position, now };
-        let changed = statement.update.apply(&mut new, &update_context)?;
-        if changed {
-            check_id_unchanged(&old, &new)?;
-            transaction.update(record_id, &old, &new)?;
-            outcome.modified += 1;
+    let scope = if statement.multi { Scope::All } else { Scope::One };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut outcome = StatementOutcome::default();
+        let now = DateTime::now();
+        let matched = for_each_current_match(&context.engine, collection, &spec, scope, durability, |transaction, record_id, old| {
+            let mut new = old.clone();
+            let position = spec.filter.matches_with_position(&old).and_then(|details| details.array_position);
+            let update_context = UpdateContext { is_upsert_insert: false, matched_array_position: position, now };
+            let changed = statement.update.apply(&mut new, &update_context)?;
+            if changed {
+                check_id_unchanged(&old, &new)?;
+                transaction.update(record_id, &old, &new)?;
+                outcome.modified += 1;
+            }
+            if outcome.document.is_none() {
+                outcome.document = Some(if statement.return_new { new } else { old });
+            }
+            Ok(())
+        })?;
+        outcome.matched = matched as i64;
+        if matched > 0 || !statement.upsert {
+            return Ok(outcome);
         }
-        if outcome.document.is_none() {
-            outcome.document = Some(if statement.return_new { new } else { old });
-        }
-    }
-    if outcome.matched == 0 && statement.upsert {
-        let mut seed = upsert_seed(statement.filter_document)?;
-        if statement.update.is_replacement() {
-            let id = seed.remove("_id");
-            seed.clear();
-            if let Some(id) = id {
-                seed.insert("_id", id);
+        match upsert(context, collection, statement, now, durability) {
+            Err(error) if error.code == crate::error::DUPLICATE_KEY.code && attempt < MAX_UPSERT_ATTEMPTS => continue,
+            Err(error) => return Err(error),
+            Ok(inserted) => {
+                outcome.upserted_id = inserted.get("_id").cloned();
+                if statement.return_new {
+                    outcome.document = Some(inserted);
+                }
+                return Ok(outcome);
             }
         }
-        let update_context = UpdateContext { is_upsert_insert: true, matched_array_position: None, now };
-        statement.update.apply(&mut seed, &update_context)?;
-        let prepared = prepare_for_insert(&seed)?;
-        transaction.insert(&prepared)?;
-        outcome.upserted_id = prepared.get("_id").cloned();
-        if statement.return_new {
-            outcome.document = Some(prepared);
+    }
+}
+
+/// Inserts the document an upsert with no match creates; returns it.
+fn upsert(
+    context: &ServerContext,
+    collection: &CollectionHandle,
+    statement: &UpdateStatement<'_>,
+    now: DateTime,
+    durability: Durability,
+) -> CommandResult<Document> {
+    let mut seed = upsert_seed(statement.filter_document)?;
+    if statement.update.is_replacement() {
+        let id = seed.remove("_id");
+        seed.clear();
+        if let Some(id) = id {
+            seed.insert("_id", id);
         }
     }
+    let update_context = UpdateContext { is_upsert_insert: true, matched_array_position: None, now };
+    statement.update.apply(&mut seed, &update_context)?;
+    let prepared = prepare_for_insert(&seed)?;
+    let mut transaction = context.engine.begin_write(collection);
+    if let Err(myriad_storage::StorageError::NamespaceNotFound(_)) = transaction.handle() {
+        // Dropped since the statement began: create it again, as MongoDB's upsert does.
+        drop(transaction);
+        let collection = context.engine.get_or_create_collection(collection.db(), collection.name())?;
+        transaction = context.engine.begin_write(&collection);
+    }
+    transaction.insert(&prepared)?;
     transaction.commit(durability)?;
-    Ok(outcome)
+    Ok(prepared)
 }
 
 fn check_id_unchanged(old: &Document, new: &Document) -> CommandResult<()> {

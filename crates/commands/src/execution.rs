@@ -1,0 +1,443 @@
+//! Query execution: a resumable pull over one access path (collection scan or index scan),
+//! filtered, optionally sorted (top-k when a limit is known), skipped, limited and projected,
+//! a batch at a time.
+//!
+//! Invariants:
+//! - A reply batch never holds more than [`MAX_BATCH_BYTES`] of documents, checked before a
+//!   document is added; only a batch's first document may be up to the 16 MiB document limit.
+//! - A parked execution (a cursor between getMores) holds its position, not documents read
+//!   ahead: [`Execution::park`] rewinds over them. Only a blocking sort's results (bounded by
+//!   `internalQueryExecMaxBlockingSortBytes`) and the record ids an index scan has returned are
+//!   retained, and [`Execution::retained_bytes`] reports them for the cursor memory bound.
+//! - Every storage read is preceded by an interrupt check (killOp, maxTimeMS).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bson::{Bson, Document};
+use myriad_query::filter::Filter;
+use myriad_query::projection::Projection;
+use myriad_query::sort::{SortKey, SortSpec};
+use myriad_storage::{CollectionHandle, Engine, RecordId};
+
+use crate::error::{CommandError, CommandResult, QUERY_EXCEEDED_MEMORY_LIMIT};
+use crate::operation::check_interrupt;
+use crate::plan::{choose_access, Access, QuerySpec};
+
+/// Records or index entries read from storage per call while filling a batch.
+const STORAGE_READ_CHUNK: usize = 256;
+/// A batch never exceeds this many bytes of documents: the 16 MiB reply limit less room for
+/// the reply envelope (`cursor`, `id`, `ns`, `ok`).
+pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024 - 16 * 1024;
+/// Deepest document [`bson_size_bytes`] walks (stored documents are far shallower).
+const MAX_SIZED_DEPTH: usize = 256;
+
+/// A document read from the access path and not yet consumed, with where to resume so that
+/// it is read again after a rewind.
+struct Candidate {
+    record_id: RecordId,
+    document: Document,
+    resume: ResumePoint,
+}
+
+#[derive(Clone)]
+enum ResumePoint {
+    /// Collection scan: continue after this record id (None: from the start).
+    AfterRecord(Option<RecordId>),
+    /// Index scan: range number and the entry key to continue after (None: range start).
+    AfterEntry(usize, Option<Vec<u8>>),
+}
+
+/// A resumable execution of one query over one collection.
+pub struct Execution {
+    pub collection: CollectionHandle,
+    pub access: Access,
+    filter: Arc<Filter>,
+    projection: Option<Projection>,
+    skip_remaining: u64,
+    limit_remaining: Option<u64>,
+    pending: VecDeque<Candidate>,
+    storage_exhausted: bool,
+    sort: Option<SortSpec>,
+    /// Sorted results (record id, document, size), once a blocking sort ran.
+    sorted: Option<VecDeque<(RecordId, Document, usize)>>,
+    sorted_bytes: usize,
+    /// A projected document that did not fit in the previous batch.
+    held_back: Option<(Document, usize)>,
+    pub documents_examined: u64,
+    pub keys_examined: u64,
+}
+
+impl Execution {
+    pub fn new(collection: CollectionHandle, spec: QuerySpec) -> CommandResult<Execution> {
+        let access = choose_access(&collection, &spec.filter_document, spec.hint.as_ref())?;
+        crate::operation::note_plan_summary(|| access.describe());
+        Ok(Execution {
+            collection,
+            access,
+            filter: spec.filter,
+            projection: spec.projection,
+            skip_remaining: spec.skip,
+            limit_remaining: spec.limit.filter(|limit| *limit > 0),
+            pending: VecDeque::new(),
+            storage_exhausted: false,
+            sort: spec.sort,
+            sorted: None,
+            sorted_bytes: 0,
+            held_back: None,
+            documents_examined: 0,
+            keys_examined: 0,
+        })
+    }
+
+    pub fn is_exhausted(&self) -> bool {
+        if self.held_back.is_some() {
+            return false;
+        }
+        match &self.sorted {
+            Some(sorted) => sorted.is_empty(),
+            None => (self.storage_exhausted && self.pending.is_empty()) || self.limit_remaining == Some(0),
+        }
+    }
+
+    /// Bytes this execution keeps between batches (sorted results, held-back document, the
+    /// record ids an index scan has returned).
+    pub fn retained_bytes(&self) -> usize {
+        let seen = match &self.access {
+            Access::IndexScan { seen_record_ids, .. } => seen_record_ids.len() * 16,
+            Access::CollectionScan { .. } => 0,
+        };
+        let pending: usize = self.pending.iter().map(|candidate| bson_size_bytes(&candidate.document)).sum();
+        self.sorted_bytes + self.held_back.as_ref().map_or(0, |(_, size)| *size) + seen + pending
+    }
+
+    /// Drops the documents read ahead and rewinds the access path to just before them, so a
+    /// cursor parked between getMores holds its position and not decoded documents.
+    pub fn park(&mut self) {
+        let Some(first) = self.pending.front() else { return };
+        let resume = first.resume.clone();
+        match (&mut self.access, resume) {
+            (Access::CollectionScan { last_record_id }, ResumePoint::AfterRecord(after)) => *last_record_id = after,
+            (Access::IndexScan { current_range, last_entry_key, seen_record_ids, .. }, ResumePoint::AfterEntry(range, after)) => {
+                *current_range = range;
+                *last_entry_key = after;
+                for candidate in &self.pending {
+                    seen_record_ids.remove(&candidate.record_id);
+                }
+            }
+            // A candidate's resume point always has its access path's kind.
+            _ => return,
+        }
+        self.pending.clear();
+        self.storage_exhausted = false;
+    }
+
+    /// The next document from the access path, not yet filtered; None at the end.
+    fn next_candidate(&mut self, engine: &Engine) -> CommandResult<Option<(RecordId, Document)>> {
+        // Bounded: each refill either yields candidates or marks the storage exhausted.
+        while self.pending.is_empty() && !self.storage_exhausted {
+            check_interrupt()?;
+            self.read_candidates(engine, STORAGE_READ_CHUNK)?;
+        }
+        Ok(self.pending.pop_front().map(|candidate| (candidate.record_id, candidate.document)))
+    }
+
+    /// The next document that passes the filter (and the sort), skip and limit.
+    fn next_match(&mut self, engine: &Engine) -> CommandResult<Option<(RecordId, Document)>> {
+        if self.sort.is_some() {
+            if self.sorted.is_none() {
+                self.run_blocking_sort(engine)?;
+            }
+            let next = self.sorted.as_mut().and_then(VecDeque::pop_front);
+            return Ok(next.map(|(record_id, document, size)| {
+                self.sorted_bytes -= size;
+                (record_id, document)
+            }));
+        }
+        while self.limit_remaining != Some(0) {
+            let Some((record_id, document)) = self.next_candidate(engine)? else { return Ok(None) };
+            if self.accept(&document) {
+                return Ok(Some((record_id, document)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Up to `max_documents` projected results, never more than [`MAX_BATCH_BYTES`].
+    pub fn next_batch(&mut self, engine: &Engine, max_documents: usize) -> CommandResult<Vec<Document>> {
+        let mut batch = Vec::new();
+        let mut batch_bytes = 0usize;
+        while batch.len() < max_documents {
+            let (projected, size) = match self.held_back.take() {
+                Some(held) => held,
+                None => {
+                    let Some((_, document)) = self.next_match(engine)? else { break };
+                    let projected = project(self.projection.as_ref(), document)?;
+                    let size = bson_size_bytes(&projected);
+                    (projected, size)
+                }
+            };
+            if !batch.is_empty() && batch_bytes + size > MAX_BATCH_BYTES {
+                self.held_back = Some((projected, size));
+                break;
+            }
+            batch_bytes += size;
+            batch.push(projected);
+        }
+        assert!(batch.len() <= 1 || batch_bytes <= MAX_BATCH_BYTES, "a reply batch exceeds its byte bound");
+        Ok(batch)
+    }
+
+    /// Matching documents with their record ids, unprojected, in sort order when sorted, with
+    /// skip and limit applied: the input of update, delete, findAndModify and count.
+    pub fn next_matches(&mut self, engine: &Engine, max_documents: usize) -> CommandResult<Vec<(RecordId, Document)>> {
+        let mut matches = Vec::new();
+        while matches.len() < max_documents {
+            let Some(found) = self.next_match(engine)? else { break };
+            matches.push(found);
+        }
+        Ok(matches)
+    }
+
+    /// The next matching document (before skip, limit and projection), for callers that
+    /// stream the matches themselves (aggregation input, distinct).
+    pub fn next_filtered(&mut self, engine: &Engine) -> CommandResult<Option<Document>> {
+        while let Some((_, document)) = self.next_candidate(engine)? {
+            if self.filter.matches(&document) {
+                return Ok(Some(document));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Sorts every match; with a limit only the top `skip + limit` are kept (top-k), so the
+    /// memory bound applies to what is kept, not to what is read.
+    fn run_blocking_sort(&mut self, engine: &Engine) -> CommandResult<()> {
+        let Some(spec) = self.sort.clone() else { return Ok(()) };
+        let keep = self.limit_remaining.map(|limit| limit.saturating_add(self.skip_remaining));
+        let mut buffer = SortBuffer::new(spec, keep.and_then(|keep| usize::try_from(keep).ok()));
+        while let Some((record_id, document)) = self.next_candidate(engine)? {
+            if self.filter.matches(&document) {
+                buffer.push(record_id, document)?;
+            }
+        }
+        let skip = usize::try_from(self.skip_remaining).unwrap_or(usize::MAX);
+        let limit = self.limit_remaining.and_then(|limit| usize::try_from(limit).ok()).unwrap_or(usize::MAX);
+        let sorted: VecDeque<(RecordId, Document, usize)> = buffer.finish().into_iter().skip(skip).take(limit).collect();
+        self.sorted_bytes = sorted.iter().map(|(_, _, size)| size).sum();
+        self.sorted = Some(sorted);
+        Ok(())
+    }
+
+    /// Applies the filter, skip and limit to one candidate.
+    fn accept(&mut self, document: &Document) -> bool {
+        if self.limit_remaining == Some(0) || !self.filter.matches(document) {
+            return false;
+        }
+        if self.skip_remaining > 0 {
+            self.skip_remaining -= 1;
+            return false;
+        }
+        if let Some(limit) = &mut self.limit_remaining {
+            *limit -= 1;
+        }
+        true
+    }
+
+    /// Reads the next candidates from the access path into `pending`; sets
+    /// `storage_exhausted` at the end.
+    fn read_candidates(&mut self, engine: &Engine, wanted: usize) -> CommandResult<()> {
+        match &mut self.access {
+            Access::CollectionScan { last_record_id } => {
+                let records = engine.scan_records(&self.collection, *last_record_id, wanted)?;
+                if records.len() < wanted {
+                    self.storage_exhausted = true;
+                }
+                for (record_id, raw) in records {
+                    let resume = ResumePoint::AfterRecord(*last_record_id);
+                    *last_record_id = Some(record_id);
+                    self.documents_examined += 1;
+                    self.pending.push_back(Candidate { record_id, document: to_document(&raw)?, resume });
+                }
+            }
+            Access::IndexScan { index_name, ranges, current_range, last_entry_key, seen_record_ids } => {
+                // Bounded: each pass either yields entries or advances to the next range.
+                while self.pending.is_empty() && *current_range < ranges.len() {
+                    check_interrupt()?;
+                    let range_number = *current_range;
+                    let entries = engine.scan_index(
+                        &self.collection,
+                        index_name,
+                        &ranges[range_number],
+                        false,
+                        last_entry_key.as_deref(),
+                        wanted,
+                    )?;
+                    self.keys_examined += entries.len() as u64;
+                    let mut previous_key = last_entry_key.take();
+                    let range_done = entries.len() < wanted;
+                    for (key, record_id) in entries {
+                        let resume = ResumePoint::AfterEntry(range_number, previous_key.clone());
+                        previous_key = Some(key);
+                        if !seen_record_ids.insert(record_id) {
+                            continue;
+                        }
+                        if let Some(raw) = engine.get_record(&self.collection, record_id)? {
+                            self.documents_examined += 1;
+                            self.pending.push_back(Candidate { record_id, document: to_document(&raw)?, resume });
+                        }
+                    }
+                    if range_done {
+                        *current_range += 1;
+                        *last_entry_key = None;
+                    } else {
+                        *last_entry_key = previous_key;
+                    }
+                }
+                if *current_range >= ranges.len() {
+                    self.storage_exhausted = true;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The documents of a blocking sort. With `keep`, only the best `keep` are retained: the
+/// buffer is sorted and cut whenever it doubles, so it never holds more than `2 * keep`.
+struct SortBuffer {
+    spec: SortSpec,
+    keep: Option<usize>,
+    items: Vec<(Vec<SortKey>, RecordId, Document, usize)>,
+    bytes: usize,
+}
+
+impl SortBuffer {
+    fn new(spec: SortSpec, keep: Option<usize>) -> SortBuffer {
+        SortBuffer { spec, keep, items: Vec::new(), bytes: 0 }
+    }
+
+    fn push(&mut self, record_id: RecordId, document: Document) -> CommandResult<()> {
+        let size = bson_size_bytes(&document);
+        let limit_bytes = crate::knobs::max_blocking_sort_bytes();
+        if self.bytes + size > limit_bytes {
+            return Err(CommandError::new(
+                QUERY_EXCEEDED_MEMORY_LIMIT,
+                format!("Sort exceeded memory limit of {limit_bytes} bytes, but did not opt in to external sorting."),
+            ));
+        }
+        self.bytes += size;
+        self.items.push((self.spec.sort_key(&document), record_id, document, size));
+        if let Some(keep) = self.keep {
+            if self.items.len() >= keep.saturating_mul(2).max(64) {
+                self.sort_and_cut(keep);
+            }
+        }
+        Ok(())
+    }
+
+    fn sort_and_cut(&mut self, keep: usize) {
+        let spec = &self.spec;
+        // Stable: equal keys stay in access-path order, as MongoDB's sort does.
+        self.items.sort_by(|left, right| spec.compare_keys(&left.0, &right.0));
+        for (_, _, _, size) in self.items.drain(keep.min(self.items.len())..) {
+            self.bytes -= size;
+        }
+    }
+
+    fn finish(mut self) -> Vec<(RecordId, Document, usize)> {
+        self.sort_and_cut(self.keep.unwrap_or(usize::MAX));
+        self.items.into_iter().map(|(_, record_id, document, size)| (record_id, document, size)).collect()
+    }
+}
+
+fn project(projection: Option<&Projection>, document: Document) -> CommandResult<Document> {
+    match projection {
+        Some(projection) => Ok(projection.apply(&document, None)?),
+        None => Ok(document),
+    }
+}
+
+pub fn to_document(raw: &bson::RawDocumentBuf) -> CommandResult<Document> {
+    raw.to_document().map_err(|error| {
+        CommandError::new(crate::error::DATA_CORRUPTION_DETECTED, format!("stored document is not valid BSON: {error}"))
+    })
+}
+
+/// The exact encoded size of a document, without encoding it. Documents deeper than
+/// [`MAX_SIZED_DEPTH`] (which storage never holds) count as too large for any batch.
+pub fn bson_size_bytes(document: &Document) -> usize {
+    document_size(document, 0)
+}
+
+/// The encoded size of a value's payload (without its element type byte and key).
+pub fn value_size_bytes(value: &Bson) -> usize {
+    value_size(value, 0)
+}
+
+fn document_size(document: &Document, depth: usize) -> usize {
+    if depth > MAX_SIZED_DEPTH {
+        return usize::MAX / 4;
+    }
+    // int32 length + elements + trailing NUL; each element: type byte, key, NUL, value.
+    5 + document.iter().map(|(key, value)| 2 + key.len() + value_size(value, depth)).sum::<usize>()
+}
+
+fn value_size(value: &Bson, depth: usize) -> usize {
+    match value {
+        Bson::Double(_) | Bson::Int64(_) | Bson::DateTime(_) | Bson::Timestamp(_) => 8,
+        Bson::Int32(_) => 4,
+        Bson::Boolean(_) => 1,
+        Bson::Null | Bson::Undefined | Bson::MinKey | Bson::MaxKey => 0,
+        Bson::String(text) | Bson::JavaScriptCode(text) | Bson::Symbol(text) => 5 + text.len(),
+        Bson::ObjectId(_) => 12,
+        Bson::Decimal128(_) => 16,
+        Bson::Binary(binary) => 5 + binary.bytes.len() + if binary.subtype == bson::spec::BinarySubtype::BinaryOld { 4 } else { 0 },
+        Bson::RegularExpression(regex) => regex.pattern.len() + regex.options.len() + 2,
+        Bson::Document(document) => document_size(document, depth + 1),
+        Bson::Array(items) => {
+            if depth > MAX_SIZED_DEPTH {
+                return usize::MAX / 4;
+            }
+            5 + items
+                .iter()
+                .enumerate()
+                .map(|(index, item)| 2 + decimal_digits(index) + value_size(item, depth + 1))
+                .sum::<usize>()
+        }
+        Bson::JavaScriptCodeWithScope(code) => 4 + 5 + code.code.len() + document_size(&code.scope, depth + 1),
+        Bson::DbPointer(_) => bson::to_vec(&bson::doc! { "v": value.clone() }).map_or(0, |bytes| bytes.len().saturating_sub(8)),
+    }
+}
+
+fn decimal_digits(mut number: usize) -> usize {
+    let mut digits = 1;
+    while number >= 10 {
+        number /= 10;
+        digits += 1;
+    }
+    digits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::{doc, spec::BinarySubtype, Binary, Regex};
+
+    #[test]
+    fn computed_size_equals_encoded_size() {
+        let samples = vec![
+            doc! {},
+            doc! { "a": 1, "b": 2.5, "c": "text", "d": true, "e": Bson::Null, "f": 5_i64 },
+            doc! { "nested": { "x": [1, 2, 3, { "y": "z" }], "t": bson::Timestamp { time: 1, increment: 2 } } },
+            doc! { "big": (0..1000).map(Bson::Int32).collect::<Vec<_>>() },
+            doc! { "oid": bson::oid::ObjectId::new(), "when": bson::DateTime::now(), "min": Bson::MinKey },
+            doc! { "bin": Binary { subtype: BinarySubtype::Generic, bytes: vec![1, 2, 3] } },
+            doc! { "old": Binary { subtype: BinarySubtype::BinaryOld, bytes: vec![1, 2, 3] } },
+            doc! { "re": Regex { pattern: "a.*b".into(), options: "i".into() } },
+        ];
+        for sample in samples {
+            assert_eq!(bson_size_bytes(&sample), bson::to_vec(&sample).unwrap().len(), "{sample}");
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! Server parameters that take effect deep in execution, as process-wide atomics (mongod's
+//! server parameters are process globals too). `setParameter` writes them, `getParameter`
+//! reads them, and the code that they govern reads them on every use, so a change takes
+//! effect at the next operation.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+
+/// `notablescan`: queries that would need a collection scan fail with NoQueryExecutionPlans.
+pub static NO_TABLE_SCAN: AtomicBool = AtomicBool::new(false);
+/// `internalQueryExecMaxBlockingSortBytes`: memory a blocking sort may hold (MongoDB's 100 MiB).
+pub static MAX_BLOCKING_SORT_BYTES: AtomicU64 = AtomicU64::new(100 * 1024 * 1024);
+/// `cursorTimeoutMillis`: idle cursors are closed after this long (MongoDB's 10 minutes).
+pub static CURSOR_TIMEOUT_MILLIS: AtomicU64 = AtomicU64::new(600_000);
+/// `cursorMemoryLimitBytes` (Myriad's own): what all open cursors together may retain
+/// between getMores; past it the least recently used cursors are closed.
+pub static CURSOR_MEMORY_LIMIT_BYTES: AtomicU64 = AtomicU64::new(512 * 1024 * 1024);
+/// `logLevel`: at 1 or more every command is logged, not only slow ones.
+pub static LOG_LEVEL: AtomicI32 = AtomicI32::new(0);
+
+pub fn no_table_scan() -> bool {
+    NO_TABLE_SCAN.load(Ordering::Relaxed)
+}
+
+pub fn max_blocking_sort_bytes() -> usize {
+    usize::try_from(MAX_BLOCKING_SORT_BYTES.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+}
+
+pub fn cursor_timeout() -> std::time::Duration {
+    std::time::Duration::from_millis(CURSOR_TIMEOUT_MILLIS.load(Ordering::Relaxed))
+}
+
+pub fn cursor_memory_limit_bytes() -> usize {
+    usize::try_from(CURSOR_MEMORY_LIMIT_BYTES.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+}
+
+pub fn log_level() -> i32 {
+    LOG_LEVEL.load(Ordering::Relaxed)
+}

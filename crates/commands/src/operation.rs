@@ -1,0 +1,299 @@
+//! Operations in progress: one entry per running command, for `currentOp`, `killOp` and
+//! `maxTimeMS`.
+//!
+//! Invariants:
+//! - Every command the dispatcher runs is registered for exactly as long as it runs (an
+//!   [`OperationGuard`] removes it on drop, panics included), so `currentOp` never lists a
+//!   finished operation and the table's size is bounded by the number of running commands.
+//! - A handler runs on one thread from start to end; the running operation is kept in a
+//!   thread-local, so loops deep in execution call [`check_interrupt`] without a parameter.
+//!   [`check_interrupt`] outside any operation (tests, start-up) never fails.
+//! - Killing or timing out only sets a flag; the operation stops at its next check and
+//!   answers Interrupted (11601) or MaxTimeMSExpired (50). Nothing is applied half-way
+//!   beyond what a statement had committed when it stopped.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bson::{doc, Bson, Document};
+use parking_lot::Mutex;
+
+use crate::error::{CommandError, CommandResult, BAD_VALUE, INTERRUPTED, MAX_TIME_MS_EXPIRED};
+
+/// Commands whose body is larger than this are shown truncated by currentOp (MongoDB shows
+/// at most about 1 KB of a command).
+const MAX_SHOWN_COMMAND_BYTES: usize = 1024;
+
+/// One running command.
+pub struct Operation {
+    pub opid: u32,
+    /// currentOp's `op`: "command", "query", "getmore", "insert", "update", "remove".
+    pub kind: &'static str,
+    pub namespace: String,
+    /// The command as sent, or a truncated summary of a large one.
+    pub command: Document,
+    pub connection_id: i64,
+    pub client: Option<SocketAddr>,
+    pub started: Instant,
+    deadline: Option<Instant>,
+    killed: AtomicBool,
+    plan_summary: Mutex<Option<String>>,
+}
+
+impl Operation {
+    /// Records how the operation reads its data (currentOp's planSummary).
+    pub fn set_plan_summary(&self, summary: String) {
+        *self.plan_summary.lock() = Some(summary);
+    }
+
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Relaxed)
+    }
+
+    /// Interrupted when killed, MaxTimeMSExpired past the deadline, else Ok.
+    pub fn check(&self) -> CommandResult<()> {
+        if self.is_killed() {
+            return Err(CommandError::new(INTERRUPTED, "operation was interrupted"));
+        }
+        if let Some(deadline) = self.deadline {
+            if Instant::now() >= deadline {
+                return Err(CommandError::new(MAX_TIME_MS_EXPIRED, "operation exceeded time limit"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The operation as currentOp shows it.
+    pub fn describe(&self) -> Document {
+        let running = self.started.elapsed();
+        let mut described = doc! {
+            "type": "op",
+            "desc": format!("conn{}", self.connection_id),
+            "connectionId": self.connection_id,
+            "active": true,
+            "opid": self.opid as i32,
+            "secs_running": running.as_secs() as i64,
+            "microsecs_running": i64::try_from(running.as_micros()).unwrap_or(i64::MAX),
+            "op": self.kind,
+            "ns": &self.namespace,
+            "command": self.command.clone(),
+            "killPending": self.is_killed(),
+        };
+        if let Some(client) = self.client {
+            described.insert("client", client.to_string());
+        }
+        if let Some(summary) = self.plan_summary.lock().clone() {
+            described.insert("planSummary", summary);
+        }
+        described
+    }
+}
+
+/// What the dispatcher knows of a command when it starts.
+pub struct OperationStart<'a> {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub body: &'a Document,
+    pub connection_id: i64,
+    pub client: Option<SocketAddr>,
+    pub max_time: Option<Duration>,
+}
+
+/// Every running operation, by opid.
+pub struct OperationTable {
+    running: Mutex<HashMap<u32, Arc<Operation>>>,
+    next_opid: AtomicU32,
+}
+
+impl Default for OperationTable {
+    fn default() -> Self {
+        OperationTable { running: Mutex::new(HashMap::new()), next_opid: AtomicU32::new(1) }
+    }
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Arc<Operation>>> = const { RefCell::new(None) };
+}
+
+impl OperationTable {
+    /// Registers a command and makes it the thread's current operation until the guard drops.
+    pub fn begin(&self, start: OperationStart<'_>) -> OperationGuard<'_> {
+        // opids are positive int32s, as mongod's: wrap before the sign bit.
+        let opid = self.next_opid.fetch_add(1, Ordering::Relaxed) % (i32::MAX as u32) + 1;
+        let started = Instant::now();
+        let operation = Arc::new(Operation {
+            opid,
+            kind: start.kind,
+            namespace: start.namespace,
+            command: shown_command(start.body),
+            connection_id: start.connection_id,
+            client: start.client,
+            started,
+            deadline: start.max_time.map(|limit| started + limit),
+            killed: AtomicBool::new(false),
+            plan_summary: Mutex::new(None),
+        });
+        self.running.lock().insert(opid, Arc::clone(&operation));
+        let previous = CURRENT.with(|current| current.replace(Some(operation)));
+        OperationGuard { table: self, opid, previous }
+    }
+
+    /// Flags an operation as killed; false when no such operation runs.
+    pub fn kill(&self, opid: u32) -> bool {
+        match self.running.lock().get(&opid) {
+            Some(operation) => {
+                operation.kill();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Every running operation, oldest first.
+    pub fn snapshot(&self) -> Vec<Arc<Operation>> {
+        let mut operations: Vec<Arc<Operation>> = self.running.lock().values().cloned().collect();
+        operations.sort_by_key(|operation| operation.started);
+        operations
+    }
+}
+
+/// Removes its operation from the table (and the thread) when dropped.
+pub struct OperationGuard<'t> {
+    table: &'t OperationTable,
+    opid: u32,
+    previous: Option<Arc<Operation>>,
+}
+
+impl Drop for OperationGuard<'_> {
+    fn drop(&mut self) {
+        self.table.running.lock().remove(&self.opid);
+        let previous = self.previous.take();
+        CURRENT.with(|current| *current.borrow_mut() = previous);
+    }
+}
+
+/// Fails when the thread's running operation was killed or ran out of time.
+pub fn check_interrupt() -> CommandResult<()> {
+    CURRENT.with(|current| match current.borrow().as_ref() {
+        Some(operation) => operation.check(),
+        None => Ok(()),
+    })
+}
+
+/// Records the plan of the thread's running operation, for currentOp.
+pub fn note_plan_summary(summary: impl FnOnce() -> String) {
+    CURRENT.with(|current| {
+        if let Some(operation) = current.borrow().as_ref() {
+            operation.set_plan_summary(summary());
+        }
+    });
+}
+
+/// `maxTimeMS`: absent or 0 means no limit; it must be a non-negative 32-bit integer.
+pub fn max_time(body: &Document) -> CommandResult<Option<Duration>> {
+    let Some(value) = body.get("maxTimeMS") else { return Ok(None) };
+    let milliseconds = match value {
+        Bson::Int32(number) => i64::from(*number),
+        Bson::Int64(number) => *number,
+        Bson::Double(number) if number.fract() == 0.0 && number.is_finite() => *number as i64,
+        Bson::Null => return Ok(None),
+        other => {
+            return Err(CommandError::new(BAD_VALUE, format!("maxTimeMS must be a number, not {other}")));
+        }
+    };
+    if milliseconds < 0 || milliseconds > i64::from(i32::MAX) {
+        return Err(CommandError::new(
+            BAD_VALUE,
+            format!("{milliseconds} value for maxTimeMS is out of range [0, {}]", i32::MAX),
+        ));
+    }
+    Ok((milliseconds > 0).then(|| Duration::from_millis(milliseconds as u64)))
+}
+
+/// The command as currentOp shows it: whole when small, else its first fields and a marker.
+fn shown_command(body: &Document) -> Document {
+    let mut shown = Document::new();
+    let mut bytes = 0usize;
+    for (key, value) in body {
+        let size = approximate_size(value);
+        if bytes + size > MAX_SHOWN_COMMAND_BYTES {
+            shown.insert("$truncated", true);
+            break;
+        }
+        bytes += size + key.len();
+        shown.insert(key.clone(), value.clone());
+    }
+    shown
+}
+
+/// A cheap size estimate that never walks more than the top level of a value.
+fn approximate_size(value: &Bson) -> usize {
+    match value {
+        Bson::String(text) => text.len() + 5,
+        Bson::Document(document) => 16 * document.len() + 5,
+        Bson::Array(items) => 16 * items.len() + 5,
+        Bson::Binary(binary) => binary.bytes.len() + 5,
+        _ => 16,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(body: &Document, max_time: Option<Duration>) -> OperationStart<'_> {
+        OperationStart { kind: "command", namespace: "db.c".into(), body, connection_id: 7, client: None, max_time }
+    }
+
+    #[test]
+    fn guard_registers_and_removes_and_kill_interrupts() {
+        let table = OperationTable::default();
+        let body = doc! { "find": "c" };
+        {
+            let _guard = table.begin(start(&body, None));
+            let running = table.snapshot();
+            assert_eq!(running.len(), 1);
+            assert!(check_interrupt().is_ok());
+            assert!(table.kill(running[0].opid));
+            assert_eq!(check_interrupt().unwrap_err().code, INTERRUPTED.code);
+        }
+        assert!(table.snapshot().is_empty());
+        assert!(check_interrupt().is_ok(), "no operation on the thread after the guard dropped");
+        assert!(!table.kill(12345));
+    }
+
+    #[test]
+    fn deadline_expires() {
+        let table = OperationTable::default();
+        let body = doc! { "count": "c" };
+        let _guard = table.begin(start(&body, Some(Duration::from_millis(1))));
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(check_interrupt().unwrap_err().code, MAX_TIME_MS_EXPIRED.code);
+    }
+
+    #[test]
+    fn max_time_parsing_follows_mongodb() {
+        assert_eq!(max_time(&doc! {}).unwrap(), None);
+        assert_eq!(max_time(&doc! { "maxTimeMS": 0 }).unwrap(), None);
+        assert_eq!(max_time(&doc! { "maxTimeMS": 25_i64 }).unwrap(), Some(Duration::from_millis(25)));
+        assert_eq!(max_time(&doc! { "maxTimeMS": -1 }).unwrap_err().code, BAD_VALUE.code);
+        assert_eq!(max_time(&doc! { "maxTimeMS": "x" }).unwrap_err().code, BAD_VALUE.code);
+        assert_eq!(max_time(&doc! { "maxTimeMS": i64::MAX }).unwrap_err().code, BAD_VALUE.code);
+    }
+
+    #[test]
+    fn large_commands_are_truncated() {
+        let body = doc! { "insert": "c", "documents": (0..1000).map(|i| Bson::Int32(i)).collect::<Vec<_>>() };
+        let shown = shown_command(&body);
+        assert_eq!(shown.get_str("insert").unwrap(), "c");
+        assert!(shown.get_bool("$truncated").unwrap());
+    }
+}

@@ -1,0 +1,282 @@
+//! Many clients at once through the official driver, each workload checked exactly against a
+//! model: concurrent `$inc` on one field and on different fields, compare-and-set, a
+//! findAndModify queue with and without a sort, upserts on a unique key, deletes racing
+//! deletes and updates, inserts racing drops.
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::TestServer;
+use mongodb::bson::{doc, Document};
+use mongodb::{Client, Collection};
+
+const TASKS: usize = 8;
+
+fn collection(client: &Client, name: &str) -> Collection<Document> {
+    client.database("concurrency").collection::<Document>(name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_increments_of_one_field_are_never_lost() {
+    const INCREMENTS: usize = 300;
+    let server = TestServer::start();
+    let client = server.client().await;
+    let counters = collection(&client, "counters");
+    counters.insert_one(doc! { "_id": 1, "n": 0 }).await.expect("seed");
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let counters = counters.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..INCREMENTS {
+                let result = counters.update_one(doc! { "_id": 1 }, doc! { "$inc": { "n": 1 } }).await.expect("update");
+                assert_eq!(result.matched_count, 1);
+                assert_eq!(result.modified_count, 1);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let document = counters.find_one(doc! { "_id": 1 }).await.expect("find").expect("document");
+    assert_eq!(document.get_i32("n").expect("n"), (TASKS * INCREMENTS) as i32);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn increments_of_different_fields_of_one_document_are_never_lost() {
+    const INCREMENTS: usize = 400;
+    let server = TestServer::start();
+    let client = server.client().await;
+    let counters = collection(&client, "fields");
+    counters.insert_one(doc! { "_id": 1, "a": 0, "b": 0 }).await.expect("seed");
+    let mut tasks = Vec::new();
+    for field in ["a", "b", "a", "b"] {
+        let counters = counters.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..INCREMENTS {
+                counters.update_one(doc! { "_id": 1 }, doc! { "$inc": { field: 1 } }).await.expect("update");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let document = counters.find_one(doc! { "_id": 1 }).await.expect("find").expect("document");
+    assert_eq!(document.get_i32("a").expect("a"), (2 * INCREMENTS) as i32);
+    assert_eq!(document.get_i32("b").expect("b"), (2 * INCREMENTS) as i32);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn compare_and_set_is_won_by_exactly_one_client() {
+    const TARGET: i32 = 400;
+    let server = TestServer::start();
+    let client = server.client().await;
+    let register = collection(&client, "register");
+    register.insert_one(doc! { "_id": 1, "v": 0 }).await.expect("seed");
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let register = register.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut won = Vec::new();
+            loop {
+                let current = register.find_one(doc! { "_id": 1 }).await.expect("read").expect("document");
+                let old = current.get_i32("v").expect("v");
+                if old >= TARGET {
+                    return won;
+                }
+                let result = register
+                    .update_one(doc! { "_id": 1, "v": old }, doc! { "$set": { "v": old + 1 } })
+                    .await
+                    .expect("compare and set");
+                if result.modified_count == 1 {
+                    won.push(old);
+                }
+            }
+        }));
+    }
+    let mut all_won = Vec::new();
+    for task in tasks {
+        all_won.extend(task.await.expect("task"));
+    }
+    all_won.sort_unstable();
+    // Every step from 0 to TARGET - 1 was won exactly once.
+    assert_eq!(all_won, (0..TARGET).collect::<Vec<_>>());
+}
+
+async fn drain_queue(items: Collection<Document>, sorted: bool) -> Vec<i32> {
+    let mut taken = Vec::new();
+    loop {
+        let mut operation = items.find_one_and_update(doc! { "state": "queued" }, doc! { "$set": { "state": "taken" } });
+        if sorted {
+            operation = operation.sort(doc! { "priority": -1, "_id": 1 });
+        }
+        match operation.await.expect("findAndModify") {
+            Some(item) => {
+                assert_eq!(item.get_str("state").expect("state"), "queued", "the pre-image was queued");
+                taken.push(item.get_i32("_id").expect("_id"));
+            }
+            None => return taken,
+        }
+    }
+}
+
+async fn check_queue(sorted: bool) {
+    const ITEMS: i32 = 600;
+    let server = TestServer::start();
+    let client = server.client().await;
+    let items = collection(&client, "queue");
+    let seed: Vec<Document> = (0..ITEMS).map(|id| doc! { "_id": id, "state": "queued", "priority": id % 7 }).collect();
+    items.insert_many(seed).await.expect("seed");
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        tasks.push(tokio::spawn(drain_queue(items.clone(), sorted)));
+    }
+    let mut handed_out = Vec::new();
+    for task in tasks {
+        handed_out.extend(task.await.expect("task"));
+    }
+    let distinct: HashSet<i32> = handed_out.iter().copied().collect();
+    assert_eq!(handed_out.len(), ITEMS as usize, "every item handed out exactly once");
+    assert_eq!(distinct.len(), ITEMS as usize);
+    assert_eq!(items.count_documents(doc! { "state": "taken" }).await.expect("count"), ITEMS as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn find_and_modify_queue_hands_each_item_out_once() {
+    check_queue(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sorted_find_and_modify_queue_hands_each_item_out_once() {
+    check_queue(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn upserts_on_a_unique_key_create_each_document_once() {
+    const KEYS: i32 = 40;
+    const ROUNDS: i32 = 5;
+    let server = TestServer::start();
+    let client = server.client().await;
+    let tallies = collection(&client, "tallies");
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let tallies = tallies.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut upserted = 0;
+            for _ in 0..ROUNDS {
+                for key in 0..KEYS {
+                    let result = tallies
+                        .update_one(doc! { "_id": key }, doc! { "$inc": { "n": 1 } })
+                        .upsert(true)
+                        .await
+                        .expect("upsert never fails on a race");
+                    upserted += i32::from(result.upserted_id.is_some());
+                }
+            }
+            upserted
+        }));
+    }
+    let mut upserted = 0;
+    for task in tasks {
+        upserted += task.await.expect("task");
+    }
+    assert_eq!(upserted, KEYS, "each key was inserted by exactly one upsert");
+    assert_eq!(tallies.count_documents(doc! {}).await.expect("count"), KEYS as u64);
+    for key in 0..KEYS {
+        let document = tallies.find_one(doc! { "_id": key }).await.expect("find").expect("document");
+        assert_eq!(document.get_i32("n").expect("n"), TASKS as i32 * ROUNDS);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deletes_racing_deletes_and_updates_never_error() {
+    const DOCUMENTS: i32 = 500;
+    let server = TestServer::start();
+    let client = server.client().await;
+    let items = collection(&client, "racing");
+    items.insert_many((0..DOCUMENTS).map(|id| doc! { "_id": id, "n": 0 }).collect::<Vec<_>>()).await.expect("seed");
+    let mut deleters = Vec::new();
+    for _ in 0..4 {
+        let items = items.clone();
+        deleters.push(tokio::spawn(async move {
+            let mut deleted = 0;
+            for id in 0..DOCUMENTS {
+                deleted += items.delete_one(doc! { "_id": id }).await.expect("delete never errors").deleted_count;
+            }
+            deleted
+        }));
+    }
+    let mut updaters = Vec::new();
+    for _ in 0..4 {
+        let items = items.clone();
+        updaters.push(tokio::spawn(async move {
+            for id in 0..DOCUMENTS {
+                let result = items.update_one(doc! { "_id": id }, doc! { "$inc": { "n": 1 } }).await.expect("update never errors");
+                assert!(result.matched_count <= 1);
+            }
+        }));
+    }
+    let mut deleted = 0;
+    for task in deleters {
+        deleted += task.await.expect("deleter");
+    }
+    for task in updaters {
+        task.await.expect("updater");
+    }
+    assert_eq!(deleted, DOCUMENTS as u64, "each document was deleted exactly once");
+    assert_eq!(items.count_documents(doc! {}).await.expect("count"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_multi_updates_apply_every_increment() {
+    const DOCUMENTS: i32 = 300;
+    const ROUNDS: i32 = 10;
+    let server = TestServer::start();
+    let client = server.client().await;
+    let items = collection(&client, "multi");
+    items.insert_many((0..DOCUMENTS).map(|id| doc! { "_id": id, "n": 0 }).collect::<Vec<_>>()).await.expect("seed");
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let items = items.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let result = items.update_many(doc! {}, doc! { "$inc": { "n": 1 } }).await.expect("update_many");
+                assert_eq!(result.modified_count, DOCUMENTS as u64);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let wrong = items.count_documents(doc! { "n": { "$ne": 4 * ROUNDS } }).await.expect("count");
+    assert_eq!(wrong, 0, "every document got every increment");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inserts_racing_drops_are_never_refused() {
+    const INSERTS: i32 = 400;
+    let server = TestServer::start();
+    let client = server.client().await;
+    let target = collection(&client, "dropped");
+    let inserter = {
+        let target = target.clone();
+        tokio::spawn(async move {
+            for id in 0..INSERTS {
+                target.insert_one(doc! { "_id": id }).await.expect("an insert racing a drop succeeds");
+            }
+        })
+    };
+    let dropper = {
+        let target = target.clone();
+        tokio::spawn(async move {
+            for _ in 0..100 {
+                target.drop().await.expect("drop");
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    inserter.await.expect("inserter");
+    dropper.await.expect("dropper");
+    let remaining = target.count_documents(doc! {}).await.expect("count");
+    assert!(remaining <= INSERTS as u64);
+}
