@@ -6,6 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-dependencies.sh --with-python
 
+echo "== the server binary links no benchmark code"
+# The benchmarks are the separate myriad-bench binary; neither it nor the driver it uses may
+# become a (non-dev) dependency of the server.
+server_dependencies=$(cargo tree -p myriad -e normal --prefix none)
+if grep -E '^(myriad-bench|mongodb) v' <<<"$server_dependencies"; then
+    echo "error: the myriad server depends on benchmark code (above); see cargo tree -p myriad -e normal -i <crate>" >&2
+    exit 1
+fi
+
 echo "== cargo test (workspace)"
 cargo build --workspace --tests --bins
 cargo test --workspace -- --test-threads=2
@@ -13,12 +22,14 @@ cargo test --workspace -- --test-threads=2
 echo "== benchmark smoke runs (small N; figures are printed, never asserted)"
 # Each smoke checks only that the program runs to the end and that its last line is the JSON
 # document it promises, with every implementation or mode present.
-routing_json=$(target/debug/myriad bench routing --chunks 20000 --changed 10 --refreshes 20 --json | tail -n 1)
+routing_json=$(target/debug/myriad-bench routing --chunks 20000 --changed 10 --refreshes 20 --json | tail -n 1)
 python3 -c 'import json,sys; r=json.loads(sys.argv[1])["results"]; assert {x["impl"] for x in r}=={"myriad","mongodb-7.0-buckets","mongodb-5.0-flat"}, r; print("routing smoke:", len(r), "results")' "$routing_json"
-many_json=$(target/debug/myriad bench many-collections --collections 200 --duration-seconds 2 --threads 8 --json | tail -n 1)
+many_json=$(target/debug/myriad-bench many-collections --collections 200 --duration-seconds 2 --threads 8 --json | tail -n 1)
 python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["mode"]=="normal" and d["results"], d; print("many-collections smoke: N =", [r["collections"] for r in d["results"]])' "$many_json"
-wtperf_json=$(target/debug/myriad bench many-collections --mode wtperf --populate-documents 5000 --duration-seconds 6 --sample-seconds 2 --json | tail -n 1)
+wtperf_json=$(target/debug/myriad-bench many-collections --mode wtperf --populate-documents 5000 --duration-seconds 6 --sample-seconds 2 --json | tail -n 1)
 python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["mode"]=="wtperf", d; print("wtperf smoke: ok")' "$wtperf_json"
+ops_json=$(target/debug/myriad-bench ops --duration-seconds 0.3 --warmup-seconds 0.1 --documents 1000 --json | tail -n 1)
+python3 -c 'import json,sys; d=json.loads(sys.argv[1]); r=d["results"]; assert d["mode"]=="ops" and {(x["operation"],x["connections"]) for x in r}=={(o,c) for o in ("ping","find_by_id","find_by_secondary_index","insert_one","update_one") for c in (1,16)} and all(x["operations_per_second"]>0 and x["ratio_to_ping"] is not None for x in r), d; print("ops smoke:", len(r), "results")' "$ops_json"
 
 echo "== pytest (pymongo)"
 MYRIAD_BIN="$PWD/target/debug/myriad" python3 -m pytest -q tests/python

@@ -1,8 +1,14 @@
-//! Benchmark programs behind `myriad bench ...`. Each prints a table and, on request, one JSON
-//! line of figures; none of them asserts timings. Baselines live here, never on the product path.
+//! Benchmark programs behind the `myriad-bench` binary. Each prints a table and, on request, one
+//! JSON line of figures; none of them asserts timings. Baselines live here, never on the product
+//! path: the `myriad` server binary does not link this crate.
 
+mod cleanup;
+mod client;
+mod error;
 pub mod many_collections;
+pub mod ops;
 pub mod routing;
+mod server;
 
 /// Axis labels for the SVG plots: 1500 -> "1.5k", 2000000 -> "2M", 20 -> "20".
 pub(crate) fn compact_number(number: f64) -> String {

@@ -1,16 +1,12 @@
 //! Command-line flags, named as mongod's where they mean the same thing.
 
-use std::process::ExitCode;
-
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser};
 
 #[derive(Parser, Debug)]
 #[command(name = "myriad", version, about = "A MongoDB-compatible document database for millions of collections")]
 pub struct Arguments {
     #[command(flatten)]
     pub server: ServerArguments,
-    #[command(subcommand)]
-    pub command: Option<Command>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -39,35 +35,4 @@ pub struct ServerArguments {
     /// Largest number of simultaneous connections.
     #[arg(long = "maxConns", default_value_t = 10_000)]
     pub max_connections: usize,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum Command {
-    /// Benchmark programs.
-    #[command(subcommand)]
-    Bench(BenchCommand),
-}
-
-#[derive(Subcommand, Debug)]
-pub enum BenchCommand {
-    /// Routing-table refresh, lookup, memory and build against MongoDB 5.0 and 7.0 baselines.
-    Routing(myriad_bench::routing::RoutingArgs),
-    /// Millions of collections: creation, restart, memory, CRUD against a one-collection
-    /// baseline, dropDatabase; or (--mode wtperf) MongoDB's skewed many-table workload.
-    #[command(name = "many-collections")]
-    ManyCollections(myriad_bench::many_collections::ManyCollectionsArgs),
-}
-
-pub fn run_bench(command: BenchCommand) -> ExitCode {
-    let result = match command {
-        BenchCommand::Routing(arguments) => myriad_bench::routing::run(&arguments),
-        BenchCommand::ManyCollections(arguments) => myriad_bench::many_collections::run(&arguments),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("myriad bench: {message}");
-            ExitCode::FAILURE
-        }
-    }
 }

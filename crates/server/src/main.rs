@@ -1,5 +1,6 @@
-//! The `myriad` binary: a MongoDB-compatible server (`myriad --dbpath DIR --port N`), and the
-//! benchmark programs (`myriad bench ...`).
+//! The `myriad` binary: a MongoDB-compatible server (`myriad --dbpath DIR --port N`). The
+//! benchmark programs are a separate binary, `myriad-bench` (crates/bench), so nothing of them
+//! (their counting allocator, the driver) is linked here.
 //!
 //! Invariants: nothing a client sends can panic the process or stall other connections; a
 //! malformed message gets an error reply or closes only its own connection; SIGINT/SIGTERM
@@ -14,14 +15,11 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let arguments = cli::Arguments::parse();
-    match arguments.command {
-        Some(cli::Command::Bench(bench)) => cli::run_bench(bench),
-        None => match network::serve(arguments.server, std::env::args().collect()) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(message) => {
-                eprintln!("myriad: {message}");
-                ExitCode::from(48)
-            }
-        },
+    match network::serve(arguments.server, std::env::args().collect()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("myriad: {message}");
+            ExitCode::from(48)
+        }
     }
 }

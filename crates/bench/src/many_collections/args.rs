@@ -1,9 +1,9 @@
-//! Command-line flags of `myriad bench many-collections`.
+//! Command-line flags of `myriad-bench many-collections`.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::error::{BenchError, BenchResult};
+use crate::error::{BenchError, BenchResult};
 
 /// Largest collection count one sweep step may ask for (bounds every per-collection loop).
 pub const COLLECTIONS_LIMIT: u64 = 100_000_000;
@@ -41,8 +41,9 @@ pub fn parse_collection_counts(text: &str) -> Result<CollectionCounts, String> {
     Ok(CollectionCounts(counts))
 }
 
-/// Flags of `myriad bench many-collections`. Without `--uri` every sweep step starts its own
-/// server (this binary, or `--server-binary`) on a fresh temporary directory.
+/// Flags of `myriad-bench many-collections`. Without `--uri` every sweep step starts its own
+/// server (`myriad` next to this executable, or `--server-binary`) on a fresh temporary
+/// directory.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ManyCollectionsArgs {
     /// Collection count, or a comma-separated sweep such as 1,10000,100000,1000000
@@ -68,7 +69,7 @@ pub struct ManyCollectionsArgs {
     /// figures). The databases db0.. and myriad_bench_baseline on it are dropped and rewritten.
     #[arg(long = "uri")]
     pub uri: Option<String>,
-    /// The myriad binary to start [default: this executable].
+    /// The myriad server binary to start [default: `myriad` next to this executable].
     #[arg(long = "server-binary")]
     pub server_binary: Option<PathBuf>,
     /// Passed to the started server as --cacheSizeMB.
@@ -127,7 +128,8 @@ pub struct Settings {
     pub create_concurrency: usize,
     pub duration: Duration,
     pub uri: Option<String>,
-    pub server_binary: PathBuf,
+    /// The server to start; `None` with `--uri`, where none is started.
+    pub server_binary: Option<PathBuf>,
     pub cache_size_mebibytes: Option<usize>,
     pub json: bool,
     pub plot: Option<PathBuf>,
@@ -192,9 +194,9 @@ impl Settings {
         if arguments.pareto_percent > 100 {
             return invalid("--pareto is a percentage (0 = uniform)".into());
         }
-        let server_binary = match &arguments.server_binary {
-            Some(path) => path.clone(),
-            None => std::env::current_exe().map_err(|error| BenchError::io("locating this executable", error))?,
+        let server_binary = match &arguments.uri {
+            Some(_) => None,
+            None => Some(crate::server::locate_server_binary(arguments.server_binary.as_deref())?),
         };
         Ok(Settings {
             mode: arguments.mode,

@@ -1,4 +1,4 @@
-//! `myriad bench many-collections`: the load generator for Myriad's many-collections claim.
+//! `myriad-bench many-collections`: the load generator for Myriad's many-collections claim.
 //!
 //! Normal mode follows Tencent's million-collection test (seed 002): per collection count N
 //! it starts a fresh server, creates N collections over `--databases` databases (two secondary
@@ -14,14 +14,10 @@
 //! are printed, never asserted.
 
 mod args;
-mod cleanup;
-mod client;
-mod error;
 mod normal;
 mod plot;
 mod populate;
 mod report;
-mod server;
 mod status;
 mod workload;
 mod wtperf;
@@ -30,11 +26,16 @@ use std::io::Write;
 use std::time::Duration;
 
 pub use args::{parse_collection_counts, CollectionCounts, ManyCollectionsArgs, Mode};
-pub use error::BenchError;
+pub use crate::error::BenchError;
 
+use crate::cleanup;
+use crate::client;
+use crate::error::BenchResult;
 use args::Settings;
-use error::BenchResult;
-use normal::{DataDirectory, Deployment};
+use normal::Deployment;
+
+/// The driver's appName, as the server logs it.
+const APPLICATION_NAME: &str = "myriad-bench-many-collections";
 
 /// Runs the benchmark the flags describe, printing a table per step and, with `--json`, one
 /// JSON line last.
@@ -109,11 +110,10 @@ fn run_wtperf(runtime: &tokio::runtime::Runtime, settings: &Settings) -> BenchRe
     for &collections in &settings.collection_counts {
         let data_directory = match settings.uri {
             Some(_) => None,
-            None => Some(DataDirectory::create(settings, &format!("myriad-bench-wtperf-{collections}-"))?),
+            None => Some(normal::temporary_data_directory(settings, &format!("myriad-bench-wtperf-{collections}-"))?),
         };
         let deployment = normal::deploy(settings, data_directory.as_ref())?;
-        let client =
-            runtime.block_on(client::connect(&deployment.uri(), settings.pool_size(), settings.operation_timeout))?;
+        let client = runtime.block_on(normal::connect(&deployment.uri(), settings))?;
         if matches!(deployment, Deployment::External { .. }) {
             runtime.block_on(normal::drop_bench_databases(&client, settings))?;
         }

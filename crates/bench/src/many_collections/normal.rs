@@ -10,11 +10,11 @@ use mongodb::Client;
 use rand::Rng;
 use tokio::runtime::Runtime;
 
+use crate::client::{self, COMMAND_NOT_FOUND};
+use crate::error::{BenchError, BenchResult};
+use crate::server::{directory_usage, DataDirectory, DirectoryUsage, ServerLaunch, ServerProcess, ShutdownOutcome};
 use super::args::Settings;
-use super::client::{self, COMMAND_NOT_FOUND};
-use super::error::{BenchError, BenchResult};
 use super::populate::{self, collection_name, database_name, CreationOutcome};
-use super::server::{directory_usage, DirectoryUsage, ServerLaunch, ServerProcess, ShutdownOutcome};
 use super::status::{self, Counters};
 use super::workload::{self, CrudOutcome, Target};
 
@@ -151,47 +151,14 @@ impl Deployment {
     }
 }
 
-/// A temporary data directory, removed on drop unless kept.
-pub struct DataDirectory {
-    directory: Option<tempfile::TempDir>,
-    kept: Option<PathBuf>,
+/// A fresh temporary data directory under `--work-dir`, kept with `--keep-data`.
+pub fn temporary_data_directory(settings: &Settings, label: &str) -> BenchResult<DataDirectory> {
+    DataDirectory::create(settings.work_directory.as_deref(), settings.keep_data, label)
 }
 
-impl DataDirectory {
-    pub fn create(settings: &Settings, label: &str) -> BenchResult<DataDirectory> {
-        let mut builder = tempfile::Builder::new();
-        builder.prefix(label);
-        let created = match &settings.work_directory {
-            Some(parent) => builder.tempdir_in(parent),
-            None => builder.tempdir(),
-        };
-        let directory = created.map_err(|error| BenchError::io("creating a temporary data directory", error))?;
-        if settings.keep_data {
-            let path = directory.keep();
-            eprintln!("many-collections: keeping data in {}", path.display());
-            Ok(DataDirectory { directory: None, kept: Some(path) })
-        } else {
-            super::cleanup::track_directory(directory.path());
-            Ok(DataDirectory { directory: Some(directory), kept: None })
-        }
-    }
-
-    pub fn path(&self) -> PathBuf {
-        match (&self.directory, &self.kept) {
-            (Some(directory), _) => directory.path().to_path_buf(),
-            (None, Some(path)) => path.clone(),
-            (None, None) => PathBuf::new(),
-        }
-    }
-}
-
-impl Drop for DataDirectory {
-    fn drop(&mut self) {
-        // The TempDir field removes the directory right after this.
-        if let Some(directory) = &self.directory {
-            super::cleanup::forget_directory(directory.path());
-        }
-    }
+/// A client for the server under test, its pool sized for the widest phase.
+pub async fn connect(uri: &str, settings: &Settings) -> BenchResult<Client> {
+    client::connect(uri, super::APPLICATION_NAME, settings.pool_size(), settings.operation_timeout).await
 }
 
 /// Starts a server on `data_directory`, or uses `--uri`.
@@ -199,8 +166,12 @@ pub fn deploy(settings: &Settings, data_directory: Option<&DataDirectory>) -> Be
     match (&settings.uri, data_directory) {
         (Some(uri), _) => Ok(Deployment::External { uri: uri.clone() }),
         (None, Some(directory)) => {
+            let binary = settings
+                .server_binary
+                .clone()
+                .ok_or_else(|| BenchError::InvalidArgument("no server binary to start (and no --uri)".into()))?;
             let launch = ServerLaunch {
-                binary: settings.server_binary.clone(),
+                binary,
                 data_directory: directory.path(),
                 cache_size_mebibytes: settings.cache_size_mebibytes,
             };
@@ -233,12 +204,12 @@ pub async fn drop_bench_databases(client: &Client, settings: &Settings) -> Bench
 pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> BenchResult<NormalResult> {
     let data_directory = match settings.uri {
         Some(_) => None,
-        None => Some(DataDirectory::create(settings, &format!("myriad-bench-{collections}-"))?),
+        None => Some(temporary_data_directory(settings, &format!("myriad-bench-{collections}-"))?),
     };
     let mut deployment = deploy(settings, data_directory.as_ref())?;
     let resident_source = deployment.resident_source();
     let timeout = settings.operation_timeout;
-    let mut client = runtime.block_on(client::connect(&deployment.uri(), settings.pool_size(), timeout))?;
+    let mut client = runtime.block_on(connect(&deployment.uri(), settings))?;
     if matches!(deployment, Deployment::External { .. }) {
         runtime.block_on(drop_bench_databases(&client, settings))?;
     }
@@ -269,7 +240,7 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
         let process = ServerProcess::start(&launch, settings.startup_timeout)?;
         let spawned_at = process.spawned_at;
         let time_to_listening = process.time_to_listening;
-        client = runtime.block_on(client::connect(&process.uri(), settings.pool_size(), timeout))?;
+        client = runtime.block_on(connect(&process.uri(), settings))?;
         let probes = runtime.block_on(probe_until_served(&client, settings, collections))?;
         restart =
             Some(RestartFigures { shutdown, time_to_listening, time_to_first_query: spawned_at.elapsed(), probes });
@@ -318,9 +289,10 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
             Deployment::Owned { .. } => {
                 runtime.block_on(client::close(client));
                 stop(deployment, settings)?;
-                let directory = baseline_directory.insert(DataDirectory::create(settings, "myriad-bench-baseline-")?);
+                let fresh_directory = temporary_data_directory(settings, "myriad-bench-baseline-")?;
+                let directory = baseline_directory.insert(fresh_directory);
                 let fresh = deploy(settings, Some(directory))?;
-                let fresh_client = runtime.block_on(client::connect(&fresh.uri(), settings.pool_size(), timeout))?;
+                let fresh_client = runtime.block_on(connect(&fresh.uri(), settings))?;
                 (fresh_client, fresh)
             }
         };
@@ -341,7 +313,7 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
                 runtime.block_on(client::close(baseline_client));
                 process.stop(settings.startup_timeout)?;
                 let process = ServerProcess::start(&launch, settings.startup_timeout)?;
-                let restarted = runtime.block_on(client::connect(&process.uri(), settings.pool_size(), timeout))?;
+                let restarted = runtime.block_on(connect(&process.uri(), settings))?;
                 (restarted, Deployment::Owned { process, launch })
             }
             external => (baseline_client, external),

@@ -11,8 +11,8 @@ use bson::{doc, Bson, Document};
 use indicatif::{ProgressBar, ProgressStyle};
 use mongodb::Client;
 
-use super::client;
-use super::error::{BenchError, BenchResult};
+use crate::client;
+use crate::error::{BenchError, BenchResult};
 
 /// Largest number of documents in one insert command.
 pub const INSERT_BATCH_DOCUMENTS: u64 = 1000;

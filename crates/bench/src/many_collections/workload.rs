@@ -13,8 +13,8 @@ use mongodb::Client;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::client::{bounded, CallError};
-use super::error::{BenchError, BenchResult};
+use crate::client::{bounded, CallError};
+use crate::error::{BenchError, BenchResult};
 use super::populate::{collection_name, database_name, seed_document};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,8 +20,8 @@ use mongodb::Client;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::client::{self, bounded, CallError};
-use super::error::{BenchError, BenchResult};
+use crate::client::{self, bounded, CallError};
+use crate::error::{BenchError, BenchResult};
 use super::populate::{collection_name, database_name, for_each_index, progress_bar, PAYLOAD};
 use super::workload::{new_histogram, record_latency, spawn_ticker, timed_progress_bar};
 

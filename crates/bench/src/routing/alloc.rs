@@ -1,9 +1,11 @@
 //! A counting global allocator: bytes allocated minus bytes freed, per thread.
 //!
-//! The count lives in a `const`-initialised `thread_local!` `Cell` rather than a shared atomic:
-//! the server binary links this crate, so this allocator serves every server thread, and a
-//! shared counter would be a contended cache line on every allocation. Per-thread counting is
-//! also what the benchmark wants: it measures the delta across a build on the building thread.
+//! It is the global allocator of the `myriad-bench` binary (never of the `myriad` server, which
+//! does not link this crate), so it also serves the driver threads of the benchmarks that load a
+//! server. The count lives in a `const`-initialised `thread_local!` `Cell` rather than a shared
+//! atomic, so those threads never share a contended cache line on every allocation. Per-thread
+//! counting is also what the routing benchmark wants: it measures the delta across a build on the
+//! building thread.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -1,4 +1,4 @@
-//! `myriad bench routing`: routing-table refresh, lookup, range targeting, memory and build time
+//! `myriad-bench routing`: routing-table refresh, lookup, range targeting, memory and build time
 //! of `myriad_routing::ChunkMap` against faithful models of MongoDB 5.0's flat chunk vector and
 //! MongoDB 7.0's chunk buckets (SERVER-71627), over N chunks of an int64 shard key and refreshes
 //! of K changed chunks (splits and migrations).
@@ -21,7 +21,7 @@ use workload::{key_of, next_refresh, random_key, Bounds, ChangedChunk, ChunkFact
 
 pub use alloc::net_allocated_bytes;
 
-/// Flags of `myriad bench routing`.
+/// Flags of `myriad-bench routing`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RoutingArgs {
     /// Chunk counts to sweep (comma-separated).

@@ -1,4 +1,4 @@
-//! Output of `myriad bench routing`: a text table, myriad-vs-7.0 ratios, one JSON line and a
+//! Output of `myriad-bench routing`: a text table, myriad-vs-7.0 ratios, one JSON line and a
 //! hand-written SVG chart.
 
 use std::fmt::Write;

@@ -9,16 +9,22 @@ use mongodb::error::ErrorKind;
 use mongodb::options::ClientOptions;
 use mongodb::Client;
 
-use super::error::{BenchError, BenchResult};
+use crate::error::{BenchError, BenchResult};
 
 /// MongoDB's code for an unknown command.
 pub const COMMAND_NOT_FOUND: i32 = 59;
 
-/// A client whose pool holds `pool_size` connections, failing fast when no server answers.
-pub async fn connect(uri: &str, pool_size: u32, operation_timeout: Duration) -> BenchResult<Client> {
+/// A client whose pool holds at most `pool_size` connections, failing fast when no server
+/// answers; `application` names the benchmark in the server's log.
+pub async fn connect(
+    uri: &str,
+    application: &str,
+    pool_size: u32,
+    operation_timeout: Duration,
+) -> BenchResult<Client> {
     let mut options =
         ClientOptions::parse(uri).await.map_err(|error| BenchError::driver(format!("parsing {uri}"), &error))?;
-    options.app_name = Some("myriad-bench-many-collections".into());
+    options.app_name = Some(application.into());
     options.max_pool_size = Some(pool_size.max(1));
     options.min_pool_size = Some(0);
     options.server_selection_timeout = Some(operation_timeout.min(Duration::from_secs(30)));

@@ -1,4 +1,5 @@
-//! The server under test as a child process: started on port 0, its port read from the
+//! The server under test as a child process: found next to this executable (or given by
+//! `--server-binary`), started on port 0 on a temporary data directory, its port read from the
 //! "Waiting for connections" log line, always killed when the guard drops (error paths too).
 
 use std::collections::VecDeque;
@@ -9,8 +10,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::cleanup;
-use super::error::{BenchError, BenchResult};
+use crate::cleanup;
+use crate::error::{BenchError, BenchResult};
 
 /// Log lines kept for error messages.
 const LOG_TAIL_LINES: usize = 30;
@@ -198,6 +199,79 @@ pub struct ShutdownOutcome {
     pub clean_exit: bool,
 }
 
+/// Name of the server executable cargo puts next to `myriad-bench` (target/<profile>/myriad).
+const SERVER_BINARY_NAME: &str = "myriad";
+
+/// The server binary to start: `explicit` (from `--server-binary`) if given, else `myriad` in
+/// the directory of this executable. Either must exist.
+pub fn locate_server_binary(explicit: Option<&Path>) -> BenchResult<PathBuf> {
+    let path = match explicit {
+        Some(path) => path.to_path_buf(),
+        None => {
+            let executable =
+                std::env::current_exe().map_err(|error| BenchError::io("locating this executable", error))?;
+            let directory = executable
+                .parent()
+                .ok_or_else(|| BenchError::Server(format!("{} has no parent directory", executable.display())))?;
+            directory.join(SERVER_BINARY_NAME)
+        }
+    };
+    if path.is_file() {
+        return Ok(path);
+    }
+    let hint = match explicit {
+        Some(_) => "check --server-binary",
+        None => "build it (`cargo build -p myriad`, with --release for a release bench) or pass --server-binary PATH",
+    };
+    Err(BenchError::Server(format!("the server binary {} does not exist: {hint}", path.display())))
+}
+
+/// A temporary data directory, removed on drop unless kept (and removed by the signal
+/// watcher if the benchmark is interrupted).
+pub struct DataDirectory {
+    directory: Option<tempfile::TempDir>,
+    kept: Option<PathBuf>,
+}
+
+impl DataDirectory {
+    /// Made under `parent` (the system's temporary directory if none); with `keep`, left in
+    /// place after the run and its path printed.
+    pub fn create(parent: Option<&Path>, keep: bool, label: &str) -> BenchResult<DataDirectory> {
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(label);
+        let created = match parent {
+            Some(parent) => builder.tempdir_in(parent),
+            None => builder.tempdir(),
+        };
+        let directory = created.map_err(|error| BenchError::io("creating a temporary data directory", error))?;
+        if keep {
+            let path = directory.keep();
+            eprintln!("myriad-bench: keeping data in {}", path.display());
+            Ok(DataDirectory { directory: None, kept: Some(path) })
+        } else {
+            cleanup::track_directory(directory.path());
+            Ok(DataDirectory { directory: Some(directory), kept: None })
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        match (&self.directory, &self.kept) {
+            (Some(directory), _) => directory.path().to_path_buf(),
+            (None, Some(path)) => path.clone(),
+            (None, None) => PathBuf::new(),
+        }
+    }
+}
+
+impl Drop for DataDirectory {
+    fn drop(&mut self) {
+        // The TempDir field removes the directory right after this.
+        if let Some(directory) = &self.directory {
+            cleanup::forget_directory(directory.path());
+        }
+    }
+}
+
 /// Sends SIGTERM through the `kill` utility (the workspace has no libc binding for the bench).
 fn send_terminate(pid: u32) -> bool {
     Command::new("kill")
@@ -289,6 +363,12 @@ mod tests {
         assert_eq!(parse_resident_kibibytes(status), Some(2048));
         assert_eq!(parse_resident_kibibytes("Name:\tx\n"), None);
         assert!(resident_bytes_of(std::process::id()).is_some_and(|bytes| bytes > 0));
+    }
+
+    #[test]
+    fn a_missing_server_binary_is_a_clear_error() {
+        let message = locate_server_binary(Some(Path::new("/nonexistent/myriad"))).map_err(|error| error.to_string());
+        assert!(message.as_ref().is_err_and(|text| text.contains("/nonexistent/myriad")), "{message:?}");
     }
 
     #[test]

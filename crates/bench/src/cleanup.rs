@@ -78,7 +78,7 @@ pub fn spawn_signal_watcher(runtime: &tokio::runtime::Runtime) {
             _ = interrupt.recv() => 130,
             _ = terminate.recv() => 143,
         };
-        eprintln!("many-collections: interrupted; stopping the server and removing its data");
+        eprintln!("myriad-bench: interrupted; stopping the server and removing its data");
         clean_up_now();
         std::process::exit(code);
     });

@@ -1,5 +1,5 @@
-//! The one error type of the many-collections benchmark. `run` turns it into the `String` the
-//! `myriad bench` dispatcher prints.
+//! The one error type of the benchmarks that drive a server (many-collections, ops). Their
+//! `run` turns it into the `String` that `myriad-bench` prints.
 
 use std::fmt;
 

@@ -1,0 +1,43 @@
+//! The `myriad-bench` binary: the benchmark programs, kept out of the `myriad` server binary.
+//! Those that drive a server start `myriad` from the same directory as this executable
+//! (target/<profile>/myriad) unless `--server-binary` names another.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "myriad-bench", version, about = "Benchmark programs for Myriad; figures are printed, never asserted")]
+struct Arguments {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Routing-table refresh, lookup, memory and build against MongoDB 5.0 and 7.0 baselines.
+    Routing(myriad_bench::routing::RoutingArgs),
+    /// Millions of collections: creation, restart, memory, CRUD against a one-collection
+    /// baseline, dropDatabase; or (--mode wtperf) MongoDB's skewed many-table workload.
+    #[command(name = "many-collections")]
+    ManyCollections(myriad_bench::many_collections::ManyCollectionsArgs),
+    /// Hot-path operations (ping, finds, insert_one, update_one) at 1 and 16 connections, each
+    /// rate as a ratio to ping's in the same run.
+    Ops(myriad_bench::ops::OpsArgs),
+}
+
+fn main() -> ExitCode {
+    let arguments = Arguments::parse();
+    let result = match arguments.command {
+        BenchCommand::Routing(arguments) => myriad_bench::routing::run(&arguments),
+        BenchCommand::ManyCollections(arguments) => myriad_bench::many_collections::run(&arguments),
+        BenchCommand::Ops(arguments) => myriad_bench::ops::run(&arguments),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("myriad-bench: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
