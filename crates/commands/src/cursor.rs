@@ -28,6 +28,8 @@ pub enum CursorSource {
     Materialized { documents: VecDeque<Document>, bytes: usize },
     /// A query that resumes from its position.
     Query(Box<Execution>),
+    /// An aggregation pipeline that pulls from its input as batches are asked for.
+    Aggregation(Box<crate::command::aggregate::AggregationStream>),
 }
 
 impl CursorSource {
@@ -41,13 +43,16 @@ impl CursorSource {
         match self {
             CursorSource::Materialized { bytes, .. } => *bytes,
             CursorSource::Query(execution) => execution.retained_bytes(),
+            CursorSource::Aggregation(stream) => stream.retained_bytes(),
         }
     }
 
     /// Drops whatever can be read again (documents an execution read ahead).
     fn park(&mut self) {
-        if let CursorSource::Query(execution) = self {
-            execution.park();
+        match self {
+            CursorSource::Query(execution) => execution.park(),
+            CursorSource::Aggregation(stream) => stream.park(),
+            CursorSource::Materialized { .. } => {}
         }
     }
 }

@@ -46,6 +46,8 @@ enum ResumePoint {
     AfterRecord(Option<RecordId>),
     /// Index scan: range number and the entry key to continue after (None: range start).
     AfterEntry(usize, Option<Vec<u8>>),
+    /// `_id` lookup: read the one record again.
+    Lookup,
 }
 
 /// A resumable execution of one query over one collection.
@@ -105,7 +107,7 @@ impl Execution {
     pub fn retained_bytes(&self) -> usize {
         let seen = match &self.access {
             Access::IndexScan { seen_record_ids, .. } => seen_record_ids.len() * 16,
-            Access::CollectionScan { .. } => 0,
+            Access::CollectionScan { .. } | Access::IdLookup { .. } => 0,
         };
         let pending: usize = self.pending.iter().map(|candidate| bson_size_bytes(&candidate.document)).sum();
         self.sorted_bytes + self.held_back.as_ref().map_or(0, |(_, size)| *size) + seen + pending
@@ -118,6 +120,7 @@ impl Execution {
         let resume = first.resume.clone();
         match (&mut self.access, resume) {
             (Access::CollectionScan { last_record_id }, ResumePoint::AfterRecord(after)) => *last_record_id = after,
+            (Access::IdLookup { .. }, ResumePoint::Lookup) => {}
             (Access::IndexScan { current_range, last_entry_key, seen_record_ids, .. }, ResumePoint::AfterEntry(range, after)) => {
                 *current_range = range;
                 *last_entry_key = after;
@@ -248,6 +251,15 @@ impl Execution {
     /// `storage_exhausted` at the end.
     fn read_candidates(&mut self, engine: &Engine, wanted: usize) -> CommandResult<()> {
         match &mut self.access {
+            Access::IdLookup { id } => {
+                self.storage_exhausted = true;
+                self.keys_examined += 1;
+                if let Some((record_id, raw)) = engine.find_by_id(&self.collection, id)? {
+                    self.documents_examined += 1;
+                    let resume = ResumePoint::Lookup;
+                    self.pending.push_back(Candidate { record_id, document: to_document(&raw)?, resume });
+                }
+            }
             Access::CollectionScan { last_record_id } => {
                 let records = engine.scan_records(&self.collection, *last_record_id, wanted)?;
                 if records.len() < wanted {

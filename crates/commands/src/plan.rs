@@ -30,6 +30,8 @@ pub struct QuerySpec {
 /// How the documents are found.
 #[derive(Debug)]
 pub enum Access {
+    /// `_id` equality: one point read of the `_id` index and one of the record.
+    IdLookup { id: Bson },
     CollectionScan { last_record_id: Option<RecordId> },
     IndexScan {
         index_name: String,
@@ -44,6 +46,7 @@ pub enum Access {
 impl Access {
     pub fn describe(&self) -> String {
         match self {
+            Access::IdLookup { .. } => "IDHACK".to_string(),
             Access::CollectionScan { .. } => "COLLSCAN".to_string(),
             Access::IndexScan { index_name, .. } => format!("IXSCAN {index_name}"),
         }
@@ -53,6 +56,15 @@ impl Access {
 /// Picks the access path: a hinted index, else the best index whose leading field the filter
 /// constrains (equality beats ranges, unique beats non-unique), else a collection scan.
 pub fn choose_access(collection: &CollectionHandle, filter: &Document, hint: Option<&Bson>) -> CommandResult<Access> {
+    let id_hinted = match hint {
+        None => true,
+        Some(Bson::String(name)) => name == myriad_storage::ID_INDEX_NAME,
+        Some(Bson::Document(pattern)) => pattern.len() == 1 && pattern.contains_key("_id"),
+        Some(_) => false,
+    };
+    if let (true, Some(id)) = (id_hinted, id_equality(filter)) {
+        return Ok(Access::IdLookup { id: id.clone() });
+    }
     let indexes = collection.indexes()?;
     if let Some(hint) = hint {
         let index = match hint {
@@ -145,5 +157,25 @@ fn index_scan(index: &IndexInfo, direction: Direction, intervals: &[Interval]) -
         current_range: 0,
         last_entry_key: None,
         seen_record_ids: HashSet::new(),
+    }
+}
+
+/// The value of a filter that is exactly `{_id: value}` or `{_id: {$eq: value}}`, where the
+/// value matches only itself (not a regex, array, document with operators, null or
+/// undefined, which match more or other documents).
+fn id_equality(filter: &Document) -> Option<&Bson> {
+    if filter.len() != 1 {
+        return None;
+    }
+    let value = filter.get("_id")?;
+    let value = match value {
+        Bson::Document(operators) if operators.len() == 1 => operators.get("$eq")?,
+        other => other,
+    };
+    match value {
+        Bson::String(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::ObjectId(_) | Bson::Boolean(_)
+        | Bson::DateTime(_) | Bson::Binary(_) | Bson::Decimal128(_) | Bson::Timestamp(_) => Some(value),
+        Bson::Document(document) if !document.keys().any(|key| key.starts_with('$')) => Some(value),
+        _ => None,
     }
 }

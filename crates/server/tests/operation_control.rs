@@ -118,7 +118,12 @@ async fn current_op_lists_and_kill_op_interrupts_a_running_command() {
     for _ in 0..400 {
         let listed = admin(&client, doc! { "currentOp": 1, "command.count": "victim" }).await.expect("currentOp");
         let operations = listed.get_array("inprog").expect("inprog");
-        if let Some(Bson::Document(operation)) = operations.first() {
+        // Until the command has chosen its plan, it has no planSummary yet: look again.
+        let planned = operations.iter().find_map(|operation| match operation {
+            Bson::Document(operation) if operation.contains_key("planSummary") => Some(operation),
+            _ => None,
+        });
+        if let Some(operation) = planned {
             for field in ["opid", "op", "ns", "command", "secs_running", "microsecs_running", "client", "active"] {
                 assert!(operation.contains_key(field), "currentOp has {field}: {operation}");
             }
@@ -210,4 +215,34 @@ async fn list_collections_streams_many_collections_in_batches() {
     assert_eq!(opened.get_document("cursor").expect("cursor").get_array("firstBatch").expect("batch").len(), 100);
     let names = database.list_collection_names().await.expect("all names");
     assert_eq!(names.len(), COLLECTIONS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn aggregation_streams_its_results_through_a_cursor() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let items = client.database("limits").collection::<Document>("aggregated");
+    fill(&items, 120, 300_000).await;
+    // 36 MB of results: more than two full getMore batches, never materialised as a whole.
+    let projected: Vec<Document> = items
+        .aggregate(vec![doc! { "$match": { "k": { "$gte": 0 } } }, doc! { "$addFields": { "copy": "$k" } }])
+        .batch_size(2)
+        .await
+        .expect("aggregate")
+        .try_collect()
+        .await
+        .expect("all batches");
+    assert_eq!(projected.len(), 120);
+    let grouped: Vec<Document> = items
+        .aggregate(vec![doc! { "$group": { "_id": "$k", "n": { "$sum": 1 } } }, doc! { "$sort": { "_id": 1 } }])
+        .await
+        .expect("aggregate")
+        .try_collect()
+        .await
+        .expect("batches");
+    assert_eq!(grouped.len(), 10);
+    assert!(grouped.iter().all(|group| group.get_i32("n").expect("n") == 12));
+    let limited: Vec<Document> =
+        items.aggregate(vec![doc! { "$limit": 3 }]).await.expect("aggregate").try_collect().await.expect("batches");
+    assert_eq!(limited.len(), 3);
 }

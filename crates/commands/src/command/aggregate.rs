@@ -6,11 +6,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use bson::{Bson, Document};
-use myriad_query::aggregate::Pipeline;
+use myriad_query::aggregate::{Pipeline, PipelineRun};
+use myriad_storage::Engine;
 use myriad_query::filter::Filter;
 
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
-use crate::execution::Execution;
+use crate::cursor::{take_batch, Cursor, CursorSource};
+use crate::execution::{bson_size_bytes, Execution, MAX_BATCH_BYTES};
 use crate::plan::QuerySpec;
 use crate::{CommandRequest, ServerContext};
 
@@ -50,7 +52,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         Some(name) => format!("{}.{}", request.db, name),
         None => format!("{}.$cmd.aggregate", request.db),
     };
-    let mut execution = match &collection_name {
+    let execution = match &collection_name {
         None => None,
         Some(name) => match context.engine.collection(&request.db, name)? {
             None => None,
@@ -69,23 +71,62 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             }
         },
     };
-    // The pipeline pulls its input one document at a time; a read error ends the input and is
-    // reported after the pipeline stops.
-    let mut input_error = None;
-    let input = std::iter::from_fn(|| {
-        let execution = execution.as_mut()?;
-        match execution.next_filtered(&context.engine) {
-            Ok(next) => next,
-            Err(error) => {
-                input_error = Some(error);
-                None
+    let mut stream = AggregationStream { input: execution, run: PipelineRun::new(pipeline), output: VecDeque::new(), output_bytes: 0 };
+    let first_batch = stream.next_batch(&context.engine, batch_size)?;
+    let cursor_id = if stream.is_exhausted() {
+        0
+    } else {
+        let cursor = Cursor::new(namespace.clone(), CursorSource::Aggregation(Box::new(stream)), super::find::session_id(request));
+        context.cursors.register(cursor)
+    };
+    Ok(super::find::cursor_reply("firstBatch", cursor_id, &namespace, first_batch))
+}
+
+/// An aggregation in progress: the pipeline pulls input from the execution only as far as
+/// the batch being filled needs, so a cursor holds the pipeline's state and at most one
+/// batch of results, not the whole result.
+pub struct AggregationStream {
+    input: Option<Execution>,
+    run: PipelineRun,
+    /// Results produced but not yet returned, and their bytes.
+    output: VecDeque<Document>,
+    output_bytes: usize,
+}
+
+impl AggregationStream {
+    /// Up to `max_documents` results, within the batch byte bound.
+    pub fn next_batch(&mut self, engine: &Engine, max_documents: usize) -> CommandResult<Vec<Document>> {
+        let mut produced = Vec::new();
+        while !self.run.is_finished() && self.output.len() < max_documents && self.output_bytes < MAX_BATCH_BYTES {
+            let next = match (&mut self.input, self.run.wants_input()) {
+                (Some(execution), true) => execution.next_filtered(engine)?,
+                _ => None,
+            };
+            match next {
+                Some(document) => self.run.push_input(document, &mut produced)?,
+                None => self.run.finish(&mut produced)?,
+            }
+            for document in produced.drain(..) {
+                self.output_bytes += bson_size_bytes(&document);
+                self.output.push_back(document);
             }
         }
-    });
-    let results = pipeline.run(input);
-    if let Some(error) = input_error {
-        return Err(error);
+        Ok(take_batch(&mut self.output, &mut self.output_bytes, max_documents))
     }
-    let results: VecDeque<Document> = results?.into();
-    Ok(super::find::materialized_cursor_reply(context, request, namespace, results, batch_size))
+
+    pub fn is_exhausted(&self) -> bool {
+        self.run.is_finished() && self.output.is_empty()
+    }
+
+    /// Bytes kept between batches: results not yet returned and what the input retains.
+    pub fn retained_bytes(&self) -> usize {
+        self.output_bytes + self.input.as_ref().map_or(0, Execution::retained_bytes)
+    }
+
+    /// Lets the input drop what it read ahead.
+    pub fn park(&mut self) {
+        if let Some(execution) = &mut self.input {
+            execution.park();
+        }
+    }
 }

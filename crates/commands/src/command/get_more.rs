@@ -58,6 +58,10 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             let batch = execution.next_batch(&context.engine, batch_size)?;
             (batch, execution.is_exhausted())
         }
+        CursorSource::Aggregation(stream) => {
+            let batch = stream.next_batch(&context.engine, batch_size)?;
+            (batch, stream.is_exhausted())
+        }
     };
     let reply_id = if exhausted {
         0

@@ -106,8 +106,20 @@ impl Pipeline {
 
     /// Runs the pipeline to completion.
     pub fn run(&self, input: impl Iterator<Item = Document>) -> QueryResult<Vec<Document>> {
-        let mut states: Vec<Running> = self
-            .stages
+        let mut run = PipelineRun::new(self.clone());
+        let mut output = Vec::new();
+        for document in input {
+            if !run.wants_input() {
+                break;
+            }
+            run.push_input(document, &mut output)?;
+        }
+        run.finish(&mut output)?;
+        Ok(output)
+    }
+
+    fn initial_states(&self) -> Vec<Running> {
+        self.stages
             .iter()
             .map(|stage| match stage {
                 Stage::Skip(count) => Running::Skip(*count),
@@ -117,22 +129,7 @@ impl Pipeline {
                 Stage::Count(_) => Running::Count(0),
                 _ => Running::Stateless,
             })
-            .collect();
-        let streaming_prefix = self.stages.iter().position(Stage::is_blocking).unwrap_or(self.stages.len());
-        let mut output = Vec::new();
-        for document in input {
-            self.push(0, document, &mut states, &mut output)?;
-            if self.exhausted(&states, streaming_prefix) {
-                break;
-            }
-        }
-        for index in 0..self.stages.len() {
-            let flushed = self.flush(index, &mut states)?;
-            for document in flushed {
-                self.push(index + 1, document, &mut states, &mut output)?;
-            }
-        }
-        Ok(output)
+            .collect()
     }
 
     /// True when a `$limit` with only streaming stages before it has been used up.
@@ -140,80 +137,50 @@ impl Pipeline {
         states.iter().take(streaming_prefix).any(|state| matches!(state, Running::Limit(0)))
     }
 
-    fn push(&self, index: usize, document: Document, states: &mut [Running], output: &mut Vec<Document>) -> QueryResult<()> {
-        let Some(stage) = self.stages.get(index) else {
-            output.push(document);
-            return Ok(());
-        };
-        let next = index + 1;
-        match stage {
-            Stage::Match(filter) => {
-                if filter.try_matches(&document)? {
-                    self.push(next, document, states, output)?;
-                }
-                Ok(())
-            }
-            Stage::Project(projection) => {
-                let projected = projection.apply(&document, None)?;
-                self.push(next, projected, states, output)
-            }
-            Stage::AddFields(add_fields) => {
-                let updated = add_fields.apply(document)?;
-                self.push(next, updated, states, output)
-            }
-            Stage::ReplaceRoot(expression) => {
-                let root = replace_root(expression, &document)?;
-                self.push(next, root, states, output)
-            }
-            Stage::Unwind(unwind) => unwind.apply(document, &mut |unwound| self.push(next, unwound, states, output)),
-            Stage::Skip(_) => {
-                if let Some(Running::Skip(remaining)) = states.get_mut(index) {
-                    if *remaining > 0 {
-                        *remaining -= 1;
+    /// Runs one document through the stages from `index` on. A loop over the streaming stages:
+    /// only `$unwind`, which emits several documents, recurses (once per `$unwind` stage, so at
+    /// most [`MAX_PIPELINE_STAGES`] levels of this small frame).
+    fn push(&self, mut index: usize, mut document: Document, states: &mut [Running], output: &mut Vec<Document>) -> QueryResult<()> {
+        loop {
+            let Some(stage) = self.stages.get(index) else {
+                output.push(document);
+                return Ok(());
+            };
+            let next = index + 1;
+            document = match stage {
+                Stage::Match(filter) => {
+                    if !filter.try_matches(&document)? {
                         return Ok(());
                     }
+                    document
                 }
-                self.push(next, document, states, output)
-            }
-            Stage::Limit(_) => {
-                if let Some(Running::Limit(remaining)) = states.get_mut(index) {
-                    if *remaining == 0 {
+                Stage::Project(projection) => within_depth_limit(projection.apply(&document, None)?)?,
+                Stage::AddFields(add_fields) => within_depth_limit(add_fields.apply(document)?)?,
+                Stage::ReplaceRoot(expression) => within_depth_limit(replace_root(expression, &document)?)?,
+                Stage::Unwind(unwind) => {
+                    return unwind.apply(document, &mut |unwound| self.push(next, unwound, states, output));
+                }
+                Stage::Skip(_) | Stage::Limit(_) => {
+                    if !passes_skip_or_limit(states.get_mut(index)) {
                         return Ok(());
                     }
-                    *remaining -= 1;
+                    document
                 }
-                self.push(next, document, states, output)
-            }
-            Stage::Group(spec) => {
-                if let Some(Running::Group(state, budget)) = states.get_mut(index) {
-                    state.add(spec, &document, budget)?;
-                }
-                Ok(())
-            }
-            Stage::Sort { spec, limit } => {
-                if let Some(Running::Sort(buffer, budget)) = states.get_mut(index) {
-                    let size_bytes = approximate_document_size_bytes(&document);
-                    budget.charge(size_bytes, "$sort")?;
-                    buffer.push((spec.sort_key(&document), document, size_bytes));
-                    if let Some(limit) = limit {
-                        // Keep the buffer near the limit: sort and truncate when it doubles.
-                        let keep = usize::try_from(*limit).unwrap_or(usize::MAX);
-                        if buffer.len() > keep.saturating_mul(2).max(1024) {
-                            buffer.sort_by(|left, right| spec.compare_keys(&left.0, &right.0));
-                            for (_, _, dropped_bytes) in buffer.drain(keep.min(buffer.len())..) {
-                                budget.release(dropped_bytes);
-                            }
-                        }
+                Stage::Group(spec) => {
+                    if let Some(Running::Group(state, budget)) = states.get_mut(index) {
+                        state.add(spec, &document, budget)?;
                     }
+                    return Ok(());
                 }
-                Ok(())
-            }
-            Stage::Count(_) => {
-                if let Some(Running::Count(count)) = states.get_mut(index) {
-                    *count += 1;
+                Stage::Sort { spec, limit } => return buffer_for_sort(states.get_mut(index), spec, *limit, document),
+                Stage::Count(_) => {
+                    if let Some(Running::Count(count)) = states.get_mut(index) {
+                        *count += 1;
+                    }
+                    return Ok(());
                 }
-                Ok(())
-            }
+            };
+            index = next;
         }
     }
 
@@ -223,7 +190,9 @@ impl Pipeline {
         };
         let taken = std::mem::replace(state, Running::Stateless);
         Ok(match (stage, taken) {
-            (Stage::Group(spec), Running::Group(group, _)) => group.finish(spec),
+            (Stage::Group(spec), Running::Group(group, _)) => {
+                group.finish(spec).into_iter().map(within_depth_limit).collect::<QueryResult<_>>()?
+            }
             (Stage::Sort { spec, limit }, Running::Sort(mut buffer, _)) => {
                 buffer.sort_by(|left, right| spec.compare_keys(&left.0, &right.0));
                 let keep = limit.map_or(usize::MAX, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
@@ -246,6 +215,113 @@ impl Pipeline {
             }
         })
     }
+}
+
+/// A pipeline being run a document at a time, so a cursor can hold it between batches: feed
+/// input with [`PipelineRun::push_input`] while [`PipelineRun::wants_input`], then
+/// [`PipelineRun::finish`] flushes the blocking stages. Streaming stages emit as they go, so
+/// what the caller buffers is bounded by what it asks for; blocking stages are bounded by
+/// their memory budget.
+pub struct PipelineRun {
+    pipeline: Pipeline,
+    states: Vec<Running>,
+    streaming_prefix: usize,
+    finished: bool,
+}
+
+impl PipelineRun {
+    pub fn new(pipeline: Pipeline) -> PipelineRun {
+        let states = pipeline.initial_states();
+        let streaming_prefix = pipeline.stages.iter().position(Stage::is_blocking).unwrap_or(pipeline.stages.len());
+        PipelineRun { pipeline, states, streaming_prefix, finished: false }
+    }
+
+    /// False once more input cannot change the output (a `$limit` behind only streaming
+    /// stages is used up) or the run finished.
+    pub fn wants_input(&self) -> bool {
+        !self.finished && !self.pipeline.exhausted(&self.states, self.streaming_prefix)
+    }
+
+    /// True once [`PipelineRun::finish`] ran: no more output will come.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Runs one input document through the stages; what comes out is appended to `output`.
+    pub fn push_input(&mut self, document: Document, output: &mut Vec<Document>) -> QueryResult<()> {
+        self.pipeline.push(0, document, &mut self.states, output)
+    }
+
+    /// Ends the input: blocking stages flush in order, and their output runs through the
+    /// stages after them into `output`.
+    pub fn finish(&mut self, output: &mut Vec<Document>) -> QueryResult<()> {
+        if self.finished {
+            return Ok(());
+        }
+        self.finished = true;
+        for index in 0..self.pipeline.stages.len() {
+            let flushed = self.pipeline.flush(index, &mut self.states)?;
+            for document in flushed {
+                self.pipeline.push(index + 1, document, &mut self.states, output)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A computed document nesting deeper than MongoDB's BSON limit is refused (`Overflow`), so
+/// stage after stage cannot grow a document past what the recursive `bson` code (cloning,
+/// dropping, encoding the reply) handles.
+fn within_depth_limit(document: Document) -> QueryResult<Document> {
+    if crate::limits::document_depth_exceeds(&document, crate::limits::MAX_BSON_DEPTH) {
+        return Err(QueryError::Location(
+            crate::limits::OVERFLOW,
+            format!(
+                "cannot convert document to BSON because it exceeds the limit of {} levels of nesting",
+                crate::limits::MAX_BSON_DEPTH
+            ),
+        ));
+    }
+    Ok(document)
+}
+
+/// Counts one document through a `$skip` or `$limit`; false when it is skipped or past the limit.
+fn passes_skip_or_limit(state: Option<&mut Running>) -> bool {
+    match state {
+        Some(Running::Skip(remaining)) if *remaining > 0 => {
+            *remaining -= 1;
+            false
+        }
+        Some(Running::Limit(remaining)) => {
+            if *remaining == 0 {
+                return false;
+            }
+            *remaining -= 1;
+            true
+        }
+        _ => true,
+    }
+}
+
+/// Buffers one document for a `$sort`, keeping the buffer near a `$limit` that follows it.
+fn buffer_for_sort(state: Option<&mut Running>, spec: &SortSpec, limit: Option<u64>, document: Document) -> QueryResult<()> {
+    let Some(Running::Sort(buffer, budget)) = state else {
+        return Ok(());
+    };
+    let size_bytes = approximate_document_size_bytes(&document);
+    budget.charge(size_bytes, "$sort")?;
+    buffer.push((spec.sort_key(&document), document, size_bytes));
+    if let Some(limit) = limit {
+        // Keep the buffer near the limit: sort and truncate when it doubles.
+        let keep = usize::try_from(limit).unwrap_or(usize::MAX);
+        if buffer.len() > keep.saturating_mul(2).max(1024) {
+            buffer.sort_by(|left, right| spec.compare_keys(&left.0, &right.0));
+            for (_, _, dropped_bytes) in buffer.drain(keep.min(buffer.len())..) {
+                budget.release(dropped_bytes);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn non_negative_count(stage: &str, argument: &Bson) -> QueryResult<u64> {
