@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing Myriad needs on Debian: the system RocksDB (7.8) and
-# libclang for its bindings, plus pymongo for the Python suite. Idempotent and quiet.
+# libclang for its bindings, plus pymongo (and mongosh, from npm) for the Python suite. Idempotent and quiet.
 # Debian packages are checked by name (dpkg -s), never by looking for files: other packages
 # pull in pieces (libclang-cpp.so.14, say) that look like an install but are not one.
 set -euo pipefail
@@ -28,5 +28,10 @@ if [ "${1:-}" = "--with-python" ]; then
     if ! python3 -c "import pymongo, pytest, importlib.util as u; assert u.find_spec('compression.zstd') or u.find_spec('backports.zstd')" >/dev/null 2>&1; then
         python3 -m pip install -q --disable-pip-version-check pymongo pytest python-snappy "backports.zstd; python_version < '3.14'" 2>&1 \
             | grep -v "Running pip as the 'root' user" >&2 || true
+    fi
+    # mongosh (tests/python/test_mongosh.py): the shell's Node driver streams server monitoring.
+    if ! command -v mongosh >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+        echo "installing: mongosh (npm)" >&2
+        npm install -g --silent mongosh >/dev/null 2>&1 || echo "mongosh could not be installed; its tests will be skipped" >&2
     fi
 fi

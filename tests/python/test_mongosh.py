@@ -48,3 +48,39 @@ def test_mongosh_session(server):
         "dropped": True,
         "after": [],
     }
+
+
+# Inserts for a few seconds while the shell's driver monitors the server with the streaming
+# (exhaust) hello every 500 ms; prints how many inserts it made.
+INSERT_LOOP = r"""
+const loop = db.getSiblingDB("mongosh_monitoring").ticks;
+loop.drop();
+const end = Date.now() + 4000;
+let inserted = 0;
+while (Date.now() < end) {
+    loop.insertOne({ n: inserted });
+    inserted += 1;
+    sleep(50);
+}
+print(JSON.stringify({ inserted, count: loop.countDocuments() }));
+"""
+# Beyond the loop's own inserts: the shell's startup commands, handshakes, streamed hellos and
+# RTT checks. A polling hello loop (a reply without moreToCome) cost thousands a second.
+MAX_EXTRA_COMMANDS = 80
+
+
+@pytest.mark.skipif(MONGOSH is None, reason="mongosh is optional and not installed")
+def test_mongosh_streaming_monitor_stays_quiet(server, client):
+    before = client.admin.command("serverStatus")["opcounters"]["command"]
+    completed = subprocess.run(
+        [MONGOSH, "--quiet", "--norc", server.uri() + "&heartbeatFrequencyMS=500", "--eval", INSERT_LOOP],
+        capture_output=True, text=True, timeout=120,
+    )
+    after = client.admin.command("serverStatus")["opcounters"]["command"]
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 0, output
+    assert "moreToCome" not in output, output
+    results = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert results["inserted"] > 0 and results["count"] == results["inserted"]
+    extra = after - before - 1 - results["inserted"]
+    assert extra <= MAX_EXTRA_COMMANDS, f"mongosh cost {extra} commands beyond its {results['inserted']} inserts"

@@ -18,7 +18,7 @@ fn context(directory: &std::path::Path) -> ServerContext {
 }
 
 fn connection() -> ConnectionInfo {
-    ConnectionInfo { connection_id: 1, remote_address: None }
+    ConnectionInfo::detached(1)
 }
 
 /// Field names commands look at, so random documents reach real parsing paths.

@@ -1,24 +1,35 @@
 //! The listener and the per-connection loop: read one framed message, decode it, run the
-//! command on the blocking pool (storage calls are synchronous), write the reply.
+//! command (on the blocking pool, as storage calls are synchronous, unless it is one of the
+//! quick commands that must never wait behind slow ones), write the reply.
+//!
+//! Each connection has a [`Session`] (its negotiated compressors, client metadata and
+//! authentication state), which handlers see through [`ConnectionInfo`]. An awaitable `hello`
+//! (server-monitoring specification) waits here, asynchronously, for a topology change or its
+//! maxAwaitTimeMS; with the exhaustAllowed flag it becomes a stream of replies with moreToCome.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
-use bson::Document;
+use bson::{doc, Bson, Document};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
+use myriad_commands::command::hello;
 use myriad_commands::context::compressor_slot;
+use myriad_commands::error::ErrorCode;
 use myriad_commands::log::Logger;
+use myriad_commands::session::Session;
 use myriad_commands::{dispatch, CommandError, CommandRequest, ConnectionInfo, ServerContext, ServerOptions};
 use myriad_storage::{Engine, EngineOptions};
 use myriad_wire::{
-    decode_message, encode_op_msg_reply, encode_op_reply, parse_header, Compressor, Request, HEADER_SIZE_BYTES,
-    MAX_MESSAGE_SIZE_BYTES,
+    decode_message, encode_op_msg, encode_op_msg_reply, encode_op_reply, parse_header, Compressor, OpMsg, Request,
+    HEADER_SIZE_BYTES, MAX_MESSAGE_SIZE_BYTES, OP_MSG_FLAG_MORE_TO_COME,
 };
 
 use crate::cli::ServerArguments;
@@ -27,6 +38,12 @@ use crate::cli::ServerArguments;
 const NEVER_COMPRESSED: &[&str] = &[
     "hello", "isMaster", "ismaster", "saslStart", "saslContinue", "getnonce", "authenticate", "createUser", "updateUser",
     "copydbSaslStart", "copydbgetnonce", "copydb",
+];
+
+/// Commands run on the connection task itself: the handshake, liveness checks and operation
+/// control must answer while every blocking-pool thread is busy with slow commands.
+const INLINE_COMMANDS: &[&str] = &[
+    "hello", "isMaster", "ismaster", "ping", "buildInfo", "buildinfo", "endSessions", "killOp", "currentOp", "whatsmyuri",
 ];
 
 /// Stack for every runtime thread (virtual memory; only touched pages cost RAM).
@@ -196,115 +213,298 @@ async fn accept_loop(
 /// Serves one connection until the peer closes, a frame cannot be read, or shutdown.
 /// Returns why it ended, for the log.
 async fn serve_connection(
-    mut stream: TcpStream,
+    stream: TcpStream,
     context: &Arc<ServerContext>,
     connection_id: i64,
     remote_address: SocketAddr,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> String {
-    let connection = ConnectionInfo { connection_id, remote_address: Some(remote_address) };
-    let mut compressors: Vec<Compressor> = Vec::new();
-    let mut next_reply_id: i32 = 1;
-    loop {
-        let mut header_bytes = [0u8; HEADER_SIZE_BYTES];
-        tokio::select! {
-            read = stream.read_exact(&mut header_bytes) => {
-                if read.is_err() {
-                    return "peer closed".to_string();
+    let session = Arc::new(Session::new(connection_id, Some(remote_address)));
+    let mut task = ConnectionTask { stream, context, connection: ConnectionInfo::new(session), shutdown, next_reply_id: 1 };
+    task.serve().await
+}
+
+/// One connection's loop and state.
+struct ConnectionTask<'server> {
+    stream: TcpStream,
+    context: &'server Arc<ServerContext>,
+    connection: ConnectionInfo,
+    shutdown: watch::Receiver<bool>,
+    next_reply_id: i32,
+}
+
+/// What handling one message produced.
+enum Handled {
+    /// The request had moreToCome: no reply.
+    Nothing,
+    Reply(Vec<u8>),
+    /// A streamed hello's first reply (sent with moreToCome); more follow on their own.
+    Stream { reply: Vec<u8>, reply_id: i32, request: CommandRequest },
+    /// Send this last reply (if any), then close the connection.
+    Close { reply: Option<Vec<u8>>, reason: String },
+}
+
+/// Why an awaitable hello stopped waiting.
+enum WaitEnd {
+    /// maxAwaitTimeMS passed or the topology changed: answer now.
+    Answer,
+    /// The client sent another message (only possible when it is not streaming).
+    PeerSent,
+    PeerClosed,
+    Shutdown,
+}
+
+impl ConnectionTask<'_> {
+    async fn serve(&mut self) -> String {
+        loop {
+            let (message, request_id) = match self.read_message().await {
+                Ok(read) => read,
+                Err(reason) => return reason,
+            };
+            self.context.count(&self.context.network_bytes_in, message.len() as i64);
+            self.context.count(&self.context.network_requests, 1);
+            match self.handle_message(&message, request_id).await {
+                Handled::Nothing => {}
+                Handled::Reply(reply) => {
+                    if !self.write(&reply).await {
+                        return "write failed".to_string();
+                    }
+                }
+                Handled::Stream { reply, reply_id, request } => {
+                    if !self.write(&reply).await {
+                        return "write failed".to_string();
+                    }
+                    if let Some(reason) = self.stream_hello(request, reply_id).await {
+                        return reason;
+                    }
+                }
+                Handled::Close { reply, reason } => {
+                    if let Some(reply) = reply {
+                        self.write(&reply).await;
+                    }
+                    return reason;
                 }
             }
-            _ = shutdown.changed() => return "shutdown".to_string(),
         }
-        let header = match parse_header(&header_bytes) {
-            Ok(header) => header,
-            // The frame boundary is lost: only this connection closes.
-            Err(error) => return format!("bad message header: {error}"),
-        };
-        let Ok(length) = usize::try_from(header.message_length) else {
-            return "negative message length".to_string();
-        };
+    }
+
+    /// Reads one whole framed message; Err says why the connection ends.
+    async fn read_message(&mut self) -> Result<(Vec<u8>, i32), String> {
+        let mut header_bytes = [0u8; HEADER_SIZE_BYTES];
+        tokio::select! {
+            read = self.stream.read_exact(&mut header_bytes) => {
+                if read.is_err() {
+                    return Err("peer closed".to_string());
+                }
+            }
+            _ = self.shutdown.changed() => return Err("shutdown".to_string()),
+        }
+        // A bad header loses the frame boundary: only this connection closes.
+        let header = parse_header(&header_bytes).map_err(|error| format!("bad message header: {error}"))?;
+        let length = usize::try_from(header.message_length).map_err(|_| "negative message length".to_string())?;
         if length > MAX_MESSAGE_SIZE_BYTES + HEADER_SIZE_BYTES {
-            return format!("message of {length} bytes exceeds the limit");
+            return Err(format!("message of {length} bytes exceeds the limit"));
         }
         let mut message = vec![0u8; length];
         message[..HEADER_SIZE_BYTES].copy_from_slice(&header_bytes);
-        if stream.read_exact(&mut message[HEADER_SIZE_BYTES..]).await.is_err() {
-            return "peer closed mid-message".to_string();
+        if self.stream.read_exact(&mut message[HEADER_SIZE_BYTES..]).await.is_err() {
+            return Err("peer closed mid-message".to_string());
         }
-        context.count(&context.network_bytes_in, length as i64);
-        context.count(&context.network_requests, 1);
-        let reply_id = next_reply_id;
-        next_reply_id = next_reply_id.wrapping_add(1).max(1);
-        let reply = handle_message(context, &message, header.request_id, reply_id, &connection, &mut compressors).await;
-        if let Some(reply) = reply {
-            context.count(&context.network_bytes_out, reply.len() as i64);
-            if stream.write_all(&reply).await.is_err() {
-                return "write failed".to_string();
+        Ok((message, header.request_id))
+    }
+
+    async fn write(&mut self, reply: &[u8]) -> bool {
+        self.context.count(&self.context.network_bytes_out, reply.len() as i64);
+        self.stream.write_all(reply).await.is_ok()
+    }
+
+    fn take_reply_id(&mut self) -> i32 {
+        let reply_id = self.next_reply_id;
+        self.next_reply_id = self.next_reply_id.wrapping_add(1).max(1);
+        reply_id
+    }
+
+    /// Decodes and runs one message.
+    async fn handle_message(&mut self, message: &[u8], request_id: i32) -> Handled {
+        let reply_id = self.take_reply_id();
+        let decoded = match decode_message(message) {
+            Ok(decoded) => decoded,
+            Err(error) => {
+                // Framing is intact (we read exactly message_length bytes), so reply and go on.
+                let reply = CommandError::from(error).to_reply();
+                return encode_op_msg_reply(reply_id, request_id, &reply, None).map_or(Handled::Nothing, Handled::Reply);
             }
+        };
+        let op_msg = match decoded.request {
+            Request::Msg(op_msg) => op_msg,
+            Request::Query(query) => return self.handle_legacy_command(query.full_collection_name.as_str(), query.query, request_id, reply_id).await,
+        };
+        let more_to_come = op_msg.more_to_come();
+        let exhaust_allowed = op_msg.exhaust_allowed();
+        let sequences = op_msg.sequences.into_iter().map(|sequence| (sequence.identifier, sequence.documents)).collect();
+        let request = match CommandRequest::from_op_msg(op_msg.body, sequences, self.connection.clone()) {
+            Ok(request) => request,
+            Err(error) => return self.reply_unless_more_to_come(more_to_come, &error.to_reply(), request_id, reply_id, None),
+        };
+        if hello::is_hello(&request.name) {
+            if let Some(closing) = self.await_topology_change(&request, request_id, reply_id).await {
+                return closing;
+            }
+        }
+        let name = request.name.clone();
+        let reply = if exhaust_allowed && hello::is_hello(&name) {
+            let reply = run_inline(self.context, &request);
+            if !reply_is_ok(&reply) {
+                reply
+            } else if !matches!(hello::awaitable_fields(&request), Ok(Some(_))) {
+                CommandError::new(
+                    ErrorCode { code: 51756, name: "Location51756" },
+                    "An isMaster or hello request with exhaust must specify 'maxAwaitTimeMS'",
+                )
+                .to_reply()
+            } else if more_to_come {
+                reply
+            } else {
+                let reply = encode_streamed_reply(reply_id, request_id, &reply);
+                return Handled::Stream { reply, reply_id, request };
+            }
+        } else {
+            run_command(self.context, request).await
+        };
+        let compressor = decoded.compressor;
+        if let Some(used) = compressor {
+            self.context.count(&self.context.compression.decompressor_bytes_in[compressor_slot(used)], message.len() as i64);
+        }
+        let compressor = compressor.filter(|used| {
+            self.connection.session.accepts_compressor(*used) && !NEVER_COMPRESSED.contains(&name.as_str())
+        });
+        self.reply_unless_more_to_come(more_to_come, &reply, request_id, reply_id, compressor)
+    }
+
+    fn reply_unless_more_to_come(
+        &self,
+        more_to_come: bool,
+        reply: &Document,
+        request_id: i32,
+        reply_id: i32,
+        compressor: Option<Compressor>,
+    ) -> Handled {
+        if more_to_come {
+            return Handled::Nothing;
+        }
+        let encoded = encode_reply_or_error(reply_id, request_id, reply, compressor);
+        if let Some(used) = compressor {
+            self.context.count(&self.context.compression.compressor_bytes_out[compressor_slot(used)], encoded.len() as i64);
+        }
+        Handled::Reply(encoded)
+    }
+
+    /// OP_QUERY is only accepted for commands on `<db>.$cmd` (driver handshakes).
+    async fn handle_legacy_command(&mut self, full_collection_name: &str, query: Document, request_id: i32, reply_id: i32) -> Handled {
+        let reply = match legacy_command(full_collection_name, query, self.connection.clone()) {
+            Ok(request) => {
+                if hello::is_hello(&request.name) {
+                    if let Some(closing) = self.await_topology_change(&request, request_id, reply_id).await {
+                        return closing;
+                    }
+                }
+                run_command(self.context, request).await
+            }
+            Err(error) => error.to_reply(),
+        };
+        encode_op_reply(reply_id, request_id, &reply)
+            .or_else(|error| encode_op_reply(reply_id, request_id, &CommandError::from(error).to_reply()))
+            .map_or(Handled::Nothing, Handled::Reply)
+    }
+
+    /// Holds an awaitable hello until the topology changes or its maxAwaitTimeMS passes.
+    /// Returns how the connection closes if it must (shutdown, peer gone); None to answer.
+    async fn await_topology_change(&mut self, request: &CommandRequest, request_id: i32, reply_id: i32) -> Option<Handled> {
+        let wait = hello::await_time(self.context, request)?;
+        let seen = self.context.topology.counter();
+        match self.wait_for_topology(seen, wait).await {
+            WaitEnd::Answer | WaitEnd::PeerSent => None,
+            WaitEnd::PeerClosed => Some(Handled::Close { reply: None, reason: "peer closed".to_string() }),
+            WaitEnd::Shutdown => Some(Handled::Close { reply: Some(shutdown_reply(reply_id, request_id)), reason: "shutdown".to_string() }),
+        }
+    }
+
+    async fn wait_for_topology(&mut self, seen: i64, wait: Duration) -> WaitEnd {
+        let mut probe = [0u8; 1];
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => WaitEnd::Answer,
+            _ = self.context.topology.changed_since(seen) => WaitEnd::Answer,
+            _ = self.shutdown.changed() => WaitEnd::Shutdown,
+            peeked = self.stream.peek(&mut probe) => match peeked {
+                Ok(0) | Err(_) => WaitEnd::PeerClosed,
+                Ok(_) => WaitEnd::PeerSent,
+            },
+        }
+    }
+
+    /// The exhaust form of the awaitable hello: after the first reply, one more reply every
+    /// maxAwaitTimeMS (or at once on a topology change), each with moreToCome and answering the
+    /// previous reply, until the client closes the connection or the server shuts down.
+    /// Returns why the connection must end, or None when the client spoke and streaming stops.
+    async fn stream_hello(&mut self, mut request: CommandRequest, mut previous_reply_id: i32) -> Option<String> {
+        loop {
+            // The next invocation carries the topologyVersion the client now knows.
+            let current = doc! { "processId": hello::process_id(), "counter": self.context.topology.counter() };
+            request.body.insert("topologyVersion", current);
+            let wait = hello::await_time(self.context, &request).unwrap_or_default();
+            let seen = self.context.topology.counter();
+            match self.wait_for_topology(seen, wait).await {
+                WaitEnd::Answer => {}
+                WaitEnd::PeerSent => return None,
+                WaitEnd::PeerClosed => return Some("peer closed".to_string()),
+                WaitEnd::Shutdown => {
+                    let reply_id = self.take_reply_id();
+                    self.write(&shutdown_reply(reply_id, previous_reply_id)).await;
+                    return Some("shutdown".to_string());
+                }
+            }
+            let reply = run_inline(self.context, &request);
+            let reply_id = self.take_reply_id();
+            let ok = reply_is_ok(&reply);
+            let encoded = if ok {
+                encode_streamed_reply(reply_id, previous_reply_id, &reply)
+            } else {
+                encode_reply_or_error(reply_id, previous_reply_id, &reply, None)
+            };
+            if !self.write(&encoded).await {
+                return Some("write failed".to_string());
+            }
+            if !ok {
+                return None;
+            }
+            previous_reply_id = reply_id;
         }
     }
 }
 
-/// Decodes and runs one message. Returns the encoded reply, or None when the client asked for
-/// none (moreToCome).
-async fn handle_message(
-    context: &Arc<ServerContext>,
-    message: &[u8],
-    request_id: i32,
-    reply_id: i32,
-    connection: &ConnectionInfo,
-    compressors: &mut Vec<Compressor>,
-) -> Option<Vec<u8>> {
-    let decoded = match decode_message(message) {
-        Ok(decoded) => decoded,
-        Err(error) => {
-            // Framing is intact (we read exactly message_length bytes), so reply and go on.
-            let reply = CommandError::from(error).to_reply();
-            return encode_op_msg_reply(reply_id, request_id, &reply, None).ok();
-        }
-    };
-    match decoded.request {
-        Request::Msg(op_msg) => {
-            let more_to_come = op_msg.more_to_come();
-            let sequences = op_msg.sequences.into_iter().map(|sequence| (sequence.identifier, sequence.documents)).collect();
-            let (reply, command_name) = match CommandRequest::from_op_msg(op_msg.body, sequences, connection.clone()) {
-                Ok(request) => {
-                    let name = request.name.clone();
-                    (run_command(context, request).await, name)
-                }
-                Err(error) => (error.to_reply(), String::new()),
-            };
-            adopt_compressors(&command_name, &reply, compressors);
-            if more_to_come {
-                return None;
-            }
-            if let Some(used) = decoded.compressor {
-                context.count(&context.compression.decompressor_bytes_in[compressor_slot(used)], message.len() as i64);
-            }
-            let compressor = decoded.compressor.filter(|used| {
-                compressors.contains(used) && !NEVER_COMPRESSED.contains(&command_name.as_str())
-            });
-            let encoded = encode_reply_or_error(reply_id, request_id, &reply, compressor);
-            if let Some(used) = compressor {
-                context.count(&context.compression.compressor_bytes_out[compressor_slot(used)], encoded.len() as i64);
-            }
-            Some(encoded)
-        }
-        Request::Query(query) => {
-            let reply = match legacy_command(query.full_collection_name.as_str(), query.query, connection.clone()) {
-                Ok(request) => {
-                    let name = request.name.clone();
-                    let reply = run_command(context, request).await;
-                    adopt_compressors(&name, &reply, compressors);
-                    reply
-                }
-                Err(error) => error.to_reply(),
-            };
-            encode_op_reply(reply_id, request_id, &reply)
-                .or_else(|error| encode_op_reply(reply_id, request_id, &CommandError::from(error).to_reply()))
-                .ok()
-        }
+fn reply_is_ok(reply: &Document) -> bool {
+    match reply.get("ok") {
+        Some(Bson::Double(ok)) => *ok == 1.0,
+        Some(Bson::Int32(ok)) => *ok == 1,
+        Some(Bson::Int64(ok)) => *ok == 1,
+        Some(Bson::Boolean(ok)) => *ok,
+        _ => false,
     }
+}
+
+/// A reply of a streamed hello: moreToCome set, never compressed (hello replies never are).
+fn encode_streamed_reply(reply_id: i32, response_to: i32, reply: &Document) -> Vec<u8> {
+    let message = OpMsg { flags: OP_MSG_FLAG_MORE_TO_COME, body: reply.clone(), sequences: Vec::new(), checksum_present: false };
+    match encode_op_msg(reply_id, response_to, &message, None) {
+        Ok(bytes) => bytes,
+        Err(error) => encode_reply_or_error(reply_id, response_to, &CommandError::from(error).to_reply(), None),
+    }
+}
+
+/// What a hello waiting at shutdown gets: ShutdownInProgress, as mongod answers.
+fn shutdown_reply(reply_id: i32, response_to: i32) -> Vec<u8> {
+    let reply = CommandError::new(ErrorCode { code: 91, name: "ShutdownInProgress" }, "The server is shutting down").to_reply();
+    encode_reply_or_error(reply_id, response_to, &reply, None)
 }
 
 /// Encodes a reply; one too large to send becomes a BSONObjectTooLarge error instead.
@@ -318,21 +518,11 @@ fn encode_reply_or_error(reply_id: i32, request_id: i32, reply: &Document, compr
     }
 }
 
-/// After a handshake, the connection adopts the compressors it agreed.
-fn adopt_compressors(command_name: &str, reply: &Document, compressors: &mut Vec<Compressor>) {
-    if !matches!(command_name, "hello" | "isMaster" | "ismaster") {
-        return;
-    }
-    if let Ok(agreed) = reply.get_array("compression") {
-        *compressors = agreed.iter().filter_map(|name| name.as_str().and_then(Compressor::from_name)).collect();
-    }
-}
-
 /// OP_QUERY is only accepted for commands on `<db>.$cmd` (driver handshakes).
 fn legacy_command(full_collection_name: &str, query: Document, connection: ConnectionInfo) -> Result<CommandRequest, CommandError> {
     let Some(db) = full_collection_name.strip_suffix(".$cmd") else {
         return Err(CommandError::new(
-            myriad_commands::error::ErrorCode { code: 5739101, name: "Location5739101" },
+            ErrorCode { code: 5739101, name: "Location5739101" },
             "OP_QUERY is no longer supported. The client driver may require an upgrade.",
         ));
     };
@@ -344,11 +534,25 @@ fn legacy_command(full_collection_name: &str, query: Document, connection: Conne
     CommandRequest::new(db.to_string(), body, connection)
 }
 
-/// Runs a command on the blocking pool; a panic there becomes InternalError, not a crash.
+/// Runs a command. The handshake, liveness and operation-control commands run right here on
+/// the connection task, so they never queue behind slow commands for a blocking-pool thread;
+/// everything else runs on the blocking pool (storage calls are synchronous). A panic becomes
+/// InternalError, not a crash.
 async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) -> Document {
+    if INLINE_COMMANDS.contains(&request.name.as_str()) {
+        return run_inline(context, &request);
+    }
     let context = Arc::clone(context);
     match tokio::task::spawn_blocking(move || dispatch(&context, &request)).await {
         Ok(reply) => reply,
         Err(error) => CommandError::internal(format!("command failed: {error}")).to_reply(),
+    }
+}
+
+/// Runs a quick command on the calling task.
+fn run_inline(context: &Arc<ServerContext>, request: &CommandRequest) -> Document {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| dispatch(context, request))) {
+        Ok(reply) => reply,
+        Err(_) => CommandError::internal(format!("command {} failed", request.name)).to_reply(),
     }
 }

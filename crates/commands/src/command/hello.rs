@@ -1,12 +1,26 @@
 //! `hello` / `isMaster`: the handshake. Reports a writable standalone, the wire limits, and the
-//! compressors negotiated from the client's `compression` list (the connection adopts them).
+//! compressors negotiated from the client's `compression` list (stored in the connection's
+//! session, which the connection task reads when it compresses replies).
+//!
+//! The awaitable form of the server-monitoring specification: a request carrying the server's
+//! own `topologyVersion` and `maxAwaitTimeMS` is answered only when the topology changes or
+//! `maxAwaitTimeMS` has passed. This module validates those fields and says how long to wait
+//! ([`await_time`]); the connection task does the waiting asynchronously, then runs the command.
 
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use bson::{doc, oid::ObjectId, Bson, DateTime, Document};
+use parking_lot::Mutex;
 use myriad_wire::{negotiate_compressors, MAX_BSON_OBJECT_SIZE_BYTES, MAX_MESSAGE_SIZE_BYTES, MAX_WRITE_BATCH_SIZE};
 
-use crate::error::CommandResult;
+use crate::error::{CommandError, CommandResult, ErrorCode, LOCATION_51024, TYPE_MISMATCH};
+use crate::request::type_name;
 use crate::{CommandRequest, ServerContext};
 
 /// MongoDB 7.0's wire version: current drivers need at least 8 (4.2) for OP_MSG-only paths.
@@ -14,13 +28,218 @@ pub const MAX_WIRE_VERSION: i32 = 21;
 pub const MIN_WIRE_VERSION: i32 = 0;
 pub const LOGICAL_SESSION_TIMEOUT_MINUTES: i32 = 30;
 
+const AWAIT_FIELDS_NOT_PAIRED: ErrorCode = ErrorCode { code: 31368, name: "Location31368" };
+const NEGATIVE_TOPOLOGY_COUNTER: ErrorCode = ErrorCode { code: 31372, name: "Location31372" };
+const TOPOLOGY_COUNTER_FROM_FUTURE: ErrorCode = ErrorCode { code: 31382, name: "Location31382" };
+const MISSING_FIELD: ErrorCode = ErrorCode { code: 40414, name: "Location40414" };
+const UNKNOWN_FIELD: ErrorCode = ErrorCode { code: 40415, name: "Location40415" };
+const CLIENT_METADATA_CANNOT_BE_MUTATED: ErrorCode = ErrorCode { code: 186, name: "ClientMetadataCannotBeMutated" };
+
+/// The longest wait honoured (about 24 days); larger maxAwaitTimeMS values wait this long.
+const MAX_AWAIT_TIME_MS: i64 = i32::MAX as i64;
+
 /// Identifies this process in `topologyVersion`, as mongod's processId does.
 pub fn process_id() -> ObjectId {
     static PROCESS_ID: OnceLock<ObjectId> = OnceLock::new();
     *PROCESS_ID.get_or_init(ObjectId::new)
 }
 
-pub fn run(_context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+/// The `hello` family: the commands that take part in the awaitable protocol.
+pub fn is_hello(command_name: &str) -> bool {
+    matches!(command_name, "hello" | "isMaster" | "ismaster")
+}
+
+/// The server's `topologyVersion.counter`, and the awaitable hellos waiting for it to move.
+/// A standalone never changes role, so nothing bumps it yet; replication will call
+/// [`Topology::record_change`] on every state change (election, step-down, reconfig).
+pub struct Topology {
+    counter: AtomicI64,
+    waiters: Mutex<Waiters>,
+}
+
+#[derive(Default)]
+struct Waiters {
+    next_key: u64,
+    wakers: BTreeMap<u64, Waker>,
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Topology::new()
+    }
+}
+
+impl Topology {
+    pub fn new() -> Topology {
+        Topology { counter: AtomicI64::new(0), waiters: Mutex::new(Waiters::default()) }
+    }
+
+    pub fn counter(&self) -> i64 {
+        self.counter.load(Ordering::Acquire)
+    }
+
+    /// The server's state changed: a new counter, and every waiting hello answers now.
+    pub fn record_change(&self) {
+        let mut waiters = self.waiters.lock();
+        self.counter.fetch_add(1, Ordering::AcqRel);
+        for (_, waker) in std::mem::take(&mut waiters.wakers) {
+            waker.wake();
+        }
+    }
+
+    /// Resolves once the counter differs from `seen`. Dropping it unregisters it.
+    pub fn changed_since(&self, seen: i64) -> TopologyChanged<'_> {
+        TopologyChanged { topology: self, seen, key: None }
+    }
+
+    /// How many futures are registered for a change (for tests and diagnostics).
+    pub fn waiting(&self) -> usize {
+        self.waiters.lock().wakers.len()
+    }
+}
+
+pub struct TopologyChanged<'topology> {
+    topology: &'topology Topology,
+    seen: i64,
+    key: Option<u64>,
+}
+
+impl Future for TopologyChanged<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
+        let topology = self.topology;
+        // Checked under the lock record_change holds while bumping: no wake-up is lost.
+        let mut waiters = topology.waiters.lock();
+        if topology.counter() != self.seen {
+            if let Some(key) = self.key.take() {
+                waiters.wakers.remove(&key);
+            }
+            return Poll::Ready(());
+        }
+        let key = match self.key {
+            Some(key) => key,
+            None => {
+                let key = waiters.next_key;
+                waiters.next_key += 1;
+                self.key = Some(key);
+                key
+            }
+        };
+        waiters.wakers.insert(key, context.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for TopologyChanged<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key {
+            self.topology.waiters.lock().wakers.remove(&key);
+        }
+    }
+}
+
+/// The awaitable fields of a hello, validated as MongoDB's IDL parser and hello command do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AwaitableHello {
+    pub process_id: ObjectId,
+    pub counter: i64,
+    pub max_await_time_ms: i64,
+}
+
+/// `None` for an ordinary hello; errors with MongoDB's codes for malformed or unpaired fields.
+pub fn awaitable_fields(request: &CommandRequest) -> CommandResult<Option<AwaitableHello>> {
+    let topology_version = match request.body.get("topologyVersion") {
+        None => None,
+        Some(Bson::Document(version)) => Some(parse_topology_version(&request.name, version)?),
+        Some(other) => return Err(wrong_type(&format!("{}.topologyVersion", request.name), other, "'object'")),
+    };
+    let max_await_time_ms = match request.body.get("maxAwaitTimeMS") {
+        None => None,
+        Some(value) => Some(parse_max_await_time(&request.name, value)?),
+    };
+    match (topology_version, max_await_time_ms) {
+        (Some((process_id, counter)), Some(max_await_time_ms)) => {
+            if counter < 0 {
+                return Err(CommandError::new(NEGATIVE_TOPOLOGY_COUNTER, "topologyVersion must have a non-negative counter"));
+            }
+            Ok(Some(AwaitableHello { process_id, counter, max_await_time_ms }))
+        }
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(CommandError::new(AWAIT_FIELDS_NOT_PAIRED, "A request with a 'topologyVersion' must include 'maxAwaitTimeMS'")),
+        (None, Some(_)) => Err(CommandError::new(AWAIT_FIELDS_NOT_PAIRED, "A request with 'maxAwaitTimeMS' must include a 'topologyVersion'")),
+    }
+}
+
+fn parse_topology_version(command_name: &str, version: &Document) -> CommandResult<(ObjectId, i64)> {
+    let mut process_id = None;
+    let mut counter = None;
+    for (key, value) in version {
+        let path = format!("{command_name}.topologyVersion.{key}");
+        match (key.as_str(), value) {
+            ("processId", Bson::ObjectId(id)) => process_id = Some(*id),
+            ("processId", other) => return Err(wrong_type(&path, other, "'objectId'")),
+            ("counter", Bson::Int64(number)) => counter = Some(*number),
+            ("counter", other) => return Err(wrong_type(&path, other, "'long'")),
+            _ => return Err(CommandError::new(UNKNOWN_FIELD, format!("BSON field '{path}' is an unknown field."))),
+        }
+    }
+    let missing = |field: &str| {
+        CommandError::new(MISSING_FIELD, format!("BSON field '{command_name}.topologyVersion.{field}' is missing but a required field"))
+    };
+    Ok((process_id.ok_or_else(|| missing("processId"))?, counter.ok_or_else(|| missing("counter"))?))
+}
+
+/// maxAwaitTimeMS is a safeInt64 with a `>= 0` validator in MongoDB's hello IDL.
+fn parse_max_await_time(command_name: &str, value: &Bson) -> CommandResult<i64> {
+    let number = match value {
+        Bson::Int32(number) => i64::from(*number),
+        Bson::Int64(number) => *number,
+        Bson::Double(number) if number.is_finite() => number.trunc() as i64,
+        other => {
+            return Err(wrong_type(&format!("{command_name}.maxAwaitTimeMS"), other, "'[long, int, decimal, double]'"));
+        }
+    };
+    if number < 0 {
+        return Err(CommandError::new(
+            LOCATION_51024,
+            format!("BSON field 'maxAwaitTimeMS' value must be >= 0, actual value '{number}'"),
+        ));
+    }
+    Ok(number)
+}
+
+fn wrong_type(path: &str, value: &Bson, expected: &str) -> CommandError {
+    let plural = if expected.starts_with("'[") { "types" } else { "type" };
+    CommandError::new(
+        TYPE_MISMATCH,
+        format!("BSON field '{path}' is the wrong type '{}', expected {plural} {expected}", type_name(value)),
+    )
+}
+
+/// How long an awaitable hello waits before it is answered: `Some` only when the client
+/// already knows the server's current topologyVersion (same process, same counter). A client
+/// with another process's version or an older counter is answered at once, as is a malformed
+/// request (its error comes from [`run`]).
+pub fn await_time(context: &ServerContext, request: &CommandRequest) -> Option<Duration> {
+    let awaitable = awaitable_fields(request).ok().flatten()?;
+    if awaitable.process_id != process_id() || awaitable.counter != context.topology.counter() {
+        return None;
+    }
+    let milliseconds = awaitable.max_await_time_ms.min(MAX_AWAIT_TIME_MS);
+    Some(Duration::from_millis(u64::try_from(milliseconds).unwrap_or(0)))
+}
+
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    if let Some(awaitable) = awaitable_fields(request)? {
+        if awaitable.process_id == process_id() && awaitable.counter > context.topology.counter() {
+            return Err(CommandError::new(
+                TOPOLOGY_COUNTER_FROM_FUTURE,
+                "Received a topology version with the same process ID and a higher counter than the current topology version",
+            ));
+        }
+    }
+    record_client_metadata(request)?;
     let legacy = request.name != "hello";
     let mut reply = Document::new();
     if legacy {
@@ -31,7 +250,7 @@ pub fn run(_context: &ServerContext, request: &CommandRequest) -> CommandResult<
     if request.flag("helloOk")? {
         reply.insert("helloOk", true);
     }
-    reply.insert("topologyVersion", doc! { "processId": process_id(), "counter": 0_i64 });
+    reply.insert("topologyVersion", doc! { "processId": process_id(), "counter": context.topology.counter() });
     reply.insert("maxBsonObjectSize", MAX_BSON_OBJECT_SIZE_BYTES as i32);
     reply.insert("maxMessageSizeBytes", MAX_MESSAGE_SIZE_BYTES as i32);
     reply.insert("maxWriteBatchSize", MAX_WRITE_BATCH_SIZE as i32);
@@ -43,10 +262,88 @@ pub fn run(_context: &ServerContext, request: &CommandRequest) -> CommandResult<
     reply.insert("readOnly", false);
     if let Some(Bson::Array(offered)) = request.body.get("compression") {
         let names: Vec<String> = offered.iter().filter_map(|name| name.as_str().map(str::to_string)).collect();
-        let agreed: Vec<Bson> =
-            negotiate_compressors(&names).iter().map(|compressor| Bson::String(compressor.name().to_string())).collect();
-        reply.insert("compression", agreed);
+        let agreed = negotiate_compressors(&names);
+        reply.insert("compression", agreed.iter().map(|compressor| Bson::String(compressor.name().to_string())).collect::<Vec<Bson>>());
+        request.connection.session.set_compressors(agreed);
     }
     reply.insert("ok", 1.0);
     Ok(reply)
+}
+
+/// The first hello's `client` document is kept for the connection; MongoDB refuses a later
+/// hello that tries to change it.
+fn record_client_metadata(request: &CommandRequest) -> CommandResult<()> {
+    let metadata = match request.body.get("client") {
+        None | Some(Bson::Null) => return Ok(()),
+        Some(Bson::Document(metadata)) => metadata,
+        Some(other) => return Err(wrong_type(&format!("{}.client", request.name), other, "'object'")),
+    };
+    if !request.connection.session.set_client_metadata(metadata.clone()) {
+        return Err(CommandError::new(
+            CLIENT_METADATA_CANNOT_BE_MUTATED,
+            "The client metadata document may only be sent in the first hello",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ConnectionInfo;
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    fn hello(body: Document) -> CommandRequest {
+        CommandRequest::new("admin".to_string(), body, ConnectionInfo::detached(1)).expect("valid request")
+    }
+
+    fn error_code(body: Document) -> i32 {
+        awaitable_fields(&hello(body)).expect_err("invalid awaitable fields").code
+    }
+
+    #[test]
+    fn awaitable_fields_are_validated_with_mongodb_codes() {
+        let version = doc! { "processId": process_id(), "counter": 0_i64 };
+        assert_eq!(error_code(doc! { "hello": 1, "maxAwaitTimeMS": 10 }), 31368);
+        assert_eq!(error_code(doc! { "hello": 1, "topologyVersion": version.clone() }), 31368);
+        assert_eq!(error_code(doc! { "hello": 1, "topologyVersion": version.clone(), "maxAwaitTimeMS": -1 }), 51024);
+        assert_eq!(error_code(doc! { "hello": 1, "topologyVersion": version.clone(), "maxAwaitTimeMS": "ten" }), 14);
+        assert_eq!(error_code(doc! { "hello": 1, "topologyVersion": "version", "maxAwaitTimeMS": 10 }), 14);
+        assert_eq!(error_code(doc! { "hello": 1, "topologyVersion": { "processId": "pid", "counter": 0_i64 }, "maxAwaitTimeMS": 10 }), 14);
+        assert_eq!(error_code(doc! { "hello": 1, "topologyVersion": { "processId": process_id(), "counter": 0 }, "maxAwaitTimeMS": 10 }), 14);
+        assert_eq!(error_code(doc! { "hello": 1, "topologyVersion": { "processId": process_id() }, "maxAwaitTimeMS": 10 }), 40414);
+        assert_eq!(error_code(doc! { "hello": 1, "topologyVersion": { "processId": process_id(), "counter": 0_i64, "extra": 1 }, "maxAwaitTimeMS": 10 }), 40415);
+        assert_eq!(error_code(doc! { "hello": 1, "topologyVersion": { "processId": process_id(), "counter": -1_i64 }, "maxAwaitTimeMS": 10 }), 31372);
+        let parsed = awaitable_fields(&hello(doc! { "isMaster": 1, "topologyVersion": version, "maxAwaitTimeMS": 250 }));
+        assert_eq!(parsed, Ok(Some(AwaitableHello { process_id: process_id(), counter: 0, max_await_time_ms: 250 })));
+        assert_eq!(awaitable_fields(&hello(doc! { "hello": 1 })), Ok(None));
+    }
+
+    struct CountingWaker(AtomicI64);
+
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_change_wakes_waiting_hellos_and_dropped_waits_unregister() {
+        let topology = Topology::new();
+        let counting = Arc::new(CountingWaker(AtomicI64::new(0)));
+        let waker = Waker::from(Arc::clone(&counting));
+        let mut task_context = Context::from_waker(&waker);
+        let mut waiting = topology.changed_since(0);
+        assert_eq!(Pin::new(&mut waiting).poll(&mut task_context), Poll::Pending);
+        assert_eq!(topology.waiting(), 1);
+        topology.record_change();
+        assert_eq!(counting.0.load(Ordering::SeqCst), 1);
+        assert_eq!(Pin::new(&mut waiting).poll(&mut task_context), Poll::Ready(()));
+        assert_eq!(topology.counter(), 1);
+        let mut abandoned = topology.changed_since(1);
+        assert_eq!(Pin::new(&mut abandoned).poll(&mut task_context), Poll::Pending);
+        drop(abandoned);
+        assert_eq!(topology.waiting(), 0);
+    }
 }

@@ -1,10 +1,50 @@
 //! Logical sessions: `startSession` hands out an id; Myriad keeps no per-session state yet, so
 //! ending and refreshing sessions succeed without effect (drivers call them routinely).
+//!
+//! Transactions: Myriad is a standalone, and a standalone mongod refuses transaction numbers
+//! (so both multi-document transactions and retryable writes) with IllegalOperation before
+//! running anything. [`refuse_transactions`] applies MongoDB's checks to every command;
+//! `commitTransaction`/`abortTransaction` without a transaction answer as mongod does.
 
-use bson::{doc, spec::BinarySubtype, Binary, Document};
+use bson::{doc, spec::BinarySubtype, Binary, Bson, Document};
 
-use crate::error::CommandResult;
+use crate::error::{CommandError, CommandResult, ErrorCode, ILLEGAL_OPERATION, INVALID_OPTIONS};
 use crate::{CommandRequest, ServerContext};
+
+const COMMAND_FAILED: ErrorCode = ErrorCode { code: 125, name: "CommandFailed" };
+
+/// The operation-session checks a standalone mongod makes before running any command, in its
+/// order: a transaction number needs a session and is refused outright; `autocommit` needs a
+/// transaction number; `startTransaction` needs `autocommit`.
+pub fn refuse_transactions(request: &CommandRequest) -> CommandResult<()> {
+    let body = &request.body;
+    let present = |field: &str| !matches!(body.get(field), None | Some(Bson::Null));
+    if present("txnNumber") {
+        if !present("lsid") {
+            return Err(CommandError::new(INVALID_OPTIONS, "Transaction number requires a session ID to also be specified"));
+        }
+        return Err(CommandError::new(
+            ILLEGAL_OPERATION,
+            "Transaction numbers are only allowed on a replica set member or mongos",
+        ));
+    }
+    if present("autocommit") {
+        return Err(CommandError::new(INVALID_OPTIONS, "'autocommit' field requires a transaction number to also be specified"));
+    }
+    if present("startTransaction") {
+        return Err(CommandError::new(INVALID_OPTIONS, "'startTransaction' field requires 'autocommit' field to also be specified"));
+    }
+    Ok(())
+}
+
+/// Reached only without a transaction number (see [`refuse_transactions`]): no transaction.
+pub fn commit_transaction(_context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
+    Err(CommandError::new(COMMAND_FAILED, "commitTransaction must be run within a transaction"))
+}
+
+pub fn abort_transaction(_context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
+    Err(CommandError::new(COMMAND_FAILED, "abortTransaction must be run within a transaction"))
+}
 
 pub fn start(context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
     // A version-4-shaped UUID from a process-unique counter and the process id's bytes.

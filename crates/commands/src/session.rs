@@ -1,0 +1,104 @@
+//! What the server knows of one client connection, for as long as it is open: its id and
+//! address, the compressors its handshake agreed, the client metadata of its first `hello`, and
+//! who has authenticated on it.
+//!
+//! The connection task (crates/server/src/network.rs) creates one [`Session`] per accepted
+//! socket and hands it to every command through [`crate::ConnectionInfo`]. Handlers write the
+//! state they negotiate (the `hello` handler sets the compressors and the client metadata);
+//! the connection task reads it (which compressor a reply may use). Nothing is inferred from
+//! reply documents.
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+
+use bson::Document;
+use parking_lot::RwLock;
+
+use myriad_wire::Compressor;
+
+pub struct Session {
+    pub connection_id: i64,
+    pub remote_address: Option<SocketAddr>,
+    /// Agreed by the latest `hello` that offered a `compression` list; empty until then.
+    compressors: RwLock<Vec<Compressor>>,
+    /// The `client` document of the first `hello` (driver, OS, application name). MongoDB lets
+    /// a connection set it once.
+    client_metadata: OnceLock<Document>,
+    /// Users authenticated on this connection, as `user@database`. Myriad has no
+    /// authentication mechanism yet, so this is always empty; `saslStart`/`saslContinue` will
+    /// add to it and `logout` remove from it, and `connectionStatus` will report it.
+    authenticated_users: RwLock<Vec<String>>,
+}
+
+impl Session {
+    pub fn new(connection_id: i64, remote_address: Option<SocketAddr>) -> Session {
+        Session {
+            connection_id,
+            remote_address,
+            compressors: RwLock::new(Vec::new()),
+            client_metadata: OnceLock::new(),
+            authenticated_users: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Whether the handshake agreed `compressor`, so replies may use it.
+    pub fn accepts_compressor(&self, compressor: Compressor) -> bool {
+        self.compressors.read().contains(&compressor)
+    }
+
+    pub fn compressors(&self) -> Vec<Compressor> {
+        self.compressors.read().clone()
+    }
+
+    pub fn set_compressors(&self, agreed: Vec<Compressor>) {
+        *self.compressors.write() = agreed;
+    }
+
+    pub fn client_metadata(&self) -> Option<&Document> {
+        self.client_metadata.get()
+    }
+
+    /// Records the client metadata; false when the connection already has some.
+    pub fn set_client_metadata(&self, metadata: Document) -> bool {
+        self.client_metadata.set(metadata).is_ok()
+    }
+
+    pub fn authenticated_users(&self) -> Vec<String> {
+        self.authenticated_users.read().clone()
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Session")
+            .field("connection_id", &self.connection_id)
+            .field("remote_address", &self.remote_address)
+            .field("compressors", &*self.compressors.read())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compressors_are_whatever_the_handshake_set() {
+        let session = Session::new(7, None);
+        assert!(!session.accepts_compressor(Compressor::Zstd));
+        session.set_compressors(vec![Compressor::Zstd, Compressor::Snappy]);
+        assert!(session.accepts_compressor(Compressor::Zstd));
+        assert!(!session.accepts_compressor(Compressor::Zlib));
+        assert_eq!(session.compressors(), vec![Compressor::Zstd, Compressor::Snappy]);
+    }
+
+    #[test]
+    fn client_metadata_is_set_once() {
+        let session = Session::new(7, None);
+        assert!(session.set_client_metadata(bson::doc! { "driver": { "name": "first" } }));
+        assert!(!session.set_client_metadata(bson::doc! { "driver": { "name": "second" } }));
+        assert_eq!(session.client_metadata().and_then(|metadata| metadata.get_document("driver").ok()).and_then(|driver| driver.get_str("name").ok()), Some("first"));
+        assert!(session.authenticated_users().is_empty());
+    }
+}

@@ -1,0 +1,226 @@
+//! The handshake and session behaviour drivers rely on: awaitable/streaming hello (an idle
+//! client costs the server almost nothing), transactions refused as a standalone mongod refuses
+//! them, and the exhaust wire protocol seen from a raw socket.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bson::{doc, Bson, Document};
+use common::TestServer;
+use myriad_wire::{decode_message, encode_op_msg, OpMsg, Request, OP_MSG_FLAG_EXHAUST_ALLOWED, OP_MSG_FLAG_MORE_TO_COME};
+
+/// How long the idle client sits connected.
+const IDLE_SECONDS: u64 = 5;
+/// Commands the server may run for one idle client over the idle window: its handshakes, the
+/// streaming hello and RTT checks, plus the observer's own reads. Polling hello ran thousands.
+const MAX_IDLE_COMMANDS: i64 = 30;
+
+async fn command_count(client: &mongodb::Client) -> i64 {
+    let status = client.database("admin").run_command(mongodb::bson::doc! { "serverStatus": 1 }).await.expect("serverStatus");
+    let opcounters = status.get_document("opcounters").expect("opcounters");
+    match opcounters.get("command") {
+        Some(mongodb::bson::Bson::Int64(count)) => *count,
+        Some(mongodb::bson::Bson::Int32(count)) => i64::from(*count),
+        other => panic!("opcounters.command is {other:?}"),
+    }
+}
+
+fn error_code(error: &mongodb::error::Error) -> Option<i32> {
+    match &*error.kind {
+        mongodb::error::ErrorKind::Command(command_error) => Some(command_error.code),
+        mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteError(write_error)) => Some(write_error.code),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn an_idle_client_costs_a_few_commands_per_second() {
+    let server = TestServer::start();
+    let observer = server.client().await;
+    let before = command_count(&observer).await;
+    let idle = server.client().await;
+    idle.database("admin").run_command(mongodb::bson::doc! { "ping": 1 }).await.expect("ping");
+    tokio::time::sleep(Duration::from_secs(IDLE_SECONDS)).await;
+    let after = command_count(&observer).await;
+    // The second serverStatus counts itself.
+    let spent = after - before - 1;
+    assert!(spent <= MAX_IDLE_COMMANDS, "an idle client made the server run {spent} commands in {IDLE_SECONDS} s");
+    assert!(spent >= 1, "the idle client's ping was counted");
+}
+
+#[tokio::test]
+async fn a_transaction_is_refused_and_writes_nothing() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let collection = client.database("handshake").collection::<mongodb::bson::Document>("orders");
+    let mut session = client.start_session().await.expect("session");
+    let outcome = match session.start_transaction().await {
+        Ok(()) => collection.insert_one(mongodb::bson::doc! { "item": "apple" }).session(&mut session).await.map(|_| ()),
+        Err(error) => Err(error),
+    };
+    let error = outcome.expect_err("a standalone refuses transactions");
+    // The driver judges transaction support by wire version, so the refusal is the server's.
+    assert_eq!(error_code(&error), Some(20), "{error}");
+    let _ = session.abort_transaction().await;
+    assert_eq!(collection.count_documents(mongodb::bson::doc! {}).await.expect("count"), 0);
+}
+
+#[tokio::test]
+async fn transaction_fields_are_refused_before_anything_is_applied() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let database = client.database("handshake");
+    let session_id = mongodb::bson::doc! { "id": mongodb::bson::Uuid::new() };
+    let refused = |body: mongodb::bson::Document| {
+        let database = database.clone();
+        async move { database.run_command(body).await.expect_err("refused") }
+    };
+    let with_transaction = refused(mongodb::bson::doc! {
+        "insert": "orders", "documents": [{ "item": "apple" }], "lsid": session_id.clone(),
+        "txnNumber": 1_i64, "startTransaction": true, "autocommit": false,
+    })
+    .await;
+    assert_eq!(error_code(&with_transaction), Some(20), "{with_transaction}");
+    // (The driver rewrites code 20's message to advise retryWrites=false, as it does for mongod.)
+    let retryable = refused(mongodb::bson::doc! {
+        "insert": "orders", "documents": [{ "item": "pear" }], "lsid": session_id.clone(), "txnNumber": 2_i64,
+    })
+    .await;
+    assert_eq!(error_code(&retryable), Some(20), "{retryable}");
+    let autocommit_alone = refused(mongodb::bson::doc! { "insert": "orders", "documents": [{ "item": "kale" }], "autocommit": false }).await;
+    assert_eq!(error_code(&autocommit_alone), Some(72), "{autocommit_alone}");
+    let collection = database.collection::<mongodb::bson::Document>("orders");
+    assert_eq!(collection.count_documents(mongodb::bson::doc! {}).await.expect("count"), 0);
+    assert!(!database.list_collection_names().await.expect("list").contains(&"orders".to_string()));
+
+    let admin = client.database("admin");
+    for command in ["commitTransaction", "abortTransaction"] {
+        let error = admin.run_command(mongodb::bson::doc! { command: 1 }).await.expect_err("no transaction");
+        assert_eq!(error_code(&error), Some(125), "{error}");
+    }
+}
+
+#[tokio::test]
+async fn awaitable_hello_fields_are_validated() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let admin = client.database("admin");
+    let hello = admin.run_command(mongodb::bson::doc! { "hello": 1 }).await.expect("hello");
+    let version = hello.get_document("topologyVersion").expect("topologyVersion").clone();
+    assert_eq!(version.get_i64("counter"), Ok(0));
+    let cases = [
+        (mongodb::bson::doc! { "hello": 1, "maxAwaitTimeMS": 100 }, 31368),
+        (mongodb::bson::doc! { "isMaster": 1, "topologyVersion": version.clone() }, 31368),
+        (mongodb::bson::doc! { "hello": 1, "topologyVersion": version.clone(), "maxAwaitTimeMS": -1 }, 51024),
+        (mongodb::bson::doc! { "hello": 1, "topologyVersion": "version", "maxAwaitTimeMS": 100 }, 14),
+    ];
+    for (body, code) in cases {
+        let error = admin.run_command(body.clone()).await.expect_err("invalid");
+        assert_eq!(error_code(&error), Some(code), "{body}: {error}");
+    }
+    // Another process's topologyVersion is answered at once with the current one.
+    let other = mongodb::bson::doc! { "processId": mongodb::bson::oid::ObjectId::new(), "counter": 5_i64 };
+    let reply = admin.run_command(mongodb::bson::doc! { "hello": 1, "topologyVersion": other, "maxAwaitTimeMS": 0 }).await.expect("hello");
+    assert_eq!(reply.get_document("topologyVersion").expect("topologyVersion"), &version);
+}
+
+fn send(stream: &mut TcpStream, request_id: i32, flags: u32, body: Document) {
+    let message = OpMsg { flags, body, sequences: Vec::new(), checksum_present: false };
+    stream.write_all(&encode_op_msg(request_id, 0, &message, None).expect("encode")).expect("send");
+}
+
+/// One reply: (requestID, responseTo, flags, body).
+fn receive(stream: &mut TcpStream) -> (i32, i32, u32, Document) {
+    let mut header = [0u8; 16];
+    stream.read_exact(&mut header).expect("reply header");
+    let length = i32::from_le_bytes(header[0..4].try_into().expect("four bytes")) as usize;
+    let mut message = header.to_vec();
+    message.resize(length, 0);
+    stream.read_exact(&mut message[16..]).expect("reply body");
+    let request_id = i32::from_le_bytes(header[4..8].try_into().expect("four bytes"));
+    let response_to = i32::from_le_bytes(header[8..12].try_into().expect("four bytes"));
+    match decode_message(&message).expect("decodes").request {
+        Request::Msg(op_msg) => (request_id, response_to, op_msg.flags, op_msg.body),
+        Request::Query(_) => panic!("an OP_MSG reply"),
+    }
+}
+
+#[test]
+fn exhaust_hello_streams_replies_with_more_to_come() {
+    let server = TestServer::start();
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    send(&mut stream, 1, 0, doc! { "hello": 1, "$db": "admin" });
+    let (_, response_to, flags, handshake) = receive(&mut stream);
+    assert_eq!((response_to, flags & OP_MSG_FLAG_MORE_TO_COME), (1, 0));
+    let version = handshake.get_document("topologyVersion").expect("topologyVersion").clone();
+
+    // Without exhaustAllowed an awaitable hello gets one ordinary reply.
+    send(&mut stream, 2, 0, doc! { "hello": 1, "topologyVersion": version.clone(), "maxAwaitTimeMS": 50, "$db": "admin" });
+    let (_, response_to, flags, reply) = receive(&mut stream);
+    assert_eq!((response_to, flags & OP_MSG_FLAG_MORE_TO_COME), (2, 0));
+    assert_eq!(reply.get("ok"), Some(&Bson::Double(1.0)));
+
+    send(
+        &mut stream,
+        3,
+        OP_MSG_FLAG_EXHAUST_ALLOWED,
+        doc! { "hello": 1, "topologyVersion": version.clone(), "maxAwaitTimeMS": 200, "$db": "admin" },
+    );
+    let mut answers = 3;
+    for _ in 0..3 {
+        let (request_id, response_to, flags, reply) = receive(&mut stream);
+        assert_eq!(response_to, answers, "each streamed reply answers the previous one");
+        assert_ne!(flags & OP_MSG_FLAG_MORE_TO_COME, 0, "moreToCome is set");
+        assert_eq!(reply.get("isWritablePrimary"), Some(&Bson::Boolean(true)));
+        assert_eq!(reply.get_document("topologyVersion").expect("topologyVersion"), &version);
+        answers = request_id;
+    }
+    drop(stream);
+
+    // The server is still serving after the client walked away from its stream.
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    send(&mut stream, 9, OP_MSG_FLAG_EXHAUST_ALLOWED, doc! { "hello": 1, "$db": "admin" });
+    let (_, _, flags, reply) = receive(&mut stream);
+    assert_eq!(flags & OP_MSG_FLAG_MORE_TO_COME, 0);
+    assert_eq!(reply.get_i32("code"), Ok(51756), "exhaust needs maxAwaitTimeMS: {reply}");
+}
+
+#[test]
+fn shutdown_ends_a_streaming_hello() {
+    let mut server = TestServer::start();
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    send(&mut stream, 1, 0, doc! { "hello": 1, "$db": "admin" });
+    let version = receive(&mut stream).3.get_document("topologyVersion").expect("topologyVersion").clone();
+    send(
+        &mut stream,
+        2,
+        OP_MSG_FLAG_EXHAUST_ALLOWED,
+        doc! { "hello": 1, "topologyVersion": version, "maxAwaitTimeMS": 100, "$db": "admin" },
+    );
+    let (_, _, flags, _) = receive(&mut stream);
+    assert_ne!(flags & OP_MSG_FLAG_MORE_TO_COME, 0, "the stream is running");
+    assert_eq!(server.stop(), Some(0), "a clean exit with a stream open");
+    // The stream ends with ShutdownInProgress (or the socket simply closes).
+    let mut ending = None;
+    let mut header = [0u8; 16];
+    while stream.read_exact(&mut header).is_ok() {
+        let length = i32::from_le_bytes(header[0..4].try_into().expect("four bytes")) as usize;
+        let mut message = header.to_vec();
+        message.resize(length, 0);
+        stream.read_exact(&mut message[16..]).expect("reply body");
+        let Request::Msg(reply) = decode_message(&message).expect("decodes").request else { panic!("an OP_MSG reply") };
+        if reply.flags & OP_MSG_FLAG_MORE_TO_COME == 0 {
+            ending = Some(reply.body);
+            break;
+        }
+    }
+    if let Some(reply) = ending {
+        assert_eq!(reply.get_i32("code"), Ok(91), "{reply}");
+    }
+}
