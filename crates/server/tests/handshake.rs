@@ -224,3 +224,65 @@ fn shutdown_ends_a_streaming_hello() {
         assert_eq!(reply.get_i32("code"), Ok(91), "{reply}");
     }
 }
+
+/// The server's blocking-pool size, by the server's own rule (MYRIAD_COMMAND_THREADS, else
+/// four per core).
+fn command_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |count| count.get());
+    std::env::var("MYRIAD_COMMAND_THREADS").ok().and_then(|value| value.parse().ok()).unwrap_or(cores * 4).max(1)
+}
+
+/// The opids of the slow counts currentOp lists as running.
+async fn running_slow_counts(observer: &mongodb::Client) -> Vec<mongodb::bson::Bson> {
+    let listed = observer
+        .database("admin")
+        .run_command(mongodb::bson::doc! { "currentOp": 1, "command.count": "slow" })
+        .await
+        .expect("currentOp answers while the pool is busy");
+    let operations = listed.get_array("inprog").expect("inprog");
+    operations.iter().filter_map(|operation| operation.as_document().and_then(|operation| operation.get("opid").cloned())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quick_commands_answer_while_every_command_thread_is_busy() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let collection = client.database("handshake").collection::<mongodb::bson::Document>("slow");
+    let padding = "p".repeat(100);
+    for batch in 0..8 {
+        let documents: Vec<_> = (0..5_000).map(|index| mongodb::bson::doc! { "_id": batch * 5_000 + index, "pad": &padding }).collect();
+        collection.insert_many(documents).await.expect("fill");
+    }
+    // Counts no document passes, through many $or branches: each keeps a thread busy.
+    let branches: Vec<_> = (0..400).map(|branch| mongodb::bson::doc! { "pad": { "$regex": format!("^z{branch}") } }).collect();
+    let threads = command_threads();
+    let mut slow = Vec::new();
+    for _ in 0..threads {
+        let database = client.database("handshake");
+        let body = mongodb::bson::doc! { "count": "slow", "query": { "$or": branches.clone() } };
+        slow.push(tokio::spawn(async move { database.run_command(body).await }));
+    }
+    let observer = server.client().await;
+    let mut busy = Vec::new();
+    for _ in 0..2_000 {
+        busy = running_slow_counts(&observer).await;
+        if busy.len() >= threads {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(busy.len(), threads, "every command thread runs a slow count");
+    let admin = observer.database("admin");
+    for quick in ["ping", "hello", "buildInfo", "whatsmyuri"] {
+        admin.run_command(mongodb::bson::doc! { quick: 1 }).await.expect("a quick command answers");
+    }
+    // None of the slow counts had to finish to make room for them.
+    let still_running = running_slow_counts(&observer).await;
+    assert!(busy.iter().all(|opid| still_running.contains(opid)), "before {busy:?}, after {still_running:?}");
+    for opid in still_running {
+        admin.run_command(mongodb::bson::doc! { "killOp": 1, "op": opid }).await.expect("killOp");
+    }
+    for task in slow {
+        let _ = task.await.expect("task");
+    }
+}
