@@ -99,6 +99,7 @@ impl ConnectionInfo {
 
 impl ServerContext {
     pub fn new(engine: Arc<Engine>, options: ServerOptions, logger: Logger) -> ServerContext {
+        crate::knobs::set_spill_directory(std::path::Path::new(&options.dbpath).join("_tmp"));
         ServerContext {
             engine,
             options,

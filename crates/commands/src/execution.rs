@@ -17,10 +17,11 @@ use std::sync::Arc;
 use bson::{Bson, Document};
 use myriad_query::filter::Filter;
 use myriad_query::projection::Projection;
-use myriad_query::sort::{SortKey, SortSpec};
+use myriad_query::external_sort::{ExternalSorter, SortedOutput};
+use myriad_query::sort::SortSpec;
 use myriad_storage::{CollectionHandle, Engine, RecordId};
 
-use crate::error::{CommandError, CommandResult, QUERY_EXCEEDED_MEMORY_LIMIT};
+use crate::error::{CommandError, CommandResult};
 use crate::operation::check_interrupt;
 use crate::plan::{choose_access, Access, QuerySpec};
 
@@ -61,9 +62,10 @@ pub struct Execution {
     pending: VecDeque<Candidate>,
     storage_exhausted: bool,
     sort: Option<SortSpec>,
-    /// Sorted results (record id, document, size), once a blocking sort ran.
-    sorted: Option<VecDeque<(RecordId, Document, usize)>>,
-    sorted_bytes: usize,
+    /// Where the sort may spill (None: it may not).
+    spill_directory: Option<std::path::PathBuf>,
+    /// Sorted results and how many are still to skip, once a blocking sort ran.
+    sorted: Option<SortedOutput>,
     /// A projected document that did not fit in the previous batch.
     held_back: Option<(Document, usize)>,
     pub documents_examined: u64,
@@ -84,8 +86,8 @@ impl Execution {
             pending: VecDeque::new(),
             storage_exhausted: false,
             sort: spec.sort,
+            spill_directory: crate::knobs::spill_directory(spec.allow_disk_use),
             sorted: None,
-            sorted_bytes: 0,
             held_back: None,
             documents_examined: 0,
             keys_examined: 0,
@@ -98,6 +100,7 @@ impl Execution {
         }
         match &self.sorted {
             Some(sorted) => sorted.is_empty(),
+            None if self.sort.is_some() => false,
             None => (self.storage_exhausted && self.pending.is_empty()) || self.limit_remaining == Some(0),
         }
     }
@@ -110,7 +113,7 @@ impl Execution {
             Access::CollectionScan { .. } | Access::IdLookup { .. } => 0,
         };
         let pending: usize = self.pending.iter().map(|candidate| bson_size_bytes(&candidate.document)).sum();
-        self.sorted_bytes + self.held_back.as_ref().map_or(0, |(_, size)| *size) + seen + pending
+        self.sorted.as_ref().map_or(0, SortedOutput::retained_bytes) + self.held_back.as_ref().map_or(0, |(_, size)| *size) + seen + pending
     }
 
     /// Drops the documents read ahead and rewinds the access path to just before them, so a
@@ -151,11 +154,21 @@ impl Execution {
             if self.sorted.is_none() {
                 self.run_blocking_sort(engine)?;
             }
-            let next = self.sorted.as_mut().and_then(VecDeque::pop_front);
-            return Ok(next.map(|(record_id, document, size)| {
-                self.sorted_bytes -= size;
-                (record_id, document)
-            }));
+            let Some(sorted) = self.sorted.as_mut() else { return Ok(None) };
+            while self.skip_remaining > 0 {
+                self.skip_remaining -= 1;
+                if sorted.next()?.is_none() {
+                    return Ok(None);
+                }
+            }
+            if self.limit_remaining == Some(0) {
+                return Ok(None);
+            }
+            let next = sorted.next()?;
+            if let (Some(limit), Some(_)) = (&mut self.limit_remaining, &next) {
+                *limit -= 1;
+            }
+            return Ok(next.map(|(record_id, document, _)| (record_id, document)));
         }
         while self.limit_remaining != Some(0) {
             let Some((record_id, document)) = self.next_candidate(engine)? else { return Ok(None) };
@@ -214,21 +227,21 @@ impl Execution {
     }
 
     /// Sorts every match; with a limit only the top `skip + limit` are kept (top-k), so the
-    /// memory bound applies to what is kept, not to what is read.
+    /// memory bound applies to what is kept, not to what is read. Past the memory limit the
+    /// sort spills to disk when allowed, else fails with 292.
     fn run_blocking_sort(&mut self, engine: &Engine) -> CommandResult<()> {
         let Some(spec) = self.sort.clone() else { return Ok(()) };
         let keep = self.limit_remaining.map(|limit| limit.saturating_add(self.skip_remaining));
-        let mut buffer = SortBuffer::new(spec, keep.and_then(|keep| usize::try_from(keep).ok()));
+        let keep = keep.and_then(|keep| usize::try_from(keep).ok());
+        let limit_bytes = crate::knobs::max_blocking_sort_bytes();
+        let mut sorter = ExternalSorter::new(spec, keep, limit_bytes, self.spill_directory.clone());
         while let Some((record_id, document)) = self.next_candidate(engine)? {
             if self.filter.matches(&document) {
-                buffer.push(record_id, document)?;
+                let size = bson_size_bytes(&document);
+                sorter.push(record_id, document, size)?;
             }
         }
-        let skip = usize::try_from(self.skip_remaining).unwrap_or(usize::MAX);
-        let limit = self.limit_remaining.and_then(|limit| usize::try_from(limit).ok()).unwrap_or(usize::MAX);
-        let sorted: VecDeque<(RecordId, Document, usize)> = buffer.finish().into_iter().skip(skip).take(limit).collect();
-        self.sorted_bytes = sorted.iter().map(|(_, _, size)| size).sum();
-        self.sorted = Some(sorted);
+        self.sorted = Some(sorter.finish()?);
         Ok(())
     }
 
@@ -312,54 +325,6 @@ impl Execution {
             }
         }
         Ok(())
-    }
-}
-
-/// The documents of a blocking sort. With `keep`, only the best `keep` are retained: the
-/// buffer is sorted and cut whenever it doubles, so it never holds more than `2 * keep`.
-struct SortBuffer {
-    spec: SortSpec,
-    keep: Option<usize>,
-    items: Vec<(Vec<SortKey>, RecordId, Document, usize)>,
-    bytes: usize,
-}
-
-impl SortBuffer {
-    fn new(spec: SortSpec, keep: Option<usize>) -> SortBuffer {
-        SortBuffer { spec, keep, items: Vec::new(), bytes: 0 }
-    }
-
-    fn push(&mut self, record_id: RecordId, document: Document) -> CommandResult<()> {
-        let size = bson_size_bytes(&document);
-        let limit_bytes = crate::knobs::max_blocking_sort_bytes();
-        if self.bytes + size > limit_bytes {
-            return Err(CommandError::new(
-                QUERY_EXCEEDED_MEMORY_LIMIT,
-                format!("Sort exceeded memory limit of {limit_bytes} bytes, but did not opt in to external sorting."),
-            ));
-        }
-        self.bytes += size;
-        self.items.push((self.spec.sort_key(&document), record_id, document, size));
-        if let Some(keep) = self.keep {
-            if self.items.len() >= keep.saturating_mul(2).max(64) {
-                self.sort_and_cut(keep);
-            }
-        }
-        Ok(())
-    }
-
-    fn sort_and_cut(&mut self, keep: usize) {
-        let spec = &self.spec;
-        // Stable: equal keys stay in access-path order, as MongoDB's sort does.
-        self.items.sort_by(|left, right| spec.compare_keys(&left.0, &right.0));
-        for (_, _, _, size) in self.items.drain(keep.min(self.items.len())..) {
-            self.bytes -= size;
-        }
-    }
-
-    fn finish(mut self) -> Vec<(RecordId, Document, usize)> {
-        self.sort_and_cut(self.keep.unwrap_or(usize::MAX));
-        self.items.into_iter().map(|(_, record_id, document, size)| (record_id, document, size)).collect()
     }
 }
 

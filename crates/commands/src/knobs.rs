@@ -14,6 +14,11 @@ pub static CURSOR_TIMEOUT_MILLIS: AtomicU64 = AtomicU64::new(600_000);
 /// `cursorMemoryLimitBytes` (Myriad's own): what all open cursors together may retain
 /// between getMores; past it the least recently used cursors are closed.
 pub static CURSOR_MEMORY_LIMIT_BYTES: AtomicU64 = AtomicU64::new(512 * 1024 * 1024);
+/// `allowDiskUseByDefault`: blocking sorts spill to disk past their memory limit unless a
+/// command says `allowDiskUse: false` (true, as in MongoDB 7.0).
+pub static ALLOW_DISK_USE_BY_DEFAULT: AtomicBool = AtomicBool::new(true);
+/// Where sorts spill: `<dbpath>/_tmp`, as mongod's. Set once at start-up.
+static SPILL_DIRECTORY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 /// `logLevel`: at 1 or more every command is logged, not only slow ones.
 pub static LOG_LEVEL: AtomicI32 = AtomicI32::new(0);
 
@@ -31,6 +36,22 @@ pub fn cursor_timeout() -> std::time::Duration {
 
 pub fn cursor_memory_limit_bytes() -> usize {
     usize::try_from(CURSOR_MEMORY_LIMIT_BYTES.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+}
+
+/// Sets the spill directory (the first call wins; later ones are ignored).
+pub fn set_spill_directory(directory: std::path::PathBuf) {
+    let _ = SPILL_DIRECTORY.set(directory);
+}
+
+/// The spill directory for a command: None when disk use is refused (the command's
+/// `allowDiskUse`, else `allowDiskUseByDefault`) or no directory was set.
+pub fn spill_directory(allow_disk_use: Option<bool>) -> Option<std::path::PathBuf> {
+    let allowed = allow_disk_use.unwrap_or_else(|| ALLOW_DISK_USE_BY_DEFAULT.load(Ordering::Relaxed));
+    if allowed {
+        SPILL_DIRECTORY.get().cloned()
+    } else {
+        None
+    }
 }
 
 pub fn log_level() -> i32 {

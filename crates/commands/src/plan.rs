@@ -25,6 +25,8 @@ pub struct QuerySpec {
     pub skip: u64,
     pub limit: Option<u64>,
     pub hint: Option<Bson>,
+    /// The command's `allowDiskUse` (None: `allowDiskUseByDefault`).
+    pub allow_disk_use: Option<bool>,
 }
 
 /// How the documents are found.

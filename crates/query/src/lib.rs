@@ -10,16 +10,18 @@
 //! - Every error carries MongoDB's own code and code name (see [`QueryError::code`]).
 //! - Recursion over user input (filters, expressions, projections) is depth-bounded.
 //!
-//! Modules: [`path`] (dotted paths), [`filter`], [`expression`], [`update`], [`projection`],
+//! Modules: [`limits`] (path and nesting bounds, [`limits::decode_stored`]), [`path`] (dotted paths), [`filter`], [`expression`], [`update`], [`projection`],
 //! [`sort`], [`aggregate`], [`bounds`] (index intervals), [`bson_types`] (`$type` aliases).
 
 pub mod aggregate;
+pub mod external_sort;
 pub mod bounds;
 pub mod dates;
 pub mod bson_types;
 pub mod error;
 pub mod expression;
 pub mod filter;
+pub mod limits;
 pub mod path;
 pub mod projection;
 pub mod sort;
@@ -30,6 +32,7 @@ pub use bounds::{field_intervals, field_intervals_non_multikey, Interval};
 pub use error::{QueryError, QueryResult};
 pub use expression::Expression;
 pub use filter::{Filter, MatchDetails};
+pub use limits::decode_stored;
 pub use projection::Projection;
 pub use sort::SortSpec;
 pub use update::{upsert_seed, Update, UpdateContext};

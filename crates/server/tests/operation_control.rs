@@ -59,8 +59,42 @@ async fn sorts_keep_the_top_k_and_refuse_beyond_their_memory_limit() {
     let items = client.database("limits").collection::<Document>("sorted");
     fill(&items, 2_000, 2_000).await;
     admin(&client, doc! { "setParameter": 1, "internalQueryExecMaxBlockingSortBytes": 1_000_000 }).await.expect("set");
-    let error = items.find(doc! {}).sort(doc! { "k": 1 }).await.expect_err("a 4 MB sort is over a 1 MB limit");
+    let error = items
+        .find(doc! {})
+        .sort(doc! { "k": 1 })
+        .allow_disk_use(false)
+        .await
+        .expect_err("a 4 MB sort is over a 1 MB limit without disk use");
     assert_eq!(error_code(&error), Some(292));
+    // allowDiskUse defaults to true (allowDiskUseByDefault): the sort spills and stays stable.
+    let spilled: Vec<Document> =
+        items.find(doc! {}).sort(doc! { "k": 1 }).await.expect("spilled sort").try_collect().await.expect("batches");
+    let keys: Vec<(i32, i32)> =
+        spilled.iter().map(|document| (document.get_i32("k").expect("k"), document.get_i32("_id").expect("_id"))).collect();
+    let mut expected = keys.clone();
+    expected.sort();
+    assert_eq!(keys.len(), 2_000);
+    assert_eq!(keys, expected, "sorted by k, ties in _id (insertion) order");
+    let error = items
+        .aggregate(vec![doc! { "$sort": { "k": -1 } }])
+        .allow_disk_use(false)
+        .await
+        .expect_err("an aggregation sort over its limit without disk use");
+    assert_eq!(error_code(&error), Some(292));
+    let aggregated: Vec<Document> = items
+        .aggregate(vec![doc! { "$sort": { "k": -1, "_id": 1 } }, doc! { "$project": { "pad": 0 } }])
+        .allow_disk_use(true)
+        .await
+        .expect("spilled aggregation sort")
+        .try_collect()
+        .await
+        .expect("batches");
+    assert_eq!(aggregated.len(), 2_000);
+    assert_eq!(aggregated.first().and_then(|first| first.get_i32("_id").ok()), Some(9));
+    admin(&client, doc! { "setParameter": 1, "internalQueryExecMaxBlockingSortBytes": 1_000 }).await.expect("set");
+    let tiny: Vec<Document> = items.find(doc! {}).sort(doc! { "_id": -1 }).limit(5).await.expect("top-5").try_collect().await.expect("batches");
+    assert_eq!(tiny.len(), 5);
+    admin(&client, doc! { "setParameter": 1, "internalQueryExecMaxBlockingSortBytes": 1_000_000 }).await.expect("set");
     let top: Vec<Document> =
         items.find(doc! {}).sort(doc! { "_id": -1 }).limit(5).await.expect("top-k").try_collect().await.expect("batches");
     let ids: Vec<i32> = top.iter().map(|document| document.get_i32("_id").expect("_id")).collect();

@@ -47,7 +47,14 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         Some(Some(size)) if size >= 0 => usize::try_from(size).unwrap_or(usize::MAX),
         Some(_) => return Err(CommandError::bad_value("cursor.batchSize must be a non-negative number")),
     };
-    let pipeline = Pipeline::parse(&stages)?;
+    let allow_disk_use = match request.body.get("allowDiskUse") {
+        None | Some(Bson::Null) => None,
+        Some(value) => Some(crate::request::truthy(value).ok_or_else(|| crate::request::field_type_error("allowDiskUse", "bool", value))?),
+    };
+    // internalQueryExecMaxBlockingSortBytes bounds every blocking stage ($sort, $group).
+    let pipeline = Pipeline::parse(&stages)?
+        .with_memory_limit_bytes(crate::knobs::max_blocking_sort_bytes() as u64)
+        .with_spill_directory(crate::knobs::spill_directory(allow_disk_use));
     let namespace = match &collection_name {
         Some(name) => format!("{}.{}", request.db, name),
         None => format!("{}.$cmd.aggregate", request.db),
@@ -66,6 +73,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
                     skip: 0,
                     limit: None,
                     hint: request.body.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned(),
+                    allow_disk_use: None,
                 };
                 Some(Execution::new(collection, spec)?)
             }
@@ -104,7 +112,8 @@ impl AggregationStream {
             };
             match next {
                 Some(document) => self.run.push_input(document, &mut produced)?,
-                None => self.run.finish(&mut produced)?,
+                // A few at a time, so the batch's byte bound is checked as results arrive.
+                None => self.run.finish(&mut produced, (max_documents - self.output.len()).min(16))?,
             }
             for document in produced.drain(..) {
                 self.output_bytes += bson_size_bytes(&document);

@@ -33,6 +33,7 @@ pub fn delete_matching(
         skip: 0,
         limit: None,
         hint,
+        allow_disk_use: None,
     };
     let scope = if multi { Scope::All } else { Scope::One };
     let mut first = None;

@@ -46,7 +46,11 @@ pub fn parse_query_spec(request: &CommandRequest, filter_field: &str) -> Command
         Some(hint @ (Bson::String(_) | Bson::Document(_))) => Some(hint.clone()),
         Some(other) => return Err(crate::request::field_type_error("hint", "object or string", other)),
     };
-    Ok(QuerySpec { filter: Arc::new(filter), filter_document, projection, sort, skip, limit, hint })
+    let allow_disk_use = match request.body.get("allowDiskUse") {
+        None | Some(Bson::Null) => None,
+        Some(value) => Some(crate::request::truthy(value).ok_or_else(|| crate::request::field_type_error("allowDiskUse", "bool", value))?),
+    };
+    Ok(QuerySpec { filter: Arc::new(filter), filter_document, projection, sort, skip, limit, hint, allow_disk_use })
 }
 
 /// `batchSize` when given (0 allowed), else the default; negative is an error.

@@ -55,6 +55,17 @@ const PARAMETERS: &[Parameter] = &[
         },
     },
     Parameter {
+        name: "allowDiskUseByDefault",
+        kind: Kind::Settable {
+            read: || Bson::Boolean(knobs::ALLOW_DISK_USE_BY_DEFAULT.load(Ordering::Relaxed)),
+            write: |value| {
+                knobs::ALLOW_DISK_USE_BY_DEFAULT.store(value != 0, Ordering::Relaxed);
+                Ok(())
+            },
+            boolean: true,
+        },
+    },
+    Parameter {
         name: "notablescan",
         kind: Kind::Settable {
             read: || Bson::Boolean(knobs::no_table_scan()),

@@ -70,6 +70,7 @@ pub fn apply_statement(
         skip: 0,
         limit: None,
         hint: statement.hint.clone(),
+        allow_disk_use: None,
     };
     let scope = if statement.multi { Scope::All } else { Scope::One };
     let mut attempt = 0;

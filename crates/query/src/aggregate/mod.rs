@@ -16,10 +16,11 @@ use crate::error::{QueryError, QueryResult};
 use crate::expression::{integral_value, Expression};
 use crate::filter::Filter;
 use crate::projection::Projection;
-use crate::sort::{SortKey, SortSpec};
+use crate::external_sort::{ExternalSorter, SortedOutput};
+use crate::sort::SortSpec;
 use group::{GroupSpec, GroupState};
 use memory::{approximate_document_size_bytes, MemoryBudget, STAGE_MEMORY_LIMIT_BYTES};
-use stages::{replace_root, AddFields, Unwind};
+use stages::{replace_root, AddFields, Unwind, Unwinding};
 
 /// MongoDB's bound on pipeline length.
 const MAX_PIPELINE_STAGES: usize = 1000;
@@ -30,6 +31,8 @@ pub struct Pipeline {
     stages: Vec<Stage>,
     leading_match: Option<Document>,
     memory_limit_bytes: u64,
+    /// Where `$sort` spills past its memory limit (allowDiskUse); None refuses with 292.
+    spill_directory: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Debug)]
@@ -58,7 +61,7 @@ enum Running {
     Skip(u64),
     Limit(u64),
     Group(GroupState, MemoryBudget),
-    Sort(Vec<(Vec<SortKey>, Document, u64)>, MemoryBudget),
+    Sort(Box<ExternalSorter>),
     Count(u64),
 }
 
@@ -89,7 +92,7 @@ impl Pipeline {
             Some(Bson::Document(filter)) => Some(filter.clone()),
             _ => None,
         };
-        Ok(Pipeline { stages: parsed, leading_match, memory_limit_bytes: STAGE_MEMORY_LIMIT_BYTES })
+        Ok(Pipeline { stages: parsed, leading_match, memory_limit_bytes: STAGE_MEMORY_LIMIT_BYTES, spill_directory: None })
     }
 
     /// The filter of a leading `$match`, which the caller may answer with an index (the
@@ -104,6 +107,12 @@ impl Pipeline {
         self
     }
 
+    /// Lets `$sort` spill to `directory` past its memory limit (allowDiskUse).
+    pub fn with_spill_directory(mut self, directory: Option<std::path::PathBuf>) -> Pipeline {
+        self.spill_directory = directory;
+        self
+    }
+
     /// Runs the pipeline to completion.
     pub fn run(&self, input: impl Iterator<Item = Document>) -> QueryResult<Vec<Document>> {
         let mut run = PipelineRun::new(self.clone());
@@ -114,7 +123,7 @@ impl Pipeline {
             }
             run.push_input(document, &mut output)?;
         }
-        run.finish(&mut output)?;
+        run.finish(&mut output, usize::MAX)?;
         Ok(output)
     }
 
@@ -125,7 +134,12 @@ impl Pipeline {
                 Stage::Skip(count) => Running::Skip(*count),
                 Stage::Limit(count) => Running::Limit(*count),
                 Stage::Group(_) => Running::Group(GroupState::new(), MemoryBudget::new(self.memory_limit_bytes)),
-                Stage::Sort { .. } => Running::Sort(Vec::new(), MemoryBudget::new(self.memory_limit_bytes)),
+                Stage::Sort { spec, limit } => Running::Sort(Box::new(ExternalSorter::new(
+                    spec.clone(),
+                    limit.and_then(|limit| usize::try_from(limit).ok()),
+                    usize::try_from(self.memory_limit_bytes).unwrap_or(usize::MAX),
+                    self.spill_directory.clone(),
+                ))),
                 Stage::Count(_) => Running::Count(0),
                 _ => Running::Stateless,
             })
@@ -137,32 +151,64 @@ impl Pipeline {
         states.iter().take(streaming_prefix).any(|state| matches!(state, Running::Limit(0)))
     }
 
-    /// Runs one document through the stages from `index` on. A loop over the streaming stages:
-    /// only `$unwind`, which emits several documents, recurses (once per `$unwind` stage, so at
-    /// most [`MAX_PIPELINE_STAGES`] levels of this small frame).
-    fn push(&self, mut index: usize, mut document: Document, states: &mut [Running], output: &mut Vec<Document>) -> QueryResult<()> {
+    /// Runs one document through the stages from `index` on, without recursion: `$unwind`
+    /// stages that are still emitting wait on an explicit stack (at most one entry per
+    /// `$unwind` stage), and each of their documents runs on through the later stages before
+    /// the next is made, so unwinding streams.
+    fn push(&self, index: usize, document: Document, states: &mut [Running], output: &mut Vec<Document>) -> QueryResult<()> {
+        let mut unwinding: Vec<(usize, &Unwind, Unwinding)> = Vec::new();
+        let mut current = Some((index, document));
+        loop {
+            let (index, document) = match current.take() {
+                Some(item) => item,
+                None => {
+                    let Some((next, unwind, pending)) = unwinding.last_mut() else {
+                        return Ok(());
+                    };
+                    match unwind.next_document(pending) {
+                        Some(document) => (*next, document),
+                        None => {
+                            unwinding.pop();
+                            continue;
+                        }
+                    }
+                }
+            };
+            if let Some((next, unwind, document)) = self.push_streaming(index, document, states, output)? {
+                unwinding.push((next, unwind, unwind.start(document)));
+            }
+        }
+    }
+
+    /// Runs a document through the stages from `index` on until it is consumed, or until it
+    /// reaches an `$unwind` stage: that stage, the index after it and the document come back.
+    fn push_streaming<'a>(
+        &'a self,
+        mut index: usize,
+        mut document: Document,
+        states: &mut [Running],
+        output: &mut Vec<Document>,
+    ) -> QueryResult<Option<(usize, &'a Unwind, Document)>> {
         loop {
             let Some(stage) = self.stages.get(index) else {
                 output.push(document);
-                return Ok(());
+                return Ok(None);
             };
             let next = index + 1;
             document = match stage {
                 Stage::Match(filter) => {
                     if !filter.try_matches(&document)? {
-                        return Ok(());
+                        return Ok(None);
                     }
                     document
                 }
                 Stage::Project(projection) => within_depth_limit(projection.apply(&document, None)?)?,
                 Stage::AddFields(add_fields) => within_depth_limit(add_fields.apply(document)?)?,
                 Stage::ReplaceRoot(expression) => within_depth_limit(replace_root(expression, &document)?)?,
-                Stage::Unwind(unwind) => {
-                    return unwind.apply(document, &mut |unwound| self.push(next, unwound, states, output));
-                }
+                Stage::Unwind(unwind) => return Ok(Some((next, unwind, document))),
                 Stage::Skip(_) | Stage::Limit(_) => {
                     if !passes_skip_or_limit(states.get_mut(index)) {
-                        return Ok(());
+                        return Ok(None);
                     }
                     document
                 }
@@ -170,50 +216,68 @@ impl Pipeline {
                     if let Some(Running::Group(state, budget)) = states.get_mut(index) {
                         state.add(spec, &document, budget)?;
                     }
-                    return Ok(());
+                    return Ok(None);
                 }
-                Stage::Sort { spec, limit } => return buffer_for_sort(states.get_mut(index), spec, *limit, document),
+                Stage::Sort { .. } => {
+                    if let Some(Running::Sort(sorter)) = states.get_mut(index) {
+                        let size_bytes = usize::try_from(approximate_document_size_bytes(&document)).unwrap_or(usize::MAX);
+                        sorter.push(0, document, size_bytes)?;
+                    }
+                    return Ok(None);
+                }
                 Stage::Count(_) => {
                     if let Some(Running::Count(count)) = states.get_mut(index) {
                         *count += 1;
                     }
-                    return Ok(());
+                    return Ok(None);
                 }
             };
             index = next;
         }
     }
 
-    fn flush(&self, index: usize, states: &mut [Running]) -> QueryResult<Vec<Document>> {
+    fn flush(&self, index: usize, states: &mut [Running]) -> QueryResult<Flushed> {
         let (Some(stage), Some(state)) = (self.stages.get(index), states.get_mut(index)) else {
-            return Ok(Vec::new());
+            return Ok(Flushed::Documents(Vec::new().into_iter()));
         };
         let taken = std::mem::replace(state, Running::Stateless);
         Ok(match (stage, taken) {
             (Stage::Group(spec), Running::Group(group, _)) => {
-                group.finish(spec).into_iter().map(within_depth_limit).collect::<QueryResult<_>>()?
+                let groups = group.finish(spec).into_iter().map(within_depth_limit).collect::<QueryResult<Vec<_>>>()?;
+                Flushed::Documents(groups.into_iter())
             }
-            (Stage::Sort { spec, limit }, Running::Sort(mut buffer, _)) => {
-                buffer.sort_by(|left, right| spec.compare_keys(&left.0, &right.0));
-                let keep = limit.map_or(usize::MAX, |limit| usize::try_from(limit).unwrap_or(usize::MAX));
-                buffer.into_iter().take(keep).map(|(_, document, _)| document).collect()
-            }
+            (Stage::Sort { .. }, Running::Sort(sorter)) => Flushed::Sorted(Box::new(sorter.finish()?)),
             (Stage::Count(name), Running::Count(count)) => {
                 if count == 0 {
-                    Vec::new()
+                    Flushed::Documents(Vec::new().into_iter())
                 } else {
                     let value = i32::try_from(count).map_or(Bson::Int64(i64::try_from(count).unwrap_or(i64::MAX)), Bson::Int32);
                     let mut document = Document::new();
                     document.insert(name.clone(), value);
-                    vec![document]
+                    Flushed::Documents(vec![document].into_iter())
                 }
             }
             (_, other) => {
                 // Streaming stages keep their state (e.g. a $limit's remaining count).
                 *state = other;
-                Vec::new()
+                Flushed::Documents(Vec::new().into_iter())
             }
         })
+    }
+}
+
+/// What a blocking stage emits once its input ended, pulled a document at a time.
+enum Flushed {
+    Documents(std::vec::IntoIter<Document>),
+    Sorted(Box<SortedOutput>),
+}
+
+impl Flushed {
+    fn next(&mut self) -> QueryResult<Option<Document>> {
+        match self {
+            Flushed::Documents(documents) => Ok(documents.next()),
+            Flushed::Sorted(sorted) => Ok(sorted.next()?.map(|(_, document, _)| document)),
+        }
     }
 }
 
@@ -226,6 +290,11 @@ pub struct PipelineRun {
     pipeline: Pipeline,
     states: Vec<Running>,
     streaming_prefix: usize,
+    /// Set by the first [`PipelineRun::finish`]: no more input.
+    input_ended: bool,
+    /// The blocking stage being flushed, and what it still has to emit.
+    flush_index: usize,
+    flushing: Option<Flushed>,
     finished: bool,
 }
 
@@ -233,13 +302,13 @@ impl PipelineRun {
     pub fn new(pipeline: Pipeline) -> PipelineRun {
         let states = pipeline.initial_states();
         let streaming_prefix = pipeline.stages.iter().position(Stage::is_blocking).unwrap_or(pipeline.stages.len());
-        PipelineRun { pipeline, states, streaming_prefix, finished: false }
+        PipelineRun { pipeline, states, streaming_prefix, input_ended: false, flush_index: 0, flushing: None, finished: false }
     }
 
     /// False once more input cannot change the output (a `$limit` behind only streaming
     /// stages is used up) or the run finished.
     pub fn wants_input(&self) -> bool {
-        !self.finished && !self.pipeline.exhausted(&self.states, self.streaming_prefix)
+        !self.input_ended && !self.pipeline.exhausted(&self.states, self.streaming_prefix)
     }
 
     /// True once [`PipelineRun::finish`] ran: no more output will come.
@@ -252,40 +321,43 @@ impl PipelineRun {
         self.pipeline.push(0, document, &mut self.states, output)
     }
 
-    /// Ends the input: blocking stages flush in order, and their output runs through the
-    /// stages after them into `output`.
-    pub fn finish(&mut self, output: &mut Vec<Document>) -> QueryResult<()> {
-        if self.finished {
-            return Ok(());
-        }
-        self.finished = true;
-        for index in 0..self.pipeline.stages.len() {
-            let flushed = self.pipeline.flush(index, &mut self.states)?;
-            for document in flushed {
-                self.pipeline.push(index + 1, document, &mut self.states, output)?;
+    /// Ends the input and runs the blocking stages' output through the stages after them,
+    /// until `output` holds `wanted` documents or everything was emitted (then
+    /// [`PipelineRun::is_finished`]). Call again for more.
+    pub fn finish(&mut self, output: &mut Vec<Document>, wanted: usize) -> QueryResult<()> {
+        self.input_ended = true;
+        while !self.finished && output.len() < wanted {
+            match &mut self.flushing {
+                Some(source) => match source.next()? {
+                    Some(document) => self.pipeline.push(self.flush_index + 1, document, &mut self.states, output)?,
+                    None => {
+                        self.flushing = None;
+                        self.flush_index += 1;
+                    }
+                },
+                None if self.flush_index < self.pipeline.stages.len() => {
+                    self.flushing = Some(self.pipeline.flush(self.flush_index, &mut self.states)?);
+                }
+                None => self.finished = true,
             }
         }
         Ok(())
     }
 }
 
-/// A computed document nesting deeper than MongoDB's BSON limit is refused (`Overflow`), so
-/// stage after stage cannot grow a document past what the recursive `bson` code (cloning,
-/// dropping, encoding the reply) handles.
+/// A stage's output document, refused with `Overflow` when it nests deeper than any BSON
+/// document may, so nothing after the stage recurses into it.
 fn within_depth_limit(document: Document) -> QueryResult<Document> {
     if crate::limits::document_depth_exceeds(&document, crate::limits::MAX_BSON_DEPTH) {
         return Err(QueryError::Location(
             crate::limits::OVERFLOW,
-            format!(
-                "cannot convert document to BSON because it exceeds the limit of {} levels of nesting",
-                crate::limits::MAX_BSON_DEPTH
-            ),
+            format!("document exceeds the maximum nesting depth of {}", crate::limits::MAX_BSON_DEPTH),
         ));
     }
     Ok(document)
 }
 
-/// Counts one document through a `$skip` or `$limit`; false when it is skipped or past the limit.
+/// Applies a `$skip` or `$limit` to one document: false when the stage drops it.
 fn passes_skip_or_limit(state: Option<&mut Running>) -> bool {
     match state {
         Some(Running::Skip(remaining)) if *remaining > 0 => {
@@ -301,27 +373,6 @@ fn passes_skip_or_limit(state: Option<&mut Running>) -> bool {
         }
         _ => true,
     }
-}
-
-/// Buffers one document for a `$sort`, keeping the buffer near a `$limit` that follows it.
-fn buffer_for_sort(state: Option<&mut Running>, spec: &SortSpec, limit: Option<u64>, document: Document) -> QueryResult<()> {
-    let Some(Running::Sort(buffer, budget)) = state else {
-        return Ok(());
-    };
-    let size_bytes = approximate_document_size_bytes(&document);
-    budget.charge(size_bytes, "$sort")?;
-    buffer.push((spec.sort_key(&document), document, size_bytes));
-    if let Some(limit) = limit {
-        // Keep the buffer near the limit: sort and truncate when it doubles.
-        let keep = usize::try_from(limit).unwrap_or(usize::MAX);
-        if buffer.len() > keep.saturating_mul(2).max(1024) {
-            buffer.sort_by(|left, right| spec.compare_keys(&left.0, &right.0));
-            for (_, _, dropped_bytes) in buffer.drain(keep.min(buffer.len())..) {
-                budget.release(dropped_bytes);
-            }
-        }
-    }
-    Ok(())
 }
 
 fn non_negative_count(stage: &str, argument: &Bson) -> QueryResult<u64> {
