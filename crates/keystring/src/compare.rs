@@ -115,17 +115,40 @@ pub fn compare_numbers(a: Number, b: Number) -> Ordering {
 }
 
 /// Total order over BSON values, as MongoDB sorts and compares them.
+///
+/// Iterative: documents and arrays being compared element by element sit on an explicit stack,
+/// so values of any depth compare without growing the thread stack.
 pub fn compare_values(a: &Bson, b: &Bson) -> Ordering {
+    match compare_shallow(a, b) {
+        Step::Decided(ordering) => ordering,
+        Step::Descend(pair) => compare_nested(pair),
+    }
+}
+
+/// Two containers compared element by element: documents (and code-with-scope scopes) or arrays.
+enum Pair<'a> {
+    Documents(bson::document::Iter<'a>, bson::document::Iter<'a>),
+    Arrays(std::slice::Iter<'a, Bson>, std::slice::Iter<'a, Bson>),
+}
+
+/// The result of comparing two values as far as can be done without looking inside them.
+enum Step<'a> {
+    Decided(Ordering),
+    /// Everything else was equal: the order is the order of these two containers' elements.
+    Descend(Pair<'a>),
+}
+
+fn compare_shallow<'a>(a: &'a Bson, b: &'a Bson) -> Step<'a> {
     let rank = canonical_rank(a).cmp(&canonical_rank(b));
     if rank != Ordering::Equal {
-        return rank;
+        return Step::Decided(rank);
     }
-    match (a, b) {
+    let ordering = match (a, b) {
         (Bson::MinKey, _) | (Bson::MaxKey, _) => Ordering::Equal,
         (Bson::Null | Bson::Undefined, _) => Ordering::Equal,
         (Bson::String(_) | Bson::Symbol(_), _) => string_bytes(a).cmp(string_bytes(b)),
-        (Bson::Document(x), Bson::Document(y)) => compare_documents(x, y),
-        (Bson::Array(x), Bson::Array(y)) => compare_arrays(x, y),
+        (Bson::Document(x), Bson::Document(y)) => return Step::Descend(Pair::Documents(x.iter(), y.iter())),
+        (Bson::Array(x), Bson::Array(y)) => return Step::Descend(Pair::Arrays(x.iter(), y.iter())),
         (Bson::Binary(x), Bson::Binary(y)) => x
             .bytes
             .len()
@@ -141,15 +164,65 @@ pub fn compare_values(a: &Bson, b: &Bson) -> Ordering {
         }
         (Bson::DbPointer(_), Bson::DbPointer(_)) => Ordering::Equal,
         (Bson::JavaScriptCode(x), Bson::JavaScriptCode(y)) => x.cmp(y),
-        (Bson::JavaScriptCodeWithScope(x), Bson::JavaScriptCodeWithScope(y)) => {
-            x.code.cmp(&y.code).then_with(|| compare_documents(&x.scope, &y.scope))
-        }
+        (Bson::JavaScriptCodeWithScope(x), Bson::JavaScriptCodeWithScope(y)) => match x.code.cmp(&y.code) {
+            Ordering::Equal => return Step::Descend(Pair::Documents(x.scope.iter(), y.scope.iter())),
+            unequal => unequal,
+        },
         _ => match (Number::from_bson(a), Number::from_bson(b)) {
             (Some(x), Some(y)) => compare_numbers(x, y),
             // Same rank implies the same variant family; this arm is unreachable by construction.
             _ => Ordering::Equal,
         },
+    };
+    Step::Decided(ordering)
+}
+
+/// Compares two containers, and the containers inside them, with an explicit stack. Documents
+/// compare element by element (type rank, then field name, then value), arrays element by
+/// element; in both a prefix sorts first. A nested pair is always the last tiebreak of its
+/// element, so once it compares equal the parent simply moves on to its next element.
+fn compare_nested(root: Pair<'_>) -> Ordering {
+    let mut stack = vec![root];
+    // Bounded: each iteration consumes one element of each side or pops a pair.
+    while let Some(pair) = stack.last_mut() {
+        let (left, right) = match pair {
+            Pair::Documents(left, right) => (left.next().map(named), right.next().map(named)),
+            Pair::Arrays(left, right) => (left.next().map(unnamed), right.next().map(unnamed)),
+        };
+        let (left, right) = match (left, right) {
+            (None, None) => {
+                stack.pop();
+                continue;
+            }
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(left), Some(right)) => (left, right),
+        };
+        if let (Some(left_name), Some(right_name)) = (left.0, right.0) {
+            let ordering = canonical_rank(left.1)
+                .cmp(&canonical_rank(right.1))
+                .then_with(|| left_name.as_bytes().cmp(right_name.as_bytes()));
+            if ordering != Ordering::Equal {
+                return ordering;
+            }
+        }
+        match compare_shallow(left.1, right.1) {
+            Step::Decided(Ordering::Equal) => {}
+            Step::Decided(unequal) => return unequal,
+            Step::Descend(nested) => stack.push(nested),
+        }
     }
+    Ordering::Equal
+}
+
+/// A document element as (field name, value).
+fn named<'a>((name, value): (&'a String, &'a Bson)) -> (Option<&'a String>, &'a Bson) {
+    (Some(name), value)
+}
+
+/// An array element: arrays compare by position, not by their "0", "1", ... keys.
+fn unnamed(value: &Bson) -> (Option<&String>, &Bson) {
+    (None, value)
 }
 
 fn string_bytes(value: &Bson) -> &[u8] {
@@ -162,34 +235,12 @@ fn string_bytes(value: &Bson) -> &[u8] {
 /// Documents compare element by element: type rank, then field name, then value; a prefix
 /// sorts first.
 pub fn compare_documents(a: &Document, b: &Document) -> Ordering {
-    let mut left = a.iter();
-    let mut right = b.iter();
-    loop {
-        match (left.next(), right.next()) {
-            (None, None) => return Ordering::Equal,
-            (None, Some(_)) => return Ordering::Less,
-            (Some(_), None) => return Ordering::Greater,
-            (Some((key_a, value_a)), Some((key_b, value_b))) => {
-                let ordering = canonical_rank(value_a)
-                    .cmp(&canonical_rank(value_b))
-                    .then_with(|| key_a.as_bytes().cmp(key_b.as_bytes()))
-                    .then_with(|| compare_values(value_a, value_b));
-                if ordering != Ordering::Equal {
-                    return ordering;
-                }
-            }
-        }
-    }
+    compare_nested(Pair::Documents(a.iter(), b.iter()))
 }
 
+/// Arrays compare element by element; a prefix sorts first.
 pub fn compare_arrays(a: &[Bson], b: &[Bson]) -> Ordering {
-    for (x, y) in a.iter().zip(b.iter()) {
-        let ordering = compare_values(x, y);
-        if ordering != Ordering::Equal {
-            return ordering;
-        }
-    }
-    a.len().cmp(&b.len())
+    compare_nested(Pair::Arrays(a.iter(), b.iter()))
 }
 
 /// MongoDB equality: comparison-equal (so `1 == 1.0`).

@@ -1,6 +1,6 @@
 //! Encoding: BSON values to order-preserving, prefix-free bytes (layouts in docs/FORMAT.md).
 
-use bson::{Bson, Document};
+use bson::Bson;
 
 use crate::compare::decimal_to_f64;
 use crate::type_byte;
@@ -58,8 +58,46 @@ pub(crate) fn type_byte_of(value: &Bson) -> u8 {
     }
 }
 
+/// A document or array whose elements are still being encoded by [`append_body`].
+enum Open<'a> {
+    Document(bson::document::Iter<'a>),
+    Array(std::slice::Iter<'a, Bson>),
+}
+
 /// The bytes after the type byte, always ascending (the caller inverts for descending).
+///
+/// Iterative, with an explicit stack of open documents and arrays, so a value of any depth
+/// encodes without growing the thread stack.
 fn append_body(out: &mut Vec<u8>, value: &Bson) {
+    let mut open: Vec<Open<'_>> = Vec::new();
+    append_scalar_or_open(out, value, &mut open);
+    // Bounded: each iteration consumes one element of a finite value or closes a container.
+    while let Some(container) = open.last_mut() {
+        let next = match container {
+            Open::Document(fields) => fields.next().map(|(name, value)| (Some(name), value)),
+            Open::Array(items) => items.next().map(|item| (None, item)),
+        };
+        match next {
+            // Elements: (type byte, escaped field name for documents, body), then END.
+            Some((name, value)) => {
+                out.push(type_byte_of(value));
+                if let Some(name) = name {
+                    append_escaped(out, name.as_bytes());
+                }
+                append_scalar_or_open(out, value, &mut open);
+            }
+            None => {
+                out.push(type_byte::END);
+                open.pop();
+            }
+        }
+    }
+}
+
+/// Writes a scalar's body, or opens a container (after writing any prefix it has) so that
+/// [`append_body`] encodes its elements: documents and arrays compare element by element in
+/// the order of `compare_documents` and `compare_arrays` (a prefix sorts first).
+fn append_scalar_or_open<'a>(out: &mut Vec<u8>, value: &'a Bson, open: &mut Vec<Open<'a>>) {
     match value {
         Bson::MinKey | Bson::MaxKey | Bson::Null | Bson::Undefined => {}
         // All DbPointers compare equal (compare.rs), so their body is empty.
@@ -69,14 +107,8 @@ fn append_body(out: &mut Vec<u8>, value: &Bson) {
         Bson::Double(v) => append_double(out, *v),
         Bson::Decimal128(d) => append_double(out, decimal_to_f64(d)),
         Bson::String(s) | Bson::Symbol(s) | Bson::JavaScriptCode(s) => append_escaped(out, s.as_bytes()),
-        Bson::Document(document) => append_document_body(out, document),
-        Bson::Array(items) => {
-            for item in items {
-                out.push(type_byte_of(item));
-                append_body(out, item);
-            }
-            out.push(type_byte::END);
-        }
+        Bson::Document(document) => open.push(Open::Document(document.iter())),
+        Bson::Array(items) => open.push(Open::Array(items.iter())),
         Bson::Binary(binary) => {
             // compare.rs orders binaries by length first; 32 bits covers every BSON binary
             // (documents are limited to 16 MiB), and a longer one saturates rather than wraps.
@@ -98,20 +130,9 @@ fn append_body(out: &mut Vec<u8>, value: &Bson) {
         }
         Bson::JavaScriptCodeWithScope(code) => {
             append_escaped(out, code.code.as_bytes());
-            append_document_body(out, &code.scope);
+            open.push(Open::Document(code.scope.iter()));
         }
     }
-}
-
-/// Elements as (type byte, escaped field name, body), then END: the order of
-/// `compare_documents` (rank, then name, then value; a prefix sorts first).
-fn append_document_body(out: &mut Vec<u8>, document: &Document) {
-    for (name, value) in document {
-        out.push(type_byte_of(value));
-        append_escaped(out, name.as_bytes());
-        append_body(out, value);
-    }
-    out.push(type_byte::END);
 }
 
 /// Bytes with 0x00 escaped as 0x00 0xFF, terminated by 0x00 0x00.

@@ -26,9 +26,10 @@ pub enum KeyStringError {
     DbPointerUnavailable,
 }
 
-/// Deepest nesting of documents/arrays that decoding accepts (MongoDB's own limit is 100 for
-/// stored documents, plus a little room for wrappers); bounds recursion on untrusted bytes.
-pub const MAX_NESTING_DEPTH: usize = 200;
+/// Deepest nesting of documents/arrays that decoding accepts: MongoDB's hard BSON depth limit
+/// (stored documents are limited to 180, see [`crate::nesting`]); bounds recursion on
+/// untrusted bytes.
+pub const MAX_NESTING_DEPTH: usize = crate::nesting::MAX_BSON_DEPTH;
 
 impl fmt::Display for KeyStringError {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {

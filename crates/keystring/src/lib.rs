@@ -12,6 +12,7 @@ mod hash;
 mod decode;
 mod encode;
 mod error;
+pub mod nesting;
 
 pub use compare::{compare_documents, compare_values, values_equal, Number};
 pub use decode::{decode_key, decode_value};

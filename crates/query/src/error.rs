@@ -107,6 +107,7 @@ impl QueryError {
 fn location_code_name(code: i32) -> &'static str {
     match code {
         15 => "Overflow",
+        296 => "DataCorruptionDetected",
         15952 => "Location15952",
         15955 => "Location15955",
         15956 => "Location15956",
@@ -170,6 +171,7 @@ fn location_code_name(code: i32) -> &'static str {
         51091 => "Location51091",
         51246 => "Location51246",
         51272 => "Location51272",
+        5729100 => "Location5729100",
         _ => "Location",
     }
 }

@@ -12,8 +12,10 @@ use bson::{Bson, Document};
 
 use crate::error::{QueryError, QueryResult};
 
-/// Splits a dotted path into components. Empty components are rejected.
+/// Splits a dotted path into components. Empty components are rejected, and so (before
+/// anything is allocated) are paths longer than [`crate::limits::MAX_FIELD_PATH_COMPONENTS`].
 pub fn split_path(path: &str) -> QueryResult<Vec<String>> {
+    crate::limits::check_field_path_length(path)?;
     if path.is_empty() {
         return Err(QueryError::BadValue("FieldPath cannot be constructed with empty string".into()));
     }
@@ -80,6 +82,11 @@ pub fn visit_match_values<'a>(
     leaf_arrays: LeafArrays,
     visitor: &mut dyn FnMut(PathValue<'a>) -> bool,
 ) -> bool {
+    // The walk recurses once per component. Every parser bounds paths (see limits.rs); a
+    // longer one from elsewhere reaches nothing rather than risking the stack.
+    if components.len() > crate::limits::MAX_FIELD_PATH_COMPONENTS {
+        return visitor(PathValue { value: None, array_position: None, from_leaf_expansion: false });
+    }
     match components.split_first() {
         None => false,
         Some((first, rest)) => walk(document.get(first.as_str()), rest, leaf_arrays, None, visitor),
@@ -149,7 +156,14 @@ fn walk<'a>(
 
 /// Aggregation field-path semantics: `None` when missing; arrays of documents map to arrays
 /// of the values found (missing values dropped, nested arrays kept nested).
+///
+/// Recursion is bounded: once per component (at most
+/// [`crate::limits::MAX_FIELD_PATH_COMPONENTS`], longer paths reach nothing) and once per
+/// nested array, which the document's own nesting bounds.
 pub fn expression_path_value(value: &Bson, components: &[String]) -> Option<Bson> {
+    if components.len() > crate::limits::MAX_FIELD_PATH_COMPONENTS {
+        return None;
+    }
     let Some((first, rest)) = components.split_first() else {
         return Some(value.clone());
     };

@@ -48,6 +48,7 @@ impl SortSpec {
     pub fn parse(specification: &Document) -> QueryResult<SortSpec> {
         let mut fields = Vec::with_capacity(specification.len());
         for (key, value) in specification {
+            crate::limits::check_field_path_length(key)?;
             let path = split_path(key).map_err(|_| QueryError::BadValue(format!("Bad sort specification: invalid field path '{key}'")))?;
             let ascending = match value {
                 Bson::Document(meta) if meta.contains_key("$meta") => {

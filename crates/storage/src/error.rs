@@ -40,6 +40,9 @@ pub enum StorageError {
     InvalidDocument(String),
     /// The serialized document exceeds [`crate::MAX_DOCUMENT_SIZE_BYTES`].
     DocumentTooLarge,
+    /// The document nests deeper than MongoDB stores
+    /// ([`myriad_keystring::nesting::MAX_USER_STORAGE_DEPTH`] levels).
+    DocumentTooDeep,
     /// An update or delete named a record id that does not exist (anymore).
     RecordNotFound(RecordId),
     /// Bytes read from disk do not have the layout this engine writes.
@@ -65,6 +68,7 @@ impl StorageError {
             StorageError::InvalidOptions(_) => 72,
             StorageError::InvalidDocument(_) => 2,
             StorageError::DocumentTooLarge => 10334,
+            StorageError::DocumentTooDeep => 15,
             StorageError::RecordNotFound(_) => 1,
             StorageError::Corrupt(_) => 1,
             StorageError::RocksDb(_) => 1,
@@ -87,6 +91,7 @@ impl StorageError {
             StorageError::InvalidOptions(_) => "InvalidOptions",
             StorageError::InvalidDocument(_) => "BadValue",
             StorageError::DocumentTooLarge => "BSONObjectTooLarge",
+            StorageError::DocumentTooDeep => "Overflow",
             StorageError::RecordNotFound(_) => "InternalError",
             StorageError::Corrupt(_) => "InternalError",
             StorageError::RocksDb(_) => "InternalError",
@@ -124,6 +129,11 @@ impl fmt::Display for StorageError {
                 formatter,
                 "document is larger than the maximum size {}",
                 crate::MAX_DOCUMENT_SIZE_BYTES
+            ),
+            StorageError::DocumentTooDeep => write!(
+                formatter,
+                "Document exceeds maximum nesting depth of {}",
+                myriad_keystring::nesting::MAX_USER_STORAGE_DEPTH
             ),
             StorageError::RecordNotFound(record_id) => {
                 write!(formatter, "record {record_id} not found")

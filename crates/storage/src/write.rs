@@ -70,6 +70,11 @@ impl Engine {
 }
 
 fn serialize(document: &Document) -> Result<Vec<u8>, StorageError> {
+    // Before the recursive encoder sees it, and so that no reader ever meets a record deeper
+    // than MongoDB stores (the check itself is iterative).
+    if myriad_keystring::nesting::document_depth_exceeds(document, myriad_keystring::nesting::MAX_USER_STORAGE_DEPTH) {
+        return Err(StorageError::DocumentTooDeep);
+    }
     let mut bytes = Vec::new();
     document
         .to_writer(&mut bytes)

@@ -751,6 +751,45 @@ fn deeply_nested_body_is_refused() {
     assert_eq!(error.code_name(), "Overflow");
 }
 
+/// `{a: {a: ... {}}}` one level deeper than the wire accepts.
+fn too_deep_document() -> Document {
+    let mut nested = doc! {};
+    for _ in 0..MAX_BSON_NESTING_DEPTH {
+        nested = doc! { "a": nested };
+    }
+    nested
+}
+
+#[test]
+fn deeply_nested_sequence_document_is_refused() {
+    let mut sections = body_section(&doc! { "insert": "c", "$db": "test" });
+    sections.extend(sequence_section("documents", &[doc! { "_id": 1 }, too_deep_document()]));
+    let error = decode_message(&raw_op_msg(0, &sections)).expect_err("too deep");
+    assert_eq!(error, WireError::DocumentTooDeep);
+    assert_eq!(error.code(), 15);
+}
+
+#[test]
+fn deeply_nested_op_query_query_and_selector_are_refused() {
+    for in_selector in [false, true] {
+        let (query, selector) = if in_selector {
+            (doc! { "hello": 1 }, Some(too_deep_document()))
+        } else {
+            (too_deep_document(), None)
+        };
+        let message = OpQuery {
+            flags: 0,
+            full_collection_name: "admin.$cmd".to_string(),
+            number_to_skip: 0,
+            number_to_return: -1,
+            query,
+            return_fields_selector: selector,
+        };
+        let encoded = encode_op_query(1, &message).expect("encodes");
+        assert_eq!(decode_message(&encoded).expect_err("too deep"), WireError::DocumentTooDeep);
+    }
+}
+
 #[test]
 fn negotiate_compressors_keeps_client_order_and_drops_unknown() {
     let names = |list: &[&str]| list.iter().map(|name| name.to_string()).collect::<Vec<_>>();

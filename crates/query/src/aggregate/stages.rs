@@ -71,7 +71,7 @@ pub(crate) fn set_path(document: &mut Document, path: &[String], value: Option<B
         }
         return;
     }
-    if depth > 100 {
+    if depth > crate::limits::MAX_BSON_DEPTH {
         return;
     }
     match document.get_mut(first) {
@@ -157,43 +157,49 @@ impl Unwind {
             return Err(QueryError::Location(28818, format!("path option to $unwind stage should be prefixed with a '$': {path}")));
         };
         let path = split_path(stripped)?;
+        if let Some(name) = &include_array_index {
+            crate::limits::check_field_path_length(name)?;
+        }
         Ok(Unwind { path, include_array_index: include_array_index.map(|name| name.to_string()), preserve_null_and_empty_arrays: preserve })
     }
 
-    pub(crate) fn apply(&self, document: Document, output: &mut dyn FnMut(Document) -> QueryResult<()>) -> QueryResult<()> {
+    /// Starts unwinding one document: the documents come one at a time from
+    /// [`Unwind::next_document`], so the pipeline can stream them without recursing.
+    pub(crate) fn start(&self, document: Document) -> Unwinding {
         let value = lookup(&document, &self.path).cloned();
-        let index_path: Option<Vec<String>> = self.include_array_index.as_ref().map(|name| name.split('.').map(str::to_string).collect());
-        let emit = |mut unwound: Document, element: Option<Bson>, index: Option<usize>, output: &mut dyn FnMut(Document) -> QueryResult<()>| {
-            set_path(&mut unwound, &self.path, element, 0);
-            if let Some(index_path) = &index_path {
-                let index = index.map_or(Bson::Null, |index| Bson::Int64(i64::try_from(index).unwrap_or(i64::MAX)));
-                set_path(&mut unwound, index_path, Some(index), 0);
+        let elements = match value {
+            Some(Bson::Array(items)) if items.is_empty() => {
+                if self.preserve_null_and_empty_arrays { vec![(None, None)] } else { Vec::new() }
             }
-            output(unwound)
+            Some(Bson::Array(items)) => items.into_iter().enumerate().map(|(index, item)| (Some(item), Some(index))).collect(),
+            // Kept as they are (missing stays missing, null stays null) when preserving.
+            missing @ (None | Some(Bson::Null) | Some(Bson::Undefined)) => {
+                if self.preserve_null_and_empty_arrays { vec![(missing, None)] } else { Vec::new() }
+            }
+            Some(scalar) => vec![(Some(scalar), None)],
         };
-        match value {
-            Some(Bson::Array(items)) => {
-                if items.is_empty() {
-                    if self.preserve_null_and_empty_arrays {
-                        return emit(document, None, None, output);
-                    }
-                    return Ok(());
-                }
-                for (index, item) in items.into_iter().enumerate() {
-                    emit(document.clone(), Some(item), Some(index), output)?;
-                }
-                Ok(())
-            }
-            None | Some(Bson::Null) | Some(Bson::Undefined) => {
-                if self.preserve_null_and_empty_arrays {
-                    let keep = lookup(&document, &self.path).cloned();
-                    return emit(document, keep, None, output);
-                }
-                Ok(())
-            }
-            Some(scalar) => emit(document, Some(scalar), None, output),
-        }
+        Unwinding { template: document, elements: elements.into_iter() }
     }
+
+    /// The next document of an unwinding, or `None` when it is done.
+    pub(crate) fn next_document(&self, unwinding: &mut Unwinding) -> Option<Document> {
+        let (element, index) = unwinding.elements.next()?;
+        let mut unwound = unwinding.template.clone();
+        set_path(&mut unwound, &self.path, element, 0);
+        if let Some(name) = &self.include_array_index {
+            let index_path: Vec<String> = name.split('.').map(str::to_string).collect();
+            let index = index.map_or(Bson::Null, |index| Bson::Int64(i64::try_from(index).unwrap_or(i64::MAX)));
+            set_path(&mut unwound, &index_path, Some(index), 0);
+        }
+        Some(unwound)
+    }
+}
+
+/// One document being unwound: the document, and the (element, array index) pairs still to
+/// emit (an element of `None` removes the field).
+pub(crate) struct Unwinding {
+    template: Document,
+    elements: std::vec::IntoIter<(Option<Bson>, Option<usize>)>,
 }
 
 fn lookup<'a>(document: &'a Document, path: &[String]) -> Option<&'a Bson> {

@@ -22,95 +22,116 @@ pub(super) struct Scope<'a> {
 const MAX_ARRAY_ELEMENTS: usize = 10_000_000;
 
 pub(super) fn evaluate(expression: &Expression, scope: &mut Scope<'_>) -> QueryResult<Option<Bson>> {
+    // Each arm that holds locals lives in its own function: evaluation recurses once per
+    // nesting level, and a frame sized for every arm at once would make each level cost
+    // kilobytes of stack (in unoptimised builds especially).
     match expression {
         Expression::Literal(value) => Ok(Some(value.clone())),
         Expression::FieldPath(path) => Ok(document_path_value(scope.root, path)),
-        Expression::Variable(variable, path) => {
-            let base = match variable {
-                Variable::Root | Variable::Current => return Ok(document_path_value(scope.root, path)),
-                Variable::Remove => return Ok(None),
-                Variable::User(name) => match scope.variables.iter().rev().find(|(bound, _)| bound == name) {
-                    Some((_, value)) => value.clone(),
-                    None => return Err(QueryError::Location(17276, format!("Use of undefined variable: {name}"))),
-                },
-            };
-            Ok(expression_path_value(&base, path))
-        }
-        Expression::Object(fields) => {
-            let mut document = Document::new();
-            for (name, value) in fields {
-                if let Some(value) = evaluate(value, scope)? {
-                    document.insert(name.clone(), value);
-                }
-            }
-            Ok(Some(Bson::Document(document)))
-        }
-        Expression::Array(items) => {
-            let mut values = Vec::with_capacity(items.len());
-            for item in items {
-                // Missing elements of an array literal become null, as in MongoDB.
-                values.push(evaluate(item, scope)?.unwrap_or(Bson::Null));
-            }
-            Ok(Some(Bson::Array(values)))
-        }
-        Expression::Let { bindings, body } => {
-            let mut values = Vec::with_capacity(bindings.len());
-            for (name, value) in bindings {
-                values.push((name.clone(), evaluate(value, scope)?.unwrap_or(Bson::Null)));
-            }
-            let before = scope.variables.len();
-            scope.variables.extend(values);
-            let result = evaluate(body, scope);
-            scope.variables.truncate(before);
-            result
-        }
-        Expression::Map { input, name, body } => {
-            let items = match evaluate(input, scope)? {
-                None | Some(Bson::Null) | Some(Bson::Undefined) => return Ok(Some(Bson::Null)),
-                Some(Bson::Array(items)) => items,
-                Some(other) => return Err(QueryError::Location(16883, format!("input to $map must be an array not {}", type_name(&other)))),
-            };
-            let mut output = Vec::with_capacity(items.len().min(MAX_ARRAY_ELEMENTS));
-            for item in items {
-                scope.variables.push((name.clone(), item));
-                let result = evaluate(body, scope);
-                scope.variables.pop();
-                output.push(result?.unwrap_or(Bson::Null));
-            }
-            Ok(Some(Bson::Array(output)))
-        }
-        Expression::Filter { input, name, condition, limit } => {
-            let items = match evaluate(input, scope)? {
-                None | Some(Bson::Null) | Some(Bson::Undefined) => return Ok(Some(Bson::Null)),
-                Some(Bson::Array(items)) => items,
-                Some(other) => return Err(QueryError::Location(28651, format!("input to $filter must be an array not {}", type_name(&other)))),
-            };
-            let limit = match limit {
-                None => usize::MAX,
-                Some(limit) => match evaluate(limit, scope)? {
-                    None | Some(Bson::Null) => usize::MAX,
-                    Some(value) => match arithmetic::integral_value(&value) {
-                        Some(count) if count > 0 => usize::try_from(count).unwrap_or(usize::MAX),
-                        _ => return Err(QueryError::Location(327391, "$filter: limit must be a positive integer".into())),
-                    },
-                },
-            };
-            let mut output = Vec::new();
-            for item in items {
-                if output.len() >= limit {
-                    break;
-                }
-                scope.variables.push((name.clone(), item.clone()));
-                let keep = evaluate(condition, scope);
-                scope.variables.pop();
-                if is_truthy(keep?.as_ref()) {
-                    output.push(item);
-                }
-            }
-            Ok(Some(Bson::Array(output)))
-        }
+        Expression::Variable(variable, path) => evaluate_variable(variable, path, scope),
+        Expression::Object(fields) => evaluate_object(fields, scope),
+        Expression::Array(items) => evaluate_array(items, scope),
+        Expression::Let { bindings, body } => evaluate_let(bindings, body, scope),
+        Expression::Map { input, name, body } => evaluate_map(input, name, body, scope),
+        Expression::Filter { input, name, condition, limit } => evaluate_filter(input, name, condition, limit.as_deref(), scope),
         Expression::Operator(operator, arguments) => evaluate_operator(*operator, arguments, scope),
     }
+}
+
+fn evaluate_variable(variable: &Variable, path: &[String], scope: &Scope<'_>) -> QueryResult<Option<Bson>> {
+    let base = match variable {
+        Variable::Root | Variable::Current => return Ok(document_path_value(scope.root, path)),
+        Variable::Remove => return Ok(None),
+        Variable::User(name) => match scope.variables.iter().rev().find(|(bound, _)| bound == name) {
+            Some((_, value)) => value.clone(),
+            None => return Err(QueryError::Location(17276, format!("Use of undefined variable: {name}"))),
+        },
+    };
+    Ok(expression_path_value(&base, path))
+}
+
+fn evaluate_object(fields: &[(String, Expression)], scope: &mut Scope<'_>) -> QueryResult<Option<Bson>> {
+    let mut document = Document::new();
+    for (name, value) in fields {
+        if let Some(value) = evaluate(value, scope)? {
+            document.insert(name.clone(), value);
+        }
+    }
+    Ok(Some(Bson::Document(document)))
+}
+
+fn evaluate_array(items: &[Expression], scope: &mut Scope<'_>) -> QueryResult<Option<Bson>> {
+    let mut values = Vec::with_capacity(items.len());
+    for item in items {
+        // Missing elements of an array literal become null, as in MongoDB.
+        values.push(evaluate(item, scope)?.unwrap_or(Bson::Null));
+    }
+    Ok(Some(Bson::Array(values)))
+}
+
+fn evaluate_let(bindings: &[(String, Expression)], body: &Expression, scope: &mut Scope<'_>) -> QueryResult<Option<Bson>> {
+    let mut values = Vec::with_capacity(bindings.len());
+    for (name, value) in bindings {
+        values.push((name.clone(), evaluate(value, scope)?.unwrap_or(Bson::Null)));
+    }
+    let before = scope.variables.len();
+    scope.variables.extend(values);
+    let result = evaluate(body, scope);
+    scope.variables.truncate(before);
+    result
+}
+
+fn evaluate_map(input: &Expression, name: &str, body: &Expression, scope: &mut Scope<'_>) -> QueryResult<Option<Bson>> {
+    let items = match evaluate(input, scope)? {
+        None | Some(Bson::Null) | Some(Bson::Undefined) => return Ok(Some(Bson::Null)),
+        Some(Bson::Array(items)) => items,
+        Some(other) => return Err(QueryError::Location(16883, format!("input to $map must be an array not {}", type_name(&other)))),
+    };
+    let mut output = Vec::with_capacity(items.len().min(MAX_ARRAY_ELEMENTS));
+    for item in items {
+        scope.variables.push((name.to_string(), item));
+        let result = evaluate(body, scope);
+        scope.variables.pop();
+        output.push(result?.unwrap_or(Bson::Null));
+    }
+    Ok(Some(Bson::Array(output)))
+}
+
+fn evaluate_filter(
+    input: &Expression,
+    name: &str,
+    condition: &Expression,
+    limit: Option<&Expression>,
+    scope: &mut Scope<'_>,
+) -> QueryResult<Option<Bson>> {
+    let items = match evaluate(input, scope)? {
+        None | Some(Bson::Null) | Some(Bson::Undefined) => return Ok(Some(Bson::Null)),
+        Some(Bson::Array(items)) => items,
+        Some(other) => return Err(QueryError::Location(28651, format!("input to $filter must be an array not {}", type_name(&other)))),
+    };
+    let limit = match limit {
+        None => usize::MAX,
+        Some(limit) => match evaluate(limit, scope)? {
+            None | Some(Bson::Null) => usize::MAX,
+            Some(value) => match arithmetic::integral_value(&value) {
+                Some(count) if count > 0 => usize::try_from(count).unwrap_or(usize::MAX),
+                _ => return Err(QueryError::Location(327391, "$filter: limit must be a positive integer".into())),
+            },
+        },
+    };
+    let mut output = Vec::new();
+    for item in items {
+        if output.len() >= limit {
+            break;
+        }
+        scope.variables.push((name.to_string(), item.clone()));
+        let keep = evaluate(condition, scope);
+        scope.variables.pop();
+        if is_truthy(keep?.as_ref()) {
+            output.push(item);
+        }
+    }
+    Ok(Some(Bson::Array(output)))
 }
 
 /// A path from a document without copying the document (unless the path is empty).
@@ -132,7 +153,12 @@ pub(crate) fn compare_optional(left: Option<&Bson>, right: Option<&Bson>) -> Ord
 }
 
 fn evaluate_all(arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResult<Vec<Option<Bson>>> {
-    arguments.iter().map(|argument| evaluate(argument, scope)).collect()
+    // A plain loop rather than `collect`: fewer frames between recursion levels.
+    let mut values = Vec::with_capacity(arguments.len());
+    for argument in arguments {
+        values.push(evaluate(argument, scope)?);
+    }
+    Ok(values)
 }
 
 fn nullish(value: &Option<Bson>) -> bool {
@@ -154,6 +180,34 @@ fn list_operands(arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResult
 
 fn evaluate_operator(operator: Operator, arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResult<Option<Bson>> {
     use Operator as O;
+    // Grouped into small functions so that the frame of each recursion level stays small.
+    match operator {
+        O::Eq | O::Ne | O::Gt | O::Gte | O::Lt | O::Lte | O::Cmp => evaluate_comparison(operator, arguments, scope),
+        O::And | O::Or | O::Not | O::Cond | O::IfNull => evaluate_logical(operator, arguments, scope),
+        O::Add | O::Subtract | O::Multiply | O::Divide | O::Mod | O::Abs | O::Ceil | O::Floor | O::Sqrt | O::Trunc | O::Round => {
+            let values = evaluate_all(arguments, scope)?;
+            arithmetic::evaluate(operator, values).map(Some)
+        }
+        O::In | O::Size | O::IsArray | O::ArrayElemAt | O::First | O::Last | O::ConcatArrays | O::Slice => {
+            evaluate_array_operator(operator, arguments, scope)
+        }
+        O::Max | O::Min | O::Sum | O::Avg => evaluate_accumulator(operator, arguments, scope),
+        O::Concat | O::ToLower | O::ToUpper | O::StrLenBytes | O::StrLenCP | O::Substr | O::SubstrBytes | O::SubstrCP | O::Split | O::Strcasecmp | O::ToString | O::ToInt | O::ToLong | O::ToDouble | O::ToBool => {
+            let values = evaluate_all(arguments, scope)?;
+            strings::evaluate(operator, values)
+        }
+        O::Type | O::MergeObjects => evaluate_object_operator(operator, arguments, scope),
+    }
+}
+
+/// The error for an operator routed to the wrong group (the dispatcher above prevents it).
+fn not_in_group(operator: Operator, group: &str) -> QueryError {
+    QueryError::BadValue(format!("{} is not a {group} operator", operator.name()))
+}
+
+/// `$eq`, `$ne`, `$gt`, `$gte`, `$lt`, `$lte`, `$cmp`.
+fn evaluate_comparison(operator: Operator, arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResult<Option<Bson>> {
+    use Operator as O;
     match operator {
         O::Eq | O::Ne | O::Gt | O::Gte | O::Lt | O::Lte | O::Cmp => {
             let values = evaluate_all(arguments, scope)?;
@@ -173,6 +227,14 @@ fn evaluate_operator(operator: Operator, arguments: &[Expression], scope: &mut S
             };
             Ok(Some(result))
         }
+        other => Err(not_in_group(other, "comparison")),
+    }
+}
+
+/// `$and`, `$or`, `$not`, `$cond`, `$ifNull`.
+fn evaluate_logical(operator: Operator, arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResult<Option<Bson>> {
+    use Operator as O;
+    match operator {
         O::And => {
             for argument in arguments {
                 if !is_truthy(evaluate(argument, scope)?.as_ref()) {
@@ -215,10 +277,14 @@ fn evaluate_operator(operator: Operator, arguments: &[Expression], scope: &mut S
             }
             evaluate(last, scope)
         }
-        O::Add | O::Subtract | O::Multiply | O::Divide | O::Mod | O::Abs | O::Ceil | O::Floor | O::Sqrt | O::Trunc | O::Round => {
-            let values = evaluate_all(arguments, scope)?;
-            arithmetic::evaluate(operator, values).map(Some)
-        }
+        other => Err(not_in_group(other, "logical")),
+    }
+}
+
+/// `$in`, `$size`, `$isArray`, `$arrayElemAt`, `$first`, `$last`, `$concatArrays`, `$slice`.
+fn evaluate_array_operator(operator: Operator, arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResult<Option<Bson>> {
+    use Operator as O;
+    match operator {
         O::In => {
             let values = evaluate_all(arguments, scope)?;
             let needle = values.first().cloned().flatten();
@@ -292,6 +358,14 @@ fn evaluate_operator(operator: Operator, arguments: &[Expression], scope: &mut S
             Ok(Some(Bson::Array(output)))
         }
         O::Slice => evaluate_slice(arguments, scope),
+        other => Err(not_in_group(other, "array")),
+    }
+}
+
+/// `$max`, `$min`, `$sum`, `$avg` over their operands.
+fn evaluate_accumulator(operator: Operator, arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResult<Option<Bson>> {
+    use Operator as O;
+    match operator {
         O::Max | O::Min => {
             let values = list_operands(arguments, scope)?;
             let wanted = if operator == O::Max { Ordering::Greater } else { Ordering::Less };
@@ -311,10 +385,14 @@ fn evaluate_operator(operator: Operator, arguments: &[Expression], scope: &mut S
             }
             Ok(Some(arithmetic::average(&numbers)))
         }
-        O::Concat | O::ToLower | O::ToUpper | O::StrLenBytes | O::StrLenCP | O::Substr | O::SubstrBytes | O::SubstrCP | O::Split | O::Strcasecmp | O::ToString | O::ToInt | O::ToLong | O::ToDouble | O::ToBool => {
-            let values = evaluate_all(arguments, scope)?;
-            strings::evaluate(operator, values)
-        }
+        other => Err(not_in_group(other, "accumulator")),
+    }
+}
+
+/// `$type`, `$mergeObjects`.
+fn evaluate_object_operator(operator: Operator, arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResult<Option<Bson>> {
+    use Operator as O;
+    match operator {
         O::Type => {
             let value = evaluate_first(arguments, scope)?;
             Ok(Some(Bson::String(value.as_ref().map_or("missing", type_name).to_string())))
@@ -339,6 +417,7 @@ fn evaluate_operator(operator: Operator, arguments: &[Expression], scope: &mut S
             }
             Ok(Some(Bson::Document(merged)))
         }
+        other => Err(not_in_group(other, "object")),
     }
 }
 

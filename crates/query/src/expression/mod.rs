@@ -150,8 +150,10 @@ impl Expression {
     }
 }
 
-/// Nesting bound: deeper expressions are rejected rather than risking the stack.
-const MAX_EXPRESSION_DEPTH: usize = 150;
+/// Nesting bound: deeper expressions are rejected rather than risking the stack. MongoDB has no
+/// separate expression limit (its 200-level BSON limit on commands bounds expressions), so this
+/// one is the same 200 and only matters for expressions built other than from a command.
+const MAX_EXPRESSION_DEPTH: usize = crate::limits::MAX_BSON_DEPTH;
 
 fn parse_with_scope(value: &Bson, scope: &mut Vec<String>, depth: usize) -> QueryResult<Expression> {
     if depth > MAX_EXPRESSION_DEPTH {

@@ -30,6 +30,7 @@ pub(super) fn parse_document(filter: &Document, depth: usize) -> QueryResult<Nod
             }
             continue;
         }
+        crate::limits::check_match_path_length(key)?;
         let path = split_path(key).map_err(|_| QueryError::BadValue(format!("invalid field path: '{key}'")))?;
         nodes.push(parse_field(path, value, depth)?);
     }

@@ -53,7 +53,7 @@ enum LeafKind {
     Neutral,
 }
 
-const MAX_PROJECTION_DEPTH: usize = 100;
+const MAX_PROJECTION_DEPTH: usize = crate::limits::MAX_BSON_DEPTH;
 
 impl Projection {
     /// Parses a `find` projection.
@@ -142,6 +142,7 @@ fn parse(specification: &Document, dialect: Dialect) -> QueryResult<Projection> 
             Some(base) if dialect == Dialect::Find => (base.to_string(), true),
             _ => (path, false),
         };
+        crate::limits::check_field_path_length(&path)?;
         let components = split_path(&path).map_err(|_| QueryError::BadValue(format!("Invalid projection path '{path}'")))?;
         if components.iter().any(|component| component.starts_with('$')) {
             if dialect == Dialect::Find && components.iter().any(|component| component == "$") {

@@ -185,6 +185,9 @@ impl Update {
             }
         };
         check_id_type(&updated)?;
+        // A result deeper than MongoDB stores could never be written (MongoDB reports the same
+        // Overflow); checked iteratively before the recursive encoder in `same_bytes` sees it.
+        crate::limits::check_storage_depth(&updated)?;
         let changed = !same_bytes(document, &updated);
         if changed {
             *document = updated;

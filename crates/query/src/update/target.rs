@@ -43,6 +43,8 @@ impl UpdatePath {
         if dotted.is_empty() {
             return Err(QueryError::EmptyFieldName("An empty update path is not valid.".into()));
         }
+        // Before anything is built: applying a path recurses once per component.
+        crate::limits::check_field_path_length(dotted)?;
         let mut components = Vec::new();
         let mut positional_count = 0;
         for part in dotted.split('.') {

@@ -62,6 +62,7 @@ fn collect_equalities(filter: &Document, equalities: &mut Vec<(String, Bson)>, d
 
 fn insert_path(seed: &mut Document, path: &str, value: Bson) -> QueryResult<()> {
     let conflict = || QueryError::NotSingleValueField(format!("cannot infer query fields to set, path '{path}' is matched twice"));
+    crate::limits::check_match_path_length(path)?;
     let (parents, last) = match path.rsplit_once('.') {
         Some((parents, last)) => (Some(parents), last),
         None => (None, path),
