@@ -164,16 +164,25 @@ pub fn expression_path_value(value: &Bson, components: &[String]) -> Option<Bson
     if components.len() > crate::limits::MAX_FIELD_PATH_COMPONENTS {
         return None;
     }
+    expression_path_value_bounded(value, components, 0)
+}
+
+/// `depth` counts the values descended through; past the BSON depth limit (which no document
+/// reaching here exceeds) nothing more is found, so the recursion is bounded by construction.
+fn expression_path_value_bounded(value: &Bson, components: &[String], depth: usize) -> Option<Bson> {
     let Some((first, rest)) = components.split_first() else {
         return Some(value.clone());
     };
+    if depth > crate::limits::MAX_BSON_DEPTH + crate::limits::MAX_FIELD_PATH_COMPONENTS {
+        return None;
+    }
     match value {
-        Bson::Document(document) => expression_path_value(document.get(first.as_str())?, rest),
+        Bson::Document(document) => expression_path_value_bounded(document.get(first.as_str())?, rest, depth + 1),
         Bson::Array(items) => {
             let mapped: Vec<Bson> = items
                 .iter()
                 .filter(|item| matches!(item, Bson::Document(_) | Bson::Array(_)))
-                .filter_map(|item| expression_path_value(item, components))
+                .filter_map(|item| expression_path_value_bounded(item, components, depth + 1))
                 .collect();
             Some(Bson::Array(mapped))
         }

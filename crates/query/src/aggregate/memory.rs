@@ -10,22 +10,37 @@ pub const STAGE_MEMORY_LIMIT_BYTES: u64 = 100 * 1024 * 1024;
 
 /// Approximate in-memory size of a value (close to its BSON size).
 pub fn approximate_size_bytes(value: &Bson) -> u64 {
+    approximate_size_bytes_bounded(value, 0)
+}
+
+/// Approximate size of a document (close to its BSON size).
+pub fn approximate_document_size_bytes(document: &bson::Document) -> u64 {
+    approximate_document_size_bytes_bounded(document, 0)
+}
+
+/// `depth` counts enclosing containers; past the BSON depth limit (which no document reaching
+/// here exceeds) values count as 8 bytes instead of being descended into.
+fn approximate_size_bytes_bounded(value: &Bson, depth: usize) -> u64 {
+    if depth > crate::limits::MAX_BSON_DEPTH {
+        return 8;
+    }
     match value {
         Bson::String(text) | Bson::Symbol(text) | Bson::JavaScriptCode(text) => 5 + text.len() as u64,
-        Bson::Document(document) => approximate_document_size_bytes(document),
-        Bson::Array(items) => 5 + items.iter().map(|value| 4 + approximate_size_bytes(value)).sum::<u64>(),
+        Bson::Document(document) => approximate_document_size_bytes_bounded(document, depth + 1),
+        Bson::Array(items) => 5 + items.iter().map(|value| 4 + approximate_size_bytes_bounded(value, depth + 1)).sum::<u64>(),
         Bson::Binary(binary) => 5 + binary.bytes.len() as u64,
         Bson::RegularExpression(regex) => 2 + regex.pattern.len() as u64 + regex.options.len() as u64,
-        Bson::JavaScriptCodeWithScope(code) => 10 + code.code.len() as u64 + approximate_document_size_bytes(&code.scope),
+        Bson::JavaScriptCodeWithScope(code) => {
+            10 + code.code.len() as u64 + approximate_document_size_bytes_bounded(&code.scope, depth + 1)
+        }
         Bson::Decimal128(_) => 16,
         Bson::ObjectId(_) => 12,
         _ => 8,
     }
 }
 
-/// Approximate size of a document (close to its BSON size).
-pub fn approximate_document_size_bytes(document: &bson::Document) -> u64 {
-    5 + document.iter().map(|(key, value)| 2 + key.len() as u64 + approximate_size_bytes(value)).sum::<u64>()
+fn approximate_document_size_bytes_bounded(document: &bson::Document, depth: usize) -> u64 {
+    5 + document.iter().map(|(key, value)| 2 + key.len() as u64 + approximate_size_bytes_bounded(value, depth)).sum::<u64>()
 }
 
 /// Bytes charged by one stage so far.
