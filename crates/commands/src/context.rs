@@ -8,6 +8,8 @@ use std::time::{Instant, SystemTime};
 
 use myriad_storage::Engine;
 
+use crate::backend::{Backend, ContractBackend};
+
 use crate::cursor::CursorManager;
 use crate::log::Logger;
 use crate::session::Session;
@@ -41,7 +43,8 @@ pub struct ConnectionCounters {
 }
 
 pub struct ServerContext {
-    pub engine: Arc<Engine>,
+    /// The data layer, behind its contract (see [`crate::backend`]).
+    pub backend: Arc<dyn Backend>,
     pub options: ServerOptions,
     pub cursors: CursorManager,
     pub logger: Logger,
@@ -99,9 +102,10 @@ impl ConnectionInfo {
 
 impl ServerContext {
     pub fn new(engine: Arc<Engine>, options: ServerOptions, logger: Logger) -> ServerContext {
+        let backend: Arc<dyn Backend> = Arc::new(ContractBackend::new(engine));
         crate::knobs::set_spill_directory(std::path::Path::new(&options.dbpath).join("_tmp"));
         ServerContext {
-            engine,
+            backend,
             options,
             cursors: CursorManager::new(),
             logger,

@@ -19,7 +19,9 @@ use myriad_query::filter::Filter;
 use myriad_query::projection::Projection;
 use myriad_query::external_sort::{ExternalSorter, SortedOutput};
 use myriad_query::sort::SortSpec;
-use myriad_storage::{CollectionHandle, Engine, RecordId};
+use myriad_storage::{CollectionHandle, RecordId};
+
+use crate::backend::Backend;
 
 use crate::error::{CommandError, CommandResult};
 use crate::operation::check_interrupt;
@@ -139,20 +141,20 @@ impl Execution {
     }
 
     /// The next document from the access path, not yet filtered; None at the end.
-    fn next_candidate(&mut self, engine: &Engine) -> CommandResult<Option<(RecordId, Document)>> {
+    fn next_candidate(&mut self, backend: &dyn Backend) -> CommandResult<Option<(RecordId, Document)>> {
         // Bounded: each refill either yields candidates or marks the storage exhausted.
         while self.pending.is_empty() && !self.storage_exhausted {
             check_interrupt()?;
-            self.read_candidates(engine, STORAGE_READ_CHUNK)?;
+            self.read_candidates(backend, STORAGE_READ_CHUNK)?;
         }
         Ok(self.pending.pop_front().map(|candidate| (candidate.record_id, candidate.document)))
     }
 
     /// The next document that passes the filter (and the sort), skip and limit.
-    fn next_match(&mut self, engine: &Engine) -> CommandResult<Option<(RecordId, Document)>> {
+    fn next_match(&mut self, backend: &dyn Backend) -> CommandResult<Option<(RecordId, Document)>> {
         if self.sort.is_some() {
             if self.sorted.is_none() {
-                self.run_blocking_sort(engine)?;
+                self.run_blocking_sort(backend)?;
             }
             let Some(sorted) = self.sorted.as_mut() else { return Ok(None) };
             while self.skip_remaining > 0 {
@@ -171,7 +173,7 @@ impl Execution {
             return Ok(next.map(|(record_id, document, _)| (record_id, document)));
         }
         while self.limit_remaining != Some(0) {
-            let Some((record_id, document)) = self.next_candidate(engine)? else { return Ok(None) };
+            let Some((record_id, document)) = self.next_candidate(backend)? else { return Ok(None) };
             if self.accept(&document) {
                 return Ok(Some((record_id, document)));
             }
@@ -180,14 +182,14 @@ impl Execution {
     }
 
     /// Up to `max_documents` projected results, never more than [`MAX_BATCH_BYTES`].
-    pub fn next_batch(&mut self, engine: &Engine, max_documents: usize) -> CommandResult<Vec<Document>> {
+    pub fn next_batch(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<Vec<Document>> {
         let mut batch = Vec::new();
         let mut batch_bytes = 0usize;
         while batch.len() < max_documents {
             let (projected, size) = match self.held_back.take() {
                 Some(held) => held,
                 None => {
-                    let Some((_, document)) = self.next_match(engine)? else { break };
+                    let Some((_, document)) = self.next_match(backend)? else { break };
                     let projected = project(self.projection.as_ref(), document)?;
                     let size = bson_size_bytes(&projected);
                     (projected, size)
@@ -206,10 +208,10 @@ impl Execution {
 
     /// Matching documents with their record ids, unprojected, in sort order when sorted, with
     /// skip and limit applied: the input of update, delete, findAndModify and count.
-    pub fn next_matches(&mut self, engine: &Engine, max_documents: usize) -> CommandResult<Vec<(RecordId, Document)>> {
+    pub fn next_matches(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<Vec<(RecordId, Document)>> {
         let mut matches = Vec::new();
         while matches.len() < max_documents {
-            let Some(found) = self.next_match(engine)? else { break };
+            let Some(found) = self.next_match(backend)? else { break };
             matches.push(found);
         }
         Ok(matches)
@@ -217,8 +219,8 @@ impl Execution {
 
     /// The next matching document (before skip, limit and projection), for callers that
     /// stream the matches themselves (aggregation input, distinct).
-    pub fn next_filtered(&mut self, engine: &Engine) -> CommandResult<Option<Document>> {
-        while let Some((_, document)) = self.next_candidate(engine)? {
+    pub fn next_filtered(&mut self, backend: &dyn Backend) -> CommandResult<Option<Document>> {
+        while let Some((_, document)) = self.next_candidate(backend)? {
             if self.filter.matches(&document) {
                 return Ok(Some(document));
             }
@@ -229,13 +231,13 @@ impl Execution {
     /// Sorts every match; with a limit only the top `skip + limit` are kept (top-k), so the
     /// memory bound applies to what is kept, not to what is read. Past the memory limit the
     /// sort spills to disk when allowed, else fails with 292.
-    fn run_blocking_sort(&mut self, engine: &Engine) -> CommandResult<()> {
+    fn run_blocking_sort(&mut self, backend: &dyn Backend) -> CommandResult<()> {
         let Some(spec) = self.sort.clone() else { return Ok(()) };
         let keep = self.limit_remaining.map(|limit| limit.saturating_add(self.skip_remaining));
         let keep = keep.and_then(|keep| usize::try_from(keep).ok());
         let limit_bytes = crate::knobs::max_blocking_sort_bytes();
         let mut sorter = ExternalSorter::new(spec, keep, limit_bytes, self.spill_directory.clone());
-        while let Some((record_id, document)) = self.next_candidate(engine)? {
+        while let Some((record_id, document)) = self.next_candidate(backend)? {
             if self.filter.matches(&document) {
                 let size = bson_size_bytes(&document);
                 sorter.push(record_id, document, size)?;
@@ -262,19 +264,19 @@ impl Execution {
 
     /// Reads the next candidates from the access path into `pending`; sets
     /// `storage_exhausted` at the end.
-    fn read_candidates(&mut self, engine: &Engine, wanted: usize) -> CommandResult<()> {
+    fn read_candidates(&mut self, backend: &dyn Backend, wanted: usize) -> CommandResult<()> {
         match &mut self.access {
             Access::IdLookup { id } => {
                 self.storage_exhausted = true;
                 self.keys_examined += 1;
-                if let Some((record_id, raw)) = engine.find_by_id(&self.collection, id)? {
+                if let Some((record_id, raw)) = backend.find_by_id(&self.collection, id)? {
                     self.documents_examined += 1;
                     let resume = ResumePoint::Lookup;
                     self.pending.push_back(Candidate { record_id, document: to_document(&raw)?, resume });
                 }
             }
             Access::CollectionScan { last_record_id } => {
-                let records = engine.scan_records(&self.collection, *last_record_id, wanted)?;
+                let records = backend.scan_records(&self.collection, *last_record_id, wanted)?;
                 if records.len() < wanted {
                     self.storage_exhausted = true;
                 }
@@ -290,11 +292,10 @@ impl Execution {
                 while self.pending.is_empty() && *current_range < ranges.len() {
                     check_interrupt()?;
                     let range_number = *current_range;
-                    let entries = engine.scan_index(
+                    let entries = backend.scan_index(
                         &self.collection,
                         index_name,
                         &ranges[range_number],
-                        false,
                         last_entry_key.as_deref(),
                         wanted,
                     )?;
@@ -307,7 +308,7 @@ impl Execution {
                         if !seen_record_ids.insert(record_id) {
                             continue;
                         }
-                        if let Some(raw) = engine.get_record(&self.collection, record_id)? {
+                        if let Some(raw) = backend.get_record(&self.collection, record_id)? {
                             self.documents_examined += 1;
                             self.pending.push_back(Candidate { record_id, document: to_document(&raw)?, resume });
                         }

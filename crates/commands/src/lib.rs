@@ -10,6 +10,7 @@
 //!   readers never wait on DDL.
 //! - Every cursor, batch and log buffer is bounded.
 
+pub mod backend;
 pub mod command;
 pub mod context;
 pub mod cursor;

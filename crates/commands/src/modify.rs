@@ -22,7 +22,9 @@
 
 use bson::Document;
 use myriad_query::filter::Filter;
-use myriad_storage::{CollectionHandle, Durability, Engine, RecordId, StorageError, WriteTransaction};
+use myriad_storage::{CollectionHandle, Durability, RecordId, StorageError};
+
+use crate::backend::{Backend, WriteSession};
 
 use crate::error::CommandResult;
 use crate::execution::{to_document, Execution};
@@ -49,12 +51,12 @@ pub enum Scope {
 /// write through the transaction or return an error. Returns how many documents it was given.
 /// On an error, what the statement wrote before it stays written (as in MongoDB).
 pub fn for_each_current_match(
-    engine: &Engine,
+    backend: &dyn Backend,
     collection: &CollectionHandle,
     spec: &QuerySpec,
     scope: Scope,
     durability: Durability,
-    mut write: impl FnMut(&mut WriteTransaction<'_>, RecordId, Document) -> CommandResult<()>,
+    mut write: impl FnMut(&mut dyn WriteSession, RecordId, Document) -> CommandResult<()>,
 ) -> CommandResult<u64> {
     let sorted_single = scope == Scope::One && spec.sort.is_some();
     loop {
@@ -71,17 +73,17 @@ pub fn for_each_current_match(
         let chunk = if scope == Scope::One { 1 } else { WRITE_CHUNK_DOCUMENTS };
         loop {
             check_interrupt()?;
-            let candidates = execution.next_matches(engine, chunk)?;
+            let candidates = execution.next_matches(backend, chunk)?;
             if candidates.is_empty() {
                 break;
             }
             candidates_seen += candidates.len() as u64;
-            let mut transaction = engine.begin_write(collection);
+            let mut transaction = backend.begin_write(collection);
             if let Err(StorageError::NamespaceNotFound(_)) = transaction.handle() {
                 // Dropped under the statement: nothing is left to match.
                 return Ok(written);
             }
-            let outcome = write_chunk(&mut transaction, &spec.filter, candidates, scope, &mut written, &mut write);
+            let outcome = write_chunk(transaction.as_mut(), &spec.filter, candidates, scope, &mut written, &mut write);
             // What the chunk wrote before a failure is committed: writes are per document.
             transaction.commit(durability)?;
             outcome?;
@@ -98,12 +100,12 @@ pub fn for_each_current_match(
 
 /// Re-reads each candidate under the lock and writes those that still match.
 fn write_chunk(
-    transaction: &mut WriteTransaction<'_>,
+    transaction: &mut dyn WriteSession,
     filter: &Filter,
     candidates: Vec<(RecordId, Document)>,
     scope: Scope,
     written: &mut u64,
-    write: &mut impl FnMut(&mut WriteTransaction<'_>, RecordId, Document) -> CommandResult<()>,
+    write: &mut impl FnMut(&mut dyn WriteSession, RecordId, Document) -> CommandResult<()>,
 ) -> CommandResult<()> {
     for (record_id, _read_without_lock) in candidates {
         let Some(raw) = transaction.get_record(record_id)? else { continue };

@@ -127,7 +127,7 @@ const DDL_COMMANDS: &[&str] = &["create", "drop", "dropDatabase", "renameCollect
 
 fn sync_journal_for_ddl(context: &ServerContext, request: &CommandRequest) -> CommandResult<()> {
     if DDL_COMMANDS.contains(&request.name.as_str()) && crate::write::durability(request)? == myriad_storage::Durability::Journaled {
-        context.engine.sync_wal()?;
+        context.backend.sync_wal()?;
     }
     Ok(())
 }

@@ -2,7 +2,9 @@
 //! limits and the write reply shape.
 
 use bson::{doc, oid::ObjectId, Bson, Document};
-use myriad_storage::{CollectionHandle, Durability, Engine};
+use myriad_storage::{CollectionHandle, Durability};
+
+use crate::backend::Backend;
 
 use crate::error::{CommandError, CommandResult, INVALID_LENGTH};
 use crate::request::CommandRequest;
@@ -71,9 +73,9 @@ pub fn prepare_for_insert(document: &Document) -> CommandResult<Document> {
 }
 
 /// The collection a write goes to, created on first write as MongoDB does.
-pub fn target_collection(engine: &Engine, request: &CommandRequest) -> CommandResult<CollectionHandle> {
+pub fn target_collection(backend: &dyn Backend, request: &CommandRequest) -> CommandResult<CollectionHandle> {
     let name = request.collection_name()?;
-    Ok(engine.get_or_create_collection(&request.db, &name)?)
+    Ok(backend.get_or_create_collection(&request.db, &name)?)
 }
 
 /// `{n, ok: 1, writeErrors?}`; writeErrors never turn the reply into `ok: 0`.

@@ -87,7 +87,9 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
         block_cache_size_bytes: arguments.cache_size_mebibytes.saturating_mul(1024 * 1024),
         ..EngineOptions::default()
     };
-    let engine = Engine::open(Path::new(&arguments.dbpath), &engine_options).map_err(|error| format!("cannot open the storage engine: {error}"))?;
+    let engine = Arc::new(Engine::open(Path::new(&arguments.dbpath), &engine_options).map_err(|error| format!("cannot open the storage engine: {error}"))?);
+    // Index builds interrupted by a crash restart in the background: open never waits for them.
+    engine.resume_index_builds().map_err(|error| format!("cannot start the index build thread: {error}"))?;
     let mut listeners = Vec::new();
     for address in arguments.bind_ip.split(',').map(str::trim).filter(|address| !address.is_empty()) {
         let listener = TcpListener::bind((address, arguments.port))
@@ -106,7 +108,7 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
         argv,
         logpath: arguments.logpath.clone(),
     };
-    let context = Arc::new(ServerContext::new(Arc::new(engine), options, logger));
+    let context = Arc::new(ServerContext::new(engine, options, logger));
     let (shutdown_sender, shutdown_receiver) = watch::channel(false);
     let connection_slots = Arc::new(Semaphore::new(arguments.max_connections.max(1)));
     let next_connection_id = Arc::new(AtomicI64::new(1));
@@ -133,8 +135,8 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     for task in accept_tasks {
         task.abort();
     }
-    let engine = Arc::clone(&context.engine);
-    let flushed = tokio::task::spawn_blocking(move || engine.flush()).await;
+    let backend = Arc::clone(&context.backend);
+    let flushed = tokio::task::spawn_blocking(move || backend.flush()).await;
     match flushed {
         Ok(Ok(())) => {}
         Ok(Err(error)) => context.logger.info("STORAGE", 22320, "SignalHandler", "Flush at shutdown failed", json!({ "error": error.to_string() })),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bson::{Bson, Document};
 use myriad_query::aggregate::{Pipeline, PipelineRun};
-use myriad_storage::Engine;
+use crate::backend::Backend;
 use myriad_query::filter::Filter;
 
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
@@ -61,7 +61,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     };
     let execution = match &collection_name {
         None => None,
-        Some(name) => match context.engine.collection(&request.db, name)? {
+        Some(name) => match context.backend.collection(&request.db, name)? {
             None => None,
             Some(collection) => {
                 let filter_document = pipeline.leading_match().cloned().unwrap_or_default();
@@ -80,7 +80,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         },
     };
     let mut stream = AggregationStream { input: execution, run: PipelineRun::new(pipeline), output: VecDeque::new(), output_bytes: 0 };
-    let first_batch = stream.next_batch(&context.engine, batch_size)?;
+    let first_batch = stream.next_batch(context.backend.as_ref(), batch_size)?;
     let cursor_id = if stream.is_exhausted() {
         0
     } else {
@@ -103,11 +103,11 @@ pub struct AggregationStream {
 
 impl AggregationStream {
     /// Up to `max_documents` results, within the batch byte bound.
-    pub fn next_batch(&mut self, engine: &Engine, max_documents: usize) -> CommandResult<Vec<Document>> {
+    pub fn next_batch(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<Vec<Document>> {
         let mut produced = Vec::new();
         while !self.run.is_finished() && self.output.len() < max_documents && self.output_bytes < MAX_BATCH_BYTES {
             let next = match (&mut self.input, self.run.wants_input()) {
-                (Some(execution), true) => execution.next_filtered(engine)?,
+                (Some(execution), true) => execution.next_filtered(backend)?,
                 _ => None,
             };
             match next {

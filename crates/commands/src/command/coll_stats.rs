@@ -18,10 +18,10 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let name = request.collection_name()?;
     let namespace = format!("{}.{}", request.db, name);
     let scale = scale(request)?;
-    let Some(collection) = context.engine.collection(&request.db, &name)? else {
+    let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Err(CommandError::new(NAMESPACE_NOT_FOUND, format!("Collection [{namespace}] not found.")));
     };
-    let stats = context.engine.collection_stats(&collection)?;
+    let stats = context.backend.collection_stats(&collection)?;
     let mut index_sizes = Document::new();
     let mut total_index_size = 0i64;
     for (index_name, size) in &stats.index_sizes_bytes {

@@ -9,8 +9,8 @@ use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     request.collection_name()?;
-    let before = context.engine.disk_usage_bytes()?;
-    context.engine.compact()?;
-    let after = context.engine.disk_usage_bytes()?;
+    let before = context.backend.disk_usage_bytes()?;
+    context.backend.compact()?;
+    let after = context.backend.disk_usage_bytes()?;
     Ok(doc! { "bytesFreed": (before - after).max(0), "ok": 1.0 })
 }

@@ -12,17 +12,17 @@ const COUNT_BATCH: usize = 1024;
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
     let spec = super::find::parse_query_spec(request, "query")?;
-    let Some(collection) = context.engine.collection(&request.db, &name)? else {
+    let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Ok(doc! { "n": 0, "ok": 1.0 });
     };
     if spec.filter_document.is_empty() && spec.skip == 0 && spec.limit.is_none() {
-        let stats = context.engine.collection_stats(&collection)?;
+        let stats = context.backend.collection_stats(&collection)?;
         return Ok(doc! { "n": stats.count, "ok": 1.0 });
     }
     let mut execution = Execution::new(collection, spec)?;
     let mut count = 0i64;
     loop {
-        let found = execution.next_matches(&context.engine, COUNT_BATCH)?.len();
+        let found = execution.next_matches(context.backend.as_ref(), COUNT_BATCH)?.len();
         count += found as i64;
         if found < COUNT_BATCH {
             break;

@@ -26,7 +26,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             ));
         }
     }
-    context.engine.create_collection(&request.db, &name, options).map_err(|error| {
+    context.backend.create_collection(&request.db, &name, options).map_err(|error| {
         let mut error = CommandError::from(error);
         if error.code == crate::error::NAMESPACE_EXISTS.code {
             error.message = format!("Collection {}.{name} already exists.", request.db);

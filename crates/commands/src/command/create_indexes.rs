@@ -24,7 +24,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             ))
         }
     };
-    let outcome = context.engine.create_indexes(&request.db, &name, specs)?;
+    let outcome = context.backend.create_indexes(&request.db, &name, specs)?;
     let mut reply = doc! {
         "numIndexesBefore": outcome.indexes_before as i32,
         "numIndexesAfter": outcome.indexes_after as i32,

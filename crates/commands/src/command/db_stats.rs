@@ -7,7 +7,7 @@ use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let scale = super::coll_stats::scale(request)?;
-    let stats = context.engine.database_stats(&request.db)?;
+    let stats = context.backend.database_stats(&request.db)?;
     let average = if stats.objects > 0 { stats.data_size_bytes / stats.objects } else { 0 };
     Ok(doc! {
         "db": &request.db,

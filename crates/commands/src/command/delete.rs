@@ -37,7 +37,7 @@ pub fn delete_matching(
     };
     let scope = if multi { Scope::All } else { Scope::One };
     let mut first = None;
-    let deleted = for_each_current_match(&context.engine, collection, &spec, scope, durability, |transaction, record_id, document| {
+    let deleted = for_each_current_match(context.backend.as_ref(), collection, &spec, scope, durability, |transaction, record_id, document| {
         transaction.delete(record_id, &document)?;
         if first.is_none() {
             first = Some(document);
@@ -52,7 +52,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let ordered = ordered(request)?;
     let durability = durability(request)?;
     let name = request.collection_name()?;
-    let collection = context.engine.collection(&request.db, &name)?;
+    let collection = context.backend.collection(&request.db, &name)?;
     let mut deleted = 0i64;
     let mut write_errors = Vec::new();
     for (index, statement) in statements.into_iter().enumerate() {

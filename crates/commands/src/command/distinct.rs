@@ -18,12 +18,12 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     };
     let components = split_path(&key)?;
     let spec = super::find::parse_query_spec(request, "query")?;
-    let Some(collection) = context.engine.collection(&request.db, &name)? else {
+    let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Ok(doc! { "values": Bson::Array(Vec::new()), "ok": 1.0 });
     };
     let mut execution = Execution::new(collection, spec)?;
     let mut values = DistinctValues::default();
-    while let Some(document) = execution.next_filtered(&context.engine)? {
+    while let Some(document) = execution.next_filtered(context.backend.as_ref())? {
         let mut reached_values = Vec::new();
         visit_match_values(&document, &components, LeafArrays::ExpandAndWhole, &mut |reached| {
             match reached.value {

@@ -9,11 +9,11 @@ use crate::{CommandRequest, ServerContext};
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
     let namespace = format!("{}.{}", request.db, name);
-    let Some(collection) = context.engine.collection(&request.db, &name)? else {
+    let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Ok(doc! { "ok": 1.0 });
     };
     let index_count = collection.index_count() as i32;
     context.cursors.kill_namespace(&namespace);
-    context.engine.drop_collection(&request.db, &name)?;
+    context.backend.drop_collection(&request.db, &name)?;
     Ok(doc! { "nIndexesWas": index_count, "ns": namespace, "ok": 1.0 })
 }

@@ -7,6 +7,6 @@ use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     context.cursors.kill_database(&request.db);
-    context.engine.drop_database(&request.db)?;
+    context.backend.drop_database(&request.db)?;
     Ok(doc! { "dropped": &request.db, "ok": 1.0 })
 }

@@ -8,7 +8,7 @@ use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
-    if context.engine.collection(&request.db, &name)?.is_none() {
+    if context.backend.collection(&request.db, &name)?.is_none() {
         return Err(CommandError::new(NAMESPACE_NOT_FOUND, format!("ns not found {}.{}", request.db, name)));
     }
     let selectors: Vec<IndexSelector> = match request.body.get("index") {
@@ -29,7 +29,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     };
     let mut indexes_before = None;
     for selector in selectors {
-        let before = context.engine.drop_indexes(&request.db, &name, selector)?;
+        let before = context.backend.drop_indexes(&request.db, &name, selector)?;
         indexes_before.get_or_insert(before);
     }
     Ok(doc! { "nIndexesWas": indexes_before.unwrap_or(0) as i32, "ok": 1.0 })

@@ -70,11 +70,11 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let single_batch = request.flag("singleBatch")? || matches!(request.optional_integer("limit")?, Some(limit) if limit < 0);
     let batch_size = batch_size(request, "batchSize", DEFAULT_FIRST_BATCH_SIZE)?;
     context.count(&context.operation_counters.query, 1);
-    let Some(collection) = context.engine.collection(&request.db, &name)? else {
+    let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Ok(cursor_reply("firstBatch", 0, &namespace, Vec::new()));
     };
     let mut execution = Execution::new(collection, spec)?;
-    let batch = execution.next_batch(&context.engine, batch_size)?;
+    let batch = execution.next_batch(context.backend.as_ref(), batch_size)?;
     let cursor_id = if single_batch || execution.is_exhausted() {
         0
     } else {

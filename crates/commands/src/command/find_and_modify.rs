@@ -45,7 +45,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
                 return Err(CommandError::new(FAILED_TO_PARSE, "Cannot specify both upsert=true and remove=true"));
             }
             context.count(&context.operation_counters.delete, 1);
-            let (count, removed) = match context.engine.collection(&request.db, &name)? {
+            let (count, removed) = match context.backend.collection(&request.db, &name)? {
                 Some(collection) => {
                     super::delete::delete_matching(context, &collection, filter, false, hint, sort.as_ref(), durability)?
                 }
@@ -65,9 +65,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
                 return_new,
             };
             let collection = if upsert {
-                Some(context.engine.get_or_create_collection(&request.db, &name)?)
+                Some(context.backend.get_or_create_collection(&request.db, &name)?)
             } else {
-                context.engine.collection(&request.db, &name)?
+                context.backend.collection(&request.db, &name)?
             };
             match collection {
                 Some(collection) => {

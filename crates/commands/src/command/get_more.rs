@@ -55,11 +55,11 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         }
         CursorSource::Query(execution) => {
             // A failed read closes the cursor, as MongoDB does.
-            let batch = execution.next_batch(&context.engine, batch_size)?;
+            let batch = execution.next_batch(context.backend.as_ref(), batch_size)?;
             (batch, execution.is_exhausted())
         }
         CursorSource::Aggregation(stream) => {
-            let batch = stream.next_batch(&context.engine, batch_size)?;
+            let batch = stream.next_batch(context.backend.as_ref(), batch_size)?;
             (batch, stream.is_exhausted())
         }
     };

@@ -2,7 +2,9 @@
 //! keep what came before it; unordered batches go on and report every error with its index.
 
 use bson::Document;
-use myriad_storage::{StorageError, WriteTransaction};
+use myriad_storage::StorageError;
+
+use crate::backend::WriteSession;
 
 use crate::error::{CommandError, CommandResult};
 use crate::write::{check_batch_size, durability, ordered, prepare_for_insert, target_collection, write_reply};
@@ -14,10 +16,10 @@ const MAX_CREATE_ATTEMPTS: usize = 16;
 /// A write transaction on the command's collection, created if missing. A collection dropped
 /// between its creation and the lock is created again, as MongoDB re-creates it for an insert
 /// that races a drop.
-fn open_transaction<'e>(context: &'e ServerContext, request: &CommandRequest) -> CommandResult<WriteTransaction<'e>> {
+fn open_transaction<'e>(context: &'e ServerContext, request: &CommandRequest) -> CommandResult<Box<dyn WriteSession + 'e>> {
     for _ in 0..MAX_CREATE_ATTEMPTS {
-        let collection = target_collection(&context.engine, request)?;
-        let transaction = context.engine.begin_write(&collection);
+        let collection = target_collection(context.backend.as_ref(), request)?;
+        let transaction = context.backend.begin_write(&collection);
         match transaction.handle() {
             Ok(_) => return Ok(transaction),
             Err(StorageError::NamespaceNotFound(_)) => continue,

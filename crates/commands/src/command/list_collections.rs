@@ -34,7 +34,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         None => usize::MAX,
     };
     let mut entries: VecDeque<Document> = VecDeque::new();
-    for collection in context.engine.list_collections(&request.db)? {
+    for collection in context.backend.list_collections(&request.db)? {
         // The filter sees the full entry (it may test options or type) even with nameOnly.
         let full = describe(&collection, false)?;
         if filter.as_ref().map_or(true, |filter| filter.matches(&full)) {

@@ -15,7 +15,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let name_only = request.flag("nameOnly")?;
     let mut databases = Vec::new();
     let mut total_size = 0i64;
-    for database in context.engine.list_databases()? {
+    for database in context.backend.list_databases()? {
         let size = database.size_on_disk_bytes;
         let entry = doc! { "name": &database.name, "sizeOnDisk": size, "empty": database.empty };
         if filter.as_ref().map_or(true, |filter| filter.matches(&entry)) {

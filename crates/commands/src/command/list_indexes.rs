@@ -8,7 +8,7 @@ use crate::{CommandRequest, ServerContext};
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
     let namespace = format!("{}.{}", request.db, name);
-    let Some(collection) = context.engine.collection(&request.db, &name)? else {
+    let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Err(CommandError::new(NAMESPACE_NOT_FOUND, format!("ns does not exist: {namespace}")));
     };
     let specs: Vec<Bson> = collection

@@ -33,17 +33,17 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         return Err(CommandError::new(crate::error::ILLEGAL_OPERATION, "Can't rename a collection to itself"));
     }
     let drop_target = request.flag("dropTarget")?;
-    if context.engine.collection(source_db, source_collection)?.is_none() {
+    if context.backend.collection(source_db, source_collection)?.is_none() {
         return Err(CommandError::new(
             crate::error::NAMESPACE_NOT_FOUND,
             format!("Source collection {source} does not exist"),
         ));
     }
-    if !drop_target && context.engine.collection(target_db, target_collection)?.is_some() {
+    if !drop_target && context.backend.collection(target_db, target_collection)?.is_some() {
         return Err(CommandError::new(crate::error::NAMESPACE_EXISTS, "target namespace exists"));
     }
     context.cursors.kill_namespace(&source);
     context.cursors.kill_namespace(&target);
-    context.engine.rename_collection(source_db, source_collection, target_db, target_collection, drop_target)?;
+    context.backend.rename_collection((source_db, source_collection), (target_db, target_collection), drop_target)?;
     Ok(doc! { "ok": 1.0 })
 }

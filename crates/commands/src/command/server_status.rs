@@ -87,7 +87,7 @@ pub fn run(context: &ServerContext, _request: &CommandRequest) -> CommandResult<
             "persistent": true,
             "backupCursorOpen": false,
         },
-        "myriad": context.engine.engine_status(),
+        "myriad": context.backend.status(),
         "ok": 1.0,
     })
 }

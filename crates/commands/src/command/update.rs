@@ -78,7 +78,7 @@ pub fn apply_statement(
         attempt += 1;
         let mut outcome = StatementOutcome::default();
         let now = DateTime::now();
-        let matched = for_each_current_match(&context.engine, collection, &spec, scope, durability, |transaction, record_id, old| {
+        let matched = for_each_current_match(context.backend.as_ref(), collection, &spec, scope, durability, |transaction, record_id, old| {
             let mut new = old.clone();
             let position = spec.filter.matches_with_position(&old).and_then(|details| details.array_position);
             let update_context = UpdateContext { is_upsert_insert: false, matched_array_position: position, now };
@@ -130,12 +130,12 @@ fn upsert(
     let update_context = UpdateContext { is_upsert_insert: true, matched_array_position: None, now };
     statement.update.apply(&mut seed, &update_context)?;
     let prepared = prepare_for_insert(&seed)?;
-    let mut transaction = context.engine.begin_write(collection);
+    let mut transaction = context.backend.begin_write(collection);
     if let Err(myriad_storage::StorageError::NamespaceNotFound(_)) = transaction.handle() {
         // Dropped since the statement began: create it again, as MongoDB's upsert does.
         drop(transaction);
-        let collection = context.engine.get_or_create_collection(collection.db(), collection.name())?;
-        transaction = context.engine.begin_write(&collection);
+        let collection = context.backend.get_or_create_collection(collection.db(), collection.name())?;
+        transaction = context.backend.begin_write(&collection);
     }
     transaction.insert(&prepared)?;
     transaction.commit(durability)?;
@@ -205,9 +205,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         context.count(&context.operation_counters.update, 1);
         let result = parse_statement(statement).and_then(|parsed| {
             let collection = if parsed.upsert {
-                Some(context.engine.get_or_create_collection(&request.db, &name)?)
+                Some(context.backend.get_or_create_collection(&request.db, &name)?)
             } else {
-                context.engine.collection(&request.db, &name)?
+                context.backend.collection(&request.db, &name)?
             };
             match collection {
                 Some(collection) => apply_statement(context, &collection, &parsed, durability),

@@ -15,16 +15,16 @@ const VALIDATE_BATCH: usize = 1024;
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
     let namespace = format!("{}.{}", request.db, name);
-    let Some(collection) = context.engine.collection(&request.db, &name)? else {
+    let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Err(CommandError::new(NAMESPACE_NOT_FOUND, format!("Collection '{namespace}' does not exist to validate.")));
     };
-    let engine = &context.engine;
+    let backend = &context.backend;
     let mut errors: Vec<Bson> = Vec::new();
     let mut record_ids = HashSet::new();
     let mut invalid_documents = 0i64;
     let mut last = None;
     loop {
-        let records = engine.scan_records(&collection, last, VALIDATE_BATCH)?;
+        let records = backend.scan_records(&collection, last, VALIDATE_BATCH)?;
         for (record_id, raw) in &records {
             record_ids.insert(*record_id);
             if raw.to_document().is_err() {
@@ -39,7 +39,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     if invalid_documents > 0 {
         errors.push(Bson::String(format!("{invalid_documents} records are not valid BSON")));
     }
-    let stats = engine.collection_stats(&collection)?;
+    let stats = backend.collection_stats(&collection)?;
     if stats.count != record_ids.len() as i64 {
         errors.push(Bson::String(format!(
             "the stored count {} does not match the {} records found",
@@ -61,7 +61,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         let mut dangling = 0i64;
         let mut start_after: Option<Vec<u8>> = None;
         loop {
-            let entries = engine.scan_index(&collection, &index.name, &everything, false, start_after.as_deref(), VALIDATE_BATCH)?;
+            let entries = backend.scan_index(&collection, &index.name, &everything, start_after.as_deref(), VALIDATE_BATCH)?;
             for (_, record_id) in &entries {
                 keys += 1;
                 if !record_ids.contains(record_id) {

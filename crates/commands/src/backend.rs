@@ -1,0 +1,325 @@
+//! The seam between commands and data: [`Backend`] is everything a command handler may ask
+//! of the layer below it. The local storage engine implements it now; a router will
+//! implement it for a sharded cluster, and a replicated node will wrap it.
+//!
+//! Every backend is used through [`ContractBackend`], which checks on every call what any
+//! implementation must guarantee (after FerretDB's contract wrapper), so a bug in a backend
+//! is caught at the seam instead of surfacing as a wrong reply:
+//! - a scan returns at most what was asked, in strictly increasing order, after its start;
+//! - a point read returns a record of the collection it was asked about;
+//! - collection and database counters are never negative;
+//! - a collection handle returned for a namespace names that namespace.
+//!
+//! The checks are cheap (comparisons on what was returned anyway) and stay on in release
+//! builds: a broken one panics the command, which the connection turns into InternalError.
+
+use std::sync::Arc;
+
+use bson::{Bson, Document, RawDocumentBuf};
+use myriad_storage::{
+    CollectionHandle, CollectionStats, CreateIndexesOutcome, DatabaseStats, Durability, Engine, IndexKeyRange,
+    IndexSelector, RecordId, StorageError, WriteTransaction,
+};
+
+pub type BackendResult<T> = Result<T, StorageError>;
+
+/// One write unit on one collection, isolated from other writers of the collection until
+/// it commits or is dropped (the storage engine's [`WriteTransaction`]).
+pub trait WriteSession {
+    /// The collection as this session writes it; NamespaceNotFound when it was dropped.
+    fn handle(&self) -> BackendResult<CollectionHandle>;
+    /// The record as this session sees it (its own writes included).
+    fn get_record(&self, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>>;
+    fn insert(&mut self, document: &Document) -> BackendResult<RecordId>;
+    fn update(&mut self, record_id: RecordId, old: &Document, new: &Document) -> BackendResult<()>;
+    fn delete(&mut self, record_id: RecordId, old: &Document) -> BackendResult<()>;
+    /// Makes every write of the session durable as asked, atomically.
+    fn commit(self: Box<Self>, durability: Durability) -> BackendResult<()>;
+}
+
+/// What command handlers need from the data layer.
+pub trait Backend: Send + Sync {
+    // ----- namespaces ------------------------------------------------------------------------
+    fn collection(&self, db: &str, collection: &str) -> BackendResult<Option<CollectionHandle>>;
+    fn get_or_create_collection(&self, db: &str, collection: &str) -> BackendResult<CollectionHandle>;
+    fn create_collection(&self, db: &str, collection: &str, options: Document) -> BackendResult<CollectionHandle>;
+    fn drop_collection(&self, db: &str, collection: &str) -> BackendResult<()>;
+    fn drop_database(&self, db: &str) -> BackendResult<()>;
+    fn rename_collection(&self, from: (&str, &str), to: (&str, &str), drop_target: bool) -> BackendResult<()>;
+    fn list_collections(&self, db: &str) -> BackendResult<Vec<CollectionHandle>>;
+    fn list_databases(&self) -> BackendResult<Vec<DatabaseStats>>;
+    fn create_indexes(&self, db: &str, collection: &str, specs: Vec<Document>) -> BackendResult<CreateIndexesOutcome>;
+    fn drop_indexes(&self, db: &str, collection: &str, selector: IndexSelector) -> BackendResult<usize>;
+
+    // ----- reads -----------------------------------------------------------------------------
+    /// Records after `start_after` in record-id order, at most `max_count`.
+    fn scan_records(&self, handle: &CollectionHandle, start_after: Option<RecordId>, max_count: usize)
+        -> BackendResult<Vec<(RecordId, RawDocumentBuf)>>;
+    /// Entries of an index within `range`, after `start_after`, in key order, at most `max_count`.
+    fn scan_index(
+        &self,
+        handle: &CollectionHandle,
+        index_name: &str,
+        range: &IndexKeyRange,
+        start_after: Option<&[u8]>,
+        max_count: usize,
+    ) -> BackendResult<Vec<(Vec<u8>, RecordId)>>;
+    fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>>;
+    fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>>;
+
+    // ----- writes ----------------------------------------------------------------------------
+    fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b>;
+
+    // ----- statistics and maintenance --------------------------------------------------------
+    fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats>;
+    fn database_stats(&self, db: &str) -> BackendResult<DatabaseStats>;
+    fn disk_usage_bytes(&self) -> BackendResult<i64>;
+    fn status(&self) -> Document;
+    fn compact(&self) -> BackendResult<()>;
+    fn sync_wal(&self) -> BackendResult<()>;
+    fn flush(&self) -> BackendResult<()>;
+}
+
+impl WriteSession for WriteTransaction<'_> {
+    fn handle(&self) -> BackendResult<CollectionHandle> {
+        WriteTransaction::handle(self)
+    }
+    fn get_record(&self, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
+        WriteTransaction::get_record(self, record_id)
+    }
+    fn insert(&mut self, document: &Document) -> BackendResult<RecordId> {
+        WriteTransaction::insert(self, document)
+    }
+    fn update(&mut self, record_id: RecordId, old: &Document, new: &Document) -> BackendResult<()> {
+        WriteTransaction::update(self, record_id, old, new)
+    }
+    fn delete(&mut self, record_id: RecordId, old: &Document) -> BackendResult<()> {
+        WriteTransaction::delete(self, record_id, old)
+    }
+    fn commit(self: Box<Self>, durability: Durability) -> BackendResult<()> {
+        WriteTransaction::commit(*self, durability)
+    }
+}
+
+impl Backend for Engine {
+    fn collection(&self, db: &str, collection: &str) -> BackendResult<Option<CollectionHandle>> {
+        Engine::collection(self, db, collection)
+    }
+    fn get_or_create_collection(&self, db: &str, collection: &str) -> BackendResult<CollectionHandle> {
+        Engine::get_or_create_collection(self, db, collection)
+    }
+    fn create_collection(&self, db: &str, collection: &str, options: Document) -> BackendResult<CollectionHandle> {
+        Engine::create_collection(self, db, collection, options)
+    }
+    fn drop_collection(&self, db: &str, collection: &str) -> BackendResult<()> {
+        Engine::drop_collection(self, db, collection)
+    }
+    fn drop_database(&self, db: &str) -> BackendResult<()> {
+        Engine::drop_database(self, db)
+    }
+    fn rename_collection(&self, from: (&str, &str), to: (&str, &str), drop_target: bool) -> BackendResult<()> {
+        Engine::rename_collection(self, from.0, from.1, to.0, to.1, drop_target)
+    }
+    fn list_collections(&self, db: &str) -> BackendResult<Vec<CollectionHandle>> {
+        Engine::list_collections(self, db)
+    }
+    fn list_databases(&self) -> BackendResult<Vec<DatabaseStats>> {
+        Engine::list_databases(self)
+    }
+    fn create_indexes(&self, db: &str, collection: &str, specs: Vec<Document>) -> BackendResult<CreateIndexesOutcome> {
+        Engine::create_indexes(self, db, collection, specs)
+    }
+    fn drop_indexes(&self, db: &str, collection: &str, selector: IndexSelector) -> BackendResult<usize> {
+        Engine::drop_indexes(self, db, collection, selector)
+    }
+    fn scan_records(
+        &self,
+        handle: &CollectionHandle,
+        start_after: Option<RecordId>,
+        max_count: usize,
+    ) -> BackendResult<Vec<(RecordId, RawDocumentBuf)>> {
+        Engine::scan_records(self, handle, start_after, max_count)
+    }
+    fn scan_index(
+        &self,
+        handle: &CollectionHandle,
+        index_name: &str,
+        range: &IndexKeyRange,
+        start_after: Option<&[u8]>,
+        max_count: usize,
+    ) -> BackendResult<Vec<(Vec<u8>, RecordId)>> {
+        Engine::scan_index(self, handle, index_name, range, false, start_after, max_count)
+    }
+    fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
+        Engine::get_record(self, handle, record_id)
+    }
+    fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>> {
+        Engine::find_by_id(self, handle, id)
+    }
+    fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b> {
+        Box::new(Engine::begin_write(self, handle))
+    }
+    fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats> {
+        Engine::collection_stats(self, handle)
+    }
+    fn database_stats(&self, db: &str) -> BackendResult<DatabaseStats> {
+        Engine::database_stats(self, db)
+    }
+    fn disk_usage_bytes(&self) -> BackendResult<i64> {
+        Engine::disk_usage_bytes(self)
+    }
+    fn status(&self) -> Document {
+        Engine::engine_status(self)
+    }
+    fn compact(&self) -> BackendResult<()> {
+        Engine::compact(self)
+    }
+    fn sync_wal(&self) -> BackendResult<()> {
+        Engine::sync_wal(self)
+    }
+    fn flush(&self) -> BackendResult<()> {
+        Engine::flush(self)
+    }
+}
+
+/// Checks the [`Backend`] contract around every call of the backend it wraps.
+pub struct ContractBackend<B: Backend> {
+    inner: Arc<B>,
+}
+
+impl<B: Backend> ContractBackend<B> {
+    pub fn new(inner: Arc<B>) -> ContractBackend<B> {
+        ContractBackend { inner }
+    }
+}
+
+fn check_handle(handle: &CollectionHandle, db: &str, collection: &str) {
+    assert!(handle.db() == db && handle.name() == collection, "backend returned {} for {db}.{collection}", handle.namespace());
+}
+
+fn check_collection_stats(stats: &CollectionStats) {
+    assert!(
+        stats.count >= 0 && stats.data_size_bytes >= 0 && stats.total_index_size_bytes >= 0,
+        "negative collection counters: {stats:?}"
+    );
+}
+
+fn check_database_stats(stats: &DatabaseStats) {
+    assert!(
+        stats.collections >= 0 && stats.objects >= 0 && stats.data_size_bytes >= 0 && stats.index_size_bytes >= 0,
+        "negative database counters: {stats:?}"
+    );
+}
+
+impl<B: Backend> Backend for ContractBackend<B> {
+    fn collection(&self, db: &str, collection: &str) -> BackendResult<Option<CollectionHandle>> {
+        let found = self.inner.collection(db, collection)?;
+        if let Some(handle) = &found {
+            check_handle(handle, db, collection);
+        }
+        Ok(found)
+    }
+    fn get_or_create_collection(&self, db: &str, collection: &str) -> BackendResult<CollectionHandle> {
+        let handle = self.inner.get_or_create_collection(db, collection)?;
+        check_handle(&handle, db, collection);
+        Ok(handle)
+    }
+    fn create_collection(&self, db: &str, collection: &str, options: Document) -> BackendResult<CollectionHandle> {
+        let handle = self.inner.create_collection(db, collection, options)?;
+        check_handle(&handle, db, collection);
+        Ok(handle)
+    }
+    fn drop_collection(&self, db: &str, collection: &str) -> BackendResult<()> {
+        self.inner.drop_collection(db, collection)
+    }
+    fn drop_database(&self, db: &str) -> BackendResult<()> {
+        self.inner.drop_database(db)
+    }
+    fn rename_collection(&self, from: (&str, &str), to: (&str, &str), drop_target: bool) -> BackendResult<()> {
+        self.inner.rename_collection(from, to, drop_target)
+    }
+    fn list_collections(&self, db: &str) -> BackendResult<Vec<CollectionHandle>> {
+        let collections = self.inner.list_collections(db)?;
+        assert!(collections.iter().all(|handle| handle.db() == db), "list_collections({db}) returned another database's collection");
+        Ok(collections)
+    }
+    fn list_databases(&self) -> BackendResult<Vec<DatabaseStats>> {
+        let databases = self.inner.list_databases()?;
+        databases.iter().for_each(check_database_stats);
+        Ok(databases)
+    }
+    fn create_indexes(&self, db: &str, collection: &str, specs: Vec<Document>) -> BackendResult<CreateIndexesOutcome> {
+        let outcome = self.inner.create_indexes(db, collection, specs)?;
+        assert!(outcome.indexes_after >= outcome.indexes_before, "createIndexes lost indexes: {outcome:?}");
+        Ok(outcome)
+    }
+    fn drop_indexes(&self, db: &str, collection: &str, selector: IndexSelector) -> BackendResult<usize> {
+        self.inner.drop_indexes(db, collection, selector)
+    }
+    fn scan_records(
+        &self,
+        handle: &CollectionHandle,
+        start_after: Option<RecordId>,
+        max_count: usize,
+    ) -> BackendResult<Vec<(RecordId, RawDocumentBuf)>> {
+        let records = self.inner.scan_records(handle, start_after, max_count)?;
+        assert!(records.len() <= max_count, "scan_records returned {} of at most {max_count}", records.len());
+        let mut previous = start_after.unwrap_or(RecordId::MIN);
+        for (record_id, _) in &records {
+            assert!(*record_id > previous, "scan_records out of order: {record_id} after {previous}");
+            previous = *record_id;
+        }
+        Ok(records)
+    }
+    fn scan_index(
+        &self,
+        handle: &CollectionHandle,
+        index_name: &str,
+        range: &IndexKeyRange,
+        start_after: Option<&[u8]>,
+        max_count: usize,
+    ) -> BackendResult<Vec<(Vec<u8>, RecordId)>> {
+        let entries = self.inner.scan_index(handle, index_name, range, start_after, max_count)?;
+        assert!(entries.len() <= max_count, "scan_index returned {} of at most {max_count}", entries.len());
+        let mut previous: Option<&[u8]> = start_after;
+        for (key, _) in &entries {
+            assert!(previous.map_or(true, |previous| key.as_slice() > previous), "scan_index out of key order");
+            previous = Some(key);
+        }
+        Ok(entries)
+    }
+    fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
+        self.inner.get_record(handle, record_id)
+    }
+    fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>> {
+        self.inner.find_by_id(handle, id)
+    }
+    fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b> {
+        self.inner.begin_write(handle)
+    }
+    fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats> {
+        let stats = self.inner.collection_stats(handle)?;
+        check_collection_stats(&stats);
+        Ok(stats)
+    }
+    fn database_stats(&self, db: &str) -> BackendResult<DatabaseStats> {
+        let stats = self.inner.database_stats(db)?;
+        check_database_stats(&stats);
+        Ok(stats)
+    }
+    fn disk_usage_bytes(&self) -> BackendResult<i64> {
+        self.inner.disk_usage_bytes()
+    }
+    fn status(&self) -> Document {
+        self.inner.status()
+    }
+    fn compact(&self) -> BackendResult<()> {
+        self.inner.compact()
+    }
+    fn sync_wal(&self) -> BackendResult<()> {
+        self.inner.sync_wal()
+    }
+    fn flush(&self) -> BackendResult<()> {
+        self.inner.flush()
+    }
+}
