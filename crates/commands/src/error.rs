@@ -46,7 +46,7 @@ error_codes! {
     UNAUTHORIZED = 13, "Unauthorized";
     INVALID_LENGTH = 16, "InvalidLength";
     CONFLICTING_UPDATE_OPERATORS = 40, "ConflictingUpdateOperators";
-    DATA_CORRUPTION_DETECTED = 12, "DataCorruptionDetected";
+    DATA_CORRUPTION_DETECTED = 296, "DataCorruptionDetected";
     NO_QUERY_EXECUTION_PLANS = 291, "NoQueryExecutionPlans";
     LOCATION_51024 = 51024, "Location51024";
     MAX_TIME_MS_EXPIRED = 50, "MaxTimeMSExpired";

@@ -23,7 +23,7 @@ use myriad_storage::{CollectionHandle, RecordId};
 
 use crate::backend::Backend;
 
-use crate::error::{CommandError, CommandResult};
+use crate::error::CommandResult;
 use crate::operation::check_interrupt;
 use crate::plan::{choose_access, Access, QuerySpec};
 
@@ -336,10 +336,11 @@ fn project(projection: Option<&Projection>, document: Document) -> CommandResult
     }
 }
 
+/// Decodes a stored record without recursion: a record nesting deeper than any BSON document
+/// may (only an older version could have written one) or not well-formed is
+/// DataCorruptionDetected, never a stack overflow.
 pub fn to_document(raw: &bson::RawDocumentBuf) -> CommandResult<Document> {
-    raw.to_document().map_err(|error| {
-        CommandError::new(crate::error::DATA_CORRUPTION_DETECTED, format!("stored document is not valid BSON: {error}"))
-    })
+    Ok(myriad_query::decode_stored(raw)?)
 }
 
 /// The exact encoded size of a document, without encoding it. Documents deeper than

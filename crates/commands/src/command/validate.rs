@@ -27,7 +27,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         let records = backend.scan_records(&collection, last, VALIDATE_BATCH)?;
         for (record_id, raw) in &records {
             record_ids.insert(*record_id);
-            if raw.to_document().is_err() {
+            if myriad_query::decode_stored(raw).is_err() {
                 invalid_documents += 1;
             }
             last = Some(*record_id);
