@@ -280,3 +280,24 @@ async fn aggregation_streams_its_results_through_a_cursor() {
         items.aggregate(vec![doc! { "$limit": 3 }]).await.expect("aggregate").try_collect().await.expect("batches");
     assert_eq!(limited.len(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forgotten_cursors_hold_positions_not_documents() {
+    const CURSORS: usize = 2_000;
+    let server = TestServer::start();
+    let client = server.client().await;
+    let items = client.database("cursors").collection::<Document>("forgotten");
+    fill(&items, 600, 1_000).await;
+    let database = client.database("cursors");
+    for _ in 0..CURSORS {
+        // Each find reads ahead 256 documents (256 KB) to fill its first batch of one.
+        let opened = database.run_command(doc! { "find": "forgotten", "batchSize": 1 }).await.expect("find");
+        assert_ne!(opened.get_document("cursor").expect("cursor").get_i64("id").expect("id"), 0);
+    }
+    let status = admin(&client, doc! { "serverStatus": 1 }).await.expect("serverStatus");
+    let cursor_metrics = status.get_document("metrics").and_then(|metrics| metrics.get_document("cursor")).expect("cursor");
+    assert_eq!(cursor_metrics.get_document("open").expect("open").get_i64("total").expect("total"), CURSORS as i64);
+    // Parked collection-scan cursors rewind over what they read ahead: nothing is retained
+    // (it was 2,000 × 256 documents before).
+    assert_eq!(cursor_metrics.get_i64("retainedBytes").expect("retainedBytes"), 0);
+}

@@ -80,7 +80,13 @@ pub fn run(context: &ServerContext, _request: &CommandRequest) -> CommandResult<
             "command": counters.command.load(Ordering::Relaxed),
         },
         "mem": { "bits": (usize::BITS as i32), "resident": resident, "virtual": virtual_size, "supported": true },
-        "metrics": { "cursor": { "open": { "total": context.cursors.open_count() as i64 } } },
+        "metrics": {
+            "cursor": {
+                "open": { "total": context.cursors.open_count() as i64 },
+                // Myriad's own: bytes all parked cursors retain (bounded by cursorMemoryLimitBytes).
+                "retainedBytes": context.cursors.retained_bytes() as i64,
+            },
+        },
         "storageEngine": {
             "name": "myriad",
             "supportsCommittedReads": true,
