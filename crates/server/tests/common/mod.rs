@@ -20,11 +20,14 @@ pub struct TestServer {
     pub port: u16,
     data_directory: tempfile::TempDir,
     extra_arguments: Vec<String>,
+    /// Extra environment variables of the server process (kept across restarts).
+    environment: Vec<(String, String)>,
 }
 
 #[derive(Default)]
 pub struct TestServerBuilder {
     extra_arguments: Vec<String>,
+    environment: Vec<(String, String)>,
 }
 
 impl TestServerBuilder {
@@ -33,9 +36,21 @@ impl TestServerBuilder {
         self
     }
 
+    /// Sets an environment variable of the server process, for this start and every restart.
+    pub fn environment(mut self, name: &str, value: &str) -> Self {
+        self.environment.push((name.to_string(), value.to_string()));
+        self
+    }
+
     pub fn start(self) -> TestServer {
         let data_directory = tempfile::tempdir().expect("temp dir");
-        let mut server = TestServer { child: None, port: 0, data_directory, extra_arguments: self.extra_arguments };
+        let mut server = TestServer {
+            child: None,
+            port: 0,
+            data_directory,
+            extra_arguments: self.extra_arguments,
+            environment: self.environment,
+        };
         server.launch();
         server
     }
@@ -60,6 +75,7 @@ impl TestServer {
             .arg(self.data_directory.path())
             .args(["--port", "0", "--bind_ip", "127.0.0.1", "--cacheSizeMB", "64"])
             .args(&self.extra_arguments)
+            .envs(self.environment.iter().map(|(name, value)| (name, value)))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
