@@ -3,7 +3,8 @@
 //!
 //! Operations: ping, find by `_id`, find by a secondary index, insert_one and update_one (by
 //! `_id`, `$inc`), each for a fixed duration at each client concurrency (1 and 16 connections
-//! by default). Ping is the baseline: every operation's rate is reported as a ratio to ping's
+//! by default), measured in interleaved slices so background load on a shared machine falls
+//! on every operation alike. Ping is the baseline: every operation's rate is reported as a ratio to ping's
 //! rate at the same connection count, measured in the same run, so the ratios show what a
 //! command costs beyond the round trip. Targets are printed as met or missed, never asserted.
 //!
@@ -28,16 +29,22 @@ const APPLICATION_NAME: &str = "myriad-bench-ops";
 const CONNECTIONS_LIMIT: usize = 1024;
 /// Largest number of preloaded documents.
 const DOCUMENTS_LIMIT: u64 = 10_000_000;
+/// Most slices per measurement.
+const ROUNDS_LIMIT: u32 = 1000;
 /// Longest measurement (or warm-up) of one operation at one concurrency.
 const DURATION_LIMIT_SECONDS: f64 = 3600.0;
 
 /// Flags of `myriad-bench ops`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct OpsArgs {
-    /// Measured time for each operation at each connection count (fractions allowed).
+    /// Measured time for each operation at each connection count, in total over the rounds
+    /// (fractions allowed).
     #[arg(long = "duration-seconds", default_value_t = 3.0)]
     pub duration_seconds: f64,
-    /// Unmeasured warm-up before each measurement (opens the pool's connections, fills caches).
+    /// Slices each measured time is cut into, interleaved with the other operations' slices.
+    #[arg(long = "rounds", default_value_t = 3)]
+    pub rounds: u32,
+    /// Unmeasured warm-up before each operation's first slice (opens the pool's connections, fills caches).
     #[arg(long = "warmup-seconds", default_value_t = 0.5)]
     pub warmup_seconds: f64,
     /// Client concurrencies to measure (comma-separated): that many tasks, each with its own
@@ -71,6 +78,7 @@ pub struct OpsArgs {
 #[derive(Debug, Clone)]
 struct Settings {
     duration: Duration,
+    rounds: u32,
     warmup: Duration,
     connections: Vec<usize>,
     documents: u64,
@@ -101,6 +109,9 @@ impl Settings {
         {
             return invalid(format!("--connections takes counts in 1..={CONNECTIONS_LIMIT}"));
         }
+        if arguments.rounds == 0 || arguments.rounds > ROUNDS_LIMIT {
+            return invalid(format!("--rounds must be in 1..={ROUNDS_LIMIT}"));
+        }
         if arguments.documents == 0 || arguments.documents > DOCUMENTS_LIMIT {
             return invalid(format!("--documents must be in 1..={DOCUMENTS_LIMIT}"));
         }
@@ -111,6 +122,7 @@ impl Settings {
         connections.dedup();
         Ok(Settings {
             duration: seconds_flag("duration-seconds", arguments.duration_seconds, false)?,
+            rounds: arguments.rounds,
             warmup: seconds_flag("warmup-seconds", arguments.warmup_seconds, true)?,
             connections,
             documents: arguments.documents,
@@ -166,30 +178,52 @@ fn measure_all(runtime: &tokio::runtime::Runtime, settings: &Settings) -> BenchR
     for &connections in &settings.connections {
         let pool_size = u32::try_from(connections).unwrap_or(u32::MAX);
         let client = runtime.block_on(client::connect(&server.uri(), APPLICATION_NAME, pool_size, timeout))?;
-        for operation in Operation::ALL {
-            let phase = workload::Phase {
-                operation,
-                connections,
-                documents: settings.documents,
-                warmup: settings.warmup,
-                duration: settings.duration,
-                operation_timeout: timeout,
-            };
-            let measurement = runtime.block_on(workload::measure(&client, &phase)).inspect_err(|_| {
-                eprintln!("ops: last server log lines:\n{}", server.log_tail_text());
-            })?;
-            eprintln!(
-                "ops: {:<24} {connections:>4} connections {:>10.0} ops/s",
-                operation.name(),
-                measurement.operations_per_second()
-            );
-            measurements.push(measurement);
-        }
+        let measured = runtime.block_on(measure_at(&client, settings, connections)).inspect_err(|_| {
+            eprintln!("ops: last server log lines:\n{}", server.log_tail_text());
+        });
         runtime.block_on(client::close(client));
+        measurements.extend(measured?);
     }
     let shutdown = server.stop(settings.startup_timeout)?;
     if shutdown.forced || !shutdown.clean_exit {
         eprintln!("ops: the server did not exit cleanly (forced: {})", shutdown.forced);
+    }
+    Ok(measurements)
+}
+
+/// Every operation at one concurrency, in `--rounds` interleaved slices (ping, find, ..., ping,
+/// find, ...), so a change in the machine's background load touches every operation alike.
+async fn measure_at(
+    client: &mongodb::Client,
+    settings: &Settings,
+    connections: usize,
+) -> BenchResult<Vec<workload::Measurement>> {
+    let mut totals: Vec<Option<workload::Measurement>> = vec![None; Operation::ALL.len()];
+    for round in 0..settings.rounds {
+        for (total, operation) in totals.iter_mut().zip(Operation::ALL) {
+            let phase = workload::Phase {
+                operation,
+                connections,
+                documents: settings.documents,
+                // The first slice warms the pool's connections and the caches for the rest.
+                warmup: if round == 0 { settings.warmup } else { Duration::ZERO },
+                duration: settings.duration / settings.rounds,
+                operation_timeout: settings.operation_timeout,
+            };
+            let slice = workload::measure(client, &phase).await?;
+            match total {
+                Some(total) => total.absorb(&slice)?,
+                None => *total = Some(slice),
+            }
+        }
+    }
+    let measurements: Vec<workload::Measurement> = totals.into_iter().flatten().collect();
+    for measurement in &measurements {
+        eprintln!(
+            "ops: {:<24} {connections:>4} connections {:>10.0} ops/s",
+            measurement.operation.name(),
+            measurement.operations_per_second()
+        );
     }
     Ok(measurements)
 }

@@ -118,6 +118,15 @@ impl Measurement {
         self.completed as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
+    /// Adds another slice of the same operation at the same concurrency.
+    pub fn absorb(&mut self, slice: &Measurement) -> BenchResult<()> {
+        self.completed += slice.completed;
+        self.elapsed += slice.elapsed;
+        self.latency
+            .add(&slice.latency)
+            .map_err(|error| BenchError::InvalidArgument(format!("merging latency histograms: {error}")))
+    }
+
     pub fn latency_microseconds(&self, quantile: f64) -> u64 {
         if self.latency.is_empty() {
             0
