@@ -165,7 +165,7 @@ fn index_scan(index: &IndexInfo, direction: Direction, intervals: &[Interval]) -
 /// The value of a filter that is exactly `{_id: value}` or `{_id: {$eq: value}}`, where the
 /// value matches only itself (not a regex, array, document with operators, null or
 /// undefined, which match more or other documents).
-fn id_equality(filter: &Document) -> Option<&Bson> {
+pub fn id_equality(filter: &Document) -> Option<&Bson> {
     if filter.len() != 1 {
         return None;
     }

@@ -541,13 +541,52 @@ fn legacy_command(full_collection_name: &str, query: Document, connection: Conne
 /// everything else runs on the blocking pool (storage calls are synchronous). A panic becomes
 /// InternalError, not a crash.
 async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) -> Document {
-    if INLINE_COMMANDS.contains(&request.name.as_str()) {
+    if INLINE_COMMANDS.contains(&request.name.as_str()) || is_point_operation(&request) {
         return run_inline(context, &request);
     }
     let context = Arc::clone(context);
     match tokio::task::spawn_blocking(move || dispatch(&context, &request)).await {
         Ok(reply) => reply,
         Err(error) => CommandError::internal(format!("command failed: {error}")).to_reply(),
+    }
+}
+
+/// Largest insert (in documents, and in bytes of command) run as a point operation.
+const POINT_INSERT_MAX_DOCUMENTS: usize = 16;
+const POINT_OPERATION_MAX_BYTES: usize = 64 * 1024;
+
+/// A command that touches one document by `_id` (find, update, delete, findAndModify with an
+/// `_id` equality filter and one statement) or inserts a few small documents: a couple of
+/// point reads and one WriteBatch, tens of microseconds. Those run on the connection task
+/// too: handing them to the blocking pool cost more than running them (two thread wake-ups
+/// per command were most of a find by `_id`'s time). Anything that can scan stays on the pool.
+fn is_point_operation(request: &CommandRequest) -> bool {
+    let body = &request.body;
+    let single_statement_by_id = |field: &str, filter_field: &str| match body.get(field) {
+        Some(bson::Bson::Array(statements)) if statements.len() == 1 => match &statements[0] {
+            bson::Bson::Document(statement) => match statement.get(filter_field) {
+                Some(bson::Bson::Document(filter)) => myriad_commands::plan::id_equality(filter).is_some(),
+                _ => false,
+            },
+            _ => false,
+        },
+        _ => false,
+    };
+    let filter_by_id = |field: &str| match body.get(field) {
+        Some(bson::Bson::Document(filter)) => myriad_commands::plan::id_equality(filter).is_some(),
+        _ => false,
+    };
+    let small = || myriad_commands::execution::bson_size_bytes(body) <= POINT_OPERATION_MAX_BYTES;
+    match request.name.as_str() {
+        "find" => filter_by_id("filter") && small(),
+        "findAndModify" | "findandmodify" => filter_by_id("query") && !body.contains_key("sort") && small(),
+        "update" => single_statement_by_id("updates", "q") && small(),
+        "delete" => single_statement_by_id("deletes", "q") && small(),
+        "insert" => {
+            matches!(body.get("documents"), Some(bson::Bson::Array(documents)) if documents.len() <= POINT_INSERT_MAX_DOCUMENTS)
+                && small()
+        }
+        _ => false,
     }
 }
 
