@@ -42,6 +42,10 @@ pub(crate) struct IndexEntry {
     pub(crate) prefix: u64,
     pub(crate) unique: bool,
     pub(crate) sparse: bool,
+    /// True while the index is being built (docs/design.md, "Index builds"): writers maintain it
+    /// only for records at or below the build's position, and it is hidden from
+    /// [`CollectionHandle::indexes`] so queries never use it.
+    pub(crate) building: bool,
     /// The full spec as given to createIndexes (normalized), exactly sized; empty for the
     /// standard `_id_` spec.
     spec: Box<[u8]>,
@@ -54,7 +58,7 @@ impl IndexEntry {
 
     fn from_spec_bytes(bytes: Vec<u8>, prefix: u64, unique: bool, sparse: bool) -> Result<Self, StorageError> {
         let spec = if bytes.as_slice() == id_spec_bytes() { Box::default() } else { bytes.into_boxed_slice() };
-        let index = IndexEntry { prefix, unique, sparse, spec };
+        let index = IndexEntry { prefix, unique, sparse, building: false, spec };
         // Validate once, so the accessors below cannot meet a malformed spec later.
         if index.name().is_empty() {
             return Err(StorageError::Corrupt("index spec has no name".to_string()));
@@ -118,6 +122,11 @@ impl IndexEntry {
         document.append("unique", self.unique);
         document.append("sparse", self.sparse);
         document.append_ref("spec", self.spec_raw()?);
+        // Only while building: a ready index's entry is byte-identical to the format before
+        // background builds existed.
+        if self.building {
+            document.append("building", true);
+        }
         Ok(document)
     }
 
@@ -129,7 +138,13 @@ impl IndexEntry {
         let unique = document.get_bool("unique").map_err(|_| corrupt("unique"))?;
         let sparse = document.get_bool("sparse").map_err(|_| corrupt("sparse"))?;
         let spec = document.get_document("spec").map_err(|_| corrupt("spec"))?;
-        let index = Self::from_spec_bytes(spec.as_bytes().to_vec(), prefix, unique, sparse)?;
+        let building = match document.get("building") {
+            Ok(None) => false,
+            Ok(Some(bson::RawBsonRef::Boolean(building))) => building,
+            _ => return Err(corrupt("building")),
+        };
+        let mut index = Self::from_spec_bytes(spec.as_bytes().to_vec(), prefix, unique, sparse)?;
+        index.building = building;
         if index.name() != name {
             return Err(corrupt("name differs from the spec's"));
         }
@@ -207,8 +222,19 @@ impl CollectionEntry {
         self.db() == crate::LOCAL_DATABASE
     }
 
+    /// The index named `name`, ready or building.
     pub(crate) fn index(&self, name: &str) -> Option<&IndexEntry> {
         self.indexes.iter().find(|index| index.name() == name)
+    }
+
+    /// The index named `name` if it is ready (queries and scans never see a building index).
+    pub(crate) fn ready_index(&self, name: &str) -> Option<&IndexEntry> {
+        self.index(name).filter(|index| !index.building)
+    }
+
+    /// True when some index of the collection is being built.
+    pub(crate) fn has_building_indexes(&self) -> bool {
+        self.indexes.iter().any(|index| index.building)
     }
 
     /// A copy with a different namespace (rename) and the same prefixes.
@@ -385,21 +411,34 @@ impl CollectionHandle {
         self.entry.options_document()
     }
 
-    /// Every index, `_id_` first, in creation order.
+    fn ready_indexes(&self) -> impl Iterator<Item = &IndexEntry> {
+        self.entry.indexes.iter().filter(|index| !index.building)
+    }
+
+    /// Every ready index, `_id_` first, in creation order. Indexes still being built are not
+    /// listed (as MongoDB's listIndexes), so the query planner never uses one.
     pub fn indexes(&self) -> Result<Vec<IndexInfo>, StorageError> {
-        self.entry.indexes.iter().map(IndexEntry::info).collect()
+        self.ready_indexes().map(IndexEntry::info).collect()
     }
 
+    /// The ready index named `name`.
     pub fn index(&self, name: &str) -> Result<Option<IndexInfo>, StorageError> {
-        self.entry.index(name).map(IndexEntry::info).transpose()
+        self.entry.ready_index(name).map(IndexEntry::info).transpose()
     }
 
+    /// Number of ready indexes.
     pub fn index_count(&self) -> usize {
-        self.entry.indexes.len()
+        self.ready_indexes().count()
     }
 
+    /// Names of the ready indexes.
     pub fn index_names(&self) -> Vec<String> {
-        self.entry.indexes.iter().map(|index| index.name().to_string()).collect()
+        self.ready_indexes().map(|index| index.name().to_string()).collect()
+    }
+
+    /// Names of the indexes being built (in this version of the entry).
+    pub fn building_index_names(&self) -> Vec<String> {
+        self.entry.indexes.iter().filter(|index| index.building).map(|index| index.name().to_string()).collect()
     }
 
     /// True when both handles name the same version of the same collection.
@@ -459,6 +498,23 @@ mod tests {
         assert!(decoded.indexes[0].unique);
         assert_eq!(decoded.to_bytes().unwrap(), entry.to_bytes().unwrap());
         assert_eq!(entry_prefixes(&entry.to_bytes().unwrap()).unwrap(), (7, vec![8]));
+    }
+
+    #[test]
+    fn the_building_flag_round_trips_and_hides_the_index() {
+        let id_index = IndexEntry::from_parsed(&id_index_spec(), 8).unwrap();
+        let spec = crate::index::parse_index_spec(&bson::doc! {"key": {"a": 1}, "name": "a_1"}).unwrap();
+        let mut building = IndexEntry::from_parsed(&spec, 9).unwrap();
+        building.building = true;
+        let entry = CollectionEntry::new("shop", "orders", 7, [3; 16], &Document::new(), vec![id_index, building]).unwrap();
+        let decoded = CollectionEntry::from_bytes(&entry.to_bytes().unwrap()).unwrap();
+        assert!(decoded.indexes[1].building);
+        assert!(!decoded.indexes[0].building);
+        let handle = CollectionHandle { entry: Arc::new(decoded) };
+        assert_eq!(handle.index_names(), vec!["_id_"]);
+        assert_eq!(handle.building_index_names(), vec!["a_1"]);
+        assert!(handle.index("a_1").unwrap().is_none());
+        assert_eq!(entry_prefixes(&entry.to_bytes().unwrap()).unwrap(), (7, vec![8, 9]));
     }
 
     #[test]

@@ -15,11 +15,9 @@ use rocksdb::{
 };
 
 use crate::catalog::{entry_prefixes, namespace_of, Catalog, CollectionEntry, CollectionHandle, IndexEntry};
-use crate::index::{
-    generate_keys, id_index_spec, key_value_document, parse_index_spec, same_key_pattern,
-    same_options, ParsedIndexSpec, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION,
-};
+use crate::index::{id_index_spec, ParsedIndexSpec, ID_INDEX_NAME};
 use crate::keys::{self, PREFIX_LEN, RECORD_ID_LEN};
+use crate::index_build::IndexBuildRegistry;
 use crate::options::{database_options, family_options, EngineOptions, FamilyKind};
 use crate::stats::{self, decode_counters, encode_counters};
 use crate::{RecordId, StorageError, LOCAL_DATABASE};
@@ -48,8 +46,6 @@ const FORMAT_VERSION: u32 = 1;
 const FIRST_PREFIX: u64 = 1;
 /// Attempts to publish a lazily loaded entry before giving up (the caller still gets it).
 const MAX_PUBLISH_ATTEMPTS: usize = 16;
-/// Documents read per batch while building an index.
-const INDEX_BUILD_BATCH_DOCUMENTS: usize = 1000;
 /// Range deletions after which the data memtables are flushed (range tombstones in a mutable
 /// memtable make every read after a new one re-fragment the whole list).
 const RANGE_DELETIONS_BEFORE_FLUSH: u64 = 4096;
@@ -139,8 +135,8 @@ pub(crate) struct StripeState {
 }
 
 /// State guarded by the DDL mutex.
-struct DdlState {
-    next_prefix: u64,
+pub(crate) struct DdlState {
+    pub(crate) next_prefix: u64,
 }
 
 #[derive(Default)]
@@ -165,7 +161,9 @@ pub struct Engine {
     ddl: Mutex<DdlState>,
     stripes: Box<[Mutex<StripeState>]>,
     pub(crate) counters: Counters,
-    ddl_write_options: WriteOptions,
+    pub(crate) ddl_write_options: WriteOptions,
+    /// Index builds in progress, by index prefix (docs/design.md, "Index builds").
+    pub(crate) index_builds: IndexBuildRegistry,
     path: std::path::PathBuf,
 }
 
@@ -179,7 +177,7 @@ fn validate_database_name(db: &str) -> Result<(), StorageError> {
     Ok(())
 }
 
-fn validate_namespace(db: &str, collection: &str) -> Result<(), StorageError> {
+pub(crate) fn validate_namespace(db: &str, collection: &str) -> Result<(), StorageError> {
     validate_database_name(db)?;
     if collection.is_empty() || collection.contains('\0') || collection.starts_with('.') {
         return Err(StorageError::InvalidNamespace(format!("bad collection name '{collection}'")));
@@ -209,7 +207,7 @@ fn raw_document(bytes: Vec<u8>) -> Result<RawDocumentBuf, StorageError> {
     RawDocumentBuf::from_bytes(bytes).map_err(|error| StorageError::Corrupt(format!("record: {error}")))
 }
 
-fn database_entry_bytes(db: &str) -> Result<Vec<u8>, StorageError> {
+pub(crate) fn database_entry_bytes(db: &str) -> Result<Vec<u8>, StorageError> {
     let mut bytes = Vec::new();
     bson::doc! { "name": db }
         .to_writer(&mut bytes)
@@ -218,7 +216,7 @@ fn database_entry_bytes(db: &str) -> Result<Vec<u8>, StorageError> {
 }
 
 /// Deltas to a database's counter vector.
-type DatabaseDelta = [i64; stats::DATABASE_SLOTS];
+pub(crate) type DatabaseDelta = [i64; stats::DATABASE_SLOTS];
 
 impl Engine {
     /// Opens (creating if needed) the engine at `path`. Cost does not depend on the number of
@@ -259,6 +257,7 @@ impl Engine {
             stripes: (0..stripe_count).map(|_| Mutex::new(StripeState::default())).collect(),
             counters: Counters::default(),
             ddl_write_options: WriteOptions::default(),
+            index_builds: IndexBuildRegistry::default(),
             path: path.to_path_buf(),
         };
         engine.check_format()?;
@@ -267,7 +266,7 @@ impl Engine {
             None => FIRST_PREFIX,
         };
         engine.ddl.get_mut().next_prefix = next_prefix;
-        engine.remove_interrupted_index_builds()?;
+        engine.recover_interrupted_index_builds()?;
         Ok(engine)
     }
 
@@ -283,35 +282,6 @@ impl Engine {
                 Ok(())
             }
         }
-    }
-
-    /// Index builds interrupted by a crash leave a `B` marker; their partial entries are deleted
-    /// here (the markers are few: one per index being built at crash time).
-    fn remove_interrupted_index_builds(&self) -> Result<(), StorageError> {
-        let catalog = self.family(FAMILY_CATALOG)?;
-        let (start, end) = keys::build_markers_range();
-        let mut batch = WriteBatch::default();
-        let mut read_options = ReadOptions::default();
-        read_options.set_iterate_upper_bound(end);
-        let mut iterator = self.db.raw_iterator_cf_opt(catalog, read_options);
-        iterator.seek(&start);
-        let mut ranges = 0u64;
-        while let Some(key) = iterator.key() {
-            let prefix = keys::prefix_from_build_marker_key(key)?;
-            let (range_start, range_end) = keys::prefix_range(prefix);
-            batch.delete_range_cf(self.family(FAMILY_INDEXES)?, range_start, range_end);
-            batch.delete_range_cf(self.family(FAMILY_LOCAL_INDEXES)?, range_start, range_end);
-            batch.delete_range_cf(self.family(FAMILY_STATS)?, keys::stats_prefix_key(prefix), keys::stats_prefix_key(prefix.saturating_add(1)));
-            batch.delete_cf(catalog, key);
-            ranges += 1;
-            iterator.next();
-        }
-        iterator.status()?;
-        drop(iterator);
-        if ranges > 0 {
-            self.db.write_opt(batch, &self.ddl_write_options)?;
-        }
-        Ok(())
     }
 
     pub(crate) fn family(&self, name: &str) -> Result<&ColumnFamily, StorageError> {
@@ -330,7 +300,7 @@ impl Engine {
 
     // ----- locks -------------------------------------------------------------------------
 
-    fn lock_ddl(&self) -> MutexGuard<'_, DdlState> {
+    pub(crate) fn lock_ddl(&self) -> MutexGuard<'_, DdlState> {
         self.counters.ddl_lock_acquisitions.fetch_add(1, Ordering::Relaxed);
         match self.ddl.try_lock() {
             Some(guard) => guard,
@@ -361,7 +331,7 @@ impl Engine {
     /// Locks the stripes of several prefixes, in ascending stripe order (deadlock-free: writers
     /// hold one stripe, DDL takes stripes only while holding the DDL mutex). Returns the guards
     /// with their stripe numbers, sorted by stripe number.
-    fn lock_stripes<'s>(&'s self, prefixes: impl IntoIterator<Item = u64>) -> Vec<(usize, MutexGuard<'s, StripeState>)> {
+    pub(crate) fn lock_stripes<'s>(&'s self, prefixes: impl IntoIterator<Item = u64>) -> Vec<(usize, MutexGuard<'s, StripeState>)> {
         let mut indexes: Vec<usize> =
             prefixes.into_iter().map(|prefix| stripe_index(prefix, self.stripes.len())).collect();
         indexes.sort_unstable();
@@ -442,7 +412,7 @@ impl Engine {
     }
 
     /// Publishes a DDL change (called after its batch committed, with the DDL mutex held).
-    fn publish_ddl(&self, change: impl Fn(&mut Catalog)) {
+    pub(crate) fn publish_ddl(&self, change: impl Fn(&mut Catalog)) {
         self.catalog.rcu(|current| {
             let mut next = Catalog::clone(current);
             change(&mut next);
@@ -452,7 +422,7 @@ impl Engine {
     }
 
     /// Reads a catalog entry from disk, bypassing the snapshot.
-    fn read_entry(&self, db: &str, collection: &str) -> Result<Option<CollectionEntry>, StorageError> {
+    pub(crate) fn read_entry(&self, db: &str, collection: &str) -> Result<Option<CollectionEntry>, StorageError> {
         let catalog = self.family(FAMILY_CATALOG)?;
         let Some(bytes) = self.db.get_pinned_cf(catalog, keys::collection_key(db, collection))? else {
             return Ok(None);
@@ -470,7 +440,7 @@ impl Engine {
 
     /// Reserves `count` consecutive prefixes; the caller persists `next` in its batch and
     /// stores it into the DDL state once the batch committed.
-    fn allocate_prefixes(ddl: &DdlState, count: u64) -> Result<(u64, u64), StorageError> {
+    pub(crate) fn allocate_prefixes(ddl: &DdlState, count: u64) -> Result<(u64, u64), StorageError> {
         let first = ddl.next_prefix;
         let next = first
             .checked_add(count)
@@ -509,7 +479,7 @@ impl Engine {
 
     /// Creates an empty collection with its `_id_` index and `extra_indexes`, in one batch. An
     /// empty collection needs no index build, so no build markers either.
-    fn create_collection_locked(
+    pub(crate) fn create_collection_locked(
         &self,
         ddl: &mut DdlState,
         db: &str,
@@ -545,7 +515,7 @@ impl Engine {
     }
 
     /// Reads the counters of a collection and its indexes: (collection slots, per-index slots).
-    fn read_collection_counters(&self, entry: &CollectionEntry) -> Result<(Vec<i64>, Vec<Vec<i64>>), StorageError> {
+    pub(crate) fn read_collection_counters(&self, entry: &CollectionEntry) -> Result<(Vec<i64>, Vec<Vec<i64>>), StorageError> {
         let stats_family = self.family(FAMILY_STATS)?;
         let mut keys_to_read = Vec::with_capacity(1 + entry.indexes.len());
         keys_to_read.push(keys::stats_prefix_key(entry.prefix));
@@ -627,7 +597,7 @@ impl Engine {
         Ok(true)
     }
 
-    fn negate(delta: &DatabaseDelta) -> DatabaseDelta {
+    pub(crate) fn negate(delta: &DatabaseDelta) -> DatabaseDelta {
         let mut negated = *delta;
         for value in negated.iter_mut() {
             *value = value.wrapping_neg();
@@ -635,7 +605,7 @@ impl Engine {
         negated
     }
 
-    fn note_range_deletions(&self, count: u64) -> Result<(), StorageError> {
+    pub(crate) fn note_range_deletions(&self, count: u64) -> Result<(), StorageError> {
         let total = self.counters.range_deletions_since_flush.fetch_add(count, Ordering::Relaxed) + count;
         if total >= RANGE_DELETIONS_BEFORE_FLUSH {
             self.counters.range_deletions_since_flush.store(0, Ordering::Relaxed);
@@ -657,21 +627,24 @@ impl Engine {
             return Err(StorageError::NamespaceNotFound(namespace_of(db, collection)));
         };
         let mut stripes = self.lock_stripes([entry.prefix]);
+        let builds = self.index_builds.of_collections(&[entry.prefix]);
         let mut batch = WriteBatch::default();
         let contribution = self.collection_contribution(&entry)?;
         let ranges = self.add_collection_removal(&mut batch, &entry)?;
         self.add_database_delta(&mut batch, db, &Self::negate(&contribution), self.is_only_collection(db, collection)?)?;
+        self.add_build_marker_removals(&mut batch, &builds)?;
         self.db.write_opt(batch, &self.ddl_write_options)?;
         self.forget_record_ids(&mut stripes, &[entry.prefix]);
         let namespace = entry.namespace.clone();
         self.publish_ddl(move |catalog| catalog.remove(&namespace));
+        self.cancel_index_builds(&builds, "the collection was dropped");
         drop(stripes);
         self.note_range_deletions(ranges)
     }
 
     /// Adds a database counter delta to `batch`, or removes the database (entry and counters)
     /// when `database_now_empty`.
-    fn add_database_delta(
+    pub(crate) fn add_database_delta(
         &self,
         batch: &mut WriteBatch,
         db: &str,
@@ -725,6 +698,7 @@ impl Engine {
             return Ok(());
         }
         let mut stripes = self.lock_stripes(collection_prefixes.iter().copied());
+        let builds = self.index_builds.of_collections(&collection_prefixes);
         all_prefixes.sort_unstable();
         all_prefixes.dedup();
         let mut batch = WriteBatch::default();
@@ -752,6 +726,7 @@ impl Engine {
         let ranges = 2 * runs.len() as u64;
         batch.delete_range_cf(catalog, start, end);
         self.add_database_delta(&mut batch, db, &[0; stats::DATABASE_SLOTS], true)?;
+        self.add_build_marker_removals(&mut batch, &builds)?;
         self.db.write_opt(batch, &self.ddl_write_options)?;
         self.forget_record_ids(&mut stripes, &collection_prefixes);
         self.publish_ddl(move |catalog| {
@@ -759,6 +734,7 @@ impl Engine {
                 catalog.remove(namespace);
             }
         });
+        self.cancel_index_builds(&builds, "the database was dropped");
         drop(stripes);
         self.note_range_deletions(ranges)
     }
@@ -793,6 +769,14 @@ impl Engine {
         }
         let mut stripe_prefixes = vec![source.prefix];
         stripe_prefixes.extend(target.as_ref().map(|target| target.prefix));
+        // As MongoDB: no rename while an index build runs on either collection (builds are
+        // registered and unregistered under the DDL mutex, which this holds).
+        if !self.index_builds.of_collections(&stripe_prefixes).is_empty() {
+            return Err(StorageError::BackgroundOperationInProgress(format!(
+                "cannot rename {}: an index build is in progress",
+                namespace_of(from_db, from_collection)
+            )));
+        }
         let mut stripes = self.lock_stripes(stripe_prefixes);
         let renamed = source.renamed(to_db, to_collection)?;
         let catalog = self.family(FAMILY_CATALOG)?;
@@ -928,295 +912,6 @@ impl Engine {
         })
     }
 
-    // ----- indexes -----------------------------------------------------------------------
-
-    /// Creates indexes, building them from existing documents in bounded batches while writers
-    /// of the collection wait on its stripe. A unique build that meets a duplicate creates
-    /// nothing. Specs identical to existing indexes are no-ops.
-    pub fn create_indexes(
-        &self,
-        db: &str,
-        collection: &str,
-        specs: Vec<Document>,
-    ) -> Result<CreateIndexesOutcome, StorageError> {
-        validate_namespace(db, collection)?;
-        if specs.is_empty() {
-            return Err(StorageError::InvalidIndexSpec("must specify at least one index".to_string()));
-        }
-        let parsed: Vec<ParsedIndexSpec> = specs.iter().map(parse_index_spec).collect::<Result<_, _>>()?;
-        let mut ddl = self.lock_ddl();
-        let Some(entry) = self.read_entry(db, collection)?.map(Arc::new) else {
-            // A new collection is empty: check the specs against `_id_` and each other, then
-            // write the collection and all its indexes in one batch, with nothing to build.
-            let template = CollectionEntry::new(db, collection, 0, [0; 16], &Document::new(), vec![IndexEntry::from_parsed(&id_index_spec(), 0)?])?;
-            let mut to_build: Vec<ParsedIndexSpec> = Vec::new();
-            for spec in parsed {
-                if Self::check_index_conflicts(&template, &to_build, &spec)? {
-                    to_build.push(spec);
-                }
-            }
-            if 1 + to_build.len() > MAX_INDEXES_PER_COLLECTION {
-                return Err(StorageError::CannotCreateIndex(format!(
-                    "a collection may have at most {MAX_INDEXES_PER_COLLECTION} indexes"
-                )));
-            }
-            let created = self.create_collection_locked(&mut ddl, db, collection, &Document::new(), &to_build)?;
-            return Ok(CreateIndexesOutcome {
-                indexes_before: 1,
-                indexes_after: created.indexes.len(),
-                created_collection_automatically: true,
-            });
-        };
-        let created_collection_automatically = false;
-        let indexes_before = entry.indexes.len();
-        let mut to_build: Vec<ParsedIndexSpec> = Vec::new();
-        for spec in parsed {
-            if Self::check_index_conflicts(&entry, &to_build, &spec)? {
-                to_build.push(spec);
-            }
-        }
-        if to_build.is_empty() {
-            return Ok(CreateIndexesOutcome {
-                indexes_before,
-                indexes_after: indexes_before,
-                created_collection_automatically,
-            });
-        }
-        if indexes_before + to_build.len() > MAX_INDEXES_PER_COLLECTION {
-            return Err(StorageError::CannotCreateIndex(format!(
-                "a collection may have at most {MAX_INDEXES_PER_COLLECTION} indexes"
-            )));
-        }
-        let _stripe = self.lock_stripes([entry.prefix]);
-        let (first_prefix, next_prefix) = Self::allocate_prefixes(&ddl, to_build.len() as u64)?;
-        let new_indexes: Vec<IndexEntry> = to_build
-            .iter()
-            .zip(first_prefix..)
-            .map(|(spec, prefix)| IndexEntry::from_parsed(spec, prefix))
-            .collect::<Result<_, _>>()?;
-        // Persist the counter and the build markers first: a crash mid-build leaves markers
-        // that the next open uses to delete the partial entries, and the prefixes are never
-        // handed out again.
-        let catalog = self.family(FAMILY_CATALOG)?;
-        let mut batch = WriteBatch::default();
-        batch.put_cf(catalog, keys::CATALOG_NEXT_PREFIX_KEY, next_prefix.to_be_bytes());
-        for index in &new_indexes {
-            batch.put_cf(catalog, keys::build_marker_key(index.prefix), []);
-        }
-        self.db.write_opt(batch, &self.ddl_write_options)?;
-        ddl.next_prefix = next_prefix;
-        let built = self.build_indexes(&entry, &new_indexes);
-        let mut batch = WriteBatch::default();
-        for index in &new_indexes {
-            batch.delete_cf(catalog, keys::build_marker_key(index.prefix));
-        }
-        let totals = match built {
-            Ok(totals) => totals,
-            Err(error) => {
-                let indexes_family = self.indexes_family(&entry)?;
-                for index in &new_indexes {
-                    let (start, end) = keys::prefix_range(index.prefix);
-                    batch.delete_range_cf(indexes_family, start, end);
-                }
-                self.db.write_opt(batch, &self.ddl_write_options)?;
-                self.note_range_deletions(new_indexes.len() as u64)?;
-                return Err(error);
-            }
-        };
-        let stats_family = self.family(FAMILY_STATS)?;
-        let mut delta: DatabaseDelta = [0; stats::DATABASE_SLOTS];
-        delta[stats::DATABASE_INDEXES] = new_indexes.len() as i64;
-        for (index, (size_bytes, entries)) in new_indexes.iter().zip(&totals) {
-            let mut counters = [0i64; stats::INDEX_SLOTS];
-            counters[stats::INDEX_SIZE_BYTES] = *size_bytes;
-            counters[stats::INDEX_ENTRIES] = *entries;
-            batch.put_cf(stats_family, keys::stats_prefix_key(index.prefix), encode_counters(&counters));
-            delta[stats::DATABASE_INDEX_SIZE_BYTES] += *size_bytes;
-        }
-        batch.merge_cf(stats_family, keys::stats_database_key(db), encode_counters(&delta));
-        let mut all_indexes = entry.indexes_cloned()?;
-        all_indexes.extend(new_indexes);
-        let updated = entry.with_indexes(all_indexes);
-        batch.put_cf(catalog, keys::collection_key(db, collection), updated.to_bytes()?);
-        self.db.write_opt(batch, &self.ddl_write_options)?;
-        let indexes_after = updated.indexes.len();
-        let updated = Arc::new(updated);
-        self.publish_ddl(move |catalog| catalog.insert(updated.clone()));
-        Ok(CreateIndexesOutcome { indexes_before, indexes_after, created_collection_automatically })
-    }
-
-    /// Applies MongoDB's conflict rules; `Ok(true)` when `spec` must be built, `Ok(false)` when
-    /// an identical index exists (or is already requested).
-    fn check_index_conflicts(
-        entry: &CollectionEntry,
-        requested: &[ParsedIndexSpec],
-        spec: &ParsedIndexSpec,
-    ) -> Result<bool, StorageError> {
-        let mut existing: Vec<(String, Document, Document)> = Vec::with_capacity(entry.indexes.len() + requested.len());
-        for index in entry.indexes.iter() {
-            existing.push((index.name().to_string(), index.key_pattern()?, index.spec_document()?));
-        }
-        for other in requested {
-            existing.push((other.name.clone(), other.key_pattern.clone(), other.spec.clone()));
-        }
-        for (name, key_pattern, options) in &existing {
-            let same_key = same_key_pattern(key_pattern, &spec.key_pattern);
-            let same_options = same_options(options, &spec.spec);
-            if *name == spec.name {
-                if !same_key {
-                    return Err(StorageError::IndexKeySpecsConflict(format!(
-                        "an index named '{name}' already exists with a different key pattern"
-                    )));
-                }
-                if !same_options && name != ID_INDEX_NAME {
-                    return Err(StorageError::IndexOptionsConflict(format!(
-                        "an index named '{name}' already exists with different options"
-                    )));
-                }
-                return Ok(false);
-            }
-            if same_key && same_options {
-                return Err(StorageError::IndexOptionsConflict(format!(
-                    "index already exists with a different name: {name}"
-                )));
-            }
-        }
-        Ok(true)
-    }
-
-    /// Writes the entries of `new_indexes` for every document, in batches of
-    /// [`INDEX_BUILD_BATCH_DOCUMENTS`]. Returns per index (size in bytes, entry count).
-    fn build_indexes(&self, entry: &CollectionEntry, new_indexes: &[IndexEntry]) -> Result<Vec<(i64, i64)>, StorageError> {
-        let indexes_family = self.indexes_family(entry)?;
-        let mut totals = vec![(0i64, 0i64); new_indexes.len()];
-        let new_fields: Vec<_> = new_indexes.iter().map(IndexEntry::fields).collect::<Result<_, _>>()?;
-        let mut start_after = None;
-        loop {
-            let page = self.scan_records_of(entry, start_after, INDEX_BUILD_BATCH_DOCUMENTS)?;
-            let Some((last, _)) = page.last() else { break };
-            start_after = Some(*last);
-            let mut batch = WriteBatch::default();
-            let mut batch_unique_owners: HashMap<Vec<u8>, RecordId> = HashMap::new();
-            for (record_id, raw) in &page {
-                let document = raw
-                    .to_document()
-                    .map_err(|error| StorageError::Corrupt(format!("record {record_id}: {error}")))?;
-                for ((index, fields), total) in new_indexes.iter().zip(&new_fields).zip(totals.iter_mut()) {
-                    for keystring in generate_keys(fields, index.sparse, &document)? {
-                        let (key, value) = if index.unique {
-                            let key = keys::index_entry_key(index.prefix, &keystring, None);
-                            let owner = match batch_unique_owners.get(&key) {
-                                Some(owner) => Some(*owner),
-                                None => match self.db.get_pinned_cf(indexes_family, &key)? {
-                                    Some(value) => Some(keys::read_i64(&value)?),
-                                    None => None,
-                                },
-                            };
-                            if let Some(owner) = owner {
-                                if owner != *record_id {
-                                    return Err(StorageError::DuplicateKey {
-                                        namespace: entry.namespace.to_string(),
-                                        index_name: index.name().to_string(),
-                                        key_pattern: index.key_pattern()?,
-                                        key_value: key_value_document(fields, &keystring),
-                                    });
-                                }
-                            }
-                            batch_unique_owners.insert(key.clone(), *record_id);
-                            (key, record_id.to_be_bytes().to_vec())
-                        } else {
-                            (keys::index_entry_key(index.prefix, &keystring, Some(*record_id)), Vec::new())
-                        };
-                        total.0 += (key.len() + value.len()) as i64;
-                        total.1 += 1;
-                        batch.put_cf(indexes_family, key, value);
-                    }
-                }
-            }
-            self.db.write_opt(batch, &self.ddl_write_options)?;
-        }
-        Ok(totals)
-    }
-
-    /// Drops indexes (never `_id_`). Returns the number of indexes before the drop.
-    pub fn drop_indexes(&self, db: &str, collection: &str, selector: IndexSelector) -> Result<usize, StorageError> {
-        validate_namespace(db, collection)?;
-        let _ddl = self.lock_ddl();
-        let Some(entry) = self.read_entry(db, collection)? else {
-            return Err(StorageError::NamespaceNotFound(namespace_of(db, collection)));
-        };
-        let before = entry.indexes.len();
-        let cannot_drop_id = || StorageError::InvalidOptions("cannot drop _id index".to_string());
-        let find_by_name = |name: &str| -> Result<usize, StorageError> {
-            if name == ID_INDEX_NAME {
-                return Err(cannot_drop_id());
-            }
-            entry
-                .indexes
-                .iter()
-                .position(|index| index.name() == name)
-                .ok_or_else(|| StorageError::IndexNotFound(format!("index not found with name [{name}]")))
-        };
-        let mut targets: Vec<usize> = match &selector {
-            IndexSelector::All => (1..before).collect(),
-            IndexSelector::Name(name) if name == "*" => (1..before).collect(),
-            IndexSelector::Name(name) => vec![find_by_name(name)?],
-            IndexSelector::Names(names) => names.iter().map(|name| find_by_name(name)).collect::<Result<_, _>>()?,
-            IndexSelector::KeyPattern(key_pattern) => {
-                let mut found = None;
-                for (position, index) in entry.indexes.iter().enumerate() {
-                    if same_key_pattern(&index.key_pattern()?, key_pattern) {
-                        found = Some(position);
-                        break;
-                    }
-                }
-                match found {
-                    Some(0) => return Err(cannot_drop_id()),
-                    Some(position) => vec![position],
-                    None => {
-                        return Err(StorageError::IndexNotFound(format!("can't find index with key: {key_pattern}")))
-                    }
-                }
-            }
-        };
-        targets.sort_unstable();
-        targets.dedup();
-        if targets.is_empty() {
-            return Ok(before);
-        }
-        let _stripe = self.lock_stripes([entry.prefix]);
-        let (_, index_counters) = self.read_collection_counters(&entry)?;
-        let indexes_family = self.indexes_family(&entry)?;
-        let stats_family = self.family(FAMILY_STATS)?;
-        let mut batch = WriteBatch::default();
-        let mut delta: DatabaseDelta = [0; stats::DATABASE_SLOTS];
-        for position in &targets {
-            let (Some(index), Some(counters)) = (entry.indexes.get(*position), index_counters.get(*position)) else {
-                continue;
-            };
-            let (start, end) = keys::prefix_range(index.prefix);
-            batch.delete_range_cf(indexes_family, start, end);
-            batch.delete_cf(stats_family, keys::stats_prefix_key(index.prefix));
-            delta[stats::DATABASE_INDEXES] -= 1;
-            delta[stats::DATABASE_INDEX_SIZE_BYTES] -= counters.get(stats::INDEX_SIZE_BYTES).copied().unwrap_or(0);
-        }
-        let remaining: Vec<IndexEntry> = entry
-            .indexes_cloned()?
-            .into_iter()
-            .enumerate()
-            .filter(|(position, _)| !targets.contains(position))
-            .map(|(_, index)| index)
-            .collect();
-        let updated = entry.with_indexes(remaining);
-        batch.put_cf(self.family(FAMILY_CATALOG)?, keys::collection_key(db, collection), updated.to_bytes()?);
-        self.add_database_delta(&mut batch, db, &delta, false)?;
-        self.db.write_opt(batch, &self.ddl_write_options)?;
-        let updated = Arc::new(updated);
-        self.publish_ddl(move |catalog| catalog.insert(updated.clone()));
-        self.note_range_deletions(targets.len() as u64)?;
-        Ok(before)
-    }
-
     // ----- reads -------------------------------------------------------------------------
 
     pub fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> Result<Option<RawDocumentBuf>, StorageError> {
@@ -1302,7 +997,7 @@ impl Engine {
     ) -> Result<Vec<(Vec<u8>, RecordId)>, StorageError> {
         let entry = &handle.entry;
         let index = entry
-            .index(index_name)
+            .ready_index(index_name)
             .ok_or_else(|| StorageError::IndexNotFound(format!("index not found with name [{index_name}]")))?;
         let max_count = max_count.min(MAX_SCAN_BATCH);
         if max_count == 0 {

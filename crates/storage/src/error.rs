@@ -49,6 +49,10 @@ pub enum StorageError {
     Corrupt(String),
     /// An error reported by RocksDB.
     RocksDb(String),
+    /// An index build stopped because its collection or index was dropped.
+    IndexBuildAborted(String),
+    /// The operation cannot run while an index build on the collection is in progress.
+    BackgroundOperationInProgress(String),
 }
 
 impl StorageError {
@@ -72,6 +76,8 @@ impl StorageError {
             StorageError::RecordNotFound(_) => 1,
             StorageError::Corrupt(_) => 1,
             StorageError::RocksDb(_) => 1,
+            StorageError::IndexBuildAborted(_) => 276,
+            StorageError::BackgroundOperationInProgress(_) => 12587,
         }
     }
 
@@ -95,6 +101,8 @@ impl StorageError {
             StorageError::RecordNotFound(_) => "InternalError",
             StorageError::Corrupt(_) => "InternalError",
             StorageError::RocksDb(_) => "InternalError",
+            StorageError::IndexBuildAborted(_) => "IndexBuildAborted",
+            StorageError::BackgroundOperationInProgress(_) => "BackgroundOperationInProgressForNamespace",
         }
     }
 }
@@ -140,6 +148,8 @@ impl fmt::Display for StorageError {
             }
             StorageError::Corrupt(what) => write!(formatter, "storage corruption: {what}"),
             StorageError::RocksDb(what) => write!(formatter, "rocksdb: {what}"),
+            StorageError::IndexBuildAborted(what) => write!(formatter, "index build aborted: {what}"),
+            StorageError::BackgroundOperationInProgress(what) => write!(formatter, "{what}"),
         }
     }
 }

@@ -14,6 +14,9 @@
 //!   serialised by one mutex and publishes a new snapshot after its batch committed.
 //! - Writers of one collection are serialised by one of a fixed array of lock stripes; DDL on a
 //!   collection takes its stripe too, so writes always maintain the current index set.
+//! - Index builds run without the DDL mutex, taking the stripe per chunk of records; a writer
+//!   maintains a building index for the records at or below the build's position, the builder
+//!   for those above it (`index_build.rs`).
 
 // `StorageError::DuplicateKey` carries the key pattern and value documents by value, as the
 // command layer destructures them; the larger `Err` this gives every `Result` is accepted.
@@ -23,6 +26,7 @@ mod catalog;
 mod engine;
 mod error;
 mod index;
+mod index_build;
 mod keys;
 mod options;
 mod stats;
@@ -34,6 +38,7 @@ pub use engine::{
     IndexSelector, COLUMN_FAMILIES, MAX_SCAN_BATCH,
 };
 pub use error::StorageError;
+pub use index_build::ResumedBuilds;
 pub use index::{hashed_index_value, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
 pub use options::EngineOptions;
 pub use write::WriteTransaction;

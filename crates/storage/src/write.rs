@@ -34,6 +34,9 @@ pub struct WriteTransaction<'e> {
     collection_delta: [i64; stats::COLLECTION_SLOTS],
     /// Per index (catalog order): delta of [size bytes, entries].
     index_deltas: Vec<[i64; stats::INDEX_SLOTS]>,
+    /// Per index (catalog order): the highest record id this transaction maintains it for
+    /// (`RecordId::MAX` when ready; a building index's position, read under the stripe).
+    index_limits: Vec<RecordId>,
     operations: usize,
 }
 
@@ -56,6 +59,10 @@ impl Engine {
             Err(error) => Err(error),
         };
         let index_count = entry.as_ref().map(|entry| entry.indexes.len()).unwrap_or(0);
+        let index_limits = match &entry {
+            Ok(entry) if entry.has_building_indexes() => self.index_write_limits(entry),
+            _ => vec![RecordId::MAX; index_count],
+        };
         WriteTransaction {
             engine: self,
             stripe,
@@ -64,6 +71,7 @@ impl Engine {
             index_entries: BTreeMap::new(),
             collection_delta: [0; stats::COLLECTION_SLOTS],
             index_deltas: vec![[0; stats::INDEX_SLOTS]; index_count],
+            index_limits,
             operations: 0,
         }
     }
@@ -195,6 +203,10 @@ impl<'e> WriteTransaction<'e> {
     ) -> Result<PlannedEntries, StorageError> {
         let mut planned = PlannedEntries { puts: Vec::new(), deletes: Vec::new() };
         for (position, index) in entry.indexes.iter().enumerate() {
+            // A building index above its build's position is the builder's to fill.
+            if self.index_limits.get(position).is_some_and(|limit| record_id > *limit) {
+                continue;
+            }
             let fields = index.fields()?;
             let old_keys = match old {
                 Some(document) => generate_keys(&fields, index.sparse, document)?,
