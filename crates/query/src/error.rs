@@ -107,6 +107,7 @@ impl QueryError {
 fn location_code_name(code: i32) -> &'static str {
     match code {
         15 => "Overflow",
+        146 => "ExceededMemoryLimit",
         296 => "DataCorruptionDetected",
         15952 => "Location15952",
         15955 => "Location15955",

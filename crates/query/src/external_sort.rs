@@ -12,6 +12,9 @@
 //!   whenever it doubles, so a top-k sort rarely needs the disk.
 //! - Run files are anonymous (unlinked at creation): nothing is left behind by a crash, and
 //!   dropping the sorter frees the disk.
+//!
+//! The run format ([`RunWriter`], [`RunReader`]: a 64-bit tag and a BSON document per record)
+//! is also what `$group` spills its partial groups to, so there is one spill mechanism.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -86,22 +89,14 @@ impl ExternalSorter {
                 self.memory_limit_bytes
             )));
         };
-        std::fs::create_dir_all(directory).map_err(spill_error)?;
-        let file = tempfile::tempfile_in(directory).map_err(spill_error)?;
+        let mut writer = RunWriter::create(directory)?;
         let spec = &self.spec;
         self.items.sort_by(|left, right| spec.compare_keys(&left.0, &right.0));
-        let mut writer = BufWriter::with_capacity(RUN_BUFFER_BYTES, file);
-        let mut encoded = Vec::new();
         for (_, tag, document, _) in self.items.drain(..) {
-            encoded.clear();
-            document.to_writer(&mut encoded).map_err(|error| spill_error(std::io::Error::other(error.to_string())))?;
-            writer.write_all(&tag.to_le_bytes()).map_err(spill_error)?;
-            writer.write_all(&encoded).map_err(spill_error)?;
-            self.spilled_bytes += 8 + encoded.len() as u64;
+            writer.write(tag, &document)?;
         }
-        let mut file = writer.into_inner().map_err(|error| spill_error(error.into_error()))?;
-        file.seek(SeekFrom::Start(0)).map_err(spill_error)?;
-        self.runs.push(file);
+        self.spilled_bytes += writer.written_bytes;
+        self.runs.push(writer.finish()?);
         self.bytes = 0;
         Ok(())
     }
@@ -125,15 +120,48 @@ impl ExternalSorter {
                 heap.push(HeapEntry { key: spec.sort_key(&document), run, tag, document, size, spec: spec.clone() });
             }
         }
-        let memory = self.items.into_iter().map(|(key, tag, document, size)| (key, tag, document, size)).collect::<Vec<_>>().into_iter();
+        let memory = self.items.into_iter();
         let mut merge = Merge { spec, readers, heap, memory, memory_head: None };
         merge.advance_memory();
         Ok(SortedOutput { source: Source::Merge(Box::new(merge)), remaining })
     }
 }
 
-fn spill_error(error: std::io::Error) -> QueryError {
+pub(crate) fn spill_error(error: std::io::Error) -> QueryError {
     QueryError::Location(SPILL_FAILED_CODE, format!("error writing sort data to disk: {error}"))
+}
+
+/// Writes one run: each record is an opaque 64-bit tag (little-endian) and a BSON document,
+/// in the order given. The file is anonymous, so it disappears with its last handle.
+pub(crate) struct RunWriter {
+    writer: BufWriter<File>,
+    encoded: Vec<u8>,
+    /// Bytes written so far.
+    pub(crate) written_bytes: u64,
+}
+
+impl RunWriter {
+    pub(crate) fn create(directory: &std::path::Path) -> QueryResult<RunWriter> {
+        std::fs::create_dir_all(directory).map_err(spill_error)?;
+        let file = tempfile::tempfile_in(directory).map_err(spill_error)?;
+        Ok(RunWriter { writer: BufWriter::with_capacity(RUN_BUFFER_BYTES, file), encoded: Vec::new(), written_bytes: 0 })
+    }
+
+    pub(crate) fn write(&mut self, tag: i64, document: &Document) -> QueryResult<()> {
+        self.encoded.clear();
+        document.to_writer(&mut self.encoded).map_err(|error| spill_error(std::io::Error::other(error.to_string())))?;
+        self.writer.write_all(&tag.to_le_bytes()).map_err(spill_error)?;
+        self.writer.write_all(&self.encoded).map_err(spill_error)?;
+        self.written_bytes += 8 + self.encoded.len() as u64;
+        Ok(())
+    }
+
+    /// Flushes the run and rewinds it for reading.
+    pub(crate) fn finish(self) -> QueryResult<File> {
+        let mut file = self.writer.into_inner().map_err(|error| spill_error(error.into_error()))?;
+        file.seek(SeekFrom::Start(0)).map_err(spill_error)?;
+        Ok(file)
+    }
 }
 
 /// The sorted documents, with their tags and sizes.
@@ -181,16 +209,17 @@ impl SortedOutput {
     }
 }
 
-struct RunReader {
+/// Reads back a run written by [`RunWriter`], a record at a time.
+pub(crate) struct RunReader {
     reader: BufReader<File>,
 }
 
 impl RunReader {
-    fn new(file: File) -> RunReader {
+    pub(crate) fn new(file: File) -> RunReader {
         RunReader { reader: BufReader::with_capacity(RUN_BUFFER_BYTES, file) }
     }
 
-    fn next(&mut self) -> QueryResult<Option<(i64, Document, usize)>> {
+    pub(crate) fn next(&mut self) -> QueryResult<Option<(i64, Document, usize)>> {
         let mut tag = [0u8; 8];
         match self.reader.read_exact(&mut tag) {
             Ok(()) => {}

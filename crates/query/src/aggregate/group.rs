@@ -1,15 +1,28 @@
 //! The `$group` stage: group keys ordered by BSON comparison (so `1` and `1.0` share a
 //! group) and the accumulators `$sum $avg $min $max $first $last $push $addToSet $count`.
+//!
+//! The group table is charged to the stage's memory budget. Past the budget, without a spill
+//! directory the stage fails with 292 (as MongoDB's without `allowDiskUse`); with one, the
+//! table's partial groups are written to a run in group-key order (the run format of
+//! [`crate::external_sort`]), the table is cleared, and accumulation goes on. When the input
+//! ends, the runs and what is left in memory are merged by group key: the partial states of
+//! equal keys are combined in input order (earlier runs first, the table last) and only then
+//! finished, so the groups equal those of one in-memory table. Memory while merging is one
+//! partial group per run plus the group being combined.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::fs::File;
+use std::path::PathBuf;
 
 use bson::{Bson, Document};
 use myriad_keystring::compare::compare_values;
 
+use super::accumulator::{Accumulator, State};
 use super::memory::{approximate_size_bytes, MemoryBudget};
 use crate::error::{QueryError, QueryResult};
-use crate::expression::{Expression, Numeric};
+use crate::expression::Expression;
+use crate::external_sort::{RunReader, RunWriter};
 
 /// A BSON value ordered (and deduplicated) by MongoDB's comparison.
 #[derive(Clone, Debug)]
@@ -29,36 +42,6 @@ impl PartialOrd for OrderedBson {
 impl Ord for OrderedBson {
     fn cmp(&self, other: &Self) -> Ordering {
         compare_values(&self.0, &other.0)
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Accumulator {
-    Sum,
-    Avg,
-    Min,
-    Max,
-    First,
-    Last,
-    Push,
-    AddToSet,
-    Count,
-}
-
-impl Accumulator {
-    fn from_name(name: &str) -> Option<Accumulator> {
-        Some(match name {
-            "$sum" => Accumulator::Sum,
-            "$avg" => Accumulator::Avg,
-            "$min" => Accumulator::Min,
-            "$max" => Accumulator::Max,
-            "$first" => Accumulator::First,
-            "$last" => Accumulator::Last,
-            "$push" => Accumulator::Push,
-            "$addToSet" => Accumulator::AddToSet,
-            "$count" => Accumulator::Count,
-            _ => return None,
-        })
     }
 }
 
@@ -114,138 +97,222 @@ impl GroupSpec {
     }
 }
 
-#[derive(Clone, Debug)]
-enum State {
-    Sum(Numeric),
-    Avg { total: f64, count: u64 },
-    Extreme(Option<Bson>),
-    First(Option<Bson>),
-    Last(Bson),
-    Push(Vec<Bson>),
-    AddToSet(Vec<Bson>, std::collections::BTreeSet<OrderedBson>),
-}
 
-/// Accumulation in progress.
+/// The key field of a spilled group record; the states follow under "0", "1", ... in the
+/// order of the specification's fields (an empty `$min`/`$max`/`$first` is left out).
+const RUN_KEY_FIELD: &str = "k";
+
+/// Accumulation in progress: the in-memory table and the runs spilled so far (in input
+/// order).
 pub(crate) struct GroupState {
     keys: BTreeMap<OrderedBson, usize>,
     groups: Vec<(Bson, Vec<State>)>,
+    budget: MemoryBudget,
+    spill_directory: Option<PathBuf>,
+    runs: Vec<File>,
+    /// Bytes written to runs, for diagnostics and tests.
+    pub(crate) spilled_bytes: u64,
 }
 
 impl GroupState {
-    pub(crate) fn new() -> GroupState {
-        GroupState { keys: BTreeMap::new(), groups: Vec::new() }
+    /// `spill_directory: None` fails with 292 past `memory_limit_bytes` (allowDiskUse false).
+    pub(crate) fn new(memory_limit_bytes: u64, spill_directory: Option<PathBuf>) -> GroupState {
+        let budget = if spill_directory.is_some() { MemoryBudget::spilling(memory_limit_bytes) } else { MemoryBudget::new(memory_limit_bytes) };
+        GroupState { keys: BTreeMap::new(), groups: Vec::new(), budget, spill_directory, runs: Vec::new(), spilled_bytes: 0 }
     }
 
-    pub(crate) fn add(&mut self, spec: &GroupSpec, document: &Document, budget: &mut MemoryBudget) -> QueryResult<()> {
+    pub(crate) fn add(&mut self, spec: &GroupSpec, document: &Document) -> QueryResult<()> {
         let key = spec.id.evaluate(document)?;
         let index = match self.keys.get(&OrderedBson(key.clone())) {
             Some(index) => *index,
             None => {
-                budget.charge(approximate_size_bytes(&key) + 64 * (spec.fields.len() as u64 + 1), "$group")?;
-                let states = spec.fields.iter().map(|(_, kind, _)| initial_state(*kind)).collect();
+                self.budget.charge(approximate_size_bytes(&key) + 64 * (spec.fields.len() as u64 + 1), "$group")?;
+                let states = spec.fields.iter().map(|(_, kind, _)| State::initial(*kind)).collect();
                 self.groups.push((key.clone(), states));
                 let index = self.groups.len() - 1;
                 self.keys.insert(OrderedBson(key), index);
                 index
             }
         };
-        let Some((_, states)) = self.groups.get_mut(index) else {
-            return Ok(());
-        };
-        for ((_, kind, expression), state) in spec.fields.iter().zip(states.iter_mut()) {
-            let value = expression.evaluate_optional(document)?;
-            accumulate(*kind, state, value, budget)?;
+        if let Some((_, states)) = self.groups.get_mut(index) {
+            for ((_, kind, expression), state) in spec.fields.iter().zip(states.iter_mut()) {
+                let value = expression.evaluate_optional(document)?;
+                state.accumulate(*kind, value, &mut self.budget)?;
+            }
+        }
+        // With a spill directory the budget lets one document go past the limit; the table
+        // then goes to disk.
+        if self.budget.exceeded() {
+            self.spill()?;
         }
         Ok(())
     }
 
-    pub(crate) fn finish(self, spec: &GroupSpec) -> Vec<Document> {
-        self.groups
-            .into_iter()
-            .map(|(key, states)| {
-                let mut output = Document::new();
-                output.insert("_id", key);
-                for ((name, _, _), state) in spec.fields.iter().zip(states) {
-                    output.insert(name.clone(), final_value(state));
-                }
-                output
-            })
-            .collect()
+    /// The table's groups in key order, emptying it.
+    fn take_sorted(&mut self) -> Vec<(Bson, Vec<State>)> {
+        let mut groups: Vec<Option<(Bson, Vec<State>)>> = std::mem::take(&mut self.groups).into_iter().map(Some).collect();
+        let keys = std::mem::take(&mut self.keys);
+        self.budget.reset();
+        keys.into_values().filter_map(|index| groups.get_mut(index).and_then(Option::take)).collect()
     }
-}
 
-fn initial_state(kind: Accumulator) -> State {
-    match kind {
-        Accumulator::Sum | Accumulator::Count => State::Sum(Numeric::Int32(0)),
-        Accumulator::Avg => State::Avg { total: 0.0, count: 0 },
-        Accumulator::Min | Accumulator::Max => State::Extreme(None),
-        Accumulator::First => State::First(None),
-        Accumulator::Last => State::Last(Bson::Null),
-        Accumulator::Push => State::Push(Vec::new()),
-        Accumulator::AddToSet => State::AddToSet(Vec::new(), std::collections::BTreeSet::new()),
-    }
-}
-
-fn accumulate(kind: Accumulator, state: &mut State, value: Option<Bson>, budget: &mut MemoryBudget) -> QueryResult<()> {
-    match state {
-        State::Sum(total) => {
-            if let Some(number) = value.as_ref().and_then(Numeric::from_bson) {
-                *total = total.combine(number, i64::checked_add, |a, b| a + b);
-            }
+    /// Writes the table to a new run in group-key order and clears it.
+    fn spill(&mut self) -> QueryResult<()> {
+        let Some(directory) = self.spill_directory.clone() else {
+            return Ok(());
+        };
+        if self.groups.is_empty() {
+            return Ok(());
         }
-        State::Avg { total, count } => {
-            if let Some(number) = value.as_ref().and_then(Numeric::from_bson) {
-                *total += number.as_f64();
-                *count += 1;
-            }
-        }
-        State::Extreme(best) => {
-            let Some(value) = value.filter(|value| !matches!(value, Bson::Null | Bson::Undefined)) else {
-                return Ok(());
-            };
-            let wanted = if kind == Accumulator::Min { Ordering::Less } else { Ordering::Greater };
-            if !matches!(best.as_ref(), Some(current) if compare_values(&value, current) != wanted) {
-                budget.charge(approximate_size_bytes(&value), "$group")?;
-                *best = Some(value);
-            }
-        }
-        State::First(first) => {
-            if first.is_none() {
-                *first = Some(value.unwrap_or(Bson::Null));
-            }
-        }
-        State::Last(last) => *last = value.unwrap_or(Bson::Null),
-        State::Push(items) => {
-            if let Some(value) = value {
-                budget.charge(approximate_size_bytes(&value), "$group")?;
-                items.push(value);
-            }
-        }
-        State::AddToSet(items, seen) => {
-            if let Some(value) = value {
-                if seen.insert(OrderedBson(value.clone())) {
-                    budget.charge(2 * approximate_size_bytes(&value), "$group")?;
-                    items.push(value);
+        let mut writer = RunWriter::create(&directory)?;
+        for (key, states) in self.take_sorted() {
+            let mut record = Document::new();
+            record.insert(RUN_KEY_FIELD, key);
+            for (position, state) in states.into_iter().enumerate() {
+                if let Some(value) = state.encode() {
+                    record.insert(position.to_string(), value);
                 }
             }
+            writer.write(0, &record)?;
         }
+        self.spilled_bytes += writer.written_bytes;
+        self.runs.push(writer.finish()?);
+        Ok(())
     }
-    Ok(())
+
+    /// Ends the input: the finished groups, from memory or merged from the runs.
+    pub(crate) fn finish(mut self, spec: &GroupSpec) -> QueryResult<GroupOutput> {
+        if self.runs.is_empty() {
+            let groups = std::mem::take(&mut self.groups);
+            return Ok(GroupOutput::Memory { spec: spec.clone(), groups: groups.into_iter() });
+        }
+        let table = self.take_sorted();
+        let mut sources: Vec<GroupSource> = std::mem::take(&mut self.runs).into_iter().map(|file| GroupSource::Run(RunReader::new(file))).collect();
+        sources.push(GroupSource::Memory(table.into_iter()));
+        let mut merge = GroupMerge { spec: spec.clone(), sources, heap: BinaryHeap::new() };
+        for source in 0..merge.sources.len() {
+            merge.refill(source)?;
+        }
+        Ok(GroupOutput::Merge(Box::new(merge)))
+    }
 }
 
-fn final_value(state: State) -> Bson {
-    match state {
-        State::Sum(total) => total.to_bson(),
-        State::Avg { total, count } => {
-            if count == 0 {
-                Bson::Null
-            } else {
-                Bson::Double(total / count as f64)
+/// Builds one output document from a group's key and final states.
+fn finished_group(spec: &GroupSpec, key: Bson, states: Vec<State>) -> Document {
+    let mut output = Document::new();
+    output.insert("_id", key);
+    for ((name, _, _), state) in spec.fields.iter().zip(states) {
+        output.insert(name.clone(), state.final_value());
+    }
+    output
+}
+
+/// The groups of a finished `$group`, a document at a time.
+pub(crate) enum GroupOutput {
+    /// Nothing was spilled: the table, in first-seen order.
+    Memory { spec: GroupSpec, groups: std::vec::IntoIter<(Bson, Vec<State>)> },
+    /// Merged from the runs, in group-key order.
+    Merge(Box<GroupMerge>),
+}
+
+impl GroupOutput {
+    pub(crate) fn next(&mut self) -> QueryResult<Option<Document>> {
+        match self {
+            GroupOutput::Memory { spec, groups } => Ok(groups.next().map(|(key, states)| finished_group(spec, key, states))),
+            GroupOutput::Merge(merge) => merge.next(),
+        }
+    }
+}
+
+/// Where partial groups come from while merging, each in group-key order.
+enum GroupSource {
+    Run(RunReader),
+    Memory(std::vec::IntoIter<(Bson, Vec<State>)>),
+}
+
+/// One source's current partial group: the smallest key first, ties by source (input) order.
+struct MergeEntry {
+    key: OrderedBson,
+    source: usize,
+    states: Vec<State>,
+}
+
+impl MergeEntry {
+    fn order(&self, other: &MergeEntry) -> Ordering {
+        self.key.cmp(&other.key).then(self.source.cmp(&other.source))
+    }
+}
+
+impl PartialEq for MergeEntry {
+    fn eq(&self, other: &Self) -> bool {
+        self.order(other) == Ordering::Equal
+    }
+}
+
+impl Eq for MergeEntry {}
+
+impl PartialOrd for MergeEntry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for MergeEntry {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // BinaryHeap is a max-heap: reverse, so the smallest key (then earliest source) is on top.
+        self.order(other).reverse()
+    }
+}
+
+/// K-way merge of spilled runs and the last table, combining equal keys.
+pub(crate) struct GroupMerge {
+    spec: GroupSpec,
+    sources: Vec<GroupSource>,
+    heap: BinaryHeap<MergeEntry>,
+}
+
+impl GroupMerge {
+    /// Reads the next partial group of `source` into the heap.
+    fn refill(&mut self, source: usize) -> QueryResult<()> {
+        let next = match self.sources.get_mut(source) {
+            Some(GroupSource::Run(reader)) => match reader.next()? {
+                Some((_, record, _)) => Some(decode_group(&self.spec, record)?),
+                None => None,
+            },
+            Some(GroupSource::Memory(groups)) => groups.next(),
+            None => None,
+        };
+        if let Some((key, states)) = next {
+            self.heap.push(MergeEntry { key: OrderedBson(key), source, states });
+        }
+        Ok(())
+    }
+
+    fn next(&mut self) -> QueryResult<Option<Document>> {
+        let Some(first) = self.heap.pop() else { return Ok(None) };
+        self.refill(first.source)?;
+        let MergeEntry { key, mut states, .. } = first;
+        while self.heap.peek().is_some_and(|top| top.key == key) {
+            let Some(later) = self.heap.pop() else { break };
+            self.refill(later.source)?;
+            for (((_, kind, _), state), later_state) in self.spec.fields.iter().zip(states.iter_mut()).zip(later.states) {
+                state.merge(*kind, later_state)?;
             }
         }
-        State::Extreme(best) => best.unwrap_or(Bson::Null),
-        State::First(first) => first.unwrap_or(Bson::Null),
-        State::Last(last) => last,
-        State::Push(items) | State::AddToSet(items, _) => Bson::Array(items),
+        Ok(Some(finished_group(&self.spec, key.0, states)))
     }
+}
+
+/// Reads a spilled group record back into its key and partial states.
+fn decode_group(spec: &GroupSpec, mut record: Document) -> QueryResult<(Bson, Vec<State>)> {
+    let key = record.remove(RUN_KEY_FIELD).ok_or_else(|| {
+        QueryError::Location(crate::limits::DATA_CORRUPTION_DETECTED, "a spilled $group run holds a record without its key".into())
+    })?;
+    let states = spec
+        .fields
+        .iter()
+        .enumerate()
+        .map(|(position, (_, kind, _))| State::decode(*kind, record.get(position.to_string())))
+        .collect::<QueryResult<Vec<_>>>()?;
+    Ok((key, states))
 }

@@ -1,5 +1,5 @@
 //! A simple memory budget for blocking stages: MongoDB fails `$group`/`$sort` over 100 MiB
-//! without `allowDiskUse`, with code 292.
+//! without `allowDiskUse`, with code 292; with it, they spill to disk instead.
 
 use bson::Bson;
 
@@ -48,24 +48,48 @@ fn approximate_document_size_bytes_bounded(document: &bson::Document, depth: usi
 pub struct MemoryBudget {
     used_bytes: u64,
     limit_bytes: u64,
+    /// The stage spills past the limit instead of failing: charges always succeed, and the
+    /// stage asks [`MemoryBudget::exceeded`] after each document.
+    spills: bool,
 }
 
 impl MemoryBudget {
+    /// A budget whose charges fail with 292 before going past `limit_bytes`.
     pub fn new(limit_bytes: u64) -> MemoryBudget {
-        MemoryBudget { used_bytes: 0, limit_bytes }
+        MemoryBudget { used_bytes: 0, limit_bytes, spills: false }
+    }
+
+    /// A budget for a stage that spills to disk when it is exceeded.
+    pub fn spilling(limit_bytes: u64) -> MemoryBudget {
+        MemoryBudget { used_bytes: 0, limit_bytes, spills: true }
     }
 
     pub fn charge(&mut self, bytes: u64, stage: &str) -> QueryResult<()> {
-        self.used_bytes = self.used_bytes.saturating_add(bytes);
-        if self.used_bytes > self.limit_bytes {
+        let used_bytes = self.used_bytes.saturating_add(bytes);
+        if used_bytes > self.limit_bytes && !self.spills {
             return Err(QueryError::QueryExceededMemoryLimitNoDiskUseAllowed(format!(
                 "Exceeded memory limit for {stage}, but didn't allow external sort. Pass allowDiskUse:true to opt in."
             )));
         }
+        self.used_bytes = used_bytes;
         Ok(())
     }
 
     pub fn release(&mut self, bytes: u64) {
         self.used_bytes = self.used_bytes.saturating_sub(bytes);
+    }
+
+    /// True when a spilling stage holds more than its limit and should spill.
+    pub fn exceeded(&self) -> bool {
+        self.spills && self.used_bytes > self.limit_bytes
+    }
+
+    /// Everything charged was released (the stage spilled).
+    pub fn reset(&mut self) {
+        self.used_bytes = 0;
+    }
+
+    pub fn used_bytes(&self) -> u64 {
+        self.used_bytes
     }
 }

@@ -3,9 +3,13 @@
 //! Stages: `$match $group $project $addFields/$set $unset $sort $skip $limit $count $unwind
 //! $replaceRoot/$replaceWith $sortByCount`. Streaming stages process one document at a time;
 //! `$group`, `$sort` and `$count` buffer and flush when the input ends. A `$limit` reached
-//! behind only streaming stages stops reading the input. `$group` and `$sort` fail with code
-//! 292 past 100 MiB of buffered data (no spilling to disk).
+//! behind only streaming stages stops reading the input. `$group` and `$sort` hold at most
+//! the stage memory limit (100 MiB by default); past it they spill to disk when the pipeline
+//! has a spill directory (allowDiskUse) and fail with code 292 otherwise. The documents one
+//! input document fans out into through `$unwind` within one push are bounded by the same
+//! limit, with `ExceededMemoryLimit` (146).
 
+mod accumulator;
 mod group;
 pub mod memory;
 mod stages;
@@ -18,8 +22,8 @@ use crate::filter::Filter;
 use crate::projection::Projection;
 use crate::external_sort::{ExternalSorter, SortedOutput};
 use crate::sort::SortSpec;
-use group::{GroupSpec, GroupState};
-use memory::{approximate_document_size_bytes, MemoryBudget, STAGE_MEMORY_LIMIT_BYTES};
+use group::{GroupOutput, GroupSpec, GroupState};
+use memory::{approximate_document_size_bytes, STAGE_MEMORY_LIMIT_BYTES};
 use stages::{replace_root, AddFields, Unwind, Unwinding};
 
 /// MongoDB's bound on pipeline length.
@@ -31,7 +35,8 @@ pub struct Pipeline {
     stages: Vec<Stage>,
     leading_match: Option<Document>,
     memory_limit_bytes: u64,
-    /// Where `$sort` spills past its memory limit (allowDiskUse); None refuses with 292.
+    /// Where `$sort` and `$group` spill past their memory limit (allowDiskUse); None refuses
+    /// with 292.
     spill_directory: Option<std::path::PathBuf>,
 }
 
@@ -60,7 +65,7 @@ enum Running {
     Stateless,
     Skip(u64),
     Limit(u64),
-    Group(GroupState, MemoryBudget),
+    Group(Box<GroupState>),
     Sort(Box<ExternalSorter>),
     Count(u64),
 }
@@ -107,7 +112,7 @@ impl Pipeline {
         self
     }
 
-    /// Lets `$sort` spill to `directory` past its memory limit (allowDiskUse).
+    /// Lets `$sort` and `$group` spill to `directory` past their memory limit (allowDiskUse).
     pub fn with_spill_directory(mut self, directory: Option<std::path::PathBuf>) -> Pipeline {
         self.spill_directory = directory;
         self
@@ -133,7 +138,7 @@ impl Pipeline {
             .map(|stage| match stage {
                 Stage::Skip(count) => Running::Skip(*count),
                 Stage::Limit(count) => Running::Limit(*count),
-                Stage::Group(_) => Running::Group(GroupState::new(), MemoryBudget::new(self.memory_limit_bytes)),
+                Stage::Group(_) => Running::Group(Box::new(GroupState::new(self.memory_limit_bytes, self.spill_directory.clone()))),
                 Stage::Sort { spec, limit } => Running::Sort(Box::new(ExternalSorter::new(
                     spec.clone(),
                     limit.and_then(|limit| usize::try_from(limit).ok()),
@@ -155,8 +160,13 @@ impl Pipeline {
     /// stages that are still emitting wait on an explicit stack (at most one entry per
     /// `$unwind` stage), and each of their documents runs on through the later stages before
     /// the next is made, so unwinding streams.
+    ///
+    /// What `$unwind` fans one document out into is charged while it is appended to
+    /// `output`, which the caller buffers: past the stage memory limit the push fails with
+    /// `ExceededMemoryLimit`, before the document that would go past it is kept.
     fn push(&self, index: usize, document: Document, states: &mut [Running], output: &mut Vec<Document>) -> QueryResult<()> {
         let mut unwinding: Vec<(usize, &Unwind, Unwinding)> = Vec::new();
+        let mut fanned_out_bytes: u64 = 0;
         let mut current = Some((index, document));
         loop {
             let (index, document) = match current.take() {
@@ -174,62 +184,72 @@ impl Pipeline {
                     }
                 }
             };
-            if let Some((next, unwind, document)) = self.push_streaming(index, document, states, output)? {
-                unwinding.push((next, unwind, unwind.start(document)));
+            match self.push_streaming(index, document, states)? {
+                Step::Consumed => {}
+                Step::Emitted(document) => {
+                    if !unwinding.is_empty() {
+                        fanned_out_bytes = fanned_out_bytes.saturating_add(approximate_document_size_bytes(&document));
+                        if fanned_out_bytes > self.memory_limit_bytes {
+                            return Err(QueryError::Location(
+                                accumulator::EXCEEDED_MEMORY_LIMIT,
+                                format!(
+                                    "$unwind produced more than the memory limit of {} bytes from one input document",
+                                    self.memory_limit_bytes
+                                ),
+                            ));
+                        }
+                    }
+                    output.push(document);
+                }
+                Step::Unwind(next, unwind, document) => unwinding.push((next, unwind, unwind.start(document))),
             }
         }
     }
 
-    /// Runs a document through the stages from `index` on until it is consumed, or until it
-    /// reaches an `$unwind` stage: that stage, the index after it and the document come back.
-    fn push_streaming<'a>(
-        &'a self,
-        mut index: usize,
-        mut document: Document,
-        states: &mut [Running],
-        output: &mut Vec<Document>,
-    ) -> QueryResult<Option<(usize, &'a Unwind, Document)>> {
+    /// Runs a document through the stages from `index` on until it is consumed, comes out of
+    /// the last stage, or reaches an `$unwind` stage (that stage, the index after it and the
+    /// document come back).
+    fn push_streaming<'a>(&'a self, mut index: usize, mut document: Document, states: &mut [Running]) -> QueryResult<Step<'a>> {
         loop {
             let Some(stage) = self.stages.get(index) else {
-                output.push(document);
-                return Ok(None);
+                return Ok(Step::Emitted(document));
             };
             let next = index + 1;
             document = match stage {
                 Stage::Match(filter) => {
                     if !filter.try_matches(&document)? {
-                        return Ok(None);
+                        return Ok(Step::Consumed);
                     }
                     document
                 }
                 Stage::Project(projection) => within_depth_limit(projection.apply(&document, None)?)?,
                 Stage::AddFields(add_fields) => within_depth_limit(add_fields.apply(document)?)?,
                 Stage::ReplaceRoot(expression) => within_depth_limit(replace_root(expression, &document)?)?,
-                Stage::Unwind(unwind) => return Ok(Some((next, unwind, document))),
+                Stage::Unwind(unwind) => return Ok(Step::Unwind(next, unwind, document)),
                 Stage::Skip(_) | Stage::Limit(_) => {
                     if !passes_skip_or_limit(states.get_mut(index)) {
-                        return Ok(None);
+                        return Ok(Step::Consumed);
                     }
                     document
                 }
                 Stage::Group(spec) => {
-                    if let Some(Running::Group(state, budget)) = states.get_mut(index) {
-                        state.add(spec, &document, budget)?;
+                    if let Some(Running::Group(state)) = states.get_mut(index) {
+                        state.add(spec, &document)?;
                     }
-                    return Ok(None);
+                    return Ok(Step::Consumed);
                 }
                 Stage::Sort { .. } => {
                     if let Some(Running::Sort(sorter)) = states.get_mut(index) {
                         let size_bytes = usize::try_from(approximate_document_size_bytes(&document)).unwrap_or(usize::MAX);
                         sorter.push(0, document, size_bytes)?;
                     }
-                    return Ok(None);
+                    return Ok(Step::Consumed);
                 }
                 Stage::Count(_) => {
                     if let Some(Running::Count(count)) = states.get_mut(index) {
                         *count += 1;
                     }
-                    return Ok(None);
+                    return Ok(Step::Consumed);
                 }
             };
             index = next;
@@ -242,10 +262,7 @@ impl Pipeline {
         };
         let taken = std::mem::replace(state, Running::Stateless);
         Ok(match (stage, taken) {
-            (Stage::Group(spec), Running::Group(group, _)) => {
-                let groups = group.finish(spec).into_iter().map(within_depth_limit).collect::<QueryResult<Vec<_>>>()?;
-                Flushed::Documents(groups.into_iter())
-            }
+            (Stage::Group(spec), Running::Group(group)) => Flushed::Groups(Box::new(group.finish(spec)?)),
             (Stage::Sort { .. }, Running::Sort(sorter)) => Flushed::Sorted(Box::new(sorter.finish()?)),
             (Stage::Count(name), Running::Count(count)) => {
                 if count == 0 {
@@ -266,10 +283,21 @@ impl Pipeline {
     }
 }
 
+/// Where one document went in [`Pipeline::push_streaming`].
+enum Step<'a> {
+    /// A stage dropped or kept it (a filter, a skip, a blocking stage).
+    Consumed,
+    /// It came out of the last stage.
+    Emitted(Document),
+    /// It reached this `$unwind`; the stages after it start at the index.
+    Unwind(usize, &'a Unwind, Document),
+}
+
 /// What a blocking stage emits once its input ended, pulled a document at a time.
 enum Flushed {
     Documents(std::vec::IntoIter<Document>),
     Sorted(Box<SortedOutput>),
+    Groups(Box<GroupOutput>),
 }
 
 impl Flushed {
@@ -277,6 +305,7 @@ impl Flushed {
         match self {
             Flushed::Documents(documents) => Ok(documents.next()),
             Flushed::Sorted(sorted) => Ok(sorted.next()?.map(|(_, document, _)| document)),
+            Flushed::Groups(groups) => groups.next()?.map(within_depth_limit).transpose(),
         }
     }
 }

@@ -164,26 +164,34 @@ impl Unwind {
     }
 
     /// Starts unwinding one document: the documents come one at a time from
-    /// [`Unwind::next_document`], so the pipeline can stream them without recursing.
-    pub(crate) fn start(&self, document: Document) -> Unwinding {
-        let value = lookup(&document, &self.path).cloned();
+    /// [`Unwind::next_document`], so the pipeline can stream them without recursing. The
+    /// array is taken out of the document first (a null keeps its field's position), so each
+    /// unwound document copies the rest of the document, never the whole array again.
+    pub(crate) fn start(&self, mut document: Document) -> Unwinding {
+        let value = take_path_value(&mut document, &self.path);
         let elements = match value {
             Some(Bson::Array(items)) if items.is_empty() => {
-                if self.preserve_null_and_empty_arrays { vec![(None, None)] } else { Vec::new() }
+                if self.preserve_null_and_empty_arrays { Elements::Single(Some(None)) } else { Elements::Single(None) }
             }
-            Some(Bson::Array(items)) => items.into_iter().enumerate().map(|(index, item)| (Some(item), Some(index))).collect(),
+            Some(Bson::Array(items)) => Elements::Array(items.into_iter().enumerate()),
             // Kept as they are (missing stays missing, null stays null) when preserving.
             missing @ (None | Some(Bson::Null) | Some(Bson::Undefined)) => {
-                if self.preserve_null_and_empty_arrays { vec![(missing, None)] } else { Vec::new() }
+                if self.preserve_null_and_empty_arrays { Elements::Single(Some(missing)) } else { Elements::Single(None) }
             }
-            Some(scalar) => vec![(Some(scalar), None)],
+            Some(scalar) => Elements::Single(Some(Some(scalar))),
         };
-        Unwinding { template: document, elements: elements.into_iter() }
+        Unwinding { template: document, elements }
     }
 
     /// The next document of an unwinding, or `None` when it is done.
     pub(crate) fn next_document(&self, unwinding: &mut Unwinding) -> Option<Document> {
-        let (element, index) = unwinding.elements.next()?;
+        let (element, index) = match &mut unwinding.elements {
+            Elements::Array(items) => {
+                let (index, item) = items.next()?;
+                (Some(item), Some(index))
+            }
+            Elements::Single(single) => (single.take()?, None),
+        };
         let mut unwound = unwinding.template.clone();
         set_path(&mut unwound, &self.path, element, 0);
         if let Some(name) = &self.include_array_index {
@@ -195,23 +203,32 @@ impl Unwind {
     }
 }
 
-/// One document being unwound: the document, and the (element, array index) pairs still to
-/// emit (an element of `None` removes the field).
+/// One document being unwound: the document without the unwound value, and the elements
+/// still to emit.
 pub(crate) struct Unwinding {
     template: Document,
-    elements: std::vec::IntoIter<(Option<Bson>, Option<usize>)>,
+    elements: Elements,
 }
 
-fn lookup<'a>(document: &'a Document, path: &[String]) -> Option<&'a Bson> {
+/// What an unwinding still emits: an array's (element, index) pairs, or at most one value
+/// (`Some(None)` removes the field: a preserved missing field or empty array).
+enum Elements {
+    Array(std::iter::Enumerate<std::vec::IntoIter<Bson>>),
+    Single(Option<Option<Bson>>),
+}
+
+/// Takes the value at `path` (through documents only) out of `document`, leaving a null in
+/// its place so the field keeps its position.
+fn take_path_value(document: &mut Document, path: &[String]) -> Option<Bson> {
     let (first, rest) = path.split_first()?;
-    let mut current = document.get(first)?;
+    let mut current = document.get_mut(first)?;
     for component in rest {
         current = match current {
-            Bson::Document(inner) => inner.get(component)?,
+            Bson::Document(inner) => inner.get_mut(component)?,
             _ => return None,
         };
     }
-    Some(current)
+    Some(std::mem::replace(current, Bson::Null))
 }
 
 /// `$replaceRoot: {newRoot: <expr>}` and `$replaceWith: <expr>`.

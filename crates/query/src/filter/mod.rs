@@ -5,6 +5,9 @@
 //! `a: [{b: 1}]`; a comparison against an array value also matches the whole array; negations
 //! (`$ne`, `$nin`, `$not`, `$nor`, `$exists: false`) negate the whole path predicate, so
 //! `{a: {$ne: 5}}` does not match `a: [1, 5]`; null equality matches missing fields.
+//!
+//! What a filter keeps from its input is bounded while it is parsed (see [`regex`]): its
+//! compiled regexes together and its values together, with `ExceededMemoryLimit` (146).
 
 mod matching;
 mod parse;
@@ -73,13 +76,13 @@ pub enum Predicate {
 impl Filter {
     /// Parses a filter document, validating every operator.
     pub fn parse(filter: &Document) -> QueryResult<Filter> {
-        Ok(Filter { root: parse::parse_document(filter, 0)? })
+        Ok(Filter { root: parse::parse_document(filter, 0, &mut regex::FilterBudget::default())? })
     }
 
     /// Parses a condition that applies to a bare value, such as `$pull: {a: {$gte: 5}}`'s
     /// `{$gte: 5}` (operator document) or `5` (equality) or `/re/`.
     pub fn parse_value_condition(condition: &Bson) -> QueryResult<Filter> {
-        Ok(Filter { root: parse::parse_value_condition(condition)? })
+        Ok(Filter { root: parse::parse_value_condition(condition, &mut regex::FilterBudget::default())? })
     }
 
     /// True when the document matches. An error while evaluating `$expr` counts as no match;

@@ -3,7 +3,8 @@
 
 use bson::{Bson, Document};
 
-use super::{CompiledRegex, Comparison, Node, Predicate};
+use super::regex::FilterBudget;
+use super::{Comparison, Node, Predicate};
 use crate::bson_types::{type_name, TypeAlias};
 use crate::error::{QueryError, QueryResult};
 use crate::expression::integral_value;
@@ -20,19 +21,19 @@ fn check_depth(depth: usize) -> QueryResult<()> {
     Ok(())
 }
 
-pub(super) fn parse_document(filter: &Document, depth: usize) -> QueryResult<Node> {
+pub(super) fn parse_document(filter: &Document, depth: usize, budget: &mut FilterBudget) -> QueryResult<Node> {
     check_depth(depth)?;
     let mut nodes = Vec::with_capacity(filter.len());
     for (key, value) in filter {
         if let Some(operator) = key.strip_prefix('$') {
-            if let Some(node) = parse_top_level(operator, key, value, depth)? {
+            if let Some(node) = parse_top_level(operator, key, value, depth, budget)? {
                 nodes.push(node);
             }
             continue;
         }
         crate::limits::check_match_path_length(key)?;
         let path = split_path(key).map_err(|_| QueryError::BadValue(format!("invalid field path: '{key}'")))?;
-        nodes.push(parse_field(path, value, depth)?);
+        nodes.push(parse_field(path, value, depth, budget)?);
     }
     Ok(simplify_and(nodes))
 }
@@ -46,7 +47,7 @@ fn simplify_and(mut nodes: Vec<Node>) -> Node {
     Node::And(nodes)
 }
 
-fn parse_top_level(operator: &str, key: &str, value: &Bson, depth: usize) -> QueryResult<Option<Node>> {
+fn parse_top_level(operator: &str, key: &str, value: &Bson, depth: usize, budget: &mut FilterBudget) -> QueryResult<Option<Node>> {
     match operator {
         "and" | "or" | "nor" => {
             let Bson::Array(items) = value else {
@@ -60,7 +61,7 @@ fn parse_top_level(operator: &str, key: &str, value: &Bson, depth: usize) -> Que
                 let Bson::Document(child) = item else {
                     return Err(QueryError::BadValue("$or/$and/$nor entries need to be full objects".into()));
                 };
-                children.push(parse_document(child, depth + 1)?);
+                children.push(parse_document(child, depth + 1, budget)?);
             }
             Ok(Some(match operator {
                 "and" => Node::And(children),
@@ -87,24 +88,27 @@ fn is_operator_document(document: &Document) -> bool {
     document.keys().next().is_some_and(|first| first.starts_with('$') && !matches!(first.as_str(), "$ref" | "$id" | "$db"))
 }
 
-fn parse_field(path: Vec<String>, value: &Bson, depth: usize) -> QueryResult<Node> {
+fn parse_field(path: Vec<String>, value: &Bson, depth: usize, budget: &mut FilterBudget) -> QueryResult<Node> {
     match value {
-        Bson::Document(operators) if is_operator_document(operators) => parse_operators(path, operators, depth),
-        Bson::RegularExpression(regex) => Ok(Node::Leaf { path, predicate: Predicate::Regex(CompiledRegex::new(&regex.pattern, &regex.options)?) }),
-        other => Ok(Node::Leaf { path, predicate: Predicate::Eq(other.clone()) }),
+        Bson::Document(operators) if is_operator_document(operators) => parse_operators(path, operators, depth, budget),
+        Bson::RegularExpression(regex) => Ok(Node::Leaf { path, predicate: Predicate::Regex(budget.compile_regex(&regex.pattern, &regex.options)?) }),
+        other => {
+            budget.charge_value(other)?;
+            Ok(Node::Leaf { path, predicate: Predicate::Eq(other.clone()) })
+        }
     }
 }
 
 /// Parses a bare-value condition: an operator document, a regex, or a value for equality.
 /// A non-operator document is a query over the value as a document (`$pull`'s semantics).
-pub(super) fn parse_value_condition(condition: &Bson) -> QueryResult<Node> {
+pub(super) fn parse_value_condition(condition: &Bson, budget: &mut FilterBudget) -> QueryResult<Node> {
     match condition {
-        Bson::Document(query) if !query.is_empty() && !is_operator_document(query) => parse_document(query, 0),
-        other => parse_field(Vec::new(), other, 0),
+        Bson::Document(query) if !query.is_empty() && !is_operator_document(query) => parse_document(query, 0, budget),
+        other => parse_field(Vec::new(), other, 0, budget),
     }
 }
 
-fn parse_operators(path: Vec<String>, operators: &Document, depth: usize) -> QueryResult<Node> {
+fn parse_operators(path: Vec<String>, operators: &Document, depth: usize, budget: &mut FilterBudget) -> QueryResult<Node> {
     check_depth(depth)?;
     let mut nodes = Vec::with_capacity(operators.len());
     let regex_options = operators.get("$options");
@@ -112,7 +116,10 @@ fn parse_operators(path: Vec<String>, operators: &Document, depth: usize) -> Que
     for (operator, argument) in operators {
         let leaf = |predicate: Predicate| Node::Leaf { path: path.clone(), predicate };
         let node = match operator.as_str() {
-            "$eq" => leaf(Predicate::Eq(argument.clone())),
+            "$eq" => {
+                budget.charge_value(argument)?;
+                leaf(Predicate::Eq(argument.clone()))
+            }
             "$ne" => {
                 if matches!(argument, Bson::RegularExpression(_)) {
                     return Err(QueryError::BadValue("Can't have regex as arg to $ne.".into()));
@@ -131,8 +138,8 @@ fn parse_operators(path: Vec<String>, operators: &Document, depth: usize) -> Que
                 }
                 leaf(Predicate::Compare(comparison, argument.clone()))
             }
-            "$in" => leaf(parse_in(operator, argument)?),
-            "$nin" => Node::Not(Box::new(leaf(parse_in(operator, argument)?))),
+            "$in" => leaf(parse_in(operator, argument, budget)?),
+            "$nin" => Node::Not(Box::new(leaf(parse_in(operator, argument, budget)?))),
             "$exists" => {
                 let exists = leaf(Predicate::Exists);
                 if crate::expression::is_truthy(Some(argument)) { exists } else { Node::Not(Box::new(exists)) }
@@ -140,7 +147,7 @@ fn parse_operators(path: Vec<String>, operators: &Document, depth: usize) -> Que
             "$type" => leaf(Predicate::Type(parse_type(argument)?)),
             "$regex" => {
                 saw_regex = true;
-                leaf(Predicate::Regex(parse_regex(argument, regex_options)?))
+                leaf(Predicate::Regex(parse_regex(argument, regex_options, budget)?))
             }
             "$options" => {
                 if !operators.contains_key("$regex") {
@@ -149,13 +156,13 @@ fn parse_operators(path: Vec<String>, operators: &Document, depth: usize) -> Que
                 continue;
             }
             "$size" => leaf(Predicate::Size(parse_size(argument)?)),
-            "$all" => parse_all(&path, argument, depth)?,
+            "$all" => parse_all(&path, argument, depth, budget)?,
             "$mod" => {
                 let (divisor, remainder) = parse_mod(argument)?;
                 leaf(Predicate::Mod { divisor, remainder })
             }
-            "$elemMatch" => leaf(parse_elem_match(argument, depth)?),
-            "$not" => Node::Not(Box::new(parse_not(path.clone(), argument, depth)?)),
+            "$elemMatch" => leaf(parse_elem_match(argument, depth, budget)?),
+            "$not" => Node::Not(Box::new(parse_not(path.clone(), argument, depth, budget)?)),
             "$comment" => continue,
             unknown => {
                 return Err(QueryError::BadValue(format!("unknown operator: {unknown}")));
@@ -167,7 +174,8 @@ fn parse_operators(path: Vec<String>, operators: &Document, depth: usize) -> Que
     Ok(simplify_and(nodes))
 }
 
-fn parse_in(operator: &str, argument: &Bson) -> QueryResult<Predicate> {
+/// `$in`/`$nin`: every value and regex is charged to the filter's budget before it is kept.
+fn parse_in(operator: &str, argument: &Bson, budget: &mut FilterBudget) -> QueryResult<Predicate> {
     let Bson::Array(items) = argument else {
         return Err(QueryError::BadValue(format!("{operator} needs an array")));
     };
@@ -175,11 +183,14 @@ fn parse_in(operator: &str, argument: &Bson) -> QueryResult<Predicate> {
     let mut regexes = Vec::new();
     for item in items {
         match item {
-            Bson::RegularExpression(regex) => regexes.push(CompiledRegex::new(&regex.pattern, &regex.options)?),
+            Bson::RegularExpression(regex) => regexes.push(budget.compile_regex(&regex.pattern, &regex.options)?),
             Bson::Document(document) if is_operator_document(document) => {
                 return Err(QueryError::BadValue(format!("cannot nest $ under {operator}")));
             }
-            other => values.push(other.clone()),
+            other => {
+                budget.charge_value(other)?;
+                values.push(other.clone());
+            }
         }
     }
     Ok(Predicate::In { values, regexes })
@@ -192,19 +203,19 @@ fn parse_type(argument: &Bson) -> QueryResult<Vec<TypeAlias>> {
     }
 }
 
-fn parse_regex(argument: &Bson, options: Option<&Bson>) -> QueryResult<CompiledRegex> {
+fn parse_regex(argument: &Bson, options: Option<&Bson>, budget: &mut FilterBudget) -> QueryResult<super::CompiledRegex> {
     let options = match options {
         None => None,
         Some(Bson::String(options)) => Some(options.as_str()),
         Some(_) => return Err(QueryError::BadValue("$options has to be a string".into())),
     };
     match argument {
-        Bson::String(pattern) => CompiledRegex::new(pattern, options.unwrap_or("")),
+        Bson::String(pattern) => budget.compile_regex(pattern, options.unwrap_or("")),
         Bson::RegularExpression(regex) => {
             if options.is_some() && !regex.options.is_empty() {
                 return Err(QueryError::BadValue("options set in both $regex and $options".into()));
             }
-            CompiledRegex::new(&regex.pattern, options.unwrap_or(&regex.options))
+            budget.compile_regex(&regex.pattern, options.unwrap_or(&regex.options))
         }
         _ => Err(QueryError::BadValue("$regex has to be a string".into())),
     }
@@ -259,7 +270,7 @@ fn parse_mod(argument: &Bson) -> QueryResult<(i64, i64)> {
     Ok((divisor, remainder))
 }
 
-fn parse_all(path: &[String], argument: &Bson, depth: usize) -> QueryResult<Node> {
+fn parse_all(path: &[String], argument: &Bson, depth: usize, budget: &mut FilterBudget) -> QueryResult<Node> {
     let Bson::Array(items) = argument else {
         return Err(QueryError::BadValue("$all needs an array".into()));
     };
@@ -277,22 +288,25 @@ fn parse_all(path: &[String], argument: &Bson, depth: usize) -> QueryResult<Node
     let mut nodes = Vec::with_capacity(items.len());
     for item in items {
         let predicate = match item {
-            Bson::RegularExpression(regex) => Predicate::Regex(CompiledRegex::new(&regex.pattern, &regex.options)?),
+            Bson::RegularExpression(regex) => Predicate::Regex(budget.compile_regex(&regex.pattern, &regex.options)?),
             Bson::Document(document) if elem_match_count > 0 => {
                 let argument = document.get("$elemMatch").unwrap_or(&Bson::Null);
-                parse_elem_match(argument, depth)?
+                parse_elem_match(argument, depth, budget)?
             }
             Bson::Document(document) if is_operator_document(document) => {
                 return Err(QueryError::BadValue("no $ expressions in $all".into()));
             }
-            other => Predicate::Eq(other.clone()),
+            other => {
+                budget.charge_value(other)?;
+                Predicate::Eq(other.clone())
+            }
         };
         nodes.push(Node::Leaf { path: path.to_vec(), predicate });
     }
     Ok(Node::And(nodes))
 }
 
-fn parse_elem_match(argument: &Bson, depth: usize) -> QueryResult<Predicate> {
+fn parse_elem_match(argument: &Bson, depth: usize, budget: &mut FilterBudget) -> QueryResult<Predicate> {
     let Bson::Document(query) = argument else {
         return Err(QueryError::BadValue("$elemMatch needs an Object".into()));
     };
@@ -300,14 +314,14 @@ fn parse_elem_match(argument: &Bson, depth: usize) -> QueryResult<Predicate> {
         first.starts_with('$') && !matches!(first.as_str(), "$and" | "$or" | "$nor" | "$expr" | "$where" | "$comment" | "$alwaysTrue" | "$alwaysFalse")
     });
     if value_form {
-        return Ok(Predicate::ElemMatchValue(Box::new(parse_operators(Vec::new(), query, depth + 1)?)));
+        return Ok(Predicate::ElemMatchValue(Box::new(parse_operators(Vec::new(), query, depth + 1, budget)?)));
     }
-    Ok(Predicate::ElemMatchObject(Box::new(parse_document(query, depth + 1)?)))
+    Ok(Predicate::ElemMatchObject(Box::new(parse_document(query, depth + 1, budget)?)))
 }
 
-fn parse_not(path: Vec<String>, argument: &Bson, depth: usize) -> QueryResult<Node> {
+fn parse_not(path: Vec<String>, argument: &Bson, depth: usize, budget: &mut FilterBudget) -> QueryResult<Node> {
     match argument {
-        Bson::RegularExpression(regex) => Ok(Node::Leaf { path, predicate: Predicate::Regex(CompiledRegex::new(&regex.pattern, &regex.options)?) }),
+        Bson::RegularExpression(regex) => Ok(Node::Leaf { path, predicate: Predicate::Regex(budget.compile_regex(&regex.pattern, &regex.options)?) }),
         Bson::Document(operators) => {
             if operators.is_empty() {
                 return Err(QueryError::BadValue("$not cannot be empty".into()));
@@ -315,7 +329,7 @@ fn parse_not(path: Vec<String>, argument: &Bson, depth: usize) -> QueryResult<No
             if !is_operator_document(operators) {
                 return Err(QueryError::BadValue(format!("unknown operator: {}", operators.keys().next().map_or("", String::as_str))));
             }
-            parse_operators(path, operators, depth + 1)
+            parse_operators(path, operators, depth + 1, budget)
         }
         other => Err(QueryError::BadValue(format!("$not needs a regex or a document, not {}", type_name(other)))),
     }
