@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
-use bson::Document;
+use bson::{Document, RawDocumentBuf};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rocksdb::{ReadOptions, WriteBatch};
 
@@ -33,15 +33,17 @@ use crate::engine::{
     FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_STATS,
 };
 use crate::index::{
-    generate_keys, id_index_spec, key_value_document, parse_index_spec, same_key_pattern, same_options,
+    generate_keys, IndexField, id_index_spec, key_value_document, parse_index_spec, same_key_pattern, same_options,
     ParsedIndexSpec, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION,
 };
 use crate::keys;
 use crate::stats::{self, decode_counters, encode_counters};
 use crate::{RecordId, StorageError};
 
-/// Records indexed per chunk; the builder holds the collection's stripe for one chunk.
-pub(crate) const INDEX_BUILD_CHUNK_RECORDS: usize = 1000;
+/// Records indexed per chunk; the builder holds the collection's stripe while it applies one
+/// chunk. `examples/index_build_latency.rs` (1M documents, 4 writers, 2 cores): 1,000 gave
+/// inserts p50 3.0 ms / p99 20 ms during the build, 250 gave p50 0.3 ms / p99 11 ms.
+pub(crate) const INDEX_BUILD_CHUNK_RECORDS: usize = 250;
 
 /// One build: the indexes one createIndexes call added to one collection.
 pub(crate) struct IndexBuild {
@@ -176,6 +178,25 @@ fn namespace_from_marker_value(value: &[u8]) -> Result<(String, String), Storage
     let db = std::str::from_utf8(&value[..split]).map_err(|_| corrupt())?;
     let collection = std::str::from_utf8(&value[split + 1..]).map_err(|_| corrupt())?;
     Ok((db.to_string(), collection.to_string()))
+}
+
+/// A chunk of records read, and their keys generated, without holding the stripe.
+struct PreparedChunk {
+    /// The build's position when the chunk was read (the chunk is the records after it).
+    position: RecordId,
+    records: Vec<(RecordId, RawDocumentBuf)>,
+    /// Per record, per index of the build: its keystrings.
+    keys: Vec<Vec<Vec<Vec<u8>>>>,
+}
+
+/// Per index, the keystrings of one record.
+fn record_keys(indexes: &[IndexEntry], fields: &[Vec<IndexField<'_>>], record_id: RecordId, raw: &RawDocumentBuf) -> Result<Vec<Vec<Vec<u8>>>, StorageError> {
+    let document = raw.to_document().map_err(|error| StorageError::Corrupt(format!("record {record_id}: {error}")))?;
+    let mut keys = Vec::with_capacity(indexes.len());
+    for (index, fields) in indexes.iter().zip(fields) {
+        keys.push(generate_keys(fields, index.sparse, &document)?);
+    }
+    Ok(keys)
 }
 
 /// Namespace and outcome of each build resumed after open.
@@ -362,15 +383,18 @@ impl Engine {
         Ok((entry, indexes))
     }
 
-    /// Scans the records chunk by chunk, each under the stripe, until a partial chunk.
+    /// Scans the records chunk by chunk until a partial chunk. Each chunk is read and its keys
+    /// generated without any lock, then applied under the stripe (which re-reads the chunk and
+    /// regenerates the keys of records changed in between), so writers wait only for the apply.
     fn build_all_chunks(&self, build: &IndexBuild) -> Result<(), StorageError> {
         let (entry, indexes) = self.build_target(build)?;
         loop {
+            let prepared = self.prepare_chunk(&entry, build.position.load(Ordering::Relaxed), &indexes)?;
             let stripe = self.lock_stripe(build.collection_prefix);
             if build.cancelled.load(Ordering::Acquire) {
                 return Err(build.aborted("the index or its collection was dropped"));
             }
-            let full_chunk = self.build_chunk(&entry, build, &indexes, &stripe)?;
+            let full_chunk = self.apply_chunk(&entry, build, &indexes, &prepared, &stripe)?;
             drop(stripe);
             if !full_chunk {
                 return Ok(());
@@ -378,32 +402,58 @@ impl Engine {
         }
     }
 
-    /// Indexes the next chunk of records above the position, reading their current versions,
-    /// in one batch with the counter merges, and advances the position. The caller holds the
+    /// Reads the next chunk of records after `position` and generates their keys (no lock).
+    fn prepare_chunk(&self, entry: &CollectionEntry, position: RecordId, indexes: &[IndexEntry]) -> Result<PreparedChunk, StorageError> {
+        let records = self.scan_records_of(entry, Some(position), INDEX_BUILD_CHUNK_RECORDS)?;
+        let fields: Vec<_> = indexes.iter().map(IndexEntry::fields).collect::<Result<_, _>>()?;
+        let mut keys = Vec::with_capacity(records.len());
+        for (record_id, raw) in &records {
+            keys.push(record_keys(indexes, &fields, *record_id, raw)?);
+        }
+        Ok(PreparedChunk { position, records, keys })
+    }
+
+    /// Writes the entries of a prepared chunk for the records' current versions, in one batch
+    /// with the counter merges, and advances the position past the chunk. The caller holds the
     /// collection's stripe (`_stripe`). Returns true when the chunk was full.
-    fn build_chunk(
+    fn apply_chunk(
         &self,
         entry: &CollectionEntry,
         build: &IndexBuild,
         indexes: &[IndexEntry],
+        prepared: &PreparedChunk,
         _stripe: &MutexGuard<'_, StripeState>,
     ) -> Result<bool, StorageError> {
         let position = build.position.load(Ordering::Relaxed);
-        let records = self.scan_records_of(entry, Some(position), INDEX_BUILD_CHUNK_RECORDS)?;
-        let Some((last, _)) = records.last() else { return Ok(false) };
+        assert_eq!(position, prepared.position, "only the builder moves its position");
+        let Some((last, _)) = prepared.records.last() else { return Ok(false) };
         let last = *last;
         assert!(last > position, "index build chunks advance in record id order");
+        // The current versions of the chunk's records: updates and deletes may have happened
+        // since it was prepared (inserts get ids above every existing record, so above `last`).
+        let current = self.scan_records_of(entry, Some(position), INDEX_BUILD_CHUNK_RECORDS)?;
         let indexes_family = self.indexes_family(entry)?;
         let fields: Vec<_> = indexes.iter().map(IndexEntry::fields).collect::<Result<_, _>>()?;
         let mut batch = WriteBatch::default();
         let mut totals = vec![[0i64; stats::INDEX_SLOTS]; indexes.len()];
         let mut chunk_unique_owners: HashMap<Vec<u8>, RecordId> = HashMap::new();
-        for (record_id, raw) in &records {
-            let document = raw.to_document().map_err(|error| StorageError::Corrupt(format!("record {record_id}: {error}")))?;
-            for ((index, fields), total) in indexes.iter().zip(&fields).zip(totals.iter_mut()) {
-                for keystring in generate_keys(fields, index.sparse, &document)? {
+        let mut prepared_position = 0;
+        for (record_id, raw) in current.iter().take_while(|(record_id, _)| *record_id <= last) {
+            while prepared.records.get(prepared_position).is_some_and(|(prepared_id, _)| prepared_id < record_id) {
+                prepared_position += 1;
+            }
+            let regenerated;
+            let keys = match (prepared.records.get(prepared_position), prepared.keys.get(prepared_position)) {
+                (Some((prepared_id, prepared_raw)), Some(keys)) if prepared_id == record_id && prepared_raw.as_bytes() == raw.as_bytes() => keys,
+                _ => {
+                    regenerated = record_keys(indexes, &fields, *record_id, raw)?;
+                    &regenerated
+                }
+            };
+            for (((index, fields), index_keys), total) in indexes.iter().zip(&fields).zip(keys).zip(totals.iter_mut()) {
+                for keystring in index_keys {
                     let (key, value) = if index.unique {
-                        let key = keys::index_entry_key(index.prefix, &keystring, None);
+                        let key = keys::index_entry_key(index.prefix, keystring, None);
                         let owner = match chunk_unique_owners.get(&key) {
                             Some(owner) => Some(*owner),
                             None => match self.db.get_pinned_cf(indexes_family, &key)? {
@@ -416,13 +466,13 @@ impl Engine {
                                 namespace: entry.namespace.to_string(),
                                 index_name: index.name().to_string(),
                                 key_pattern: index.key_pattern()?,
-                                key_value: key_value_document(fields, &keystring),
+                                key_value: key_value_document(fields, keystring),
                             });
                         }
                         chunk_unique_owners.insert(key.clone(), *record_id);
                         (key, record_id.to_be_bytes().to_vec())
                     } else {
-                        (keys::index_entry_key(index.prefix, &keystring, Some(*record_id)), Vec::new())
+                        (keys::index_entry_key(index.prefix, keystring, Some(*record_id)), Vec::new())
                     };
                     total[stats::INDEX_SIZE_BYTES] += (key.len() + value.len()) as i64;
                     total[stats::INDEX_ENTRIES] += 1;
@@ -430,9 +480,23 @@ impl Engine {
                 }
             }
         }
+        self.add_build_counters(&mut batch, entry, indexes, &totals)?;
+        self.db.write_opt(batch, &self.ddl_write_options)?;
+        build.position.store(last, Ordering::Relaxed);
+        Ok(prepared.records.len() == INDEX_BUILD_CHUNK_RECORDS)
+    }
+
+    /// Adds a chunk's counter merges (each index's `p`, the database's index size) to `batch`.
+    fn add_build_counters(
+        &self,
+        batch: &mut WriteBatch,
+        entry: &CollectionEntry,
+        indexes: &[IndexEntry],
+        totals: &[[i64; stats::INDEX_SLOTS]],
+    ) -> Result<(), StorageError> {
         let stats_family = self.family(FAMILY_STATS)?;
         let mut database_delta: DatabaseDelta = [0; stats::DATABASE_SLOTS];
-        for (index, total) in indexes.iter().zip(&totals) {
+        for (index, total) in indexes.iter().zip(totals) {
             if total.iter().any(|value| *value != 0) {
                 batch.merge_cf(stats_family, keys::stats_prefix_key(index.prefix), encode_counters(total));
             }
@@ -441,9 +505,19 @@ impl Engine {
         if database_delta[stats::DATABASE_INDEX_SIZE_BYTES] != 0 {
             batch.merge_cf(stats_family, keys::stats_database_key(entry.db()), encode_counters(&database_delta));
         }
-        self.db.write_opt(batch, &self.ddl_write_options)?;
-        build.position.store(last, Ordering::Relaxed);
-        Ok(records.len() == INDEX_BUILD_CHUNK_RECORDS)
+        Ok(())
+    }
+
+    /// Indexes one chunk entirely under the stripe the caller holds (finishing, tests).
+    fn build_chunk(
+        &self,
+        entry: &CollectionEntry,
+        build: &IndexBuild,
+        indexes: &[IndexEntry],
+        stripe: &MutexGuard<'_, StripeState>,
+    ) -> Result<bool, StorageError> {
+        let prepared = self.prepare_chunk(entry, build.position.load(Ordering::Relaxed), indexes)?;
+        self.apply_chunk(entry, build, indexes, &prepared, stripe)
     }
 
     /// Under the DDL mutex and the stripe: indexes what was inserted since the last chunk, then
