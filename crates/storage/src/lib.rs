@@ -23,6 +23,7 @@
 #![allow(clippy::result_large_err)]
 
 mod catalog;
+mod commit;
 mod engine;
 mod error;
 mod index;
@@ -41,6 +42,7 @@ pub use error::StorageError;
 pub use index_build::ResumedBuilds;
 pub use index::{hashed_index_value, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
 pub use options::EngineOptions;
+pub use commit::{OperationKind, OperationRecord, PreparedWrite};
 pub use write::WriteTransaction;
 
 /// Identifier of a record within its collection: positive, allocated in increasing order.

@@ -6,38 +6,45 @@
 //! the same collection, nor with DDL on it. Pending changes are kept in ordered maps that
 //! override the database (read-your-writes); an operation that fails leaves them unchanged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bson::{Bson, Document, RawDocumentBuf};
 use parking_lot::MutexGuard;
-use rocksdb::{WriteBatch, WriteOptions};
+
 
 use crate::catalog::{CollectionEntry, CollectionHandle};
-use crate::engine::{Durability, Engine, StripeState, FAMILY_STATS};
+use crate::engine::{Engine, StripeState};
 use crate::index::{generate_keys, key_value_document};
 use crate::keys;
-use crate::stats::{self, encode_counters};
+use crate::stats;
 use crate::{RecordId, StorageError, MAX_DOCUMENT_SIZE_BYTES};
 
 /// An open write transaction on one collection. Dropping it without `commit` discards it.
 pub struct WriteTransaction<'e> {
-    engine: &'e Engine,
-    stripe: MutexGuard<'e, StripeState>,
+    pub(crate) engine: &'e Engine,
+    pub(crate) stripe: MutexGuard<'e, StripeState>,
     /// The collection's current catalog entry, or why it cannot be written.
-    entry: Result<Arc<CollectionEntry>, StorageError>,
+    pub(crate) entry: Result<Arc<CollectionEntry>, StorageError>,
     /// Pending record state: `Some(bytes)` put, `None` deleted.
-    records: BTreeMap<RecordId, Option<Vec<u8>>>,
+    pub(crate) records: BTreeMap<RecordId, Option<Vec<u8>>>,
+    /// Records this transaction inserted (the others in `records` existed before it).
+    pub(crate) inserted: BTreeSet<RecordId>,
+    /// `_id`s of the records this transaction deleted, for their operation records.
+    pub(crate) deleted_ids: BTreeMap<RecordId, Bson>,
+    /// The last record id this transaction allocated; the stripe's counter is advanced to it
+    /// when the write is applied, not before.
+    pub(crate) allocated_record_id: Option<RecordId>,
     /// Pending index entries by full key (prefix included): `Some(value)` put, `None` deleted.
-    index_entries: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    pub(crate) index_entries: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Delta of [documents, data size bytes].
-    collection_delta: [i64; stats::COLLECTION_SLOTS],
+    pub(crate) collection_delta: [i64; stats::COLLECTION_SLOTS],
     /// Per index (catalog order): delta of [size bytes, entries].
-    index_deltas: Vec<[i64; stats::INDEX_SLOTS]>,
+    pub(crate) index_deltas: Vec<[i64; stats::INDEX_SLOTS]>,
     /// Per index (catalog order): the highest record id this transaction maintains it for
     /// (`RecordId::MAX` when ready; a building index's position, read under the stripe).
     index_limits: Vec<RecordId>,
-    operations: usize,
+    pub(crate) operations: usize,
 }
 
 /// Index entry changes one operation will apply, computed before anything is applied.
@@ -68,6 +75,9 @@ impl Engine {
             stripe,
             entry,
             records: BTreeMap::new(),
+            inserted: BTreeSet::new(),
+            deleted_ids: BTreeMap::new(),
+            allocated_record_id: None,
             index_entries: BTreeMap::new(),
             collection_delta: [0; stats::COLLECTION_SLOTS],
             index_deltas: vec![[0; stats::INDEX_SLOTS]; index_count],
@@ -255,16 +265,23 @@ impl<'e> WriteTransaction<'e> {
         }
     }
 
-    /// Allocates the next record id of the collection (loaded from disk on first use).
+    /// Allocates the next record id of the collection (the stripe's counter, loaded from disk
+    /// on first use, then this transaction's own allocations). The stripe's counter itself is
+    /// only advanced by `apply`, from the prepared write.
     fn next_record_id(&mut self, entry: &CollectionEntry) -> Result<RecordId, StorageError> {
-        let last = match self.stripe.last_record_ids.get(&entry.prefix) {
-            Some(last) => *last,
-            None => self.engine.read_last_record_id(entry)?,
+        let last = match (self.allocated_record_id, self.stripe.last_record_ids.get(&entry.prefix)) {
+            (Some(allocated), _) => allocated,
+            (None, Some(last)) => *last,
+            (None, None) => {
+                let last = self.engine.read_last_record_id(entry)?;
+                self.stripe.last_record_ids.insert(entry.prefix, last);
+                last
+            }
         };
         let next = last
             .checked_add(1)
             .ok_or_else(|| StorageError::Corrupt("record id space exhausted".to_string()))?;
-        self.stripe.last_record_ids.insert(entry.prefix, next);
+        self.allocated_record_id = Some(next);
         Ok(next)
     }
 
@@ -279,7 +296,7 @@ impl<'e> WriteTransaction<'e> {
             Ok(planned) => planned,
             Err(error) => {
                 // Hand the id back: this transaction holds the stripe, so nobody allocated since.
-                self.stripe.last_record_ids.insert(entry.prefix, record_id - 1);
+                self.allocated_record_id = Some(record_id - 1);
                 return Err(error);
             }
         };
@@ -287,6 +304,7 @@ impl<'e> WriteTransaction<'e> {
         self.collection_delta[stats::COLLECTION_DOCUMENTS] += 1;
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64;
         self.records.insert(record_id, Some(bytes));
+        self.inserted.insert(record_id);
         self.operations += 1;
         Ok(record_id)
     }
@@ -330,56 +348,9 @@ impl<'e> WriteTransaction<'e> {
         self.apply_entries(planned);
         self.collection_delta[stats::COLLECTION_DOCUMENTS] -= 1;
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] -= current_len as i64;
+        self.deleted_ids.insert(record_id, old.get("_id").cloned().unwrap_or(Bson::Null));
         self.records.insert(record_id, None);
         self.operations += 1;
-        Ok(())
-    }
-
-    /// Writes everything as one atomic WriteBatch, counter merges included. With
-    /// `Durability::Journaled` the WAL is fsynced before returning.
-    pub fn commit(self, durability: Durability) -> Result<(), StorageError> {
-        let entry = self.entry()?;
-        if self.operations == 0 {
-            return Ok(());
-        }
-        let engine = self.engine;
-        let records_family = engine.records_family(&entry)?;
-        let indexes_family = engine.indexes_family(&entry)?;
-        let stats_family = engine.family(FAMILY_STATS)?;
-        let mut batch = WriteBatch::default();
-        for (record_id, state) in &self.records {
-            let key = keys::record_key(entry.prefix, *record_id);
-            match state {
-                Some(bytes) => batch.put_cf(records_family, key, bytes),
-                None => batch.delete_cf(records_family, key),
-            }
-        }
-        for (key, state) in &self.index_entries {
-            match state {
-                Some(value) => batch.put_cf(indexes_family, key, value),
-                None => batch.delete_cf(indexes_family, key),
-            }
-        }
-        if self.collection_delta.iter().any(|value| *value != 0) {
-            batch.merge_cf(stats_family, keys::stats_prefix_key(entry.prefix), encode_counters(&self.collection_delta));
-        }
-        let mut index_size_delta = 0i64;
-        for (index, delta) in entry.indexes.iter().zip(&self.index_deltas) {
-            if delta.iter().any(|value| *value != 0) {
-                batch.merge_cf(stats_family, keys::stats_prefix_key(index.prefix), encode_counters(delta));
-            }
-            index_size_delta += delta[stats::INDEX_SIZE_BYTES];
-        }
-        let mut database_delta = [0i64; stats::DATABASE_SLOTS];
-        database_delta[stats::DATABASE_DOCUMENTS] = self.collection_delta[stats::COLLECTION_DOCUMENTS];
-        database_delta[stats::DATABASE_DATA_SIZE_BYTES] = self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES];
-        database_delta[stats::DATABASE_INDEX_SIZE_BYTES] = index_size_delta;
-        if database_delta.iter().any(|value| *value != 0) {
-            batch.merge_cf(stats_family, keys::stats_database_key(entry.db()), encode_counters(&database_delta));
-        }
-        let mut write_options = WriteOptions::default();
-        write_options.set_sync(durability == Durability::Journaled);
-        engine.db.write_opt(batch, &write_options)?;
         Ok(())
     }
 }

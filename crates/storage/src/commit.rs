@@ -1,0 +1,199 @@
+//! The commit pipeline: every write transaction commits in two steps, so that replication can
+//! sit between them.
+//!
+//! - [`WriteTransaction::prepare`] turns what the transaction did (under the collection's
+//!   stripe: reads, unique checks, the new records and index entries) into a
+//!   [`PreparedWrite`]: the one RocksDB WriteBatch that makes it durable (records, index
+//!   entries and counter merges) and the operation records that describe it, shaped like
+//!   MongoDB's oplog entries (`op`, `ns`, `ui`, `o`, `o2`).
+//! - [`WriteTransaction::apply`] writes the batch (synced for `j: true`) and then derives the
+//!   in-memory state from the prepared write alone: the collection's record-id counter moves
+//!   to the highest id the write allocated. Nothing in memory changes for a write that is
+//!   never applied.
+//!
+//! Invariants: `prepare` reads and changes nothing; `apply` is the only place a data write
+//! reaches RocksDB and the only place the record-id counter advances; both run under the
+//! stripe, so no other writer of the collection sees a state between them. A Raft log will
+//! carry the operation records between the two steps; change streams will read them.
+
+use bson::{doc, spec::BinarySubtype, Binary, Bson, Document, RawDocument, RawDocumentBuf};
+use rocksdb::{WriteBatch, WriteOptions};
+
+use crate::engine::{Durability, FAMILY_STATS};
+use crate::keys;
+use crate::stats::{self, encode_counters};
+use crate::write::WriteTransaction;
+use crate::{RecordId, StorageError};
+
+/// What an operation did to one document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperationKind {
+    Insert,
+    /// A whole-document replacement (the post-image).
+    Update,
+    Delete,
+}
+
+/// One document's change, as MongoDB's oplog describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OperationRecord {
+    pub kind: OperationKind,
+    pub namespace: String,
+    pub collection_uuid: [u8; 16],
+    /// The document's `_id`.
+    pub id: Bson,
+    /// The inserted document or the update's post-image; None for a delete.
+    pub document: Option<RawDocumentBuf>,
+}
+
+impl OperationRecord {
+    /// `{op, ns, ui, o, o2?}` as in `local.oplog.rs` (updates in replacement form).
+    pub fn to_oplog_entry(&self) -> Result<Document, StorageError> {
+        let uuid = Binary { subtype: BinarySubtype::Uuid, bytes: self.collection_uuid.to_vec() };
+        let mut entry = doc! { "op": self.kind.code(), "ns": &self.namespace, "ui": uuid };
+        match (&self.document, self.kind) {
+            (Some(document), OperationKind::Insert | OperationKind::Update) => {
+                let document = document.to_document().map_err(|error| StorageError::Corrupt(format!("operation record: {error}")))?;
+                entry.insert("o", document);
+            }
+            _ => {
+                entry.insert("o", doc! { "_id": self.id.clone() });
+            }
+        }
+        if self.kind == OperationKind::Update {
+            entry.insert("o2", doc! { "_id": self.id.clone() });
+        }
+        Ok(entry)
+    }
+}
+
+impl OperationKind {
+    /// The oplog's `op` letter.
+    pub fn code(self) -> &'static str {
+        match self {
+            OperationKind::Insert => "i",
+            OperationKind::Update => "u",
+            OperationKind::Delete => "d",
+        }
+    }
+}
+
+/// A write ready to apply: its batch, its operation records, and the in-memory effect.
+pub struct PreparedWrite {
+    batch: WriteBatch,
+    pub operations: Vec<OperationRecord>,
+    /// The collection prefix and the highest record id the write allocated.
+    allocated: Option<(u64, RecordId)>,
+}
+
+fn id_of(bytes: &[u8]) -> Result<Bson, StorageError> {
+    let document = RawDocument::from_bytes(bytes).map_err(|error| StorageError::Corrupt(format!("record: {error}")))?;
+    let id = document.get("_id").map_err(|error| StorageError::Corrupt(format!("record: {error}")))?;
+    match id {
+        Some(id) => id.to_raw_bson().try_into().map_err(|error| StorageError::Corrupt(format!("record _id: {error:?}"))),
+        None => Err(StorageError::Corrupt("record without _id".to_string())),
+    }
+}
+
+impl WriteTransaction<'_> {
+    /// Builds the batch and the operation records of everything this transaction did. Reads
+    /// nothing and changes nothing.
+    pub fn prepare(&self) -> Result<PreparedWrite, StorageError> {
+        let entry = self.entry.clone()?;
+        let engine = self.engine;
+        let mut batch = WriteBatch::default();
+        let mut operations = Vec::with_capacity(self.records.len());
+        let records_family = engine.records_family(&entry)?;
+        for (record_id, state) in &self.records {
+            let key = keys::record_key(entry.prefix, *record_id);
+            let inserted = self.inserted.contains(record_id);
+            let (kind, id, document) = match state {
+                Some(bytes) => {
+                    batch.put_cf(records_family, key, bytes);
+                    let kind = if inserted { OperationKind::Insert } else { OperationKind::Update };
+                    let document = RawDocumentBuf::from_bytes(bytes.clone()).map_err(|error| StorageError::Corrupt(format!("record: {error}")))?;
+                    (kind, id_of(bytes)?, Some(document))
+                }
+                None if inserted => {
+                    // Inserted and deleted by this transaction: nothing reaches the disk.
+                    batch.delete_cf(records_family, key);
+                    continue;
+                }
+                None => {
+                    batch.delete_cf(records_family, key);
+                    let id = self.deleted_ids.get(record_id).cloned().unwrap_or(Bson::Null);
+                    (OperationKind::Delete, id, None)
+                }
+            };
+            operations.push(OperationRecord {
+                kind,
+                namespace: entry.namespace.to_string(),
+                collection_uuid: entry.uuid,
+                id,
+                document,
+            });
+        }
+        let indexes_family = engine.indexes_family(&entry)?;
+        for (key, state) in &self.index_entries {
+            match state {
+                Some(value) => batch.put_cf(indexes_family, key, value),
+                None => batch.delete_cf(indexes_family, key),
+            }
+        }
+        self.add_counter_merges(&mut batch)?;
+        Ok(PreparedWrite { batch, operations, allocated: self.allocated_record_id.map(|id| (entry.prefix, id)) })
+    }
+
+    /// The stats merges: the collection's and each touched index's counters, and the
+    /// database's, in the same batch as the data they count.
+    fn add_counter_merges(&self, batch: &mut WriteBatch) -> Result<(), StorageError> {
+        let entry = self.entry.clone()?;
+        let stats_family = self.engine.family(FAMILY_STATS)?;
+        if self.collection_delta.iter().any(|value| *value != 0) {
+            batch.merge_cf(stats_family, keys::stats_prefix_key(entry.prefix), encode_counters(&self.collection_delta));
+        }
+        let mut index_size_delta = 0i64;
+        for (index, delta) in entry.indexes.iter().zip(&self.index_deltas) {
+            if delta.iter().any(|value| *value != 0) {
+                batch.merge_cf(stats_family, keys::stats_prefix_key(index.prefix), encode_counters(delta));
+            }
+            index_size_delta += delta[stats::INDEX_SIZE_BYTES];
+        }
+        let mut database_delta = [0i64; stats::DATABASE_SLOTS];
+        database_delta[stats::DATABASE_DOCUMENTS] = self.collection_delta[stats::COLLECTION_DOCUMENTS];
+        database_delta[stats::DATABASE_DATA_SIZE_BYTES] = self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES];
+        database_delta[stats::DATABASE_INDEX_SIZE_BYTES] = index_size_delta;
+        if database_delta.iter().any(|value| *value != 0) {
+            batch.merge_cf(stats_family, keys::stats_database_key(entry.db()), encode_counters(&database_delta));
+        }
+        Ok(())
+    }
+
+    /// Writes a prepared write of this transaction (WAL fsynced first for
+    /// `Durability::Journaled`), then derives the in-memory state from it. Returns its
+    /// operation records.
+    pub fn apply(mut self, prepared: PreparedWrite, durability: Durability) -> Result<Vec<OperationRecord>, StorageError> {
+        if self.operations == 0 {
+            return Ok(Vec::new());
+        }
+        let mut write_options = WriteOptions::default();
+        write_options.set_sync(durability == Durability::Journaled);
+        self.engine.db.write_opt(prepared.batch, &write_options)?;
+        if let Some((prefix, allocated)) = prepared.allocated {
+            let counter = self.stripe.last_record_ids.entry(prefix).or_insert(allocated);
+            assert!(*counter <= allocated, "record ids go backwards: counter {counter}, allocated {allocated}");
+            *counter = allocated;
+        }
+        Ok(prepared.operations)
+    }
+
+    /// Prepares and applies: one atomic WriteBatch, counter merges included.
+    pub fn commit(self, durability: Durability) -> Result<(), StorageError> {
+        self.entry.clone()?;
+        if self.operations == 0 {
+            return Ok(());
+        }
+        let prepared = self.prepare()?;
+        self.apply(prepared, durability).map(drop)
+    }
+}
