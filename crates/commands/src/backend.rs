@@ -18,7 +18,7 @@ use std::sync::Arc;
 use bson::{Bson, Document, RawDocumentBuf};
 use myriad_storage::{
     CollectionHandle, CollectionStats, CreateIndexesOutcome, DatabaseStats, Durability, Engine, IndexKeyRange,
-    IndexSelector, RecordId, StorageError, WriteTransaction,
+    IndexSelector, RecordId, StorageError, ValidationReport, WriteTransaction,
 };
 
 pub type BackendResult<T> = Result<T, StorageError>;
@@ -66,6 +66,8 @@ pub trait Backend: Send + Sync {
     ) -> BackendResult<Vec<(Vec<u8>, RecordId)>>;
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>>;
     fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>>;
+    /// Checks a collection's records, counters and index entries, all read from one snapshot.
+    fn validate_collection(&self, handle: &CollectionHandle) -> BackendResult<ValidationReport>;
 
     // ----- writes ----------------------------------------------------------------------------
     fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b>;
@@ -155,6 +157,9 @@ impl Backend for Engine {
     }
     fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>> {
         Engine::find_by_id(self, handle, id)
+    }
+    fn validate_collection(&self, handle: &CollectionHandle) -> BackendResult<ValidationReport> {
+        Engine::validate_collection(self, handle)
     }
     fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b> {
         Box::new(Engine::begin_write(self, handle))
@@ -293,6 +298,11 @@ impl<B: Backend> Backend for ContractBackend<B> {
     }
     fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>> {
         self.inner.find_by_id(handle, id)
+    }
+    fn validate_collection(&self, handle: &CollectionHandle) -> BackendResult<ValidationReport> {
+        let report = self.inner.validate_collection(handle)?;
+        assert!(report.records >= 0 && report.invalid_records <= report.records, "inconsistent validation report: {report:?}");
+        Ok(report)
     }
     fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b> {
         self.inner.begin_write(handle)

@@ -280,3 +280,36 @@ async fn inserts_racing_drops_are_never_refused() {
     let remaining = target.count_documents(doc! {}).await.expect("count");
     assert!(remaining <= INSERTS as u64);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn validate_reads_one_snapshot_while_writes_run() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let items = collection(&client, "validated");
+    items.create_index(mongodb::IndexModel::builder().keys(doc! { "k": 1 }).build()).await.expect("index");
+    items.insert_many((0..2_000).map(|id| doc! { "_id": id, "k": id % 13 }).collect::<Vec<_>>()).await.expect("seed");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for writer in 0..3 {
+        let items = items.clone();
+        let stop = stop.clone();
+        writers.push(tokio::spawn(async move {
+            let mut next = 10_000 * (writer + 1);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                items.insert_one(doc! { "_id": next, "k": next % 13 }).await.expect("insert");
+                items.update_one(doc! { "_id": next - 1 }, doc! { "$inc": { "k": 1 } }).await.expect("update");
+                items.delete_one(doc! { "_id": next % 2_000 }).await.expect("delete");
+                next += 1;
+            }
+        }));
+    }
+    let database = client.database("concurrency");
+    for _ in 0..20 {
+        let report = database.run_command(doc! { "validate": "validated" }).await.expect("validate");
+        assert!(report.get_bool("valid").expect("valid"), "healthy data validated as corrupt under writes: {report}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+}

@@ -31,6 +31,7 @@ mod index_build;
 mod keys;
 mod options;
 mod stats;
+mod validate;
 mod write;
 
 pub use catalog::{CollectionHandle, IndexInfo};
@@ -43,6 +44,7 @@ pub use index_build::ResumedBuilds;
 pub use index::{hashed_index_value, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
 pub use options::EngineOptions;
 pub use commit::{OperationKind, OperationRecord, PreparedWrite};
+pub use validate::{IndexValidation, ValidationReport};
 pub use write::WriteTransaction;
 
 /// Identifier of a record within its collection: positive, allocated in increasing order.

@@ -1,16 +1,12 @@
-//! `validate`: reads every record (each must be valid BSON), checks the stats family's count
-//! against the records, and checks that every index entry points at a live record.
-
-use std::collections::HashSet;
+//! `validate`: every record must be valid BSON, the stats family's count must equal the
+//! records, and every index entry must name a live record (a non-sparse index holds at least
+//! one entry per record). Everything is read from one storage snapshot, so writes running
+//! meanwhile never make healthy data look corrupt.
 
 use bson::{doc, Bson, Document};
-use myriad_storage::IndexKeyRange;
 
 use crate::error::{CommandError, CommandResult, NAMESPACE_NOT_FOUND};
 use crate::{CommandRequest, ServerContext};
-
-/// Records and index entries are read in batches of this many.
-const VALIDATE_BATCH: usize = 1024;
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
@@ -18,87 +14,41 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Err(CommandError::new(NAMESPACE_NOT_FOUND, format!("Collection '{namespace}' does not exist to validate.")));
     };
-    let backend = &context.backend;
+    let report = context.backend.validate_collection(&collection)?;
     let mut errors: Vec<Bson> = Vec::new();
-    let mut record_ids = HashSet::new();
-    let mut invalid_documents = 0i64;
-    let mut last = None;
-    loop {
-        let records = backend.scan_records(&collection, last, VALIDATE_BATCH)?;
-        for (record_id, raw) in &records {
-            record_ids.insert(*record_id);
-            if myriad_query::decode_stored(raw).is_err() {
-                invalid_documents += 1;
-            }
-            last = Some(*record_id);
-        }
-        if records.len() < VALIDATE_BATCH {
-            break;
-        }
+    if report.invalid_records > 0 {
+        errors.push(Bson::String(format!("{} records are not valid BSON", report.invalid_records)));
     }
-    if invalid_documents > 0 {
-        errors.push(Bson::String(format!("{invalid_documents} records are not valid BSON")));
-    }
-    let stats = backend.collection_stats(&collection)?;
-    if stats.count != record_ids.len() as i64 {
+    if report.counted_records != report.records {
         errors.push(Bson::String(format!(
             "the stored count {} does not match the {} records found",
-            stats.count,
-            record_ids.len()
+            report.counted_records, report.records
         )));
     }
-    let everything = IndexKeyRange {
-        lower: vec![myriad_keystring::FORMAT_VERSION],
-        lower_inclusive: true,
-        upper: vec![myriad_keystring::FORMAT_VERSION + 1],
-        upper_inclusive: false,
-    };
     let mut keys_per_index = Document::new();
     let mut index_details = Document::new();
-    let indexes = collection.indexes()?;
-    for index in indexes.iter() {
-        let mut keys = 0i64;
-        let mut dangling = 0i64;
-        let mut start_after: Option<Vec<u8>> = None;
-        loop {
-            let entries = backend.scan_index(&collection, &index.name, &everything, start_after.as_deref(), VALIDATE_BATCH)?;
-            for (_, record_id) in &entries {
-                keys += 1;
-                if !record_ids.contains(record_id) {
-                    dangling += 1;
-                }
-            }
-            match entries.last() {
-                Some((key, _)) if entries.len() == VALIDATE_BATCH => start_after = Some(key.clone()),
-                _ => break,
-            }
-        }
+    for index in &report.indexes {
         let mut valid = true;
-        if dangling > 0 {
+        if index.dangling > 0 {
             valid = false;
-            errors.push(Bson::String(format!("index {} has {dangling} entries for missing records", index.name)));
+            errors.push(Bson::String(format!("index {} has {} entries for missing records", index.name, index.dangling)));
         }
-        if !index.sparse && keys < record_ids.len() as i64 {
+        if !index.sparse && index.keys < report.records {
             valid = false;
-            errors.push(Bson::String(format!(
-                "index {} has {keys} entries for {} records",
-                index.name,
-                record_ids.len()
-            )));
+            errors.push(Bson::String(format!("index {} has {} entries for {} records", index.name, index.keys, report.records)));
         }
-        keys_per_index.insert(index.name.clone(), keys);
+        keys_per_index.insert(index.name.clone(), index.keys);
         index_details.insert(index.name.clone(), doc! { "valid": valid });
     }
-    let valid = errors.is_empty();
     Ok(doc! {
         "ns": namespace,
-        "nInvalidDocuments": invalid_documents,
+        "nInvalidDocuments": report.invalid_records,
         "nNonCompliantDocuments": 0_i64,
-        "nrecords": record_ids.len() as i64,
-        "nIndexes": indexes.len() as i32,
+        "nrecords": report.records,
+        "nIndexes": report.indexes.len() as i32,
         "keysPerIndex": keys_per_index,
         "indexDetails": index_details,
-        "valid": valid,
+        "valid": errors.is_empty(),
         "repaired": false,
         "warnings": [],
         "errors": errors,
