@@ -552,6 +552,24 @@ impl Engine {
 
     /// Removes a failed build's indexes (entries, counters, markers, catalog) under the DDL
     /// mutex and the stripe, unless a drop already cancelled it.
+    /// Adds to `batch` the removal of one index's entries and counters (`counters` are its
+    /// current ones), and takes its share out of the database's `delta`.
+    fn add_index_removal(
+        &self,
+        batch: &mut WriteBatch,
+        entry: &CollectionEntry,
+        index: &IndexEntry,
+        counters: &[i64],
+        delta: &mut DatabaseDelta,
+    ) -> Result<(), StorageError> {
+        let (start, end) = keys::prefix_range(index.prefix);
+        batch.delete_range_cf(self.indexes_family(entry)?, start, end);
+        batch.delete_cf(self.family(FAMILY_STATS)?, keys::stats_prefix_key(index.prefix));
+        delta[stats::DATABASE_INDEXES] -= 1;
+        delta[stats::DATABASE_INDEX_SIZE_BYTES] -= counters.get(stats::INDEX_SIZE_BYTES).copied().unwrap_or(0);
+        Ok(())
+    }
+
     fn remove_failed_index_build(&self, build: &IndexBuild) -> Result<(), StorageError> {
         let _ddl = self.lock_ddl();
         let stripe = self.lock_stripe(build.collection_prefix);
@@ -569,8 +587,6 @@ impl Engine {
             return Ok(());
         };
         let (_, counters) = self.read_collection_counters(&entry)?;
-        let indexes_family = self.indexes_family(&entry)?;
-        let stats_family = self.family(FAMILY_STATS)?;
         let mut delta: DatabaseDelta = [0; stats::DATABASE_SLOTS];
         let mut remaining = Vec::with_capacity(entry.indexes.len());
         for (index, counters) in entry.indexes.iter().zip(&counters) {
@@ -578,11 +594,7 @@ impl Engine {
                 remaining.push(index.clone());
                 continue;
             }
-            let (start, end) = keys::prefix_range(index.prefix);
-            batch.delete_range_cf(indexes_family, start, end);
-            batch.delete_cf(stats_family, keys::stats_prefix_key(index.prefix));
-            delta[stats::DATABASE_INDEXES] -= 1;
-            delta[stats::DATABASE_INDEX_SIZE_BYTES] -= counters.get(stats::INDEX_SIZE_BYTES).copied().unwrap_or(0);
+            self.add_index_removal(&mut batch, &entry, index, counters, &mut delta)?;
         }
         let updated = Arc::new(entry.with_indexes(remaining));
         batch.put_cf(catalog, keys::collection_key(&build.db, &build.collection), updated.to_bytes()?);
@@ -785,19 +797,13 @@ impl Engine {
         }
         let _stripe = self.lock_stripes([entry.prefix]);
         let (_, index_counters) = self.read_collection_counters(&entry)?;
-        let indexes_family = self.indexes_family(&entry)?;
-        let stats_family = self.family(FAMILY_STATS)?;
         let mut batch = WriteBatch::default();
         let mut delta: DatabaseDelta = [0; stats::DATABASE_SLOTS];
         for position in &targets {
             let (Some(index), Some(counters)) = (entry.indexes.get(*position), index_counters.get(*position)) else {
                 continue;
             };
-            let (start, end) = keys::prefix_range(index.prefix);
-            batch.delete_range_cf(indexes_family, start, end);
-            batch.delete_cf(stats_family, keys::stats_prefix_key(index.prefix));
-            delta[stats::DATABASE_INDEXES] -= 1;
-            delta[stats::DATABASE_INDEX_SIZE_BYTES] -= counters.get(stats::INDEX_SIZE_BYTES).copied().unwrap_or(0);
+            self.add_index_removal(&mut batch, &entry, index, counters, &mut delta)?;
         }
         let remaining: Vec<IndexEntry> = entry
             .indexes_cloned()?
