@@ -2,22 +2,12 @@
 
 mod common;
 
-use common::TestServer;
+use common::{error_code, TestServer};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::{Compressor, FindOptions, IndexOptions, ReturnDocument};
 use mongodb::IndexModel;
 
-fn command_error_code(error: &mongodb::error::Error) -> Option<i32> {
-    match error.kind.as_ref() {
-        mongodb::error::ErrorKind::Command(command) => Some(command.code),
-        mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteError(write)) => Some(write.code),
-        mongodb::error::ErrorKind::InsertMany(insert_many) => {
-            insert_many.write_errors.as_ref().and_then(|errors| errors.first()).map(|error| error.code)
-        }
-        _ => None,
-    }
-}
 
 #[tokio::test]
 async fn insert_find_update_delete_round_trip() {
@@ -99,7 +89,7 @@ async fn unique_index_reports_duplicate_key_with_details() {
         .expect("create index");
     collection.insert_one(doc! { "email": "a@example.com" }).await.expect("first insert");
     let error = collection.insert_one(doc! { "email": "a@example.com" }).await.expect_err("duplicate");
-    assert_eq!(command_error_code(&error), Some(11000));
+    assert_eq!(error_code(&error), Some(11000));
     let indexes = collection.list_index_names().await.expect("list indexes");
     assert_eq!(indexes, vec!["_id_".to_string(), "email_1".to_string()]);
 
@@ -153,7 +143,7 @@ async fn namespaces_list_rename_and_drop() {
     let database = client.database("tenants");
     database.create_collection("alpha").await.expect("create");
     let error = database.create_collection("alpha").await.expect_err("exists");
-    assert_eq!(command_error_code(&error), Some(48));
+    assert_eq!(error_code(&error), Some(48));
     database.collection::<Document>("beta").insert_one(doc! { "x": 1 }).await.expect("implicit create");
     let mut names = database.list_collection_names().await.expect("list");
     names.sort();
@@ -184,18 +174,18 @@ async fn errors_carry_mongodb_codes() {
     let client = server.client().await;
     let database = client.database("errors");
     let unknown = database.run_command(doc! { "noSuchCommand": 1 }).await.expect_err("unknown");
-    assert_eq!(command_error_code(&unknown), Some(59));
+    assert_eq!(error_code(&unknown), Some(59));
     let bad_operator = database.collection::<Document>("c").find_one(doc! { "a": { "$bogus": 1 } }).await.expect_err("bad");
-    assert_eq!(command_error_code(&bad_operator), Some(2));
+    assert_eq!(error_code(&bad_operator), Some(2));
     database.collection::<Document>("c").insert_one(doc! { "_id": 1, "a": "text" }).await.expect("insert");
     let type_error =
         database.collection::<Document>("c").update_one(doc! { "_id": 1 }, doc! { "$inc": { "a": 1 } }).await.expect_err("inc text");
-    assert_eq!(command_error_code(&type_error), Some(14));
+    assert_eq!(error_code(&type_error), Some(14));
     let immutable =
         database.collection::<Document>("c").update_one(doc! { "_id": 1 }, doc! { "$set": { "_id": 2 } }).await.expect_err("immutable");
-    assert_eq!(command_error_code(&immutable), Some(66));
+    assert_eq!(error_code(&immutable), Some(66));
     let missing = database.run_command(doc! { "collStats": "nothing" }).await.expect_err("missing");
-    assert_eq!(command_error_code(&missing), Some(26));
+    assert_eq!(error_code(&missing), Some(26));
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use bson::{doc, Bson, Document};
-use common::TestServer;
+use common::{error_code, TestServer};
 use myriad_wire::{decode_message, encode_op_msg, OpMsg, Request, OP_MSG_FLAG_EXHAUST_ALLOWED, OP_MSG_FLAG_MORE_TO_COME};
 
 /// How long the idle client sits connected.
@@ -28,13 +28,6 @@ async fn command_count(client: &mongodb::Client) -> i64 {
     }
 }
 
-fn error_code(error: &mongodb::error::Error) -> Option<i32> {
-    match &*error.kind {
-        mongodb::error::ErrorKind::Command(command_error) => Some(command_error.code),
-        mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteError(write_error)) => Some(write_error.code),
-        _ => None,
-    }
-}
 
 #[tokio::test]
 async fn an_idle_client_costs_a_few_commands_per_second() {

@@ -10,9 +10,9 @@ mod common;
 
 use std::future::Future;
 
-use common::TestServer;
+use common::{error_code, TestServer};
 use mongodb::bson::{doc, Bson, Document};
-use mongodb::error::{Error, ErrorKind, WriteFailure};
+use mongodb::error::Error;
 use mongodb::{Client, Collection};
 
 /// MongoDB's `Overflow`.
@@ -53,15 +53,6 @@ fn nested_document(depth: usize) -> Document {
 }
 
 /// The MongoDB code of a command or write error.
-fn error_code(error: &Error) -> Option<i32> {
-    match error.kind.as_ref() {
-        ErrorKind::Command(command) => Some(command.code),
-        ErrorKind::Write(WriteFailure::WriteError(write)) => Some(write.code),
-        ErrorKind::Write(WriteFailure::WriteConcernError(concern)) => Some(concern.code),
-        ErrorKind::InsertMany(insert_many) => insert_many.write_errors.as_ref()?.first().map(|write| write.code),
-        _ => None,
-    }
-}
 
 fn assert_code<T: std::fmt::Debug>(result: Result<T, Error>, expected: i32, case: &str) {
     match result {

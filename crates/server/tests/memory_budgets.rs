@@ -5,21 +5,11 @@
 
 mod common;
 
-use common::TestServer;
+use common::{admin, error_code, TestServer};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
-use mongodb::Client;
 
-fn error_code(error: &mongodb::error::Error) -> Option<i32> {
-    match error.kind.as_ref() {
-        mongodb::error::ErrorKind::Command(command) => Some(command.code),
-        _ => None,
-    }
-}
 
-async fn admin(client: &Client, command: Document) -> mongodb::error::Result<Document> {
-    client.database("admin").run_command(command).await
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn group_spills_past_its_limit_with_disk_use_and_fails_with_292_without() {

@@ -6,18 +6,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::TestServer;
+use common::{admin, error_code, TestServer};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
-use mongodb::{Client, Collection};
+use mongodb::Collection;
 
-fn error_code(error: &mongodb::error::Error) -> Option<i32> {
-    match error.kind.as_ref() {
-        mongodb::error::ErrorKind::Command(command) => Some(command.code),
-        mongodb::error::ErrorKind::Write(mongodb::error::WriteFailure::WriteError(write)) => Some(write.code),
-        _ => None,
-    }
-}
 
 /// `count` documents of about `padding_bytes` each, inserted in bounded batches.
 async fn fill(collection: &Collection<Document>, count: i32, padding_bytes: usize) {
@@ -32,9 +25,6 @@ async fn fill(collection: &Collection<Document>, count: i32, padding_bytes: usiz
     }
 }
 
-async fn admin(client: &Client, command: Document) -> mongodb::error::Result<Document> {
-    client.database("admin").run_command(command).await
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn results_over_16_mebibytes_stream_in_bounded_batches() {

@@ -173,3 +173,21 @@ impl Drop for TestServer {
         self.kill_hard();
     }
 }
+
+/// The MongoDB code of a driver error: a command error, a write error, a write concern error,
+/// or the first write error of an insert_many.
+pub fn error_code(error: &mongodb::error::Error) -> Option<i32> {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match error.kind.as_ref() {
+        ErrorKind::Command(command) => Some(command.code),
+        ErrorKind::Write(WriteFailure::WriteError(write)) => Some(write.code),
+        ErrorKind::Write(WriteFailure::WriteConcernError(concern)) => Some(concern.code),
+        ErrorKind::InsertMany(insert_many) => insert_many.write_errors.as_ref()?.first().map(|write| write.code),
+        _ => None,
+    }
+}
+
+/// Runs a command against the admin database.
+pub async fn admin(client: &Client, command: bson::Document) -> mongodb::error::Result<bson::Document> {
+    client.database("admin").run_command(command).await
+}
