@@ -34,8 +34,8 @@ pub struct Operation {
     /// currentOp's `op`: "command", "query", "getmore", "insert", "update", "remove".
     pub kind: &'static str,
     pub namespace: String,
-    /// The command as sent, or a truncated summary of a large one.
-    pub command: Document,
+    /// The command as sent (shown truncated when large).
+    pub command: Arc<Document>,
     pub connection_id: i64,
     pub client: Option<SocketAddr>,
     pub started: Instant,
@@ -84,7 +84,7 @@ impl Operation {
             "microsecs_running": i64::try_from(running.as_micros()).unwrap_or(i64::MAX),
             "op": self.kind,
             "ns": &self.namespace,
-            "command": self.command.clone(),
+            "command": shown_command(&self.command),
             "killPending": self.is_killed(),
         };
         if let Some(client) = self.client {
@@ -101,7 +101,7 @@ impl Operation {
 pub struct OperationStart<'a> {
     pub kind: &'static str,
     pub namespace: String,
-    pub body: &'a Document,
+    pub body: &'a Arc<Document>,
     pub connection_id: i64,
     pub client: Option<SocketAddr>,
     pub max_time: Option<Duration>,
@@ -133,7 +133,7 @@ impl OperationTable {
             opid,
             kind: start.kind,
             namespace: start.namespace,
-            command: shown_command(start.body),
+            command: Arc::clone(start.body),
             connection_id: start.connection_id,
             client: start.client,
             started,
@@ -249,14 +249,14 @@ fn approximate_size(value: &Bson) -> usize {
 mod tests {
     use super::*;
 
-    fn start(body: &Document, max_time: Option<Duration>) -> OperationStart<'_> {
+    fn start(body: &Arc<Document>, max_time: Option<Duration>) -> OperationStart<'_> {
         OperationStart { kind: "command", namespace: "db.c".into(), body, connection_id: 7, client: None, max_time }
     }
 
     #[test]
     fn guard_registers_and_removes_and_kill_interrupts() {
         let table = OperationTable::default();
-        let body = doc! { "find": "c" };
+        let body = Arc::new(doc! { "find": "c" });
         {
             let _guard = table.begin(start(&body, None));
             let running = table.snapshot();
@@ -273,7 +273,7 @@ mod tests {
     #[test]
     fn deadline_expires() {
         let table = OperationTable::default();
-        let body = doc! { "count": "c" };
+        let body = Arc::new(doc! { "count": "c" });
         let _guard = table.begin(start(&body, Some(Duration::from_millis(1))));
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(check_interrupt().unwrap_err().code, MAX_TIME_MS_EXPIRED.code);

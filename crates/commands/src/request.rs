@@ -11,7 +11,8 @@ pub struct CommandRequest {
     pub db: String,
     /// The command name as sent (its first key).
     pub name: String,
-    pub body: Document,
+    /// Shared, so the operation table can show the command without copying it.
+    pub body: std::sync::Arc<Document>,
     pub connection: ConnectionInfo,
 }
 
@@ -45,7 +46,7 @@ impl CommandRequest {
             None => return Err(CommandError::bad_value("Empty command object")),
         };
         validate_database_name(&db)?;
-        Ok(CommandRequest { db, name, body, connection })
+        Ok(CommandRequest { db, name, body: std::sync::Arc::new(body), connection })
     }
 
     /// The value of the command's first field (the collection name for most commands).

@@ -452,7 +452,7 @@ impl ConnectionTask<'_> {
         loop {
             // The next invocation carries the topologyVersion the client now knows.
             let current = doc! { "processId": hello::process_id(), "counter": self.context.topology.counter() };
-            request.body.insert("topologyVersion", current);
+            std::sync::Arc::make_mut(&mut request.body).insert("topologyVersion", current);
             let wait = hello::await_time(self.context, &request).unwrap_or_default();
             let seen = self.context.topology.counter();
             match self.wait_for_topology(seen, wait).await {
