@@ -134,6 +134,46 @@ pub(crate) struct StripeState {
     pub(crate) last_record_ids: HashMap<u64, RecordId>,
 }
 
+thread_local! {
+    /// Lock stripes the thread holds. Checked before taking the DDL mutex or a stripe, so the
+    /// lock order (DDL mutex, then stripes taken at once in ascending order) is asserted on
+    /// every acquisition, in release builds too.
+    static STRIPES_HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+fn stripes_held() -> usize {
+    STRIPES_HELD.with(std::cell::Cell::get)
+}
+
+/// A held lock stripe; the thread's count of held stripes includes it while it lives.
+pub(crate) struct StripeGuard<'e>(MutexGuard<'e, StripeState>);
+
+impl<'e> StripeGuard<'e> {
+    fn new(guard: MutexGuard<'e, StripeState>) -> StripeGuard<'e> {
+        STRIPES_HELD.with(|held| held.set(held.get() + 1));
+        StripeGuard(guard)
+    }
+}
+
+impl Drop for StripeGuard<'_> {
+    fn drop(&mut self) {
+        STRIPES_HELD.with(|held| held.set(held.get() - 1));
+    }
+}
+
+impl std::ops::Deref for StripeGuard<'_> {
+    type Target = StripeState;
+    fn deref(&self) -> &StripeState {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for StripeGuard<'_> {
+    fn deref_mut(&mut self) -> &mut StripeState {
+        &mut self.0
+    }
+}
+
 /// State guarded by the DDL mutex.
 pub(crate) struct DdlState {
     pub(crate) next_prefix: u64,
@@ -301,6 +341,9 @@ impl Engine {
     // ----- locks -------------------------------------------------------------------------
 
     pub(crate) fn lock_ddl(&self) -> MutexGuard<'_, DdlState> {
+        // Lock order: the DDL mutex, then stripes. A thread holding a stripe never waits for
+        // the DDL mutex (that could deadlock with a DDL waiting for its stripe).
+        assert_eq!(stripes_held(), 0, "lock order violated: the DDL mutex taken while holding a lock stripe");
         self.counters.ddl_lock_acquisitions.fetch_add(1, Ordering::Relaxed);
         match self.ddl.try_lock() {
             Some(guard) => guard,
@@ -316,22 +359,24 @@ impl Engine {
         &self.stripes[stripe_index(prefix, self.stripes.len())]
     }
 
-    pub(crate) fn lock_stripe(&self, prefix: u64) -> MutexGuard<'_, StripeState> {
+    pub(crate) fn lock_stripe(&self, prefix: u64) -> StripeGuard<'_> {
+        assert_eq!(stripes_held(), 0, "lock order violated: a lock stripe taken while holding another");
         self.counters.stripe_lock_acquisitions.fetch_add(1, Ordering::Relaxed);
         let stripe = self.stripe_mutex(prefix);
-        match stripe.try_lock() {
+        StripeGuard::new(match stripe.try_lock() {
             Some(guard) => guard,
             None => {
                 self.counters.stripe_lock_contended.fetch_add(1, Ordering::Relaxed);
                 stripe.lock()
             }
-        }
+        })
     }
 
     /// Locks the stripes of several prefixes, in ascending stripe order (deadlock-free: writers
     /// hold one stripe, DDL takes stripes only while holding the DDL mutex). Returns the guards
     /// with their stripe numbers, sorted by stripe number.
-    pub(crate) fn lock_stripes<'s>(&'s self, prefixes: impl IntoIterator<Item = u64>) -> Vec<(usize, MutexGuard<'s, StripeState>)> {
+    pub(crate) fn lock_stripes<'s>(&'s self, prefixes: impl IntoIterator<Item = u64>) -> Vec<(usize, StripeGuard<'s>)> {
+        assert_eq!(stripes_held(), 0, "lock order violated: lock stripes taken while holding another");
         let mut indexes: Vec<usize> =
             prefixes.into_iter().map(|prefix| stripe_index(prefix, self.stripes.len())).collect();
         indexes.sort_unstable();
@@ -348,13 +393,13 @@ impl Engine {
                         stripe.lock()
                     }
                 };
-                (index, guard)
+                (index, StripeGuard::new(guard))
             })
             .collect()
     }
 
     /// Forgets the record id counters of dropped collections (the caller holds their stripes).
-    fn forget_record_ids(&self, guards: &mut [(usize, MutexGuard<'_, StripeState>)], prefixes: &[u64]) {
+    fn forget_record_ids(&self, guards: &mut [(usize, StripeGuard<'_>)], prefixes: &[u64]) {
         for prefix in prefixes {
             let stripe = stripe_index(*prefix, self.stripes.len());
             if let Ok(position) = guards.binary_search_by_key(&stripe, |(index, _)| *index) {
@@ -1343,6 +1388,27 @@ mod tests {
         assert!(matches!(engine.collection("db", "copy"), Err(StorageError::Corrupt(_))));
         engine.db.put_cf(catalog, keys::collection_key("db", "junk"), b"junk").unwrap();
         assert!(matches!(engine.collection("db", "junk"), Err(StorageError::Corrupt(_))));
+    }
+
+    #[test]
+    #[should_panic(expected = "lock order violated")]
+    fn taking_the_ddl_mutex_while_holding_a_stripe_is_caught() {
+        let directory = tempfile::tempdir().unwrap();
+        let engine = Engine::open(directory.path(), &small_options()).unwrap();
+        let _stripe = engine.lock_stripe(FIRST_PREFIX);
+        let _ddl = engine.lock_ddl();
+    }
+
+    #[test]
+    fn stripes_are_counted_while_held() {
+        let directory = tempfile::tempdir().unwrap();
+        let engine = Engine::open(directory.path(), &small_options()).unwrap();
+        {
+            let _stripes = engine.lock_stripes([1, 2, 3]);
+            assert!(stripes_held() >= 1);
+        }
+        assert_eq!(stripes_held(), 0);
+        drop(engine.lock_ddl());
     }
 
     #[test]

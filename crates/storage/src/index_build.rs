@@ -24,12 +24,12 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 use bson::{Document, RawDocumentBuf};
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex};
 use rocksdb::{ReadOptions, WriteBatch};
 
 use crate::catalog::{namespace_of, CollectionEntry, IndexEntry};
 use crate::engine::{
-    validate_namespace, CreateIndexesOutcome, DatabaseDelta, Engine, IndexSelector, StripeState, FAMILY_CATALOG,
+    validate_namespace, CreateIndexesOutcome, DatabaseDelta, Engine, IndexSelector, StripeGuard, FAMILY_CATALOG,
     FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_STATS,
 };
 use crate::index::{
@@ -422,7 +422,7 @@ impl Engine {
         build: &IndexBuild,
         indexes: &[IndexEntry],
         prepared: &PreparedChunk,
-        _stripe: &MutexGuard<'_, StripeState>,
+        _stripe: &StripeGuard<'_>,
     ) -> Result<bool, StorageError> {
         let position = build.position.load(Ordering::Relaxed);
         assert_eq!(position, prepared.position, "only the builder moves its position");
@@ -514,7 +514,7 @@ impl Engine {
         entry: &CollectionEntry,
         build: &IndexBuild,
         indexes: &[IndexEntry],
-        stripe: &MutexGuard<'_, StripeState>,
+        stripe: &StripeGuard<'_>,
     ) -> Result<bool, StorageError> {
         let prepared = self.prepare_chunk(entry, build.position.load(Ordering::Relaxed), indexes)?;
         self.apply_chunk(entry, build, indexes, &prepared, stripe)

@@ -10,11 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bson::{Bson, Document, RawDocumentBuf};
-use parking_lot::MutexGuard;
 
 
 use crate::catalog::{CollectionEntry, CollectionHandle};
-use crate::engine::{Engine, StripeState};
+use crate::engine::{Engine, StripeGuard};
 use crate::index::{generate_keys, key_value_document};
 use crate::keys;
 use crate::stats;
@@ -23,7 +22,7 @@ use crate::{RecordId, StorageError, MAX_DOCUMENT_SIZE_BYTES};
 /// An open write transaction on one collection. Dropping it without `commit` discards it.
 pub struct WriteTransaction<'e> {
     pub(crate) engine: &'e Engine,
-    pub(crate) stripe: MutexGuard<'e, StripeState>,
+    pub(crate) stripe: StripeGuard<'e>,
     /// The collection's current catalog entry, or why it cannot be written.
     pub(crate) entry: Result<Arc<CollectionEntry>, StorageError>,
     /// Pending record state: `Some(bytes)` put, `None` deleted.
