@@ -26,6 +26,7 @@ use crate::backend::Backend;
 use crate::error::CommandResult;
 use crate::operation::check_interrupt;
 use crate::plan::{choose_access, Access, QuerySpec};
+use crate::stages::{ExecutionCounters, StageShape};
 
 /// Records or index entries read from storage per call while filling a batch.
 const STORAGE_READ_CHUNK: usize = 256;
@@ -70,8 +71,12 @@ pub struct Execution {
     sorted: Option<SortedOutput>,
     /// A projected document that did not fit in the previous batch.
     held_back: Option<(Document, usize)>,
-    pub documents_examined: u64,
-    pub keys_examined: u64,
+    /// The filter as sent, the skip and limit as asked: what the stage tree shows.
+    filter_document: Document,
+    skip_requested: u64,
+    limit_requested: Option<u64>,
+    /// Every stage's counters (see [`crate::stages`]).
+    pub counters: ExecutionCounters,
 }
 
 impl Execution {
@@ -91,8 +96,22 @@ impl Execution {
             spill_directory: crate::knobs::spill_directory(spec.allow_disk_use),
             sorted: None,
             held_back: None,
-            documents_examined: 0,
-            keys_examined: 0,
+            filter_document: spec.filter_document,
+            skip_requested: spec.skip,
+            limit_requested: spec.limit.filter(|limit| *limit > 0),
+            counters: ExecutionCounters::default(),
+        })
+    }
+
+    /// The stage tree with every stage's counters so far, as explain's executionStages.
+    pub fn plan_tree(&self) -> Document {
+        self.counters.plan_tree(&StageShape {
+            access: &self.access,
+            filter: &self.filter_document,
+            sort: self.sort.as_ref().map(SortSpec::pattern),
+            skip: self.skip_requested,
+            limit: self.limit_requested,
+            projection: self.projection.is_some(),
         })
     }
 
@@ -162,11 +181,20 @@ impl Execution {
                 if sorted.next()?.is_none() {
                     return Ok(None);
                 }
+                self.counters.sort.advanced += 1;
+                self.counters.skip.works += 1;
             }
             if self.limit_remaining == Some(0) {
                 return Ok(None);
             }
             let next = sorted.next()?;
+            if next.is_some() {
+                self.counters.sort.advanced += 1;
+                self.counters.skip.works += 1;
+                self.counters.skip.advanced += 1;
+                self.counters.limit.works += 1;
+                self.counters.limit.advanced += 1;
+            }
             if let (Some(limit), Some(_)) = (&mut self.limit_remaining, &next) {
                 *limit -= 1;
             }
@@ -191,6 +219,10 @@ impl Execution {
                 None => {
                     let Some((_, document)) = self.next_match(backend)? else { break };
                     let projected = project(self.projection.as_ref(), document)?;
+                    if self.projection.is_some() {
+                        self.counters.projection.works += 1;
+                        self.counters.projection.advanced += 1;
+                    }
                     let size = bson_size_bytes(&projected);
                     (projected, size)
                 }
@@ -221,11 +253,19 @@ impl Execution {
     /// stream the matches themselves (aggregation input, distinct).
     pub fn next_filtered(&mut self, backend: &dyn Backend) -> CommandResult<Option<Document>> {
         while let Some((_, document)) = self.next_candidate(backend)? {
-            if self.filter.matches(&document) {
+            if self.passes_filter(&document) {
                 return Ok(Some(document));
             }
         }
         Ok(None)
+    }
+
+    /// The filter stage: counts every candidate it sees and every match.
+    fn passes_filter(&mut self, document: &Document) -> bool {
+        self.counters.filter.works += 1;
+        let matches = self.filter.matches(document);
+        self.counters.filter.advanced += u64::from(matches);
+        matches
     }
 
     /// Sorts every match; with a limit only the top `skip + limit` are kept (top-k), so the
@@ -238,24 +278,30 @@ impl Execution {
         let limit_bytes = crate::knobs::max_blocking_sort_bytes();
         let mut sorter = ExternalSorter::new(spec, keep, limit_bytes, self.spill_directory.clone());
         while let Some((record_id, document)) = self.next_candidate(backend)? {
-            if self.filter.matches(&document) {
+            if self.passes_filter(&document) {
                 let size = bson_size_bytes(&document);
+                self.counters.sort.works += 1;
                 sorter.push(record_id, document, size)?;
             }
         }
+        self.counters.sort_spilled_bytes = sorter.spilled_bytes;
         self.sorted = Some(sorter.finish()?);
         Ok(())
     }
 
     /// Applies the filter, skip and limit to one candidate.
     fn accept(&mut self, document: &Document) -> bool {
-        if self.limit_remaining == Some(0) || !self.filter.matches(document) {
+        if self.limit_remaining == Some(0) || !self.passes_filter(document) {
             return false;
         }
+        self.counters.skip.works += 1;
         if self.skip_remaining > 0 {
             self.skip_remaining -= 1;
             return false;
         }
+        self.counters.skip.advanced += 1;
+        self.counters.limit.works += 1;
+        self.counters.limit.advanced += 1;
         if let Some(limit) = &mut self.limit_remaining {
             *limit -= 1;
         }
@@ -268,9 +314,11 @@ impl Execution {
         match &mut self.access {
             Access::IdLookup { id } => {
                 self.storage_exhausted = true;
-                self.keys_examined += 1;
+                self.counters.keys_examined += 1;
+                self.counters.access.works += 1;
                 if let Some((record_id, raw)) = backend.find_by_id(&self.collection, id)? {
-                    self.documents_examined += 1;
+                    self.counters.documents_examined += 1;
+                    self.counters.access.advanced += 1;
                     let resume = ResumePoint::Lookup;
                     self.pending.push_back(Candidate { record_id, document: to_document(&raw)?, resume });
                 }
@@ -283,7 +331,9 @@ impl Execution {
                 for (record_id, raw) in records {
                     let resume = ResumePoint::AfterRecord(*last_record_id);
                     *last_record_id = Some(record_id);
-                    self.documents_examined += 1;
+                    self.counters.documents_examined += 1;
+                    self.counters.access.works += 1;
+                    self.counters.access.advanced += 1;
                     self.pending.push_back(Candidate { record_id, document: to_document(&raw)?, resume });
                 }
             }
@@ -299,7 +349,8 @@ impl Execution {
                         last_entry_key.as_deref(),
                         wanted,
                     )?;
-                    self.keys_examined += entries.len() as u64;
+                    self.counters.keys_examined += entries.len() as u64;
+                    self.counters.access.works += entries.len() as u64;
                     let mut previous_key = last_entry_key.take();
                     let range_done = entries.len() < wanted;
                     for (key, record_id) in entries {
@@ -308,8 +359,9 @@ impl Execution {
                         if !seen_record_ids.insert(record_id) {
                             continue;
                         }
+                        self.counters.access.advanced += 1;
                         if let Some(raw) = backend.get_record(&self.collection, record_id)? {
-                            self.documents_examined += 1;
+                            self.counters.documents_examined += 1;
                             self.pending.push_back(Candidate { record_id, document: to_document(&raw)?, resume });
                         }
                     }

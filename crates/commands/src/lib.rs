@@ -23,6 +23,7 @@ pub mod operation;
 pub mod plan;
 pub mod request;
 pub mod session;
+pub mod stages;
 pub mod table;
 pub mod write;
 

@@ -71,6 +71,14 @@ impl SortSpec {
         self.fields.is_empty()
     }
 
+    /// The specification as a document (`{path: 1 | -1, ...}`), as explain shows it.
+    pub fn pattern(&self) -> Document {
+        self.fields
+            .iter()
+            .map(|field| (field.path.join("."), Bson::Int32(if field.ascending { 1 } else { -1 })))
+            .collect()
+    }
+
     /// The sort keys of a document, one per field (compute once, then use [`SortSpec::compare_keys`]).
     pub fn sort_key(&self, document: &Document) -> Vec<SortKey> {
         self.fields.iter().map(|field| field_key(document, &field.path, field.ascending)).collect()

@@ -1,0 +1,92 @@
+//! Every stage of an execution counts its work, and the stage tree has MongoDB's explain shape.
+
+use std::sync::Arc;
+
+use bson::{doc, Document};
+use myriad_commands::execution::Execution;
+use myriad_commands::plan::QuerySpec;
+use myriad_query::filter::Filter;
+use myriad_query::projection::Projection;
+use myriad_query::sort::SortSpec;
+use myriad_storage::{CollectionHandle, Durability, Engine, EngineOptions};
+
+fn engine_with_documents(directory: &std::path::Path) -> (Engine, CollectionHandle) {
+    let options = EngineOptions { block_cache_size_bytes: 8 * 1024 * 1024, ..EngineOptions::default() };
+    let engine = Engine::open(directory, &options).expect("open");
+    engine.create_indexes("db", "items", vec![doc! { "key": { "k": 1 }, "name": "k_1" }]).expect("index");
+    let handle = engine.collection("db", "items").expect("lookup").expect("collection");
+    let mut transaction = engine.begin_write(&handle);
+    for id in 0..100 {
+        transaction.insert(&doc! { "_id": id, "k": id, "even": id % 2 == 0 }).expect("insert");
+    }
+    transaction.commit(Durability::Default).expect("commit");
+    let handle = engine.collection("db", "items").expect("lookup").expect("collection");
+    (engine, handle)
+}
+
+fn spec(filter: Document) -> QuerySpec {
+    QuerySpec {
+        filter: Arc::new(Filter::parse(&filter).expect("filter")),
+        filter_document: filter,
+        projection: None,
+        sort: None,
+        skip: 0,
+        limit: None,
+        hint: None,
+        allow_disk_use: None,
+    }
+}
+
+fn stage<'d>(tree: &'d Document, path: &[&str]) -> &'d Document {
+    path.iter().fold(tree, |stage, _| stage.get_document("inputStage").expect("inputStage"))
+}
+
+#[test]
+fn an_index_scan_with_sort_skip_limit_and_projection_counts_every_stage() {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let (engine, handle) = engine_with_documents(directory.path());
+    let mut query = spec(doc! { "k": { "$gte": 50 }, "even": true });
+    query.sort = Some(SortSpec::parse(&doc! { "k": -1 }).expect("sort"));
+    query.skip = 2;
+    query.limit = Some(5);
+    query.projection = Some(Projection::parse(&doc! { "k": 1 }).expect("projection"));
+    let mut execution = Execution::new(handle, query).expect("plan");
+    let batch = execution.next_batch(&engine, 100).expect("batch");
+    let returned: Vec<i32> = batch.iter().map(|document| document.get_i32("k").expect("k")).collect();
+    assert_eq!(returned, vec![94, 92, 90, 88, 86]);
+
+    let tree = execution.plan_tree();
+    let names: Vec<&str> = (0..6).map(|depth| stage(&tree, &vec![""; depth]).get_str("stage").expect("stage")).collect();
+    assert_eq!(names, vec!["PROJECTION_DEFAULT", "LIMIT", "SKIP", "SORT", "FETCH", "IXSCAN"]);
+    assert_eq!(tree.get_i64("nReturned").unwrap(), 5);
+    assert_eq!(stage(&tree, &[""]).get_i64("limitAmount").unwrap(), 5);
+    assert_eq!(stage(&tree, &["", ""]).get_i64("skipAmount").unwrap(), 2);
+    let sort = stage(&tree, &["", "", ""]);
+    assert_eq!(sort.get_i64("works").unwrap(), 25, "the 25 even keys from 50 reach the sort");
+    assert_eq!(sort.get_i64("nReturned").unwrap(), 7, "skip 2 + limit 5 leave the sort");
+    let fetch = stage(&tree, &["", "", "", ""]);
+    assert_eq!(fetch.get_i64("docsExamined").unwrap(), 50);
+    assert_eq!(fetch.get_i64("works").unwrap(), 50);
+    assert_eq!(fetch.get_i64("nReturned").unwrap(), 25);
+    let index_scan = stage(&tree, &["", "", "", "", ""]);
+    assert_eq!(index_scan.get_str("indexName").unwrap(), "k_1");
+    assert_eq!(index_scan.get_i64("keysExamined").unwrap(), 50);
+}
+
+#[test]
+fn collection_scans_and_id_lookups_count_what_they_examine() {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let (engine, handle) = engine_with_documents(directory.path());
+    let mut scan = Execution::new(handle.clone(), spec(doc! { "even": false })).expect("plan");
+    assert_eq!(scan.next_batch(&engine, 1_000).expect("batch").len(), 50);
+    let tree = scan.plan_tree();
+    assert_eq!(tree.get_str("stage").unwrap(), "COLLSCAN");
+    assert_eq!(tree.get_i64("docsExamined").unwrap(), 100);
+    assert_eq!(tree.get_i64("nReturned").unwrap(), 50);
+
+    let mut lookup = Execution::new(handle, spec(doc! { "_id": 7 })).expect("plan");
+    assert_eq!(lookup.next_batch(&engine, 10).expect("batch").len(), 1);
+    let tree = lookup.plan_tree();
+    assert_eq!(tree.get_str("stage").unwrap(), "IDHACK");
+    assert_eq!((tree.get_i64("keysExamined").unwrap(), tree.get_i64("docsExamined").unwrap()), (1, 1));
+}
