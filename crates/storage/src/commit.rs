@@ -32,6 +32,8 @@ pub enum OperationKind {
     /// A whole-document replacement (the post-image).
     Update,
     Delete,
+    /// A catalog change (create, drop...): `document` is the command, on `db.$cmd`.
+    Command,
 }
 
 /// One document's change, as MongoDB's oplog describes it.
@@ -52,7 +54,7 @@ impl OperationRecord {
         let uuid = Binary { subtype: BinarySubtype::Uuid, bytes: self.collection_uuid.to_vec() };
         let mut entry = doc! { "op": self.kind.code(), "ns": &self.namespace, "ui": uuid };
         match (&self.document, self.kind) {
-            (Some(document), OperationKind::Insert | OperationKind::Update) => {
+            (Some(document), OperationKind::Insert | OperationKind::Update | OperationKind::Command) => {
                 let document = document.to_document().map_err(|error| StorageError::Corrupt(format!("operation record: {error}")))?;
                 entry.insert("o", document);
             }
@@ -74,6 +76,7 @@ impl OperationKind {
             OperationKind::Insert => "i",
             OperationKind::Update => "u",
             OperationKind::Delete => "d",
+            OperationKind::Command => "c",
         }
     }
 }
@@ -184,6 +187,8 @@ impl WriteTransaction<'_> {
             assert!(*counter <= allocated, "record ids go backwards: counter {counter}, allocated {allocated}");
             *counter = allocated;
         }
+        // Under the stripe: an observer sees one collection's writes in commit order.
+        self.engine.observe(&prepared.operations);
         Ok(prepared.operations)
     }
 
@@ -196,4 +201,38 @@ impl WriteTransaction<'_> {
         let prepared = self.prepare()?;
         self.apply(prepared, durability).map(drop)
     }
+}
+
+/// Receives the operation records of every write and catalog change once applied: where
+/// replication and change streams plug in.
+pub type OperationObserver = std::sync::Arc<dyn Fn(&[OperationRecord]) + Send + Sync>;
+
+/// A catalog change ready to apply: its batch, its operation record, and the in-memory
+/// changes the batch implies, which [`crate::Engine`] applies only after the batch is written.
+pub(crate) struct PreparedCatalogChange {
+    pub(crate) batch: WriteBatch,
+    pub(crate) operation: OperationRecord,
+    pub(crate) effects: Vec<CatalogEffect>,
+}
+
+/// An in-memory change derived from a catalog batch.
+pub(crate) enum CatalogEffect {
+    /// The prefix counter moves to this value (prefixes are never reused).
+    AdvancePrefixes(u64),
+    /// The entry is published in the catalog snapshot.
+    Publish(std::sync::Arc<crate::catalog::CollectionEntry>),
+    /// The namespace leaves the catalog snapshot.
+    Remove(std::sync::Arc<str>),
+}
+
+/// The `op: "c"` record of a catalog change on `db`.
+pub(crate) fn command_record(db: &str, collection_uuid: [u8; 16], command: Document) -> Result<OperationRecord, StorageError> {
+    let document = RawDocumentBuf::from_document(&command).map_err(|error| StorageError::Corrupt(format!("operation record: {error}")))?;
+    Ok(OperationRecord {
+        kind: OperationKind::Command,
+        namespace: format!("{db}.$cmd"),
+        collection_uuid,
+        id: Bson::Null,
+        document: Some(document),
+    })
 }

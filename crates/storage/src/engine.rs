@@ -14,6 +14,7 @@ use rocksdb::{
     FlushOptions, ReadOptions, WriteBatch, WriteOptions, DB,
 };
 
+use crate::commit::{command_record, CatalogEffect, OperationObserver, OperationRecord, PreparedCatalogChange};
 use crate::catalog::{entry_prefixes, namespace_of, Catalog, CollectionEntry, CollectionHandle, IndexEntry};
 use crate::index::{id_index_spec, ParsedIndexSpec, ID_INDEX_NAME};
 use crate::keys::{self, PREFIX_LEN, RECORD_ID_LEN};
@@ -205,6 +206,8 @@ pub struct Engine {
     /// Index builds in progress, by index prefix (docs/design.md, "Index builds").
     pub(crate) index_builds: IndexBuildRegistry,
     path: std::path::PathBuf,
+    /// Receives every applied write's and catalog change's operation records.
+    observer: arc_swap::ArcSwapOption<OperationObserver>,
 }
 
 fn validate_database_name(db: &str) -> Result<(), StorageError> {
@@ -299,6 +302,7 @@ impl Engine {
             ddl_write_options: WriteOptions::default(),
             index_builds: IndexBuildRegistry::default(),
             path: path.to_path_buf(),
+            observer: arc_swap::ArcSwapOption::empty(),
         };
         engine.check_format()?;
         let next_prefix = match engine.db.get_cf(engine.family(FAMILY_CATALOG)?, keys::CATALOG_NEXT_PREFIX_KEY)? {
@@ -457,6 +461,40 @@ impl Engine {
     }
 
     /// Publishes a DDL change (called after its batch committed, with the DDL mutex held).
+    /// Installs (or, with None, removes) the observer of applied operation records.
+    pub fn set_operation_observer(&self, observer: Option<OperationObserver>) {
+        self.observer.store(observer.map(Arc::new));
+    }
+
+    /// Hands applied operation records to the observer, if one is installed.
+    pub(crate) fn observe(&self, operations: &[OperationRecord]) {
+        if operations.is_empty() {
+            return;
+        }
+        if let Some(observer) = self.observer.load().as_ref() {
+            observer(operations);
+        }
+    }
+
+    /// Writes a prepared catalog change, then applies the in-memory changes derived from it
+    /// (prefix counter, snapshot) and hands its operation record to the observer. The caller
+    /// holds the DDL mutex (passed in) and the stripes the change needs.
+    pub(crate) fn apply_catalog_change(&self, ddl: &mut DdlState, prepared: PreparedCatalogChange) -> Result<(), StorageError> {
+        self.db.write_opt(prepared.batch, &self.ddl_write_options)?;
+        for effect in prepared.effects {
+            match effect {
+                CatalogEffect::AdvancePrefixes(next) => {
+                    assert!(next >= ddl.next_prefix, "prefixes go backwards: {} then {next}", ddl.next_prefix);
+                    ddl.next_prefix = next;
+                }
+                CatalogEffect::Publish(entry) => self.publish_ddl(move |catalog| catalog.insert(entry.clone())),
+                CatalogEffect::Remove(namespace) => self.publish_ddl(move |catalog| catalog.remove(&namespace)),
+            }
+        }
+        self.observe(std::slice::from_ref(&prepared.operation));
+        Ok(())
+    }
+
     pub(crate) fn publish_ddl(&self, change: impl Fn(&mut Catalog)) {
         self.catalog.rcu(|current| {
             let mut next = Catalog::clone(current);
@@ -551,11 +589,14 @@ impl Engine {
         delta[stats::DATABASE_COLLECTIONS] = 1;
         delta[stats::DATABASE_INDEXES] = entry.indexes.len() as i64;
         batch.merge_cf(self.family(FAMILY_STATS)?, keys::stats_database_key(db), encode_counters(&delta));
-        self.db.write_opt(batch, &self.ddl_write_options)?;
-        ddl.next_prefix = next_prefix;
+        let mut command = bson::doc! { "create": collection };
+        if !options.is_empty() {
+            command.extend(options.clone());
+        }
+        let operation = command_record(db, entry.uuid, command)?;
         let entry = Arc::new(entry);
-        let published = entry.clone();
-        self.publish_ddl(move |catalog| catalog.insert(published.clone()));
+        let effects = vec![CatalogEffect::AdvancePrefixes(next_prefix), CatalogEffect::Publish(entry.clone())];
+        self.apply_catalog_change(ddl, PreparedCatalogChange { batch, operation, effects })?;
         Ok(entry)
     }
 
@@ -667,7 +708,7 @@ impl Engine {
     /// of every index, and its counters. Space returns when compaction reaches the ranges.
     pub fn drop_collection(&self, db: &str, collection: &str) -> Result<(), StorageError> {
         validate_namespace(db, collection)?;
-        let _ddl = self.lock_ddl();
+        let mut ddl = self.lock_ddl();
         let Some(entry) = self.read_entry(db, collection)? else {
             return Err(StorageError::NamespaceNotFound(namespace_of(db, collection)));
         };
@@ -678,10 +719,10 @@ impl Engine {
         let ranges = self.add_collection_removal(&mut batch, &entry)?;
         self.add_database_delta(&mut batch, db, &Self::negate(&contribution), self.is_only_collection(db, collection)?)?;
         self.add_build_marker_removals(&mut batch, &builds)?;
-        self.db.write_opt(batch, &self.ddl_write_options)?;
+        let operation = command_record(db, entry.uuid, bson::doc! { "drop": collection })?;
+        let effects = vec![CatalogEffect::Remove(entry.namespace.clone())];
+        self.apply_catalog_change(&mut ddl, PreparedCatalogChange { batch, operation, effects })?;
         self.forget_record_ids(&mut stripes, &[entry.prefix]);
-        let namespace = entry.namespace.clone();
-        self.publish_ddl(move |catalog| catalog.remove(&namespace));
         self.cancel_index_builds(&builds, "the collection was dropped");
         drop(stripes);
         self.note_range_deletions(ranges)
@@ -722,7 +763,7 @@ impl Engine {
     /// database created in bulk gets consecutive prefixes) become one range deletion each.
     pub fn drop_database(&self, db: &str) -> Result<(), StorageError> {
         validate_database_name(db)?;
-        let _ddl = self.lock_ddl();
+        let mut ddl = self.lock_ddl();
         let catalog = self.family(FAMILY_CATALOG)?;
         let (start, end) = keys::collections_of_database_range(db);
         let mut iterator = self.database_catalog_iterator(db)?;
@@ -772,13 +813,10 @@ impl Engine {
         batch.delete_range_cf(catalog, start, end);
         self.add_database_delta(&mut batch, db, &[0; stats::DATABASE_SLOTS], true)?;
         self.add_build_marker_removals(&mut batch, &builds)?;
-        self.db.write_opt(batch, &self.ddl_write_options)?;
+        let operation = command_record(db, [0; 16], bson::doc! { "dropDatabase": 1 })?;
+        let effects = namespaces.into_iter().map(|namespace| CatalogEffect::Remove(Arc::from(namespace))).collect();
+        self.apply_catalog_change(&mut ddl, PreparedCatalogChange { batch, operation, effects })?;
         self.forget_record_ids(&mut stripes, &collection_prefixes);
-        self.publish_ddl(move |catalog| {
-            for namespace in &namespaces {
-                catalog.remove(namespace);
-            }
-        });
         self.cancel_index_builds(&builds, "the database was dropped");
         drop(stripes);
         self.note_range_deletions(ranges)
@@ -799,7 +837,7 @@ impl Engine {
         if from_db == to_db && from_collection == to_collection {
             return Err(StorageError::InvalidOptions("cannot rename a collection to itself".to_string()));
         }
-        let _ddl = self.lock_ddl();
+        let mut ddl = self.lock_ddl();
         let Some(source) = self.read_entry(from_db, from_collection)? else {
             return Err(StorageError::NamespaceNotFound(namespace_of(from_db, from_collection)));
         };
@@ -849,16 +887,17 @@ impl Engine {
             }
             self.add_database_delta(&mut batch, to_db, &to_delta, false)?;
         }
-        self.db.write_opt(batch, &self.ddl_write_options)?;
+        let command = bson::doc! {
+            "renameCollection": format!("{from_db}.{from_collection}"),
+            "to": format!("{to_db}.{to_collection}"),
+            "dropTarget": drop_target,
+        };
+        let operation = command_record(from_db, source.uuid, command)?;
+        let effects = vec![CatalogEffect::Remove(source.namespace.clone()), CatalogEffect::Publish(Arc::new(renamed))];
+        self.apply_catalog_change(&mut ddl, PreparedCatalogChange { batch, operation, effects })?;
         if let Some(target) = &target {
             self.forget_record_ids(&mut stripes, &[target.prefix]);
         }
-        let old_namespace = source.namespace.clone();
-        let renamed = Arc::new(renamed);
-        self.publish_ddl(move |catalog| {
-            catalog.remove(&old_namespace);
-            catalog.insert(renamed.clone());
-        });
         drop(stripes);
         self.note_range_deletions(ranges)
     }

@@ -28,6 +28,7 @@ use parking_lot::{Condvar, Mutex};
 use rocksdb::{ReadOptions, WriteBatch};
 
 use crate::catalog::{namespace_of, CollectionEntry, IndexEntry};
+use crate::commit::{command_record, CatalogEffect, PreparedCatalogChange};
 use crate::engine::{
     validate_namespace, CreateIndexesOutcome, DatabaseDelta, Engine, IndexSelector, StripeGuard, FAMILY_CATALOG,
     FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_STATS,
@@ -523,7 +524,7 @@ impl Engine {
     /// Under the DDL mutex and the stripe: indexes what was inserted since the last chunk, then
     /// marks the indexes ready (one catalog batch, markers deleted) and publishes.
     fn finish_index_build(&self, build: &IndexBuild) -> Result<(), StorageError> {
-        let _ddl = self.lock_ddl();
+        let mut ddl = self.lock_ddl();
         let stripe = self.lock_stripe(build.collection_prefix);
         if build.cancelled.load(Ordering::Acquire) {
             return Err(build.aborted("the index or its collection was dropped"));
@@ -543,9 +544,17 @@ impl Engine {
         for prefix in &build.index_prefixes {
             batch.delete_cf(catalog, keys::build_marker_key(*prefix));
         }
-        self.db.write_opt(batch, &self.ddl_write_options)?;
+        let names: Vec<bson::Bson> = updated
+            .indexes
+            .iter()
+            .filter(|index| build.index_prefixes.contains(&index.prefix))
+            .map(|index| bson::Bson::String(index.name().to_string()))
+            .collect();
+        let command = bson::doc! { "commitIndexBuild": build.collection.as_str(), "indexes": names };
+        let operation = command_record(&build.db, updated.uuid, command)?;
+        let effects = vec![CatalogEffect::Publish(updated)];
+        self.apply_catalog_change(&mut ddl, PreparedCatalogChange { batch, operation, effects })?;
         self.index_builds.unregister(build);
-        self.publish_ddl(move |catalog| catalog.insert(updated.clone()));
         drop(stripe);
         Ok(())
     }
@@ -739,7 +748,7 @@ impl Engine {
     /// Drops indexes (never `_id_`). Returns the number of indexes before the drop.
     pub fn drop_indexes(&self, db: &str, collection: &str, selector: IndexSelector) -> Result<usize, StorageError> {
         validate_namespace(db, collection)?;
-        let _ddl = self.lock_ddl();
+        let mut ddl = self.lock_ddl();
         let Some(entry) = self.read_entry(db, collection)? else {
             return Err(StorageError::NamespaceNotFound(namespace_of(db, collection)));
         };
@@ -816,9 +825,14 @@ impl Engine {
         batch.put_cf(self.family(FAMILY_CATALOG)?, keys::collection_key(db, collection), updated.to_bytes()?);
         self.add_database_delta(&mut batch, db, &delta, false)?;
         self.add_build_marker_removals(&mut batch, &builds)?;
-        self.db.write_opt(batch, &self.ddl_write_options)?;
-        let updated = Arc::new(updated);
-        self.publish_ddl(move |catalog| catalog.insert(updated.clone()));
+        let dropped: Vec<bson::Bson> = targets
+            .iter()
+            .filter_map(|position| entry.indexes.get(*position))
+            .map(|index| bson::Bson::String(index.name().to_string()))
+            .collect();
+        let operation = command_record(db, entry.uuid, bson::doc! { "dropIndexes": collection, "index": dropped })?;
+        let effects = vec![CatalogEffect::Publish(Arc::new(updated))];
+        self.apply_catalog_change(&mut ddl, PreparedCatalogChange { batch, operation, effects })?;
         self.cancel_index_builds(&builds, "the index was dropped");
         self.note_range_deletions(targets.len() as u64)?;
         Ok(before)

@@ -43,7 +43,7 @@ pub use error::StorageError;
 pub use index_build::ResumedBuilds;
 pub use index::{hashed_index_value, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
 pub use options::EngineOptions;
-pub use commit::{OperationKind, OperationRecord, PreparedWrite};
+pub use commit::{OperationKind, OperationObserver, OperationRecord, PreparedWrite};
 pub use validate::{IndexValidation, ValidationReport};
 pub use write::WriteTransaction;
 

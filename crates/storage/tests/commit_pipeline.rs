@@ -64,3 +64,67 @@ fn the_record_id_counter_moves_only_when_a_write_is_applied() {
     let next = common::insert_all(&engine, &handle, &[doc! {"_id": 3}])[0];
     assert_eq!(next, first + 2, "after apply the counter is past the applied write's ids");
 }
+
+#[test]
+fn the_observer_sees_every_write_and_catalog_change_in_commit_order() {
+    use std::sync::{Arc, Mutex};
+    let directory = tempfile::tempdir().unwrap();
+    let engine = common::open(directory.path());
+    let seen: Arc<Mutex<Vec<bson::Document>>> = Arc::default();
+    let sink = Arc::clone(&seen);
+    engine.set_operation_observer(Some(Arc::new(move |records: &[myriad_storage::OperationRecord]| {
+        let mut seen = sink.lock().unwrap();
+        seen.extend(records.iter().map(|record| record.to_oplog_entry().unwrap()));
+    })));
+    let handle = engine.create_collection("test", "observed", doc! {}).unwrap();
+    let ids = common::insert_all(&engine, &handle, &[doc! {"_id": 1, "v": 1}]);
+    let mut transaction = engine.begin_write(&handle);
+    transaction.update(ids[0], &doc! {"_id": 1, "v": 1}, &doc! {"_id": 1, "v": 2}).unwrap();
+    transaction.commit(Durability::Journaled).unwrap();
+    let mut transaction = engine.begin_write(&handle);
+    transaction.delete(ids[0], &doc! {"_id": 1, "v": 2}).unwrap();
+    transaction.commit(Durability::Default).unwrap();
+    engine.drop_collection("test", "observed").unwrap();
+
+    let seen = seen.lock().unwrap();
+    let summary: Vec<(String, String)> =
+        seen.iter().map(|entry| (entry.get_str("op").unwrap().to_string(), entry.get_str("ns").unwrap().to_string())).collect();
+    let expected: Vec<(String, String)> = [("c", "test.$cmd"), ("i", "test.observed"), ("u", "test.observed"), ("d", "test.observed"), ("c", "test.$cmd")]
+        .iter()
+        .map(|(op, ns)| (op.to_string(), ns.to_string()))
+        .collect();
+    assert_eq!(summary, expected);
+    assert_eq!(seen[0].get_document("o").unwrap(), &doc! {"create": "observed"});
+    assert_eq!(seen[4].get_document("o").unwrap(), &doc! {"drop": "observed"});
+    assert_eq!(seen[0].get("ui"), seen[1].get("ui"), "records carry the collection's uuid");
+    engine.set_operation_observer(None);
+}
+
+#[test]
+fn every_catalog_change_leaves_a_command_record() {
+    use std::sync::{Arc, Mutex};
+    let directory = tempfile::tempdir().unwrap();
+    let engine = common::open(directory.path());
+    let handle = engine.get_or_create_collection("shop", "orders").unwrap();
+    common::insert_all(&engine, &handle, &[doc! {"_id": 1, "k": 1}, doc! {"_id": 2, "k": 2}]);
+    let seen: Arc<Mutex<Vec<bson::Document>>> = Arc::default();
+    let sink = Arc::clone(&seen);
+    engine.set_operation_observer(Some(Arc::new(move |records: &[myriad_storage::OperationRecord]| {
+        sink.lock().unwrap().extend(records.iter().map(|record| record.to_oplog_entry().unwrap()));
+    })));
+    engine.create_indexes("shop", "orders", vec![doc! {"key": {"k": 1}, "name": "k_1"}]).unwrap();
+    engine.drop_indexes("shop", "orders", myriad_storage::IndexSelector::Name("k_1".into())).unwrap();
+    engine.rename_collection("shop", "orders", "shop", "archived", false).unwrap();
+    engine.drop_database("shop").unwrap();
+    let commands: Vec<bson::Document> = seen.lock().unwrap().iter().map(|entry| entry.get_document("o").unwrap().clone()).collect();
+    assert_eq!(
+        commands,
+        vec![
+            doc! {"commitIndexBuild": "orders", "indexes": ["k_1"]},
+            doc! {"dropIndexes": "orders", "index": ["k_1"]},
+            doc! {"renameCollection": "shop.orders", "to": "shop.archived", "dropTarget": false},
+            doc! {"dropDatabase": 1},
+        ]
+    );
+    assert!(seen.lock().unwrap().iter().all(|entry| entry.get_str("op").unwrap() == "c" && entry.get_str("ns").unwrap() == "shop.$cmd"));
+}
