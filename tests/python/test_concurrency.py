@@ -90,7 +90,7 @@ def test_max_time_ms_and_kill_op_stop_a_long_scan(server, client, db):
     def slow_count():
         branches = [{"pad": {"$regex": f"^z{branch}"}} for branch in range(300)]
         try:
-            for _ in range(100):
+            for _ in range(20):
                 db.slow.count_documents({"$or": branches})
         except OperationFailure as error:
             outcome["code"] = error.code
@@ -99,7 +99,7 @@ def test_max_time_ms_and_kill_op_stop_a_long_scan(server, client, db):
     worker.start()
     killed = False
     while worker.is_alive() and not killed:
-        for operation in client.admin.command({"currentOp": 1, "command.count": "slow"})["inprog"]:
+        for operation in client.admin.command({"currentOp": 1, "command.aggregate": "slow"})["inprog"]:
             if "planSummary" in operation:
                 client.admin.command("killOp", op=operation["opid"])
                 killed = True
