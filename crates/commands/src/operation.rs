@@ -291,7 +291,7 @@ mod tests {
 
     #[test]
     fn large_commands_are_truncated() {
-        let body = doc! { "insert": "c", "documents": (0..1000).map(|i| Bson::Int32(i)).collect::<Vec<_>>() };
+        let body = doc! { "insert": "c", "documents": (0..1000).map(Bson::Int32).collect::<Vec<_>>() };
         let shown = shown_command(&body);
         assert_eq!(shown.get_str("insert").unwrap(), "c");
         assert!(shown.get_bool("$truncated").unwrap());

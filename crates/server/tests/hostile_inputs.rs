@@ -52,8 +52,6 @@ fn nested_document(depth: usize) -> Document {
     document
 }
 
-/// The MongoDB code of a command or write error.
-
 fn assert_code<T: std::fmt::Debug>(result: Result<T, Error>, expected: i32, case: &str) {
     match result {
         Ok(value) => panic!("{case}: expected error code {expected}, got success {value:?}"),

@@ -55,7 +55,7 @@ impl DistinctValues {
         self.values.push(value);
         if self.values.len() >= (2 * self.compacted_length).max(1024) {
             self.compact();
-            let bytes: usize = self.values.iter().map(|value| crate::execution::value_size_bytes(value)).sum();
+            let bytes: usize = self.values.iter().map(crate::execution::value_size_bytes).sum();
             if bytes > MAX_BATCH_BYTES {
                 return Err(CommandError::new(
                     crate::error::ErrorCode { code: 17217, name: "Location17217" },
