@@ -90,6 +90,9 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     let engine = Arc::new(Engine::open(Path::new(&arguments.dbpath), &engine_options).map_err(|error| format!("cannot open the storage engine: {error}"))?);
     // Index builds interrupted by a crash restart in the background: open never waits for them.
     engine.resume_index_builds().map_err(|error| format!("cannot start the index build thread: {error}"))?;
+    // The catalog cache fills in the background, so the first operation on each collection
+    // after a restart does not pay for reading and parsing its entry (docs/design.md).
+    engine.start_catalog_warming().map_err(|error| format!("cannot start the catalog warm-up thread: {error}"))?;
     let mut listeners = Vec::new();
     for address in arguments.bind_ip.split(',').map(str::trim).filter(|address| !address.is_empty()) {
         let listener = TcpListener::bind((address, arguments.port))

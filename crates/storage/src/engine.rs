@@ -187,8 +187,8 @@ pub(crate) struct Counters {
     ddl_lock_acquisitions: AtomicU64,
     ddl_lock_contended: AtomicU64,
     catalog_lazy_loads: AtomicU64,
-    catalog_publish_retries: AtomicU64,
-    catalog_publish_abandoned: AtomicU64,
+    pub(crate) catalog_publish_retries: AtomicU64,
+    pub(crate) catalog_publish_abandoned: AtomicU64,
     range_deletions_since_flush: AtomicU64,
 }
 
@@ -435,6 +435,21 @@ impl Engine {
         let entry = Arc::new(entry);
         self.publish_loaded(generation, &entry);
         Ok(Some(CollectionHandle { entry }))
+    }
+
+    /// The DDL generation of the current catalog snapshot.
+    pub(crate) fn catalog_generation(&self) -> u64 {
+        self.catalog.load().generation
+    }
+
+    pub(crate) fn catalog_snapshot(&self) -> Arc<Catalog> {
+        self.catalog.load_full()
+    }
+
+    /// Installs `next` if the snapshot is still `current`; false when another swap came first.
+    pub(crate) fn swap_catalog(&self, current: &Arc<Catalog>, next: Catalog) -> bool {
+        let previous = self.catalog.compare_and_swap(current, Arc::new(next));
+        Arc::ptr_eq(&*previous, current)
     }
 
     /// Publishes a lazily loaded entry, unless a DDL publication happened since `generation`

@@ -27,6 +27,11 @@ const STATS_PREFIX_TAG: u8 = b'p';
 /// Stats key tag of per-database counters: `d` db.
 const STATS_DATABASE_TAG: u8 = b'd';
 
+/// The range of every collection entry of the catalog: `[C, D)`.
+pub(crate) fn all_collections_range() -> ([u8; 1], [u8; 1]) {
+    ([CATALOG_COLLECTION_TAG], [CATALOG_COLLECTION_TAG + 1])
+}
+
 pub(crate) fn collection_key(db: &str, collection: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(2 + db.len() + collection.len());
     key.push(CATALOG_COLLECTION_TAG);

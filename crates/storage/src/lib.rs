@@ -32,6 +32,7 @@ mod keys;
 mod options;
 mod stats;
 mod validate;
+mod warm;
 mod write;
 
 pub use catalog::{CollectionHandle, IndexInfo};
