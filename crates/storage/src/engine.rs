@@ -208,6 +208,11 @@ pub struct Engine {
     path: std::path::PathBuf,
     /// Receives every applied write's and catalog change's operation records.
     observer: arc_swap::ArcSwapOption<OperationObserver>,
+    /// How many catalog entries the warm-up loads at most.
+    pub(crate) catalog_warm_up_entries: usize,
+    /// Set while the catalog warm-up runs: lazy loads then leave publishing to it, so its
+    /// batch swaps do not keep losing to theirs.
+    pub(crate) warming: std::sync::atomic::AtomicBool,
 }
 
 fn validate_database_name(db: &str) -> Result<(), StorageError> {
@@ -303,6 +308,8 @@ impl Engine {
             index_builds: IndexBuildRegistry::default(),
             path: path.to_path_buf(),
             observer: arc_swap::ArcSwapOption::empty(),
+            catalog_warm_up_entries: options.catalog_warm_up_entries,
+            warming: std::sync::atomic::AtomicBool::new(false),
         };
         engine.check_format()?;
         let next_prefix = match engine.db.get_cf(engine.family(FAMILY_CATALOG)?, keys::CATALOG_NEXT_PREFIX_KEY)? {
@@ -455,6 +462,9 @@ impl Engine {
     /// Publishes a lazily loaded entry, unless a DDL publication happened since `generation`
     /// was read (the entry might then predate it). Bounded retries on CAS races.
     fn publish_loaded(&self, generation: u64, entry: &Arc<CollectionEntry>) {
+        if self.warming.load(Ordering::Relaxed) {
+            return;
+        }
         for _ in 0..MAX_PUBLISH_ATTEMPTS {
             let current = self.catalog.load_full();
             if current.generation != generation {

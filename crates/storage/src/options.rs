@@ -29,6 +29,11 @@ pub struct EngineOptions {
     pub lock_stripes: usize,
     /// Collect RocksDB statistics (block cache hit rate, stall time) for serverStatus.
     pub enable_statistics: bool,
+    /// Catalog entries the background warm-up after open loads at most (about 370 bytes
+    /// each); the rest load on first use. 200,000 warms a 100k-collection node fully: CRUD
+    /// after a restart went from 0.66 to 0.86 of the one-collection baseline. Warming all of
+    /// a 1M-collection node cost more in the first 20 s than it saved (0.64 -> 0.60).
+    pub catalog_warm_up_entries: usize,
 }
 
 impl Default for EngineOptions {
@@ -43,6 +48,7 @@ impl Default for EngineOptions {
             max_total_wal_size_bytes: 512 << 20,
             lock_stripes: 4096,
             enable_statistics: true,
+            catalog_warm_up_entries: 200_000,
         }
     }
 }

@@ -36,3 +36,20 @@ fn warming_loads_every_entry_and_never_resurrects_a_dropped_one() {
     }
     assert!(engine.collection("db3", "c3").unwrap().is_some());
 }
+
+#[test]
+fn the_warm_up_stops_at_its_budget_and_the_rest_loads_on_first_use() {
+    let directory = tempfile::tempdir().unwrap();
+    {
+        let engine = common::open(directory.path());
+        for index in 0..10_000 {
+            engine.create_collection("db", &format!("c{index}"), doc! {}).unwrap();
+        }
+    }
+    let options = myriad_storage::EngineOptions { catalog_warm_up_entries: 5_000, ..common::small_options() };
+    let engine = myriad_storage::Engine::open(directory.path(), &options).unwrap();
+    let published = engine.warm_catalog().unwrap();
+    assert!((5_000..10_000).contains(&published), "stops once past its budget: {published}");
+    assert_eq!(engine.cached_collection_count(), published);
+    assert!(engine.collection("db", "c9999").unwrap().is_some(), "an entry past the budget still loads on first use");
+}
