@@ -93,11 +93,16 @@ impl CommandRequest {
         }
     }
 
-    /// MongoDB accepts booleans and numbers for flags.
+    /// MongoDB accepts booleans and numbers for flags; absent (or null) is false.
     pub fn flag(&self, field: &str) -> CommandResult<bool> {
+        Ok(self.optional_flag(field)?.unwrap_or(false))
+    }
+
+    /// A flag whose absence (or null) means a default decided elsewhere.
+    pub fn optional_flag(&self, field: &str) -> CommandResult<Option<bool>> {
         match self.body.get(field) {
-            None | Some(Bson::Null) => Ok(false),
-            Some(value) => truthy(value).ok_or_else(|| field_type_error(field, "bool", value)),
+            None | Some(Bson::Null) => Ok(None),
+            Some(value) => truthy(value).map(Some).ok_or_else(|| field_type_error(field, "bool", value)),
         }
     }
 

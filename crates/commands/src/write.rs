@@ -2,9 +2,9 @@
 //! limits and the write reply shape.
 
 use bson::{doc, oid::ObjectId, Bson, Document};
-use myriad_storage::{CollectionHandle, Durability};
+use myriad_storage::{Durability, StorageError};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, WriteSession};
 
 use crate::error::{CommandError, CommandResult, INVALID_LENGTH};
 use crate::request::CommandRequest;
@@ -72,10 +72,23 @@ pub fn prepare_for_insert(document: &Document) -> CommandResult<Document> {
     Ok(prepared)
 }
 
-/// The collection a write goes to, created on first write as MongoDB does.
-pub fn target_collection(backend: &dyn Backend, request: &CommandRequest) -> CommandResult<CollectionHandle> {
-    let name = request.collection_name()?;
-    Ok(backend.get_or_create_collection(&request.db, &name)?)
+/// Attempts to find the collection still there under its write lock before giving up.
+const MAX_CREATE_ATTEMPTS: usize = 16;
+
+/// A write session on `db.collection`, creating the collection when missing, as MongoDB
+/// creates it on first write. A collection dropped between its creation and the write lock is
+/// created again (insert and upsert racing a drop), at most [`MAX_CREATE_ATTEMPTS`] times.
+pub fn begin_write_creating<'b>(backend: &'b dyn Backend, db: &str, collection: &str) -> CommandResult<Box<dyn WriteSession + 'b>> {
+    for _ in 0..MAX_CREATE_ATTEMPTS {
+        let handle = backend.get_or_create_collection(db, collection)?;
+        let transaction = backend.begin_write(&handle);
+        match transaction.handle() {
+            Ok(_) => return Ok(transaction),
+            Err(StorageError::NamespaceNotFound(_)) => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Err(CommandError::new(crate::error::WRITE_CONFLICT, format!("{db}.{collection} was dropped repeatedly while writing to it")))
 }
 
 /// `{n, ok: 1, writeErrors?}`; writeErrors never turn the reply into `ok: 0`.

@@ -47,10 +47,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         Some(Some(size)) if size >= 0 => usize::try_from(size).unwrap_or(usize::MAX),
         Some(_) => return Err(CommandError::bad_value("cursor.batchSize must be a non-negative number")),
     };
-    let allow_disk_use = match request.body.get("allowDiskUse") {
-        None | Some(Bson::Null) => None,
-        Some(value) => Some(crate::request::truthy(value).ok_or_else(|| crate::request::field_type_error("allowDiskUse", "bool", value))?),
-    };
+    let allow_disk_use = request.optional_flag("allowDiskUse")?;
     // internalQueryExecMaxBlockingSortBytes bounds every blocking stage ($sort, $group).
     let pipeline = Pipeline::parse(&stages)?
         .with_memory_limit_bytes(crate::knobs::max_blocking_sort_bytes() as u64)

@@ -46,10 +46,7 @@ pub fn parse_query_spec(request: &CommandRequest, filter_field: &str) -> Command
         Some(hint @ (Bson::String(_) | Bson::Document(_))) => Some(hint.clone()),
         Some(other) => return Err(crate::request::field_type_error("hint", "object or string", other)),
     };
-    let allow_disk_use = match request.body.get("allowDiskUse") {
-        None | Some(Bson::Null) => None,
-        Some(value) => Some(crate::request::truthy(value).ok_or_else(|| crate::request::field_type_error("allowDiskUse", "bool", value))?),
-    };
+    let allow_disk_use = request.optional_flag("allowDiskUse")?;
     Ok(QuerySpec { filter: Arc::new(filter), filter_document, projection, sort, skip, limit, hint, allow_disk_use })
 }
 

@@ -13,7 +13,7 @@ use myriad_storage::{CollectionHandle, Durability};
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
 use crate::modify::{for_each_current_match, Scope};
 use crate::plan::QuerySpec;
-use crate::write::{durability, ordered, prepare_for_insert, statements};
+use crate::write::{begin_write_creating, durability, ordered, prepare_for_insert, statements};
 use crate::{CommandRequest, ServerContext};
 
 /// What one statement did.
@@ -130,13 +130,8 @@ fn upsert(
     let update_context = UpdateContext { is_upsert_insert: true, matched_array_position: None, now };
     statement.update.apply(&mut seed, &update_context)?;
     let prepared = prepare_for_insert(&seed)?;
-    let mut transaction = context.backend.begin_write(collection);
-    if let Err(myriad_storage::StorageError::NamespaceNotFound(_)) = transaction.handle() {
-        // Dropped since the statement began: create it again, as MongoDB's upsert does.
-        drop(transaction);
-        let collection = context.backend.get_or_create_collection(collection.db(), collection.name())?;
-        transaction = context.backend.begin_write(&collection);
-    }
+    // Created again if dropped since the statement began, as MongoDB's upsert does.
+    let mut transaction = begin_write_creating(context.backend.as_ref(), collection.db(), collection.name())?;
     transaction.insert(&prepared)?;
     transaction.commit(durability)?;
     Ok(prepared)
