@@ -1175,18 +1175,16 @@ impl Engine {
             let body = key
                 .get(PREFIX_LEN..)
                 .ok_or_else(|| StorageError::Corrupt("index key shorter than its prefix".to_string()))?;
-            let (entry_key, record_id) = if index.unique {
-                let record_id = keys::read_i64(value)?;
+            let record_id = keys::index_entry_record_id(index.unique, key, value)?;
+            // The entry key handed back ends with the record id for both kinds (a unique
+            // entry's key holds none; its value does).
+            let entry_key = if index.unique {
                 let mut entry_key = Vec::with_capacity(body.len() + RECORD_ID_LEN);
                 entry_key.extend_from_slice(body);
                 entry_key.extend_from_slice(&record_id.to_be_bytes());
-                (entry_key, record_id)
+                entry_key
             } else {
-                let split = body
-                    .len()
-                    .checked_sub(RECORD_ID_LEN)
-                    .ok_or_else(|| StorageError::Corrupt("index key without record id".to_string()))?;
-                (body.to_vec(), keys::read_i64(&body[split..])?)
+                body.to_vec()
             };
             entries.push((entry_key, record_id));
             if reverse {

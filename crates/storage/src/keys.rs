@@ -154,6 +154,20 @@ pub(crate) fn index_entry_key(prefix: u64, keystring: &[u8], record_id: Option<R
 
 /// The smallest byte string greater than every string starting with `bytes`, or `None` when
 /// `bytes` is all 0xFF (no such string).
+/// The record an index entry names: the value of a unique index's entry, the last eight bytes
+/// of the key (after its prefix and keystring) otherwise.
+pub(crate) fn index_entry_record_id(unique: bool, key: &[u8], value: &[u8]) -> Result<RecordId, StorageError> {
+    if unique {
+        return read_i64(value);
+    }
+    let split = key
+        .len()
+        .checked_sub(RECORD_ID_LEN)
+        .filter(|split| *split >= PREFIX_LEN)
+        .ok_or_else(|| StorageError::Corrupt("index key without record id".to_string()))?;
+    read_i64(&key[split..])
+}
+
 pub(crate) fn prefix_successor(bytes: &[u8]) -> Option<Vec<u8>> {
     let mut successor = bytes.to_vec();
     while let Some(last) = successor.pop() {

@@ -11,7 +11,7 @@ use rocksdb::ReadOptions;
 
 use crate::catalog::{CollectionHandle, IndexEntry};
 use crate::engine::{Engine, FAMILY_STATS};
-use crate::keys::{self, PREFIX_LEN, RECORD_ID_LEN};
+use crate::keys;
 use crate::stats::{self, decode_counters};
 use crate::{RecordId, StorageError};
 
@@ -95,7 +95,7 @@ impl Engine {
         let mut pending: Vec<RecordId> = Vec::with_capacity(LOOKUP_BATCH);
         loop {
             let next = match (iterator.key(), iterator.value()) {
-                (Some(key), Some(value)) => Some(record_id_of_entry(index.unique, key, value)?),
+                (Some(key), Some(value)) => Some(keys::index_entry_record_id(index.unique, key, value)?),
                 _ => None,
             };
             if let Some(record_id) = next {
@@ -127,18 +127,4 @@ impl Engine {
         }
         Ok(missing)
     }
-}
-
-/// The record an index entry names: the value of a unique index's entry, the key's last eight
-/// bytes otherwise.
-fn record_id_of_entry(unique: bool, key: &[u8], value: &[u8]) -> Result<RecordId, StorageError> {
-    if unique {
-        return keys::read_i64(value);
-    }
-    let split = key
-        .len()
-        .checked_sub(RECORD_ID_LEN)
-        .filter(|split| *split >= PREFIX_LEN)
-        .ok_or_else(|| StorageError::Corrupt("index key without record id".to_string()))?;
-    keys::read_i64(&key[split..])
 }
