@@ -65,8 +65,8 @@ pub struct Execution {
     pending: VecDeque<Candidate>,
     storage_exhausted: bool,
     sort: Option<SortSpec>,
-    /// Where the sort may spill (None: it may not).
-    spill_directory: Option<std::path::PathBuf>,
+    /// The command's `allowDiskUse` (None: `allowDiskUseByDefault`), read when a sort runs.
+    allow_disk_use: Option<bool>,
     /// Sorted results and how many are still to skip, once a blocking sort ran.
     sorted: Option<SortedOutput>,
     /// A projected document that did not fit in the previous batch.
@@ -93,7 +93,7 @@ impl Execution {
             pending: VecDeque::new(),
             storage_exhausted: false,
             sort: spec.sort,
-            spill_directory: crate::knobs::spill_directory(spec.allow_disk_use),
+            allow_disk_use: spec.allow_disk_use,
             sorted: None,
             held_back: None,
             filter_document: spec.filter_document,
@@ -276,7 +276,7 @@ impl Execution {
         let keep = self.limit_remaining.map(|limit| limit.saturating_add(self.skip_remaining));
         let keep = keep.and_then(|keep| usize::try_from(keep).ok());
         let limit_bytes = crate::knobs::max_blocking_sort_bytes();
-        let mut sorter = ExternalSorter::new(spec, keep, limit_bytes, self.spill_directory.clone());
+        let mut sorter = ExternalSorter::new(spec, keep, limit_bytes, crate::knobs::spill_directory(self.allow_disk_use));
         while let Some((record_id, document)) = self.next_candidate(backend)? {
             if self.passes_filter(&document) {
                 let size = bson_size_bytes(&document);
