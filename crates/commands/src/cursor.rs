@@ -15,17 +15,19 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawDocumentBuf};
 use parking_lot::Mutex;
 
-use crate::execution::{bson_size_bytes, Execution, MAX_BATCH_BYTES};
+use crate::error::CommandResult;
+use crate::execution::{Execution, MAX_BATCH_BYTES};
+use crate::reply::encode_document;
 
 /// At most this many cursors are open at once; beyond it the oldest idle one is closed.
 pub const MAX_OPEN_CURSORS: usize = 100_000;
 
 pub enum CursorSource {
     /// Results computed up front (aggregate, listCollections, listIndexes), with their bytes.
-    Materialized { documents: VecDeque<Document>, bytes: usize },
+    Materialized { documents: VecDeque<RawDocumentBuf>, bytes: usize },
     /// A query that resumes from its position.
     Query(Box<Execution>),
     /// An aggregation pipeline that pulls from its input as batches are asked for.
@@ -33,9 +35,11 @@ pub enum CursorSource {
 }
 
 impl CursorSource {
-    pub fn materialized(documents: VecDeque<Document>) -> CursorSource {
-        let bytes = documents.iter().map(bson_size_bytes).sum();
-        CursorSource::Materialized { documents, bytes }
+    /// Results computed up front, encoded once here.
+    pub fn materialized(documents: VecDeque<Document>) -> CommandResult<CursorSource> {
+        let documents: VecDeque<RawDocumentBuf> = documents.iter().map(encode_document).collect::<CommandResult<_>>()?;
+        let bytes = documents.iter().map(|document| document.as_bytes().len()).sum();
+        Ok(CursorSource::Materialized { documents, bytes })
     }
 
     /// Bytes kept while the cursor is parked.
@@ -59,12 +63,12 @@ impl CursorSource {
 
 /// Up to `max_documents` from the front of `documents`, within the batch byte bound (the
 /// first document always goes, as it fits in a reply on its own).
-pub fn take_batch(documents: &mut VecDeque<Document>, retained_bytes: &mut usize, max_documents: usize) -> Vec<Document> {
+pub fn take_batch(documents: &mut VecDeque<RawDocumentBuf>, retained_bytes: &mut usize, max_documents: usize) -> Vec<RawDocumentBuf> {
     let mut batch = Vec::new();
     let mut batch_bytes = 0usize;
     while batch.len() < max_documents {
         let Some(next) = documents.front() else { break };
-        let size = bson_size_bytes(next);
+        let size = next.as_bytes().len();
         if !batch.is_empty() && batch_bytes + size > MAX_BATCH_BYTES {
             break;
         }
@@ -240,7 +244,7 @@ mod tests {
 
     fn materialized(count: usize, bytes_each: usize) -> CursorSource {
         let text = "x".repeat(bytes_each);
-        CursorSource::materialized((0..count).map(|_| doc! { "t": text.clone() }).collect())
+        CursorSource::materialized((0..count).map(|_| doc! { "t": text.clone() }).collect()).unwrap()
     }
 
     #[test]
@@ -259,12 +263,13 @@ mod tests {
 
     #[test]
     fn batches_stay_within_the_byte_bound() {
-        let mut documents: VecDeque<Document> = (0..200).map(|_| doc! { "t": "y".repeat(200_000) }).collect();
-        let mut retained: usize = documents.iter().map(bson_size_bytes).sum();
+        let mut documents: VecDeque<RawDocumentBuf> =
+            (0..200).map(|_| encode_document(&doc! { "t": "y".repeat(200_000) }).unwrap()).collect();
+        let mut retained: usize = documents.iter().map(|document| document.as_bytes().len()).sum();
         let mut total = 0;
         while !documents.is_empty() {
             let batch = take_batch(&mut documents, &mut retained, usize::MAX);
-            let bytes: usize = batch.iter().map(bson_size_bytes).sum();
+            let bytes: usize = batch.iter().map(|document| document.as_bytes().len()).sum();
             assert!(bytes <= MAX_BATCH_BYTES && !batch.is_empty());
             total += batch.len();
         }

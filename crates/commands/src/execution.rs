@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawDocumentBuf};
 use myriad_query::filter::Filter;
 use myriad_query::projection::Projection;
 use myriad_query::external_sort::{ExternalSorter, SortedOutput};
@@ -24,6 +24,7 @@ use myriad_storage::{CollectionHandle, RecordId};
 use crate::backend::Backend;
 
 use crate::error::CommandResult;
+use crate::reply::encode_document;
 use crate::operation::check_interrupt;
 use crate::plan::{choose_access, Access, QuerySpec};
 use crate::stages::{ExecutionCounters, StageShape};
@@ -36,12 +37,68 @@ pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024 - 16 * 1024;
 /// Deepest document [`bson_size_bytes`] walks (stored documents are far shallower).
 const MAX_SIZED_DEPTH: usize = 256;
 
-/// A document read from the access path and not yet consumed, with where to resume so that
-/// it is read again after a rewind.
+/// A record read from the access path and not yet consumed, as stored, with where to resume
+/// so that it is read again after a rewind.
 struct Candidate {
     record_id: RecordId,
-    document: Document,
+    raw: RawDocumentBuf,
     resume: ResumePoint,
+}
+
+/// A document on its way through the stages: as stored, decoded once a stage needs its
+/// fields. A row that no stage changed is returned to the client as the stored bytes.
+struct Row {
+    record_id: RecordId,
+    /// The stored bytes; None when the row was built in memory (a blocking sort's output).
+    raw: Option<RawDocumentBuf>,
+    document: Option<Document>,
+}
+
+impl Row {
+    fn stored(record_id: RecordId, raw: RawDocumentBuf) -> Row {
+        Row { record_id, raw: Some(raw), document: None }
+    }
+
+    fn decoded(record_id: RecordId, document: Document) -> Row {
+        Row { record_id, raw: None, document: Some(document) }
+    }
+
+    fn document(&mut self) -> CommandResult<&Document> {
+        if self.document.is_none() {
+            let raw = self.raw.as_ref().expect("a row holds its stored bytes or its decoded document");
+            self.document = Some(to_document(raw)?);
+        }
+        Ok(self.document.as_ref().expect("decoded just above"))
+    }
+
+    fn into_document(mut self) -> CommandResult<Document> {
+        self.document()?;
+        Ok(self.document.expect("decoded just above"))
+    }
+
+    /// The row's BSON: the stored bytes when there are some (no stage changes a row in
+    /// place), else the decoded document encoded.
+    fn into_encoded(self) -> CommandResult<RawDocumentBuf> {
+        match (self.raw, self.document) {
+            (Some(raw), None) => {
+                myriad_query::limits::check_stored(&raw)?;
+                Ok(raw)
+            }
+            // Decoding checked it already.
+            (Some(raw), Some(_)) => Ok(raw),
+            (None, Some(document)) => encode_document(&document),
+            (None, None) => unreachable!("a row holds its stored bytes or its decoded document"),
+        }
+    }
+
+    /// The stored `_id` alone, for checking an `_id` lookup's filter without decoding the
+    /// whole record.
+    /// None when there is none to read (the whole record is then decoded, and a malformed
+    /// one reported as such).
+    fn id_only(&self) -> Option<Document> {
+        let id = self.raw.as_ref()?.get("_id").ok()??;
+        Some(bson::doc! { "_id": Bson::try_from(id).ok()? })
+    }
 }
 
 #[derive(Clone)]
@@ -69,8 +126,8 @@ pub struct Execution {
     allow_disk_use: Option<bool>,
     /// Sorted results and how many are still to skip, once a blocking sort ran.
     sorted: Option<SortedOutput>,
-    /// A projected document that did not fit in the previous batch.
-    held_back: Option<(Document, usize)>,
+    /// A result that did not fit in the previous batch.
+    held_back: Option<RawDocumentBuf>,
     /// The filter as sent, the skip and limit as asked: what the stage tree shows.
     filter_document: Document,
     skip_requested: u64,
@@ -133,8 +190,9 @@ impl Execution {
             Access::IndexScan { seen_record_ids, .. } => seen_record_ids.len() * 16,
             Access::CollectionScan { .. } | Access::IdLookup { .. } => 0,
         };
-        let pending: usize = self.pending.iter().map(|candidate| bson_size_bytes(&candidate.document)).sum();
-        self.sorted.as_ref().map_or(0, SortedOutput::retained_bytes) + self.held_back.as_ref().map_or(0, |(_, size)| *size) + seen + pending
+        let pending: usize = self.pending.iter().map(|candidate| candidate.raw.as_bytes().len()).sum();
+        let held_back = self.held_back.as_ref().map_or(0, |held| held.as_bytes().len());
+        self.sorted.as_ref().map_or(0, SortedOutput::retained_bytes) + held_back + seen + pending
     }
 
     /// Drops the documents read ahead and rewinds the access path to just before them, so a
@@ -159,18 +217,18 @@ impl Execution {
         self.storage_exhausted = false;
     }
 
-    /// The next document from the access path, not yet filtered; None at the end.
-    fn next_candidate(&mut self, backend: &dyn Backend) -> CommandResult<Option<(RecordId, Document)>> {
+    /// The next record from the access path, not yet filtered; None at the end.
+    fn next_candidate(&mut self, backend: &dyn Backend) -> CommandResult<Option<Row>> {
         // Bounded: each refill either yields candidates or marks the storage exhausted.
         while self.pending.is_empty() && !self.storage_exhausted {
             check_interrupt()?;
             self.read_candidates(backend, STORAGE_READ_CHUNK)?;
         }
-        Ok(self.pending.pop_front().map(|candidate| (candidate.record_id, candidate.document)))
+        Ok(self.pending.pop_front().map(|candidate| Row::stored(candidate.record_id, candidate.raw)))
     }
 
     /// The next document that passes the filter (and the sort), skip and limit.
-    fn next_match(&mut self, backend: &dyn Backend) -> CommandResult<Option<(RecordId, Document)>> {
+    fn next_match(&mut self, backend: &dyn Backend) -> CommandResult<Option<Row>> {
         if self.sort.is_some() {
             if self.sorted.is_none() {
                 self.run_blocking_sort(backend)?;
@@ -198,41 +256,44 @@ impl Execution {
             if let (Some(limit), Some(_)) = (&mut self.limit_remaining, &next) {
                 *limit -= 1;
             }
-            return Ok(next.map(|(record_id, document, _)| (record_id, document)));
+            return Ok(next.map(|(record_id, document, _)| Row::decoded(record_id, document)));
         }
         while self.limit_remaining != Some(0) {
-            let Some((record_id, document)) = self.next_candidate(backend)? else { return Ok(None) };
-            if self.accept(&document) {
-                return Ok(Some((record_id, document)));
+            let Some(mut row) = self.next_candidate(backend)? else { return Ok(None) };
+            if self.accept(&mut row)? {
+                return Ok(Some(row));
             }
         }
         Ok(None)
     }
 
-    /// Up to `max_documents` projected results, never more than [`MAX_BATCH_BYTES`].
-    pub fn next_batch(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<Vec<Document>> {
+    /// Up to `max_documents` projected results, encoded, never more than [`MAX_BATCH_BYTES`].
+    /// A record no stage changed is returned as the bytes read from storage.
+    pub fn next_batch(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<Vec<RawDocumentBuf>> {
         let mut batch = Vec::new();
         let mut batch_bytes = 0usize;
         while batch.len() < max_documents {
-            let (projected, size) = match self.held_back.take() {
+            let result = match self.held_back.take() {
                 Some(held) => held,
                 None => {
-                    let Some((_, document)) = self.next_match(backend)? else { break };
-                    let projected = project(self.projection.as_ref(), document)?;
-                    if self.projection.is_some() {
-                        self.counters.projection.works += 1;
-                        self.counters.projection.advanced += 1;
+                    let Some(row) = self.next_match(backend)? else { break };
+                    match &self.projection {
+                        Some(projection) => {
+                            self.counters.projection.works += 1;
+                            self.counters.projection.advanced += 1;
+                            encode_document(&projection.apply(&row.into_document()?, None)?)?
+                        }
+                        None => row.into_encoded()?,
                     }
-                    let size = bson_size_bytes(&projected);
-                    (projected, size)
                 }
             };
+            let size = result.as_bytes().len();
             if !batch.is_empty() && batch_bytes + size > MAX_BATCH_BYTES {
-                self.held_back = Some((projected, size));
+                self.held_back = Some(result);
                 break;
             }
             batch_bytes += size;
-            batch.push(projected);
+            batch.push(result);
         }
         assert!(batch.len() <= 1 || batch_bytes <= MAX_BATCH_BYTES, "a reply batch exceeds its byte bound");
         Ok(batch)
@@ -243,29 +304,47 @@ impl Execution {
     pub fn next_matches(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<Vec<(RecordId, Document)>> {
         let mut matches = Vec::new();
         while matches.len() < max_documents {
-            let Some(found) = self.next_match(backend)? else { break };
-            matches.push(found);
+            let Some(row) = self.next_match(backend)? else { break };
+            let record_id = row.record_id;
+            matches.push((record_id, row.into_document()?));
         }
         Ok(matches)
+    }
+
+    /// How many of the next `max_documents` matches there are (count: nothing is decoded
+    /// that the filter does not need).
+    pub fn count_matches(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<usize> {
+        let mut count = 0;
+        while count < max_documents && self.next_match(backend)?.is_some() {
+            count += 1;
+        }
+        Ok(count)
     }
 
     /// The next matching document (before skip, limit and projection), for callers that
     /// stream the matches themselves (aggregation input, distinct).
     pub fn next_filtered(&mut self, backend: &dyn Backend) -> CommandResult<Option<Document>> {
-        while let Some((_, document)) = self.next_candidate(backend)? {
-            if self.passes_filter(&document) {
-                return Ok(Some(document));
+        while let Some(mut row) = self.next_candidate(backend)? {
+            if self.passes_filter(&mut row)? {
+                return Ok(Some(row.into_document()?));
             }
         }
         Ok(None)
     }
 
-    /// The filter stage: counts every candidate it sees and every match.
-    fn passes_filter(&mut self, document: &Document) -> bool {
+    /// The filter stage: counts every candidate it sees and every match. An empty filter
+    /// decodes nothing; an `_id` lookup's filter is checked against the stored `_id` alone.
+    fn passes_filter(&mut self, row: &mut Row) -> CommandResult<bool> {
         self.counters.filter.works += 1;
-        let matches = self.filter.matches(document);
+        let matches = if self.filter_document.is_empty() {
+            true
+        } else if let (Access::IdLookup { .. }, Some(id_only)) = (&self.access, row.id_only()) {
+            self.filter.matches(&id_only)
+        } else {
+            self.filter.matches(row.document()?)
+        };
         self.counters.filter.advanced += u64::from(matches);
-        matches
+        Ok(matches)
     }
 
     /// Sorts every match; with a limit only the top `skip + limit` are kept (top-k), so the
@@ -277,11 +356,12 @@ impl Execution {
         let keep = keep.and_then(|keep| usize::try_from(keep).ok());
         let limit_bytes = crate::knobs::max_blocking_sort_bytes();
         let mut sorter = ExternalSorter::new(spec, keep, limit_bytes, crate::knobs::spill_directory(self.allow_disk_use));
-        while let Some((record_id, document)) = self.next_candidate(backend)? {
-            if self.passes_filter(&document) {
-                let size = bson_size_bytes(&document);
+        while let Some(mut row) = self.next_candidate(backend)? {
+            if self.passes_filter(&mut row)? {
+                let size = row.raw.as_ref().map_or(0, |raw| raw.as_bytes().len());
                 self.counters.sort.works += 1;
-                sorter.push(record_id, document, size)?;
+                let record_id = row.record_id;
+                sorter.push(record_id, row.into_document()?, size)?;
             }
         }
         self.counters.sort_spilled_bytes = sorter.spilled_bytes;
@@ -290,14 +370,14 @@ impl Execution {
     }
 
     /// Applies the filter, skip and limit to one candidate.
-    fn accept(&mut self, document: &Document) -> bool {
-        if self.limit_remaining == Some(0) || !self.passes_filter(document) {
-            return false;
+    fn accept(&mut self, row: &mut Row) -> CommandResult<bool> {
+        if self.limit_remaining == Some(0) || !self.passes_filter(row)? {
+            return Ok(false);
         }
         self.counters.skip.works += 1;
         if self.skip_remaining > 0 {
             self.skip_remaining -= 1;
-            return false;
+            return Ok(false);
         }
         self.counters.skip.advanced += 1;
         self.counters.limit.works += 1;
@@ -305,7 +385,7 @@ impl Execution {
         if let Some(limit) = &mut self.limit_remaining {
             *limit -= 1;
         }
-        true
+        Ok(true)
     }
 
     /// Reads the next candidates from the access path into `pending`; sets
@@ -320,7 +400,7 @@ impl Execution {
                     self.counters.documents_examined += 1;
                     self.counters.access.advanced += 1;
                     let resume = ResumePoint::Lookup;
-                    self.pending.push_back(Candidate { record_id, document: to_document(&raw)?, resume });
+                    self.pending.push_back(Candidate { record_id, raw, resume });
                 }
             }
             Access::CollectionScan { last_record_id } => {
@@ -334,7 +414,7 @@ impl Execution {
                     self.counters.documents_examined += 1;
                     self.counters.access.works += 1;
                     self.counters.access.advanced += 1;
-                    self.pending.push_back(Candidate { record_id, document: to_document(&raw)?, resume });
+                    self.pending.push_back(Candidate { record_id, raw, resume });
                 }
             }
             Access::IndexScan { index_name, ranges, current_range, last_entry_key, seen_record_ids } => {
@@ -362,7 +442,7 @@ impl Execution {
                         self.counters.access.advanced += 1;
                         if let Some(raw) = backend.get_record(&self.collection, record_id)? {
                             self.counters.documents_examined += 1;
-                            self.pending.push_back(Candidate { record_id, document: to_document(&raw)?, resume });
+                            self.pending.push_back(Candidate { record_id, raw, resume });
                         }
                     }
                     if range_done {
@@ -378,13 +458,6 @@ impl Execution {
             }
         }
         Ok(())
-    }
-}
-
-fn project(projection: Option<&Projection>, document: Document) -> CommandResult<Document> {
-    match projection {
-        Some(projection) => Ok(projection.apply(&document, None)?),
-        None => Ok(document),
     }
 }
 

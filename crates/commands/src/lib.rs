@@ -25,6 +25,7 @@ pub mod log;
 pub mod modify;
 pub mod operation;
 pub mod plan;
+pub mod reply;
 pub mod request;
 pub mod session;
 pub mod stages;
@@ -33,5 +34,6 @@ pub mod write;
 
 pub use context::{ConnectionInfo, ServerContext, ServerOptions};
 pub use error::{CommandError, CommandResult};
+pub use reply::Reply;
 pub use request::CommandRequest;
 pub use table::dispatch;

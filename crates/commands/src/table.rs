@@ -6,9 +6,11 @@ use bson::{doc, Document};
 use crate::command;
 use crate::context::ServerContext;
 use crate::error::{CommandError, CommandResult, COMMAND_NOT_FOUND};
+use crate::reply::Reply;
 use crate::request::CommandRequest;
 
-pub type Handler = fn(&ServerContext, &CommandRequest) -> CommandResult<Document>;
+/// A command handler. Handlers return a [`Document`] or a [`Reply`]; the table converts.
+pub type Handler = fn(&ServerContext, &CommandRequest) -> CommandResult<Reply>;
 
 pub struct CommandSpec {
     pub name: &'static str,
@@ -25,7 +27,7 @@ pub struct CommandSpec {
 macro_rules! commands {
     ($( $name:literal $( | $alias:literal )* => $handler:path, admin: $admin:literal, write: $write:literal, $help:literal; )*) => {
         pub static COMMANDS: &[CommandSpec] = &[
-            $( CommandSpec { name: $name, aliases: &[$($alias),*], handler: $handler, help: $help, admin_only: $admin, is_write: $write }, )*
+            $( CommandSpec { name: $name, aliases: &[$($alias),*], handler: |context, request| $handler(context, request).map(Reply::from), help: $help, admin_only: $admin, is_write: $write }, )*
         ];
     };
 }
@@ -83,11 +85,11 @@ pub fn find_command(name: &str) -> Option<&'static CommandSpec> {
 
 /// Runs one command and always returns a reply body (errors become `ok: 0` replies). The
 /// command is listed by currentOp, can be killed by killOp and stops at its maxTimeMS.
-pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Document {
+pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Reply {
     context.count(&context.operation_counters.command, 1);
     let max_time = match crate::operation::max_time(&request.body) {
         Ok(max_time) => max_time,
-        Err(error) => return error.to_reply(),
+        Err(error) => return error.to_reply().into(),
     };
     let _operation = context.operations.begin(crate::operation::OperationStart {
         kind: operation_kind(&request.name),
@@ -117,7 +119,7 @@ pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Document {
     }
     match outcome {
         Ok(reply) => reply,
-        Err(error) => error.to_reply(),
+        Err(error) => error.to_reply().into(),
     }
 }
 
@@ -156,7 +158,7 @@ fn operation_namespace(request: &CommandRequest) -> String {
     }
 }
 
-fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
     let Some(spec) = find_command(&request.name) else {
         return Err(CommandError::new(COMMAND_NOT_FOUND, format!("no such command: '{}'", request.name)));
     };
@@ -168,11 +170,15 @@ fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Docum
             format!("{} may only be run against the admin database.", spec.name),
         ));
     }
-    let mut reply = (spec.handler)(context, request)?;
-    if !reply.contains_key("ok") {
-        reply.insert("ok", 1.0);
+    match (spec.handler)(context, request)? {
+        Reply::Document(mut reply) => {
+            if !reply.contains_key("ok") {
+                reply.insert("ok", 1.0);
+            }
+            Ok(Reply::Document(reply))
+        }
+        encoded @ Reply::Encoded(_) => Ok(encoded),
     }
-    Ok(reply)
 }
 
 /// `listCommands` body.

@@ -83,11 +83,12 @@ fn invalid(error: bson::raw::Error) -> NestingError {
     NestingError::Invalid(error.to_string())
 }
 
-/// A container being filled by [`decode_document`].
+/// A container being filled by [`decode_document`] (nothing, when only checking).
 enum Partial {
     Document(Document),
     Array(Vec<Bson>),
     CodeWithScope { code: String, scope: Document },
+    Unbuilt,
 }
 
 impl Partial {
@@ -98,6 +99,7 @@ impl Partial {
             }
             // Array elements arrive in order; their "0", "1", ... keys carry nothing more.
             Partial::Array(items) => items.push(value),
+            Partial::Unbuilt => {}
         }
     }
 
@@ -108,6 +110,7 @@ impl Partial {
             Partial::CodeWithScope { code, scope } => {
                 Bson::JavaScriptCodeWithScope(bson::JavaScriptCodeWithScope { code, scope })
             }
+            Partial::Unbuilt => Bson::Null,
         }
     }
 }
@@ -128,9 +131,24 @@ struct Frame<'a> {
 /// [`NestingError::TooDeep`] as soon as the nesting exceeds `limit` levels: nothing deeper is
 /// ever built, so no recursive `bson` code ever sees it.
 pub fn decode_document(raw: &RawDocument, limit: usize) -> Result<Document, NestingError> {
+    match walk(raw, limit, true)? {
+        Some(document) => Ok(document),
+        None => Err(NestingError::Invalid("top level is not a document".to_string())),
+    }
+}
+
+/// Checks, as [`decode_document`] does, that `raw` is well-formed BSON nesting at most `limit`
+/// levels, without building anything: for stored bytes sent to a client as they are.
+pub fn check_document(raw: &RawDocument, limit: usize) -> Result<(), NestingError> {
+    walk(raw, limit, false).map(|_| ())
+}
+
+/// The iterative walk behind [`decode_document`] (`build`) and [`check_document`].
+fn walk(raw: &RawDocument, limit: usize, build: bool) -> Result<Option<Document>, NestingError> {
+    let container = |partial: Partial| if build { partial } else { Partial::Unbuilt };
     let mut stack = vec![Frame {
         elements: raw.iter_elements(),
-        partial: Partial::Document(Document::new()),
+        partial: container(Partial::Document(Document::new())),
         key_in_parent: String::new(),
         level: 1,
     }];
@@ -150,8 +168,8 @@ pub fn decode_document(raw: &RawDocument, limit: usize) -> Result<Document, Nest
             let value = finished.partial.finish();
             match (stack.last_mut(), value) {
                 (Some(parent), value) => parent.partial.push(&finished.key_in_parent, value),
-                (None, Bson::Document(document)) => return Ok(document),
-                (None, _) => return Err(NestingError::Invalid("top level is not a document".to_string())),
+                (None, Bson::Document(document)) => return Ok(Some(document)),
+                (None, _) => return Ok(None),
             }
             continue;
         };
@@ -162,21 +180,23 @@ pub fn decode_document(raw: &RawDocument, limit: usize) -> Result<Document, Nest
             ElementType::EmbeddedDocument | ElementType::Array | ElementType::JavaScriptCodeWithScope
         );
         if !is_container {
-            let value = Bson::try_from(element.value().map_err(invalid)?).map_err(invalid)?;
-            frame.partial.push(key, value);
+            let value = element.value().map_err(invalid)?;
+            if build {
+                frame.partial.push(key, Bson::try_from(value).map_err(invalid)?);
+            }
             continue;
         }
         let (elements, partial, bytes) = match element.value().map_err(invalid)? {
             RawBsonRef::Document(inner) => {
-                (inner.iter_elements(), Partial::Document(Document::new()), inner.as_bytes())
+                (inner.iter_elements(), container(Partial::Document(Document::new())), inner.as_bytes())
             }
             RawBsonRef::Array(inner) => {
                 let as_document = RawDocument::from_bytes(inner.as_bytes()).map_err(invalid)?;
-                (as_document.iter_elements(), Partial::Array(Vec::new()), inner.as_bytes())
+                (as_document.iter_elements(), container(Partial::Array(Vec::new())), inner.as_bytes())
             }
             RawBsonRef::JavaScriptCodeWithScope(code_with_scope) => (
                 code_with_scope.scope.iter_elements(),
-                Partial::CodeWithScope { code: code_with_scope.code.to_string(), scope: Document::new() },
+                container(Partial::CodeWithScope { code: code_with_scope.code.to_string(), scope: Document::new() }),
                 code_with_scope.scope.as_bytes(),
             ),
             _ => return Err(NestingError::Invalid("element type and value disagree".to_string())),
@@ -240,6 +260,28 @@ mod tests {
             decode_document(&raw(&nested(MAX_BSON_DEPTH + 1)), MAX_BSON_DEPTH),
             Err(NestingError::TooDeep { limit: MAX_BSON_DEPTH })
         );
+    }
+
+    /// Checking and decoding agree on every input: the check is what lets stored bytes go
+    /// to a client undecoded.
+    #[test]
+    fn checking_agrees_with_decoding() {
+        let malformed = [16u8, 0, 0, 0, 3, b'a', 0, 200, 0, 0, 0, 0, 0, 0, 0, 0];
+        let deep = deep_bytes(300);
+        let samples: Vec<Vec<u8>> = vec![
+            raw(&doc! { "a": [1, {"b": [true, null]}, []], "c": {} }).into_bytes(),
+            raw(&nested(MAX_BSON_DEPTH)).into_bytes(),
+            raw(&nested(MAX_BSON_DEPTH + 1)).into_bytes(),
+            malformed.to_vec(),
+            deep,
+        ];
+        for bytes in &samples {
+            let document = RawDocument::from_bytes(bytes).expect("the outer framing is valid");
+            for limit in [2, MAX_BSON_DEPTH] {
+                let decoded = decode_document(document, limit).map(|_| ());
+                assert_eq!(check_document(document, limit), decoded);
+            }
+        }
     }
 
     #[test]

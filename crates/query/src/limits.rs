@@ -17,7 +17,7 @@ use bson::{Document, RawDocument};
 use crate::error::{QueryError, QueryResult};
 
 pub use myriad_keystring::nesting::{document_depth_exceeds, MAX_BSON_DEPTH, MAX_USER_STORAGE_DEPTH};
-use myriad_keystring::nesting::{decode_document, NestingError};
+use myriad_keystring::nesting::{check_document, decode_document, NestingError};
 
 /// Most components in a projection, sort, update or aggregation field path.
 pub const MAX_FIELD_PATH_COMPONENTS: usize = MAX_BSON_DEPTH;
@@ -72,15 +72,23 @@ pub fn check_storage_depth(document: &Document) -> QueryResult<()> {
 /// stores, and the request that met it did nothing wrong, so a code blaming the request
 /// (`Overflow`, `BadValue`) would mislead.
 pub fn decode_stored(raw: &RawDocument) -> QueryResult<Document> {
-    decode_document(raw, MAX_BSON_DEPTH).map_err(|error| {
-        let detail = match error {
-            NestingError::TooDeep { limit } => {
-                format!("stored document exceeds the maximum BSON nesting depth of {limit}")
-            }
-            NestingError::Invalid(reason) => format!("stored document is not valid BSON: {reason}"),
-        };
-        QueryError::Location(DATA_CORRUPTION_DETECTED, detail)
-    })
+    decode_document(raw, MAX_BSON_DEPTH).map_err(stored_error)
+}
+
+/// Checks a stored record as [`decode_stored`] would, without decoding it: for records sent
+/// to a client as stored. Fails exactly when `decode_stored` fails, with the same error.
+pub fn check_stored(raw: &RawDocument) -> QueryResult<()> {
+    check_document(raw, MAX_BSON_DEPTH).map_err(stored_error)
+}
+
+fn stored_error(error: NestingError) -> QueryError {
+    let detail = match error {
+        NestingError::TooDeep { limit } => {
+            format!("stored document exceeds the maximum BSON nesting depth of {limit}")
+        }
+        NestingError::Invalid(reason) => format!("stored document is not valid BSON: {reason}"),
+    };
+    QueryError::Location(DATA_CORRUPTION_DETECTED, detail)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bson::{doc, Bson, Document};
+use bson::{doc, Document};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -25,10 +25,10 @@ use myriad_commands::context::compressor_slot;
 use myriad_commands::error::ErrorCode;
 use myriad_commands::log::Logger;
 use myriad_commands::session::Session;
-use myriad_commands::{dispatch, CommandError, CommandRequest, ConnectionInfo, ServerContext, ServerOptions};
+use myriad_commands::{dispatch, CommandError, CommandRequest, ConnectionInfo, Reply, ServerContext, ServerOptions};
 use myriad_storage::{Engine, EngineOptions};
 use myriad_wire::{
-    decode_message, encode_op_msg, encode_op_msg_reply, encode_op_reply, parse_header, Compressor, OpMsg, Request,
+    decode_message, encode_op_msg, encode_op_msg_reply, encode_op_msg_reply_raw, encode_op_reply, parse_header, Compressor, OpMsg, Request,
     HEADER_SIZE_BYTES, MAX_MESSAGE_SIZE_BYTES, OP_MSG_FLAG_MORE_TO_COME,
 };
 
@@ -349,7 +349,7 @@ impl ConnectionTask<'_> {
         let sequences = op_msg.sequences.into_iter().map(|sequence| (sequence.identifier, sequence.documents)).collect();
         let request = match CommandRequest::from_op_msg(op_msg.body, sequences, self.connection.clone()) {
             Ok(request) => request,
-            Err(error) => return self.reply_unless_more_to_come(more_to_come, &error.to_reply(), request_id, reply_id, None),
+            Err(error) => return self.reply_unless_more_to_come(more_to_come, &error.to_reply().into(), request_id, reply_id, None),
         };
         if hello::is_hello(&request.name) {
             if let Some(closing) = self.await_topology_change(&request, request_id, reply_id).await {
@@ -359,7 +359,7 @@ impl ConnectionTask<'_> {
         let name = request.name.clone();
         let reply = if exhaust_allowed && hello::is_hello(&name) {
             let reply = run_inline(self.context, &request);
-            if !reply_is_ok(&reply) {
+            if !reply.is_ok() {
                 reply
             } else if !matches!(hello::awaitable_fields(&request), Ok(Some(_))) {
                 CommandError::new(
@@ -367,10 +367,11 @@ impl ConnectionTask<'_> {
                     "An isMaster or hello request with exhaust must specify 'maxAwaitTimeMS'",
                 )
                 .to_reply()
+                .into()
             } else if more_to_come {
                 reply
             } else {
-                let reply = encode_streamed_reply(reply_id, request_id, &reply);
+                let reply = encode_streamed_reply(reply_id, request_id, reply.into_document());
                 return Handled::Stream { reply, reply_id, request };
             }
         } else {
@@ -389,7 +390,7 @@ impl ConnectionTask<'_> {
     fn reply_unless_more_to_come(
         &self,
         more_to_come: bool,
-        reply: &Document,
+        reply: &Reply,
         request_id: i32,
         reply_id: i32,
         compressor: Option<Compressor>,
@@ -415,9 +416,9 @@ impl ConnectionTask<'_> {
                 }
                 run_command(self.context, request).await
             }
-            Err(error) => error.to_reply(),
+            Err(error) => error.to_reply().into(),
         };
-        encode_op_reply(reply_id, request_id, &reply)
+        encode_op_reply(reply_id, request_id, &reply.into_document())
             .or_else(|error| encode_op_reply(reply_id, request_id, &CommandError::from(error).to_reply()))
             .map_or(Handled::Nothing, Handled::Reply)
     }
@@ -470,9 +471,9 @@ impl ConnectionTask<'_> {
             }
             let reply = run_inline(self.context, &request);
             let reply_id = self.take_reply_id();
-            let ok = reply_is_ok(&reply);
+            let ok = reply.is_ok();
             let encoded = if ok {
-                encode_streamed_reply(reply_id, previous_reply_id, &reply)
+                encode_streamed_reply(reply_id, previous_reply_id, reply.into_document())
             } else {
                 encode_reply_or_error(reply_id, previous_reply_id, &reply, None)
             };
@@ -487,34 +488,29 @@ impl ConnectionTask<'_> {
     }
 }
 
-fn reply_is_ok(reply: &Document) -> bool {
-    match reply.get("ok") {
-        Some(Bson::Double(ok)) => *ok == 1.0,
-        Some(Bson::Int32(ok)) => *ok == 1,
-        Some(Bson::Int64(ok)) => *ok == 1,
-        Some(Bson::Boolean(ok)) => *ok,
-        _ => false,
-    }
-}
-
 /// A reply of a streamed hello: moreToCome set, never compressed (hello replies never are).
-fn encode_streamed_reply(reply_id: i32, response_to: i32, reply: &Document) -> Vec<u8> {
-    let message = OpMsg { flags: OP_MSG_FLAG_MORE_TO_COME, body: reply.clone(), sequences: Vec::new(), checksum_present: false };
+fn encode_streamed_reply(reply_id: i32, response_to: i32, reply: Document) -> Vec<u8> {
+    let message = OpMsg { flags: OP_MSG_FLAG_MORE_TO_COME, body: reply, sequences: Vec::new(), checksum_present: false };
     match encode_op_msg(reply_id, response_to, &message, None) {
         Ok(bytes) => bytes,
-        Err(error) => encode_reply_or_error(reply_id, response_to, &CommandError::from(error).to_reply(), None),
+        Err(error) => encode_reply_or_error(reply_id, response_to, &CommandError::from(error).to_reply().into(), None),
     }
 }
 
 /// What a hello waiting at shutdown gets: ShutdownInProgress, as mongod answers.
 fn shutdown_reply(reply_id: i32, response_to: i32) -> Vec<u8> {
     let reply = CommandError::new(ErrorCode { code: 91, name: "ShutdownInProgress" }, "The server is shutting down").to_reply();
-    encode_reply_or_error(reply_id, response_to, &reply, None)
+    encode_reply_or_error(reply_id, response_to, &reply.into(), None)
 }
 
-/// Encodes a reply; one too large to send becomes a BSONObjectTooLarge error instead.
-fn encode_reply_or_error(reply_id: i32, request_id: i32, reply: &Document, compressor: Option<Compressor>) -> Vec<u8> {
-    match encode_op_msg_reply(reply_id, request_id, reply, compressor) {
+/// Encodes a reply (an encoded one copied as it is); one too large to send becomes a
+/// BSONObjectTooLarge error instead.
+fn encode_reply_or_error(reply_id: i32, request_id: i32, reply: &Reply, compressor: Option<Compressor>) -> Vec<u8> {
+    let encoded = match reply {
+        Reply::Document(document) => encode_op_msg_reply(reply_id, request_id, document, compressor),
+        Reply::Encoded(raw) => encode_op_msg_reply_raw(reply_id, request_id, raw.as_bytes(), compressor),
+    };
+    match encoded {
         Ok(bytes) => bytes,
         Err(error) => {
             let error_reply = CommandError::from(error).to_reply();
@@ -543,14 +539,14 @@ fn legacy_command(full_collection_name: &str, query: Document, connection: Conne
 /// the connection task, so they never queue behind slow commands for a blocking-pool thread;
 /// everything else runs on the blocking pool (storage calls are synchronous). A panic becomes
 /// InternalError, not a crash.
-async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) -> Document {
+async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) -> Reply {
     if INLINE_COMMANDS.contains(&request.name.as_str()) || is_point_operation(&request) {
         return run_inline(context, &request);
     }
     let context = Arc::clone(context);
     match tokio::task::spawn_blocking(move || dispatch(&context, &request)).await {
         Ok(reply) => reply,
-        Err(error) => CommandError::internal(format!("command failed: {error}")).to_reply(),
+        Err(error) => CommandError::internal(format!("command failed: {error}")).to_reply().into(),
     }
 }
 
@@ -594,9 +590,9 @@ fn is_point_operation(request: &CommandRequest) -> bool {
 }
 
 /// Runs a quick command on the calling task.
-fn run_inline(context: &Arc<ServerContext>, request: &CommandRequest) -> Document {
+fn run_inline(context: &Arc<ServerContext>, request: &CommandRequest) -> Reply {
     match std::panic::catch_unwind(AssertUnwindSafe(|| dispatch(context, request))) {
         Ok(reply) => reply,
-        Err(_) => CommandError::internal(format!("command {} failed", request.name)).to_reply(),
+        Err(_) => CommandError::internal(format!("command {} failed", request.name)).to_reply().into(),
     }
 }

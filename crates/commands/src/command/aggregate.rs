@@ -5,18 +5,19 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawDocumentBuf};
 use myriad_query::aggregate::{Pipeline, PipelineRun};
 use crate::backend::Backend;
 use myriad_query::filter::Filter;
 
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
 use crate::cursor::{take_batch, Cursor, CursorSource};
-use crate::execution::{bson_size_bytes, Execution, MAX_BATCH_BYTES};
+use crate::execution::{Execution, MAX_BATCH_BYTES};
 use crate::plan::QuerySpec;
+use crate::reply::{encode_document, Reply};
 use crate::{CommandRequest, ServerContext};
 
-pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
     let collection_name = match request.first_value() {
         Some(Bson::String(_)) => Some(request.collection_name()?),
         Some(value) if crate::request::integer_value(value) == Some(1) => None,
@@ -84,7 +85,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         let cursor = Cursor::new(namespace.clone(), CursorSource::Aggregation(Box::new(stream)), super::find::session_id(request));
         context.cursors.register(cursor)
     };
-    Ok(super::find::cursor_reply("firstBatch", cursor_id, &namespace, first_batch))
+    Ok(crate::reply::cursor_reply("firstBatch", cursor_id, &namespace, first_batch))
 }
 
 /// An aggregation in progress: the pipeline pulls input from the execution only as far as
@@ -94,13 +95,13 @@ pub struct AggregationStream {
     input: Option<Execution>,
     run: PipelineRun,
     /// Results produced but not yet returned, and their bytes.
-    output: VecDeque<Document>,
+    output: VecDeque<RawDocumentBuf>,
     output_bytes: usize,
 }
 
 impl AggregationStream {
     /// Up to `max_documents` results, within the batch byte bound.
-    pub fn next_batch(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<Vec<Document>> {
+    pub fn next_batch(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<Vec<RawDocumentBuf>> {
         let mut produced = Vec::new();
         while !self.run.is_finished() && self.output.len() < max_documents && self.output_bytes < MAX_BATCH_BYTES {
             let next = match (&mut self.input, self.run.wants_input()) {
@@ -113,8 +114,9 @@ impl AggregationStream {
                 None => self.run.finish(&mut produced, (max_documents - self.output.len()).min(16))?,
             }
             for document in produced.drain(..) {
-                self.output_bytes += bson_size_bytes(&document);
-                self.output.push_back(document);
+                let encoded = encode_document(&document)?;
+                self.output_bytes += encoded.as_bytes().len();
+                self.output.push_back(encoded);
             }
         }
         Ok(take_batch(&mut self.output, &mut self.output_bytes, max_documents))

@@ -22,7 +22,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let mut execution = Execution::new(collection, spec)?;
     let mut count = 0i64;
     loop {
-        let found = execution.next_matches(context.backend.as_ref(), COUNT_BATCH)?.len();
+        let found = execution.count_matches(context.backend.as_ref(), COUNT_BATCH)?;
         count += found as i64;
         if found < COUNT_BATCH {
             break;

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bson::{doc, Bson, Document};
+use bson::{Bson, Document};
 use myriad_query::filter::Filter;
 use myriad_query::projection::Projection;
 use myriad_query::sort::SortSpec;
@@ -14,6 +14,7 @@ use crate::cursor::{take_batch, Cursor, CursorSource};
 use crate::error::{CommandError, CommandResult};
 use crate::execution::Execution;
 use crate::plan::QuerySpec;
+use crate::reply::{cursor_reply, Reply};
 use crate::{CommandRequest, ServerContext};
 
 /// MongoDB's default first batch.
@@ -59,7 +60,7 @@ pub fn batch_size(request: &CommandRequest, field: &str, default: usize) -> Comm
     }
 }
 
-pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
     let started = Instant::now();
     let name = request.collection_name()?;
     let namespace = format!("{}.{}", request.db, name);
@@ -98,8 +99,8 @@ pub fn materialized_cursor_reply(
     namespace: String,
     results: VecDeque<Document>,
     batch_size: usize,
-) -> Document {
-    let CursorSource::Materialized { mut documents, mut bytes } = CursorSource::materialized(results) else {
+) -> CommandResult<Reply> {
+    let CursorSource::Materialized { mut documents, mut bytes } = CursorSource::materialized(results)? else {
         unreachable!("CursorSource::materialized builds a materialized source")
     };
     let first_batch = take_batch(&mut documents, &mut bytes, batch_size);
@@ -109,7 +110,7 @@ pub fn materialized_cursor_reply(
         let source = CursorSource::Materialized { documents, bytes };
         context.cursors.register(Cursor::new(namespace.clone(), source, session_id(request)))
     };
-    cursor_reply("firstBatch", cursor_id, &namespace, first_batch)
+    Ok(cursor_reply("firstBatch", cursor_id, &namespace, first_batch))
 }
 
 /// The `lsid.id` of the command's logical session, which owns the cursors it opens.
@@ -118,13 +119,4 @@ pub fn session_id(request: &CommandRequest) -> Option<Bson> {
         Some(Bson::Document(lsid)) => lsid.get("id").cloned(),
         _ => None,
     }
-}
-
-/// `{cursor: {firstBatch|nextBatch, id, ns}, ok: 1}`.
-pub fn cursor_reply(batch_field: &str, cursor_id: i64, namespace: &str, batch: Vec<Document>) -> Document {
-    let mut cursor = Document::new();
-    cursor.insert(batch_field, batch);
-    cursor.insert("id", cursor_id);
-    cursor.insert("ns", namespace);
-    doc! { "cursor": cursor, "ok": 1.0 }
 }

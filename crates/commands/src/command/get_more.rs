@@ -1,9 +1,10 @@
 //! `getMore`: the next batch of an open cursor (up to 16 MiB when no batchSize is given).
 
-use bson::{Bson, Document};
+use bson::Bson;
 
 use crate::cursor::{take_batch, CursorSource};
 use crate::error::{CommandError, CommandResult, ErrorCode, CURSOR_NOT_FOUND, UNAUTHORIZED};
+use crate::reply::{cursor_reply, Reply};
 
 /// A getMore from a session other than the cursor's (MongoDB's 50738).
 const CURSOR_IN_ANOTHER_SESSION: ErrorCode = ErrorCode { code: 50738, name: "Location50738" };
@@ -12,7 +13,7 @@ use crate::{CommandRequest, ServerContext};
 /// Without a batchSize a getMore fills up to the 16 MiB batch limit; this bounds the count.
 const DEFAULT_GET_MORE_BATCH_SIZE: usize = 100_000;
 
-pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
     let cursor_id = match request.first_value() {
         Some(Bson::Int64(id)) => *id,
         Some(other) => return Err(crate::request::field_type_error("getMore", "long", other)),
@@ -69,5 +70,5 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         context.cursors.check_in(cursor_id, cursor);
         cursor_id
     };
-    Ok(super::find::cursor_reply("nextBatch", reply_id, &namespace, batch))
+    Ok(cursor_reply("nextBatch", reply_id, &namespace, batch))
 }

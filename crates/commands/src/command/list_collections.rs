@@ -23,7 +23,7 @@ pub fn describe(collection: &CollectionHandle, name_only: bool) -> CommandResult
     })
 }
 
-pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<crate::reply::Reply> {
     let filter = match request.optional_document("filter")? {
         Some(filter) if !filter.is_empty() => Some(Filter::parse(filter)?),
         _ => None,
@@ -42,5 +42,5 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         }
     }
     let namespace = format!("{}.$cmd.listCollections", request.db);
-    Ok(super::find::materialized_cursor_reply(context, request, namespace, entries, batch_size))
+    super::find::materialized_cursor_reply(context, request, namespace, entries, batch_size)
 }
