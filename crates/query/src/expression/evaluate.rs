@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 use bson::{Bson, Document};
 use myriad_keystring::compare::{compare_values, values_equal};
 
-use super::{arithmetic, is_truthy, strings, Expression, Operator, Variable};
+use super::{arithmetic, arrays, conversions, dates, is_truthy, math, objects, regex, sets, strings, Expression, Operator, Variable};
 use crate::bson_types::type_name;
 use crate::error::{QueryError, QueryResult};
 use crate::path::expression_path_value;
@@ -35,6 +35,7 @@ pub(super) fn evaluate(expression: &Expression, scope: &mut Scope<'_>) -> QueryR
         Expression::Map { input, name, body } => evaluate_map(input, name, body, scope),
         Expression::Filter { input, name, condition, limit } => evaluate_filter(input, name, condition, limit.as_deref(), scope),
         Expression::Operator(operator, arguments) => evaluate_operator(*operator, arguments, scope),
+        Expression::Absent => Ok(None),
     }
 }
 
@@ -152,7 +153,7 @@ pub(crate) fn compare_optional(left: Option<&Bson>, right: Option<&Bson>) -> Ord
     }
 }
 
-fn evaluate_all(arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResult<Vec<Option<Bson>>> {
+pub(super) fn evaluate_all(arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResult<Vec<Option<Bson>>> {
     // A plain loop rather than `collect`: fewer frames between recursion levels.
     let mut values = Vec::with_capacity(arguments.len());
     for argument in arguments {
@@ -161,12 +162,12 @@ fn evaluate_all(arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResult<
     Ok(values)
 }
 
-fn nullish(value: &Option<Bson>) -> bool {
+pub(super) fn nullish(value: &Option<Bson>) -> bool {
     matches!(value, None | Some(Bson::Null) | Some(Bson::Undefined))
 }
 
 /// For `$max`, `$sum`... : one array argument is the list itself; otherwise the arguments are.
-fn list_operands(arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResult<Vec<Bson>> {
+pub(super) fn list_operands(arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResult<Vec<Bson>> {
     let values = evaluate_all(arguments, scope)?;
     if values.len() == 1 {
         return Ok(match values.into_iter().next().flatten() {
@@ -183,20 +184,46 @@ fn evaluate_operator(operator: Operator, arguments: &[Expression], scope: &mut S
     // Grouped into small functions so that the frame of each recursion level stays small.
     match operator {
         O::Eq | O::Ne | O::Gt | O::Gte | O::Lt | O::Lte | O::Cmp => evaluate_comparison(operator, arguments, scope),
-        O::And | O::Or | O::Not | O::Cond | O::IfNull => evaluate_logical(operator, arguments, scope),
+        O::And | O::Or | O::Not | O::Cond | O::IfNull | O::Switch => evaluate_logical(operator, arguments, scope),
         O::Add | O::Subtract | O::Multiply | O::Divide | O::Mod | O::Abs | O::Ceil | O::Floor | O::Sqrt | O::Trunc | O::Round => {
             let values = evaluate_all(arguments, scope)?;
             arithmetic::evaluate(operator, values).map(Some)
         }
+        O::Exp | O::Ln | O::Log | O::Log10 | O::Pow | O::Sin | O::Cos | O::Tan | O::Asin | O::Acos | O::Atan | O::Atan2 | O::Sinh | O::Cosh | O::Tanh
+        | O::Asinh | O::Acosh | O::Atanh | O::DegreesToRadians | O::RadiansToDegrees | O::BitAnd | O::BitOr | O::BitXor | O::BitNot => {
+            let values = evaluate_all(arguments, scope)?;
+            math::evaluate(operator, values).map(Some)
+        }
         O::In | O::Size | O::IsArray | O::ArrayElemAt | O::First | O::Last | O::ConcatArrays | O::Slice => {
             evaluate_array_operator(operator, arguments, scope)
         }
-        O::Max | O::Min | O::Sum | O::Avg => evaluate_accumulator(operator, arguments, scope),
-        O::Concat | O::ToLower | O::ToUpper | O::StrLenBytes | O::StrLenCP | O::Substr | O::SubstrBytes | O::SubstrCP | O::Split | O::Strcasecmp | O::ToString | O::ToInt | O::ToLong | O::ToDouble | O::ToBool => {
+        O::IndexOfArray | O::ReverseArray | O::Range | O::ArrayToObject | O::ObjectToArray | O::Zip | O::Reduce | O::SortArray | O::FirstN | O::LastN
+        | O::MaxN | O::MinN => arrays::evaluate(operator, arguments, scope),
+        O::SetUnion | O::SetIntersection | O::SetDifference | O::SetEquals | O::SetIsSubset | O::AnyElementTrue | O::AllElementsTrue => {
+            let values = evaluate_all(arguments, scope)?;
+            sets::evaluate(operator, values).map(Some)
+        }
+        O::Max | O::Min | O::Sum | O::Avg | O::StdDevPop | O::StdDevSamp => evaluate_accumulator(operator, arguments, scope),
+        O::Concat | O::ToLower | O::ToUpper | O::StrLenBytes | O::StrLenCP | O::Substr | O::SubstrBytes | O::SubstrCP | O::Split | O::Strcasecmp
+        | O::IndexOfBytes | O::IndexOfCP | O::Trim | O::LeftTrim | O::RightTrim | O::ReplaceOne | O::ReplaceAll => {
             let values = evaluate_all(arguments, scope)?;
             strings::evaluate(operator, values)
         }
+        O::RegexMatch | O::RegexFind | O::RegexFindAll => {
+            let values = evaluate_all(arguments, scope)?;
+            regex::evaluate(operator, values).map(Some)
+        }
+        O::ToString | O::ToInt | O::ToLong | O::ToDouble | O::ToBool | O::ToObjectId | O::ToDate | O::ToDecimal | O::IsNumber | O::Convert => {
+            conversions::evaluate_conversion(operator, arguments, scope)
+        }
         O::Type | O::MergeObjects => evaluate_object_operator(operator, arguments, scope),
+        O::GetField | O::SetField => {
+            let values = evaluate_all(arguments, scope)?;
+            objects::evaluate(operator, values)
+        }
+        O::Year | O::Month | O::DayOfMonth | O::Hour | O::Minute | O::Second | O::Millisecond | O::DayOfWeek | O::DayOfYear | O::Week | O::IsoWeek
+        | O::IsoWeekYear | O::IsoDayOfWeek | O::DateToString | O::DateFromString | O::DateAdd | O::DateSubtract | O::DateDiff | O::DateTrunc
+        | O::DateToParts | O::DateFromParts => dates::evaluate_date_operator(operator, arguments, scope),
     }
 }
 
@@ -264,6 +291,22 @@ fn evaluate_logical(operator: Operator, arguments: &[Expression], scope: &mut Sc
             } else {
                 evaluate(otherwise, scope)
             }
+        }
+        O::Switch => {
+            let Some((default, branches)) = arguments.split_last() else {
+                return Ok(None);
+            };
+            for branch in branches.chunks(2) {
+                if let [case, then] = branch {
+                    if is_truthy(evaluate(case, scope)?.as_ref()) {
+                        return evaluate(then, scope);
+                    }
+                }
+            }
+            if matches!(default, Expression::Absent) {
+                return Err(QueryError::Location(40066, "$switch could not find a matching branch for an input, and no default was specified.".into()));
+            }
+            evaluate(default, scope)
         }
         O::IfNull => {
             let Some((last, leading)) = arguments.split_last() else {
@@ -385,6 +428,11 @@ fn evaluate_accumulator(operator: Operator, arguments: &[Expression], scope: &mu
             }
             Ok(Some(arithmetic::average(&numbers)))
         }
+        O::StdDevPop | O::StdDevSamp => {
+            let values = list_operands(arguments, scope)?;
+            let numbers: Vec<f64> = values.iter().filter_map(arithmetic::Numeric::from_bson).map(arithmetic::Numeric::as_f64).collect();
+            Ok(Some(math::standard_deviation(&numbers, operator == O::StdDevSamp)))
+        }
         other => Err(not_in_group(other, "accumulator")),
     }
 }
@@ -432,7 +480,7 @@ fn evaluate_first(arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResul
     }
 }
 
-fn count_to_bson(count: usize) -> Bson {
+pub(super) fn count_to_bson(count: usize) -> Bson {
     match i32::try_from(count) {
         Ok(small) => Bson::Int32(small),
         Err(_) => Bson::Int64(i64::try_from(count).unwrap_or(i64::MAX)),

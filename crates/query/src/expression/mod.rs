@@ -6,7 +6,15 @@
 //! compares below null. Decimal128 arithmetic is carried out in double precision.
 
 mod arithmetic;
+mod arrays;
+mod conversions;
+mod dates;
 mod evaluate;
+mod math;
+mod named;
+mod objects;
+mod regex;
+mod sets;
 mod strings;
 
 pub(crate) use arithmetic::{integral_value, Numeric};
@@ -31,6 +39,9 @@ pub enum Expression {
     Let { bindings: Vec<(String, Expression)>, body: Box<Expression> },
     Map { input: Box<Expression>, name: String, body: Box<Expression> },
     Filter { input: Box<Expression>, name: String, condition: Box<Expression>, limit: Option<Box<Expression>> },
+    /// An optional named argument that was not given (`onError` of `$convert`...): it
+    /// evaluates to missing, and operators can tell it apart from one that was given.
+    Absent,
 }
 
 /// A `$$` variable.
@@ -115,6 +126,97 @@ operators! {
     ToDouble => "$toDouble", 1, 1;
     ToBool => "$toBool", 1, 1;
     MergeObjects => "$mergeObjects", 0, usize::MAX;
+    // Arithmetic beyond the basics.
+    Exp => "$exp", 1, 1;
+    Ln => "$ln", 1, 1;
+    Log => "$log", 2, 2;
+    Log10 => "$log10", 1, 1;
+    Pow => "$pow", 2, 2;
+    Sin => "$sin", 1, 1;
+    Cos => "$cos", 1, 1;
+    Tan => "$tan", 1, 1;
+    Asin => "$asin", 1, 1;
+    Acos => "$acos", 1, 1;
+    Atan => "$atan", 1, 1;
+    Atan2 => "$atan2", 2, 2;
+    Sinh => "$sinh", 1, 1;
+    Cosh => "$cosh", 1, 1;
+    Tanh => "$tanh", 1, 1;
+    Asinh => "$asinh", 1, 1;
+    Acosh => "$acosh", 1, 1;
+    Atanh => "$atanh", 1, 1;
+    DegreesToRadians => "$degreesToRadians", 1, 1;
+    RadiansToDegrees => "$radiansToDegrees", 1, 1;
+    BitAnd => "$bitAnd", 0, usize::MAX;
+    BitOr => "$bitOr", 0, usize::MAX;
+    BitXor => "$bitXor", 0, usize::MAX;
+    BitNot => "$bitNot", 1, 1;
+    // Strings.
+    IndexOfBytes => "$indexOfBytes", 2, 4;
+    IndexOfCP => "$indexOfCP", 2, 4;
+    Trim => "$trim", 0, usize::MAX;
+    LeftTrim => "$ltrim", 0, usize::MAX;
+    RightTrim => "$rtrim", 0, usize::MAX;
+    ReplaceOne => "$replaceOne", 0, usize::MAX;
+    ReplaceAll => "$replaceAll", 0, usize::MAX;
+    RegexMatch => "$regexMatch", 0, usize::MAX;
+    RegexFind => "$regexFind", 0, usize::MAX;
+    RegexFindAll => "$regexFindAll", 0, usize::MAX;
+    // Arrays and sets.
+    IndexOfArray => "$indexOfArray", 2, 4;
+    ReverseArray => "$reverseArray", 1, 1;
+    Range => "$range", 2, 3;
+    SetUnion => "$setUnion", 0, usize::MAX;
+    SetIntersection => "$setIntersection", 0, usize::MAX;
+    SetDifference => "$setDifference", 2, 2;
+    SetEquals => "$setEquals", 2, usize::MAX;
+    SetIsSubset => "$setIsSubset", 2, 2;
+    AnyElementTrue => "$anyElementTrue", 1, 1;
+    AllElementsTrue => "$allElementsTrue", 1, 1;
+    ArrayToObject => "$arrayToObject", 1, 1;
+    ObjectToArray => "$objectToArray", 1, 1;
+    Zip => "$zip", 0, usize::MAX;
+    Reduce => "$reduce", 0, usize::MAX;
+    SortArray => "$sortArray", 0, usize::MAX;
+    FirstN => "$firstN", 0, usize::MAX;
+    LastN => "$lastN", 0, usize::MAX;
+    MaxN => "$maxN", 0, usize::MAX;
+    MinN => "$minN", 0, usize::MAX;
+    StdDevPop => "$stdDevPop", 1, usize::MAX;
+    StdDevSamp => "$stdDevSamp", 1, usize::MAX;
+    // Conditionals.
+    Switch => "$switch", 0, usize::MAX;
+    // Types.
+    Convert => "$convert", 0, usize::MAX;
+    ToObjectId => "$toObjectId", 1, 1;
+    ToDate => "$toDate", 1, 1;
+    ToDecimal => "$toDecimal", 1, 1;
+    IsNumber => "$isNumber", 1, 1;
+    // Objects.
+    GetField => "$getField", 0, usize::MAX;
+    SetField => "$setField", 0, usize::MAX;
+    // Dates: the parts take [date, timezone].
+    Year => "$year", 1, 2;
+    Month => "$month", 1, 2;
+    DayOfMonth => "$dayOfMonth", 1, 2;
+    Hour => "$hour", 1, 2;
+    Minute => "$minute", 1, 2;
+    Second => "$second", 1, 2;
+    Millisecond => "$millisecond", 1, 2;
+    DayOfWeek => "$dayOfWeek", 1, 2;
+    DayOfYear => "$dayOfYear", 1, 2;
+    Week => "$week", 1, 2;
+    IsoWeek => "$isoWeek", 1, 2;
+    IsoWeekYear => "$isoWeekYear", 1, 2;
+    IsoDayOfWeek => "$isoDayOfWeek", 1, 2;
+    DateToString => "$dateToString", 0, usize::MAX;
+    DateFromString => "$dateFromString", 0, usize::MAX;
+    DateAdd => "$dateAdd", 0, usize::MAX;
+    DateSubtract => "$dateSubtract", 0, usize::MAX;
+    DateDiff => "$dateDiff", 0, usize::MAX;
+    DateTrunc => "$dateTrunc", 0, usize::MAX;
+    DateToParts => "$dateToParts", 0, usize::MAX;
+    DateFromParts => "$dateFromParts", 0, usize::MAX;
 }
 
 impl Expression {
@@ -229,6 +331,9 @@ fn parse_document(document: &Document, scope: &mut Vec<String>, depth: usize) ->
         "$filter" => return parse_filter(argument, scope, depth),
         _ => {}
     }
+    if let Some(parsed) = named::parse_named_operator(name, argument, scope, depth) {
+        return parsed;
+    }
     let operator = Operator::from_name(name).ok_or_else(|| {
         QueryError::InvalidPipelineOperator(format!("Unrecognized expression '{name}'"))
     })?;
@@ -238,6 +343,16 @@ fn parse_document(document: &Document, scope: &mut Vec<String>, depth: usize) ->
     };
     let (minimum, maximum) = operator.arity();
     // Operators over a list ($max, $sum...) take one array-valued argument as that list.
+    if (arguments.len() < minimum || arguments.len() > maximum) && minimum != maximum && maximum != usize::MAX {
+        return Err(QueryError::Location(28667, format!(
+            "Expression {} takes at least {minimum} arguments, and at most {maximum}. {} were passed in.",
+            operator.name(),
+            arguments.len()
+        )));
+    }
+    if operator == Operator::SetEquals && arguments.len() < 2 {
+        return Err(QueryError::Location(17045, format!("$setEquals needs at least two arguments had: {}", arguments.len())));
+    }
     if arguments.len() < minimum || arguments.len() > maximum {
         let expected = if minimum == maximum { format!("exactly {minimum}") } else if maximum == usize::MAX { format!("at least {minimum}") } else { format!("{minimum} to {maximum}") };
         return Err(QueryError::Location(16020, format!(

@@ -2,7 +2,8 @@
 
 use bson::Bson;
 
-use super::arithmetic::{integral_value, Numeric};
+use super::arithmetic::integral_value;
+use super::arrays::{optional_index, EXCEEDED_MEMORY_LIMIT, MAX_STRING_BYTES};
 use super::Operator;
 use crate::bson_types::type_name;
 use crate::error::{QueryError, QueryResult};
@@ -36,7 +37,7 @@ pub(crate) fn format_double(value: f64) -> String {
 }
 
 /// Coerces a value to a string as `$toLower`/`$substr` do: null becomes "".
-fn coerce_to_string(operator: Operator, value: &Option<Bson>) -> QueryResult<String> {
+pub(super) fn coerce_to_string(operator: Operator, value: &Option<Bson>) -> QueryResult<String> {
     match value {
         None | Some(Bson::Null) | Some(Bson::Undefined) => Ok(String::new()),
         Some(Bson::String(text)) | Some(Bson::Symbol(text)) => Ok(text.clone()),
@@ -72,7 +73,12 @@ pub(super) fn evaluate(operator: Operator, values: Vec<Option<Bson>>) -> QueryRe
             for value in &values {
                 match value {
                     None | Some(Bson::Null) | Some(Bson::Undefined) => return Ok(Some(Bson::Null)),
-                    Some(Bson::String(text)) => output.push_str(text),
+                    Some(Bson::String(text)) => {
+                        if output.len() + text.len() > MAX_STRING_BYTES {
+                            return Err(QueryError::Location(EXCEEDED_MEMORY_LIMIT, "$concat result would exceed the maximum string size".into()));
+                        }
+                        output.push_str(text)
+                    }
                     Some(other) => {
                         return Err(QueryError::Location(16702, format!("$concat only supports strings, not {}", type_name(other))))
                     }
@@ -87,7 +93,7 @@ pub(super) fn evaluate(operator: Operator, values: Vec<Option<Bson>>) -> QueryRe
                 let length = if operator == Operator::StrLenBytes { text.len() } else { text.chars().count() };
                 Ok(Some(Bson::Int32(i32::try_from(length).unwrap_or(i32::MAX))))
             }
-            other => Err(QueryError::Location(34473, format!(
+            other => Err(QueryError::Location(if operator == Operator::StrLenBytes { 34473 } else { 34471 }, format!(
                 "{} requires a string argument, found: {}",
                 operator.name(),
                 other.as_ref().map_or("missing", type_name)
@@ -149,76 +155,116 @@ pub(super) fn evaluate(operator: Operator, values: Vec<Option<Bson>>) -> QueryRe
                 std::cmp::Ordering::Greater => 1,
             })))
         }
-        Operator::ToString | Operator::ToInt | Operator::ToLong | Operator::ToDouble | Operator::ToBool => {
-            match first {
-                None | Some(Bson::Null) | Some(Bson::Undefined) => Ok(Some(Bson::Null)),
-                Some(value) => convert(operator, &value).map(Some),
-            }
-        }
+        Operator::IndexOfBytes | Operator::IndexOfCP => index_of_string(operator, &values),
+        Operator::Trim | Operator::LeftTrim | Operator::RightTrim => trim(operator, &values),
+        Operator::ReplaceOne | Operator::ReplaceAll => replace(operator, &values),
         _ => Err(QueryError::BadValue(format!("{} is not a string operator", operator.name()))),
     }
 }
 
-fn conversion_failure(value: &Bson, target: &str) -> QueryError {
-    QueryError::ConversionFailure(format!(
-        "Failed to parse number '{value}' in $convert with no onError value: unsupported conversion from {} to {target}",
-        type_name(value)
-    ))
+/// `$indexOfBytes` and `$indexOfCP`: the first position of a substring within
+/// `[start, end)`, in bytes or code points; -1 when absent.
+fn index_of_string(operator: Operator, values: &[Option<Bson>]) -> QueryResult<Option<Bson>> {
+    let first = values.first().cloned().flatten();
+    if nullish(&first) {
+        return Ok(Some(Bson::Null));
+    }
+    let by_code_point = operator == Operator::IndexOfCP;
+    let (first_code, second_code) = if by_code_point { (40093, 40094) } else { (40091, 40092) };
+    let Some(Bson::String(text)) = first else {
+        return Err(QueryError::Location(first_code, format!(
+            "{} requires a string as the first argument, found: {}",
+            operator.name(),
+            first.as_ref().map_or("missing", type_name)
+        )));
+    };
+    let token = match values.get(1).cloned().flatten() {
+        Some(Bson::String(token)) => token,
+        other => {
+            return Err(QueryError::Location(second_code, format!(
+                "{} requires a string as the second argument, found: {}",
+                operator.name(),
+                other.as_ref().map_or("missing", type_name)
+            )))
+        }
+    };
+    // Byte offsets of every position the search may start at, with their public index.
+    let boundaries: Vec<usize> = if by_code_point { text.char_indices().map(|(offset, _)| offset).chain([text.len()]).collect() } else { (0..=text.len()).collect() };
+    let length = boundaries.len() - 1;
+    let start = optional_index(values, 2, operator.name(), "starting index")?.unwrap_or(0);
+    let end = optional_index(values, 3, operator.name(), "ending index")?.unwrap_or(length).min(length);
+    if start > length || end < start {
+        return Ok(Some(Bson::Int32(-1)));
+    }
+    let (start_byte, end_byte) = (boundaries[start], boundaries[end]);
+    // `str::find` is linear in the text (two-way search); the byte offset maps back to an index.
+    let found = text.get(start_byte..end_byte).and_then(|window| window.find(token.as_str()));
+    Ok(Some(Bson::Int32(match found {
+        Some(offset) => {
+            let index = boundaries.partition_point(|boundary| *boundary < start_byte + offset);
+            i32::try_from(index).unwrap_or(i32::MAX)
+        }
+        None => -1,
+    })))
 }
 
-fn convert(operator: Operator, value: &Bson) -> QueryResult<Bson> {
-    match operator {
-        Operator::ToString => match value {
-            Bson::Boolean(flag) => Ok(Bson::String(flag.to_string())),
-            Bson::ObjectId(id) => Ok(Bson::String(id.to_hex())),
-            other => coerce_to_string(operator, &Some(other.clone())).map(Bson::String).map_err(|_| conversion_failure(other, "string")),
-        },
-        Operator::ToBool => Ok(Bson::Boolean(match value {
-            Bson::Boolean(flag) => *flag,
-            number if Numeric::from_bson(number).is_some() => Numeric::from_bson(number).is_some_and(|number| number.as_f64() != 0.0),
-            _ => true,
-        })),
-        Operator::ToDouble => match value {
-            Bson::Boolean(flag) => Ok(Bson::Double(if *flag { 1.0 } else { 0.0 })),
-            Bson::DateTime(date) => Ok(Bson::Double(date.timestamp_millis() as f64)),
-            Bson::String(text) => text
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|_| !text.trim().is_empty() && text.trim() == text)
-                .map(Bson::Double)
-                .ok_or_else(|| QueryError::ConversionFailure(format!("Failed to parse number '{text}' in $convert with no onError value"))),
-            number => Numeric::from_bson(number).map(|number| Bson::Double(number.as_f64())).ok_or_else(|| conversion_failure(number, "double")),
-        },
-        Operator::ToInt | Operator::ToLong => {
-            let wide = match value {
-                Bson::Boolean(flag) => i64::from(*flag),
-                Bson::DateTime(date) if operator == Operator::ToLong => date.timestamp_millis(),
-                Bson::String(text) => text
-                    .parse::<i64>()
-                    .map_err(|_| QueryError::ConversionFailure(format!("Failed to parse number '{text}' in $convert with no onError value")))?,
-                Bson::Int32(number) => i64::from(*number),
-                Bson::Int64(number) => *number,
-                number => match Numeric::from_bson(number) {
-                    Some(numeric) => {
-                        let float = numeric.as_f64();
-                        if !float.is_finite() || float.trunc() < -9.223_372_036_854_776e18 || float.trunc() >= 9.223_372_036_854_776e18 {
-                            return Err(QueryError::ConversionFailure(format!(
-                                "Conversion would overflow target type in $convert with no onError value: {float}"
-                            )));
-                        }
-                        float.trunc() as i64
-                    }
-                    None => return Err(conversion_failure(number, if operator == Operator::ToInt { "int" } else { "long" })),
-                },
-            };
-            if operator == Operator::ToLong {
-                return Ok(Bson::Int64(wide));
-            }
-            i32::try_from(wide).map(Bson::Int32).map_err(|_| {
-                QueryError::ConversionFailure(format!("Conversion would overflow target type in $convert with no onError value: {wide}"))
-            })
-        }
-        _ => Err(QueryError::BadValue(format!("{} is not a conversion", operator.name()))),
+/// The characters `$trim` removes by default: NUL, the ASCII and Unicode spaces.
+const DEFAULT_TRIM_CHARACTERS: &[char] = &[
+    '\0', ' ', '\t', '\n', '\u{0B}', '\u{0C}', '\r', '\u{A0}', '\u{1680}', '\u{2000}', '\u{2001}', '\u{2002}', '\u{2003}', '\u{2004}',
+    '\u{2005}', '\u{2006}', '\u{2007}', '\u{2008}', '\u{2009}', '\u{200A}',
+];
+
+fn trim(operator: Operator, values: &[Option<Bson>]) -> QueryResult<Option<Bson>> {
+    let input = values.first().cloned().flatten();
+    if nullish(&input) {
+        return Ok(Some(Bson::Null));
     }
+    let Some(Bson::String(text)) = input else {
+        return Err(QueryError::Location(50699, format!(
+            "{} requires its input to be a string, got {} instead.",
+            operator.name(),
+            input.as_ref().map_or("missing", type_name)
+        )));
+    };
+    let characters: Vec<char> = match values.get(1).cloned().flatten() {
+        None => DEFAULT_TRIM_CHARACTERS.to_vec(),
+        Some(Bson::Null) | Some(Bson::Undefined) => return Ok(Some(Bson::Null)),
+        Some(Bson::String(characters)) => characters.chars().collect(),
+        Some(other) => {
+            return Err(QueryError::Location(50700, format!("{} requires 'chars' to be a string, got {} instead.", operator.name(), type_name(&other))))
+        }
+    };
+    let trimmed = match operator {
+        Operator::LeftTrim => text.trim_start_matches(characters.as_slice()),
+        Operator::RightTrim => text.trim_end_matches(characters.as_slice()),
+        _ => text.trim_matches(characters.as_slice()),
+    };
+    Ok(Some(Bson::String(trimmed.to_string())))
+}
+
+fn replace(operator: Operator, values: &[Option<Bson>]) -> QueryResult<Option<Bson>> {
+    let roles = [("input", 51746), ("find", 51745), ("replacement", 51744)];
+    let mut strings = Vec::with_capacity(3);
+    let mut any_null = false;
+    for ((role, code), value) in roles.iter().zip(values.iter().chain(std::iter::repeat(&None))) {
+        match value {
+            None | Some(Bson::Null) | Some(Bson::Undefined) => any_null = true,
+            Some(Bson::String(text)) => strings.push(text.as_str()),
+            Some(other) => return Err(QueryError::Location(*code, format!("{} requires that '{role}' be a string, found: {other}", operator.name()))),
+        }
+    }
+    let (false, [input, find, replacement]) = (any_null, strings.as_slice()) else {
+        return Ok(Some(Bson::Null));
+    };
+    let output = if operator == Operator::ReplaceOne {
+        input.replacen(find, replacement, 1)
+    } else {
+        let occurrences = if find.is_empty() { input.chars().count() + 1 } else { input.matches(find).count() };
+        let grown = occurrences.saturating_mul(replacement.len());
+        if input.len().saturating_add(grown) > MAX_STRING_BYTES {
+            return Err(QueryError::Location(EXCEEDED_MEMORY_LIMIT, "$replaceAll result would exceed the maximum string size".into()));
+        }
+        input.replace(find, replacement)
+    };
+    Ok(Some(Bson::String(output)))
 }
