@@ -81,6 +81,31 @@ impl QueryError {
         }
     }
 
+    /// The same error with `prefix` before its message (MongoDB's "... :: caused by :: "
+    /// context).
+    pub fn with_message_prefix(self, prefix: &str) -> QueryError {
+        let prefixed = |message: String| format!("{prefix}{message}");
+        match self {
+            QueryError::BadValue(message) => QueryError::BadValue(prefixed(message)),
+            QueryError::FailedToParse(message) => QueryError::FailedToParse(prefixed(message)),
+            QueryError::TypeMismatch(message) => QueryError::TypeMismatch(prefixed(message)),
+            QueryError::PathNotViable(message) => QueryError::PathNotViable(prefixed(message)),
+            QueryError::ConflictingUpdateOperators(message) => QueryError::ConflictingUpdateOperators(prefixed(message)),
+            QueryError::DollarPrefixedFieldName(message) => QueryError::DollarPrefixedFieldName(prefixed(message)),
+            QueryError::InvalidIdField(message) => QueryError::InvalidIdField(prefixed(message)),
+            QueryError::NotSingleValueField(message) => QueryError::NotSingleValueField(prefixed(message)),
+            QueryError::EmptyFieldName(message) => QueryError::EmptyFieldName(prefixed(message)),
+            QueryError::ImmutableField(message) => QueryError::ImmutableField(prefixed(message)),
+            QueryError::InvalidOptions(message) => QueryError::InvalidOptions(prefixed(message)),
+            QueryError::InvalidPipelineOperator(message) => QueryError::InvalidPipelineOperator(prefixed(message)),
+            QueryError::ConversionFailure(message) => QueryError::ConversionFailure(prefixed(message)),
+            QueryError::QueryExceededMemoryLimitNoDiskUseAllowed(message) => {
+                QueryError::QueryExceededMemoryLimitNoDiskUseAllowed(prefixed(message))
+            }
+            QueryError::Location(code, message) => QueryError::Location(code, prefixed(message)),
+        }
+    }
+
     pub fn message(&self) -> &str {
         match self {
             QueryError::BadValue(message)
@@ -172,6 +197,40 @@ fn location_code_name(code: i32) -> &'static str {
         51091 => "Location51091",
         51246 => "Location51246",
         51272 => "Location51272",
+        15947 => "Location15947",
+        15948 => "Location15948",
+        15950 => "Location15950",
+        15998 => "Location15998",
+        16410 => "Location16410",
+        16411 => "Location16411",
+        16414 => "Location16414",
+        28667 => "Location28667",
+        31002 => "Location31002",
+        31119 => "Location31119",
+        31120 => "Location31120",
+        31252 => "Location31252",
+        31255 => "Location31255",
+        31256 => "Location31256",
+        31257 => "Location31257",
+        31258 => "Location31258",
+        31259 => "Location31259",
+        31271 => "Location31271",
+        31272 => "Location31272",
+        31273 => "Location31273",
+        31274 => "Location31274",
+        31275 => "Location31275",
+        31308 => "Location31308",
+        31310 => "Location31310",
+        31324 => "Location31324",
+        31325 => "Location31325",
+        31394 => "Location31394",
+        31395 => "Location31395",
+        40237 => "Location40237",
+        40365 => "Location40365",
+        51050 => "Location51050",
+        51108 => "Location51108",
+        51270 => "Location51270",
+        5392900 => "Location5392900",
         5729100 => "Location5729100",
         _ => "Location",
     }

@@ -52,51 +52,58 @@ pub(crate) struct GroupSpec {
 }
 
 impl GroupSpec {
+    /// Parses a `$group` specification in field order, with MongoDB's checks and codes: the
+    /// accumulator fields are checked as they come (40234, 40235, 40236, 40238, 40237, 15952),
+    /// and a missing `_id` is reported after them (15955).
     pub(crate) fn parse(specification: &Bson) -> QueryResult<GroupSpec> {
         let Bson::Document(specification) = specification else {
             return Err(QueryError::Location(15947, "a group's fields must be specified in an object".into()));
         };
-        let id = specification
-            .get("_id")
-            .ok_or_else(|| QueryError::Location(15955, "a group specification must include an _id".into()))?;
-        let id = Expression::parse(id)?;
+        let mut id = None;
         let mut fields = Vec::new();
         for (name, value) in specification {
             if name == "_id" {
+                id = Some(Expression::parse(value)?);
                 continue;
             }
-            if name.starts_with('$') {
-                return Err(QueryError::Location(40236, format!("The field name '{name}' cannot be an operator name")));
-            }
-            if name.contains('.') {
-                return Err(QueryError::Location(40235, format!("The field name '{name}' cannot contain '.'")));
-            }
-            let Bson::Document(accumulator) = value else {
-                return Err(QueryError::Location(40234, format!("The field '{name}' must be an accumulator object")));
-            };
-            let mut entries = accumulator.iter();
-            let (Some((operator, argument)), None) = (entries.next(), entries.next()) else {
-                return Err(QueryError::Location(40238, format!("The field '{name}' must specify one accumulator")));
-            };
-            let kind = Accumulator::from_name(operator)
-                .ok_or_else(|| QueryError::Location(15952, format!("unknown group operator '{operator}'")))?;
-            let expression = if kind == Accumulator::Count {
-                match argument {
-                    Bson::Document(empty) if empty.is_empty() => Expression::Literal(Bson::Int32(1)),
-                    _ => return Err(QueryError::Location(40365, "$count takes no arguments, i.e. $count:{}".into())),
-                }
-            } else {
-                if matches!(argument, Bson::Array(_)) {
-                    return Err(QueryError::Location(40237, format!("The {operator} accumulator is a unary operator")));
-                }
-                Expression::parse(argument)?
-            };
+            let (kind, expression) = parse_accumulator(name, value)?;
             fields.push((name.clone(), kind, expression));
         }
+        let id = id.ok_or_else(|| QueryError::Location(15955, "a group specification must include an _id".into()))?;
         Ok(GroupSpec { id, fields })
     }
 }
 
+/// One accumulator field (MongoDB's `parseAccumulationStatement`, in its order of checks).
+fn parse_accumulator(name: &str, value: &Bson) -> QueryResult<(Accumulator, Expression)> {
+    let accumulator = match value {
+        Bson::Document(accumulator) if accumulator.keys().next().is_some_and(|first| first.starts_with('$')) => accumulator,
+        _ => return Err(QueryError::Location(40234, format!("The field '{name}' must be an accumulator object"))),
+    };
+    if name.contains('.') {
+        return Err(QueryError::Location(40235, format!("The field name '{name}' cannot contain '.'")));
+    }
+    if name.starts_with('$') {
+        return Err(QueryError::Location(40236, format!("The field name '{name}' cannot be an operator name")));
+    }
+    let mut entries = accumulator.iter();
+    let (Some((operator, argument)), None) = (entries.next(), entries.next()) else {
+        return Err(QueryError::Location(40238, format!("The field '{name}' must specify one accumulator")));
+    };
+    if matches!(argument, Bson::Array(_)) {
+        return Err(QueryError::Location(40237, format!("The {operator} accumulator is a unary operator")));
+    }
+    let kind = Accumulator::from_name(operator).ok_or_else(|| QueryError::Location(15952, format!("unknown group operator '{operator}'")))?;
+    let expression = if kind == Accumulator::Count {
+        match argument {
+            Bson::Document(empty) if empty.is_empty() => Expression::Literal(Bson::Int32(1)),
+            _ => return Err(QueryError::Location(40365, "$count takes no arguments, i.e. $count:{}".into())),
+        }
+    } else {
+        Expression::parse(argument)?
+    };
+    Ok((kind, expression))
+}
 
 /// The key field of a spilled group record; the states follow under "0", "1", ... in the
 /// order of the specification's fields (an empty `$min`/`$max`/`$first` is left out).

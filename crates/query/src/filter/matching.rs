@@ -137,6 +137,7 @@ fn predicate_matches(predicate: &Predicate, value: Option<&Bson>) -> Option<Opti
             };
             dividend.checked_rem(*divisor).unwrap_or(0) == *remainder
         }),
+        Predicate::Bits { test, mask } => value.is_some_and(|actual| super::bits::bits_match(*test, mask, actual)),
         Predicate::ElemMatchValue(condition) => {
             let Some(Bson::Array(items)) = value else { return None };
             return items

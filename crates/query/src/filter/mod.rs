@@ -9,6 +9,7 @@
 //! What a filter keeps from its input is bounded while it is parsed (see [`regex`]): its
 //! compiled regexes together and its values together, with `ExceededMemoryLimit` (146).
 
+mod bits;
 mod matching;
 mod parse;
 mod regex;
@@ -19,6 +20,7 @@ use crate::bson_types::TypeAlias;
 use crate::error::QueryResult;
 use crate::expression::Expression;
 
+pub use self::bits::{BitMask, BitTest};
 pub use self::regex::CompiledRegex;
 
 /// A parsed query filter.
@@ -71,6 +73,8 @@ pub enum Predicate {
     /// `$elemMatch` whose query applies to each element as a document.
     ElemMatchObject(Box<Node>),
     Mod { divisor: i64, remainder: i64 },
+    /// `$bitsAllSet`, `$bitsAllClear`, `$bitsAnySet`, `$bitsAnyClear`.
+    Bits { test: BitTest, mask: BitMask },
 }
 
 impl Filter {

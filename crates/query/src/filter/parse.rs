@@ -4,12 +4,12 @@
 use bson::{Bson, Document};
 
 use super::regex::FilterBudget;
+use super::bits::{BitMask, BitTest};
 use super::{Comparison, Node, Predicate};
 use crate::bson_types::{type_name, TypeAlias};
 use crate::error::{QueryError, QueryResult};
 use crate::expression::integral_value;
 use crate::expression::Expression;
-use crate::path::split_path;
 
 /// Nesting bound for `$and`/`$or`/`$elemMatch`/`$not` (MongoDB allows 100 levels).
 const MAX_FILTER_DEPTH: usize = 100;
@@ -32,7 +32,8 @@ pub(super) fn parse_document(filter: &Document, depth: usize, budget: &mut Filte
             continue;
         }
         crate::limits::check_match_path_length(key)?;
-        let path = split_path(key).map_err(|_| QueryError::BadValue(format!("invalid field path: '{key}'")))?;
+        // MongoDB's match paths allow empty components: `{"": 1}` matches a field named "".
+        let path: Vec<String> = key.split('.').map(str::to_string).collect();
         nodes.push(parse_field(path, value, depth, budget)?);
     }
     Ok(simplify_and(nodes))
@@ -162,6 +163,10 @@ fn parse_operators(path: Vec<String>, operators: &Document, depth: usize, budget
                 leaf(Predicate::Mod { divisor, remainder })
             }
             "$elemMatch" => leaf(parse_elem_match(argument, depth, budget)?),
+            "$bitsAllSet" | "$bitsAllClear" | "$bitsAnySet" | "$bitsAnyClear" => {
+                let test = BitTest::from_operator(operator).ok_or_else(|| QueryError::BadValue(format!("unknown operator: {operator}")))?;
+                leaf(Predicate::Bits { test, mask: BitMask::parse(operator, argument)? })
+            }
             "$not" => Node::Not(Box::new(parse_not(path.clone(), argument, depth, budget)?)),
             "$comment" => continue,
             unknown => {

@@ -1,15 +1,26 @@
-//! `$regex` compilation: MongoDB's options (i, m, s, x, u) mapped onto the `regex` crate's
-//! engine. Patterns using PCRE features that engine lacks (look-around, back-references) are
-//! rejected with MongoDB's "invalid regex" error rather than silently misbehaving.
+//! `$regex` compilation with PCRE semantics, as MongoDB's (PCRE2 in UTF mode): options
+//! `i`, `m`, `s`, `x` and `u`, look-around, back-references, atomic groups.
+//!
+//! A pattern is first rewritten into Rust engine syntax with PCRE's meaning (see [`pcre`]).
+//! Patterns that need no backtracking compile to `regex-automata`'s finite automata, which
+//! match in linear time; the others (look-around, back-references, atomic groups...) compile
+//! to `fancy-regex`, a backtracking engine (a maintained, pure-Rust crate built on the same
+//! automata) whose backtracking is bounded by [`BACKTRACK_LIMIT`] per match: a pattern that
+//! exceeds it does not match, as MongoDB's PCRE gives up at its match limit, so no pattern can
+//! stall the server with catastrophic backtracking. An invalid pattern answers 51091
+//! ("Regular expression is invalid"), as MongoDB does.
 //!
 //! Memory: one regex compiles to at most [`MAX_COMPILED_REGEX_BYTES`] of automata (past it,
-//! 51091 "Regular expression is invalid", as MongoDB's PCRE answers a pattern that compiles
-//! too large), and its lazy DFA's cache grows to at most [`REGEX_CACHE_CAPACITY_BYTES`] per
-//! direction while matching. The regexes of one filter together take at most
-//! [`MAX_FILTER_REGEX_BYTES`] (their compiled size plus their first search cache), checked
-//! after each compilation and before the next one: a simple regex counts about 11 KiB, so a
-//! `$in` of some 9,000 regexes is accepted and one of 100,000 is refused with
-//! `ExceededMemoryLimit` (146) instead of taking gigabytes.
+//! 51091, as MongoDB's PCRE answers a pattern that compiles too large), and its lazy DFA's
+//! cache grows to at most [`REGEX_CACHE_CAPACITY_BYTES`] per direction while matching. The
+//! regexes of one filter together take at most [`MAX_FILTER_REGEX_BYTES`] (their compiled
+//! size plus their first search cache), checked after each compilation and before the next
+//! one: a simple regex counts about 11 KiB, so a `$in` of some 9,000 regexes is accepted and
+//! one of 100,000 is refused with `ExceededMemoryLimit` (146) instead of taking gigabytes. A
+//! backtracking regex does not report its size, so it is charged an estimate that grows with
+//! its pattern ([`BACKTRACKING_BASE_BYTES`] plus [`BACKTRACKING_BYTES_PER_PATTERN_BYTE`]).
+
+mod pcre;
 
 use bson::Bson;
 use regex_automata::meta;
@@ -27,15 +38,35 @@ pub(crate) const MAX_FILTER_REGEX_BYTES: u64 = 100 * 1024 * 1024;
 /// What a compiled regex holds beyond what its automata report (its cache pool, shared
 /// strategy and allocator slack): measured as about 7 KiB per simple regex.
 const REGEX_OVERHEAD_BYTES: u64 = 8 * 1024;
+/// The fixed part of a backtracking regex's charge (its program and first delegate).
+const BACKTRACKING_BASE_BYTES: u64 = 32 * 1024;
+/// The part of a backtracking regex's charge per byte of its translated pattern (each piece
+/// may become an automaton of its own).
+const BACKTRACKING_BYTES_PER_PATTERN_BYTE: u64 = 512;
+/// Backtracking steps one match may take before it gives up (no match).
+pub(crate) const BACKTRACK_LIMIT: usize = 1_000_000;
+/// Instructions a backtracking program may have (subroutine calls are inlined).
+const MAX_BACKTRACKING_PROGRAM: usize = 1 << 16;
 /// MongoDB's `ExceededMemoryLimit`.
 const EXCEEDED_MEMORY_LIMIT: i32 = 146;
+/// MongoDB's code for an invalid regular expression.
+const INVALID_REGEX: i32 = 51091;
+/// MongoDB's code for an unknown regex option.
+const INVALID_REGEX_OPTION: i32 = 51108;
+
+/// The engine a pattern compiled to.
+#[derive(Clone, Debug)]
+enum Engine {
+    Automaton(meta::Regex),
+    Backtracking(Box<fancy_regex::Regex>),
+}
 
 /// A compiled regular expression, keeping its source for equality with stored regexes.
 #[derive(Clone, Debug)]
 pub struct CompiledRegex {
     pub pattern: String,
     pub options: String,
-    compiled: meta::Regex,
+    engine: Engine,
     /// Heap bytes of the automata plus a first search cache and the fixed overhead.
     memory_bytes: u64,
 }
@@ -43,54 +74,91 @@ pub struct CompiledRegex {
 impl CompiledRegex {
     pub fn new(pattern: &str, options: &str) -> QueryResult<CompiledRegex> {
         if pattern.len() > MAX_PATTERN_BYTES {
-            return Err(QueryError::Location(51091, "Regular expression is too long".into()));
+            return Err(QueryError::BadValue("Regular expression is too long".into()));
         }
         if pattern.contains('\0') {
             return Err(QueryError::BadValue("Regular expression cannot contain an embedded null byte".into()));
         }
-        let mut flags = String::new();
+        let mut modes = pcre::Modes::default();
+        let mut engine_flags = String::new();
         for option in options.chars() {
             match option {
-                'i' | 'm' | 's' | 'x' => {
-                    if !flags.contains(option) {
-                        flags.push(option);
-                    }
-                }
-                // 'u' (UTF-8) is always on here; 'l' (locale) has no effect.
-                'u' | 'l' => {}
-                other => return Err(QueryError::BadValue(format!("invalid flag in regex options: {other}"))),
+                'i' | 's' if !engine_flags.contains(option) => engine_flags.push(option),
+                'i' | 's' => {}
+                'm' => modes.multi_line = true,
+                'x' => modes.extended = true,
+                // UTF-8 ('u') is always on.
+                'u' => {}
+                other => return Err(QueryError::Location(INVALID_REGEX_OPTION, format!(" invalid flag in regex options: {other}"))),
             }
         }
-        let source = if flags.is_empty() { pattern.to_string() } else { format!("(?{flags}){pattern}") };
-        let configuration = meta::Config::new()
-            .nfa_size_limit(Some(MAX_COMPILED_REGEX_BYTES))
-            .onepass_size_limit(Some(MAX_COMPILED_REGEX_BYTES))
-            .hybrid_cache_capacity(REGEX_CACHE_CAPACITY_BYTES);
-        let compiled = meta::Regex::builder()
-            .configure(configuration)
-            .build(&source)
-            .map_err(|error| QueryError::Location(51091, format!("Regular expression is invalid: {error}")))?;
-        let memory_bytes = (compiled.memory_usage() + compiled.create_cache().memory_usage()) as u64 + REGEX_OVERHEAD_BYTES;
-        Ok(CompiledRegex { pattern: pattern.to_string(), options: options.to_string(), compiled, memory_bytes })
+        let prefix = if engine_flags.is_empty() { String::new() } else { format!("(?{engine_flags})") };
+        let (engine, memory_bytes) = compile(pattern, modes, &prefix)?;
+        Ok(CompiledRegex { pattern: pattern.to_string(), options: options.to_string(), engine, memory_bytes })
     }
 
     /// Regexes match strings and symbols; a stored regex matches when identical.
     pub fn matches(&self, value: &Bson) -> bool {
         match value {
-            Bson::String(text) | Bson::Symbol(text) => self.compiled.is_match(text.as_str()),
+            Bson::String(text) | Bson::Symbol(text) => self.is_match_str(text),
             Bson::RegularExpression(regex) => regex.pattern == self.pattern && regex.options == self.options,
             _ => false,
         }
     }
 
+    /// True when the regex matches somewhere in `text`. A backtracking match that exceeds
+    /// [`BACKTRACK_LIMIT`] counts as no match.
     pub fn is_match_str(&self, text: &str) -> bool {
-        self.compiled.is_match(text)
+        match &self.engine {
+            Engine::Automaton(regex) => regex.is_match(text),
+            Engine::Backtracking(regex) => regex.is_match(text).unwrap_or(false),
+        }
+    }
+
+    /// True when the pattern needed the backtracking engine.
+    pub fn is_backtracking(&self) -> bool {
+        matches!(self.engine, Engine::Backtracking(_))
     }
 
     /// Heap bytes this regex holds once it has searched (its automata and one cache).
     pub fn memory_bytes(&self) -> u64 {
         self.memory_bytes
     }
+}
+
+/// Compiles with the automaton engine when the pattern allows it, else with the backtracking
+/// one; returns the engine and its memory charge.
+fn compile(pattern: &str, modes: pcre::Modes, prefix: &str) -> QueryResult<(Engine, u64)> {
+    if let Ok(translated) = pcre::translate(pattern, modes, pcre::Flavor::Automaton) {
+        let configuration = meta::Config::new()
+            .nfa_size_limit(Some(MAX_COMPILED_REGEX_BYTES))
+            .onepass_size_limit(Some(MAX_COMPILED_REGEX_BYTES))
+            .hybrid_cache_capacity(REGEX_CACHE_CAPACITY_BYTES);
+        match meta::Regex::builder().configure(configuration).build(&format!("{prefix}{translated}")) {
+            Ok(compiled) => {
+                let memory_bytes = (compiled.memory_usage() + compiled.create_cache().memory_usage()) as u64 + REGEX_OVERHEAD_BYTES;
+                return Ok((Engine::Automaton(compiled), memory_bytes));
+            }
+            Err(error) if error.size_limit().is_some() => return Err(invalid(&error.to_string())),
+            // Look-around, back-references and the like: the backtracking engine has them.
+            Err(_) => {}
+        }
+    }
+    let translated = pcre::translate(pattern, modes, pcre::Flavor::Backtracking).map_err(|_| invalid("unsupported pattern"))?;
+    let source = format!("{prefix}{translated}");
+    let compiled = fancy_regex::RegexBuilder::new(&source)
+        .backtrack_limit(BACKTRACK_LIMIT)
+        .delegate_size_limit(MAX_COMPILED_REGEX_BYTES)
+        .delegate_dfa_size_limit(REGEX_CACHE_CAPACITY_BYTES)
+        .max_prog_size(MAX_BACKTRACKING_PROGRAM)
+        .build()
+        .map_err(|error| invalid(&error.to_string()))?;
+    let memory_bytes = BACKTRACKING_BASE_BYTES + BACKTRACKING_BYTES_PER_PATTERN_BYTE * source.len() as u64;
+    Ok((Engine::Backtracking(Box::new(compiled)), memory_bytes))
+}
+
+fn invalid(reason: &str) -> QueryError {
+    QueryError::Location(INVALID_REGEX, format!("Regular expression is invalid: {reason}"))
 }
 
 /// What one filter's parse has built from the client's input, against its bounds.

@@ -204,7 +204,7 @@ fn parse_errors_use_mongodb_messages() {
         (doc! {"a": {"$elemMatch": 1}}, 2, "$elemMatch needs an Object"),
         (doc! {"a": {"$options": "i"}}, 2, "$options needs a $regex"),
         (doc! {"a": {"$regex": "(", "$options": ""}}, 51091, "Regular expression is invalid"),
-        (doc! {"a": {"$regex": "x", "$options": "z"}}, 2, "invalid flag in regex options"),
+        (doc! {"a": {"$regex": "x", "$options": "z"}}, 51108, "invalid flag in regex options: z"),
         (doc! {"a": {"$ne": regex("x", "")}}, 2, "Can't have regex as arg to $ne."),
         (doc! {"$expr": {"$bogus": 1}}, 168, "Unrecognized expression '$bogus'"),
         (doc! {"$where": "1"}, 2, "$where"),

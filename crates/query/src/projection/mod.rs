@@ -8,9 +8,8 @@
 use bson::{Bson, Document};
 
 use crate::error::{QueryError, QueryResult};
-use crate::expression::{integral_value, is_truthy, Expression};
+use crate::expression::Expression;
 use crate::filter::Filter;
-use crate::path::split_path;
 
 /// A parsed projection.
 #[derive(Clone, Debug)]
@@ -45,38 +44,31 @@ enum Dialect {
     Aggregate,
 }
 
-/// The kind of each leaf, to detect inclusion/exclusion mixing in spec order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum LeafKind {
-    Inclusion,
-    Exclusion,
-    Neutral,
-}
-
 const MAX_PROJECTION_DEPTH: usize = crate::limits::MAX_BSON_DEPTH;
 
 impl Projection {
     /// Parses a `find` projection.
     pub fn parse(specification: &Document) -> QueryResult<Projection> {
-        parse(specification, Dialect::Find)
+        parse::parse_elements(specification.iter().map(|(name, value)| (name.as_str(), value)), Dialect::Find)
     }
 
     /// Parses an aggregation `$project` specification (no `$slice`/`$elemMatch`/positional
-    /// projection operators; `$`-documents are expressions).
+    /// projection operators; `$`-documents are expressions). Errors carry MongoDB's
+    /// "Invalid $project :: caused by :: " context.
     pub fn parse_aggregate(specification: &Document) -> QueryResult<Projection> {
         if specification.is_empty() {
             return Err(QueryError::Location(51272, "Invalid $project :: caused by :: projection specification must have at least one field".into()));
         }
-        parse(specification, Dialect::Aggregate)
+        parse::parse_elements(specification.iter().map(|(name, value)| (name.as_str(), value)), Dialect::Aggregate)
+            .map_err(|error| error.with_message_prefix("Invalid $project :: caused by :: "))
     }
 
-    /// An exclusion projection of the given paths (the `$unset` stage).
+    /// An exclusion projection of the given paths (the `$unset` stage), with MongoDB's
+    /// field path checks and path collisions ("Invalid $unset :: caused by :: ...").
     pub fn exclusion_of(paths: &[String]) -> QueryResult<Projection> {
-        let mut specification = Document::new();
-        for path in paths {
-            specification.insert(path.clone(), 0);
-        }
-        parse(&specification, Dialect::Aggregate)
+        let exclude = Bson::Int32(0);
+        parse::parse_elements(paths.iter().map(|path| (path.as_str(), &exclude)), Dialect::Aggregate)
+            .map_err(|error| error.with_message_prefix("Invalid $unset :: caused by :: "))
     }
 
     pub fn is_inclusion(&self) -> bool {
@@ -126,173 +118,6 @@ impl Projection {
             }
         }
         Ok(output)
-    }
-}
-
-fn parse(specification: &Document, dialect: Dialect) -> QueryResult<Projection> {
-    let mut root = Tree::default();
-    let mut id: Option<FieldSpec> = None;
-    let mut saw_exclusion = false;
-    let mut saw_inclusion = false;
-    let mut positional_count = 0;
-    let mut leaves: Vec<(String, Bson)> = Vec::new();
-    flatten(specification, "", &mut leaves, 0)?;
-    for (path, value) in leaves {
-        let (path, positional) = match path.strip_suffix(".$") {
-            Some(base) if dialect == Dialect::Find => (base.to_string(), true),
-            _ => (path, false),
-        };
-        crate::limits::check_field_path_length(&path)?;
-        let components = split_path(&path).map_err(|_| QueryError::BadValue(format!("Invalid projection path '{path}'")))?;
-        if components.iter().any(|component| component.starts_with('$')) {
-            if dialect == Dialect::Find && components.iter().any(|component| component == "$") {
-                return Err(QueryError::BadValue(format!("Positional projection '{path}' contains the positional operator in a non-terminal position")));
-            }
-            return Err(QueryError::Location(16410, format!("FieldPath field names may not start with '$'. ({path})")));
-        }
-        let spec = if positional {
-            positional_count += 1;
-            if positional_count > 1 {
-                return Err(QueryError::BadValue("Cannot specify more than one positional proj. per query.".into()));
-            }
-            if !is_truthy(Some(&value)) {
-                return Err(QueryError::BadValue(format!("Cannot exclude positional projection '{path}.$'")));
-            }
-            FieldSpec::Positional
-        } else {
-            classify(&path, &value, dialect)?
-        };
-        let kind = match &spec {
-            FieldSpec::Include | FieldSpec::Computed(_) | FieldSpec::Positional => LeafKind::Inclusion,
-            FieldSpec::ElemMatch(_) | FieldSpec::Slice { .. } => LeafKind::Neutral,
-            FieldSpec::Exclude => LeafKind::Exclusion,
-            FieldSpec::Nested(_) => LeafKind::Neutral,
-        };
-        if path == "_id" {
-            id = Some(spec);
-            continue;
-        }
-        if let FieldSpec::ElemMatch(_) = spec {
-            if components.len() > 1 {
-                return Err(QueryError::BadValue("Cannot use $elemMatch projection on a nested field.".into()));
-            }
-        }
-        match kind {
-            LeafKind::Inclusion => {
-                if saw_exclusion {
-                    if matches!(spec, FieldSpec::Computed(_)) {
-                        return Err(QueryError::Location(31252, format!("Cannot use expression other than $meta in exclusion projection (field '{path}')")));
-                    }
-                    return Err(QueryError::Location(31253, format!("Cannot do inclusion on field {path} in exclusion projection")));
-                }
-                saw_inclusion = true;
-            }
-            LeafKind::Exclusion => {
-                if saw_inclusion {
-                    return Err(QueryError::Location(31254, format!("Cannot do exclusion on field {path} in inclusion projection")));
-                }
-                saw_exclusion = true;
-            }
-            LeafKind::Neutral => {}
-        }
-        insert(&mut root, &components, spec, &path)?;
-    }
-    // With no explicit inclusion or exclusion, `$elemMatch` makes an inclusion, `$slice` alone
-    // an exclusion; `{_id: 1}` alone includes only `_id`.
-    let has_elem_match = root.fields.iter().any(|(_, spec)| matches!(spec, FieldSpec::ElemMatch(_)));
-    let id_included_explicitly = matches!(id, Some(FieldSpec::Include) | Some(FieldSpec::Computed(_)));
-    let inclusion = saw_inclusion || (!saw_exclusion && (has_elem_match || (id_included_explicitly && root.fields.is_empty())));
-    if !inclusion && matches!(id, Some(FieldSpec::Computed(_))) {
-        return Err(QueryError::Location(31252, "Cannot use expression other than $meta in exclusion projection (field '_id')".into()));
-    }
-    let empty = root.fields.is_empty() && id.is_none();
-    Ok(Projection { inclusion, id, root, empty })
-}
-
-/// Flattens nested non-operator sub-documents (`{a: {b: 1}}` is `{"a.b": 1}`).
-fn flatten(specification: &Document, prefix: &str, leaves: &mut Vec<(String, Bson)>, depth: usize) -> QueryResult<()> {
-    if depth > MAX_PROJECTION_DEPTH {
-        return Err(QueryError::BadValue("projection is nested too deeply".into()));
-    }
-    for (key, value) in specification {
-        let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
-        match value {
-            Bson::Document(inner) if inner.is_empty() => {
-                return Err(QueryError::Location(51270, format!("An empty sub-projection is not a valid value. Found empty object at path {path}")));
-            }
-            Bson::Document(inner) if !inner.keys().next().is_some_and(|first| first.starts_with('$')) => {
-                flatten(inner, &path, leaves, depth + 1)?;
-            }
-            other => leaves.push((path, other.clone())),
-        }
-    }
-    Ok(())
-}
-
-fn classify(path: &str, value: &Bson, dialect: Dialect) -> QueryResult<FieldSpec> {
-    match value {
-        Bson::Boolean(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
-            Ok(if is_truthy(Some(value)) { FieldSpec::Include } else { FieldSpec::Exclude })
-        }
-        Bson::Document(operator) if dialect == Dialect::Find && operator.contains_key("$slice") && operator.len() == 1 => {
-            parse_slice(operator.get("$slice").unwrap_or(&Bson::Null))
-        }
-        Bson::Document(operator) if dialect == Dialect::Find && operator.contains_key("$elemMatch") && operator.len() == 1 => {
-            let Some(Bson::Document(query)) = operator.get("$elemMatch") else {
-                return Err(QueryError::BadValue("elemMatch: Invalid argument, object required.".into()));
-            };
-            let mut wrapper = Document::new();
-            wrapper.insert("array", Bson::Document(bson::doc! {"$elemMatch": query.clone()}));
-            Ok(FieldSpec::ElemMatch(Box::new(Filter::parse(&wrapper)?)))
-        }
-        Bson::Document(operator) if operator.contains_key("$meta") => {
-            Err(QueryError::BadValue(format!("$meta projections are not supported (field '{path}')")))
-        }
-        other => Ok(FieldSpec::Computed(Expression::parse(other)?)),
-    }
-}
-
-fn parse_slice(argument: &Bson) -> QueryResult<FieldSpec> {
-    match argument {
-        Bson::Array(items) => {
-            let [skip, limit] = items.as_slice() else {
-                return Err(QueryError::Location(28724, "$slice array wrong size".into()));
-            };
-            let skip = integral_value(skip).ok_or_else(|| QueryError::BadValue("$slice array argument must be an array of two numbers".into()))?;
-            let limit = integral_value(limit).ok_or_else(|| QueryError::BadValue("$slice array argument must be an array of two numbers".into()))?;
-            if limit <= 0 {
-                return Err(QueryError::BadValue("$slice limit must be positive".into()));
-            }
-            Ok(FieldSpec::Slice { skip: Some(skip), limit })
-        }
-        number => match integral_value(number) {
-            Some(limit) => Ok(FieldSpec::Slice { skip: None, limit }),
-            None => Err(QueryError::BadValue("$slice only supports numbers and [skip, limit] arrays".into())),
-        },
-    }
-}
-
-fn insert(tree: &mut Tree, components: &[String], spec: FieldSpec, full_path: &str) -> QueryResult<()> {
-    let Some((first, rest)) = components.split_first() else {
-        return Ok(());
-    };
-    let existing = tree.fields.iter_mut().find(|(name, _)| name == first);
-    if rest.is_empty() {
-        if existing.is_some() {
-            return Err(QueryError::Location(31249, format!("Path collision at {full_path}")));
-        }
-        tree.fields.push((first.clone(), spec));
-        return Ok(());
-    }
-    match existing {
-        Some((_, FieldSpec::Nested(inner))) => insert(inner, rest, spec, full_path),
-        Some(_) => Err(QueryError::Location(31250, format!("Path collision at {full_path} remaining portion {}", rest.join(".")))),
-        None => {
-            let mut inner = Tree::default();
-            insert(&mut inner, rest, spec, full_path)?;
-            tree.fields.push((first.clone(), FieldSpec::Nested(inner)));
-            Ok(())
-        }
     }
 }
 
@@ -494,6 +319,8 @@ fn exclude_value(tree: &Tree, value: &Bson, context: &ApplyContext<'_>, depth: u
         other => Ok(other.clone()),
     }
 }
+
+mod parse;
 
 #[cfg(test)]
 mod tests;

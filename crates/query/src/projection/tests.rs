@@ -1,4 +1,4 @@
-use bson::{doc, Document};
+use bson::{doc, Bson, Document};
 
 use super::*;
 
@@ -68,20 +68,37 @@ fn parse_errors() {
     let cases = vec![
         (doc! {"a": 1, "b": 0}, 31254),
         (doc! {"a": 0, "b": 1}, 31253),
-        (doc! {"a": 0, "b": "$x"}, 31252),
-        (doc! {"a": 1, "a.b": 1}, 31250),
-        (doc! {"a.b": 1, "a": 1}, 31249),
+        (doc! {"a": 0, "b": "$x"}, 31310),
+        (doc! {"a": 0, "b": {"$add": [1, 2]}}, 31252),
+        (doc! {"a": 1, "a.b": 1}, 31249),
+        (doc! {"a.b": 1, "a": 1}, 31250),
         (doc! {"a": {}}, 51270),
-        (doc! {"a": {"$slice": "x"}}, 2),
-        (doc! {"a": {"$slice": [1, 0]}}, 2),
-        (doc! {"a.b": {"$elemMatch": {"x": 1}}}, 2),
-        (doc! {"a.$": 1, "b.$": 1}, 2),
-        (doc! {"a": {"$bogus": 1}}, 168),
+        (doc! {"a.b": {"$elemMatch": {"x": 1}}}, 31275),
+        (doc! {"a": {"$elemMatch": 1}}, 31274),
+        (doc! {"a.$": 1, "b.$": 1}, 31276),
+        (doc! {"a": {"$bogus": 1}}, 31325),
+        (doc! {"a.$.b": 1}, 31394),
+        (doc! {"a.$": 0}, 31395),
+        (doc! {"a.$": "x"}, 31308),
+        (doc! {"a.$": {"$slice": 1}}, 31271),
+        (doc! {".$": 1}, 5_392_900),
+        (doc! {"": 1}, 40352),
+        (doc! {"a..b": 1}, 15998),
+        (doc! {"a.": 1}, 40353),
+        (doc! {"$a": 1}, 16410),
+        (doc! {"a": {"$elemMatch": {"x": 1}}, "b.$": 1}, 31256),
+        (doc! {"b.$": 1, "a": {"$elemMatch": {"x": 1}}}, 31255),
     ];
     for (specification, code) in cases {
         let result = Projection::parse(&specification);
         assert_eq!(result.map(|_| ()).map_err(|error| error.code()), Err(code), "{specification}");
     }
+    // A bad find() $slice is then read as the $slice expression, whose error is reported.
+    let bad_slice = doc! {"$slice": [1, 2, 3, 4]};
+    let expression_code = Expression::parse(&Bson::Document(bad_slice.clone())).map(|_| ()).map_err(|error| error.code());
+    let error = Projection::parse(&doc! {"a": bad_slice}).map(|_| ()).expect_err("bad $slice");
+    assert_eq!(Err(error.code()), expression_code);
+    assert!(error.message().starts_with("Invalid $slice syntax."), "{error}");
     assert!(Projection::parse(&doc! {"_id": 0, "a": 1}).is_ok());
     assert!(Projection::parse(&doc! {"_id": 1, "a": 0}).is_ok());
 }

@@ -63,6 +63,8 @@ pub(crate) enum Action {
     Mul(Bson),
     Min(Bson),
     Max(Bson),
+    /// `$bit`: `and`/`or`/`xor` operations with int32/int64 operands, applied in order.
+    Bit(Vec<(numeric::BitOperation, Bson)>),
     CurrentDate { timestamp: bool },
     Rename { to: UpdatePath },
     Push(arrays::PushSpec),
@@ -82,6 +84,7 @@ impl Action {
             Action::Mul(_) => "$mul",
             Action::Min(_) => "$min",
             Action::Max(_) => "$max",
+            Action::Bit(_) => "$bit",
             Action::CurrentDate { .. } => "$currentDate",
             Action::Rename { .. } => "$rename",
             Action::Push(_) => "$push",
@@ -224,6 +227,7 @@ impl Update {
                 }),
                 Action::CurrentDate { timestamp } => Ok(target::LeafAction::Set(fields::current_date(*timestamp, context.now))),
                 Action::Inc(_) | Action::Mul(_) | Action::Min(_) | Action::Max(_) => numeric::apply(action, current, path, &describe),
+                Action::Bit(operations) => numeric::apply_bit(operations, current, path, &describe),
                 Action::Push(_) | Action::AddToSet(_) | Action::Pop { .. } | Action::Pull(_) | Action::PullAll(_) => {
                     arrays::apply(action, current, path, &describe)
                 }
@@ -254,6 +258,7 @@ fn parse_action(operator: &str, path: &UpdatePath, value: &Bson) -> QueryResult<
         }
         "$min" => Action::Min(value.clone()),
         "$max" => Action::Max(value.clone()),
+        "$bit" => Action::Bit(numeric::parse_bit(value)?),
         "$currentDate" => Action::CurrentDate { timestamp: fields::parse_current_date(value, &path.dotted)? },
         "$rename" => Action::Rename { to: fields::parse_rename(path, value)? },
         "$push" => Action::Push(arrays::PushSpec::parse(value)?),

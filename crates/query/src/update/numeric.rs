@@ -79,3 +79,88 @@ pub(super) fn apply(action: &Action, current: Option<&Bson>, path: &str, describ
         _ => Ok(LeafAction::Keep),
     }
 }
+
+/// One `$bit` operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BitOperation {
+    And,
+    Or,
+    Xor,
+}
+
+const BIT_FORMAT: &str = "{$bit: {field: {and/or/xor: #}}";
+
+/// Parses `$bit`'s `{and: 5, or: 2}` with MongoDB's messages (all `BadValue`).
+pub(super) fn parse_bit(value: &Bson) -> QueryResult<Vec<(BitOperation, Bson)>> {
+    let Bson::Document(operations) = value else {
+        return Err(QueryError::BadValue(format!(
+            "The $bit modifier is not compatible with a {}. You must pass in an embedded document: {BIT_FORMAT}",
+            type_name(value)
+        )));
+    };
+    if operations.is_empty() {
+        return Err(QueryError::BadValue(format!("You must pass in at least one bitwise operation. The format is: {BIT_FORMAT}")));
+    }
+    let mut parsed = Vec::with_capacity(operations.len());
+    for (name, operand) in operations {
+        let operation = match name.as_str() {
+            "and" => BitOperation::And,
+            "or" => BitOperation::Or,
+            "xor" => BitOperation::Xor,
+            _ => {
+                return Err(QueryError::BadValue(format!(
+                    "The $bit modifier only supports 'and', 'or', and 'xor', not '{name}' which is an unknown operator: {{{name}: {operand}}}"
+                )))
+            }
+        };
+        if !matches!(operand, Bson::Int32(_) | Bson::Int64(_)) {
+            return Err(QueryError::BadValue(format!(
+                "The $bit modifier field must be an Integer(32/64 bit); a '{}' is not supported here: {{{name}: {operand}}}",
+                type_name(operand)
+            )));
+        }
+        parsed.push((operation, operand.clone()));
+    }
+    Ok(parsed)
+}
+
+/// Applies `$bit`: a missing field starts as int32 0; int32 with int32 stays int32, anything
+/// with an int64 becomes int64; any other current type is `BadValue`, as MongoDB answers.
+pub(super) fn apply_bit(operations: &[(BitOperation, Bson)], current: Option<&Bson>, path: &str, describe: &dyn Fn() -> String) -> QueryResult<LeafAction> {
+    let mut result = match current {
+        None => Bson::Int32(0),
+        Some(value @ (Bson::Int32(_) | Bson::Int64(_))) => value.clone(),
+        Some(other) => {
+            let identifier = describe();
+            let identifier = identifier.trim_start_matches('{').trim_end_matches('}');
+            return Err(QueryError::BadValue(format!(
+                "Cannot apply $bit to a value of non-integral type.{identifier} has the field {} of non-integer type {}",
+                path.rsplit('.').next().unwrap_or(path),
+                type_name(other)
+            )));
+        }
+    };
+    for (operation, operand) in operations {
+        let combine = |left: i64, right: i64| match operation {
+            BitOperation::And => left & right,
+            BitOperation::Or => left | right,
+            BitOperation::Xor => left ^ right,
+        };
+        result = match (&result, operand) {
+            (Bson::Int32(left), Bson::Int32(right)) => {
+                let combined = combine(i64::from(*left), i64::from(*right));
+                Bson::Int32(i32::try_from(combined).unwrap_or_default())
+            }
+            (left, right) => Bson::Int64(combine(integer_of(left), integer_of(right))),
+        };
+    }
+    Ok(LeafAction::Set(result))
+}
+
+fn integer_of(value: &Bson) -> i64 {
+    match value {
+        Bson::Int32(number) => i64::from(*number),
+        Bson::Int64(number) => *number,
+        _ => 0,
+    }
+}
