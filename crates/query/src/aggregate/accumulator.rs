@@ -7,6 +7,11 @@
 //! `$addToSet` adds the values it has not seen. Merging in input order therefore gives the
 //! result accumulating everything in one table gives.
 //!
+//! `$mergeObjects` inserts the later state's fields over the earlier ones, `$stdDevPop` and
+//! `$stdDevSamp` combine running means and squared deviations exactly, and the accumulators
+//! that keep `n` values (`$firstN $lastN $maxN $minN $top $bottom $topN $bottomN`, see
+//! [`selection`]) insert the later state's entries in order.
+//!
 //! `$push` and `$addToSet` hold at most [`MAX_ACCUMULATOR_BYTES`] each, with MongoDB's code
 //! and message (`internalQueryMaxPushBytes` and `internalQueryMaxAddToSetBytes`, 100 MiB,
 //! `ExceededMemoryLimit`), checked before a value is added.
@@ -14,13 +19,20 @@
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
-use bson::Bson;
+use bson::{Bson, Document};
 use myriad_keystring::compare::compare_values;
 
 use super::group::OrderedBson;
 use super::memory::{approximate_size_bytes, MemoryBudget};
+use crate::bson_types::type_name;
 use crate::error::{QueryError, QueryResult};
-use crate::expression::Numeric;
+use crate::expression::{Numeric, VarianceState};
+
+mod arguments;
+mod selection;
+
+pub(crate) use arguments::parse_argument;
+use selection::Selection;
 
 /// MongoDB's `internalQueryMaxPushBytes` and `internalQueryMaxAddToSetBytes`.
 pub(crate) const MAX_ACCUMULATOR_BYTES: u64 = 100 * 1024 * 1024;
@@ -38,6 +50,17 @@ pub(crate) enum Accumulator {
     Push,
     AddToSet,
     Count,
+    MergeObjects,
+    StdDevPop,
+    StdDevSamp,
+    FirstN,
+    LastN,
+    MaxN,
+    MinN,
+    Top,
+    Bottom,
+    TopN,
+    BottomN,
 }
 
 impl Accumulator {
@@ -52,6 +75,17 @@ impl Accumulator {
             "$push" => Accumulator::Push,
             "$addToSet" => Accumulator::AddToSet,
             "$count" => Accumulator::Count,
+            "$mergeObjects" => Accumulator::MergeObjects,
+            "$stdDevPop" => Accumulator::StdDevPop,
+            "$stdDevSamp" => Accumulator::StdDevSamp,
+            "$firstN" => Accumulator::FirstN,
+            "$lastN" => Accumulator::LastN,
+            "$maxN" => Accumulator::MaxN,
+            "$minN" => Accumulator::MinN,
+            "$top" => Accumulator::Top,
+            "$bottom" => Accumulator::Bottom,
+            "$topN" => Accumulator::TopN,
+            "$bottomN" => Accumulator::BottomN,
             _ => return None,
         })
     }
@@ -67,6 +101,9 @@ pub(crate) enum State {
     Last(Option<Bson>),
     Push { items: Vec<Bson>, bytes: u64 },
     AddToSet { items: Vec<Bson>, seen: BTreeSet<OrderedBson>, bytes: u64 },
+    MergeObjects { merged: Document, bytes: u64 },
+    Variance { variance: VarianceState, sample: bool },
+    Selection(Selection),
 }
 
 impl State {
@@ -79,6 +116,9 @@ impl State {
             Accumulator::Last => State::Last(None),
             Accumulator::Push => State::Push { items: Vec::new(), bytes: 0 },
             Accumulator::AddToSet => State::AddToSet { items: Vec::new(), seen: BTreeSet::new(), bytes: 0 },
+            Accumulator::MergeObjects => State::MergeObjects { merged: Document::new(), bytes: 0 },
+            Accumulator::StdDevPop | Accumulator::StdDevSamp => State::Variance { variance: VarianceState::default(), sample: kind == Accumulator::StdDevSamp },
+            selected => State::Selection(Selection::new(selected)),
         }
     }
 
@@ -144,6 +184,22 @@ impl State {
                     }
                 }
             }
+            State::MergeObjects { merged, bytes } => match value {
+                None | Some(Bson::Null) | Some(Bson::Undefined) => {}
+                Some(Bson::Document(document)) => merge_fields(merged, bytes, document, Some(budget))?,
+                Some(other) => {
+                    return Err(QueryError::Location(40400, format!(
+                        "$mergeObjects requires object inputs, but input {other} is of type {}",
+                        type_name(&other)
+                    )))
+                }
+            },
+            State::Variance { variance, .. } => {
+                if let Some(number) = value.as_ref().and_then(Numeric::from_bson) {
+                    variance.add(number.as_f64());
+                }
+            }
+            State::Selection(selection) => selection.accumulate(value, budget)?,
         }
         Ok(())
     }
@@ -178,6 +234,9 @@ impl State {
                     }
                 }
             }
+            (State::MergeObjects { merged, bytes }, State::MergeObjects { merged: later, .. }) => merge_fields(merged, bytes, later, None)?,
+            (State::Variance { variance, .. }, State::Variance { variance: later, .. }) => variance.merge(later),
+            (State::Selection(selection), State::Selection(later)) => selection.merge(later)?,
             // An empty $min/$max or $last, or states of different accumulators (which one
             // group specification never produces): nothing to combine.
             _ => {}
@@ -193,6 +252,13 @@ impl State {
             State::Avg { total, count } => Some(Bson::Array(vec![Bson::Double(total), Bson::Int64(i64::try_from(count).unwrap_or(i64::MAX))])),
             State::Extreme(value) | State::First(value) | State::Last(value) => value,
             State::Push { items, .. } | State::AddToSet { items, .. } => Some(Bson::Array(items)),
+            State::MergeObjects { merged, .. } => Some(Bson::Document(merged)),
+            State::Variance { variance, .. } => Some(Bson::Array(vec![
+                Bson::Int64(i64::try_from(variance.count).unwrap_or(i64::MAX)),
+                Bson::Double(variance.mean),
+                Bson::Double(variance.squared_deviations),
+            ])),
+            State::Selection(selection) => Some(selection.encode()),
         }
     }
 
@@ -224,6 +290,21 @@ impl State {
                 },
                 _ => return Err(corrupt()),
             },
+            Accumulator::MergeObjects => match value {
+                Some(Bson::Document(merged)) => State::MergeObjects { bytes: approximate_size_bytes(&Bson::Document(merged.clone())), merged: merged.clone() },
+                _ => return Err(corrupt()),
+            },
+            Accumulator::StdDevPop | Accumulator::StdDevSamp => match value {
+                Some(Bson::Array(parts)) => match parts.as_slice() {
+                    [Bson::Int64(count), Bson::Double(mean), Bson::Double(squared_deviations)] => State::Variance {
+                        variance: VarianceState { count: u64::try_from(*count).map_err(|_| corrupt())?, mean: *mean, squared_deviations: *squared_deviations },
+                        sample: kind == Accumulator::StdDevSamp,
+                    },
+                    _ => return Err(corrupt()),
+                },
+                _ => return Err(corrupt()),
+            },
+            selected => State::Selection(Selection::decode(selected, value).ok_or_else(corrupt)?),
         })
     }
 
@@ -240,8 +321,30 @@ impl State {
             }
             State::Extreme(value) | State::First(value) | State::Last(value) => value.unwrap_or(Bson::Null),
             State::Push { items, .. } | State::AddToSet { items, .. } => Bson::Array(items),
+            State::MergeObjects { merged, .. } => Bson::Document(merged),
+            State::Variance { variance, sample } => variance.standard_deviation(sample),
+            State::Selection(selection) => selection.final_value(),
         }
     }
+}
+
+/// `$mergeObjects`: the fields of `document` over those of `merged`, charging what grows.
+fn merge_fields(merged: &mut Document, bytes: &mut u64, document: Document, mut budget: Option<&mut MemoryBudget>) -> QueryResult<()> {
+    for (key, value) in document {
+        let added_bytes = approximate_size_bytes(&value) + key.len() as u64 + 2;
+        if let Some(budget) = budget.as_deref_mut() {
+            budget.charge(added_bytes, "$group")?;
+        }
+        *bytes += added_bytes;
+        if let Some(previous) = merged.insert(key.clone(), value) {
+            let released = approximate_size_bytes(&previous) + key.len() as u64 + 2;
+            *bytes = bytes.saturating_sub(released);
+            if let Some(budget) = budget.as_deref_mut() {
+                budget.release(released);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// True when `candidate` replaces `current` for `$min` (strictly smaller) or `$max`

@@ -100,7 +100,7 @@ fn parse_accumulator(name: &str, value: &Bson) -> QueryResult<(Accumulator, Expr
             _ => return Err(QueryError::Location(40365, "$count takes no arguments, i.e. $count:{}".into())),
         }
     } else {
-        Expression::parse(argument)?
+        super::accumulator::parse_argument(kind, operator, argument)?
     };
     Ok((kind, expression))
 }

@@ -18,6 +18,8 @@ mod sets;
 mod strings;
 
 pub(crate) use arithmetic::{integral_value, Numeric};
+pub(crate) use arrays::positive_count;
+pub(crate) use math::VarianceState;
 
 use bson::{Bson, Document};
 
