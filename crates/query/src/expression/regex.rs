@@ -98,7 +98,9 @@ fn find_all(name: &str, compiled: &Regex, input: &str) -> QueryResult<Bson> {
     let mut total_bytes = 0usize;
     let mut start = 0usize;
     let mut known = (0usize, 0usize);
-    while start <= input.len() {
+    // Like MongoDB's do-while: an empty input is searched once, and the search stops once it
+    // reaches the end of a non-empty input.
+    loop {
         let Some((document, match_start, match_end)) = find_from(compiled, input, start, known) else { break };
         let index = document.get_i32("idx").map_or(0, |index| usize::try_from(index).unwrap_or(0));
         known = (match_start, index);
@@ -116,6 +118,9 @@ fn find_all(name: &str, compiled: &Regex, input: &str) -> QueryResult<Bson> {
                 None => break,
             }
         };
+        if start >= input.len() {
+            break;
+        }
     }
     Ok(Bson::Array(output))
 }
