@@ -140,7 +140,7 @@ impl ValueBits<'_> {
             Bson::Int64(number) => Some(ValueBits::Integer(*number)),
             Bson::Double(float) => {
                 let in_range = (-TWO_TO_THE_63..TWO_TO_THE_63).contains(float);
-                (in_range && float.fract() == 0.0).then(|| ValueBits::Integer(*float as i64))
+                (in_range && float.fract() == 0.0).then_some(ValueBits::Integer(*float as i64))
             }
             Bson::Decimal128(decimal) => {
                 let float = decimal_to_f64(decimal);
