@@ -11,7 +11,7 @@ use myriad_query::bounds::{field_intervals, Interval};
 use myriad_query::filter::Filter;
 use myriad_query::projection::Projection;
 use myriad_query::sort::SortSpec;
-use myriad_storage::{CollectionHandle, IndexInfo, IndexKeyRange, RecordId};
+use myriad_storage::{CollectionHandle, IndexFieldKind, IndexKeyRange, IndexView, RecordId};
 
 use crate::error::{CommandError, CommandResult, BAD_VALUE};
 
@@ -67,32 +67,31 @@ pub fn choose_access(collection: &CollectionHandle, filter: &Document, hint: Opt
     if let (true, Some(id)) = (id_hinted, id_equality(filter)) {
         return Ok(Access::IdLookup { id: id.clone() });
     }
-    let indexes = collection.indexes()?;
     if let Some(hint) = hint {
         let index = match hint {
-            Bson::String(name) => indexes.iter().find(|index| &index.name == name),
+            Bson::String(name) => collection.index_views().find(|index| index.name() == name),
             Bson::Document(pattern) if pattern.contains_key("$natural") => {
                 return Ok(Access::CollectionScan { last_record_id: None });
             }
-            Bson::Document(pattern) => indexes.iter().find(|index| &index.key_pattern == pattern),
+            Bson::Document(pattern) => collection.index_views().find(|index| same_key_pattern(index, pattern)),
             _ => None,
         };
         let Some(index) = index else {
             return Err(CommandError::new(BAD_VALUE, "hint provided does not correspond to an existing index"));
         };
-        let (field, direction) = leading_field(index)?;
-        let intervals = field_intervals(filter, &field).unwrap_or_else(|| vec![Interval::everything()]);
-        return Ok(index_scan(index, direction, &intervals));
+        let (field, direction) = leading_field(&index)?;
+        let intervals = field_intervals(filter, field).unwrap_or_else(|| vec![Interval::everything()]);
+        return Ok(index_scan(&index, direction, &intervals));
     }
-    let mut best: Option<(u32, &IndexInfo, Direction, Vec<Interval>)> = None;
-    for index in indexes.iter() {
-        if index.sparse || index.options.contains_key("partialFilterExpression") {
+    let mut best: Option<(u32, IndexView<'_>, Direction, Vec<Interval>)> = None;
+    for index in collection.index_views() {
+        if index.sparse() || index.is_partial() {
             continue;
         }
-        let Ok((field, direction)) = leading_field(index) else { continue };
-        let Some(intervals) = field_intervals(filter, &field) else { continue };
+        let Ok((field, direction)) = leading_field(&index) else { continue };
+        let Some(intervals) = field_intervals(filter, field) else { continue };
         let all_points = intervals.iter().all(Interval::is_point);
-        let score = match (all_points, index.unique) {
+        let score = match (all_points, index.unique()) {
             (true, true) => 4,
             (true, false) => 3,
             (false, _) => 1,
@@ -102,7 +101,7 @@ pub fn choose_access(collection: &CollectionHandle, filter: &Document, hint: Opt
         }
     }
     match best {
-        Some((_, index, direction, intervals)) => Ok(index_scan(index, direction, &intervals)),
+        Some((_, index, direction, intervals)) => Ok(index_scan(&index, direction, &intervals)),
         None if crate::knobs::no_table_scan() => Err(CommandError::new(
             crate::error::NO_QUERY_EXECUTION_PLANS,
             format!("No indexed plan found for the query (notablescan is set): {filter}"),
@@ -111,25 +110,38 @@ pub fn choose_access(collection: &CollectionHandle, filter: &Document, hint: Opt
     }
 }
 
-/// The first key field and its direction; hashed and special indexes are not used for scans.
-fn leading_field(index: &IndexInfo) -> CommandResult<(String, Direction)> {
-    let Some((field, value)) = index.key_pattern.iter().next() else {
-        return Err(CommandError::internal(format!("index {} has an empty key pattern", index.name)));
-    };
-    let direction = match value {
-        Bson::Int32(number) if *number < 0 => Direction::Descending,
-        Bson::Int64(number) if *number < 0 => Direction::Descending,
-        Bson::Double(number) if *number < 0.0 => Direction::Descending,
-        Bson::String(kind) => {
-            return Err(CommandError::bad_value(format!("index {} of type {kind} cannot be scanned by range", index.name)))
+/// True when `pattern` names the index's key fields in order with equal values, compared as
+/// MongoDB compares BSON (so `{a: 1}` from one driver names the index `{a: 1.0}` from another).
+fn same_key_pattern(index: &IndexView<'_>, pattern: &Document) -> bool {
+    let stored = index.key_pattern();
+    let mut stored_fields = stored.iter();
+    for (field, value) in pattern {
+        let Some(Ok((stored_field, stored_value))) = stored_fields.next() else { return false };
+        let Ok(stored_value) = Bson::try_from(stored_value) else { return false };
+        if stored_field != field || !myriad_keystring::compare::values_equal(&stored_value, value) {
+            return false;
         }
-        _ => Direction::Ascending,
+    }
+    stored_fields.next().is_none()
+}
+
+/// The first key field and its direction; hashed indexes are not used for range scans.
+fn leading_field<'a>(index: &IndexView<'a>) -> CommandResult<(&'a str, Direction)> {
+    let Some((field, kind)) = index.fields().next() else {
+        return Err(CommandError::internal(format!("index {} has an empty key pattern", index.name())));
     };
-    Ok((field.clone(), direction))
+    let direction = match kind {
+        IndexFieldKind::Ascending => Direction::Ascending,
+        IndexFieldKind::Descending => Direction::Descending,
+        IndexFieldKind::Hashed => {
+            return Err(CommandError::bad_value(format!("index {} of type hashed cannot be scanned by range", index.name())))
+        }
+    };
+    Ok((field, direction))
 }
 
 /// Key ranges for the leading field's intervals, in byte order for the index's direction.
-fn index_scan(index: &IndexInfo, direction: Direction, intervals: &[Interval]) -> Access {
+fn index_scan(index: &IndexView<'_>, direction: Direction, intervals: &[Interval]) -> Access {
     let mut ranges: Vec<IndexKeyRange> = intervals
         .iter()
         .map(|interval| {
@@ -154,7 +166,7 @@ fn index_scan(index: &IndexInfo, direction: Direction, intervals: &[Interval]) -
         .collect();
     ranges.sort_by(|left, right| left.lower.cmp(&right.lower));
     Access::IndexScan {
-        index_name: index.name.clone(),
+        index_name: index.name().to_string(),
         ranges,
         current_range: 0,
         last_entry_key: None,

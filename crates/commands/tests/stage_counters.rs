@@ -90,3 +90,24 @@ fn collection_scans_and_id_lookups_count_what_they_examine() {
     assert_eq!(tree.get_str("stage").unwrap(), "IDHACK");
     assert_eq!((tree.get_i64("keysExamined").unwrap(), tree.get_i64("docsExamined").unwrap()), (1, 1));
 }
+
+/// A hint names an index by its key pattern compared as BSON values, as MongoDB compares it:
+/// mongosh sends `{k: 1.0}` for the index pymongo created as `{k: 1}`.
+#[test]
+fn a_hint_by_key_pattern_matches_numerically_equal_directions() {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let (engine, handle) = engine_with_documents(directory.path());
+    for (hint, expected) in [(doc! { "k": 1.0 }, Some("k_1")), (doc! { "k": 1_i64 }, Some("k_1")), (doc! { "k": -1 }, None), (doc! { "k": 1, "x": 1 }, None)] {
+        let mut query = spec(doc! { "even": true });
+        query.hint = Some(bson::Bson::Document(hint.clone()));
+        match (Execution::new(handle.clone(), query), expected) {
+            (Ok(mut execution), Some(name)) => {
+                assert_eq!(execution.access.describe(), format!("IXSCAN {name}"), "{hint}");
+                assert_eq!(execution.next_batch(&engine, 1000).expect("batch").len(), 50);
+            }
+            (Err(error), None) => assert_eq!(error.code, 2, "{hint}"),
+            (Ok(execution), None) => panic!("{hint} chose {}", execution.access.describe()),
+            (Err(error), Some(_)) => panic!("{hint}: {error:?}"),
+        }
+    }
+}

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use bson::{spec::BinarySubtype, Binary, Bson, Document, RawArrayBuf, RawBinaryRef, RawDocument, RawDocumentBuf};
 
-use crate::index::{id_index_spec, key_fields_from_raw, IndexField, ParsedIndexSpec, ID_INDEX_NAME};
+use crate::index::{id_index_spec, key_fields_from_raw, FieldKind, IndexField, ParsedIndexSpec, ID_INDEX_NAME};
 use crate::StorageError;
 
 /// Version of the catalog entry document layout.
@@ -35,8 +35,64 @@ fn serialize_document(document: &Document) -> Result<Vec<u8>, StorageError> {
     Ok(bytes)
 }
 
+/// Where a string or document sits in an index entry's spec bytes.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    start: u32,
+    length: u32,
+}
+
+impl Span {
+    /// The span of `part`, a slice borrowed from `whole`.
+    fn of(whole: &[u8], part: &[u8]) -> Span {
+        let start = (part.as_ptr() as usize).wrapping_sub(whole.as_ptr() as usize);
+        assert!(start <= whole.len() && part.len() <= whole.len() - start, "a span lies within its spec");
+        // Specs are at most 16 MiB, so both fit.
+        Span { start: start as u32, length: part.len() as u32 }
+    }
+
+    fn slice(self, whole: &[u8]) -> &[u8] {
+        &whole[self.start as usize..(self.start + self.length) as usize]
+    }
+}
+
+/// An index spec parsed once, when its catalog entry is built (so once per catalog snapshot,
+/// never per query): where its name, key pattern and key fields sit in the spec bytes. A few
+/// bytes per field, and reading it allocates nothing.
+#[derive(Clone, Debug)]
+struct SpecLayout {
+    name: Span,
+    key_pattern: Span,
+    fields: Box<[(Span, FieldKind)]>,
+    partial: bool,
+}
+
+impl SpecLayout {
+    fn parse(bytes: &[u8]) -> Result<SpecLayout, StorageError> {
+        let corrupt = |what: String| StorageError::Corrupt(format!("index spec: {what}"));
+        let raw = RawDocument::from_bytes(bytes).map_err(|error| corrupt(error.to_string()))?;
+        let name = raw.get_str("name").map_err(|error| corrupt(error.to_string()))?;
+        let key_pattern = raw.get_document("key").map_err(|error| corrupt(error.to_string()))?;
+        let fields = key_fields_from_raw(key_pattern)?
+            .into_iter()
+            .map(|field| match field.path {
+                std::borrow::Cow::Borrowed(path) => Ok((Span::of(bytes, path.as_bytes()), field.kind)),
+                std::borrow::Cow::Owned(_) => Err(corrupt("a key field path is not in the spec".to_string())),
+            })
+            .collect::<Result<Box<[_]>, _>>()?;
+        let partial = matches!(raw.get("partialFilterExpression"), Ok(Some(_)));
+        Ok(SpecLayout { name: Span::of(bytes, name.as_bytes()), key_pattern: Span::of(bytes, key_pattern.as_bytes()), fields, partial })
+    }
+}
+
+/// The layout of the standard `_id_` spec, shared by every collection's `_id_` index.
+fn id_spec_layout() -> &'static SpecLayout {
+    static LAYOUT: OnceLock<SpecLayout> = OnceLock::new();
+    LAYOUT.get_or_init(|| SpecLayout::parse(id_spec_bytes()).expect("the standard _id_ spec parses"))
+}
+
 /// One index of a collection, as cached in memory. Compact on purpose (a node caches up to
-/// millions of them): the name and key fields are read from the spec bytes when needed.
+/// millions of them): the spec is kept as bytes, with its layout parsed once.
 #[derive(Clone, Debug)]
 pub(crate) struct IndexEntry {
     pub(crate) prefix: u64,
@@ -49,6 +105,8 @@ pub(crate) struct IndexEntry {
     /// The full spec as given to createIndexes (normalized), exactly sized; empty for the
     /// standard `_id_` spec.
     spec: Box<[u8]>,
+    /// Where the spec's parts are; None for the standard `_id_` spec.
+    layout: Option<Box<SpecLayout>>,
 }
 
 impl IndexEntry {
@@ -57,33 +115,57 @@ impl IndexEntry {
     }
 
     fn from_spec_bytes(bytes: Vec<u8>, prefix: u64, unique: bool, sparse: bool) -> Result<Self, StorageError> {
-        let spec = if bytes.as_slice() == id_spec_bytes() { Box::default() } else { bytes.into_boxed_slice() };
-        let index = IndexEntry { prefix, unique, sparse, building: false, spec };
-        // Validate once, so the accessors below cannot meet a malformed spec later.
+        let (spec, layout) = if bytes.as_slice() == id_spec_bytes() {
+            (Box::default(), None)
+        } else {
+            // Parsed once here, so the accessors below never meet a malformed spec.
+            let layout = SpecLayout::parse(&bytes)?;
+            (bytes.into_boxed_slice(), Some(Box::new(layout)))
+        };
+        let index = IndexEntry { prefix, unique, sparse, building: false, spec, layout };
         if index.name().is_empty() {
             return Err(StorageError::Corrupt("index spec has no name".to_string()));
         }
-        index.fields()?;
         Ok(index)
     }
 
+    fn spec_bytes(&self) -> &[u8] {
+        if self.spec.is_empty() {
+            id_spec_bytes()
+        } else {
+            &self.spec
+        }
+    }
+
+    fn layout(&self) -> &SpecLayout {
+        self.layout.as_deref().unwrap_or_else(|| id_spec_layout())
+    }
+
     fn spec_raw(&self) -> Result<&RawDocument, StorageError> {
-        let bytes = if self.spec.is_empty() { id_spec_bytes() } else { &self.spec };
-        RawDocument::from_bytes(bytes).map_err(|error| StorageError::Corrupt(format!("index spec: {error}")))
+        RawDocument::from_bytes(self.spec_bytes()).map_err(|error| StorageError::Corrupt(format!("index spec: {error}")))
+    }
+
+    fn text(&self, span: Span) -> &str {
+        // Spans point at strings the layout parse read as UTF-8.
+        std::str::from_utf8(span.slice(self.spec_bytes())).unwrap_or_default()
     }
 
     /// The index name (validated non-empty when the entry was built).
     pub(crate) fn name(&self) -> &str {
-        self.spec_raw().ok().and_then(|raw| raw.get_str("name").ok()).unwrap_or_default()
+        self.text(self.layout().name)
     }
 
-    /// The key pattern fields, paths borrowed from the spec bytes.
+    /// The key pattern fields, paths borrowed from the spec bytes (parsed when the entry was
+    /// built: this only copies positions).
     pub(crate) fn fields(&self) -> Result<Vec<IndexField<'_>>, StorageError> {
-        let key_pattern = self
-            .spec_raw()?
-            .get_document("key")
-            .map_err(|error| StorageError::Corrupt(format!("index spec key: {error}")))?;
-        key_fields_from_raw(key_pattern)
+        Ok(self.layout().fields.iter().map(|(path, kind)| IndexField { path: self.text(*path).into(), kind: *kind }).collect())
+    }
+
+    /// The key pattern as stored in the spec.
+    fn key_pattern_raw(&self) -> &RawDocument {
+        let bytes = self.layout().key_pattern.slice(self.spec_bytes());
+        // The layout parse read these bytes as a document.
+        RawDocument::from_bytes(bytes).expect("a key pattern span holds a document")
     }
 
     pub(crate) fn spec_document(&self) -> Result<Document, StorageError> {
@@ -365,6 +447,58 @@ pub struct IndexInfo {
     pub prefix: u64,
 }
 
+/// How one key field of an index orders its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexFieldKind {
+    Ascending,
+    Descending,
+    /// Ordered by the value's hash: no ranges.
+    Hashed,
+}
+
+/// One ready index, as the query planner reads it (see [`CollectionHandle::index_views`]).
+#[derive(Clone, Copy, Debug)]
+pub struct IndexView<'a> {
+    entry: &'a IndexEntry,
+}
+
+impl<'a> IndexView<'a> {
+    pub fn name(&self) -> &'a str {
+        self.entry.name()
+    }
+
+    /// The key pattern, as stored.
+    pub fn key_pattern(&self) -> &'a RawDocument {
+        self.entry.key_pattern_raw()
+    }
+
+    /// The key fields in order: dotted path and kind.
+    pub fn fields(&self) -> impl Iterator<Item = (&'a str, IndexFieldKind)> + 'a {
+        let entry = self.entry;
+        entry.layout().fields.iter().map(move |(path, kind)| {
+            let kind = match kind {
+                FieldKind::Ascending => IndexFieldKind::Ascending,
+                FieldKind::Descending => IndexFieldKind::Descending,
+                FieldKind::Hashed => IndexFieldKind::Hashed,
+            };
+            (entry.text(*path), kind)
+        })
+    }
+
+    pub fn unique(&self) -> bool {
+        self.entry.unique
+    }
+
+    pub fn sparse(&self) -> bool {
+        self.entry.sparse
+    }
+
+    /// True for a partial index (`partialFilterExpression`).
+    pub fn is_partial(&self) -> bool {
+        self.entry.layout().partial
+    }
+}
+
 /// A resolved collection: a cheap, immutable reference to one version of its catalog entry.
 /// Holding a handle does not keep the collection alive; writes re-check it (see
 /// [`crate::Engine::begin_write`]).
@@ -419,6 +553,12 @@ impl CollectionHandle {
     /// listed (as MongoDB's listIndexes), so the query planner never uses one.
     pub fn indexes(&self) -> Result<Vec<IndexInfo>, StorageError> {
         self.ready_indexes().map(IndexEntry::info).collect()
+    }
+
+    /// Every ready index as the query planner reads it, `_id_` first: borrowed from this
+    /// catalog snapshot, with nothing parsed or allocated per call.
+    pub fn index_views(&self) -> impl Iterator<Item = IndexView<'_>> {
+        self.ready_indexes().map(|entry| IndexView { entry })
     }
 
     /// The ready index named `name`.
@@ -498,6 +638,46 @@ mod tests {
         assert!(decoded.indexes[0].unique);
         assert_eq!(decoded.to_bytes().unwrap(), entry.to_bytes().unwrap());
         assert_eq!(entry_prefixes(&entry.to_bytes().unwrap()).unwrap(), (7, vec![8]));
+    }
+
+    /// The layout parsed once per entry reads what parsing the spec document reads, for the
+    /// shared `_id_` spec and for compound, hashed, partial and sparse specs.
+    #[test]
+    fn index_views_read_what_the_spec_documents_say() {
+        let specs = [
+            bson::doc! {"key": {"a": 1, "b.c": -1}, "name": "a_1_b.c_-1"},
+            bson::doc! {"key": {"h": "hashed"}, "name": "h_hashed"},
+            bson::doc! {"key": {"p": 1.0}, "name": "p", "partialFilterExpression": {"p": {"$gt": 5}}},
+            bson::doc! {"key": {"s": -1_i64}, "name": "s", "sparse": true, "unique": true},
+        ];
+        let mut indexes = vec![IndexEntry::from_parsed(&id_index_spec(), 8).unwrap()];
+        for (offset, spec) in specs.iter().enumerate() {
+            let prefix = 9 + offset as u64;
+            let index = match crate::index::parse_index_spec(spec) {
+                Ok(parsed) => IndexEntry::from_parsed(&parsed, prefix).unwrap(),
+                // Partial indexes cannot be created yet; a stored one must still read.
+                Err(_) => IndexEntry::from_spec_bytes(serialize_document(spec).unwrap(), prefix, false, false).unwrap(),
+            };
+            indexes.push(index);
+        }
+        let entry = CollectionEntry::new("shop", "orders", 7, [3; 16], &Document::new(), indexes).unwrap();
+        // Read back from the catalog bytes, as after a restart.
+        let handle = CollectionHandle { entry: Arc::new(CollectionEntry::from_bytes(&entry.to_bytes().unwrap()).unwrap()) };
+        let infos = handle.indexes().unwrap();
+        let views: Vec<IndexView<'_>> = handle.index_views().collect();
+        assert_eq!(views.len(), infos.len());
+        for (view, info) in views.iter().zip(&infos) {
+            assert_eq!(view.name(), info.name);
+            assert_eq!(Document::try_from(view.key_pattern()).unwrap(), info.key_pattern);
+            assert_eq!((view.unique(), view.sparse()), (info.unique, info.sparse));
+            assert_eq!(view.is_partial(), info.options.contains_key("partialFilterExpression"));
+            let paths: Vec<&str> = view.fields().map(|(path, _)| path).collect();
+            let expected: Vec<&str> = info.key_pattern.keys().map(String::as_str).collect();
+            assert_eq!(paths, expected);
+        }
+        let kinds: Vec<Vec<IndexFieldKind>> = views.iter().map(|view| view.fields().map(|(_, kind)| kind).collect()).collect();
+        use IndexFieldKind::{Ascending, Descending, Hashed};
+        assert_eq!(kinds, vec![vec![Ascending], vec![Ascending, Descending], vec![Hashed], vec![Ascending], vec![Descending]]);
     }
 
     #[test]

@@ -35,7 +35,7 @@ mod validate;
 mod warm;
 mod write;
 
-pub use catalog::{CollectionHandle, IndexInfo};
+pub use catalog::{CollectionHandle, IndexFieldKind, IndexInfo, IndexView};
 pub use engine::{
     CollectionStats, CreateIndexesOutcome, DatabaseStats, Durability, Engine, IndexKeyRange,
     IndexSelector, COLUMN_FAMILIES, MAX_SCAN_BATCH,
