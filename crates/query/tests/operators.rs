@@ -260,6 +260,14 @@ fn catastrophic_backtracking_is_bounded() {
     let nested = CompiledRegex::new(r"^(?=(a|aa)+c)(\w)\2", "").expect("compiles");
     assert!(!nested.is_match_str(&"a".repeat(60)));
     assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+    // A look-ahead rescanning the rest of the subject at every position is quadratic: long
+    // subjects are not examined by the backtracking engine (no match, as past PCRE's limit).
+    let rescanning = CompiledRegex::new(r"(?=[^x]*x)b", "").expect("compiles");
+    let long_subject = "a".repeat(1_000_000);
+    let started = Instant::now();
+    assert!(!rescanning.is_match_str(&long_subject));
+    assert!(rescanning.is_match_str("aabx"));
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
     // Hostile nesting is refused, not a stack overflow.
     let deep = format!("{}a{}", "(?:".repeat(5_000), ")".repeat(5_000));
     assert_eq!(CompiledRegex::new(&deep, "").map(|_| ()).map_err(|error| error.code()), Err(51091));

@@ -5,9 +5,10 @@
 //! Patterns that need no backtracking compile to `regex-automata`'s finite automata, which
 //! match in linear time; the others (look-around, back-references, atomic groups...) compile
 //! to `fancy-regex`, a backtracking engine (a maintained, pure-Rust crate built on the same
-//! automata) whose backtracking is bounded by [`BACKTRACK_LIMIT`] per match: a pattern that
-//! exceeds it does not match, as MongoDB's PCRE gives up at its match limit, so no pattern can
-//! stall the server with catastrophic backtracking. An invalid pattern answers 51091
+//! automata) whose backtracking is bounded by [`BACKTRACK_LIMIT`] per match and whose subject
+//! is bounded by [`BACKTRACKING_MAX_SUBJECT_BYTES`]: past either the match gives up (no
+//! match), as MongoDB's PCRE gives up at its match limit, so catastrophic backtracking and
+//! look-arounds rescanning long subjects cannot stall the server. An invalid pattern answers 51091
 //! ("Regular expression is invalid"), as MongoDB does.
 //!
 //! Memory: one regex compiles to at most [`MAX_COMPILED_REGEX_BYTES`] of automata (past it,
@@ -45,6 +46,11 @@ const BACKTRACKING_BASE_BYTES: u64 = 32 * 1024;
 const BACKTRACKING_BYTES_PER_PATTERN_BYTE: u64 = 512;
 /// Backtracking steps one match may take before it gives up (no match).
 pub(crate) const BACKTRACK_LIMIT: usize = 1_000_000;
+/// Longest subject the backtracking engine examines. A look-around evaluated at every
+/// position scans the rest of the subject each time without backtracking, so its work grows
+/// with the square of the subject (100 KB took 9 s); past this bound the match gives up (no
+/// match), as PCRE's match limit gives up on such work in MongoDB.
+pub(crate) const BACKTRACKING_MAX_SUBJECT_BYTES: usize = 16 * 1024;
 /// Instructions a backtracking program may have (subroutine calls are inlined).
 const MAX_BACKTRACKING_PROGRAM: usize = 1 << 16;
 /// MongoDB's `ExceededMemoryLimit`.
@@ -107,10 +113,12 @@ impl CompiledRegex {
     }
 
     /// True when the regex matches somewhere in `text`. A backtracking match that exceeds
-    /// [`BACKTRACK_LIMIT`] counts as no match.
+    /// [`BACKTRACK_LIMIT`], or whose subject is longer than
+    /// [`BACKTRACKING_MAX_SUBJECT_BYTES`], counts as no match.
     pub fn is_match_str(&self, text: &str) -> bool {
         match &self.engine {
             Engine::Automaton(regex) => regex.is_match(text),
+            Engine::Backtracking(_) if text.len() > BACKTRACKING_MAX_SUBJECT_BYTES => false,
             Engine::Backtracking(regex) => regex.is_match(text).unwrap_or(false),
         }
     }
