@@ -363,7 +363,7 @@ impl ConnectionTask<'_> {
                 reply
             } else if !matches!(hello::awaitable_fields(&request), Ok(Some(_))) {
                 CommandError::new(
-                    ErrorCode { code: 51756, name: "Location51756" },
+                    ErrorCode::new(51756),
                     "An isMaster or hello request with exhaust must specify 'maxAwaitTimeMS'",
                 )
                 .to_reply()
@@ -499,7 +499,7 @@ fn encode_streamed_reply(reply_id: i32, response_to: i32, reply: Document) -> Ve
 
 /// What a hello waiting at shutdown gets: ShutdownInProgress, as mongod answers.
 fn shutdown_reply(reply_id: i32, response_to: i32) -> Vec<u8> {
-    let reply = CommandError::new(ErrorCode { code: 91, name: "ShutdownInProgress" }, "The server is shutting down").to_reply();
+    let reply = CommandError::new(ErrorCode::new(91), "The server is shutting down").to_reply();
     encode_reply_or_error(reply_id, response_to, &reply.into(), None)
 }
 
@@ -523,7 +523,7 @@ fn encode_reply_or_error(reply_id: i32, request_id: i32, reply: &Reply, compress
 fn legacy_command(full_collection_name: &str, query: Document, connection: ConnectionInfo) -> Result<CommandRequest, CommandError> {
     let Some(db) = full_collection_name.strip_suffix(".$cmd") else {
         return Err(CommandError::new(
-            ErrorCode { code: 5739101, name: "Location5739101" },
+            ErrorCode::new(5739101),
             "OP_QUERY is no longer supported. The client driver may require an upgrade.",
         ));
     };

@@ -7,7 +7,7 @@ use crate::error::{CommandError, CommandResult, ErrorCode, CURSOR_NOT_FOUND, UNA
 use crate::reply::{cursor_reply, Reply};
 
 /// A getMore from a session other than the cursor's (MongoDB's 50738).
-const CURSOR_IN_ANOTHER_SESSION: ErrorCode = ErrorCode { code: 50738, name: "Location50738" };
+const CURSOR_IN_ANOTHER_SESSION: ErrorCode = ErrorCode::new(50738);
 use crate::{CommandRequest, ServerContext};
 
 /// Without a batchSize a getMore fills up to the 16 MiB batch limit; this bounds the count.
