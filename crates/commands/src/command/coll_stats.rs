@@ -2,7 +2,7 @@
 
 use bson::{doc, Document};
 
-use crate::error::{CommandError, CommandResult, NAMESPACE_NOT_FOUND};
+use crate::error::{CommandError, CommandResult};
 use crate::{CommandRequest, ServerContext};
 
 /// `scale` divides every size, as MongoDB's does (must be a positive integer).
@@ -19,7 +19,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let namespace = format!("{}.{}", request.db, name);
     let scale = scale(request)?;
     let Some(collection) = context.backend.collection(&request.db, &name)? else {
-        return Err(CommandError::new(NAMESPACE_NOT_FOUND, format!("Collection [{namespace}] not found.")));
+        return Ok(missing_collection_reply(namespace, scale));
     };
     let stats = context.backend.collection_stats(&collection)?;
     let mut index_sizes = Document::new();
@@ -43,7 +43,32 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         "totalIndexSize": total_index_size / scale,
         "totalSize": (stats.data_size_bytes + total_index_size) / scale,
         "indexSizes": index_sizes,
-        "scaleFactor": scale,
+        "scaleFactor": scale_factor(scale),
         "ok": 1.0,
     })
+}
+
+/// `scaleFactor` as MongoDB sends it: an int32 (scale is validated positive; larger than an
+/// int32 saturates).
+pub fn scale_factor(scale: i64) -> i32 {
+    i32::try_from(scale).unwrap_or(i32::MAX)
+}
+
+/// MongoDB 7.0's collStats of a missing collection: `ok: 1` with zeroed sizes (int32), empty
+/// index documents and the scale factor.
+fn missing_collection_reply(namespace: String, scale: i64) -> Document {
+    doc! {
+        "ns": namespace,
+        "size": 0,
+        "count": 0,
+        "numOrphanDocs": 0,
+        "storageSize": 0,
+        "totalSize": 0,
+        "nindexes": 0,
+        "totalIndexSize": 0,
+        "indexDetails": {},
+        "indexSizes": {},
+        "scaleFactor": scale_factor(scale),
+        "ok": 1.0,
+    }
 }
