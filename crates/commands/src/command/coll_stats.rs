@@ -29,14 +29,27 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         total_index_size += size;
     }
     let average = if stats.count > 0 { stats.data_size_bytes / stats.count } else { 0 };
-    Ok(doc! {
+    let mut reply = doc! {
         "ns": namespace,
         "size": stats.data_size_bytes / scale,
         "count": stats.count,
         "avgObjSize": average,
         "storageSize": stats.data_size_bytes / scale,
         "freeStorageSize": 0_i64,
-        "capped": false,
+    };
+    // MongoDB's order: `capped`, then for a capped collection `max` (0 when none was given)
+    // and `maxSize` (scaled), as numbers appended int32 when they fit.
+    match collection.capped_bounds() {
+        Some(bounds) => {
+            reply.insert("capped", true);
+            reply.insert("max", compact_number(bounds.max_documents));
+            reply.insert("maxSize", compact_number(bounds.max_size_bytes / scale));
+        }
+        None => {
+            reply.insert("capped", false);
+        }
+    }
+    reply.extend(doc! {
         "nindexes": stats.index_sizes_bytes.len() as i32,
         "indexDetails": {},
         "indexBuilds": [],
@@ -45,7 +58,12 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         "indexSizes": index_sizes,
         "scaleFactor": scale_factor(scale),
         "ok": 1.0,
-    })
+    });
+    Ok(reply)
+}
+
+fn compact_number(number: i64) -> bson::Bson {
+    i32::try_from(number).map_or(bson::Bson::Int64(number), bson::Bson::Int32)
 }
 
 /// `scaleFactor` as MongoDB sends it: an int32 (scale is validated positive; larger than an
