@@ -73,7 +73,7 @@ impl CommandRequest {
         match self.body.get(field) {
             None | Some(Bson::Null) => Ok(None),
             Some(Bson::Document(document)) => Ok(Some(document)),
-            Some(other) => Err(field_type_error(field, "object", other)),
+            Some(other) => Err(self.wrong_type(field, "object", other)),
         }
     }
 
@@ -81,7 +81,7 @@ impl CommandRequest {
         match self.body.get(field) {
             None | Some(Bson::Null) => Ok(None),
             Some(Bson::Array(array)) => Ok(Some(array)),
-            Some(other) => Err(field_type_error(field, "array", other)),
+            Some(other) => Err(self.wrong_type(field, "array", other)),
         }
     }
 
@@ -89,7 +89,7 @@ impl CommandRequest {
         match self.body.get(field) {
             None | Some(Bson::Null) => Ok(None),
             Some(Bson::String(text)) => Ok(Some(text)),
-            Some(other) => Err(field_type_error(field, "string", other)),
+            Some(other) => Err(self.wrong_type(field, "string", other)),
         }
     }
 
@@ -102,7 +102,7 @@ impl CommandRequest {
     pub fn optional_flag(&self, field: &str) -> CommandResult<Option<bool>> {
         match self.body.get(field) {
             None | Some(Bson::Null) => Ok(None),
-            Some(value) => truthy(value).map(Some).ok_or_else(|| field_type_error(field, "bool", value)),
+            Some(value) => truthy(value).map(Some).ok_or_else(|| self.wrong_type(field, "bool", value)),
         }
     }
 
@@ -110,7 +110,7 @@ impl CommandRequest {
     pub fn optional_integer(&self, field: &str) -> CommandResult<Option<i64>> {
         match self.body.get(field) {
             None | Some(Bson::Null) => Ok(None),
-            Some(value) => integer_value(value).map(Some).ok_or_else(|| field_type_error(field, "number", value)),
+            Some(value) => integer_value(value).map(Some).ok_or_else(|| self.wrong_type(field, "number", value)),
         }
     }
 
@@ -123,9 +123,15 @@ impl CommandRequest {
             .iter()
             .map(|value| match value {
                 Bson::Document(document) => Ok(document),
-                other => Err(field_type_error(field, "object", other)),
+                other => Err(self.wrong_type(field, "object", other)),
             })
             .collect()
+    }
+
+    /// TypeMismatch for a wrongly typed field, named as MongoDB names it:
+    /// `'<command>.<field>'` (`'insert.ordered'`, `'update.updates.q'`).
+    pub fn wrong_type(&self, field: &str, expected: &str, actual: &Bson) -> CommandError {
+        field_type_error(&format!("{}.{field}", self.name), expected, actual)
     }
 }
 

@@ -256,7 +256,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     reply.insert("maxWriteBatchSize", MAX_WRITE_BATCH_SIZE as i32);
     reply.insert("localTime", DateTime::now());
     reply.insert("logicalSessionTimeoutMinutes", LOGICAL_SESSION_TIMEOUT_MINUTES);
-    reply.insert("connectionId", request.connection.connection_id);
+    reply.insert("connectionId", i32::try_from(request.connection.connection_id).unwrap_or(i32::MAX));
     reply.insert("minWireVersion", MIN_WIRE_VERSION);
     reply.insert("maxWireVersion", MAX_WIRE_VERSION);
     reply.insert("readOnly", false);
