@@ -14,6 +14,10 @@ pub struct CommandRequest {
     /// Shared, so the operation table can show the command without copying it.
     pub body: std::sync::Arc<Document>,
     pub connection: ConnectionInfo,
+    /// Field names that occurred twice in one document of the message (the decoder keeps the
+    /// last value; see [`myriad_wire::DuplicateFields`]), as paths from the body, sequence
+    /// documents under `[identifier, index]`. Checked by [`crate::duplicates`].
+    pub duplicate_fields: Vec<myriad_wire::DuplicateFieldPath>,
 }
 
 impl CommandRequest {
@@ -22,6 +26,7 @@ impl CommandRequest {
     pub fn from_op_msg(
         mut body: Document,
         sequences: Vec<(String, Vec<Document>)>,
+        duplicate_fields: myriad_wire::DuplicateFields,
         connection: ConnectionInfo,
     ) -> CommandResult<CommandRequest> {
         for (identifier, documents) in sequences {
@@ -37,7 +42,12 @@ impl CommandRequest {
             Some(_) => return Err(CommandError::type_mismatch("$db must be a string")),
             None => return Err(CommandError::bad_value("OP_MSG requests require a $db argument")),
         };
-        CommandRequest::new(db, body, connection)
+        let mut request = CommandRequest::new(db, body, connection)?;
+        if !duplicate_fields.is_empty() {
+            request.duplicate_fields = duplicate_fields.paths().to_vec();
+            crate::duplicates::check_command(&request)?;
+        }
+        Ok(request)
     }
 
     pub fn new(db: String, body: Document, connection: ConnectionInfo) -> CommandResult<CommandRequest> {
@@ -46,7 +56,7 @@ impl CommandRequest {
             None => return Err(CommandError::bad_value("Empty command object")),
         };
         validate_database_name(&db)?;
-        Ok(CommandRequest { db, name, body: std::sync::Arc::new(body), connection })
+        Ok(CommandRequest { db, name, body: std::sync::Arc::new(body), connection, duplicate_fields: Vec::new() })
     }
 
     /// The value of the command's first field (the collection name for most commands).

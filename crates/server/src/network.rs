@@ -347,7 +347,7 @@ impl ConnectionTask<'_> {
         let more_to_come = op_msg.more_to_come();
         let exhaust_allowed = op_msg.exhaust_allowed();
         let sequences = op_msg.sequences.into_iter().map(|sequence| (sequence.identifier, sequence.documents)).collect();
-        let request = match CommandRequest::from_op_msg(op_msg.body, sequences, self.connection.clone()) {
+        let request = match CommandRequest::from_op_msg(op_msg.body, sequences, op_msg.duplicate_fields, self.connection.clone()) {
             Ok(request) => request,
             Err(error) => return self.reply_unless_more_to_come(more_to_come, &error.to_reply().into(), request_id, reply_id, None),
         };
@@ -490,7 +490,7 @@ impl ConnectionTask<'_> {
 
 /// A reply of a streamed hello: moreToCome set, never compressed (hello replies never are).
 fn encode_streamed_reply(reply_id: i32, response_to: i32, reply: Document) -> Vec<u8> {
-    let message = OpMsg { flags: OP_MSG_FLAG_MORE_TO_COME, body: reply, sequences: Vec::new(), checksum_present: false };
+    let message = OpMsg { flags: OP_MSG_FLAG_MORE_TO_COME, body: reply, sequences: Vec::new(), checksum_present: false, duplicate_fields: Default::default() };
     match encode_op_msg(reply_id, response_to, &message, None) {
         Ok(bytes) => bytes,
         Err(error) => encode_reply_or_error(reply_id, response_to, &CommandError::from(error).to_reply().into(), None),

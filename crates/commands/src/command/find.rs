@@ -225,6 +225,7 @@ fn parse_tailable_spec(request: &CommandRequest) -> CommandResult<QuerySpec> {
         name: request.name.clone(),
         body: Arc::new(body),
         connection: request.connection.clone(),
+        duplicate_fields: request.duplicate_fields.clone(),
     };
     parse_query_spec(&unsorted, "filter")
 }
