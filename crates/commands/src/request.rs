@@ -128,7 +128,7 @@ impl CommandRequest {
     pub fn document_array(&self, field: &str) -> CommandResult<Vec<&Document>> {
         let array = self
             .optional_array(field)?
-            .ok_or_else(|| CommandError::new(crate::error::FAILED_TO_PARSE, format!("BSON field '{}.{field}' is missing but a required field", self.name)))?;
+            .ok_or_else(|| CommandError::new(crate::error::MISSING_FIELD, format!("BSON field '{}.{field}' is missing but a required field", self.name)))?;
         array
             .iter()
             .map(|value| match value {

@@ -19,7 +19,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         Some(_) => return Err(CommandError::bad_value("Must specify at least one index to create")),
         None => {
             return Err(CommandError::new(
-                crate::error::FAILED_TO_PARSE,
+                crate::error::MISSING_FIELD,
                 "BSON field 'createIndexes.indexes' is missing but a required field",
             ))
         }

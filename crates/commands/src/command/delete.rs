@@ -7,7 +7,7 @@ use bson::{Bson, Document};
 use myriad_query::filter::Filter;
 use myriad_storage::{CollectionHandle, Durability};
 
-use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
+use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE, MISSING_FIELD};
 use crate::modify::{for_each_current_match, Scope};
 use crate::plan::QuerySpec;
 use crate::write::{durability, ordered, statements, write_reply};
@@ -52,6 +52,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let ordered = ordered(request)?;
     let durability = durability(request)?;
     let name = request.collection_name()?;
+    for statement in &statements {
+        check_statement_types(request, statement)?;
+    }
     let collection = context.backend.collection(&request.db, &name)?;
     let mut deleted = 0i64;
     let mut write_errors = Vec::new();
@@ -61,13 +64,13 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             let filter = match statement.get("q") {
                 Some(Bson::Document(filter)) => filter,
                 Some(other) => return Err(request.wrong_type("deletes.q", "object", other)),
-                None => return Err(CommandError::new(FAILED_TO_PARSE, "BSON field 'delete.deletes.q' is missing but a required field")),
+                None => return Err(CommandError::new(MISSING_FIELD, "BSON field 'delete.deletes.q' is missing but a required field")),
             };
             let multi = match statement.get("limit").map(crate::request::integer_value) {
                 Some(Some(0)) => true,
                 Some(Some(1)) => false,
                 Some(_) => return Err(CommandError::new(crate::error::FAILED_TO_PARSE, "The limit field in delete objects must be 0 or 1.")),
-                None => return Err(CommandError::new(FAILED_TO_PARSE, "BSON field 'delete.deletes.limit' is missing but a required field")),
+                None => return Err(CommandError::new(MISSING_FIELD, "BSON field 'delete.deletes.limit' is missing but a required field")),
             };
             let hint = statement.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned();
             match &collection {
@@ -89,4 +92,19 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         }
     }
     Ok(write_reply(deleted, write_errors))
+}
+
+/// What MongoDB's command parser checks in every statement before any runs (a failure fails
+/// the whole command, not one statement): `q` a document, `limit` present and 0 or 1.
+fn check_statement_types(request: &CommandRequest, statement: &Document) -> CommandResult<()> {
+    match statement.get("q") {
+        Some(Bson::Document(_)) => {}
+        Some(other) => return Err(request.wrong_type("deletes.q", "object", other)),
+        None => return Err(CommandError::new(MISSING_FIELD, "BSON field 'delete.deletes.q' is missing but a required field")),
+    }
+    match statement.get("limit").map(crate::request::integer_value) {
+        Some(Some(0 | 1)) => Ok(()),
+        Some(_) => Err(CommandError::new(FAILED_TO_PARSE, "The limit field in delete objects must be 0 or 1.")),
+        None => Err(CommandError::new(MISSING_FIELD, "BSON field 'delete.deletes.limit' is missing but a required field")),
+    }
 }

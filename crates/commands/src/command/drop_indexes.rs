@@ -24,7 +24,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             .collect::<CommandResult<_>>()?,
         Some(other) => return Err(request.wrong_type("index", "string or object", other)),
         None => {
-            return Err(CommandError::new(crate::error::FAILED_TO_PARSE, "BSON field 'dropIndexes.index' is missing but a required field"))
+            return Err(CommandError::new(crate::error::MISSING_FIELD, "BSON field 'dropIndexes.index' is missing but a required field"))
         }
     };
     let mut indexes_before = None;

@@ -9,7 +9,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     request.collection_name()?;
     let Some(ids) = request.optional_array("cursors")? else {
         return Err(CommandError::new(
-            crate::error::FAILED_TO_PARSE,
+            crate::error::MISSING_FIELD,
             "BSON field 'killCursors.cursors' is missing but a required field",
         ));
     };

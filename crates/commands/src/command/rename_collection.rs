@@ -25,7 +25,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let target = match request.body.get("to") {
         Some(Bson::String(namespace)) => namespace.clone(),
         Some(other) => return Err(request.wrong_type("to", "string", other)),
-        None => return Err(CommandError::new(crate::error::FAILED_TO_PARSE, "BSON field 'renameCollection.to' is missing but a required field")),
+        None => return Err(CommandError::new(crate::error::MISSING_FIELD, "BSON field 'renameCollection.to' is missing but a required field")),
     };
     let (source_db, source_collection) = split_namespace(&source)?;
     let (target_db, target_collection) = split_namespace(&target)?;

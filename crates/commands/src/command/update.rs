@@ -10,7 +10,7 @@ use myriad_query::filter::Filter;
 use myriad_query::update::{upsert_seed, Update, UpdateContext};
 use myriad_storage::{CollectionHandle, Durability};
 
-use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
+use crate::error::{CommandError, CommandResult, MISSING_FIELD};
 use crate::modify::{for_each_current_match, Scope};
 use crate::plan::QuerySpec;
 use crate::write::{begin_write_creating, durability, ordered, prepare_for_insert, statements};
@@ -154,7 +154,7 @@ fn parse_statement(statement: &Document) -> CommandResult<UpdateStatement<'_>> {
     let filter_document = match statement.get("q") {
         Some(Bson::Document(filter)) => filter,
         Some(other) => return Err(crate::request::field_type_error("update.updates.q", "object", other)),
-        None => return Err(CommandError::new(FAILED_TO_PARSE, "BSON field 'update.updates.q' is missing but a required field")),
+        None => return Err(CommandError::new(MISSING_FIELD, "BSON field 'update.updates.q' is missing but a required field")),
     };
     let update_document = match statement.get("u") {
         Some(Bson::Document(update)) => update,
@@ -165,7 +165,7 @@ fn parse_statement(statement: &Document) -> CommandResult<UpdateStatement<'_>> {
             ))
         }
         Some(other) => return Err(crate::request::field_type_error("update.updates.u", "object", other)),
-        None => return Err(CommandError::new(FAILED_TO_PARSE, "BSON field 'update.updates.u' is missing but a required field")),
+        None => return Err(CommandError::new(MISSING_FIELD, "BSON field 'update.updates.u' is missing but a required field")),
     };
     let flag = |name: &str| -> CommandResult<bool> {
         match statement.get(name) {
@@ -194,6 +194,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let ordered = ordered(request)?;
     let durability = durability(request)?;
     let name = request.collection_name()?;
+    for statement in &statements {
+        check_statement_types(statement)?;
+    }
     let mut matched = 0i64;
     let mut modified = 0i64;
     let mut upserted = Vec::new();
@@ -237,4 +240,28 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     }
     reply.insert("ok", 1.0);
     Ok(reply)
+}
+
+/// What MongoDB's command parser checks in every statement before any runs (a failure fails
+/// the whole command, not one statement): `q` a document, `u` a document or pipeline, the
+/// flags booleans or numbers. Parsing the filter and update themselves stays per statement.
+fn check_statement_types(statement: &Document) -> CommandResult<()> {
+    for (field, allow_array) in [("q", false), ("u", true)] {
+        match statement.get(field) {
+            Some(Bson::Document(_)) => {}
+            Some(Bson::Array(_)) if allow_array => {}
+            Some(other) => return Err(crate::request::field_type_error(&format!("update.updates.{field}"), "object", other)),
+            None => {
+                return Err(CommandError::new(MISSING_FIELD, format!("BSON field 'update.updates.{field}' is missing but a required field")))
+            }
+        }
+    }
+    for flag in ["multi", "upsert"] {
+        if let Some(value) = statement.get(flag) {
+            if crate::request::truthy(value).is_none() {
+                return Err(crate::request::field_type_error(&format!("update.updates.{flag}"), "bool", value));
+            }
+        }
+    }
+    Ok(())
 }
