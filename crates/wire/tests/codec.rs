@@ -915,3 +915,50 @@ fn replies_deeper_than_the_request_limit_still_encode() {
         assert_eq!(decode_message(&encoded), Err(WireError::DocumentTooDeep));
     }
 }
+
+/// A BSON document with the given int32 fields in order, repeats included.
+fn raw_int_document(fields: &[(&str, i32)]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (name, value) in fields {
+        body.push(0x10);
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
+        body.extend_from_slice(&value.to_le_bytes());
+    }
+    let length = i32::try_from(body.len() + 5).expect("small");
+    let mut document = length.to_le_bytes().to_vec();
+    document.extend(body);
+    document.push(0);
+    document
+}
+
+#[test]
+fn repeated_field_names_are_noted_where_they_occur() {
+    // Body {insert: 1, $db: 1, ordered: 1, ordered: 1} (values are irrelevant here) and a
+    // `documents` sequence whose second document repeats `_id`.
+    let body = raw_int_document(&[("insert", 1), ("$db", 1), ("ordered", 1), ("ordered", 0)]);
+    let documents = [raw_int_document(&[("_id", 1)]), raw_int_document(&[("_id", 2), ("_id", 3)])];
+    let mut sequence = b"documents\0".to_vec();
+    for document in &documents {
+        sequence.extend_from_slice(document);
+    }
+    let mut sections = vec![0u8];
+    sections.extend(&body);
+    sections.push(1);
+    sections.extend(i32::try_from(sequence.len() + 4).expect("small").to_le_bytes());
+    sections.extend(&sequence);
+    let mut message = Vec::new();
+    let length = i32::try_from(16 + 4 + sections.len()).expect("small");
+    for word in [length, 7, 0, 2013, 0] {
+        message.extend(word.to_le_bytes());
+    }
+    message.extend(sections);
+    let decoded = decode_message(&message).expect("decodes");
+    let op_msg = expect_msg(&decoded);
+    assert_eq!(op_msg.body.get_i32("ordered"), Ok(0), "the last value is kept");
+    let paths: Vec<Vec<String>> = op_msg.duplicate_fields.paths().to_vec();
+    assert_eq!(paths, vec![vec!["ordered".to_string()], vec!["documents".to_string(), "1".to_string(), "_id".to_string()]]);
+    // A message without repeats notes nothing.
+    let clean = encode_op_msg(1, 0, &insert_message(false, 0), None).expect("encodes");
+    assert!(expect_msg(&decode_message(&clean).expect("decodes")).duplicate_fields.is_empty());
+}
