@@ -71,7 +71,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
     let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Ok(cursor_reply("firstBatch", 0, &namespace, Vec::new()));
     };
-    let mut execution = Execution::new(collection, spec)?;
+    let mut execution = Execution::new(context.backend.as_ref(), collection, spec)?;
     let batch = execution.next_batch(context.backend.as_ref(), batch_size)?;
     let cursor_id = if single_batch || execution.is_exhausted() {
         0
