@@ -27,7 +27,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         _ => return Err(CommandError::new(FAILED_TO_PARSE, "aggregate requires a collection name or 1")),
     };
     let mut stages = pipeline_stages(request)?;
-    let plan_cache_entries = take_plan_cache_stats(&mut stages, request)?;
+    let plan_cache_entries = take_plan_cache_stats(context, &mut stages, request)?;
     let cursor_options = match request.optional_document("cursor")? {
         Some(options) => options.clone(),
         None if request.flag("explain")? => Document::new(),
@@ -156,7 +156,11 @@ fn pipeline_stages(request: &CommandRequest) -> CommandResult<Vec<Document>> {
 
 /// A leading `$planCacheStats: {}` stage, removed from `stages`: the collection's plan cache
 /// entries become the pipeline's input.
-fn take_plan_cache_stats(stages: &mut Vec<Document>, request: &CommandRequest) -> CommandResult<Option<Vec<Document>>> {
+fn take_plan_cache_stats(
+    context: &ServerContext,
+    stages: &mut Vec<Document>,
+    request: &CommandRequest,
+) -> CommandResult<Option<Vec<Document>>> {
     let Some(first) = stages.first() else { return Ok(None) };
     let Some(arguments) = first.get("$planCacheStats") else {
         if stages.iter().skip(1).any(|stage| stage.contains_key("$planCacheStats")) {
@@ -169,7 +173,11 @@ fn take_plan_cache_stats(stages: &mut Vec<Document>, request: &CommandRequest) -
     }
     let name = request.collection_name()?;
     stages.remove(0);
-    Ok(Some(crate::plan::cache::describe(&format!("{}.{}", request.db, name))))
+    let entries = match context.backend.collection(&request.db, &name)? {
+        Some(collection) => crate::plan::cache::describe(&collection),
+        None => Vec::new(),
+    };
+    Ok(Some(entries))
 }
 
 /// `aggregate` with `explain`: the input query's plan (a leading `$match` is pushed down to

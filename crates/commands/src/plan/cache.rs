@@ -32,11 +32,15 @@ pub struct CacheKey {
 
 impl CacheKey {
     pub fn new(collection: &CollectionHandle, spec: &QuerySpec) -> CacheKey {
+        CacheKey::with_shape(collection, query_shape(spec))
+    }
+
+    fn with_shape(collection: &CollectionHandle, shape: String) -> CacheKey {
         CacheKey {
             namespace: collection.namespace().to_string(),
             collection_uuid: collection.uuid_bytes(),
             index_prefixes: collection.index_views().map(|index| index.prefix()).collect(),
-            shape: query_shape(spec),
+            shape,
         }
     }
 
@@ -101,11 +105,18 @@ pub fn clear(namespace: &str, shape: Option<&str>) -> usize {
     before - cache.entries.len()
 }
 
-/// The entries of a namespace as `$planCacheStats` shows them.
-pub fn describe(namespace: &str) -> Vec<Document> {
-    let guard = CACHE.lock();
-    let Some(cache) = guard.as_ref() else { return Vec::new() };
-    let mut entries: Vec<(&CacheKey, &CacheEntry)> = cache.entries.iter().filter(|(key, _)| key.namespace == namespace).collect();
+/// The entries of a collection's current index set as `$planCacheStats` shows them; entries
+/// of the namespace made for another index set (or an earlier collection) are dropped.
+pub fn describe(collection: &CollectionHandle) -> Vec<Document> {
+    let current = CacheKey::with_shape(collection, String::new());
+    let mut guard = CACHE.lock();
+    let Some(cache) = guard.as_mut() else { return Vec::new() };
+    cache.entries.retain(|key, _| {
+        key.namespace != current.namespace
+            || (key.collection_uuid == current.collection_uuid && key.index_prefixes == current.index_prefixes)
+    });
+    let mut entries: Vec<(&CacheKey, &CacheEntry)> =
+        cache.entries.iter().filter(|(key, _)| key.namespace == current.namespace).collect();
     entries.sort_by_key(|(_, entry)| entry.sequence);
     entries
         .into_iter()

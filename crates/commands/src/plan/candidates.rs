@@ -189,18 +189,25 @@ fn explain_bounds(fields: &[(&str, IndexFieldKind)], bounded: &[Vec<Interval>]) 
     let mut bounds = Document::new();
     for (position, (path, kind)) in fields.iter().enumerate() {
         let intervals: Vec<Bson> = match bounded.get(position) {
-            Some(intervals) => {
-                let mut shown: Vec<Bson> = intervals.iter().map(|interval| Bson::String(describe_interval(interval))).collect();
-                if *kind == IndexFieldKind::Descending {
-                    shown.reverse();
-                }
-                shown
+            // A descending field lists its intervals, and each interval's ends, from the top.
+            Some(intervals) if *kind == IndexFieldKind::Descending => {
+                intervals.iter().rev().map(|interval| Bson::String(describe_interval(&reversed(interval)))).collect()
             }
+            Some(intervals) => intervals.iter().map(|interval| Bson::String(describe_interval(interval))).collect(),
             None => vec![Bson::String("[MinKey, MaxKey]".to_string())],
         };
         bounds.insert(*path, intervals);
     }
     bounds
+}
+
+fn reversed(interval: &Interval) -> Interval {
+    Interval {
+        lower: interval.upper.clone(),
+        lower_inclusive: interval.upper_inclusive,
+        upper: interval.lower.clone(),
+        upper_inclusive: interval.lower_inclusive,
+    }
 }
 
 fn describe_interval(interval: &Interval) -> String {
