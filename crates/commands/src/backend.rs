@@ -69,6 +69,10 @@ pub trait Backend: Send + Sync {
     fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>>;
     /// Checks a collection's records, counters and index entries, all read from one snapshot.
     fn validate_collection(&self, handle: &CollectionHandle) -> BackendResult<ValidationReport>;
+    /// Waits at most `timeout` for an insert into a capped collection (tailable awaitData
+    /// cursors): true when records after `after` may exist, false when the time ran out.
+    fn wait_for_capped_insert(&self, handle: &CollectionHandle, after: Option<RecordId>, timeout: std::time::Duration)
+        -> BackendResult<bool>;
 
     // ----- writes ----------------------------------------------------------------------------
     fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b>;
@@ -162,6 +166,10 @@ impl Backend for Engine {
     }
     fn validate_collection(&self, handle: &CollectionHandle) -> BackendResult<ValidationReport> {
         Engine::validate_collection(self, handle)
+    }
+    fn wait_for_capped_insert(&self, handle: &CollectionHandle, after: Option<RecordId>, timeout: std::time::Duration)
+        -> BackendResult<bool> {
+        Engine::wait_for_capped_insert(self, handle, after, timeout)
     }
     fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b> {
         Box::new(Engine::begin_write(self, handle))
@@ -307,6 +315,10 @@ impl<B: Backend> Backend for ContractBackend<B> {
         let report = self.inner.validate_collection(handle)?;
         assert!(report.records >= 0 && report.invalid_records <= report.records, "inconsistent validation report: {report:?}");
         Ok(report)
+    }
+    fn wait_for_capped_insert(&self, handle: &CollectionHandle, after: Option<RecordId>, timeout: std::time::Duration)
+        -> BackendResult<bool> {
+        self.inner.wait_for_capped_insert(handle, after, timeout)
     }
     fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b> {
         self.inner.begin_write(handle)

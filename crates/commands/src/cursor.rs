@@ -11,6 +11,11 @@
 //!   `cursorTimeoutMillis` (10 minutes by default, as MongoDB).
 //! - A cursor belongs to the logical session (lsid) that opened it: a getMore or killCursors
 //!   from another session is refused, as MongoDB refuses it.
+//! - A cursor killed because its collection or database was dropped leaves a tombstone (at most
+//!   [`MAX_OPEN_CURSORS`], reaped with idle cursors), so its next getMore answers
+//!   QueryPlanKilled (175) as MongoDB's does, not CursorNotFound.
+
+pub mod tailable;
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -32,6 +37,8 @@ pub enum CursorSource {
     Query(Box<Execution>),
     /// An aggregation pipeline that pulls from its input as batches are asked for.
     Aggregation(Box<crate::command::aggregate::AggregationStream>),
+    /// A tailable cursor on a capped collection: stays open at the end of the collection.
+    Tailable(Box<tailable::TailableQuery>),
 }
 
 impl CursorSource {
@@ -48,6 +55,7 @@ impl CursorSource {
             CursorSource::Materialized { bytes, .. } => *bytes,
             CursorSource::Query(execution) => execution.retained_bytes(),
             CursorSource::Aggregation(stream) => stream.retained_bytes(),
+            CursorSource::Tailable(_) => 0,
         }
     }
 
@@ -56,7 +64,7 @@ impl CursorSource {
         match self {
             CursorSource::Query(execution) => execution.park(),
             CursorSource::Aggregation(stream) => stream.park(),
-            CursorSource::Materialized { .. } => {}
+            CursorSource::Materialized { .. } | CursorSource::Tailable(_) => {}
         }
     }
 }
@@ -84,14 +92,56 @@ pub struct Cursor {
     pub source: CursorSource,
     /// The `lsid.id` of the session that opened the cursor, when it had one.
     pub session: Option<Bson>,
+    /// How a query cursor's end is seen (see [`QueryEnd`]).
+    pub query_end: QueryEnd,
     last_used: Instant,
     retained_bytes: usize,
 }
 
 impl Cursor {
     pub fn new(namespace: String, source: CursorSource, session: Option<Bson>) -> Cursor {
-        Cursor { namespace, source, session, last_used: Instant::now(), retained_bytes: 0 }
+        Cursor { namespace, source, session, query_end: QueryEnd::default(), last_used: Instant::now(), retained_bytes: 0 }
     }
+
+    pub fn with_query_end(mut self, query_end: QueryEnd) -> Cursor {
+        self.query_end = query_end;
+        self
+    }
+}
+
+/// MongoDB's executor reports the end of a scan only when asked for one more document, so a
+/// batch that fills up exactly at the last document leaves the cursor open, and the next
+/// getMore answers an empty batch and closes it. Sorts, `_id` lookups and a reached limit know
+/// their end at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueryEnd {
+    /// True for scans (no blocking sort, no `_id` lookup): a full batch keeps the cursor open.
+    pub seen_only_past_the_end: bool,
+    /// Documents the limit still allows (None: no limit).
+    pub limit_remaining: Option<u64>,
+}
+
+impl QueryEnd {
+    /// Counts a batch of `returned` documents asked for as `batch_size`, and tells whether the
+    /// cursor stays open given whether its source is exhausted.
+    pub fn stays_open(&mut self, returned: usize, batch_size: usize, source_exhausted: bool) -> bool {
+        if let Some(remaining) = &mut self.limit_remaining {
+            *remaining = remaining.saturating_sub(returned as u64);
+        }
+        if !source_exhausted {
+            return true;
+        }
+        let filled = batch_size > 0 && returned == batch_size;
+        filled && self.seen_only_past_the_end && self.limit_remaining != Some(0)
+    }
+}
+
+/// Why a getMore found no open cursor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CursorGone {
+    NotFound,
+    /// Killed because its collection or database was dropped (or renamed).
+    CollectionDropped,
 }
 
 pub struct CursorManager {
@@ -100,6 +150,8 @@ pub struct CursorManager {
 
 struct OpenCursors {
     by_id: HashMap<i64, Cursor>,
+    /// Cursors killed with their collection, and when: their getMore answers QueryPlanKilled.
+    dropped: HashMap<i64, Instant>,
     /// Sum of the open cursors' retained bytes.
     retained_bytes: usize,
     /// Reaping scans every cursor, so it runs at most once per `REAP_INTERVAL`.
@@ -117,7 +169,12 @@ impl Default for CursorManager {
 impl CursorManager {
     pub fn new() -> CursorManager {
         CursorManager {
-            open: Mutex::new(OpenCursors { by_id: HashMap::new(), retained_bytes: 0, last_reaped: Instant::now() }),
+            open: Mutex::new(OpenCursors {
+                by_id: HashMap::new(),
+                dropped: HashMap::new(),
+                retained_bytes: 0,
+                last_reaped: Instant::now(),
+            }),
         }
     }
 
@@ -146,6 +203,17 @@ impl CursorManager {
         let mut open = self.open.lock();
         reap_idle(&mut open);
         open.remove(id)
+    }
+
+    /// Like [`Self::check_out`], telling a cursor killed with its collection from an unknown one.
+    pub fn check_out_for_get_more(&self, id: i64) -> Result<Cursor, CursorGone> {
+        let mut open = self.open.lock();
+        reap_idle(&mut open);
+        match open.remove(id) {
+            Some(cursor) => Ok(cursor),
+            None if open.dropped.remove(&id).is_some() => Err(CursorGone::CollectionDropped),
+            None => Err(CursorGone::NotFound),
+        }
     }
 
     /// Parks the cursor (dropping what it read ahead), counts what it retains, and closes the
@@ -194,11 +262,16 @@ impl CursorManager {
         self.kill_where(|cursor| cursor.namespace.starts_with(&prefix));
     }
 
+    /// Closes the cursors of a dropped collection, leaving tombstones for their next getMore.
     fn kill_where(&self, doomed: impl Fn(&Cursor) -> bool) {
         let mut open = self.open.lock();
         let ids: Vec<i64> = open.by_id.iter().filter(|(_, cursor)| doomed(cursor)).map(|(id, _)| *id).collect();
+        let now = Instant::now();
         for id in ids {
             open.remove(id);
+            if open.dropped.len() < MAX_OPEN_CURSORS {
+                open.dropped.insert(id, now);
+            }
         }
     }
 }
@@ -223,6 +296,7 @@ fn reap_idle(open: &mut OpenCursors) {
     for id in idle {
         open.remove(id);
     }
+    open.dropped.retain(|_, killed| now.duration_since(*killed) < timeout);
 }
 
 /// Cursor ids need not be cryptographic, only unpredictable enough not to collide across
@@ -259,6 +333,31 @@ mod tests {
         manager.kill(second);
         assert_eq!(manager.retained_bytes(), 0);
         crate::knobs::CURSOR_MEMORY_LIMIT_BYTES.store(512 * 1024 * 1024, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    #[test]
+    fn dropped_cursors_are_told_from_unknown_ones() {
+        let manager = CursorManager::new();
+        let id = manager.register(Cursor::new("d.c".into(), materialized(3, 10), None));
+        let other = manager.register(Cursor::new("d.other".into(), materialized(3, 10), None));
+        manager.kill_namespace("d.c");
+        assert!(matches!(manager.check_out_for_get_more(id), Err(CursorGone::CollectionDropped)));
+        assert!(matches!(manager.check_out_for_get_more(id), Err(CursorGone::NotFound)), "told once");
+        assert!(manager.check_out_for_get_more(other).is_ok());
+        assert!(matches!(manager.check_out_for_get_more(12345), Err(CursorGone::NotFound)));
+    }
+
+    #[test]
+    fn a_full_scan_batch_keeps_the_cursor_open_until_a_getmore_finds_nothing() {
+        let mut scan = QueryEnd { seen_only_past_the_end: true, limit_remaining: None };
+        assert!(scan.stays_open(10, 10, true), "filled exactly at the end: open");
+        assert!(!scan.stays_open(0, 10, true), "the next getMore finds nothing: closed");
+        assert!(!scan.stays_open(3, 10, true));
+        let mut limited = QueryEnd { seen_only_past_the_end: true, limit_remaining: Some(10) };
+        assert!(!limited.stays_open(10, 10, true), "the limit is reached: closed at once");
+        let mut sorted = QueryEnd { seen_only_past_the_end: false, limit_remaining: None };
+        assert!(!sorted.stays_open(10, 10, true));
+        assert!(sorted.stays_open(10, 10, false));
     }
 
     #[test]

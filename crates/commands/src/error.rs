@@ -6,60 +6,73 @@ use myriad_query::QueryError;
 use myriad_storage::StorageError;
 use myriad_wire::WireError;
 
-/// MongoDB error codes used by the command layer, with their canonical names.
+/// A MongoDB error code; its `codeName` comes from the one table ([`myriad_error_codes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ErrorCode {
     pub code: i32,
-    pub name: &'static str,
+}
+
+impl ErrorCode {
+    pub const fn new(code: i32) -> ErrorCode {
+        ErrorCode { code }
+    }
+
+    /// MongoDB's name for the code, or `Location<code>` when it has none.
+    pub fn name(self) -> &'static str {
+        myriad_error_codes::code_name(self.code)
+    }
 }
 
 macro_rules! error_codes {
-    ($($constant:ident = $code:literal, $name:literal;)*) => {
-        $(pub const $constant: ErrorCode = ErrorCode { code: $code, name: $name };)*
+    ($($constant:ident = $code:literal;)*) => {
+        $(pub const $constant: ErrorCode = ErrorCode::new($code);)*
     };
 }
 
 error_codes! {
-    INTERNAL_ERROR = 1, "InternalError";
-    BAD_VALUE = 2, "BadValue";
-    NO_SUCH_KEY = 4, "NoSuchKey";
-    FAILED_TO_PARSE = 9, "FailedToParse";
-    TYPE_MISMATCH = 14, "TypeMismatch";
-    ILLEGAL_OPERATION = 20, "IllegalOperation";
-    NAMESPACE_NOT_FOUND = 26, "NamespaceNotFound";
-    INDEX_NOT_FOUND = 27, "IndexNotFound";
-    CURSOR_NOT_FOUND = 43, "CursorNotFound";
-    NAMESPACE_EXISTS = 48, "NamespaceExists";
-    COMMAND_NOT_FOUND = 59, "CommandNotFound";
-    INVALID_OPTIONS = 72, "InvalidOptions";
-    INVALID_NAMESPACE = 73, "InvalidNamespace";
-    INDEX_OPTIONS_CONFLICT = 85, "IndexOptionsConflict";
-    INDEX_KEY_SPECS_CONFLICT = 86, "IndexKeySpecsConflict";
-    DOCUMENT_TOO_LARGE = 10334, "BSONObjectTooLarge";
-    DUPLICATE_KEY = 11000, "DuplicateKey";
-    NO_MATCHING_DOCUMENT = 47, "NoMatchingDocument";
-    INVALID_ID_FIELD = 53, "InvalidIdField";
-    CANNOT_CREATE_INDEX = 67, "CannotCreateIndex";
-    IMMUTABLE_FIELD = 66, "ImmutableField";
-    CANNOT_INDEX_PARALLEL_ARRAYS = 171, "CannotIndexParallelArrays";
-    PROTOCOL_ERROR = 17, "ProtocolError";
-    UNAUTHORIZED = 13, "Unauthorized";
-    INVALID_LENGTH = 16, "InvalidLength";
-    CONFLICTING_UPDATE_OPERATORS = 40, "ConflictingUpdateOperators";
-    DATA_CORRUPTION_DETECTED = 296, "DataCorruptionDetected";
-    NO_QUERY_EXECUTION_PLANS = 291, "NoQueryExecutionPlans";
-    LOCATION_51024 = 51024, "Location51024";
-    MAX_TIME_MS_EXPIRED = 50, "MaxTimeMSExpired";
-    INTERRUPTED = 11601, "Interrupted";
-    QUERY_EXCEEDED_MEMORY_LIMIT = 292, "QueryExceededMemoryLimitNoDiskUseAllowed";
-    WRITE_CONFLICT = 112, "WriteConflict";
+    INTERNAL_ERROR = 1;
+    BAD_VALUE = 2;
+    NO_SUCH_KEY = 4;
+    FAILED_TO_PARSE = 9;
+    UNAUTHORIZED = 13;
+    TYPE_MISMATCH = 14;
+    INVALID_LENGTH = 16;
+    PROTOCOL_ERROR = 17;
+    ILLEGAL_OPERATION = 20;
+    NAMESPACE_NOT_FOUND = 26;
+    INDEX_NOT_FOUND = 27;
+    CONFLICTING_UPDATE_OPERATORS = 40;
+    CURSOR_NOT_FOUND = 43;
+    NO_MATCHING_DOCUMENT = 47;
+    NAMESPACE_EXISTS = 48;
+    MAX_TIME_MS_EXPIRED = 50;
+    INVALID_ID_FIELD = 53;
+    COMMAND_NOT_FOUND = 59;
+    IMMUTABLE_FIELD = 66;
+    CANNOT_CREATE_INDEX = 67;
+    INVALID_OPTIONS = 72;
+    INVALID_NAMESPACE = 73;
+    INDEX_OPTIONS_CONFLICT = 85;
+    INDEX_KEY_SPECS_CONFLICT = 86;
+    WRITE_CONFLICT = 112;
+    CANNOT_INDEX_PARALLEL_ARRAYS = 171;
+    INVALID_INDEX_SPECIFICATION_OPTION = 197;
+    NO_QUERY_EXECUTION_PLANS = 291;
+    QUERY_EXCEEDED_MEMORY_LIMIT = 292;
+    DATA_CORRUPTION_DETECTED = 301;
+    DOCUMENT_TOO_LARGE = 10334;
+    DUPLICATE_KEY = 11000;
+    INTERRUPTED = 11601;
+    DUPLICATE_FIELD = 40413;
+    MISSING_FIELD = 40414;
+    UNKNOWN_FIELD = 40415;
+    LOCATION_51024 = 51024;
 }
 
 /// A command failure, rendered as MongoDB renders it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CommandError {
     pub code: i32,
-    pub code_name: &'static str,
     pub message: String,
     /// Extra reply fields (DuplicateKey's keyPattern and keyValue, for example).
     pub extra: Option<Document>,
@@ -67,7 +80,7 @@ pub struct CommandError {
 
 impl CommandError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> CommandError {
-        CommandError { code: code.code, code_name: code.name, message: message.into(), extra: None }
+        CommandError { code: code.code, message: message.into(), extra: None }
     }
 
     pub fn bad_value(message: impl Into<String>) -> CommandError {
@@ -82,9 +95,14 @@ impl CommandError {
         CommandError::new(INTERNAL_ERROR, message)
     }
 
+    /// MongoDB's `codeName` for the error's code (the one table, [`myriad_error_codes`]).
+    pub fn code_name(&self) -> &'static str {
+        myriad_error_codes::code_name(self.code)
+    }
+
     /// `{ok: 0, errmsg, code, codeName, ...extra}` as a command reply body.
     pub fn to_reply(&self) -> Document {
-        let mut reply = doc! { "ok": 0.0, "errmsg": &self.message, "code": self.code, "codeName": self.code_name };
+        let mut reply = doc! { "ok": 0.0, "errmsg": &self.message, "code": self.code, "codeName": self.code_name() };
         if let Some(extra) = &self.extra {
             for (key, value) in extra {
                 reply.insert(key.clone(), value.clone());
@@ -107,7 +125,7 @@ impl CommandError {
 
 impl std::fmt::Display for CommandError {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(formatter, "{} ({}): {}", self.code_name, self.code, self.message)
+        write!(formatter, "{} ({}): {}", self.code_name(), self.code, self.message)
     }
 }
 
@@ -115,13 +133,13 @@ impl std::error::Error for CommandError {}
 
 impl From<QueryError> for CommandError {
     fn from(error: QueryError) -> CommandError {
-        CommandError { code: error.code(), code_name: error.code_name(), message: error.message().to_string(), extra: None }
+        CommandError { code: error.code(), message: error.message().to_string(), extra: None }
     }
 }
 
 impl From<WireError> for CommandError {
     fn from(error: WireError) -> CommandError {
-        CommandError { code: error.code(), code_name: error.code_name(), message: error.to_string(), extra: None }
+        CommandError { code: error.code(), message: error.to_string(), extra: None }
     }
 }
 
@@ -132,15 +150,15 @@ impl From<StorageError> for CommandError {
                 let key_text = render_key_value(&key_value);
                 CommandError {
                     code: DUPLICATE_KEY.code,
-                    code_name: DUPLICATE_KEY.name,
                     message: format!(
                         "E11000 duplicate key error collection: {namespace} index: {index_name} dup key: {key_text}"
                     ),
                     extra: Some(doc! { "keyPattern": key_pattern, "keyValue": key_value }),
                 }
             }
-            // Storage errors know their MongoDB code; InternalError covers the rest.
-            other => CommandError { code: other.code(), code_name: other.code_name(), message: other.to_string(), extra: None },
+            // Storage errors know their MongoDB code (InternalError covers the rest); the name
+            // comes from the one table.
+            other => CommandError { code: other.code(), message: other.to_string(), extra: None },
         }
     }
 }

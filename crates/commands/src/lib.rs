@@ -17,6 +17,7 @@
 pub mod backend;
 pub mod command;
 pub mod context;
+pub mod duplicates;
 pub mod cursor;
 pub mod error;
 pub mod execution;

@@ -39,7 +39,8 @@ impl Severity {
 pub struct Logger {
     sink: Mutex<Sink>,
     recent: Mutex<VecDeque<String>>,
-    quiet: bool,
+    /// `--quiet`, also the `quiet` server parameter (settable at runtime).
+    quiet: std::sync::atomic::AtomicBool,
 }
 
 enum Sink {
@@ -49,12 +50,20 @@ enum Sink {
 
 impl Logger {
     pub fn stderr(quiet: bool) -> Logger {
-        Logger { sink: Mutex::new(Sink::Stderr), recent: Mutex::new(VecDeque::new()), quiet }
+        Logger { sink: Mutex::new(Sink::Stderr), recent: Mutex::new(VecDeque::new()), quiet: std::sync::atomic::AtomicBool::new(quiet) }
     }
 
     pub fn file(path: &str, append: bool, quiet: bool) -> std::io::Result<Logger> {
         let file = std::fs::OpenOptions::new().create(true).append(append).write(true).truncate(!append).open(path)?;
-        Ok(Logger { sink: Mutex::new(Sink::File(file)), recent: Mutex::new(VecDeque::new()), quiet })
+        Ok(Logger { sink: Mutex::new(Sink::File(file)), recent: Mutex::new(VecDeque::new()), quiet: std::sync::atomic::AtomicBool::new(quiet) })
+    }
+
+    pub fn is_quiet(&self) -> bool {
+        self.quiet.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn set_quiet(&self, quiet: bool) {
+        self.quiet.store(quiet, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Writes one line. `component` is MongoDB's (NETWORK, COMMAND, STORAGE, CONTROL...).
@@ -78,7 +87,7 @@ impl Logger {
             }
             recent.push_back(text.clone());
         }
-        if self.quiet && QUIET_SUPPRESSED_IDS.contains(&id) {
+        if self.is_quiet() && QUIET_SUPPRESSED_IDS.contains(&id) {
             return;
         }
         let mut sink = self.sink.lock();

@@ -14,6 +14,10 @@ pub struct CommandRequest {
     /// Shared, so the operation table can show the command without copying it.
     pub body: std::sync::Arc<Document>,
     pub connection: ConnectionInfo,
+    /// Field names that occurred twice in one document of the message (the decoder keeps the
+    /// last value; see [`myriad_wire::DuplicateFields`]), as paths from the body, sequence
+    /// documents under `[identifier, index]`. Checked by [`crate::duplicates`].
+    pub duplicate_fields: Vec<myriad_wire::DuplicateFieldPath>,
 }
 
 impl CommandRequest {
@@ -22,6 +26,7 @@ impl CommandRequest {
     pub fn from_op_msg(
         mut body: Document,
         sequences: Vec<(String, Vec<Document>)>,
+        duplicate_fields: myriad_wire::DuplicateFields,
         connection: ConnectionInfo,
     ) -> CommandResult<CommandRequest> {
         for (identifier, documents) in sequences {
@@ -37,7 +42,12 @@ impl CommandRequest {
             Some(_) => return Err(CommandError::type_mismatch("$db must be a string")),
             None => return Err(CommandError::bad_value("OP_MSG requests require a $db argument")),
         };
-        CommandRequest::new(db, body, connection)
+        let mut request = CommandRequest::new(db, body, connection)?;
+        if !duplicate_fields.is_empty() {
+            request.duplicate_fields = duplicate_fields.paths().to_vec();
+            crate::duplicates::check_command(&request)?;
+        }
+        Ok(request)
     }
 
     pub fn new(db: String, body: Document, connection: ConnectionInfo) -> CommandResult<CommandRequest> {
@@ -46,7 +56,7 @@ impl CommandRequest {
             None => return Err(CommandError::bad_value("Empty command object")),
         };
         validate_database_name(&db)?;
-        Ok(CommandRequest { db, name, body: std::sync::Arc::new(body), connection })
+        Ok(CommandRequest { db, name, body: std::sync::Arc::new(body), connection, duplicate_fields: Vec::new() })
     }
 
     /// The value of the command's first field (the collection name for most commands).
@@ -73,7 +83,7 @@ impl CommandRequest {
         match self.body.get(field) {
             None | Some(Bson::Null) => Ok(None),
             Some(Bson::Document(document)) => Ok(Some(document)),
-            Some(other) => Err(field_type_error(field, "object", other)),
+            Some(other) => Err(self.wrong_type(field, "object", other)),
         }
     }
 
@@ -81,7 +91,7 @@ impl CommandRequest {
         match self.body.get(field) {
             None | Some(Bson::Null) => Ok(None),
             Some(Bson::Array(array)) => Ok(Some(array)),
-            Some(other) => Err(field_type_error(field, "array", other)),
+            Some(other) => Err(self.wrong_type(field, "array", other)),
         }
     }
 
@@ -89,7 +99,7 @@ impl CommandRequest {
         match self.body.get(field) {
             None | Some(Bson::Null) => Ok(None),
             Some(Bson::String(text)) => Ok(Some(text)),
-            Some(other) => Err(field_type_error(field, "string", other)),
+            Some(other) => Err(self.wrong_type(field, "string", other)),
         }
     }
 
@@ -102,7 +112,7 @@ impl CommandRequest {
     pub fn optional_flag(&self, field: &str) -> CommandResult<Option<bool>> {
         match self.body.get(field) {
             None | Some(Bson::Null) => Ok(None),
-            Some(value) => truthy(value).map(Some).ok_or_else(|| field_type_error(field, "bool", value)),
+            Some(value) => truthy(value).map(Some).ok_or_else(|| self.wrong_type(field, "bool", value)),
         }
     }
 
@@ -110,7 +120,7 @@ impl CommandRequest {
     pub fn optional_integer(&self, field: &str) -> CommandResult<Option<i64>> {
         match self.body.get(field) {
             None | Some(Bson::Null) => Ok(None),
-            Some(value) => integer_value(value).map(Some).ok_or_else(|| field_type_error(field, "number", value)),
+            Some(value) => integer_value(value).map(Some).ok_or_else(|| self.wrong_type(field, "number", value)),
         }
     }
 
@@ -123,9 +133,15 @@ impl CommandRequest {
             .iter()
             .map(|value| match value {
                 Bson::Document(document) => Ok(document),
-                other => Err(field_type_error(field, "object", other)),
+                other => Err(self.wrong_type(field, "object", other)),
             })
             .collect()
+    }
+
+    /// TypeMismatch for a wrongly typed field, named as MongoDB names it:
+    /// `'<command>.<field>'` (`'insert.ordered'`, `'update.updates.q'`).
+    pub fn wrong_type(&self, field: &str, expected: &str, actual: &Bson) -> CommandError {
+        field_type_error(&format!("{}.{field}", self.name), expected, actual)
     }
 }
 

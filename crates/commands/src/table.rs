@@ -72,7 +72,8 @@ commands! {
     "listIndexes" => command::list_indexes::run, admin: false, write: false, "Lists a collection's indexes.";
     "dropIndexes" | "deleteIndexes" => command::drop_indexes::run, admin: false, write: true, "Drops indexes.";
     "collStats" => command::coll_stats::run, admin: false, write: false, "Collection statistics.";
-    "dbStats" => command::db_stats::run, admin: false, write: false, "Database statistics.";
+    "dbStats" | "dbstats" => command::db_stats::run, admin: false, write: false, "Database statistics.";
+    "dataSize" | "datasize" => command::data_size::run, admin: false, write: false, "Bytes and count of a collection's documents, or of a key range's.";
     "compact" => command::compact::run, admin: false, write: true, "Compacts the shared tablespace (returns dropped collections' disk space).";
     "currentOp" => command::current_op::run, admin: true, write: false, "Lists the operations in progress.";
     "killOp" => command::current_op::kill, admin: true, write: false, "Interrupts an operation in progress.";

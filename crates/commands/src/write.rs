@@ -111,6 +111,6 @@ pub fn statements<'a>(request: &'a CommandRequest, field: &str) -> CommandResult
 pub fn ordered(request: &CommandRequest) -> CommandResult<bool> {
     match request.body.get("ordered") {
         None => Ok(true),
-        Some(value) => crate::request::truthy(value).ok_or_else(|| crate::request::field_type_error("ordered", "bool", value)),
+        Some(value) => crate::request::truthy(value).ok_or_else(|| request.wrong_type("ordered", "bool", value)),
     }
 }

@@ -59,26 +59,10 @@ impl QueryError {
         }
     }
 
+    /// MongoDB's `codeName` for [`QueryError::code`], from the one table
+    /// ([`myriad_error_codes`]): the code's name, or `Location<code>` for a code without one.
     pub fn code_name(&self) -> &'static str {
-        match self {
-            QueryError::BadValue(_) => "BadValue",
-            QueryError::FailedToParse(_) => "FailedToParse",
-            QueryError::TypeMismatch(_) => "TypeMismatch",
-            QueryError::PathNotViable(_) => "PathNotViable",
-            QueryError::ConflictingUpdateOperators(_) => "ConflictingUpdateOperators",
-            QueryError::DollarPrefixedFieldName(_) => "DollarPrefixedFieldName",
-            QueryError::InvalidIdField(_) => "InvalidIdField",
-            QueryError::NotSingleValueField(_) => "NotSingleValueField",
-            QueryError::EmptyFieldName(_) => "EmptyFieldName",
-            QueryError::ImmutableField(_) => "ImmutableField",
-            QueryError::InvalidOptions(_) => "InvalidOptions",
-            QueryError::InvalidPipelineOperator(_) => "InvalidPipelineOperator",
-            QueryError::ConversionFailure(_) => "ConversionFailure",
-            QueryError::QueryExceededMemoryLimitNoDiskUseAllowed(_) => {
-                "QueryExceededMemoryLimitNoDiskUseAllowed"
-            }
-            QueryError::Location(code, _) => location_code_name(*code),
-        }
+        myriad_error_codes::code_name(self.code())
     }
 
     /// The same error with `prefix` before its message (MongoDB's "... :: caused by :: "
@@ -124,115 +108,6 @@ impl QueryError {
             | QueryError::QueryExceededMemoryLimitNoDiskUseAllowed(message)
             | QueryError::Location(_, message) => message,
         }
-    }
-}
-
-/// MongoDB names its numbered assertion sites "Location<code>"; the codes this crate raises
-/// are listed so the name is a static string.
-fn location_code_name(code: i32) -> &'static str {
-    match code {
-        15 => "Overflow",
-        146 => "ExceededMemoryLimit",
-        296 => "DataCorruptionDetected",
-        15952 => "Location15952",
-        15955 => "Location15955",
-        15956 => "Location15956",
-        15957 => "Location15957",
-        15958 => "Location15958",
-        15959 => "Location15959",
-        15973 => "Location15973",
-        15974 => "Location15974",
-        15975 => "Location15975",
-        15976 => "Location15976",
-        15983 => "Location15983",
-        16020 => "Location16020",
-        16554 => "Location16554",
-        16555 => "Location16555",
-        16608 => "Location16608",
-        16610 => "Location16610",
-        16702 => "Location16702",
-        16872 => "Location16872",
-        17080 => "Location17080",
-        17081 => "Location17081",
-        17082 => "Location17082",
-        17083 => "Location17083",
-        17124 => "Location17124",
-        28656 => "Location28656",
-        28657 => "Location28657",
-        28680 => "Location28680",
-        28689 => "Location28689",
-        28690 => "Location28690",
-        28691 => "Location28691",
-        28761 => "Location28761",
-        28765 => "Location28765",
-        28812 => "Location28812",
-        28818 => "Location28818",
-        28822 => "Location28822",
-        28808 => "Location28808",
-        28809 => "Location28809",
-        31249 => "Location31249",
-        31250 => "Location31250",
-        31253 => "Location31253",
-        31254 => "Location31254",
-        31276 => "Location31276",
-        34473 => "Location34473",
-        40081 => "Location40081",
-        40147 => "Location40147",
-        40148 => "Location40148",
-        40156 => "Location40156",
-        40157 => "Location40157",
-        40158 => "Location40158",
-        40160 => "Location40160",
-        40228 => "Location40228",
-        40231 => "Location40231",
-        40234 => "Location40234",
-        40235 => "Location40235",
-        40236 => "Location40236",
-        40238 => "Location40238",
-        40323 => "Location40323",
-        40324 => "Location40324",
-        40352 => "Location40352",
-        40353 => "Location40353",
-        51024 => "Location51024",
-        51091 => "Location51091",
-        51246 => "Location51246",
-        51272 => "Location51272",
-        15947 => "Location15947",
-        15948 => "Location15948",
-        15950 => "Location15950",
-        15998 => "Location15998",
-        16410 => "Location16410",
-        16411 => "Location16411",
-        16414 => "Location16414",
-        28667 => "Location28667",
-        31002 => "Location31002",
-        31119 => "Location31119",
-        31120 => "Location31120",
-        31252 => "Location31252",
-        31255 => "Location31255",
-        31256 => "Location31256",
-        31257 => "Location31257",
-        31258 => "Location31258",
-        31259 => "Location31259",
-        31271 => "Location31271",
-        31272 => "Location31272",
-        31273 => "Location31273",
-        31274 => "Location31274",
-        31275 => "Location31275",
-        31308 => "Location31308",
-        31310 => "Location31310",
-        31324 => "Location31324",
-        31325 => "Location31325",
-        31394 => "Location31394",
-        31395 => "Location31395",
-        40237 => "Location40237",
-        40365 => "Location40365",
-        51050 => "Location51050",
-        51108 => "Location51108",
-        51270 => "Location51270",
-        5392900 => "Location5392900",
-        5729100 => "Location5729100",
-        _ => "Location",
     }
 }
 

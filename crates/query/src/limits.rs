@@ -10,7 +10,7 @@
 //! - Stored documents: at most [`MAX_USER_STORAGE_DEPTH`] levels (`Overflow`, as MongoDB's
 //!   insert and update paths report it).
 //! - Reading stored documents: [`decode_stored`] refuses anything deeper than
-//!   [`MAX_BSON_DEPTH`] with `DataCorruptionDetected` (296) instead of recursing into it.
+//!   [`MAX_BSON_DEPTH`] with `DataCorruptionDetected` (301) instead of recursing into it.
 
 use bson::{Document, RawDocument};
 
@@ -29,7 +29,7 @@ pub const OVERFLOW: i32 = 15;
 /// The code of MongoDB's match parser for a too-long path.
 pub const MATCH_PATH_TOO_LONG: i32 = 5_729_100;
 /// MongoDB's `DataCorruptionDetected` code.
-pub const DATA_CORRUPTION_DETECTED: i32 = 296;
+pub const DATA_CORRUPTION_DETECTED: i32 = 301;
 
 /// Counts a dotted path's components without splitting it (so without allocating per
 /// component): the number of dots plus one.
@@ -134,6 +134,6 @@ mod tests {
         assert_eq!(decode_stored(&raw), Ok(at_limit));
         let raw = RawDocumentBuf::from_document(&nested(201)).expect("serialises");
         let error = decode_stored(&raw).expect_err("too deep");
-        assert_eq!((error.code(), error.code_name()), (296, "DataCorruptionDetected"));
+        assert_eq!((error.code(), error.code_name()), (301, "DataCorruptionDetected"));
     }
 }

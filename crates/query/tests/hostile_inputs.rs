@@ -310,7 +310,7 @@ proptest! {
         if levels <= MAX_BSON_DEPTH {
             prop_assert_eq!(code, None);
         } else {
-            prop_assert_eq!(code, Some(296));
+            prop_assert_eq!(code, Some(301));
         }
     }
 }

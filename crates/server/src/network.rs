@@ -347,7 +347,7 @@ impl ConnectionTask<'_> {
         let more_to_come = op_msg.more_to_come();
         let exhaust_allowed = op_msg.exhaust_allowed();
         let sequences = op_msg.sequences.into_iter().map(|sequence| (sequence.identifier, sequence.documents)).collect();
-        let request = match CommandRequest::from_op_msg(op_msg.body, sequences, self.connection.clone()) {
+        let request = match CommandRequest::from_op_msg(op_msg.body, sequences, op_msg.duplicate_fields, self.connection.clone()) {
             Ok(request) => request,
             Err(error) => return self.reply_unless_more_to_come(more_to_come, &error.to_reply().into(), request_id, reply_id, None),
         };
@@ -363,7 +363,7 @@ impl ConnectionTask<'_> {
                 reply
             } else if !matches!(hello::awaitable_fields(&request), Ok(Some(_))) {
                 CommandError::new(
-                    ErrorCode { code: 51756, name: "Location51756" },
+                    ErrorCode::new(51756),
                     "An isMaster or hello request with exhaust must specify 'maxAwaitTimeMS'",
                 )
                 .to_reply()
@@ -490,7 +490,7 @@ impl ConnectionTask<'_> {
 
 /// A reply of a streamed hello: moreToCome set, never compressed (hello replies never are).
 fn encode_streamed_reply(reply_id: i32, response_to: i32, reply: Document) -> Vec<u8> {
-    let message = OpMsg { flags: OP_MSG_FLAG_MORE_TO_COME, body: reply, sequences: Vec::new(), checksum_present: false };
+    let message = OpMsg { flags: OP_MSG_FLAG_MORE_TO_COME, body: reply, sequences: Vec::new(), checksum_present: false, duplicate_fields: Default::default() };
     match encode_op_msg(reply_id, response_to, &message, None) {
         Ok(bytes) => bytes,
         Err(error) => encode_reply_or_error(reply_id, response_to, &CommandError::from(error).to_reply().into(), None),
@@ -499,7 +499,7 @@ fn encode_streamed_reply(reply_id: i32, response_to: i32, reply: Document) -> Ve
 
 /// What a hello waiting at shutdown gets: ShutdownInProgress, as mongod answers.
 fn shutdown_reply(reply_id: i32, response_to: i32) -> Vec<u8> {
-    let reply = CommandError::new(ErrorCode { code: 91, name: "ShutdownInProgress" }, "The server is shutting down").to_reply();
+    let reply = CommandError::new(ErrorCode::new(91), "The server is shutting down").to_reply();
     encode_reply_or_error(reply_id, response_to, &reply.into(), None)
 }
 
@@ -523,7 +523,7 @@ fn encode_reply_or_error(reply_id: i32, request_id: i32, reply: &Reply, compress
 fn legacy_command(full_collection_name: &str, query: Document, connection: ConnectionInfo) -> Result<CommandRequest, CommandError> {
     let Some(db) = full_collection_name.strip_suffix(".$cmd") else {
         return Err(CommandError::new(
-            ErrorCode { code: 5739101, name: "Location5739101" },
+            ErrorCode::new(5739101),
             "OP_QUERY is no longer supported. The client driver may require an upgrade.",
         ));
     };

@@ -121,7 +121,7 @@ async fn awaitable_hello_fields_are_validated() {
 }
 
 fn send(stream: &mut TcpStream, request_id: i32, flags: u32, body: Document) {
-    let message = OpMsg { flags, body, sequences: Vec::new(), checksum_present: false };
+    let message = OpMsg { flags, body, sequences: Vec::new(), checksum_present: false, duplicate_fields: Default::default() };
     stream.write_all(&encode_op_msg(request_id, 0, &message, None).expect("encode")).expect("send");
 }
 

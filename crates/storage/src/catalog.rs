@@ -283,6 +283,11 @@ impl CollectionEntry {
         }
     }
 
+    /// The createCollection options as stored (empty when there were none).
+    pub(crate) fn options_bytes(&self) -> &[u8] {
+        &self.options
+    }
+
     /// The createCollection options.
     pub(crate) fn options_document(&self) -> Result<Document, StorageError> {
         if self.options.is_empty() {

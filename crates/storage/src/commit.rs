@@ -87,6 +87,10 @@ pub struct PreparedWrite {
     pub operations: Vec<OperationRecord>,
     /// The collection prefix and the highest record id the write allocated.
     allocated: Option<(u64, RecordId)>,
+    /// A capped collection's prefix and the highest record id trimming removed.
+    capped_trimmed_through: Option<(u64, RecordId)>,
+    /// The prefix of a capped collection this write inserted into (its tailers are woken).
+    capped_inserted: Option<u64>,
 }
 
 fn id_of(bytes: &[u8]) -> Result<Bson, StorageError> {
@@ -144,7 +148,16 @@ impl WriteTransaction<'_> {
             }
         }
         self.add_counter_merges(&mut batch)?;
-        Ok(PreparedWrite { batch, operations, allocated: self.allocated_record_id.map(|id| (entry.prefix, id)) })
+        let capped_trimmed_through =
+            self.capped_trim.as_ref().and_then(|trim| trim.trimmed_through).map(|id| (entry.prefix, id));
+        let capped_inserted = (!self.inserted.is_empty() && entry.capped_bounds().is_some()).then_some(entry.prefix);
+        Ok(PreparedWrite {
+            batch,
+            operations,
+            allocated: self.allocated_record_id.map(|id| (entry.prefix, id)),
+            capped_trimmed_through,
+            capped_inserted,
+        })
     }
 
     /// The stats merges: the collection's and each touched index's counters, and the
@@ -186,6 +199,13 @@ impl WriteTransaction<'_> {
             let counter = self.stripe.last_record_ids.entry(prefix).or_insert(allocated);
             assert!(*counter <= allocated, "record ids go backwards: counter {counter}, allocated {allocated}");
             *counter = allocated;
+        }
+        if let Some((prefix, trimmed_through)) = prepared.capped_trimmed_through {
+            let oldest = self.stripe.oldest_record_ids.entry(prefix).or_insert(1);
+            *oldest = (*oldest).max(trimmed_through + 1);
+        }
+        if let Some(prefix) = prepared.capped_inserted {
+            self.engine.capped_inserts.notify(prefix);
         }
         // Under the stripe: an observer sees one collection's writes in commit order.
         self.engine.observe(&prepared.operations);

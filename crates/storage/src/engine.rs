@@ -136,6 +136,8 @@ impl IndexKeyRange {
 #[derive(Default)]
 pub(crate) struct StripeState {
     pub(crate) last_record_ids: HashMap<u64, RecordId>,
+    /// Per capped collection: every record below this id is gone (`capped.rs`).
+    pub(crate) oldest_record_ids: HashMap<u64, RecordId>,
 }
 
 thread_local! {
@@ -216,6 +218,8 @@ pub struct Engine {
     /// Set while the catalog warm-up runs: lazy loads then leave publishing to it, so its
     /// batch swaps do not keep losing to theirs.
     pub(crate) warming: std::sync::atomic::AtomicBool,
+    /// Wakes tailable cursors waiting for inserts into capped collections.
+    pub(crate) capped_inserts: crate::capped::CappedInsertNotifier,
 }
 
 fn validate_database_name(db: &str) -> Result<(), StorageError> {
@@ -313,6 +317,7 @@ impl Engine {
             observer: arc_swap::ArcSwapOption::empty(),
             catalog_warm_up_entries: options.catalog_warm_up_entries,
             warming: std::sync::atomic::AtomicBool::new(false),
+            capped_inserts: crate::capped::CappedInsertNotifier::default(),
         };
         engine.check_format()?;
         let next_prefix = match engine.db.get_cf(engine.family(FAMILY_CATALOG)?, keys::CATALOG_NEXT_PREFIX_KEY)? {

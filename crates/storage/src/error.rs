@@ -40,6 +40,8 @@ pub enum StorageError {
     InvalidDocument(String),
     /// The serialized document exceeds [`crate::MAX_DOCUMENT_SIZE_BYTES`].
     DocumentTooLarge,
+    /// A document larger than a capped collection's `size` can never fit in it.
+    CappedDocumentTooLarge,
     /// The document nests deeper than MongoDB stores
     /// ([`myriad_keystring::nesting::MAX_USER_STORAGE_DEPTH`] levels).
     DocumentTooDeep,
@@ -72,6 +74,7 @@ impl StorageError {
             StorageError::InvalidOptions(_) => 72,
             StorageError::InvalidDocument(_) => 2,
             StorageError::DocumentTooLarge => 10334,
+            StorageError::CappedDocumentTooLarge => 10334,
             StorageError::DocumentTooDeep => 15,
             StorageError::RecordNotFound(_) => 1,
             StorageError::Corrupt(_) => 1,
@@ -97,6 +100,7 @@ impl StorageError {
             StorageError::InvalidOptions(_) => "InvalidOptions",
             StorageError::InvalidDocument(_) => "BadValue",
             StorageError::DocumentTooLarge => "BSONObjectTooLarge",
+            StorageError::CappedDocumentTooLarge => "BSONObjectTooLarge",
             StorageError::DocumentTooDeep => "Overflow",
             StorageError::RecordNotFound(_) => "InternalError",
             StorageError::Corrupt(_) => "InternalError",
@@ -138,6 +142,7 @@ impl fmt::Display for StorageError {
                 "document is larger than the maximum size {}",
                 crate::MAX_DOCUMENT_SIZE_BYTES
             ),
+            StorageError::CappedDocumentTooLarge => write!(formatter, "object to insert exceeds cappedMaxSize"),
             StorageError::DocumentTooDeep => write!(
                 formatter,
                 "Document exceeds maximum nesting depth of {}",

@@ -17,11 +17,14 @@
 //! - Index builds run without the DDL mutex, taking the stripe per chunk of records; a writer
 //!   maintains a building index for the records at or below the build's position, the builder
 //!   for those above it (`index_build.rs`).
+//! - An insert into a capped collection removes its oldest documents in the same transaction,
+//!   under the same stripe, so the collection never exceeds its bounds (`capped.rs`).
 
 // `StorageError::DuplicateKey` carries the key pattern and value documents by value, as the
 // command layer destructures them; the larger `Err` this gives every `Result` is accepted.
 #![allow(clippy::result_large_err)]
 
+mod capped;
 mod catalog;
 mod commit;
 mod engine;
@@ -35,6 +38,7 @@ mod validate;
 mod warm;
 mod write;
 
+pub use capped::CappedBounds;
 pub use catalog::{CollectionHandle, IndexFieldKind, IndexInfo, IndexView};
 pub use engine::{
     CollectionStats, CreateIndexesOutcome, DatabaseStats, Durability, Engine, IndexKeyRange,

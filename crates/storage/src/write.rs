@@ -44,6 +44,8 @@ pub struct WriteTransaction<'e> {
     /// (`RecordId::MAX` when ready; a building index's position, read under the stripe).
     index_limits: Vec<RecordId>,
     pub(crate) operations: usize,
+    /// Trimming state of a capped collection, once an insert needed it.
+    pub(crate) capped_trim: Option<crate::capped::CappedTrim>,
 }
 
 /// Index entry changes one operation will apply, computed before anything is applied.
@@ -82,6 +84,7 @@ impl Engine {
             index_deltas: vec![[0; stats::INDEX_SLOTS]; index_count],
             index_limits,
             operations: 0,
+            capped_trim: None,
         }
     }
 }
@@ -290,6 +293,7 @@ impl<'e> WriteTransaction<'e> {
         let entry = self.entry()?;
         validate_id(document)?;
         let bytes = serialize(document)?;
+        Self::check_capped_document_size(&entry, bytes.len())?;
         let record_id = self.next_record_id(&entry)?;
         let planned = match self.plan_entries(&entry, record_id, None, Some(document)) {
             Ok(planned) => planned,
@@ -305,6 +309,11 @@ impl<'e> WriteTransaction<'e> {
         self.records.insert(record_id, Some(bytes));
         self.inserted.insert(record_id);
         self.operations += 1;
+        if let Err(error) = self.trim_capped(&entry, record_id) {
+            // Half-trimmed: the transaction can no longer commit.
+            self.entry = Err(error.clone());
+            return Err(error);
+        }
         Ok(record_id)
     }
 
@@ -341,8 +350,14 @@ impl<'e> WriteTransaction<'e> {
 
     /// Deletes record `record_id`, whose current content is `old`, and its index entries.
     pub fn delete(&mut self, record_id: RecordId, old: &Document) -> Result<(), StorageError> {
-        let entry = self.entry()?;
+        self.entry()?;
         let (old, current_len) = self.stored_document(record_id, old)?;
+        self.delete_document(record_id, old, current_len)
+    }
+
+    /// Deletes record `record_id`, whose stored content (`current_len` bytes) is `old`.
+    pub(crate) fn delete_document(&mut self, record_id: RecordId, old: Document, current_len: usize) -> Result<(), StorageError> {
+        let entry = self.entry()?;
         let planned = self.plan_entries(&entry, record_id, Some(&old), None)?;
         self.apply_entries(planned);
         self.collection_delta[stats::COLLECTION_DOCUMENTS] -= 1;

@@ -84,29 +84,10 @@ impl WireError {
         }
     }
 
-    /// The MongoDB `codeName` for [`WireError::code`]; codes without a name are reported by
-    /// MongoDB as `Location<code>`.
+    /// The MongoDB `codeName` for [`WireError::code`], from the one table
+    /// ([`myriad_error_codes`]); codes without a name are `Location<code>`, as MongoDB reports them.
     pub fn code_name(&self) -> &'static str {
-        match self.code() {
-            1 => "InternalError",
-            2 => "BadValue",
-            15 => "Overflow",
-            17 => "ProtocolError",
-            22 => "InvalidBSON",
-            223 => "IllegalOpMsgFlag",
-            233 => "TooManyDocumentSequences",
-            288 => "ChecksumMismatch",
-            10334 => "BSONObjectTooLarge",
-            40430 => "Location40430",
-            40431 => "Location40431",
-            40432 => "Location40432",
-            40433 => "Location40433",
-            40587 => "Location40587",
-            other => {
-                debug_assert!(false, "code {other} has no code name");
-                "UnknownError"
-            }
-        }
+        myriad_error_codes::code_name(self.code())
     }
 }
 

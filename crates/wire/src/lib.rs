@@ -23,6 +23,7 @@
 //! [`WireError::UnsupportedOpCode`].
 
 mod compression;
+mod duplicates;
 mod error;
 mod header;
 mod op_msg;
@@ -34,6 +35,7 @@ use bson::Document;
 pub use compression::{
     compress_message, negotiate_compressors, Compressor, COMPRESSION_HEADER_SIZE_BYTES,
 };
+pub use duplicates::{DuplicateFieldPath, DuplicateFields, MAX_PATH_COMPONENTS};
 pub use error::WireError;
 pub use header::{
     is_known_op_code, parse_header, MessageHeader, COMPRESSED_FRAMING_SLACK_BYTES,

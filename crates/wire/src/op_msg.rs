@@ -7,6 +7,7 @@
 
 use bson::Document;
 
+use crate::duplicates::DuplicateFields;
 use crate::header::{MessageHeader, OP_CODE_MSG};
 use crate::reader::ByteReader;
 use crate::{WireError, HEADER_SIZE_BYTES, MAX_MESSAGE_SIZE_BYTES};
@@ -42,6 +43,9 @@ pub struct OpMsg {
     pub sequences: Vec<DocumentSequence>,
     /// Whether the message carried a (verified) checksum; when encoding, whether to add one.
     pub checksum_present: bool,
+    /// Field names that occurred twice in one document of the message, found while decoding
+    /// (sequence documents under `[identifier, index]`); ignored when encoding.
+    pub duplicate_fields: DuplicateFields,
 }
 
 impl OpMsg {
@@ -106,6 +110,7 @@ pub(crate) fn decode_op_msg(message: &[u8]) -> Result<OpMsg, WireError> {
     let mut reader = ByteReader::new(sections);
     let mut body: Option<Document> = None;
     let mut sequences: Vec<DocumentSequence> = Vec::new();
+    let mut duplicate_fields = DuplicateFields::default();
     // Bounded: each section consumes at least one byte of the finite `sections` slice.
     while !reader.is_at_end() {
         match reader.read_u8()? {
@@ -113,13 +118,13 @@ pub(crate) fn decode_op_msg(message: &[u8]) -> Result<OpMsg, WireError> {
                 if body.is_some() {
                     return Err(WireError::MultipleBodies);
                 }
-                body = Some(reader.read_document()?);
+                body = Some(reader.read_document_noting_duplicates(&mut duplicate_fields, None)?);
             }
             SECTION_KIND_DOCUMENT_SEQUENCE => {
                 if sequences.len() >= MAX_DOCUMENT_SEQUENCES {
                     return Err(WireError::TooManyDocumentSequences);
                 }
-                let sequence = read_document_sequence(&mut reader)?;
+                let sequence = read_document_sequence(&mut reader, &mut duplicate_fields)?;
                 if sequences
                     .iter()
                     .any(|existing| existing.identifier == sequence.identifier)
@@ -144,10 +149,14 @@ pub(crate) fn decode_op_msg(message: &[u8]) -> Result<OpMsg, WireError> {
         body,
         sequences,
         checksum_present,
+        duplicate_fields,
     })
 }
 
-fn read_document_sequence(reader: &mut ByteReader<'_>) -> Result<DocumentSequence, WireError> {
+fn read_document_sequence(
+    reader: &mut ByteReader<'_>,
+    duplicate_fields: &mut DuplicateFields,
+) -> Result<DocumentSequence, WireError> {
     let declared = reader.read_i32()?;
     let size_bytes = usize::try_from(declared).map_err(|_| WireError::InvalidLength(declared))?;
     // The size counts its own 4 bytes and at least the identifier's terminating zero.
@@ -161,7 +170,8 @@ fn read_document_sequence(reader: &mut ByteReader<'_>) -> Result<DocumentSequenc
     let mut documents = Vec::new();
     // Bounded: each document consumes at least 5 bytes of the finite `content` slice.
     while !sequence_reader.is_at_end() {
-        documents.push(sequence_reader.read_document()?);
+        let position = Some((identifier.as_str(), documents.len()));
+        documents.push(sequence_reader.read_document_noting_duplicates(duplicate_fields, position)?);
     }
     Ok(DocumentSequence {
         identifier,

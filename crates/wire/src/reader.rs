@@ -8,6 +8,7 @@ use bson::raw::{RawBsonRef, RawDocument, RawIter};
 use bson::spec::ElementType;
 use bson::{Bson, Document};
 
+use crate::duplicates::{DuplicateFields, SequencePosition};
 use crate::{WireError, MAX_BSON_NESTING_DEPTH, MAX_BSON_OBJECT_INTERNAL_SIZE_BYTES};
 
 /// The smallest well-formed BSON document: a 4-byte length and the terminating zero byte.
@@ -85,6 +86,17 @@ impl<'a> ByteReader<'a> {
         parse_document(document_bytes)
     }
 
+    /// [`ByteReader::read_document`], recording repeated field names in `duplicates` at
+    /// `position` (see [`crate::duplicates`]).
+    pub(crate) fn read_document_noting_duplicates(
+        &mut self,
+        duplicates: &mut DuplicateFields,
+        position: SequencePosition<'_>,
+    ) -> Result<Document, WireError> {
+        let document_bytes = self.read_document_bytes()?;
+        parse_document_noting_duplicates(document_bytes, Some((duplicates, position)))
+    }
+
     /// Reads the bytes of one BSON document (validating only its declared length).
     pub(crate) fn read_document_bytes(&mut self) -> Result<&'a [u8], WireError> {
         let rest = self
@@ -120,6 +132,15 @@ pub(crate) fn checked_document_length(declared: i32) -> Result<usize, WireError>
 /// kilobytes of thread stack per nesting level, so a legal-looking 100-level document would
 /// overflow a 2 MiB thread stack (an abort, not a catchable error).
 pub(crate) fn parse_document(document_bytes: &[u8]) -> Result<Document, WireError> {
+    parse_document_noting_duplicates(document_bytes, None)
+}
+
+/// [`parse_document`], recording in `duplicates` (when given) every field whose name is
+/// already in the document being built, under the given path prefix.
+pub(crate) fn parse_document_noting_duplicates(
+    document_bytes: &[u8],
+    mut duplicates: Option<(&mut DuplicateFields, SequencePosition<'_>)>,
+) -> Result<Document, WireError> {
     let root = RawDocument::from_bytes(document_bytes).map_err(invalid_bson)?;
     let mut stack: Vec<Frame<'_>> = Vec::with_capacity(8);
     stack.push(Frame {
@@ -149,7 +170,11 @@ pub(crate) fn parse_document(document_bytes: &[u8]) -> Result<Document, WireErro
                 let Some(nested) = nested else {
                     let value = Bson::try_from(element.value().map_err(invalid_bson)?)
                         .map_err(invalid_bson)?;
-                    frame.container.insert(key, value);
+                    if frame.container.insert(key, value) {
+                        if let Some((duplicates, prefix)) = duplicates.as_mut() {
+                            duplicates.record(*prefix, parent_keys(&stack), key);
+                        }
+                    }
                     continue;
                 };
                 let (elements, container) = match nested {
@@ -188,7 +213,13 @@ pub(crate) fn parse_document(document_bytes: &[u8]) -> Result<Document, WireErro
                 };
                 let value = finished.container.into_bson();
                 match stack.last_mut() {
-                    Some(parent) => parent.container.insert(&finished.key_in_parent, value),
+                    Some(parent) => {
+                        if parent.container.insert(&finished.key_in_parent, value) {
+                            if let Some((duplicates, prefix)) = duplicates.as_mut() {
+                                duplicates.record(*prefix, parent_keys(&stack), &finished.key_in_parent);
+                            }
+                        }
+                    }
                     None => {
                         return match value {
                             Bson::Document(document) => Ok(document),
@@ -202,6 +233,11 @@ pub(crate) fn parse_document(document_bytes: &[u8]) -> Result<Document, WireErro
             }
         }
     }
+}
+
+/// The names of the open containers below the root (the root frame has none).
+fn parent_keys<'s>(stack: &'s [Frame<'_>]) -> impl Iterator<Item = &'s str> {
+    stack.iter().skip(1).map(|frame| frame.key_in_parent.as_str())
 }
 
 fn invalid_bson(error: bson::raw::Error) -> WireError {
@@ -223,17 +259,20 @@ enum Container {
 }
 
 impl Container {
-    fn insert(&mut self, key: &str, value: Bson) {
+    /// Adds a field; true when a document already had a field of that name (the `bson`
+    /// crate's insert reports the value it replaced, so noticing costs nothing).
+    fn insert(&mut self, key: &str, value: Bson) -> bool {
         match self {
             Container::Document(document)
             | Container::CodeWithScope {
                 scope: document, ..
-            } => {
-                document.insert(key, value);
-            }
+            } => document.insert(key, value).is_some(),
             // Array keys are "0", "1", ...; BSON arrays are read in order, so the keys are
             // not needed.
-            Container::Array(values) => values.push(value),
+            Container::Array(values) => {
+                values.push(value);
+                false
+            }
         }
     }
 

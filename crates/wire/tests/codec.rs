@@ -14,6 +14,7 @@ fn insert_message(checksum_present: bool, flags: u32) -> OpMsg {
                 .collect(),
         }],
         checksum_present,
+        duplicate_fields: Default::default(),
     }
 }
 
@@ -109,6 +110,7 @@ fn two_document_sequences_round_trip() {
             },
         ],
         checksum_present: true,
+        duplicate_fields: Default::default(),
     };
     let decoded =
         decode_message(&encode_op_msg(1, 0, &message, None).expect("encodes")).expect("decodes");
@@ -131,6 +133,7 @@ fn empty_document_sequence_round_trips() {
             documents: vec![],
         }],
         checksum_present: false,
+        duplicate_fields: Default::default(),
     };
     let decoded =
         decode_message(&encode_op_msg(1, 0, &message, None).expect("encodes")).expect("decodes");
@@ -563,6 +566,7 @@ fn messages_over_the_size_limit_are_refused_on_encode() {
             documents: (0..3).map(|_| doc! { "b": blob.clone() }).collect(),
         }],
         checksum_present: false,
+        duplicate_fields: Default::default(),
     };
     assert!(matches!(
         encode_op_msg(1, 0, &message, None),

@@ -23,6 +23,7 @@ fn build_seed_messages() -> Vec<Vec<u8>> {
             ],
         }],
         checksum_present: false,
+        duplicate_fields: Default::default(),
     };
     let mut seeds = Vec::new();
     let mut compressors = vec![None];
@@ -305,7 +306,7 @@ proptest! {
         if exhaust_allowed {
             flags |= OP_MSG_FLAG_EXHAUST_ALLOWED;
         }
-        let message = OpMsg { flags, body, sequences, checksum_present };
+        let message = OpMsg { flags, body, sequences, checksum_present, duplicate_fields: Default::default() };
         let encoded = encode_op_msg(request_id, response_to, &message, compressor)
             .expect("encodes");
         let decoded = decode_message(&encoded).expect("decodes");
@@ -320,7 +321,7 @@ proptest! {
     fn arbitrary_reply_round_trips(body in document_strategy(), compressor in compressor_strategy()) {
         let encoded = encode_op_msg_reply(5, 6, &body, compressor).expect("encodes");
         let decoded = decode_message(&encoded).expect("decodes");
-        prop_assert_eq!(decoded.request, Request::Msg(OpMsg { flags: 0, body: body.clone(), sequences: vec![], checksum_present: false }));
+        prop_assert_eq!(decoded.request, Request::Msg(OpMsg { flags: 0, body: body.clone(), sequences: vec![], checksum_present: false, duplicate_fields: Default::default() }));
         let reply = encode_op_reply(5, 6, &body).expect("encodes");
         prop_assert_eq!(decode_op_reply(&reply).expect("decodes").documents, vec![body]);
     }

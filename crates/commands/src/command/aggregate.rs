@@ -164,7 +164,7 @@ fn take_plan_cache_stats(
     let Some(first) = stages.first() else { return Ok(None) };
     let Some(arguments) = first.get("$planCacheStats") else {
         if stages.iter().skip(1).any(|stage| stage.contains_key("$planCacheStats")) {
-            return Err(CommandError::new(crate::error::ErrorCode { code: 40602, name: "Location40602" }, "$planCacheStats is only valid as the first stage in a pipeline"));
+            return Err(CommandError::new(crate::error::ErrorCode::new(40602), "$planCacheStats is only valid as the first stage in a pipeline"));
         }
         return Ok(None);
     };

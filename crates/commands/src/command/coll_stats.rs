@@ -2,7 +2,7 @@
 
 use bson::{doc, Document};
 
-use crate::error::{CommandError, CommandResult, NAMESPACE_NOT_FOUND};
+use crate::error::{CommandError, CommandResult};
 use crate::{CommandRequest, ServerContext};
 
 /// `scale` divides every size, as MongoDB's does (must be a positive integer).
@@ -19,7 +19,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let namespace = format!("{}.{}", request.db, name);
     let scale = scale(request)?;
     let Some(collection) = context.backend.collection(&request.db, &name)? else {
-        return Err(CommandError::new(NAMESPACE_NOT_FOUND, format!("Collection [{namespace}] not found.")));
+        return Ok(missing_collection_reply(namespace, scale));
     };
     let stats = context.backend.collection_stats(&collection)?;
     let mut index_sizes = Document::new();
@@ -29,21 +29,64 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         total_index_size += size;
     }
     let average = if stats.count > 0 { stats.data_size_bytes / stats.count } else { 0 };
-    Ok(doc! {
+    let mut reply = doc! {
         "ns": namespace,
         "size": stats.data_size_bytes / scale,
         "count": stats.count,
         "avgObjSize": average,
         "storageSize": stats.data_size_bytes / scale,
         "freeStorageSize": 0_i64,
-        "capped": false,
+    };
+    // MongoDB's order: `capped`, then for a capped collection `max` (0 when none was given)
+    // and `maxSize` (scaled), as numbers appended int32 when they fit.
+    match collection.capped_bounds() {
+        Some(bounds) => {
+            reply.insert("capped", true);
+            reply.insert("max", compact_number(bounds.max_documents));
+            reply.insert("maxSize", compact_number(bounds.max_size_bytes / scale));
+        }
+        None => {
+            reply.insert("capped", false);
+        }
+    }
+    reply.extend(doc! {
         "nindexes": stats.index_sizes_bytes.len() as i32,
         "indexDetails": {},
         "indexBuilds": [],
         "totalIndexSize": total_index_size / scale,
         "totalSize": (stats.data_size_bytes + total_index_size) / scale,
         "indexSizes": index_sizes,
-        "scaleFactor": scale,
+        "scaleFactor": scale_factor(scale),
         "ok": 1.0,
-    })
+    });
+    Ok(reply)
+}
+
+fn compact_number(number: i64) -> bson::Bson {
+    i32::try_from(number).map_or(bson::Bson::Int64(number), bson::Bson::Int32)
+}
+
+/// `scaleFactor` as MongoDB sends it: an int32 (scale is validated positive; larger than an
+/// int32 saturates).
+pub fn scale_factor(scale: i64) -> i32 {
+    i32::try_from(scale).unwrap_or(i32::MAX)
+}
+
+/// MongoDB 7.0's collStats of a missing collection: `ok: 1` with zeroed sizes (int32), empty
+/// index documents and the scale factor.
+fn missing_collection_reply(namespace: String, scale: i64) -> Document {
+    doc! {
+        "ns": namespace,
+        "size": 0,
+        "count": 0,
+        "numOrphanDocs": 0,
+        "storageSize": 0,
+        "totalSize": 0,
+        "nindexes": 0,
+        "totalIndexSize": 0,
+        "indexDetails": {},
+        "indexSizes": {},
+        "scaleFactor": scale_factor(scale),
+        "ok": 1.0,
+    }
 }

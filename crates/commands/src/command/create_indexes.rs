@@ -3,7 +3,7 @@
 
 use bson::{doc, Bson, Document};
 
-use crate::error::{CommandError, CommandResult};
+use crate::error::{CommandError, CommandResult, INVALID_INDEX_SPECIFICATION_OPTION};
 use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
@@ -13,7 +13,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             .iter()
             .map(|spec| match spec {
                 Bson::Document(spec) => Ok(spec.clone()),
-                other => Err(crate::request::field_type_error("indexes", "object", other)),
+                other => Err(request.wrong_type("indexes", "object", other)),
             })
             .collect::<CommandResult<_>>()?,
         Some(_) => return Err(CommandError::bad_value("Must specify at least one index to create")),
@@ -24,6 +24,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             ))
         }
     };
+    for spec in &specs {
+        validate_id_index_spec(spec)?;
+    }
     let outcome = context.backend.create_indexes(&request.db, &name, specs)?;
     let mut reply = doc! {
         "numIndexesBefore": outcome.indexes_before as i32,
@@ -35,4 +38,26 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     }
     reply.insert("ok", 1.0);
     Ok(reply)
+}
+
+/// The fields an `_id` index specification may have (MongoDB's list); anything else, such as
+/// `unique` or `sparse`, is refused with InvalidIndexSpecificationOption.
+const ID_INDEX_FIELDS: &[&str] = &["key", "name", "v", "collation", "ns"];
+
+/// A spec whose key is `{_id: 1}` describes the `_id` index, which takes no options.
+fn validate_id_index_spec(spec: &Document) -> CommandResult<()> {
+    let Some(Bson::Document(key)) = spec.get("key") else {
+        return Ok(());
+    };
+    let is_id_pattern = key.len() == 1 && key.get("_id").and_then(crate::request::integer_value) == Some(1);
+    if !is_id_pattern {
+        return Ok(());
+    }
+    match spec.keys().find(|field| !ID_INDEX_FIELDS.contains(&field.as_str())) {
+        Some(field) => Err(CommandError::new(
+            INVALID_INDEX_SPECIFICATION_OPTION,
+            format!("The field '{field}' is not valid for an _id index specification. Specification: {spec}"),
+        )),
+        None => Ok(()),
+    }
 }

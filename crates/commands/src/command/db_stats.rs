@@ -1,4 +1,8 @@
-//! `dbStats`: per-database totals from the stats family.
+//! `dbStats` (and its lower-case alias `dbstats`): per-database totals from the stats family.
+//!
+//! As MongoDB's: sizes are divided by `scale` as doubles (a 300-byte index at scale 1024 is
+//! 0.29296875, not 0); `avgObjSize` is never scaled; `freeStorage: 1` adds the free-space
+//! fields (always 0 here: the shared tablespace has no per-database free space to reuse).
 
 use bson::{doc, Document};
 
@@ -7,20 +11,32 @@ use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let scale = super::coll_stats::scale(request)?;
+    let free_storage = request.flag("freeStorage")?;
     let stats = context.backend.database_stats(&request.db)?;
-    let average = if stats.objects > 0 { stats.data_size_bytes / stats.objects } else { 0 };
-    Ok(doc! {
+    let scaled = |bytes: i64| bytes as f64 / scale as f64;
+    let average = if stats.objects > 0 { stats.data_size_bytes as f64 / stats.objects as f64 } else { 0.0 };
+    let mut reply = doc! {
         "db": &request.db,
         "collections": stats.collections,
         "views": 0_i64,
         "objects": stats.objects,
-        "avgObjSize": average as f64,
-        "dataSize": (stats.data_size_bytes / scale) as f64,
-        "storageSize": (stats.data_size_bytes / scale) as f64,
-        "indexes": stats.indexes,
-        "indexSize": (stats.index_size_bytes / scale) as f64,
-        "totalSize": ((stats.data_size_bytes + stats.index_size_bytes) / scale) as f64,
-        "scaleFactor": scale,
-        "ok": 1.0,
-    })
+        "avgObjSize": average,
+        "dataSize": scaled(stats.data_size_bytes),
+        "storageSize": scaled(stats.data_size_bytes),
+    };
+    if free_storage {
+        reply.insert("freeStorageSize", scaled(0));
+    }
+    reply.insert("indexes", stats.indexes);
+    reply.insert("indexSize", scaled(stats.index_size_bytes));
+    if free_storage {
+        reply.insert("indexFreeStorageSize", scaled(0));
+    }
+    reply.insert("totalSize", scaled(stats.data_size_bytes + stats.index_size_bytes));
+    if free_storage {
+        reply.insert("totalFreeStorageSize", scaled(0));
+    }
+    reply.insert("scaleFactor", scale);
+    reply.insert("ok", 1.0);
+    Ok(reply)
 }

@@ -60,7 +60,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         let result = (|| -> CommandResult<usize> {
             let filter = match statement.get("q") {
                 Some(Bson::Document(filter)) => filter,
-                Some(other) => return Err(crate::request::field_type_error("q", "object", other)),
+                Some(other) => return Err(request.wrong_type("deletes.q", "object", other)),
                 None => return Err(CommandError::new(FAILED_TO_PARSE, "BSON field 'delete.deletes.q' is missing but a required field")),
             };
             let multi = match statement.get("limit").map(crate::request::integer_value) {

@@ -58,7 +58,7 @@ impl DistinctValues {
             let bytes: usize = self.values.iter().map(crate::execution::value_size_bytes).sum();
             if bytes > MAX_BATCH_BYTES {
                 return Err(CommandError::new(
-                    crate::error::ErrorCode { code: 17217, name: "Location17217" },
+                    crate::error::ErrorCode::new(17217),
                     "distinct too big, 16mb cap",
                 ));
             }

@@ -19,10 +19,10 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             .iter()
             .map(|name| match name {
                 Bson::String(name) => Ok(IndexSelector::Name(name.clone())),
-                other => Err(crate::request::field_type_error("index", "string", other)),
+                other => Err(request.wrong_type("index", "string", other)),
             })
             .collect::<CommandResult<_>>()?,
-        Some(other) => return Err(crate::request::field_type_error("index", "string or object", other)),
+        Some(other) => return Err(request.wrong_type("index", "string or object", other)),
         None => {
             return Err(CommandError::new(crate::error::FAILED_TO_PARSE, "BSON field 'dropIndexes.index' is missing but a required field"))
         }

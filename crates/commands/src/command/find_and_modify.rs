@@ -34,7 +34,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         Some(Bson::Array(_)) => {
             return Err(CommandError::new(crate::error::ILLEGAL_OPERATION, "pipeline-style updates are not supported by Myriad yet"))
         }
-        Some(other) => return Err(crate::request::field_type_error("update", "object", other)),
+        Some(other) => return Err(request.wrong_type("update", "object", other)),
     };
     let hint = request.body.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned();
     let (value, last_error) = match (remove, update_document) {
@@ -57,7 +57,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             context.count(&context.operation_counters.update, 1);
             let statement = UpdateStatement {
                 filter_document: filter,
-                update: Update::parse(update_document, &parse_array_filters(&request.body)?)?,
+                update: Update::parse(update_document, &parse_array_filters(&request.body, "findAndModify.arrayFilters")?)?,
                 multi: false,
                 upsert,
                 hint,

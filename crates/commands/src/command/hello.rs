@@ -28,12 +28,12 @@ pub const MAX_WIRE_VERSION: i32 = 21;
 pub const MIN_WIRE_VERSION: i32 = 0;
 pub const LOGICAL_SESSION_TIMEOUT_MINUTES: i32 = 30;
 
-const AWAIT_FIELDS_NOT_PAIRED: ErrorCode = ErrorCode { code: 31368, name: "Location31368" };
-const NEGATIVE_TOPOLOGY_COUNTER: ErrorCode = ErrorCode { code: 31372, name: "Location31372" };
-const TOPOLOGY_COUNTER_FROM_FUTURE: ErrorCode = ErrorCode { code: 31382, name: "Location31382" };
-const MISSING_FIELD: ErrorCode = ErrorCode { code: 40414, name: "Location40414" };
-const UNKNOWN_FIELD: ErrorCode = ErrorCode { code: 40415, name: "Location40415" };
-const CLIENT_METADATA_CANNOT_BE_MUTATED: ErrorCode = ErrorCode { code: 186, name: "ClientMetadataCannotBeMutated" };
+const AWAIT_FIELDS_NOT_PAIRED: ErrorCode = ErrorCode::new(31368);
+const NEGATIVE_TOPOLOGY_COUNTER: ErrorCode = ErrorCode::new(31372);
+const TOPOLOGY_COUNTER_FROM_FUTURE: ErrorCode = ErrorCode::new(31382);
+const MISSING_FIELD: ErrorCode = ErrorCode::new(40414);
+const UNKNOWN_FIELD: ErrorCode = ErrorCode::new(40415);
+const CLIENT_METADATA_CANNOT_BE_MUTATED: ErrorCode = ErrorCode::new(186);
 
 /// The longest wait honoured (about 24 days); larger maxAwaitTimeMS values wait this long.
 const MAX_AWAIT_TIME_MS: i64 = i32::MAX as i64;
@@ -256,7 +256,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     reply.insert("maxWriteBatchSize", MAX_WRITE_BATCH_SIZE as i32);
     reply.insert("localTime", DateTime::now());
     reply.insert("logicalSessionTimeoutMinutes", LOGICAL_SESSION_TIMEOUT_MINUTES);
-    reply.insert("connectionId", request.connection.connection_id);
+    reply.insert("connectionId", i32::try_from(request.connection.connection_id).unwrap_or(i32::MAX));
     reply.insert("minWireVersion", MIN_WIRE_VERSION);
     reply.insert("maxWireVersion", MAX_WIRE_VERSION);
     reply.insert("readOnly", false);

@@ -16,7 +16,10 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let mut inserted = 0i64;
     let mut write_errors = Vec::new();
     for (index, document) in documents.into_iter().enumerate() {
-        let outcome = prepare_for_insert(document).and_then(|prepared| Ok(transaction.insert(&prepared)?));
+        let outcome = match crate::duplicates::document_duplicate(request, index) {
+            Some(error) => Err(error),
+            None => prepare_for_insert(document).and_then(|prepared| Ok(transaction.insert(&prepared)?)),
+        };
         match outcome {
             Ok(_) => inserted += 1,
             Err(error) => {

@@ -17,7 +17,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let mut not_found = Vec::new();
     for id in ids {
         let Bson::Int64(id) = id else {
-            return Err(crate::request::field_type_error("cursors", "long", id));
+            return Err(request.wrong_type("cursors", "long", id));
         };
         // A cursor of another session is not this session's to kill: it is reported as not
         // found, and stays open.

@@ -9,6 +9,7 @@ pub mod count;
 pub mod create;
 pub mod create_indexes;
 pub mod current_op;
+pub mod data_size;
 pub mod db_stats;
 pub mod delete;
 pub mod distinct;

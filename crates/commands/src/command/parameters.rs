@@ -12,24 +12,26 @@ use crate::{CommandRequest, ServerContext};
 
 /// How a parameter is read and, when settable at runtime, written.
 enum Kind {
-    ReadOnly(fn() -> Bson),
-    Settable { read: fn() -> Bson, write: fn(i64) -> CommandResult<()>, boolean: bool },
+    ReadOnly(fn(&ServerContext) -> Bson),
+    Settable { read: fn(&ServerContext) -> Bson, write: fn(&ServerContext, i64) -> CommandResult<()>, boolean: bool },
 }
 
 struct Parameter {
     name: &'static str,
     kind: Kind,
+    /// MongoDB's `settableAtStartup` for the parameter (getParameter's `showDetails`).
+    startup: bool,
 }
 
 const PARAMETERS: &[Parameter] = &[
-    Parameter { name: "featureCompatibilityVersion", kind: Kind::ReadOnly(|| Bson::Document(doc! { "version": "7.0" })) },
-    Parameter { name: "authenticationMechanisms", kind: Kind::ReadOnly(|| Bson::Array(vec![Bson::String("SCRAM-SHA-256".into())])) },
-    Parameter { name: "maxBSONDepth", kind: Kind::ReadOnly(|| Bson::Int32(100)) },
+    Parameter { name: "featureCompatibilityVersion", kind: Kind::ReadOnly(|_| Bson::Document(doc! { "version": "7.0" })), startup: false },
+    Parameter { name: "authenticationMechanisms", kind: Kind::ReadOnly(|_| Bson::Array(vec![Bson::String("SCRAM-SHA-256".into())])), startup: true },
+    Parameter { name: "maxBSONDepth", kind: Kind::ReadOnly(|_| Bson::Int32(100)), startup: true },
     Parameter {
         name: "logLevel",
         kind: Kind::Settable {
-            read: || Bson::Int32(knobs::log_level()),
-            write: |value| {
+            read: |_| Bson::Int32(knobs::log_level()),
+            write: |_, value| {
                 let level = i32::try_from(value).ok().filter(|level| (0..=5).contains(level));
                 let level = level.ok_or_else(|| CommandError::bad_value("logLevel must be between 0 and 5"))?;
                 knobs::LOG_LEVEL.store(level, Ordering::Relaxed);
@@ -37,52 +39,70 @@ const PARAMETERS: &[Parameter] = &[
             },
             boolean: false,
         },
+        startup: true,
     },
     Parameter {
         name: "cursorTimeoutMillis",
         kind: Kind::Settable {
-            read: || Bson::Int64(knobs::CURSOR_TIMEOUT_MILLIS.load(Ordering::Relaxed) as i64),
-            write: |value| store_positive(&knobs::CURSOR_TIMEOUT_MILLIS, "cursorTimeoutMillis", value),
+            read: |_| Bson::Int64(knobs::CURSOR_TIMEOUT_MILLIS.load(Ordering::Relaxed) as i64),
+            write: |_, value| store_positive(&knobs::CURSOR_TIMEOUT_MILLIS, "cursorTimeoutMillis", value),
             boolean: false,
         },
+        startup: true,
     },
     Parameter {
         name: "cursorMemoryLimitBytes",
         kind: Kind::Settable {
-            read: || Bson::Int64(knobs::CURSOR_MEMORY_LIMIT_BYTES.load(Ordering::Relaxed) as i64),
-            write: |value| store_positive(&knobs::CURSOR_MEMORY_LIMIT_BYTES, "cursorMemoryLimitBytes", value),
+            read: |_| Bson::Int64(knobs::CURSOR_MEMORY_LIMIT_BYTES.load(Ordering::Relaxed) as i64),
+            write: |_, value| store_positive(&knobs::CURSOR_MEMORY_LIMIT_BYTES, "cursorMemoryLimitBytes", value),
             boolean: false,
         },
+        startup: true,
     },
     Parameter {
         name: "allowDiskUseByDefault",
         kind: Kind::Settable {
-            read: || Bson::Boolean(knobs::ALLOW_DISK_USE_BY_DEFAULT.load(Ordering::Relaxed)),
-            write: |value| {
+            read: |_| Bson::Boolean(knobs::ALLOW_DISK_USE_BY_DEFAULT.load(Ordering::Relaxed)),
+            write: |_, value| {
                 knobs::ALLOW_DISK_USE_BY_DEFAULT.store(value != 0, Ordering::Relaxed);
                 Ok(())
             },
             boolean: true,
         },
+        startup: true,
     },
     Parameter {
         name: "notablescan",
         kind: Kind::Settable {
-            read: || Bson::Boolean(knobs::no_table_scan()),
-            write: |value| {
+            read: |_| Bson::Boolean(knobs::no_table_scan()),
+            write: |_, value| {
                 knobs::NO_TABLE_SCAN.store(value != 0, Ordering::Relaxed);
                 Ok(())
             },
             boolean: true,
         },
+        startup: true,
     },
     Parameter {
         name: "internalQueryExecMaxBlockingSortBytes",
         kind: Kind::Settable {
-            read: || Bson::Int64(knobs::MAX_BLOCKING_SORT_BYTES.load(Ordering::Relaxed) as i64),
-            write: |value| store_positive(&knobs::MAX_BLOCKING_SORT_BYTES, "internalQueryExecMaxBlockingSortBytes", value),
+            read: |_| Bson::Int64(knobs::MAX_BLOCKING_SORT_BYTES.load(Ordering::Relaxed) as i64),
+            write: |_, value| store_positive(&knobs::MAX_BLOCKING_SORT_BYTES, "internalQueryExecMaxBlockingSortBytes", value),
             boolean: false,
         },
+        startup: true,
+    },
+    Parameter {
+        name: "quiet",
+        kind: Kind::Settable {
+            read: |context| Bson::Boolean(context.logger.is_quiet()),
+            write: |context, value| {
+                context.logger.set_quiet(value != 0);
+                Ok(())
+            },
+            boolean: true,
+        },
+        startup: true,
     },
 ];
 
@@ -97,27 +117,73 @@ fn find_parameter(name: &str) -> Option<&'static Parameter> {
     PARAMETERS.iter().find(|parameter| parameter.name == name)
 }
 
-fn read(parameter: &Parameter) -> Bson {
+fn read(context: &ServerContext, parameter: &Parameter) -> Bson {
     match &parameter.kind {
-        Kind::ReadOnly(read) | Kind::Settable { read, .. } => read(),
+        Kind::ReadOnly(read) | Kind::Settable { read, .. } => read(context),
+    }
+}
+
+/// A parameter's value, or with `showDetails` `{value, settableAtRuntime, settableAtStartup}`.
+fn describe(context: &ServerContext, parameter: &Parameter, show_details: bool) -> Bson {
+    let value = read(context, parameter);
+    if !show_details {
+        return value;
+    }
+    Bson::Document(doc! {
+        "value": value,
+        "settableAtRuntime": matches!(parameter.kind, Kind::Settable { .. }),
+        "settableAtStartup": parameter.startup,
+    })
+}
+
+/// getParameter's first field: `1` (or any non-string, non-object), `"*"` for every
+/// parameter, or `{allParameters, showDetails}`.
+struct GetOptions {
+    all: bool,
+    show_details: bool,
+}
+
+fn get_options(request: &CommandRequest) -> CommandResult<GetOptions> {
+    match request.first_value() {
+        Some(Bson::String(star)) if star == "*" => Ok(GetOptions { all: true, show_details: false }),
+        Some(Bson::Document(options)) => {
+            let mut parsed = GetOptions { all: false, show_details: false };
+            for (key, value) in options {
+                let flag = crate::request::truthy(value).ok_or_else(|| {
+                    crate::request::field_type_error(&format!("getParameter.{key}"), "bool", value)
+                })?;
+                match key.as_str() {
+                    "allParameters" => parsed.all = flag,
+                    "showDetails" => parsed.show_details = flag,
+                    "setAt" => {}
+                    other => {
+                        return Err(CommandError::new(
+                            crate::error::UNKNOWN_FIELD,
+                            format!("BSON field 'getParameter.{other}' is an unknown field."),
+                        ))
+                    }
+                }
+            }
+            Ok(parsed)
+        }
+        _ => Ok(GetOptions { all: false, show_details: false }),
     }
 }
 
 /// Fields of the command that are not parameter names.
 const COMMAND_FIELDS: &[&str] = &["getParameter", "setParameter", "$db", "lsid", "$clusterTime", "comment", "$readPreference", "apiVersion", "maxTimeMS"];
 
-pub fn get(_context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+pub fn get(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let mut reply = Document::new();
-    let all = matches!(request.first_value(), Some(Bson::String(star)) if star == "*")
-        || matches!(request.first_value(), Some(Bson::Document(options)) if options.get_bool("allParameters").unwrap_or(false));
-    if all {
+    let options = get_options(request)?;
+    if options.all {
         for parameter in PARAMETERS {
-            reply.insert(parameter.name, read(parameter));
+            reply.insert(parameter.name, describe(context, parameter, options.show_details));
         }
     } else {
         for (name, _) in request.body.iter().filter(|(name, _)| !COMMAND_FIELDS.contains(&name.as_str())) {
             if let Some(parameter) = find_parameter(name) {
-                reply.insert(name.clone(), read(parameter));
+                reply.insert(name.clone(), describe(context, parameter, options.show_details));
             }
         }
         if reply.is_empty() {
@@ -128,7 +194,7 @@ pub fn get(_context: &ServerContext, request: &CommandRequest) -> CommandResult<
     Ok(reply)
 }
 
-pub fn set(_context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+pub fn set(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     // Validate every field before changing any, so a refused command changes nothing.
     let mut changes = Vec::new();
     for (name, value) in request.body.iter().filter(|(name, _)| !COMMAND_FIELDS.contains(&name.as_str())) {
@@ -156,8 +222,8 @@ pub fn set(_context: &ServerContext, request: &CommandRequest) -> CommandResult<
     }
     let mut reply = Document::new();
     for (parameter, write, number) in changes {
-        reply.insert("was", read(parameter));
-        write(number)?;
+        reply.insert("was", read(context, parameter));
+        write(context, number)?;
     }
     reply.insert("ok", 1.0);
     Ok(reply)

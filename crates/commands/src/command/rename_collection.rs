@@ -24,7 +24,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     };
     let target = match request.body.get("to") {
         Some(Bson::String(namespace)) => namespace.clone(),
-        Some(other) => return Err(crate::request::field_type_error("to", "string", other)),
+        Some(other) => return Err(request.wrong_type("to", "string", other)),
         None => return Err(CommandError::new(crate::error::FAILED_TO_PARSE, "BSON field 'renameCollection.to' is missing but a required field")),
     };
     let (source_db, source_collection) = split_namespace(&source)?;

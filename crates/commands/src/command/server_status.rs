@@ -43,6 +43,57 @@ fn compression(context: &ServerContext) -> Document {
     figures
 }
 
+/// Databases whose collections MongoDB counts as internal.
+const INTERNAL_DATABASES: &[&str] = &["admin", "config", "local"];
+
+/// The most user collections whose options are read to count the capped ones; past it the
+/// `capped` figure counts the capped collections among the first this many.
+pub const MAX_COLLECTIONS_EXAMINED_FOR_CAPPED: usize = 100_000;
+
+/// `catalogStats` as MongoDB 7.0's: user collections (not `system.*`, not in admin, config or
+/// local), capped, clustered and time-series ones, views, and the internal collections and
+/// views. Collection counts come from the per-database counters (one read per database);
+/// only counting capped collections reads catalog entries, bounded by
+/// [`MAX_COLLECTIONS_EXAMINED_FOR_CAPPED`]. Myriad has no views, time-series or clustered
+/// collections, so those are 0.
+fn catalog_stats(context: &ServerContext) -> CommandResult<Document> {
+    let mut user_collections = 0_i64;
+    let mut internal_collections = 0_i64;
+    let mut capped = 0_i64;
+    let mut examined = 0_usize;
+    for database in context.backend.list_databases()? {
+        if INTERNAL_DATABASES.contains(&database.name.as_str()) {
+            internal_collections += database.collections;
+            continue;
+        }
+        user_collections += database.collections;
+        if examined >= MAX_COLLECTIONS_EXAMINED_FOR_CAPPED || database.collections == 0 {
+            continue;
+        }
+        for collection in context.backend.list_collections(&database.name)?.iter().take(MAX_COLLECTIONS_EXAMINED_FOR_CAPPED - examined) {
+            examined += 1;
+            if collection.name().starts_with("system.") {
+                user_collections -= 1;
+                internal_collections += 1;
+            }
+            let options = collection.options()?;
+            if options.get("capped").and_then(crate::request::truthy).unwrap_or(false) {
+                capped += 1;
+            }
+        }
+    }
+    let count = |number: i64| i32::try_from(number).unwrap_or(i32::MAX);
+    Ok(doc! {
+        "collections": count(user_collections),
+        "capped": count(capped),
+        "clustered": 0,
+        "timeseries": 0,
+        "views": 0,
+        "internalCollections": count(internal_collections),
+        "internalViews": 0,
+    })
+}
+
 pub fn run(context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
     let uptime = context.started_at.elapsed();
     let counters = &context.operation_counters;
@@ -58,6 +109,7 @@ pub fn run(context: &ServerContext, _request: &CommandRequest) -> CommandResult<
         "uptimeMillis": uptime.as_millis() as i64,
         "uptimeEstimate": uptime.as_secs() as i64,
         "localTime": DateTime::now(),
+        "catalogStats": catalog_stats(context)?,
         "connections": {
             "current": connections.current.load(Ordering::Relaxed) as i32,
             "available": (20_000 - connections.current.load(Ordering::Relaxed)).max(0) as i32,

@@ -11,7 +11,7 @@ use bson::{doc, spec::BinarySubtype, Binary, Bson, Document};
 use crate::error::{CommandError, CommandResult, ErrorCode, ILLEGAL_OPERATION, INVALID_OPTIONS};
 use crate::{CommandRequest, ServerContext};
 
-const COMMAND_FAILED: ErrorCode = ErrorCode { code: 125, name: "CommandFailed" };
+const COMMAND_FAILED: ErrorCode = ErrorCode::new(125);
 
 /// The operation-session checks a standalone mongod makes before running any command, in its
 /// order: a transaction number needs a session and is refused outright; `autocommit` needs a

@@ -36,17 +36,19 @@ pub struct UpdateStatement<'a> {
     pub return_new: bool,
 }
 
-pub fn parse_array_filters(statement: &Document) -> CommandResult<Vec<Document>> {
+/// `arrayFilters` of a statement; `field_path` names the field in type errors as MongoDB does
+/// (`update.updates.arrayFilters`, `findAndModify.arrayFilters`).
+pub fn parse_array_filters(statement: &Document, field_path: &str) -> CommandResult<Vec<Document>> {
     match statement.get("arrayFilters") {
         None | Some(Bson::Null) => Ok(Vec::new()),
         Some(Bson::Array(filters)) => filters
             .iter()
             .map(|filter| match filter {
                 Bson::Document(filter) => Ok(filter.clone()),
-                other => Err(crate::request::field_type_error("arrayFilters", "object", other)),
+                other => Err(crate::request::field_type_error(field_path, "object", other)),
             })
             .collect(),
-        Some(other) => Err(crate::request::field_type_error("arrayFilters", "array", other)),
+        Some(other) => Err(crate::request::field_type_error(field_path, "array", other)),
     }
 }
 
@@ -151,7 +153,7 @@ fn check_id_unchanged(old: &Document, new: &Document) -> CommandResult<()> {
 fn parse_statement(statement: &Document) -> CommandResult<UpdateStatement<'_>> {
     let filter_document = match statement.get("q") {
         Some(Bson::Document(filter)) => filter,
-        Some(other) => return Err(crate::request::field_type_error("q", "object", other)),
+        Some(other) => return Err(crate::request::field_type_error("update.updates.q", "object", other)),
         None => return Err(CommandError::new(FAILED_TO_PARSE, "BSON field 'update.updates.q' is missing but a required field")),
     };
     let update_document = match statement.get("u") {
@@ -162,16 +164,16 @@ fn parse_statement(statement: &Document) -> CommandResult<UpdateStatement<'_>> {
                 "pipeline-style updates are not supported by Myriad yet",
             ))
         }
-        Some(other) => return Err(crate::request::field_type_error("u", "object", other)),
+        Some(other) => return Err(crate::request::field_type_error("update.updates.u", "object", other)),
         None => return Err(CommandError::new(FAILED_TO_PARSE, "BSON field 'update.updates.u' is missing but a required field")),
     };
     let flag = |name: &str| -> CommandResult<bool> {
         match statement.get(name) {
             None => Ok(false),
-            Some(value) => crate::request::truthy(value).ok_or_else(|| crate::request::field_type_error(name, "bool", value)),
+            Some(value) => crate::request::truthy(value).ok_or_else(|| crate::request::field_type_error(&format!("update.updates.{name}"), "bool", value)),
         }
     };
-    let update = Update::parse(update_document, &parse_array_filters(statement)?)?;
+    let update = Update::parse(update_document, &parse_array_filters(statement, "update.updates.arrayFilters")?)?;
     let multi = flag("multi")?;
     if multi && update.is_replacement() {
         return Err(CommandError::new(crate::error::FAILED_TO_PARSE, "multi update is not supported for replacement-style update"));

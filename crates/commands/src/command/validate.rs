@@ -37,14 +37,14 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             valid = false;
             errors.push(Bson::String(format!("index {} has {} entries for {} records", index.name, index.keys, report.records)));
         }
-        keys_per_index.insert(index.name.clone(), index.keys);
+        keys_per_index.insert(index.name.clone(), int32(index.keys));
         index_details.insert(index.name.clone(), doc! { "valid": valid });
     }
     Ok(doc! {
         "ns": namespace,
-        "nInvalidDocuments": report.invalid_records,
-        "nNonCompliantDocuments": 0_i64,
-        "nrecords": report.records,
+        "nInvalidDocuments": int32(report.invalid_records),
+        "nNonCompliantDocuments": 0,
+        "nrecords": int32(report.records),
         "nIndexes": report.indexes.len() as i32,
         "keysPerIndex": keys_per_index,
         "indexDetails": index_details,
@@ -57,4 +57,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         "corruptRecords": [],
         "ok": 1.0,
     })
+}
+
+/// validate's counters are int32 in MongoDB's reply (saturating past its range).
+fn int32<T: TryInto<i32>>(count: T) -> i32 {
+    count.try_into().unwrap_or(i32::MAX)
 }

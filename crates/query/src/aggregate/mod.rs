@@ -433,16 +433,21 @@ fn parse_stage(name: &str, argument: &Bson, parsed: &mut Vec<Stage>) -> QueryRes
         }
         "$addFields" | "$set" => Stage::AddFields(AddFields::parse(name, argument)?),
         "$unset" => {
+            // MongoDB's order of checks: the type (31002), then at least one field (31119),
+            // then only strings (31120).
             let paths: Vec<String> = match argument {
                 Bson::String(path) => vec![path.clone()],
-                Bson::Array(items) if !items.is_empty() => items
+                Bson::Array(items) if items.is_empty() => {
+                    return Err(QueryError::Location(31119, "$unset specification must be a string or an array with at least one field".into()))
+                }
+                Bson::Array(items) => items
                     .iter()
                     .map(|item| match item {
                         Bson::String(path) => Ok(path.clone()),
                         _ => Err(QueryError::Location(31120, "$unset specification must be a string or an array containing only string values".into())),
                     })
                     .collect::<QueryResult<_>>()?,
-                _ => return Err(QueryError::Location(31002, "$unset specification must be a string or an array with at least one field".into())),
+                _ => return Err(QueryError::Location(31002, "$unset specification must be a string or an array".into())),
             };
             Stage::Project(Box::new(Projection::exclusion_of(&paths)?))
         }

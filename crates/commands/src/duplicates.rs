@@ -1,0 +1,82 @@
+//! Refusing repeated field names where MongoDB refuses them.
+//!
+//! The wire decoder records every field name that occurs twice in one document
+//! ([`myriad_wire::DuplicateFields`]; the decoded [`bson::Document`] keeps only the last
+//! value). Before any handler runs, [`check_command`] answers as MongoDB does for:
+//! - a repeated top-level field of the command (not a generic argument such as `lsid`): 40413, "BSON field '<command>.<field>' is a
+//!   duplicate field" (MongoDB's IDL parser);
+//! - a repeated path in a find or findAndModify projection, or in a `$project` stage: 31250,
+//!   "Path collision at <path>";
+//! - a second `_id` in a `$group` stage: 15948.
+//!
+//! Inserted documents are checked one by one by insert ([`document_duplicate`]), so a bad
+//! document becomes that document's write error: a second `_id` is MongoDB's BadValue "can't
+//! have multiple _id fields in one document"; any other repeated name is refused with
+//! BadValue too, where MongoDB would store both fields: Myriad's documents hold one value per
+//! name, and refusing is better than silently keeping one.
+
+use crate::error::{CommandError, CommandResult, ErrorCode, DUPLICATE_FIELD};
+use crate::request::CommandRequest;
+
+/// MongoDB's generic command arguments: parsed apart from each command's own fields, so a
+/// repeat of one is not the command parser's duplicate (drivers may send `lsid` twice when a
+/// caller's command already had one).
+const GENERIC_ARGUMENTS: &[&str] = &[
+    "$db", "lsid", "txnNumber", "autocommit", "startTransaction", "stmtId", "$clusterTime", "$readPreference",
+    "readConcern", "writeConcern", "maxTimeMS", "comment", "apiVersion", "apiStrict", "apiDeprecationErrors",
+    "$audit", "$client", "$configServerState", "$oplogQueryData", "$queryOptions", "$replData",
+    "$topologyTime", "clientOperationKey", "databaseVersion", "shardVersion", "mayBypassWriteBlocking",
+];
+
+const PATH_COLLISION: ErrorCode = ErrorCode::new(31250);
+const GROUP_ID_TWICE: ErrorCode = ErrorCode::new(15948);
+
+/// The error for the first repeated field of the request that MongoDB refuses at parse time.
+pub fn check_command(request: &CommandRequest) -> CommandResult<()> {
+    for path in &request.duplicate_fields {
+        if let Some(error) = command_error(&request.name, path) {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+fn command_error(command: &str, path: &[String]) -> Option<CommandError> {
+    let components: Vec<&str> = path.iter().map(String::as_str).collect();
+    match (command, components.as_slice()) {
+        (_, [field]) if GENERIC_ARGUMENTS.contains(field) => None,
+        (_, [field]) => Some(CommandError::new(DUPLICATE_FIELD, format!("BSON field '{command}.{field}' is a duplicate field"))),
+        ("find", ["projection", field, ..]) | ("findAndModify" | "findandmodify", ["fields", field, ..]) => {
+            Some(path_collision(field))
+        }
+        ("aggregate", ["pipeline", _, "$project", field]) => Some(path_collision(field)),
+        ("aggregate", ["pipeline", _, "$group", "_id"]) => {
+            Some(CommandError::new(GROUP_ID_TWICE, "a group's _id may only be specified once"))
+        }
+        _ => None,
+    }
+}
+
+fn path_collision(field: &str) -> CommandError {
+    CommandError::new(PATH_COLLISION, format!("Path collision at {field}"))
+}
+
+/// The write error for the document at `index` of the insert's `documents`, when one of its
+/// field names occurs twice.
+pub fn document_duplicate(request: &CommandRequest, index: usize) -> Option<CommandError> {
+    if request.duplicate_fields.is_empty() {
+        return None;
+    }
+    let index = index.to_string();
+    let path = request
+        .duplicate_fields
+        .iter()
+        .find(|path| path.len() >= 3 && path[0] == "documents" && path[1] == index)?;
+    if path.len() == 3 && path[2] == "_id" {
+        return Some(CommandError::bad_value("can't have multiple _id fields in one document"));
+    }
+    Some(CommandError::bad_value(format!(
+        "Document contains the field name '{}' twice; Myriad stores one value per field name",
+        path[2..].join(".")
+    )))
+}
