@@ -5,6 +5,7 @@
 mod cleanup;
 mod client;
 mod error;
+pub mod idealo;
 pub mod many_collections;
 pub mod ops;
 pub mod routing;

@@ -24,6 +24,9 @@ enum BenchCommand {
     /// Hot-path operations (ping, finds, insert_one, update_one) at 1 and 16 connections, each
     /// rate as a ratio to ping's in the same run.
     Ops(myriad_bench::ops::OpsArgs),
+    /// The idealo query ({productId, siteId, segments}) with single-field indexes, then with the
+    /// compound index: examined counts, examined/returned and latency side by side.
+    Idealo(myriad_bench::idealo::IdealoArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,6 +35,7 @@ fn main() -> ExitCode {
         BenchCommand::Routing(arguments) => myriad_bench::routing::run(&arguments),
         BenchCommand::ManyCollections(arguments) => myriad_bench::many_collections::run(&arguments),
         BenchCommand::Ops(arguments) => myriad_bench::ops::run(&arguments),
+        BenchCommand::Idealo(arguments) => myriad_bench::idealo::run(&arguments),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -61,6 +61,7 @@ pub trait Backend: Send + Sync {
         handle: &CollectionHandle,
         index_name: &str,
         range: &IndexKeyRange,
+        reverse: bool,
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> BackendResult<Vec<(Vec<u8>, RecordId)>>;
@@ -151,10 +152,11 @@ impl Backend for Engine {
         handle: &CollectionHandle,
         index_name: &str,
         range: &IndexKeyRange,
+        reverse: bool,
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> BackendResult<Vec<(Vec<u8>, RecordId)>> {
-        Engine::scan_index(self, handle, index_name, range, false, start_after, max_count)
+        Engine::scan_index(self, handle, index_name, range, reverse, start_after, max_count)
     }
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
         Engine::get_record(self, handle, record_id)
@@ -289,14 +291,16 @@ impl<B: Backend> Backend for ContractBackend<B> {
         handle: &CollectionHandle,
         index_name: &str,
         range: &IndexKeyRange,
+        reverse: bool,
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> BackendResult<Vec<(Vec<u8>, RecordId)>> {
-        let entries = self.inner.scan_index(handle, index_name, range, start_after, max_count)?;
+        let entries = self.inner.scan_index(handle, index_name, range, reverse, start_after, max_count)?;
         assert!(entries.len() <= max_count, "scan_index returned {} of at most {max_count}", entries.len());
         let mut previous: Option<&[u8]> = start_after;
         for (key, _) in &entries {
-            assert!(previous.map_or(true, |previous| key.as_slice() > previous), "scan_index out of key order");
+            let in_order = previous.map_or(true, |previous| if reverse { key.as_slice() < previous } else { key.as_slice() > previous });
+            assert!(in_order, "scan_index out of key order");
             previous = Some(key);
         }
         Ok(entries)

@@ -26,7 +26,8 @@ use crate::backend::Backend;
 use crate::error::CommandResult;
 use crate::reply::encode_document;
 use crate::operation::check_interrupt;
-use crate::plan::{choose_access, Access, QuerySpec};
+use crate::plan::trial::TrialOutcome;
+use crate::plan::{plan_query, Access, QuerySpec};
 use crate::stages::{ExecutionCounters, StageShape};
 
 /// Records or index entries read from storage per call while filling a batch.
@@ -134,13 +135,34 @@ pub struct Execution {
     limit_requested: Option<u64>,
     /// Every stage's counters (see [`crate::stages`]).
     pub counters: ExecutionCounters,
+    /// How the plan was chosen, for explain.
+    pub planning: Planning,
+}
+
+/// How an execution's plan was chosen: the rejected candidates with their trial counters,
+/// the winner's own trial, and whether the plan cache supplied it.
+#[derive(Default)]
+pub struct Planning {
+    pub rejected: Vec<TrialOutcome>,
+    pub winner_trial: Option<TrialOutcome>,
+    pub from_plan_cache: bool,
 }
 
 impl Execution {
-    pub fn new(collection: CollectionHandle, spec: QuerySpec) -> CommandResult<Execution> {
-        let access = choose_access(&collection, &spec.filter_document, spec.hint.as_ref())?;
-        crate::operation::note_plan_summary(|| access.describe());
-        Ok(Execution {
+    /// Plans the query (trial-running candidates when several indexes qualify) and returns the
+    /// execution of the winning plan, positioned at its start.
+    pub fn new(backend: &dyn Backend, collection: CollectionHandle, spec: QuerySpec) -> CommandResult<Execution> {
+        let planned = plan_query(backend, &collection, &spec)?;
+        crate::operation::note_plan_summary(|| planned.access.describe());
+        let mut execution = Execution::with_access(collection, spec, planned.access);
+        execution.planning =
+            Planning { rejected: planned.rejected, winner_trial: planned.winner_trial, from_plan_cache: planned.from_plan_cache };
+        Ok(execution)
+    }
+
+    /// The execution of `spec` over a given access path.
+    pub fn with_access(collection: CollectionHandle, spec: QuerySpec, access: Access) -> Execution {
+        Execution {
             collection,
             access,
             filter: spec.filter,
@@ -157,7 +179,43 @@ impl Execution {
             skip_requested: spec.skip,
             limit_requested: spec.limit.filter(|limit| *limit > 0),
             counters: ExecutionCounters::default(),
-        })
+            planning: Planning::default(),
+        }
+    }
+
+    /// True when a blocking sort must order the matches (the access path does not).
+    fn sorts_blocking(&self) -> bool {
+        self.sort.is_some() && !self.access.provides_sort()
+    }
+
+    /// A plan's trial run: reads candidates through the filter until `max_results` matches,
+    /// the end (or the query's limit), or `max_works` keys and documents examined. Returns
+    /// (works, matches, reached the end); a blocking sort's matches count only at the end.
+    pub fn trial(&mut self, backend: &dyn Backend, max_works: u64, max_results: u64) -> CommandResult<(u64, u64, bool)> {
+        let wanted = self.limit_requested.map(|limit| limit.saturating_add(self.skip_requested));
+        let mut results = 0u64;
+        let mut reached_end = false;
+        loop {
+            let works = self.counters.keys_examined + self.counters.documents_examined;
+            if works >= max_works || results >= max_results {
+                break;
+            }
+            if !self.sorts_blocking() && wanted.is_some_and(|wanted| results >= wanted) {
+                reached_end = true;
+                break;
+            }
+            let Some(mut row) = self.next_candidate(backend)? else {
+                reached_end = true;
+                break;
+            };
+            if self.passes_filter(&mut row)? {
+                results += 1;
+            }
+        }
+        if self.sorts_blocking() && !reached_end {
+            results = 0;
+        }
+        Ok((self.counters.keys_examined + self.counters.documents_examined, results, reached_end))
     }
 
     /// The stage tree with every stage's counters so far, as explain's executionStages.
@@ -169,6 +227,7 @@ impl Execution {
             skip: self.skip_requested,
             limit: self.limit_requested,
             projection: self.projection.is_some(),
+            blocking_sort: self.sorts_blocking(),
         })
     }
 
@@ -178,7 +237,7 @@ impl Execution {
         }
         match &self.sorted {
             Some(sorted) => sorted.is_empty(),
-            None if self.sort.is_some() => false,
+            None if self.sorts_blocking() => false,
             None => (self.storage_exhausted && self.pending.is_empty()) || self.limit_remaining == Some(0),
         }
     }
@@ -187,7 +246,7 @@ impl Execution {
     /// record ids an index scan has returned).
     pub fn retained_bytes(&self) -> usize {
         let seen = match &self.access {
-            Access::IndexScan { seen_record_ids, .. } => seen_record_ids.len() * 16,
+            Access::IndexScan(scan) => scan.seen_record_ids.len() * 16,
             Access::CollectionScan { .. } | Access::IdLookup { .. } => 0,
         };
         let pending: usize = self.pending.iter().map(|candidate| candidate.raw.as_bytes().len()).sum();
@@ -203,11 +262,11 @@ impl Execution {
         match (&mut self.access, resume) {
             (Access::CollectionScan { last_record_id }, ResumePoint::AfterRecord(after)) => *last_record_id = after,
             (Access::IdLookup { .. }, ResumePoint::Lookup) => {}
-            (Access::IndexScan { current_range, last_entry_key, seen_record_ids, .. }, ResumePoint::AfterEntry(range, after)) => {
-                *current_range = range;
-                *last_entry_key = after;
+            (Access::IndexScan(scan), ResumePoint::AfterEntry(range, after)) => {
+                scan.current_range = range;
+                scan.last_entry_key = after;
                 for candidate in &self.pending {
-                    seen_record_ids.remove(&candidate.record_id);
+                    scan.seen_record_ids.remove(&candidate.record_id);
                 }
             }
             // A candidate's resume point always has its access path's kind.
@@ -222,14 +281,22 @@ impl Execution {
         // Bounded: each refill either yields candidates or marks the storage exhausted.
         while self.pending.is_empty() && !self.storage_exhausted {
             check_interrupt()?;
-            self.read_candidates(backend, STORAGE_READ_CHUNK)?;
+            // With a limit and no blocking sort, read no further ahead than it can use: a
+            // `find().sort(indexed).limit(n)` reads about n entries, not a chunk.
+            let chunk = match self.limit_remaining {
+                Some(limit) if !self.sorts_blocking() => {
+                    usize::try_from(limit.saturating_add(self.skip_remaining)).unwrap_or(usize::MAX).clamp(1, STORAGE_READ_CHUNK)
+                }
+                _ => STORAGE_READ_CHUNK,
+            };
+            self.read_candidates(backend, chunk)?;
         }
         Ok(self.pending.pop_front().map(|candidate| Row::stored(candidate.record_id, candidate.raw)))
     }
 
     /// The next document that passes the filter (and the sort), skip and limit.
     fn next_match(&mut self, backend: &dyn Backend) -> CommandResult<Option<Row>> {
-        if self.sort.is_some() {
+        if self.sorts_blocking() {
             if self.sorted.is_none() {
                 self.run_blocking_sort(backend)?;
             }
@@ -417,26 +484,27 @@ impl Execution {
                     self.pending.push_back(Candidate { record_id, raw, resume });
                 }
             }
-            Access::IndexScan { index_name, ranges, current_range, last_entry_key, seen_record_ids } => {
+            Access::IndexScan(scan) => {
                 // Bounded: each pass either yields entries or advances to the next range.
-                while self.pending.is_empty() && *current_range < ranges.len() {
+                while self.pending.is_empty() && scan.current_range < scan.ranges.len() {
                     check_interrupt()?;
-                    let range_number = *current_range;
+                    let range_number = scan.current_range;
                     let entries = backend.scan_index(
                         &self.collection,
-                        index_name,
-                        &ranges[range_number],
-                        last_entry_key.as_deref(),
+                        &scan.index_name,
+                        &scan.ranges[range_number],
+                        scan.reverse,
+                        scan.last_entry_key.as_deref(),
                         wanted,
                     )?;
                     self.counters.keys_examined += entries.len() as u64;
                     self.counters.access.works += entries.len() as u64;
-                    let mut previous_key = last_entry_key.take();
+                    let mut previous_key = scan.last_entry_key.take();
                     let range_done = entries.len() < wanted;
                     for (key, record_id) in entries {
                         let resume = ResumePoint::AfterEntry(range_number, previous_key.clone());
                         previous_key = Some(key);
-                        if !seen_record_ids.insert(record_id) {
+                        if !scan.seen_record_ids.insert(record_id) {
                             continue;
                         }
                         self.counters.access.advanced += 1;
@@ -446,13 +514,13 @@ impl Execution {
                         }
                     }
                     if range_done {
-                        *current_range += 1;
-                        *last_entry_key = None;
+                        scan.current_range += 1;
+                        scan.last_entry_key = None;
                     } else {
-                        *last_entry_key = previous_key;
+                        scan.last_entry_key = previous_key;
                     }
                 }
-                if *current_range >= ranges.len() {
+                if scan.current_range >= scan.ranges.len() {
                     self.storage_exhausted = true;
                 }
             }

@@ -67,7 +67,7 @@ pub fn for_each_current_match(
             // A candidate that fails its re-check must not use up the limit.
             query.limit = None;
         }
-        let mut execution = Execution::new(collection.clone(), query)?;
+        let mut execution = Execution::new(backend, collection.clone(), query)?;
         let mut written = 0u64;
         let mut candidates_seen = 0u64;
         let chunk = if scope == Scope::One { 1 } else { WRITE_CHUNK_DOCUMENTS };

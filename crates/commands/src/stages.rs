@@ -43,13 +43,15 @@ pub struct StageShape<'a> {
     pub skip: u64,
     pub limit: Option<u64>,
     pub projection: bool,
+    /// The sort runs as a SORT stage (false when the index scan's order is the sort's).
+    pub blocking_sort: bool,
 }
 
 impl ExecutionCounters {
     /// The stage tree with its counters, outermost stage first (`inputStage` nests inward).
     pub fn plan_tree(&self, shape: &StageShape<'_>) -> Document {
         let mut stage = self.access_stage(shape);
-        if let Some(pattern) = &shape.sort {
+        if let (Some(pattern), true) = (&shape.sort, shape.blocking_sort) {
             let mut sort = doc! { "stage": "SORT", "sortPattern": pattern.clone() };
             if let Some(limit) = shape.limit {
                 sort.insert("limitAmount", to_i64(limit.saturating_add(shape.skip)));
@@ -84,9 +86,24 @@ impl ExecutionCounters {
                 }
                 with_counters(scan, filter_counters)
             }
-            Access::IndexScan { index_name, .. } => {
+            Access::IndexScan(scan) => {
                 let index_scan = with_counters(
-                    doc! { "stage": "IXSCAN", "indexName": index_name, "keysExamined": to_i64(self.keys_examined) },
+                    doc! {
+                        "stage": "IXSCAN",
+                        "keyPattern": scan.key_pattern.clone(),
+                        "indexName": &scan.index_name,
+                        "isMultiKey": scan.multikey.unwrap_or(true),
+                        "isUnique": scan.unique,
+                        "isSparse": scan.sparse,
+                        "isPartial": scan.partial,
+                        "indexVersion": 2,
+                        "direction": if scan.reverse { "backward" } else { "forward" },
+                        "indexBounds": scan.bounds.clone(),
+                        "keysExamined": to_i64(self.keys_examined),
+                        "seeks": to_i64(scan.ranges.len() as u64),
+                        "dupsTested": to_i64(self.access.works),
+                        "dupsDropped": to_i64(self.access.works.saturating_sub(self.access.advanced)),
+                    },
                     self.access,
                 );
                 let mut fetch = doc! { "stage": "FETCH", "docsExamined": to_i64(self.documents_examined) };

@@ -77,6 +77,8 @@ commands! {
     "compact" => command::compact::run, admin: false, write: true, "Compacts the shared tablespace (returns dropped collections' disk space).";
     "currentOp" => command::current_op::run, admin: true, write: false, "Lists the operations in progress.";
     "killOp" => command::current_op::kill, admin: true, write: false, "Interrupts an operation in progress.";
+    "explain" => command::explain::run, admin: false, write: false, "Explains how a query, count, distinct, update, delete, findAndModify or aggregate runs.";
+    "planCacheClear" => command::plan_cache_clear::run, admin: false, write: false, "Forgets a collection's cached query plans.";
     "validate" => command::validate::run, admin: false, write: false, "Checks a collection's records, indexes and counts.";
 }
 

@@ -59,7 +59,7 @@ fn unchanged_records_go_out_as_stored_and_projections_as_projected() {
     let handle = engine.collection("db", "items").expect("lookup").expect("collection");
 
     for filter in [doc! {}, doc! { "_id": 7 }, doc! { "name": { "$gte": "n4" } }] {
-        let mut execution = Execution::new(handle.clone(), spec(filter.clone())).expect("plan");
+        let mut execution = Execution::new(&engine, handle.clone(), spec(filter.clone())).expect("plan");
         let batch = execution.next_batch(&engine, 1000).expect("batch");
         let expected: Vec<RawDocumentBuf> = documents
             .iter()
@@ -72,7 +72,7 @@ fn unchanged_records_go_out_as_stored_and_projections_as_projected() {
 
     let mut query = spec(doc! { "_id": { "$lt": 3 } });
     query.projection = Some(Projection::parse(&doc! { "name": 1, "_id": 0 }).expect("projection"));
-    let mut execution = Execution::new(handle, query).expect("plan");
+    let mut execution = Execution::new(&engine, handle, query).expect("plan");
     let batch = execution.next_batch(&engine, 1000).expect("batch");
     let projected: Vec<Document> = batch.iter().map(|raw| Document::try_from(raw.as_ref()).expect("decode")).collect();
     assert_eq!(projected, vec![doc! { "name": "n0" }, doc! { "name": "n1" }, doc! { "name": "n2" }]);
@@ -106,12 +106,12 @@ fn a_record_too_deep_to_have_been_written_answers_data_corruption_on_every_path(
     let engine = open(directory.path());
     let handle = engine.collection("db", "deep").expect("lookup").expect("collection");
     for filter in [doc! {}, doc! { "_id": 1 }, doc! { "v.end": 1 }] {
-        let mut execution = Execution::new(handle.clone(), spec(filter.clone())).expect("plan");
+        let mut execution = Execution::new(&engine, handle.clone(), spec(filter.clone())).expect("plan");
         let error = execution.next_batch(&engine, 1000).expect_err("a record deeper than any BSON document");
         assert_eq!(error.code, 301, "{filter}: {error:?}");
     }
     // The healthy record still reads.
-    let mut execution = Execution::new(handle, spec(doc! { "_id": 2 })).expect("plan");
+    let mut execution = Execution::new(&engine, handle, spec(doc! { "_id": 2 })).expect("plan");
     assert_eq!(execution.next_batch(&engine, 10).expect("batch").len(), 1);
 }
 

@@ -46,11 +46,12 @@ fn an_index_scan_with_sort_skip_limit_and_projection_counts_every_stage() {
     let directory = tempfile::tempdir().expect("temp dir");
     let (engine, handle) = engine_with_documents(directory.path());
     let mut query = spec(doc! { "k": { "$gte": 50 }, "even": true });
-    query.sort = Some(SortSpec::parse(&doc! { "k": -1 }).expect("sort"));
+    // A sort the index order cannot give (a field past its key): a blocking SORT stage.
+    query.sort = Some(SortSpec::parse(&doc! { "k": -1, "even": 1 }).expect("sort"));
     query.skip = 2;
     query.limit = Some(5);
     query.projection = Some(Projection::parse(&doc! { "k": 1 }).expect("projection"));
-    let mut execution = Execution::new(handle, query).expect("plan");
+    let mut execution = Execution::new(&engine, handle, query).expect("plan");
     let batch = execution.next_batch(&engine, 100).expect("batch");
     let returned: Vec<i32> = batch.iter().map(|document| document.get_i32("k").expect("k")).collect();
     assert_eq!(returned, vec![94, 92, 90, 88, 86]);
@@ -77,14 +78,14 @@ fn an_index_scan_with_sort_skip_limit_and_projection_counts_every_stage() {
 fn collection_scans_and_id_lookups_count_what_they_examine() {
     let directory = tempfile::tempdir().expect("temp dir");
     let (engine, handle) = engine_with_documents(directory.path());
-    let mut scan = Execution::new(handle.clone(), spec(doc! { "even": false })).expect("plan");
+    let mut scan = Execution::new(&engine, handle.clone(), spec(doc! { "even": false })).expect("plan");
     assert_eq!(scan.next_batch(&engine, 1_000).expect("batch").len(), 50);
     let tree = scan.plan_tree();
     assert_eq!(tree.get_str("stage").unwrap(), "COLLSCAN");
     assert_eq!(tree.get_i64("docsExamined").unwrap(), 100);
     assert_eq!(tree.get_i64("nReturned").unwrap(), 50);
 
-    let mut lookup = Execution::new(handle, spec(doc! { "_id": 7 })).expect("plan");
+    let mut lookup = Execution::new(&engine, handle, spec(doc! { "_id": 7 })).expect("plan");
     assert_eq!(lookup.next_batch(&engine, 10).expect("batch").len(), 1);
     let tree = lookup.plan_tree();
     assert_eq!(tree.get_str("stage").unwrap(), "IDHACK");
@@ -100,9 +101,11 @@ fn a_hint_by_key_pattern_matches_numerically_equal_directions() {
     for (hint, expected) in [(doc! { "k": 1.0 }, Some("k_1")), (doc! { "k": 1_i64 }, Some("k_1")), (doc! { "k": -1 }, None), (doc! { "k": 1, "x": 1 }, None)] {
         let mut query = spec(doc! { "even": true });
         query.hint = Some(bson::Bson::Document(hint.clone()));
-        match (Execution::new(handle.clone(), query), expected) {
+        match (Execution::new(&engine, handle.clone(), query), expected) {
             (Ok(mut execution), Some(name)) => {
-                assert_eq!(execution.access.describe(), format!("IXSCAN {name}"), "{hint}");
+                assert_eq!(execution.access.describe(), "IXSCAN { k: 1 }", "{hint}");
+                let tree = execution.plan_tree();
+                assert_eq!(stage(&tree, &[""]).get_str("indexName").unwrap(), name);
                 assert_eq!(execution.next_batch(&engine, 1000).expect("batch").len(), 50);
             }
             (Err(error), None) => assert_eq!(error.code, 2, "{hint}"),
@@ -110,4 +113,26 @@ fn a_hint_by_key_pattern_matches_numerically_equal_directions() {
             (Err(error), Some(_)) => panic!("{hint}: {error:?}"),
         }
     }
+}
+
+/// A sort the index order gives runs no SORT stage: the scan runs backwards and the limit
+/// stops it after the entries it needs (the YCSB scan: n entries read, not the collection).
+#[test]
+fn an_index_order_sort_with_a_limit_reads_only_what_it_returns() {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let (engine, handle) = engine_with_documents(directory.path());
+    let mut query = spec(doc! { "k": { "$gte": 50 } });
+    query.sort = Some(SortSpec::parse(&doc! { "k": -1 }).expect("sort"));
+    query.skip = 2;
+    query.limit = Some(5);
+    let mut execution = Execution::new(&engine, handle, query).expect("plan");
+    let batch = execution.next_batch(&engine, 100).expect("batch");
+    let returned: Vec<i32> = batch.iter().map(|document| document.get_i32("k").expect("k")).collect();
+    assert_eq!(returned, vec![97, 96, 95, 94, 93]);
+    let tree = execution.plan_tree();
+    let names: Vec<&str> = (0..4).map(|depth| stage(&tree, &vec![""; depth]).get_str("stage").expect("stage")).collect();
+    assert_eq!(names, vec!["LIMIT", "SKIP", "FETCH", "IXSCAN"]);
+    let index_scan = stage(&tree, &["", "", ""]);
+    assert_eq!(index_scan.get_str("direction").unwrap(), "backward");
+    assert_eq!(index_scan.get_i64("keysExamined").unwrap(), 7, "skip 2 + limit 5 entries, no more");
 }

@@ -502,6 +502,11 @@ impl<'a> IndexView<'a> {
     pub fn is_partial(&self) -> bool {
         self.entry.layout().partial
     }
+
+    /// The index's key prefix: never reused, so it identifies this index across DDL.
+    pub fn prefix(&self) -> u64 {
+        self.entry.prefix
+    }
 }
 
 /// A resolved collection: a cheap, immutable reference to one version of its catalog entry.

@@ -70,6 +70,9 @@ pub struct CollectionStats {
     /// Per index, in catalog order (`_id_` first).
     pub index_sizes_bytes: Vec<(String, i64)>,
     pub total_index_size_bytes: i64,
+    /// Entries per index, in catalog order: more entries than documents means some document
+    /// has several keys (multikey).
+    pub index_entries: Vec<(String, i64)>,
 }
 
 /// Counters of one database (dbStats, listDatabases).
@@ -1018,7 +1021,15 @@ impl Engine {
                 (index.name().to_string(), counters.get(stats::INDEX_SIZE_BYTES).copied().unwrap_or(0))
             })
             .collect();
+        let index_entries = handle
+            .entry
+            .indexes
+            .iter()
+            .zip(indexes.iter())
+            .map(|(index, counters)| (index.name().to_string(), counters.get(stats::INDEX_ENTRIES).copied().unwrap_or(0)))
+            .collect();
         Ok(CollectionStats {
+            index_entries,
             count: collection.get(stats::COLLECTION_DOCUMENTS).copied().unwrap_or(0),
             data_size_bytes: collection.get(stats::COLLECTION_DATA_SIZE_BYTES).copied().unwrap_or(0),
             total_index_size_bytes: index_sizes_bytes.iter().map(|(_, size)| size).sum(),

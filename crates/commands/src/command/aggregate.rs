@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{doc, Bson, Document, RawDocumentBuf};
 use myriad_query::aggregate::{Pipeline, PipelineRun};
 use crate::backend::Backend;
 use myriad_query::filter::Filter;
@@ -18,21 +18,16 @@ use crate::reply::{encode_document, Reply};
 use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
+    if request.flag("explain")? {
+        return explain(context, request, super::explain::Verbosity::QueryPlanner).map(Reply::from);
+    }
     let collection_name = match request.first_value() {
         Some(Bson::String(_)) => Some(request.collection_name()?),
         Some(value) if crate::request::integer_value(value) == Some(1) => None,
         _ => return Err(CommandError::new(FAILED_TO_PARSE, "aggregate requires a collection name or 1")),
     };
-    let stages: Vec<Document> = match request.optional_array("pipeline")? {
-        Some(stages) => stages
-            .iter()
-            .map(|stage| match stage {
-                Bson::Document(stage) => Ok(stage.clone()),
-                other => Err(crate::request::field_type_error("pipeline", "object", other)),
-            })
-            .collect::<CommandResult<_>>()?,
-        None => return Err(CommandError::new(FAILED_TO_PARSE, "BSON field 'aggregate.pipeline' is missing but a required field")),
-    };
+    let mut stages = pipeline_stages(request)?;
+    let plan_cache_entries = take_plan_cache_stats(context, &mut stages, request)?;
     let cursor_options = match request.optional_document("cursor")? {
         Some(options) => options.clone(),
         None if request.flag("explain")? => Document::new(),
@@ -59,6 +54,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
     };
     let execution = match &collection_name {
         None => None,
+        Some(_) if plan_cache_entries.is_some() => None,
         Some(name) => match context.backend.collection(&request.db, name)? {
             None => None,
             Some(collection) => {
@@ -73,11 +69,13 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
                     hint: request.body.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned(),
                     allow_disk_use: None,
                 };
-                Some(Execution::new(collection, spec)?)
+                Some(Execution::new(context.backend.as_ref(), collection, spec)?)
             }
         },
     };
-    let mut stream = AggregationStream { input: execution, run: PipelineRun::new(pipeline), output: VecDeque::new(), output_bytes: 0 };
+    let seed = plan_cache_entries.unwrap_or_default().into();
+    let mut stream =
+        AggregationStream { seed, input: execution, run: PipelineRun::new(pipeline), output: VecDeque::new(), output_bytes: 0 };
     let first_batch = stream.next_batch(context.backend.as_ref(), batch_size)?;
     let cursor_id = if stream.is_exhausted() {
         0
@@ -92,6 +90,8 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
 /// the batch being filled needs, so a cursor holds the pipeline's state and at most one
 /// batch of results, not the whole result.
 pub struct AggregationStream {
+    /// Documents the pipeline reads before (instead of) the collection: `$planCacheStats`.
+    seed: VecDeque<Document>,
     input: Option<Execution>,
     run: PipelineRun,
     /// Results produced but not yet returned, and their bytes.
@@ -105,6 +105,7 @@ impl AggregationStream {
         let mut produced = Vec::new();
         while !self.run.is_finished() && self.output.len() < max_documents && self.output_bytes < MAX_BATCH_BYTES {
             let next = match (&mut self.input, self.run.wants_input()) {
+                (_, true) if !self.seed.is_empty() => self.seed.pop_front(),
                 (Some(execution), true) => execution.next_filtered(backend)?,
                 _ => None,
             };
@@ -137,4 +138,83 @@ impl AggregationStream {
             execution.park();
         }
     }
+}
+
+/// The `pipeline` array's stages.
+fn pipeline_stages(request: &CommandRequest) -> CommandResult<Vec<Document>> {
+    match request.optional_array("pipeline")? {
+        Some(stages) => stages
+            .iter()
+            .map(|stage| match stage {
+                Bson::Document(stage) => Ok(stage.clone()),
+                other => Err(crate::request::field_type_error("pipeline", "object", other)),
+            })
+            .collect(),
+        None => Err(CommandError::new(FAILED_TO_PARSE, "BSON field 'aggregate.pipeline' is missing but a required field")),
+    }
+}
+
+/// A leading `$planCacheStats: {}` stage, removed from `stages`: the collection's plan cache
+/// entries become the pipeline's input.
+fn take_plan_cache_stats(
+    context: &ServerContext,
+    stages: &mut Vec<Document>,
+    request: &CommandRequest,
+) -> CommandResult<Option<Vec<Document>>> {
+    let Some(first) = stages.first() else { return Ok(None) };
+    let Some(arguments) = first.get("$planCacheStats") else {
+        if stages.iter().skip(1).any(|stage| stage.contains_key("$planCacheStats")) {
+            return Err(CommandError::new(crate::error::ErrorCode::new(40602), "$planCacheStats is only valid as the first stage in a pipeline"));
+        }
+        return Ok(None);
+    };
+    if !matches!(arguments, Bson::Document(arguments) if arguments.is_empty() || arguments.keys().all(|key| key == "allHosts")) {
+        return Err(CommandError::new(FAILED_TO_PARSE, "$planCacheStats takes an empty document (or allHosts)"));
+    }
+    let name = request.collection_name()?;
+    stages.remove(0);
+    let entries = match context.backend.collection(&request.db, &name)? {
+        Some(collection) => crate::plan::cache::describe(&collection),
+        None => Vec::new(),
+    };
+    Ok(Some(entries))
+}
+
+/// `aggregate` with `explain`: the input query's plan (a leading `$match` is pushed down to
+/// it) and the remaining stages as parsed; the pipeline itself does not run.
+pub fn explain(context: &ServerContext, request: &CommandRequest, verbosity: super::explain::Verbosity) -> CommandResult<Document> {
+    let stages = pipeline_stages(request)?;
+    let pipeline = Pipeline::parse(&stages)?;
+    let filter_document = pipeline.leading_match().cloned().unwrap_or_default();
+    let rest: Vec<Bson> = stages.iter().skip(usize::from(pipeline.leading_match().is_some())).cloned().map(Bson::Document).collect();
+    let mut reply = match request.first_value() {
+        Some(Bson::String(_)) => {
+            let name = request.collection_name()?;
+            let spec = QuerySpec {
+                filter: Arc::new(Filter::parse(&filter_document)?),
+                filter_document,
+                projection: None,
+                sort: None,
+                skip: 0,
+                limit: None,
+                hint: request.body.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned(),
+                allow_disk_use: None,
+            };
+            let namespace = format!("{}.{}", request.db, name);
+            let mut query = super::explain::explain_find_like(context, &namespace, &name, request, spec, verbosity)?;
+            if rest.is_empty() {
+                query
+            } else {
+                query.remove("explainVersion");
+                let mut all = vec![Bson::Document(doc! { "$cursor": query })];
+                all.extend(rest);
+                doc! { "explainVersion": "1", "stages": all }
+            }
+        }
+        _ => doc! { "explainVersion": "1", "stages": rest },
+    };
+    reply.insert("command", super::explain::command_document(request));
+    reply.insert("serverInfo", super::explain::server_info(context));
+    reply.insert("ok", 1.0);
+    Ok(reply)
 }

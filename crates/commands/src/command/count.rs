@@ -19,7 +19,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         let stats = context.backend.collection_stats(&collection)?;
         return Ok(doc! { "n": stats.count, "ok": 1.0 });
     }
-    let mut execution = Execution::new(collection, spec)?;
+    let mut execution = Execution::new(context.backend.as_ref(), collection, spec)?;
     let mut count = 0i64;
     loop {
         let found = execution.count_matches(context.backend.as_ref(), COUNT_BATCH)?;

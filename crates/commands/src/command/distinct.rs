@@ -21,7 +21,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Ok(doc! { "values": Bson::Array(Vec::new()), "ok": 1.0 });
     };
-    let mut execution = Execution::new(collection, spec)?;
+    let mut execution = Execution::new(context.backend.as_ref(), collection, spec)?;
     let mut values = DistinctValues::default();
     while let Some(document) = execution.next_filtered(context.backend.as_ref())? {
         let mut reached_values = Vec::new();

@@ -153,7 +153,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         return run_tailable(context, request, collection, spec, &options);
     }
     let mut query_end = QueryEnd { seen_only_past_the_end: spec.sort.is_none(), limit_remaining: spec.limit };
-    let mut execution = Execution::new(collection.clone(), spec)?;
+    let mut execution = Execution::new(context.backend.as_ref(), collection.clone(), spec)?;
     if matches!(execution.access, Access::IdLookup { .. }) {
         query_end.seen_only_past_the_end = false;
     }

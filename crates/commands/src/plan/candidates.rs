@@ -1,0 +1,292 @@
+//! Index candidates for a query: for each usable index, the key ranges the filter allows on its
+//! leading fields (equalities first, then one range: the ESR rule) and whether the index order
+//! gives the requested sort.
+//!
+//! Bounds: key fields are bounded in order while the filter gives each of them only points
+//! (equalities, `$in`); the first field with a range is bounded and ends the prefix. The key
+//! ranges are the cartesian product of the bounded fields' intervals, encoded as keystring
+//! prefixes: keystrings of compound keys concatenate per-field encodings, so a range over a
+//! prefix covers every key that extends it (`IndexKeyRange` bounds are prefix bounds).
+
+use bson::{Bson, Document};
+use myriad_keystring::{encode_key, Direction};
+use myriad_query::bounds::{field_intervals, Interval};
+use myriad_query::sort::SortSpec;
+use myriad_storage::{IndexFieldKind, IndexKeyRange, IndexView};
+
+use super::IndexScan;
+
+/// At most this many key ranges per index scan; a prefix whose product would exceed it stops
+/// one field earlier (a looser, still correct, superset).
+const MAX_RANGES: usize = 4096;
+
+/// How one index can serve a query.
+pub struct IndexCandidate {
+    pub scan: IndexScan,
+    /// Leading key fields bounded to points.
+    pub equality_fields: usize,
+    /// Key fields bounded at all (the equality prefix plus at most one range field).
+    pub bounded_fields: usize,
+}
+
+/// The candidate scan of `index` for `filter` and `sort`, or None when the index bounds nothing
+/// and cannot give the sort. `sort_allowed` is false when the index may hold several keys per
+/// document (multikey), whose order is not the sort's.
+pub fn index_candidate(index: &IndexView<'_>, filter: &Document, sort: Option<&SortSpec>, sort_allowed: bool) -> Option<IndexCandidate> {
+    let fields: Vec<(&str, IndexFieldKind)> = index.fields().collect();
+    let mut bounded: Vec<Vec<Interval>> = Vec::new();
+    let mut combinations = 1usize;
+    for (path, kind) in &fields {
+        if *kind == IndexFieldKind::Hashed {
+            break;
+        }
+        let Some(intervals) = field_intervals(filter, path) else { break };
+        combinations = match combinations.checked_mul(intervals.len().max(1)) {
+            Some(total) if total <= MAX_RANGES => total,
+            _ => break,
+        };
+        let all_points = intervals.iter().all(Interval::is_point);
+        bounded.push(intervals);
+        if !all_points {
+            break;
+        }
+    }
+    let equality_fields = bounded.iter().take_while(|intervals| intervals.iter().all(Interval::is_point)).count();
+    let sort_direction = match (sort, sort_allowed) {
+        (Some(sort), true) => provided_sort(&fields, &bounded, &sort.pattern()),
+        _ => None,
+    };
+    if bounded.is_empty() && sort_direction.is_none() {
+        return None;
+    }
+    let reverse = sort_direction == Some(true);
+    let ranges = key_ranges(&fields, &bounded, reverse);
+    let bounds = explain_bounds(&fields, &bounded);
+    let bounded_fields = bounded.len();
+    let scan = IndexScan::new(index, ranges, reverse, sort_direction.is_some(), bounds);
+    Some(IndexCandidate { scan, equality_fields, bounded_fields })
+}
+
+/// The scan of a hinted index: its bounds as for any candidate, or every key when the filter
+/// bounds none of its fields.
+pub fn hinted_scan(index: &IndexView<'_>, filter: &Document, sort: Option<&SortSpec>, sort_allowed: bool) -> IndexScan {
+    match index_candidate(index, filter, sort, sort_allowed) {
+        Some(candidate) => candidate.scan,
+        None => {
+            let fields: Vec<(&str, IndexFieldKind)> = index.fields().collect();
+            IndexScan::new(index, vec![IndexKeyRange::full()], false, false, explain_bounds(&fields, &[]))
+        }
+    }
+}
+
+fn direction_of(kind: IndexFieldKind) -> Direction {
+    match kind {
+        IndexFieldKind::Descending => Direction::Descending,
+        IndexFieldKind::Ascending | IndexFieldKind::Hashed => Direction::Ascending,
+    }
+}
+
+/// Some(reverse) when scanning the index (reversed or not) yields documents in `pattern`'s
+/// order: the sort's fields are consecutive key fields, in order, after key fields bounded to
+/// a single point, with directions all equal to the index's or all opposite.
+fn provided_sort(fields: &[(&str, IndexFieldKind)], bounded: &[Vec<Interval>], pattern: &Document) -> Option<bool> {
+    if pattern.is_empty() {
+        return None;
+    }
+    let single_point = |position: usize| {
+        bounded.get(position).is_some_and(|intervals| intervals.len() == 1 && intervals[0].is_point())
+    };
+    // The sort may start at any key field whose predecessors are each fixed to one value.
+    'start: for start in 0..fields.len() {
+        if start > 0 && !single_point(start - 1) {
+            return None;
+        }
+        let mut reverse: Option<bool> = None;
+        for (offset, (path, direction)) in pattern.iter().enumerate() {
+            let Some((field, kind)) = fields.get(start + offset) else { continue 'start };
+            let ascending = match direction {
+                Bson::Int32(value) => *value > 0,
+                Bson::Int64(value) => *value > 0,
+                Bson::Double(value) => *value > 0.0,
+                _ => return None,
+            };
+            if field != path || *kind == IndexFieldKind::Hashed {
+                continue 'start;
+            }
+            let index_ascending = *kind == IndexFieldKind::Ascending;
+            let this_reverse = ascending != index_ascending;
+            if *reverse.get_or_insert(this_reverse) != this_reverse {
+                continue 'start;
+            }
+        }
+        return reverse;
+    }
+    None
+}
+
+/// The key ranges of the bounded prefix, in scan order (descending byte order when reversed).
+fn key_ranges(fields: &[(&str, IndexFieldKind)], bounded: &[Vec<Interval>], reverse: bool) -> Vec<IndexKeyRange> {
+    if bounded.is_empty() {
+        return vec![IndexKeyRange::full()];
+    }
+    // Every combination of one interval per bounded field (odometer over the product).
+    let mut ranges = Vec::new();
+    let mut positions = vec![0usize; bounded.len()];
+    loop {
+        let chosen: Vec<(&Interval, Direction)> = positions
+            .iter()
+            .zip(bounded)
+            .zip(fields)
+            .map(|((position, intervals), (_, kind))| (&intervals[*position], direction_of(*kind)))
+            .collect();
+        ranges.push(combined_range(&chosen));
+        let mut field = bounded.len();
+        loop {
+            if field == 0 {
+                ranges.sort_by(|left, right| left.lower.cmp(&right.lower));
+                if reverse {
+                    ranges.reverse();
+                }
+                return ranges;
+            }
+            field -= 1;
+            positions[field] += 1;
+            if positions[field] < bounded[field].len() {
+                break;
+            }
+            positions[field] = 0;
+        }
+    }
+}
+
+/// One key range: the points of the leading fields, then the last field's interval; in byte
+/// order, a descending field's upper bound comes first.
+fn combined_range(chosen: &[(&Interval, Direction)]) -> IndexKeyRange {
+    let (last, leading) = chosen.split_last().expect("a range has at least one bounded field");
+    let key = |value: &Bson| {
+        encode_key(leading.iter().map(|(interval, direction)| (&interval.lower, *direction)).chain([(value, last.1)]))
+    };
+    let (interval, direction) = last;
+    match direction {
+        Direction::Ascending => IndexKeyRange {
+            lower: key(&interval.lower),
+            lower_inclusive: interval.lower_inclusive,
+            upper: key(&interval.upper),
+            upper_inclusive: interval.upper_inclusive,
+        },
+        Direction::Descending => IndexKeyRange {
+            lower: key(&interval.upper),
+            lower_inclusive: interval.upper_inclusive,
+            upper: key(&interval.lower),
+            upper_inclusive: interval.lower_inclusive,
+        },
+    }
+}
+
+/// explain's `indexBounds`: every key field with its intervals as MongoDB prints them
+/// (`"[1, 1]"`, `"(5, inf.0]"`), `"[MinKey, MaxKey]"` for fields the scan does not bound.
+fn explain_bounds(fields: &[(&str, IndexFieldKind)], bounded: &[Vec<Interval>]) -> Document {
+    let mut bounds = Document::new();
+    for (position, (path, kind)) in fields.iter().enumerate() {
+        let intervals: Vec<Bson> = match bounded.get(position) {
+            // A descending field lists its intervals, and each interval's ends, from the top.
+            Some(intervals) if *kind == IndexFieldKind::Descending => {
+                intervals.iter().rev().map(|interval| Bson::String(describe_interval(&reversed(interval)))).collect()
+            }
+            Some(intervals) => intervals.iter().map(|interval| Bson::String(describe_interval(interval))).collect(),
+            None => vec![Bson::String("[MinKey, MaxKey]".to_string())],
+        };
+        bounds.insert(*path, intervals);
+    }
+    bounds
+}
+
+fn reversed(interval: &Interval) -> Interval {
+    Interval {
+        lower: interval.upper.clone(),
+        lower_inclusive: interval.upper_inclusive,
+        upper: interval.lower.clone(),
+        upper_inclusive: interval.lower_inclusive,
+    }
+}
+
+fn describe_interval(interval: &Interval) -> String {
+    format!(
+        "{}{}, {}{}",
+        if interval.lower_inclusive { "[" } else { "(" },
+        describe_value(&interval.lower),
+        describe_value(&interval.upper),
+        if interval.upper_inclusive { "]" } else { ")" }
+    )
+}
+
+fn describe_value(value: &Bson) -> String {
+    match value {
+        Bson::MinKey => "MinKey".to_string(),
+        Bson::MaxKey => "MaxKey".to_string(),
+        Bson::String(text) => format!("\"{text}\""),
+        Bson::Double(number) if number.is_infinite() => if *number > 0.0 { "inf.0" } else { "-inf.0" }.to_string(),
+        Bson::Double(number) if number.fract() == 0.0 && number.abs() < 1e15 => format!("{number:.1}"),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    const ASCENDING: IndexFieldKind = IndexFieldKind::Ascending;
+    const DESCENDING: IndexFieldKind = IndexFieldKind::Descending;
+
+    fn points(values: &[i32]) -> Vec<Interval> {
+        let filter = doc! { "x": { "$in": values.iter().map(|value| Bson::Int32(*value)).collect::<Vec<_>>() } };
+        field_intervals(&filter, "x").expect("points")
+    }
+
+    #[test]
+    fn the_sort_is_provided_after_single_point_prefixes_in_either_direction() {
+        let fields = [("a", ASCENDING), ("b", DESCENDING), ("c", ASCENDING)];
+        let one = points(&[1]);
+        let two = points(&[1, 2]);
+        assert_eq!(provided_sort(&fields, &[], &doc! { "a": 1, "b": -1 }), Some(false));
+        assert_eq!(provided_sort(&fields, &[], &doc! { "a": -1, "b": 1 }), Some(true));
+        assert_eq!(provided_sort(&fields, &[], &doc! { "a": 1, "b": 1 }), None, "mixed directions");
+        assert_eq!(provided_sort(&fields, &[], &doc! { "b": -1 }), None, "a is not fixed");
+        assert_eq!(provided_sort(&fields, &[one.clone()], &doc! { "b": -1, "c": 1 }), Some(false));
+        assert_eq!(provided_sort(&fields, &[two], &doc! { "b": -1 }), None, "two values of a interleave b's order");
+        assert_eq!(provided_sort(&fields, &[one.clone(), one], &doc! { "c": -1 }), Some(true));
+        assert_eq!(provided_sort(&fields, &[], &doc! { "a": 1, "b": -1, "c": 1, "d": 1 }), None, "past the key");
+    }
+
+    #[test]
+    fn compound_ranges_are_products_of_prefix_points_ending_in_one_range() {
+        let fields = [("a", ASCENDING), ("b", DESCENDING)];
+        let filter = doc! { "a": { "$in": [2, 1] }, "b": { "$gt": 5, "$lt": 9 } };
+        let a = field_intervals(&filter, "a").expect("a");
+        let b = field_intervals(&filter, "b").expect("b");
+        let ranges = key_ranges(&fields, &[a, b.clone()], false);
+        assert_eq!(ranges.len(), 2);
+        assert!(ranges[0].lower < ranges[1].lower, "sorted in byte order");
+        // Inside the first range: a = 1 with b = 7 (descending bytes), not b = 5 (excluded).
+        let inside = encode_key([(&Bson::Int32(1), Direction::Ascending), (&Bson::Int32(7), Direction::Descending)]);
+        let range = &ranges[0];
+        assert!(range.lower.as_slice() <= inside.as_slice() && inside.as_slice() <= range.upper.as_slice());
+        // b = 5 is the range's upper end in descending bytes, and excluded.
+        let excluded = encode_key([(&Bson::Int32(1), Direction::Ascending), (&Bson::Int32(5), Direction::Descending)]);
+        assert_eq!((excluded, range.upper_inclusive), (range.upper.clone(), false));
+        let reversed = key_ranges(&fields, &[points(&[1, 2]), b], true);
+        assert!(reversed[0].lower > reversed[1].lower, "reversed scans visit ranges from the top");
+    }
+
+    #[test]
+    fn bounds_print_as_mongodb_prints_them() {
+        let fields = [("a", ASCENDING), ("b", ASCENDING)];
+        let filter = doc! { "a": 1, "b": { "$gt": 5 } };
+        let bounded = vec![field_intervals(&filter, "a").unwrap()];
+        let shown = explain_bounds(&fields, &bounded);
+        assert_eq!(shown, doc! { "a": ["[1, 1]"], "b": ["[MinKey, MaxKey]"] });
+        let gt = field_intervals(&filter, "b").unwrap();
+        assert_eq!(describe_interval(&gt[0]), "(5, inf.0]");
+    }
+}

@@ -1,0 +1,282 @@
+//! Query planning: choose an `_id` lookup, a collection scan or one index scan for a query.
+//! Execution ([`crate::execution`]) always rechecks the full filter, so index bounds only need
+//! to be a superset of the matching keys.
+//!
+//! Modules: [`candidates`] (bounds and sort order per index), [`trial`] (trial runs among
+//! several candidates), [`cache`] (the winner per query shape).
+
+pub mod cache;
+pub mod candidates;
+pub mod trial;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use bson::{Bson, Document};
+use myriad_query::filter::Filter;
+use myriad_query::projection::Projection;
+use myriad_query::sort::SortSpec;
+use myriad_storage::{CollectionHandle, IndexKeyRange, IndexView, RecordId};
+
+use crate::backend::Backend;
+use crate::error::{CommandError, CommandResult, BAD_VALUE};
+use candidates::IndexCandidate;
+
+/// What the client asked for, parsed.
+#[derive(Clone)]
+pub struct QuerySpec {
+    pub filter: Arc<Filter>,
+    pub filter_document: Document,
+    pub projection: Option<Projection>,
+    pub sort: Option<SortSpec>,
+    pub skip: u64,
+    pub limit: Option<u64>,
+    pub hint: Option<Bson>,
+    /// The command's `allowDiskUse` (None: `allowDiskUseByDefault`).
+    pub allow_disk_use: Option<bool>,
+}
+
+/// How the documents are found.
+#[derive(Clone, Debug)]
+pub enum Access {
+    /// `_id` equality: one point read of the `_id` index and one of the record.
+    IdLookup { id: Bson },
+    CollectionScan { last_record_id: Option<RecordId> },
+    IndexScan(IndexScan),
+}
+
+/// A resumable scan of one index over key ranges.
+#[derive(Clone, Debug)]
+pub struct IndexScan {
+    pub index_name: String,
+    /// The key pattern and bounds, as explain shows them.
+    pub key_pattern: Document,
+    pub bounds: Document,
+    pub unique: bool,
+    pub sparse: bool,
+    pub partial: bool,
+    /// Whether some document has several keys in the index, when the planner read it (it
+    /// does for sorted queries; explain fills it in); None: unknown, shown as multikey.
+    pub multikey: Option<bool>,
+    /// Scans from the highest key down (a sort opposite to the index's directions).
+    pub reverse: bool,
+    /// The scan's order is the query's sort: no blocking sort runs.
+    pub provides_sort: bool,
+    /// In scan order.
+    pub ranges: Vec<IndexKeyRange>,
+    pub current_range: usize,
+    pub last_entry_key: Option<Vec<u8>>,
+    /// Multikey entries and overlapping intervals can name one record twice.
+    pub seen_record_ids: HashSet<RecordId>,
+}
+
+impl IndexScan {
+    pub fn new(index: &IndexView<'_>, ranges: Vec<IndexKeyRange>, reverse: bool, provides_sort: bool, bounds: Document) -> IndexScan {
+        IndexScan {
+            index_name: index.name().to_string(),
+            key_pattern: Document::try_from(index.key_pattern()).unwrap_or_default(),
+            bounds,
+            unique: index.unique(),
+            sparse: index.sparse(),
+            partial: index.is_partial(),
+            multikey: None,
+            reverse,
+            provides_sort,
+            ranges,
+            current_range: 0,
+            last_entry_key: None,
+            seen_record_ids: HashSet::new(),
+        }
+    }
+}
+
+impl Access {
+    pub fn describe(&self) -> String {
+        match self {
+            Access::IdLookup { .. } => "IDHACK".to_string(),
+            Access::CollectionScan { .. } => "COLLSCAN".to_string(),
+            Access::IndexScan(scan) => {
+                let fields: Vec<String> = scan.key_pattern.iter().map(|(field, direction)| format!("{field}: {direction}")).collect();
+                format!("IXSCAN {{ {} }}", fields.join(", "))
+            }
+        }
+    }
+
+    /// True when the access path yields documents in the query's sort order.
+    pub fn provides_sort(&self) -> bool {
+        matches!(self, Access::IndexScan(scan) if scan.provides_sort)
+    }
+
+    fn index_name(&self) -> Option<&str> {
+        match self {
+            Access::IndexScan(scan) => Some(&scan.index_name),
+            _ => None,
+        }
+    }
+}
+
+/// The planner's choice for one query, and the plans it rejected with what their trial runs
+/// did (explain's `rejectedPlans` and `allPlansExecution`).
+pub struct PlannedQuery {
+    pub access: Access,
+    pub rejected: Vec<trial::TrialOutcome>,
+    /// The winner's trial, when plans were compared.
+    pub winner_trial: Option<trial::TrialOutcome>,
+    pub from_plan_cache: bool,
+}
+
+/// Picks the access path: `_id` equality by point lookup; a hinted index; else every index
+/// that bounds the filter's fields (equalities, then one range) or gives the sort. One
+/// candidate is used as it is; several are trial-run and the most productive wins, cached per
+/// query shape until the collection's indexes change. No candidate: a collection scan.
+pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &QuerySpec) -> CommandResult<PlannedQuery> {
+    let filter = &spec.filter_document;
+    let hint = spec.hint.as_ref();
+    let single = |access| Ok(PlannedQuery { access, rejected: Vec::new(), winner_trial: None, from_plan_cache: false });
+    let id_hinted = match hint {
+        None => true,
+        Some(Bson::String(name)) => name == myriad_storage::ID_INDEX_NAME,
+        Some(Bson::Document(pattern)) => pattern.len() == 1 && pattern.contains_key("_id"),
+        Some(_) => false,
+    };
+    if let (true, Some(id)) = (id_hinted, id_equality(filter)) {
+        return single(Access::IdLookup { id: id.clone() });
+    }
+    let multikey = MultikeyIndexes::new(backend, collection, spec.sort.is_some());
+    if let Some(hint) = hint {
+        let index = match hint {
+            Bson::String(name) => collection.index_views().find(|index| index.name() == name),
+            Bson::Document(pattern) if pattern.contains_key("$natural") => {
+                return single(Access::CollectionScan { last_record_id: None });
+            }
+            Bson::Document(pattern) => collection.index_views().find(|index| same_key_pattern(index, pattern)),
+            _ => None,
+        };
+        let Some(index) = index else {
+            return Err(CommandError::new(BAD_VALUE, "hint provided does not correspond to an existing index"));
+        };
+        let sort_allowed = !multikey.contains(index.name());
+        let mut scan = candidates::hinted_scan(&index, filter, spec.sort.as_ref(), sort_allowed);
+        scan.multikey = multikey.known(index.name());
+        return single(Access::IndexScan(scan));
+    }
+    let candidates: Vec<IndexCandidate> = collection
+        .index_views()
+        .filter(|index| !index.sparse() && !index.is_partial())
+        .filter_map(|index| {
+            let sort_allowed = !multikey.contains(index.name());
+            let mut candidate = candidates::index_candidate(&index, filter, spec.sort.as_ref(), sort_allowed)?;
+            candidate.scan.multikey = multikey.known(index.name());
+            Some(candidate)
+        })
+        .collect();
+    match candidates.len() {
+        0 if crate::knobs::no_table_scan() => Err(CommandError::new(
+            crate::error::NO_QUERY_EXECUTION_PLANS,
+            format!("No indexed plan found for the query (notablescan is set): {filter}"),
+        )),
+        0 => single(Access::CollectionScan { last_record_id: None }),
+        1 => single(Access::IndexScan(candidates.into_iter().next().expect("one candidate").scan)),
+        _ => choose_among(backend, collection, spec, candidates),
+    }
+}
+
+/// Several candidates: the cached winner for this query shape, else trial runs.
+fn choose_among(
+    backend: &dyn Backend,
+    collection: &CollectionHandle,
+    spec: &QuerySpec,
+    candidates: Vec<IndexCandidate>,
+) -> CommandResult<PlannedQuery> {
+    let cache_key = cache::CacheKey::new(collection, spec);
+    if let Some(winner) = cache::lookup(&cache_key) {
+        if let Some(candidate) = candidates.iter().find(|candidate| candidate.scan.index_name == winner) {
+            return Ok(PlannedQuery {
+                access: Access::IndexScan(candidate.scan.clone()),
+                rejected: Vec::new(),
+                winner_trial: None,
+                from_plan_cache: true,
+            });
+        }
+    }
+    let scans: Vec<Access> = candidates.into_iter().map(|candidate| Access::IndexScan(candidate.scan)).collect();
+    let (winner, mut outcomes) = trial::run_trials(backend, collection, spec, scans)?;
+    let winner_trial = outcomes.remove(winner);
+    if let Some(name) = winner_trial.access.index_name() {
+        cache::store(cache_key, name.to_string(), winner_trial.works);
+    }
+    Ok(PlannedQuery { access: winner_trial.access.clone(), rejected: outcomes, winner_trial: Some(winner_trial), from_plan_cache: false })
+}
+
+/// The indexes that may hold several keys for one document (an array on a key path), whose
+/// order cannot serve a sort. Read from the counters only when the query sorts: an index with
+/// as many entries as the collection has documents has one key per document.
+pub struct MultikeyIndexes {
+    /// None when the counters were not read.
+    names: Option<Vec<String>>,
+}
+
+impl MultikeyIndexes {
+    pub fn new(backend: &dyn Backend, collection: &CollectionHandle, needed: bool) -> MultikeyIndexes {
+        if !needed {
+            return MultikeyIndexes { names: None };
+        }
+        let names = match backend.collection_stats(collection) {
+            Ok(stats) => stats
+                .index_entries
+                .iter()
+                .filter(|(_, entries)| *entries > stats.count)
+                .map(|(name, _)| name.clone())
+                .collect(),
+            // Unknown: treat every index as multikey, so no sort relies on index order.
+            Err(_) => collection.index_names(),
+        };
+        MultikeyIndexes { names: Some(names) }
+    }
+
+    /// True when the index may be multikey (unknown counts as multikey for sorting; with the
+    /// counters unread, no sort is asked, so nothing depends on it).
+    fn contains(&self, name: &str) -> bool {
+        self.names.as_ref().map_or(true, |names| names.iter().any(|multikey| multikey == name))
+    }
+
+    /// Whether the index is multikey, when the counters were read.
+    pub fn known(&self, name: &str) -> Option<bool> {
+        self.names.as_ref().map(|names| names.iter().any(|multikey| multikey == name))
+    }
+}
+
+/// True when `pattern` names the index's key fields in order with equal values, compared as
+/// MongoDB compares BSON (so `{a: 1}` from one driver names the index `{a: 1.0}` from another).
+fn same_key_pattern(index: &IndexView<'_>, pattern: &Document) -> bool {
+    let stored = index.key_pattern();
+    let mut stored_fields = stored.iter();
+    for (field, value) in pattern {
+        let Some(Ok((stored_field, stored_value))) = stored_fields.next() else { return false };
+        let Ok(stored_value) = Bson::try_from(stored_value) else { return false };
+        if stored_field != field || !myriad_keystring::compare::values_equal(&stored_value, value) {
+            return false;
+        }
+    }
+    stored_fields.next().is_none()
+}
+
+/// The value of a filter that is exactly `{_id: value}` or `{_id: {$eq: value}}`, where the
+/// value matches only itself (not a regex, array, document with operators, null or
+/// undefined, which match more or other documents).
+pub fn id_equality(filter: &Document) -> Option<&Bson> {
+    if filter.len() != 1 {
+        return None;
+    }
+    let value = filter.get("_id")?;
+    let value = match value {
+        Bson::Document(operators) if operators.len() == 1 => operators.get("$eq")?,
+        other => other,
+    };
+    match value {
+        Bson::String(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::ObjectId(_) | Bson::Boolean(_)
+        | Bson::DateTime(_) | Bson::Binary(_) | Bson::Decimal128(_) | Bson::Timestamp(_) => Some(value),
+        Bson::Document(document) if !document.keys().any(|key| key.starts_with('$')) => Some(value),
+        _ => None,
+    }
+}
