@@ -26,6 +26,7 @@ pub mod log;
 pub mod modify;
 pub mod operation;
 pub mod plan;
+pub mod profiler;
 pub mod reply;
 pub mod request;
 pub mod session;

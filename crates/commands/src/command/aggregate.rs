@@ -106,7 +106,7 @@ impl AggregationStream {
         while !self.run.is_finished() && self.output.len() < max_documents && self.output_bytes < MAX_BATCH_BYTES {
             let next = match (&mut self.input, self.run.wants_input()) {
                 (_, true) if !self.seed.is_empty() => self.seed.pop_front(),
-                (Some(execution), true) => execution.next_filtered(backend)?,
+                (Some(execution), true) => crate::operation::note_examined_during(execution, |execution| execution.next_filtered(backend))?,
                 _ => None,
             };
             match next {

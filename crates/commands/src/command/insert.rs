@@ -32,5 +32,6 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     }
     transaction.commit(durability)?;
     context.count(&context.operation_counters.insert, inserted);
+    crate::operation::note_inserted(inserted as u64);
     Ok(write_reply(inserted, write_errors))
 }

@@ -33,6 +33,7 @@ pub mod list_indexes;
 pub mod parameters;
 pub mod plan_cache_clear;
 pub mod ping;
+pub mod profile;
 pub mod rename_collection;
 pub mod server_status;
 pub mod sessions;

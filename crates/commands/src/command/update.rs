@@ -231,6 +231,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             }
         }
     }
+    crate::operation::note_updated((matched - upserted.len() as i64) as u64, modified as u64, upserted.len() as u64);
     let mut reply = doc! { "n": matched as i32, "nModified": modified as i32 };
     if !upserted.is_empty() {
         reply.insert("upserted", upserted);
