@@ -5,6 +5,7 @@
 //! reused; an entry is immutable once published (DDL publishes a new `Arc`); the snapshot only
 //! ever holds entries that were read from or written to the catalog column family.
 
+use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
 use bson::{spec::BinarySubtype, Binary, Bson, Document, RawArrayBuf, RawBinaryRef, RawDocument, RawDocumentBuf};
@@ -245,7 +246,20 @@ pub(crate) struct CollectionEntry {
     pub(crate) uuid: [u8; 16],
     /// createCollection options as BSON bytes, exactly sized; empty when there were none.
     options: Box<[u8]>,
+    /// What the command layer derives from the options (the parsed validator), computed on
+    /// first use and kept with this version of the entry; None (8 bytes) without options.
+    derived: Option<Box<DerivedFromOptions>>,
     pub(crate) indexes: Box<[IndexEntry]>,
+}
+
+/// A value derived once from an entry's options (see [`CollectionHandle::options_derived`]).
+#[derive(Default)]
+struct DerivedFromOptions(OnceLock<Arc<dyn Any + Send + Sync>>);
+
+impl std::fmt::Debug for DerivedFromOptions {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(if self.0.get().is_some() { "DerivedFromOptions(set)" } else { "DerivedFromOptions(unset)" })
+    }
 }
 
 impl CollectionEntry {
@@ -273,14 +287,22 @@ impl CollectionEntry {
         options: Box<[u8]>,
         indexes: Vec<IndexEntry>,
     ) -> Self {
+        let derived = if options.is_empty() { None } else { Some(Box::default()) };
         CollectionEntry {
             namespace: namespace_of(db, collection).into(),
             db_len: db.len(),
             prefix,
             uuid,
             options,
+            derived,
             indexes: indexes.into_boxed_slice(),
         }
+    }
+
+    /// A copy with different createCollection options (collMod), same prefixes and indexes.
+    pub(crate) fn with_options(&self, options: &Document) -> Result<Self, StorageError> {
+        let options = if options.is_empty() { Box::default() } else { serialize_document(options)?.into_boxed_slice() };
+        Ok(CollectionEntry::with_options_bytes(self.db(), self.collection(), self.prefix, self.uuid, options, self.indexes_cloned()?))
     }
 
     /// The createCollection options as stored (empty when there were none).
@@ -553,6 +575,18 @@ impl CollectionHandle {
     /// The options given to createCollection.
     pub fn options(&self) -> Result<Document, StorageError> {
         self.entry.options_document()
+    }
+
+    /// A value the caller derives from the options (such as a parsed validator), computed
+    /// once per version of the catalog entry and shared by every handle to that version.
+    /// None, without calling `derive`, when the collection has no options: the common case
+    /// costs one branch. A caller asking for a different type than the cached one gets a
+    /// fresh, uncached value.
+    pub fn options_derived<T: Any + Send + Sync>(&self, derive: impl Fn(Result<Document, StorageError>) -> T) -> Option<Arc<T>> {
+        let cache = self.entry.derived.as_ref()?;
+        let compute = || derive(self.entry.options_document());
+        let cached = cache.0.get_or_init(|| Arc::new(compute()) as Arc<dyn Any + Send + Sync>).clone();
+        Some(cached.downcast::<T>().unwrap_or_else(|_| Arc::new(compute())))
     }
 
     fn ready_indexes(&self) -> impl Iterator<Item = &IndexEntry> {

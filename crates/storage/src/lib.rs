@@ -26,6 +26,7 @@
 
 mod capped;
 mod catalog;
+mod coll_mod;
 mod commit;
 mod engine;
 mod error;
