@@ -14,6 +14,8 @@
 // keyValue) by value, as every handler returns it; the larger `Err` is accepted, as in storage.
 #![allow(clippy::result_large_err)]
 
+pub mod aggregate_server_state;
+pub mod aggregate_sources;
 pub mod backend;
 pub mod command;
 pub mod context;
