@@ -27,6 +27,7 @@ pub mod path;
 pub mod projection;
 pub mod sort;
 pub mod update;
+pub mod validation_error;
 
 pub use aggregate::Pipeline;
 pub use bounds::{field_intervals, field_intervals_non_multikey, Interval};
