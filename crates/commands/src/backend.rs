@@ -43,6 +43,8 @@ pub trait Backend: Send + Sync {
     fn collection(&self, db: &str, collection: &str) -> BackendResult<Option<CollectionHandle>>;
     fn get_or_create_collection(&self, db: &str, collection: &str) -> BackendResult<CollectionHandle>;
     fn create_collection(&self, db: &str, collection: &str, options: Document) -> BackendResult<CollectionHandle>;
+    /// Replaces a collection's options (collMod); `command` is what the operation log records.
+    fn set_collection_options(&self, db: &str, collection: &str, options: Document, command: Document) -> BackendResult<CollectionHandle>;
     fn drop_collection(&self, db: &str, collection: &str) -> BackendResult<()>;
     fn drop_database(&self, db: &str) -> BackendResult<()>;
     fn rename_collection(&self, from: (&str, &str), to: (&str, &str), drop_target: bool) -> BackendResult<()>;
@@ -117,6 +119,9 @@ impl Backend for Engine {
     }
     fn create_collection(&self, db: &str, collection: &str, options: Document) -> BackendResult<CollectionHandle> {
         Engine::create_collection(self, db, collection, options)
+    }
+    fn set_collection_options(&self, db: &str, collection: &str, options: Document, command: Document) -> BackendResult<CollectionHandle> {
+        Engine::set_collection_options(self, db, collection, options, command)
     }
     fn drop_collection(&self, db: &str, collection: &str) -> BackendResult<()> {
         Engine::drop_collection(self, db, collection)
@@ -241,6 +246,11 @@ impl<B: Backend> Backend for ContractBackend<B> {
     }
     fn create_collection(&self, db: &str, collection: &str, options: Document) -> BackendResult<CollectionHandle> {
         let handle = self.inner.create_collection(db, collection, options)?;
+        check_handle(&handle, db, collection);
+        Ok(handle)
+    }
+    fn set_collection_options(&self, db: &str, collection: &str, options: Document, command: Document) -> BackendResult<CollectionHandle> {
+        let handle = self.inner.set_collection_options(db, collection, options, command)?;
         check_handle(&handle, db, collection);
         Ok(handle)
     }

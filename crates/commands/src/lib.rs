@@ -17,6 +17,7 @@
 pub mod aggregate_server_state;
 pub mod aggregate_sources;
 pub mod backend;
+pub mod collation;
 pub mod command;
 pub mod context;
 pub mod duplicates;
@@ -34,6 +35,7 @@ pub mod request;
 pub mod session;
 pub mod stages;
 pub mod table;
+pub mod validation;
 pub mod write;
 
 pub use context::{ConnectionInfo, ServerContext, ServerOptions};

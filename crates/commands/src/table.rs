@@ -63,6 +63,7 @@ commands! {
     "distinct" => command::distinct::run, admin: false, write: false, "Distinct values of a field.";
     "aggregate" => command::aggregate::run, admin: false, write: false, "Runs an aggregation pipeline.";
     "create" => command::create::run, admin: false, write: true, "Creates a collection.";
+    "collMod" => command::coll_mod::run, admin: false, write: true, "Changes a collection's validator, validationLevel and validationAction.";
     "drop" => command::drop::run, admin: false, write: true, "Drops a collection.";
     "dropDatabase" => command::drop_database::run, admin: false, write: true, "Drops a database.";
     "listCollections" => command::list_collections::run, admin: false, write: false, "Lists collections.";
@@ -165,6 +166,7 @@ fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply
     };
     // Transactions and retryable writes are refused before anything runs (standalone).
     command::sessions::refuse_transactions(request)?;
+    crate::collation::refuse_non_simple(request)?;
     if spec.admin_only && request.db != "admin" {
         return Err(CommandError::new(
             crate::error::UNAUTHORIZED,

@@ -64,6 +64,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
                 hint,
                 sort,
                 return_new,
+                bypass_document_validation: crate::validation::bypass_requested(request)?,
             };
             let collection = if upsert {
                 Some(context.backend.get_or_create_collection(&request.db, &name)?)

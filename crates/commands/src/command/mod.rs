@@ -2,6 +2,7 @@
 
 pub mod aggregate;
 pub mod build_info;
+pub mod coll_mod;
 pub mod coll_stats;
 pub mod compact;
 pub mod connection_status;
