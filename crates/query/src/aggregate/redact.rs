@@ -9,10 +9,11 @@ use super::context::{RunContext, TransformStage};
 use crate::error::{QueryError, QueryResult};
 use crate::expression::Expression;
 
-/// The values `$$DESCEND`, `$$PRUNE` and `$$KEEP` evaluate to.
-const DESCEND: &str = "descend";
-const PRUNE: &str = "prune";
-const KEEP: &str = "keep";
+/// The values `$$DESCEND`, `$$PRUNE` and `$$KEEP` evaluate to: deprecated symbol values no
+/// document holds in practice, so a string "keep" is not taken for `$$KEEP`.
+const DESCEND: &str = "$$DESCEND";
+const PRUNE: &str = "$$PRUNE";
+const KEEP: &str = "$$KEEP";
 
 #[derive(Debug)]
 pub(crate) struct Redact {
@@ -31,9 +32,9 @@ impl Redact {
         let names = ["DESCEND", "PRUNE", "KEEP"].map(str::to_string);
         let expression = crate::expression::with_declared_variables(&names, || Expression::parse(argument))?;
         let variables = std::sync::Arc::new(vec![
-            ("DESCEND".to_string(), Bson::String(DESCEND.into())),
-            ("PRUNE".to_string(), Bson::String(PRUNE.into())),
-            ("KEEP".to_string(), Bson::String(KEEP.into())),
+            ("DESCEND".to_string(), Bson::Symbol(DESCEND.into())),
+            ("PRUNE".to_string(), Bson::Symbol(PRUNE.into())),
+            ("KEEP".to_string(), Bson::Symbol(KEEP.into())),
         ]);
         Ok(Redact { expression, variables })
     }
@@ -44,9 +45,9 @@ impl Redact {
         let variables = std::sync::Arc::new(variables);
         let value = crate::expression::with_bound_variables(&variables, || self.expression.evaluate_optional(document))?;
         match &value {
-            Some(Bson::String(text)) if text == DESCEND => Ok(Decision::Descend),
-            Some(Bson::String(text)) if text == PRUNE => Ok(Decision::Prune),
-            Some(Bson::String(text)) if text == KEEP => Ok(Decision::Keep),
+            Some(Bson::Symbol(text)) if text == DESCEND => Ok(Decision::Descend),
+            Some(Bson::Symbol(text)) if text == PRUNE => Ok(Decision::Prune),
+            Some(Bson::Symbol(text)) if text == KEEP => Ok(Decision::Keep),
             other => Err(QueryError::Location(
                 17053,
                 format!(
