@@ -50,7 +50,7 @@ impl Granularity {
     /// Values bucketed with a granularity must be non-negative numbers.
     pub(crate) fn check_value(&self, value: &Bson) -> QueryResult<()> {
         let number = number_of(value)?;
-        if number.is_nan() {
+        if number.is_nan() || number.is_infinite() {
             return Err(QueryError::Location(40259, "A granularity was specified, and the groupBy value is NaN.".into()));
         }
         if number < 0.0 {

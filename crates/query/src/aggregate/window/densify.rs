@@ -283,10 +283,13 @@ impl DensifyOutput {
         for (document, value) in documents.into_iter().zip(values) {
             if let Some(value) = &value {
                 while let Some(candidate) = next.clone().filter(|candidate| compare_values(candidate, value).is_lt()) {
-                    if within(&candidate) {
-                        self.count_generated()?;
-                        self.ready.push_back(self.generated(candidate.clone(), &partition));
+                    if !within(&candidate) {
+                        // Past the upper bound: nothing more is generated in this partition.
+                        next = None;
+                        break;
                     }
+                    self.count_generated()?;
+                    self.ready.push_back(self.generated(candidate.clone(), &partition));
                     next = self.step_from(&candidate);
                 }
                 while let Some(candidate) = next.clone().filter(|candidate| compare_values(candidate, value).is_le()) {

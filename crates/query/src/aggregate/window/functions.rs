@@ -290,7 +290,13 @@ pub(crate) struct Partition<'a> {
     pub(crate) documents: &'a [Document],
     pub(crate) sort_values: &'a [Bson],
     pub(crate) memory_limit_bytes: u64,
+    /// Fails when the operation was killed or ran out of time (checked every
+    /// [`INTERRUPT_CHECK_INTERVAL`] documents of a window computation).
+    pub(crate) check_interrupt: &'a dyn Fn() -> QueryResult<()>,
 }
+
+/// Documents between interrupt checks while computing windows.
+const INTERRUPT_CHECK_INTERVAL: usize = 256;
 
 impl Partition<'_> {
     /// The window's document positions for the document at `position`, as a range.
@@ -302,11 +308,11 @@ impl Partition<'_> {
                     match bound {
                         Bound::Unbounded => unbounded,
                         Bound::Current => position as i64,
-                        Bound::Offset(offset) => position as i64 + offset as i64,
+                        Bound::Offset(offset) => (position as i64).saturating_add(offset as i64),
                     }
                 };
                 let low = offset(window.lower, 0).clamp(0, count as i64);
-                let high = (offset(window.upper, count as i64 - 1) + 1).clamp(0, count as i64);
+                let high = offset(window.upper, count as i64 - 1).saturating_add(1).clamp(0, count as i64);
                 Ok(low as usize..(high as usize).max(low as usize))
             }
             WindowKind::Range { unit_milliseconds } => {
@@ -366,8 +372,8 @@ impl Partition<'_> {
         let inputs: Vec<Option<Bson>> = self.documents.iter().map(|document| expression.evaluate_optional(document)).collect::<QueryResult<_>>()?;
         let mut budget = MemoryBudget::new(self.memory_limit_bytes);
         let mut values = Vec::with_capacity(count);
-        let whole = matches!(window.kind, WindowKind::Documents) && window.lower == Bound::Unbounded && window.upper == Bound::Unbounded;
-        if whole {
+        let documents_window = matches!(window.kind, WindowKind::Documents);
+        if documents_window && window.lower == Bound::Unbounded && window.upper == Bound::Unbounded {
             let mut state = State::initial(kind);
             for input in &inputs {
                 state.accumulate(kind, input.clone(), &mut budget)?;
@@ -375,14 +381,30 @@ impl Partition<'_> {
             let value = state.final_value();
             return Ok(vec![Some(value); count]);
         }
+        // From the partition's start: the window only grows, so one state accumulates as it goes.
+        let growing = documents_window && window.lower == Bound::Unbounded;
+        let mut running = State::initial(kind);
+        let mut accumulated = 0usize;
         for position in 0..count {
-            let range = self.window_range(window, position)?;
-            let mut state = State::initial(kind);
-            let mut window_budget = MemoryBudget::new(self.memory_limit_bytes);
-            for input in inputs.get(range.clone()).unwrap_or_default() {
-                state.accumulate(kind, input.clone(), &mut window_budget)?;
+            if position % INTERRUPT_CHECK_INTERVAL == 0 {
+                (self.check_interrupt)()?;
             }
+            let range = self.window_range(window, position)?;
             let empty_window = range.is_empty();
+            let state = if growing {
+                while accumulated < range.end {
+                    running.accumulate(kind, inputs.get(accumulated).cloned().flatten(), &mut budget)?;
+                    accumulated += 1;
+                }
+                running.clone()
+            } else {
+                let mut state = State::initial(kind);
+                let mut window_budget = MemoryBudget::new(self.memory_limit_bytes);
+                for input in inputs.get(range).unwrap_or_default() {
+                    state.accumulate(kind, input.clone(), &mut window_budget)?;
+                }
+                state
+            };
             values.push(Some(match (kind, empty_window) {
                 (Accumulator::Push | Accumulator::AddToSet, _) => state.final_value(),
                 (Accumulator::Sum, true) => Bson::Int32(0),

@@ -178,6 +178,7 @@ impl BufferedStage for SetWindowFields {
             sort_by: self.sort_by.clone(),
             output: self.output.clone(),
             memory_limit_bytes: context.memory_limit_bytes,
+            context: context.clone(),
         })
     }
 }
@@ -187,6 +188,7 @@ struct WindowState {
     sort_by: Option<SortSpec>,
     output: Vec<OutputField>,
     memory_limit_bytes: u64,
+    context: RunContext,
 }
 
 impl BufferedState for WindowState {
@@ -202,6 +204,7 @@ impl BufferedState for WindowState {
             output: state.output,
             ready: VecDeque::new(),
             memory_limit_bytes: state.memory_limit_bytes,
+            context: state.context,
         }))
     }
 }
@@ -212,6 +215,7 @@ struct WindowOutput {
     output: Vec<OutputField>,
     ready: VecDeque<Document>,
     memory_limit_bytes: u64,
+    context: RunContext,
 }
 
 /// The first sortBy field's value of each document (ranks, ranges, derivatives).
@@ -234,7 +238,14 @@ impl OutputStream for WindowOutput {
             }
             let Some((_, mut documents)) = self.partitions.next_partition()? else { return Ok(None) };
             let sort_values = first_sort_values(self.sort_by.as_ref(), &documents)?;
-            let partition = Partition { documents: &documents, sort_values: &sort_values, memory_limit_bytes: self.memory_limit_bytes };
+            let context = &self.context;
+            let check_interrupt = || context.check_interrupt();
+            let partition = Partition {
+                documents: &documents,
+                sort_values: &sort_values,
+                memory_limit_bytes: self.memory_limit_bytes,
+                check_interrupt: &check_interrupt,
+            };
             let computed = self.output.iter().map(|field| partition.evaluate(field)).collect::<QueryResult<Vec<_>>>()?;
             for (field, values) in self.output.iter().zip(computed) {
                 for (document, value) in documents.iter_mut().zip(values) {
