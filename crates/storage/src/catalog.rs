@@ -103,6 +103,10 @@ pub(crate) struct IndexEntry {
     /// only for records at or below the build's position, and it is hidden from
     /// [`CollectionHandle::indexes`] so queries never use it.
     pub(crate) building: bool,
+    /// The key format version (`myriad_keystring::FORMAT_VERSION`) its entries are written in;
+    /// 1 when the stored entry has no `keyFormat` (written before version 2). An older format is
+    /// rebuilt at open (docs/FORMAT.md, "Upgrading from version 1").
+    pub(crate) key_format: u8,
     /// The full spec as given to createIndexes (normalized), exactly sized; empty for the
     /// standard `_id_` spec.
     spec: Box<[u8]>,
@@ -123,7 +127,7 @@ impl IndexEntry {
             let layout = SpecLayout::parse(&bytes)?;
             (bytes.into_boxed_slice(), Some(Box::new(layout)))
         };
-        let index = IndexEntry { prefix, unique, sparse, building: false, spec, layout };
+        let index = IndexEntry { prefix, unique, sparse, building: false, key_format: myriad_keystring::FORMAT_VERSION, spec, layout };
         if index.name().is_empty() {
             return Err(StorageError::Corrupt("index spec has no name".to_string()));
         }
@@ -210,6 +214,10 @@ impl IndexEntry {
         if self.building {
             document.append("building", true);
         }
+        // Absent for version 1, so entries written before key format 2 read as version 1.
+        if self.key_format != 1 {
+            document.append("keyFormat", i32::from(self.key_format));
+        }
         Ok(document)
     }
 
@@ -226,8 +234,17 @@ impl IndexEntry {
             Ok(Some(bson::RawBsonRef::Boolean(building))) => building,
             _ => return Err(corrupt("building")),
         };
+        let key_format = match document.get("keyFormat") {
+            Ok(None) => 1,
+            Ok(Some(bson::RawBsonRef::Int32(version))) => u8::try_from(version).map_err(|_| corrupt("keyFormat"))?,
+            _ => return Err(corrupt("keyFormat")),
+        };
+        if key_format == 0 || key_format > myriad_keystring::FORMAT_VERSION {
+            return Err(corrupt("keyFormat is not a version this engine reads"));
+        }
         let mut index = Self::from_spec_bytes(spec.as_bytes().to_vec(), prefix, unique, sparse)?;
         index.building = building;
+        index.key_format = key_format;
         if index.name() != name {
             return Err(corrupt("name differs from the spec's"));
         }
@@ -732,6 +749,7 @@ mod tests {
         building.building = true;
         let entry = CollectionEntry::new("shop", "orders", 7, [3; 16], &Document::new(), vec![id_index, building]).unwrap();
         let decoded = CollectionEntry::from_bytes(&entry.to_bytes().unwrap()).unwrap();
+        assert_eq!(decoded.indexes[1].key_format, myriad_keystring::FORMAT_VERSION);
         assert!(decoded.indexes[1].building);
         assert!(!decoded.indexes[0].building);
         let handle = CollectionHandle { entry: Arc::new(decoded) };
