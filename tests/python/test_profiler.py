@@ -61,6 +61,12 @@ def test_profile_reads_and_sets_the_level(profiled):
     assert other.command("profile", -1) == {"was": 0, "slowms": 250, "sampleRate": 1.0, "ok": 1.0}
 
 
+def test_dropping_the_database_resets_its_level(profiled):
+    profiled.command("profile", 2, filter={"op": "query"})
+    profiled.client.drop_database(profiled.name)
+    assert profiled.command("profile", -1) == {"was": 0, "slowms": 100, "sampleRate": 1.0, "ok": 1.0}
+
+
 def test_turning_profiling_on_creates_a_capped_system_profile(profiled):
     profiled.command("profile", 1)
     options = profiled.system.profile.options()

@@ -155,6 +155,9 @@ pub struct OperationMetrics {
     pub upserted: Option<u64>,
     pub inserted: Option<u64>,
     pub deleted: Option<u64>,
+    /// Time spent waiting rather than working (an awaitData getMore's wait for inserts),
+    /// which mongod leaves out of an operation's duration.
+    pub paused: Duration,
 }
 
 /// The thread's running operation and what it has done so far.
@@ -301,6 +304,17 @@ pub fn note_updated(matched: u64, modified: u64, upserted: u64) {
     });
 }
 
+/// Runs `wait` with the operation's timer paused: what it takes is not part of the
+/// operation's duration for the profiler and the slow-query log (an awaitData getMore
+/// waiting for inserts is not slow).
+pub fn pause_timer_during<T>(wait: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let outcome = wait();
+    let paused = started.elapsed();
+    note(|metrics| metrics.paused = metrics.paused.saturating_add(paused));
+    outcome
+}
+
 /// Documents an insert stored.
 pub fn note_inserted(inserted: u64) {
     note(|metrics| metrics.inserted = Some(metrics.inserted.unwrap_or(0).saturating_add(inserted)));
@@ -382,6 +396,32 @@ mod tests {
         assert!(table.snapshot().is_empty());
         assert!(check_interrupt().is_ok(), "no operation on the thread after the guard dropped");
         assert!(!table.kill(12345));
+    }
+
+    #[test]
+    fn notes_accumulate_in_the_running_operation_only() {
+        note_inserted(3);
+        let table = OperationTable::default();
+        let body = Arc::new(doc! { "update": "c" });
+        {
+            let guard = table.begin(start(&body, None));
+            assert_eq!(guard.metrics(), OperationMetrics::default(), "notes outside an operation are dropped");
+            let counters = ExecutionCounters { keys_examined: 4, documents_examined: 3, ..ExecutionCounters::default() };
+            note_examined(&counters);
+            note_examined(&counters);
+            note_updated(2, 1, 0);
+            note_updated(1, 1, 1);
+            note_deleted(5);
+            let waited = pause_timer_during(|| std::thread::sleep(Duration::from_millis(5)));
+            assert_eq!(waited, ());
+            let metrics = guard.metrics();
+            assert_eq!(metrics.examined, Some(Examined { keys: 8, documents: 6 }));
+            assert_eq!((metrics.matched, metrics.modified, metrics.upserted), (Some(3), Some(2), Some(1)));
+            assert_eq!((metrics.inserted, metrics.deleted), (None, Some(5)));
+            assert!(metrics.paused >= Duration::from_millis(5));
+        }
+        let guard = table.begin(start(&body, None));
+        assert_eq!(guard.metrics(), OperationMetrics::default(), "each operation starts from nothing");
     }
 
     #[test]

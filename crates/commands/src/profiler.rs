@@ -166,6 +166,16 @@ impl Profiler {
         Ok(())
     }
 
+    /// Drops the settings of a database (dropDatabase): it is back to the server default.
+    pub fn forget_database(&self, db: &str) {
+        if !self.any_database_settings.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut databases = self.databases.write();
+        databases.remove(db);
+        self.any_database_settings.store(!databases.is_empty(), Ordering::Relaxed);
+    }
+
     /// One sampling draw: true with probability `sampleRate`.
     fn sampled(&self) -> bool {
         let rate = self.sample_rate();
@@ -187,7 +197,9 @@ pub struct FinishedOperation<'a> {
 pub fn record_finished(finished: &FinishedOperation<'_>) {
     let context = finished.context;
     let profiler = &context.operations.profiler;
-    let millis = i64::try_from(finished.elapsed.as_millis()).unwrap_or(i64::MAX);
+    let metrics = finished.operation.metrics();
+    let working = finished.elapsed.saturating_sub(metrics.paused);
+    let millis = i64::try_from(working.as_millis()).unwrap_or(i64::MAX);
     let slow_ms = i64::from(profiler.slow_ms());
     let log_every_operation = crate::knobs::log_level() >= 1;
     let slow = millis > slow_ms;
@@ -199,7 +211,7 @@ pub fn record_finished(finished: &FinishedOperation<'_>) {
         return;
     }
     let sampled = profiler.sampled();
-    let record = OperationRecord::new(finished, millis);
+    let record = OperationRecord::new(finished, metrics, millis);
     let profile_document = settings.filter.as_ref().map(|_| record.profile_document());
     let filter_matches = match (&settings.filter, &profile_document) {
         (Some(filter), Some(document)) => Some(filter.matches(document)),

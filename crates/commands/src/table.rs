@@ -114,6 +114,10 @@ pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Reply {
         Ok(reply) => (reply, None),
         Err(error) => (error.to_reply().into(), Some(error)),
     };
+    if request.name == "dropDatabase" && error.is_none() {
+        // A dropped database's profiling settings go with it, as mongod's.
+        context.operations.profiler.forget_database(&request.db);
+    }
     crate::profiler::record_finished(&crate::profiler::FinishedOperation {
         context,
         request,

@@ -145,7 +145,7 @@ fn next_batch(
             let mut batch = query.next_batch(backend, batch_size, Deadline::Fails)?;
             if batch.is_empty() && query.await_data && !query.is_finished() {
                 let timeout = arguments.max_time.unwrap_or(DEFAULT_AWAIT_DATA_TIMEOUT);
-                batch = query.await_batch(backend, batch_size, timeout)?;
+                batch = crate::operation::pause_timer_during(|| query.await_batch(backend, batch_size, timeout))?;
             }
             super::find::check_collection_alive(backend, &query.collection, "getMore")?;
             (batch, query.is_finished())

@@ -52,7 +52,7 @@ pub struct OperationRecord {
 }
 
 impl OperationRecord {
-    pub fn new(finished: &FinishedOperation<'_>, millis: i64) -> OperationRecord {
+    pub fn new(finished: &FinishedOperation<'_>, metrics: OperationMetrics, millis: i64) -> OperationRecord {
         let operation = finished.operation.operation();
         let app_name = finished
             .request
@@ -70,7 +70,7 @@ impl OperationRecord {
             kind: operation.kind,
             namespace: operation.namespace.clone(),
             command: Arc::clone(&operation.command),
-            metrics: finished.operation.metrics(),
+            metrics,
             plan_summary: operation.plan_summary(),
             millis,
             reply: reply_facts(finished.reply),
