@@ -412,8 +412,11 @@ mod tests {
             note_updated(2, 1, 0);
             note_updated(1, 1, 1);
             note_deleted(5);
-            let waited = pause_timer_during(|| std::thread::sleep(Duration::from_millis(5)));
-            assert_eq!(waited, ());
+            let waited = pause_timer_during(|| {
+                std::thread::sleep(Duration::from_millis(5));
+                "woke"
+            });
+            assert_eq!(waited, "woke", "the wait's outcome is handed back");
             let metrics = guard.metrics();
             assert_eq!(metrics.examined, Some(Examined { keys: 8, documents: 6 }));
             assert_eq!((metrics.matched, metrics.modified, metrics.upserted), (Some(3), Some(2), Some(1)));
