@@ -105,7 +105,7 @@ impl GraphLookup {
             }
         }
         let mut depth: i64 = 0;
-        while !frontier.is_empty() && self.max_depth.map_or(true, |max_depth| depth <= max_depth) {
+        while !frontier.is_empty() && self.max_depth.is_none_or(|max_depth| depth <= max_depth) {
             context.check_interrupt()?;
             let mut filter = doc! { self.connect_to.clone(): { "$in": std::mem::take(&mut frontier) } };
             if let Some(restrict) = &self.restrict {

@@ -119,7 +119,7 @@ enum WhenMatched {
     KeepExisting,
     Merge,
     Fail,
-    Pipeline(Pipeline),
+    Pipeline(Box<Pipeline>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -255,7 +255,7 @@ fn parse_when_matched(value: Option<&Bson>, let_variables: &[(String, Expression
             }
             let mut names: Vec<String> = let_variables.iter().map(|(name, _)| name.clone()).collect();
             names.push("new".to_string());
-            WhenMatched::Pipeline(crate::expression::with_declared_variables(&names, || Pipeline::parse(&stages))?)
+            WhenMatched::Pipeline(Box::new(crate::expression::with_declared_variables(&names, || Pipeline::parse(&stages))?))
         }
         Some(other) => {
             return Err(QueryError::Location(51191, format!("$merge 'whenMatched' field must be either a string or an array, but found {}", type_name(other))))
@@ -363,7 +363,7 @@ fn decide(stage: &Merge, context: &RunContext, incoming: &Document, existing: Op
             for (name, expression) in &stage.let_variables {
                 variables.push((name.clone(), expression.evaluate(incoming)?));
             }
-            let run = pipeline.clone().with_context(context.with_more_variables(variables));
+            let run = (**pipeline).clone().with_context(context.with_more_variables(variables));
             let mut output = run.run(std::iter::once(existing.clone()))?;
             let updated = output.pop().unwrap_or_default();
             Ok(MergeDecision::Replace(keep_identifier(existing, updated)?))

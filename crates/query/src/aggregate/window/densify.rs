@@ -20,7 +20,7 @@ use crate::expression::{Expression, Numeric};
 enum Bounds {
     Full,
     Partition,
-    Explicit(Bson, Bson),
+    Explicit(Box<(Bson, Bson)>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -126,7 +126,7 @@ fn parse_range(range: &Document) -> QueryResult<(f64, Option<Unit>, Bounds)> {
             if compare_values(lower, upper).is_gt() {
                 return Err(QueryError::Location(5733406, "the lower bound must be less than or equal to the upper bound".into()));
             }
-            Bounds::Explicit(lower.clone(), upper.clone())
+            Bounds::Explicit(Box::new((lower.clone(), upper.clone())))
         }
         other => return Err(QueryError::Location(5946800, format!("Bounds must be 'full', 'partition' or an array, found {other}"))),
     };
@@ -180,10 +180,10 @@ impl BufferedState for DensifyState {
     fn add(&mut self, document: Document) -> QueryResult<()> {
         if let Some(value) = crate::path::get_path(&document, &self.stage.field).filter(|value| !matches!(value, Bson::Null | Bson::Undefined)) {
             self.check_type(value)?;
-            if self.minimum.as_ref().map_or(true, |minimum| compare_values(value, minimum).is_lt()) {
+            if self.minimum.as_ref().is_none_or(|minimum| compare_values(value, minimum).is_lt()) {
                 self.minimum = Some(value.clone());
             }
-            if self.maximum.as_ref().map_or(true, |maximum| compare_values(value, maximum).is_gt()) {
+            if self.maximum.as_ref().is_none_or(|maximum| compare_values(value, maximum).is_gt()) {
                 self.maximum = Some(value.clone());
             }
         }
@@ -274,7 +274,7 @@ impl DensifyOutput {
         let (start, upper, inclusive) = match &self.stage.bounds {
             Bounds::Full => (self.minimum.clone(), self.maximum.clone(), true),
             Bounds::Partition => (first_value, last_value, true),
-            Bounds::Explicit(lower, upper) => (Some(lower.clone()), Some(upper.clone()), false),
+            Bounds::Explicit(bounds) => (Some(bounds.0.clone()), Some(bounds.1.clone()), false),
         };
         let within = |value: &Bson| -> bool {
             upper.as_ref().is_some_and(|upper| if inclusive { compare_values(value, upper).is_le() } else { compare_values(value, upper).is_lt() })
