@@ -81,7 +81,11 @@ impl Normalized {
             return None;
         }
         // At most 38 iterations (u128 has 39 digits).
-        while coefficient % 10 == 0 {
+        loop {
+            let remainder = coefficient % 10;
+            if remainder != 0 {
+                break;
+            }
             coefficient /= 10;
             exponent += 1;
         }
@@ -201,7 +205,7 @@ impl BigUnsigned {
             self.multiply_small(1 << bits);
         }
         if limbs != 0 {
-            self.0.splice(0..0, std::iter::repeat(0).take(limbs));
+            self.0.splice(0..0, vec![0u64; limbs]);
         }
     }
 

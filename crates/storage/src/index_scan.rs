@@ -130,6 +130,9 @@ impl Engine {
     }
 }
 
+/// RocksDB key bounds `[lower, upper)`.
+type KeyBounds = (Vec<u8>, Vec<u8>);
+
 fn ready_index<'h>(handle: &'h CollectionHandle, index_name: &str) -> Result<&'h IndexEntry, StorageError> {
     handle
         .entry
@@ -145,7 +148,7 @@ fn scan_bounds(
     range: &IndexKeyRange,
     reverse: bool,
     start_after: Option<&[u8]>,
-) -> Result<Option<(Vec<u8>, Vec<u8>)>, StorageError> {
+) -> Result<Option<KeyBounds>, StorageError> {
     let prefix_bytes = index.prefix.to_be_bytes();
     let (index_start, index_end) = keys::prefix_range(index.prefix);
     let with_prefix = |bytes: &[u8]| {
