@@ -75,6 +75,27 @@ fn check_writing_stage(name: &str, nesting: Nesting, position: usize, count: usi
     Ok(())
 }
 
+/// `$bucket` as its `$group` and `$sort`; the explain form of the last.
+fn parse_bucket(argument: &Bson, parsed: &mut Parsed) -> QueryResult<Document> {
+    let (group, sort) = bucket::desugar_bucket(argument)?;
+    parse_stage_core("$group", &Bson::Document(group.clone()), &mut parsed.stages)?;
+    parse_stage_core("$sort", &Bson::Document(sort.clone()), &mut parsed.stages)?;
+    parsed.explained.push(single("$group", group));
+    Ok(single("$sort", bson::doc! { "sortKey": sort }))
+}
+
+/// `$fill` as a `$setWindowFields` and an `$addFields`; the explain form of the last, if any.
+fn parse_fill(argument: &Bson, parsed: &mut Parsed) -> QueryResult<Option<Document>> {
+    let (windows, add_fields) = window::fill::desugar(argument)?;
+    if let Some(windows) = windows {
+        parsed.explained.push(single("$setWindowFields", windows.describe()));
+        parsed.stages.push(Stage::Buffered(Arc::new(windows)));
+    }
+    let Some(add_fields) = add_fields else { return Ok(None) };
+    parsed.stages.push(Stage::AddFields(AddFields::parse("$addFields", &Bson::Document(add_fields.clone()))?));
+    Ok(Some(single("$addFields", add_fields)))
+}
+
 /// Parses one stage into `parsed`.
 pub(crate) fn parse_stage(name: &str, argument: &Bson, parsed: &mut Parsed, nesting: Nesting, position: usize, count: usize) -> QueryResult<()> {
     if sources::is_source_stage(name) {
@@ -131,15 +152,7 @@ pub(crate) fn parse_stage(name: &str, argument: &Bson, parsed: &mut Parsed, nest
             parsed.stages.push(Stage::Buffered(Arc::new(stage)));
             explained
         }
-        "$bucket" => {
-            let (group, sort) = bucket::desugar_bucket(argument)?;
-            let before = parsed.stages.len();
-            parse_stage_core("$group", &Bson::Document(group.clone()), &mut parsed.stages)?;
-            parse_stage_core("$sort", &Bson::Document(sort.clone()), &mut parsed.stages)?;
-            debug_assert_eq!(parsed.stages.len(), before + 2);
-            parsed.explained.push(single("$group", group));
-            single("$sort", bson::doc! { "sortKey": sort })
-        }
+        "$bucket" => parse_bucket(argument, parsed)?,
         "$bucketAuto" => {
             parsed.stages.push(Stage::Buffered(Arc::new(bucket::BucketAuto::parse(argument)?)));
             single(name, argument.clone())
@@ -148,20 +161,10 @@ pub(crate) fn parse_stage(name: &str, argument: &Bson, parsed: &mut Parsed, nest
             parsed.stages.push(Stage::Buffered(Arc::new(window::SetWindowFields::parse(argument)?)));
             single(name, argument.clone())
         }
-        "$fill" => {
-            let (windows, add_fields) = window::fill::desugar(argument)?;
-            if let Some(windows) = windows {
-                parsed.explained.push(single("$setWindowFields", windows.describe()));
-                parsed.stages.push(Stage::Buffered(Arc::new(windows)));
-            }
-            match add_fields {
-                Some(add_fields) => {
-                    parsed.stages.push(Stage::AddFields(AddFields::parse("$addFields", &Bson::Document(add_fields.clone()))?));
-                    single("$addFields", add_fields)
-                }
-                None => return Ok(()),
-            }
-        }
+        "$fill" => match parse_fill(argument, parsed)? {
+            Some(explained) => explained,
+            None => return Ok(()),
+        },
         "$densify" => {
             parsed.stages.push(Stage::Buffered(Arc::new(window::densify::Densify::parse(argument)?)));
             single(name, argument.clone())
