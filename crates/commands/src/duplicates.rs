@@ -46,8 +46,8 @@ fn command_error(command: &str, path: &[String]) -> Option<CommandError> {
     match (command, components.as_slice()) {
         (_, [field]) if GENERIC_ARGUMENTS.contains(field) => None,
         (_, [field]) => Some(CommandError::new(DUPLICATE_FIELD, format!("BSON field '{command}.{field}' is a duplicate field"))),
-        ("find", ["projection", field, ..]) | ("findAndModify" | "findandmodify", ["fields", field, ..]) => {
-            Some(path_collision(field))
+        ("find", ["projection", rest @ ..]) | ("findAndModify" | "findandmodify", ["fields", rest @ ..]) => {
+            Some(path_collision(&rest.join(".")))
         }
         ("aggregate", ["pipeline", _, "$project", field]) => Some(path_collision(field)),
         ("aggregate", ["pipeline", _, "$group", "_id"]) => {
@@ -79,4 +79,32 @@ pub fn document_duplicate(request: &CommandRequest, index: usize) -> Option<Comm
         "Document contains the field name '{}' twice; Myriad stores one value per field name",
         path[2..].join(".")
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(components: &[&str]) -> Vec<String> {
+        components.iter().map(|component| component.to_string()).collect()
+    }
+
+    #[test]
+    fn each_place_answers_mongodb_code() {
+        let cases: &[(&str, &[&str], Option<(i32, &str)>)] = &[
+            ("insert", &["ordered"], Some((40413, "BSON field 'insert.ordered' is a duplicate field"))),
+            ("insert", &["lsid"], None),
+            ("find", &["projection", "a"], Some((31250, "Path collision at a"))),
+            ("find", &["projection", "a", "b"], Some((31250, "Path collision at a.b"))),
+            ("findAndModify", &["fields", "x"], Some((31250, "Path collision at x"))),
+            ("aggregate", &["pipeline", "0", "$project", "a"], Some((31250, "Path collision at a"))),
+            ("aggregate", &["pipeline", "2", "$group", "_id"], Some((15948, "a group's _id may only be specified once"))),
+            ("find", &["filter", "a"], None),
+            ("insert", &["documents", "0", "_id"], None),
+        ];
+        for (command, components, expected) in cases {
+            let got = command_error(command, &path(components)).map(|error| (error.code, error.message));
+            assert_eq!(got, expected.map(|(code, message)| (code, message.to_string())), "{command} {components:?}");
+        }
+    }
 }
