@@ -237,3 +237,35 @@ def test_or_of_indexed_branches_is_a_union_of_index_scans(items):
     # Paged through getMore: each record once.
     cursor = items.find(query, batch_size=7)
     assert sorted(doc["_id"] for doc in cursor) == expected
+
+
+def test_partial_indexes_hold_matching_documents_and_serve_implying_queries(items):
+    items.create_index([("b", 1)], partialFilterExpression={"b": {"$gte": 900}}, name="b_high")
+    spec = next(index for index in items.list_indexes() if index["name"] == "b_high")
+    assert spec["partialFilterExpression"] == {"b": {"$gte": 900}}
+    validated = items.database.command("validate", "items")
+    assert validated["valid"] is True
+    assert validated["keysPerIndex"]["b_high"] == 100, "only the documents the filter matches"
+    implied = items.find({"b": {"$gte": 950}}).explain()
+    assert stage(implied["queryPlanner"]["winningPlan"], "IXSCAN")["indexName"] == "b_high"
+    assert stage(implied["queryPlanner"]["winningPlan"], "IXSCAN")["isPartial"] is True
+    assert implied["executionStats"]["nReturned"] == 50
+    not_implied = items.find({"b": {"$gte": 850}})
+    assert stages_of(not_implied.explain()["queryPlanner"]["winningPlan"]) == ["COLLSCAN"]
+    assert len(list(not_implied)) == 150, "a query the filter does not cover still finds every match"
+    with pytest.raises(OperationFailure) as error:
+        list(items.find({"b": {"$gte": 850}}).hint("b_high"))
+    assert error.value.code == 2
+    # Writes keep the index exact as documents move in and out of the filter.
+    items.update_one({"_id": 950}, {"$set": {"b": 10}})
+    items.update_one({"_id": 10}, {"$set": {"b": 999}})
+    items.delete_one({"_id": 951})
+    assert sorted(doc["_id"] for doc in items.find({"b": {"$gte": 990}})) == [10] + list(range(990, 1000))
+    assert items.database.command("validate", "items")["keysPerIndex"]["b_high"] == 99
+    for bad in ({"b": {"$ne": 3}}, {"b": {"$exists": False}}):
+        with pytest.raises(OperationFailure) as error:
+            items.create_index([("c", 1)], partialFilterExpression=bad)
+        assert error.value.code == 67
+    with pytest.raises(OperationFailure) as error:
+        items.create_index([("c", 1)], partialFilterExpression={"c": 1}, sparse=True)
+    assert error.value.code == 67

@@ -33,6 +33,7 @@ mod index;
 mod index_build;
 mod keys;
 mod options;
+mod partial;
 mod stats;
 mod validate;
 mod warm;

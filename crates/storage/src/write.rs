@@ -14,7 +14,7 @@ use bson::{Bson, Document, RawDocumentBuf};
 
 use crate::catalog::{CollectionEntry, CollectionHandle};
 use crate::engine::{Engine, StripeGuard};
-use crate::index::{generate_keys, key_value_document};
+use crate::index::key_value_document;
 use crate::keys;
 use crate::stats;
 use crate::{RecordId, StorageError, MAX_DOCUMENT_SIZE_BYTES};
@@ -221,11 +221,11 @@ impl<'e> WriteTransaction<'e> {
             }
             let fields = index.fields()?;
             let old_keys = match old {
-                Some(document) => generate_keys(&fields, index.sparse, document)?,
+                Some(document) => index.document_keys(&fields, document)?,
                 None => Vec::new(),
             };
             let new_keys = match new {
-                Some(document) => generate_keys(&fields, index.sparse, document)?,
+                Some(document) => index.document_keys(&fields, document)?,
                 None => Vec::new(),
             };
             for keystring in sorted_difference(&old_keys, &new_keys) {

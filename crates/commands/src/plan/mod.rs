@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod candidates;
+pub mod partial;
 pub mod trial;
 
 use std::collections::HashSet;
@@ -164,7 +165,8 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
             Bson::Document(pattern) => collection.index_views().find(|index| same_key_pattern(index, pattern)),
             _ => None,
         };
-        let Some(index) = index else {
+        // A partial index the query does not imply would miss matches: not hintable.
+        let Some(index) = index.filter(|index| index.sparse() || usable(index, filter)) else {
             return Err(CommandError::new(BAD_VALUE, "hint provided does not correspond to an existing index"));
         };
         let sort_allowed = !multikey.contains(index.name());
@@ -174,7 +176,7 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
     }
     let mut candidates: Vec<Access> = collection
         .index_views()
-        .filter(|index| !index.sparse() && !index.is_partial())
+        .filter(|index| usable(index, filter))
         .filter_map(|index| {
             let sort_allowed = !multikey.contains(index.name());
             let mut candidate = candidates::index_candidate(&index, filter, spec.sort.as_ref(), sort_allowed)?;
@@ -204,7 +206,7 @@ fn or_candidate(collection: &CollectionHandle, filter: &Document) -> Option<OrSc
         let Bson::Document(branch) = branch else { return None };
         let best = collection
             .index_views()
-            .filter(|index| !index.sparse() && !index.is_partial())
+            .filter(|index| usable(index, branch))
             .filter_map(|index| candidates::index_candidate(&index, branch, None, false))
             .max_by_key(|candidate| (candidate.equality_fields, candidate.bounded_fields))?;
         scans.push(best.scan);
@@ -251,12 +253,16 @@ impl MultikeyIndexes {
         if !needed {
             return MultikeyIndexes { names: None };
         }
+        // A sparse or partial index can be multikey with fewer entries than documents: it
+        // counts as multikey.
+        let incomplete = collection.index_views().filter(|index| index.sparse() || index.is_partial()).map(|index| index.name().to_string());
         let names = match backend.collection_stats(collection) {
             Ok(stats) => stats
                 .index_entries
                 .iter()
                 .filter(|(_, entries)| *entries > stats.count)
                 .map(|(name, _)| name.clone())
+                .chain(incomplete)
                 .collect(),
             // Unknown: treat every index as multikey, so no sort relies on index order.
             Err(_) => collection.index_names(),
@@ -273,6 +279,19 @@ impl MultikeyIndexes {
     /// Whether the index is multikey, when the counters were read.
     pub fn known(&self, name: &str) -> Option<bool> {
         self.names.as_ref().map(|names| names.iter().any(|multikey| multikey == name))
+    }
+}
+
+/// True when `index` holds every document `filter` can match: not sparse (a sparse index
+/// lacks documents missing its fields), and not partial unless the filter implies its
+/// partial filter.
+fn usable(index: &IndexView<'_>, filter: &Document) -> bool {
+    if index.sparse() {
+        return false;
+    }
+    match index.partial_filter_expression() {
+        Some(expression) => partial::implies(filter, &expression),
+        None => true,
     }
 }
 
