@@ -185,19 +185,9 @@ fn write_shape(shape: &mut String, value: &Bson, depth: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     fn spec(filter: Document) -> QuerySpec {
-        QuerySpec {
-            filter: Arc::new(myriad_query::filter::Filter::parse(&filter).unwrap()),
-            filter_document: filter,
-            projection: None,
-            sort: None,
-            skip: 0,
-            limit: None,
-            hint: None,
-            allow_disk_use: None,
-        }
+        QuerySpec::for_filter(filter).unwrap()
     }
 
     #[test]

@@ -36,6 +36,22 @@ pub struct QuerySpec {
     pub allow_disk_use: Option<bool>,
 }
 
+impl QuerySpec {
+    /// A query of `filter_document` alone: no projection, sort, skip, limit or hint.
+    pub fn for_filter(filter_document: Document) -> CommandResult<QuerySpec> {
+        Ok(QuerySpec {
+            filter: Arc::new(Filter::parse(&filter_document)?),
+            filter_document,
+            projection: None,
+            sort: None,
+            skip: 0,
+            limit: None,
+            hint: None,
+            allow_disk_use: None,
+        })
+    }
+}
+
 /// How the documents are found.
 #[derive(Clone, Debug)]
 pub enum Access {
