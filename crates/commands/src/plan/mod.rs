@@ -186,7 +186,7 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
             return Err(CommandError::new(BAD_VALUE, "hint provided does not correspond to an existing index"));
         };
         let sort_allowed = !multikey.contains(index.name());
-        let mut scan = candidates::hinted_scan(&index, filter, spec.sort.as_ref(), sort_allowed);
+        let mut scan = candidates::hinted_scan(&index, &spec.filter, spec.sort.as_ref(), sort_allowed);
         scan.multikey = multikey.known(index.name());
         return single(Access::IndexScan(scan));
     }
@@ -195,7 +195,7 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
         .filter(|index| usable(index, filter))
         .filter_map(|index| {
             let sort_allowed = !multikey.contains(index.name());
-            let mut candidate = candidates::index_candidate(&index, filter, spec.sort.as_ref(), sort_allowed)?;
+            let mut candidate = candidates::index_candidate(&index, &spec.filter, spec.sort.as_ref(), sort_allowed)?;
             candidate.scan.multikey = multikey.known(index.name());
             Some(Access::IndexScan(candidate.scan))
         })
@@ -220,10 +220,11 @@ fn or_candidate(collection: &CollectionHandle, filter: &Document) -> Option<OrSc
     let mut scans = Vec::with_capacity(branches.len());
     for branch in branches {
         let Bson::Document(branch) = branch else { return None };
+        let parsed = Filter::parse(branch).ok()?;
         let best = collection
             .index_views()
             .filter(|index| usable(index, branch))
-            .filter_map(|index| candidates::index_candidate(&index, branch, None, false))
+            .filter_map(|index| candidates::index_candidate(&index, &parsed, None, false))
             .max_by_key(|candidate| (candidate.equality_fields, candidate.bounded_fields))?;
         scans.push(best.scan);
     }
