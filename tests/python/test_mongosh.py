@@ -50,6 +50,93 @@ def test_mongosh_session(server):
     }
 
 
+# The diagnostic tools of the idealo write-up, as a user types them: explain with execution
+# statistics, the profiler's shell helpers, system.profile and currentOp. Level 1 with
+# slowms -1 makes every operation "slow" without depending on timing.
+DIAGNOSTICS = r"""
+const shop = db.getSiblingDB("mongosh_diagnostics");
+shop.dropDatabase();
+shop.products.insertMany([...Array(20).keys()].map(i => ({ _id: i, productId: i % 4, siteId: i % 2 })));
+shop.products.createIndex({ productId: 1 });
+const results = {};
+const explained = shop.products.find({ productId: 2, siteId: 0 }).explain("executionStats");
+results.explain = {
+    stage: explained.queryPlanner.winningPlan.stage,
+    inputStage: explained.queryPlanner.winningPlan.inputStage.stage,
+    indexName: explained.queryPlanner.winningPlan.inputStage.indexName,
+    nReturned: Number(explained.executionStats.nReturned),
+    totalKeysExamined: Number(explained.executionStats.totalKeysExamined),
+    totalDocsExamined: Number(explained.executionStats.totalDocsExamined),
+};
+results.setLevel = shop.setProfilingLevel(1);
+results.status = shop.getProfilingStatus();
+results.slowOn = shop.setProfilingLevel(1, { slowms: -1 });
+results.found = shop.products.find({ productId: 3 }, { _id: 1 }).sort({ _id: 1 }).toArray().map(d => d._id);
+results.profiled = shop.system.profile.find({ op: "query", ns: "mongosh_diagnostics.products" }).toArray().map(entry => ({
+    filter: entry.command.filter,
+    keysExamined: entry.keysExamined,
+    docsExamined: entry.docsExamined,
+    nreturned: entry.nreturned,
+    planSummary: entry.planSummary,
+    appName: entry.appName.startsWith("mongosh"),
+    millis: typeof entry.millis,
+    ts: entry.ts instanceof Date,
+}));
+results.restored = shop.setProfilingLevel(0, { slowms: 100 });
+// mongosh 2 reads currentOp through the $currentOp stage; until the server has that stage, the
+// shell's error is recorded and the command form (what mongosh 1 sent) is read instead.
+let operations;
+try {
+    operations = db.currentOp();
+    results.currentOpThrough = "$currentOp";
+} catch (error) {
+    results.currentOpThrough = String(error.message);
+    operations = db.adminCommand({ currentOp: 1 });
+}
+results.currentOp = {
+    ok: operations.ok,
+    listsItself: operations.inprog.some(op => op.active && typeof op.opid === "number" && op.ns.startsWith("admin.")),
+};
+shop.dropDatabase();
+print(JSON.stringify(results));
+"""
+
+
+@pytest.mark.skipif(MONGOSH is None, reason="mongosh is optional and not installed")
+def test_mongosh_diagnostics_session(server):
+    completed = subprocess.run(
+        [MONGOSH, "--quiet", "--norc", server.uri(), "--eval", DIAGNOSTICS],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    results = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert results["explain"] == {
+        "stage": "FETCH",
+        "inputStage": "IXSCAN",
+        "indexName": "productId_1",
+        "nReturned": 5,
+        "totalKeysExamined": 5,
+        "totalDocsExamined": 5,
+    }
+    assert results["setLevel"] == {"was": 0, "slowms": 100, "sampleRate": 1, "ok": 1}
+    assert results["status"]["was"] == 1 and results["status"]["slowms"] == 100 and results["status"]["sampleRate"] == 1
+    assert results["slowOn"]["was"] == 1
+    assert results["found"] == [3, 7, 11, 15, 19]
+    assert results["profiled"] == [{
+        "filter": {"productId": 3},
+        "keysExamined": 5,
+        "docsExamined": 5,
+        "nreturned": 5,
+        "planSummary": "IXSCAN { productId: 1 }",
+        "appName": True,
+        "millis": "number",
+        "ts": True,
+    }]
+    assert results["restored"]["slowms"] == -1, "the reply holds the settings before the change"
+    assert results["currentOpThrough"] in ["$currentOp", "Unrecognized pipeline stage name: '$currentOp'"]
+    assert results["currentOp"] == {"ok": 1, "listsItself": True}
+
+
 # Inserts for a few seconds while the shell's driver monitors the server with the streaming
 # (exhaust) hello every 500 ms; prints how many inserts it made.
 INSERT_LOOP = r"""

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use bson::{Bson, Document, RawDocumentBuf};
 use myriad_storage::{
     CollectionHandle, CollectionStats, CreateIndexesOutcome, DatabaseStats, Durability, Engine, IndexKeyRange,
-    IndexSelector, RecordId, StorageError, ValidationReport, WriteTransaction,
+    IndexSelector, IndexValuesEntry, RecordId, StorageError, ValidationReport, WriteTransaction,
 };
 
 pub type BackendResult<T> = Result<T, StorageError>;
@@ -43,6 +43,8 @@ pub trait Backend: Send + Sync {
     fn collection(&self, db: &str, collection: &str) -> BackendResult<Option<CollectionHandle>>;
     fn get_or_create_collection(&self, db: &str, collection: &str) -> BackendResult<CollectionHandle>;
     fn create_collection(&self, db: &str, collection: &str, options: Document) -> BackendResult<CollectionHandle>;
+    /// Replaces a collection's options (collMod); `command` is what the operation log records.
+    fn set_collection_options(&self, db: &str, collection: &str, options: Document, command: Document) -> BackendResult<CollectionHandle>;
     fn drop_collection(&self, db: &str, collection: &str) -> BackendResult<()>;
     fn drop_database(&self, db: &str) -> BackendResult<()>;
     fn rename_collection(&self, from: (&str, &str), to: (&str, &str), drop_target: bool) -> BackendResult<()>;
@@ -65,6 +67,17 @@ pub trait Backend: Send + Sync {
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> BackendResult<Vec<(Vec<u8>, RecordId)>>;
+    /// As `scan_index`, with each entry's key field values, exact (types included), or None for
+    /// an entry that cannot give them (no type bits; a hashed, multikey or missing field).
+    fn scan_index_values(
+        &self,
+        handle: &CollectionHandle,
+        index_name: &str,
+        range: &IndexKeyRange,
+        reverse: bool,
+        start_after: Option<&[u8]>,
+        max_count: usize,
+    ) -> BackendResult<Vec<IndexValuesEntry>>;
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>>;
     fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>>;
     /// Checks a collection's records, counters and index entries, all read from one snapshot.
@@ -118,6 +131,9 @@ impl Backend for Engine {
     fn create_collection(&self, db: &str, collection: &str, options: Document) -> BackendResult<CollectionHandle> {
         Engine::create_collection(self, db, collection, options)
     }
+    fn set_collection_options(&self, db: &str, collection: &str, options: Document, command: Document) -> BackendResult<CollectionHandle> {
+        Engine::set_collection_options(self, db, collection, options, command)
+    }
     fn drop_collection(&self, db: &str, collection: &str) -> BackendResult<()> {
         Engine::drop_collection(self, db, collection)
     }
@@ -157,6 +173,17 @@ impl Backend for Engine {
         max_count: usize,
     ) -> BackendResult<Vec<(Vec<u8>, RecordId)>> {
         Engine::scan_index(self, handle, index_name, range, reverse, start_after, max_count)
+    }
+    fn scan_index_values(
+        &self,
+        handle: &CollectionHandle,
+        index_name: &str,
+        range: &IndexKeyRange,
+        reverse: bool,
+        start_after: Option<&[u8]>,
+        max_count: usize,
+    ) -> BackendResult<Vec<IndexValuesEntry>> {
+        Engine::scan_index_values(self, handle, index_name, range, reverse, start_after, max_count)
     }
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
         Engine::get_record(self, handle, record_id)
@@ -244,6 +271,11 @@ impl<B: Backend> Backend for ContractBackend<B> {
         check_handle(&handle, db, collection);
         Ok(handle)
     }
+    fn set_collection_options(&self, db: &str, collection: &str, options: Document, command: Document) -> BackendResult<CollectionHandle> {
+        let handle = self.inner.set_collection_options(db, collection, options, command)?;
+        check_handle(&handle, db, collection);
+        Ok(handle)
+    }
     fn drop_collection(&self, db: &str, collection: &str) -> BackendResult<()> {
         self.inner.drop_collection(db, collection)
     }
@@ -301,6 +333,25 @@ impl<B: Backend> Backend for ContractBackend<B> {
         for (key, _) in &entries {
             let in_order = previous.map_or(true, |previous| if reverse { key.as_slice() < previous } else { key.as_slice() > previous });
             assert!(in_order, "scan_index out of key order");
+            previous = Some(key);
+        }
+        Ok(entries)
+    }
+    fn scan_index_values(
+        &self,
+        handle: &CollectionHandle,
+        index_name: &str,
+        range: &IndexKeyRange,
+        reverse: bool,
+        start_after: Option<&[u8]>,
+        max_count: usize,
+    ) -> BackendResult<Vec<IndexValuesEntry>> {
+        let entries = self.inner.scan_index_values(handle, index_name, range, reverse, start_after, max_count)?;
+        assert!(entries.len() <= max_count, "scan_index_values returned {} of at most {max_count}", entries.len());
+        let mut previous: Option<&[u8]> = start_after;
+        for (key, _, _) in &entries {
+            let in_order = previous.map_or(true, |previous| if reverse { key.as_slice() < previous } else { key.as_slice() > previous });
+            assert!(in_order, "scan_index_values out of key order");
             previous = Some(key);
         }
         Ok(entries)

@@ -14,7 +14,10 @@
 // keyValue) by value, as every handler returns it; the larger `Err` is accepted, as in storage.
 #![allow(clippy::result_large_err)]
 
+pub mod aggregate_server_state;
+pub mod aggregate_sources;
 pub mod backend;
+pub mod collation;
 pub mod command;
 pub mod context;
 pub mod duplicates;
@@ -26,11 +29,13 @@ pub mod log;
 pub mod modify;
 pub mod operation;
 pub mod plan;
+pub mod profiler;
 pub mod reply;
 pub mod request;
 pub mod session;
 pub mod stages;
 pub mod table;
+pub mod validation;
 pub mod write;
 
 pub use context::{ConnectionInfo, ServerContext, ServerOptions};

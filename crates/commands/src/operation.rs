@@ -11,6 +11,10 @@
 //! - Killing or timing out only sets a flag; the operation stops at its next check and
 //!   answers Interrupted (11601) or MaxTimeMSExpired (50). Nothing is applied half-way
 //!   beyond what a statement had committed when it stopped.
+//! - What an operation did (keys and documents examined, documents matched, modified,
+//!   inserted, deleted) is noted by the command modules through the `note_*` functions into
+//!   the thread's running operation, for the profiler and the slow-query log
+//!   ([`crate::profiler`]). Noting is a thread-local update: no lock, no allocation.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -23,6 +27,8 @@ use bson::{doc, Bson, Document};
 use parking_lot::Mutex;
 
 use crate::error::{CommandError, CommandResult, BAD_VALUE, INTERRUPTED, MAX_TIME_MS_EXPIRED};
+use crate::execution::Execution;
+use crate::stages::ExecutionCounters;
 
 /// Commands whose body is larger than this are shown truncated by currentOp (MongoDB shows
 /// at most about 1 KB of a command).
@@ -48,6 +54,11 @@ impl Operation {
     /// Records how the operation reads its data (currentOp's planSummary).
     pub fn set_plan_summary(&self, summary: String) {
         *self.plan_summary.lock() = Some(summary);
+    }
+
+    /// How the operation reads its data, once an execution has been planned.
+    pub fn plan_summary(&self) -> Option<String> {
+        self.plan_summary.lock().clone()
     }
 
     pub fn kill(&self) {
@@ -107,20 +118,56 @@ pub struct OperationStart<'a> {
     pub max_time: Option<Duration>,
 }
 
-/// Every running operation, by opid.
+/// Every running operation, by opid, and the profiler settings that decide which finished
+/// operations are logged and profiled.
 pub struct OperationTable {
     running: Mutex<HashMap<u32, Arc<Operation>>>,
     next_opid: AtomicU32,
+    /// `profile` levels, filters, slowms and sampleRate (see [`crate::profiler`]).
+    pub profiler: crate::profiler::Profiler,
 }
 
 impl Default for OperationTable {
     fn default() -> Self {
-        OperationTable { running: Mutex::new(HashMap::new()), next_opid: AtomicU32::new(1) }
+        OperationTable {
+            running: Mutex::new(HashMap::new()),
+            next_opid: AtomicU32::new(1),
+            profiler: crate::profiler::Profiler::default(),
+        }
     }
 }
 
+/// Keys and documents an operation's executions examined.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Examined {
+    pub keys: u64,
+    pub documents: u64,
+}
+
+/// What an operation did, as its command modules noted it. A field is None when the
+/// operation did nothing of that kind (MongoDB then leaves the field out of the profile
+/// document and the log line).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OperationMetrics {
+    pub examined: Option<Examined>,
+    pub matched: Option<u64>,
+    pub modified: Option<u64>,
+    pub upserted: Option<u64>,
+    pub inserted: Option<u64>,
+    pub deleted: Option<u64>,
+    /// Time spent waiting rather than working (an awaitData getMore's wait for inserts),
+    /// which mongod leaves out of an operation's duration.
+    pub paused: Duration,
+}
+
+/// The thread's running operation and what it has done so far.
+struct Running {
+    operation: Arc<Operation>,
+    metrics: OperationMetrics,
+}
+
 thread_local! {
-    static CURRENT: RefCell<Option<Arc<Operation>>> = const { RefCell::new(None) };
+    static CURRENT: RefCell<Option<Running>> = const { RefCell::new(None) };
 }
 
 impl OperationTable {
@@ -142,8 +189,9 @@ impl OperationTable {
             plan_summary: Mutex::new(None),
         });
         self.running.lock().insert(opid, Arc::clone(&operation));
-        let previous = CURRENT.with(|current| current.replace(Some(operation)));
-        OperationGuard { table: self, opid, previous }
+        let running = Running { operation: Arc::clone(&operation), metrics: OperationMetrics::default() };
+        let previous = CURRENT.with(|current| current.replace(Some(running)));
+        OperationGuard { table: self, operation, previous }
     }
 
     /// Flags an operation as killed; false when no such operation runs.
@@ -168,13 +216,27 @@ impl OperationTable {
 /// Removes its operation from the table (and the thread) when dropped.
 pub struct OperationGuard<'t> {
     table: &'t OperationTable,
-    opid: u32,
-    previous: Option<Arc<Operation>>,
+    operation: Arc<Operation>,
+    previous: Option<Running>,
+}
+
+impl OperationGuard<'_> {
+    pub fn operation(&self) -> &Arc<Operation> {
+        &self.operation
+    }
+
+    /// What the operation's command modules noted so far.
+    pub fn metrics(&self) -> OperationMetrics {
+        CURRENT.with(|current| match current.borrow().as_ref() {
+            Some(running) if Arc::ptr_eq(&running.operation, &self.operation) => running.metrics,
+            _ => OperationMetrics::default(),
+        })
+    }
 }
 
 impl Drop for OperationGuard<'_> {
     fn drop(&mut self) {
-        self.table.running.lock().remove(&self.opid);
+        self.table.running.lock().remove(&self.operation.opid);
         let previous = self.previous.take();
         CURRENT.with(|current| *current.borrow_mut() = previous);
     }
@@ -183,7 +245,7 @@ impl Drop for OperationGuard<'_> {
 /// Fails when the thread's running operation was killed or ran out of time.
 pub fn check_interrupt() -> CommandResult<()> {
     CURRENT.with(|current| match current.borrow().as_ref() {
-        Some(operation) => operation.check(),
+        Some(running) => running.operation.check(),
         None => Ok(()),
     })
 }
@@ -191,10 +253,76 @@ pub fn check_interrupt() -> CommandResult<()> {
 /// Records the plan of the thread's running operation, for currentOp.
 pub fn note_plan_summary(summary: impl FnOnce() -> String) {
     CURRENT.with(|current| {
-        if let Some(operation) = current.borrow().as_ref() {
-            operation.set_plan_summary(summary());
+        if let Some(running) = current.borrow().as_ref() {
+            running.operation.set_plan_summary(summary());
         }
     });
+}
+
+/// Updates the thread's running operation's metrics (nothing outside an operation).
+fn note(update: impl FnOnce(&mut OperationMetrics)) {
+    CURRENT.with(|current| {
+        if let Some(running) = current.borrow_mut().as_mut() {
+            update(&mut running.metrics);
+        }
+    });
+}
+
+/// Adds the keys and documents examined by an execution that ran within this operation
+/// (find's first batch, count, distinct).
+pub fn note_examined(counters: &ExecutionCounters) {
+    note_examined_amounts(counters.keys_examined, counters.documents_examined);
+}
+
+/// Runs one step of an execution and adds what that step examined: for executions that
+/// outlive the operation (a cursor's, read again by getMore) or that a loop drives a chunk at
+/// a time (update, delete, aggregation input).
+pub fn note_examined_during<T>(execution: &mut Execution, step: impl FnOnce(&mut Execution) -> T) -> T {
+    let (keys_before, documents_before) = (execution.counters.keys_examined, execution.counters.documents_examined);
+    let outcome = step(execution);
+    note_examined_amounts(
+        execution.counters.keys_examined.saturating_sub(keys_before),
+        execution.counters.documents_examined.saturating_sub(documents_before),
+    );
+    outcome
+}
+
+fn note_examined_amounts(keys: u64, documents: u64) {
+    note(|metrics| {
+        let examined = metrics.examined.get_or_insert_with(Examined::default);
+        examined.keys = examined.keys.saturating_add(keys);
+        examined.documents = examined.documents.saturating_add(documents);
+    });
+}
+
+/// Documents an update matched (upserts excluded), modified, and upserted.
+pub fn note_updated(matched: u64, modified: u64, upserted: u64) {
+    note(|metrics| {
+        metrics.matched = Some(metrics.matched.unwrap_or(0).saturating_add(matched));
+        metrics.modified = Some(metrics.modified.unwrap_or(0).saturating_add(modified));
+        metrics.upserted = Some(metrics.upserted.unwrap_or(0).saturating_add(upserted));
+    });
+}
+
+/// Runs `wait` with the operation's timer paused: what it takes is not part of the
+/// operation's duration for the profiler and the slow-query log (an awaitData getMore
+/// waiting for inserts is not slow).
+pub fn pause_timer_during<T>(wait: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let outcome = wait();
+    let paused = started.elapsed();
+    note(|metrics| metrics.paused = metrics.paused.saturating_add(paused));
+    outcome
+}
+
+/// Documents an insert stored.
+pub fn note_inserted(inserted: u64) {
+    note(|metrics| metrics.inserted = Some(metrics.inserted.unwrap_or(0).saturating_add(inserted)));
+}
+
+/// Documents a delete removed.
+pub fn note_deleted(deleted: u64) {
+    note(|metrics| metrics.deleted = Some(metrics.deleted.unwrap_or(0).saturating_add(deleted)));
 }
 
 /// `maxTimeMS`: absent or 0 means no limit; it must be a non-negative 32-bit integer.
@@ -268,6 +396,35 @@ mod tests {
         assert!(table.snapshot().is_empty());
         assert!(check_interrupt().is_ok(), "no operation on the thread after the guard dropped");
         assert!(!table.kill(12345));
+    }
+
+    #[test]
+    fn notes_accumulate_in_the_running_operation_only() {
+        note_inserted(3);
+        let table = OperationTable::default();
+        let body = Arc::new(doc! { "update": "c" });
+        {
+            let guard = table.begin(start(&body, None));
+            assert_eq!(guard.metrics(), OperationMetrics::default(), "notes outside an operation are dropped");
+            let counters = ExecutionCounters { keys_examined: 4, documents_examined: 3, ..ExecutionCounters::default() };
+            note_examined(&counters);
+            note_examined(&counters);
+            note_updated(2, 1, 0);
+            note_updated(1, 1, 1);
+            note_deleted(5);
+            let waited = pause_timer_during(|| {
+                std::thread::sleep(Duration::from_millis(5));
+                "woke"
+            });
+            assert_eq!(waited, "woke", "the wait's outcome is handed back");
+            let metrics = guard.metrics();
+            assert_eq!(metrics.examined, Some(Examined { keys: 8, documents: 6 }));
+            assert_eq!((metrics.matched, metrics.modified, metrics.upserted), (Some(3), Some(2), Some(1)));
+            assert_eq!((metrics.inserted, metrics.deleted), (None, Some(5)));
+            assert!(metrics.paused >= Duration::from_millis(5));
+        }
+        let guard = table.begin(start(&body, None));
+        assert_eq!(guard.metrics(), OperationMetrics::default(), "each operation starts from nothing");
     }
 
     #[test]

@@ -63,6 +63,7 @@ commands! {
     "distinct" => command::distinct::run, admin: false, write: false, "Distinct values of a field.";
     "aggregate" => command::aggregate::run, admin: false, write: false, "Runs an aggregation pipeline.";
     "create" => command::create::run, admin: false, write: true, "Creates a collection.";
+    "collMod" => command::coll_mod::run, admin: false, write: true, "Changes a collection's validator, validationLevel and validationAction.";
     "drop" => command::drop::run, admin: false, write: true, "Drops a collection.";
     "dropDatabase" => command::drop_database::run, admin: false, write: true, "Drops a database.";
     "listCollections" => command::list_collections::run, admin: false, write: false, "Lists collections.";
@@ -77,6 +78,7 @@ commands! {
     "compact" => command::compact::run, admin: false, write: true, "Compacts the shared tablespace (returns dropped collections' disk space).";
     "currentOp" => command::current_op::run, admin: true, write: false, "Lists the operations in progress.";
     "killOp" => command::current_op::kill, admin: true, write: false, "Interrupts an operation in progress.";
+    "profile" => command::profile::run, admin: false, write: false, "Reads or sets the database profiler level, slowms, sampleRate and filter.";
     "explain" => command::explain::run, admin: false, write: false, "Explains how a query, count, distinct, update, delete, findAndModify or aggregate runs.";
     "planCacheClear" => command::plan_cache_clear::run, admin: false, write: false, "Forgets a collection's cached query plans.";
     "validate" => command::validate::run, admin: false, write: false, "Checks a collection's records, indexes and counts.";
@@ -87,14 +89,15 @@ pub fn find_command(name: &str) -> Option<&'static CommandSpec> {
 }
 
 /// Runs one command and always returns a reply body (errors become `ok: 0` replies). The
-/// command is listed by currentOp, can be killed by killOp and stops at its maxTimeMS.
+/// command is listed by currentOp, can be killed by killOp and stops at its maxTimeMS; when
+/// it finishes, the profiler logs it if it was slow and profiles it if its database says so.
 pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Reply {
     context.count(&context.operation_counters.command, 1);
     let max_time = match crate::operation::max_time(&request.body) {
         Ok(max_time) => max_time,
         Err(error) => return error.to_reply().into(),
     };
-    let _operation = context.operations.begin(crate::operation::OperationStart {
+    let operation = context.operations.begin(crate::operation::OperationStart {
         kind: operation_kind(&request.name),
         namespace: operation_namespace(request),
         body: &request.body,
@@ -106,24 +109,24 @@ pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Reply {
     let outcome = crate::operation::check_interrupt()
         .and_then(|()| run(context, request))
         .and_then(|reply| sync_journal_for_ddl(context, request).map(|()| reply));
-    if crate::knobs::log_level() >= 1 {
-        context.logger.info(
-            "COMMAND",
-            51803,
-            &format!("conn{}", request.connection.connection_id),
-            "Command",
-            serde_json::json!({
-                "command": request.name,
-                "ns": operation_namespace(request),
-                "durationMillis": started.elapsed().as_millis() as u64,
-                "ok": outcome.is_ok(),
-            }),
-        );
+    let elapsed = started.elapsed();
+    let (reply, error) = match outcome {
+        Ok(reply) => (reply, None),
+        Err(error) => (error.to_reply().into(), Some(error)),
+    };
+    if request.name == "dropDatabase" && error.is_none() {
+        // A dropped database's profiling settings go with it, as mongod's.
+        context.operations.profiler.forget_database(&request.db);
     }
-    match outcome {
-        Ok(reply) => reply,
-        Err(error) => error.to_reply().into(),
-    }
+    crate::profiler::record_finished(&crate::profiler::FinishedOperation {
+        context,
+        request,
+        operation: &operation,
+        elapsed,
+        error: error.as_ref(),
+        reply: &reply,
+    });
+    reply
 }
 
 /// Commands that change the catalog; their batches are written without a sync, so
@@ -167,6 +170,7 @@ fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply
     };
     // Transactions and retryable writes are refused before anything runs (standalone).
     command::sessions::refuse_transactions(request)?;
+    crate::collation::refuse_non_simple(request)?;
     if spec.admin_only && request.db != "admin" {
         return Err(CommandError::new(
             crate::error::UNAUTHORIZED,

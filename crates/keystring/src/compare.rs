@@ -9,6 +9,8 @@ use std::cmp::Ordering;
 
 use bson::{Bson, Document};
 
+use crate::exact::{compare_exact, ExactNumber};
+
 /// Canonical type rank, as MongoDB's `canonicalizeBSONType`. Equal ranks compare by value.
 pub fn canonical_rank(value: &Bson) -> u8 {
     match value {
@@ -31,8 +33,9 @@ pub fn canonical_rank(value: &Bson) -> u8 {
     }
 }
 
-/// A number widened for exact comparison. Integers stay integers; doubles stay doubles; a
-/// decimal is approximated by its nearest double (a documented difference from MongoDB).
+/// A number widened for arithmetic-style comparison. Integers stay integers; doubles stay
+/// doubles; a decimal is approximated by its nearest double. [`compare_values`] does not use
+/// it: it compares decimals exactly.
 #[derive(Clone, Copy, Debug)]
 pub enum Number {
     Integer(i64),
@@ -65,7 +68,7 @@ pub fn decimal_to_f64(value: &bson::Decimal128) -> f64 {
 }
 
 /// Exact comparison of an integer against a double, with NaN below everything.
-fn compare_integer_float(integer: i64, float: f64) -> Ordering {
+pub(crate) fn compare_integer_float(integer: i64, float: f64) -> Ordering {
     if float.is_nan() {
         return Ordering::Greater;
     }
@@ -168,8 +171,8 @@ fn compare_shallow<'a>(a: &'a Bson, b: &'a Bson) -> Step<'a> {
             Ordering::Equal => return Step::Descend(Pair::Documents(x.scope.iter(), y.scope.iter())),
             unequal => unequal,
         },
-        _ => match (Number::from_bson(a), Number::from_bson(b)) {
-            (Some(x), Some(y)) => compare_numbers(x, y),
+        _ => match (ExactNumber::from_bson(a), ExactNumber::from_bson(b)) {
+            (Some(x), Some(y)) => compare_exact(x, y),
             // Same rank implies the same variant family; this arm is unreachable by construction.
             _ => Ordering::Equal,
         },

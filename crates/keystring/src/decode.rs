@@ -4,15 +4,20 @@
 use bson::spec::BinarySubtype;
 use bson::{Binary, Bson, Document, JavaScriptCodeWithScope, Regex, Timestamp};
 
-use crate::encode::{unorder_f64, unorder_i64, TIEBREAK_BIAS};
+use crate::encode::{
+    append_value, unorder_f64, unorder_i64, DECIMAL_EXPONENT_BIAS, NUMBER_ABOVE, NUMBER_BELOW, NUMBER_EXACT,
+};
 use crate::error::MAX_NESTING_DEPTH;
+use crate::exact::{Normalized, DECIMAL_MAX_DIGITS};
 use crate::type_byte;
 use crate::{Direction, KeyStringError, FORMAT_VERSION};
 
 /// Decodes a key made by [`crate::encode_key`]; the result compares equal (`compare_values`) to
 /// the input, though numeric types may be normalised (integral numbers come back as Int32 when
-/// they fit, else Int64 when they fit, else Double; Null and Undefined come back as Null; Symbol
-/// as String; Decimal128 as its nearest Double).
+/// they fit, else Int64 when they fit, else Double; a number that is not a double comes back as
+/// Int64 when it is an integer in range, else as a Decimal128 of the same value; Null and
+/// Undefined come back as Null; Symbol as String). [`crate::apply_type_bits`] restores the
+/// exact types.
 pub fn decode_key(bytes: &[u8], directions: &[Direction]) -> Result<Vec<Bson>, KeyStringError> {
     match bytes.first() {
         Some(&FORMAT_VERSION) => {}
@@ -173,47 +178,87 @@ impl Reader<'_> {
         }
     }
 
-    /// 8 bytes of the ordered nearest double, then the biased integer tiebreak.
+    /// 8 ordered bytes of a double, then a marker: the number is that double, or lies above or
+    /// below it with its decimal form following.
     fn number(&mut self) -> Result<Bson, KeyStringError> {
+        let start = self.position;
         let ordered = self.u64()?;
-        let tiebreak = i32::from(u16::from_be_bytes(self.array::<2>()?)) - TIEBREAK_BIAS;
-        let nearest = unorder_f64(ordered);
-        if nearest.is_nan() {
-            return if ordered == 0 && tiebreak == 0 {
-                Ok(Bson::Double(f64::NAN))
-            } else {
-                Err(KeyStringError::NonCanonical("NaN other than the canonical one"))
-            };
+        match self.array::<2>()? {
+            NUMBER_EXACT => exact_double(ordered),
+            NUMBER_ABOVE => self.number_between(start, false),
+            NUMBER_BELOW => self.number_between(start, true),
+            _ => Err(KeyStringError::NonCanonical("unknown number marker")),
         }
-        if nearest == 0.0 && nearest.is_sign_negative() {
-            return Err(KeyStringError::NonCanonical("negative zero"));
-        }
-        // 2^63: every i64 is below it and at or above its negation.
-        const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
-        let integral = nearest.fract() == 0.0 && nearest.is_finite();
-        if tiebreak != 0 {
-            // Only an integer whose nearest double differs from it gets a tiebreak.
-            if !integral || nearest.abs() > TWO_POW_63 {
-                return Err(KeyStringError::NonCanonical("integer tiebreak on a non-integer"));
-            }
-            let exact = (nearest as i128) + i128::from(tiebreak);
-            let exact = i64::try_from(exact)
-                .map_err(|_| KeyStringError::NonCanonical("integer tiebreak out of range"))?;
-            if exact as f64 != nearest {
-                return Err(KeyStringError::NonCanonical("integer tiebreak beyond half an ulp"));
-            }
-            return Ok(Bson::Int64(exact));
-        }
-        if integral && (-TWO_POW_63..TWO_POW_63).contains(&nearest) {
-            // In range and integral, so the casts are exact.
-            let integer = nearest as i64;
-            return Ok(match i32::try_from(integer) {
-                Ok(small) => Bson::Int32(small),
-                Err(_) => Bson::Int64(integer),
-            });
-        }
-        Ok(Bson::Double(nearest))
     }
+
+    /// The decimal form after [`NUMBER_ABOVE`] or [`NUMBER_BELOW`]. Decodes to an Int64 when
+    /// the value is an integer in range, else to the Decimal128 with the largest exponent; the
+    /// bytes from `start` (the number's first byte after its type byte) must be exactly what
+    /// encoding that value gives.
+    fn number_between(&mut self, start: usize, negative: bool) -> Result<Bson, KeyStringError> {
+        let inversion = if negative { 0xFF } else { 0x00 };
+        let exponent = self.array::<2>()?.map(|byte| byte ^ inversion);
+        let adjusted = i32::from(u16::from_be_bytes(exponent)) - DECIMAL_EXPONENT_BIAS;
+        let (mut coefficient, mut digits) = (0u128, 0u32);
+        // At most 18 iterations: 17 digit pairs, then the terminator.
+        loop {
+            let byte = self.byte()? ^ inversion;
+            if byte == 0 {
+                break;
+            }
+            if byte > 100 || digits >= DECIMAL_MAX_DIGITS {
+                return Err(KeyStringError::NonCanonical("decimal digits"));
+            }
+            coefficient = coefficient * 100 + u128::from(byte - 1);
+            digits += 2;
+        }
+        let normalized = Normalized::new(negative, coefficient, adjusted - digits as i32)
+            .ok_or(KeyStringError::NonCanonical("decimal without digits"))?;
+        let value = match normalized.to_i64() {
+            Some(integer) => Bson::Int64(integer),
+            None => Bson::Decimal128(
+                normalized.to_decimal128().ok_or(KeyStringError::NonCanonical("decimal out of range"))?,
+            ),
+        };
+        // The truncated double, the marker and the digits all follow from the value: bytes that
+        // differ from its encoding are not ours.
+        let direction = if self.mask == 0 { Direction::Ascending } else { Direction::Descending };
+        let mut canonical = Vec::with_capacity(1 + self.position.saturating_sub(start));
+        append_value(&mut canonical, &value, direction);
+        // Past the type byte, which a document element's name separates from the body.
+        if self.bytes.get(start..self.position) != canonical.get(1..) {
+            return Err(KeyStringError::NonCanonical("number bytes differ from the value's encoding"));
+        }
+        Ok(value)
+    }
+}
+
+/// A number that is exactly the double with these ordered bits, normalised: integral values
+/// come back as Int32 when they fit, else Int64 when they fit, anything else as a Double.
+fn exact_double(ordered: u64) -> Result<Bson, KeyStringError> {
+    let nearest = unorder_f64(ordered);
+    if nearest.is_nan() {
+        return if ordered == 0 {
+            Ok(Bson::Double(f64::NAN))
+        } else {
+            Err(KeyStringError::NonCanonical("NaN other than the canonical one"))
+        };
+    }
+    if nearest == 0.0 && nearest.is_sign_negative() {
+        return Err(KeyStringError::NonCanonical("negative zero"));
+    }
+    // 2^63: every i64 is below it and at or above its negation.
+    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+    let integral = nearest.fract() == 0.0 && nearest.is_finite();
+    if integral && (-TWO_POW_63..TWO_POW_63).contains(&nearest) {
+        // In range and integral, so the casts are exact.
+        let integer = nearest as i64;
+        return Ok(match i32::try_from(integer) {
+            Ok(small) => Bson::Int32(small),
+            Err(_) => Bson::Int64(integer),
+        });
+    }
+    Ok(Bson::Double(nearest))
 }
 
 /// All DbPointers compare equal, so the encoding keeps none of their contents; decoding rebuilds

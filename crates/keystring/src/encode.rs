@@ -2,12 +2,20 @@
 
 use bson::Bson;
 
-use crate::compare::decimal_to_f64;
+use crate::exact::{decimal_value, truncate_integer_to_double, truncate_to_double, DecimalValue, Normalized};
 use crate::type_byte;
 use crate::{Direction, FORMAT_VERSION};
 
-/// Bias added to the integer tiebreak so it sorts as an unsigned big-endian `u16`.
-pub(crate) const TIEBREAK_BIAS: i32 = 0x8000;
+/// After a number's 8 ordered bytes: the number is exactly that double.
+pub(crate) const NUMBER_EXACT: [u8; 2] = [0x80, 0x00];
+/// After a number's 8 ordered bytes: the number lies above that double (toward +infinity, so
+/// it is positive), and its exact decimal form follows.
+pub(crate) const NUMBER_ABOVE: [u8; 2] = [0x80, 0x01];
+/// After a number's 8 ordered bytes: the number lies below that double (so it is negative), and
+/// its exact decimal form follows, inverted.
+pub(crate) const NUMBER_BELOW: [u8; 2] = [0x7F, 0xFF];
+/// Bias of the decimal form's adjusted exponent, so it sorts as an unsigned big-endian `u16`.
+pub(crate) const DECIMAL_EXPONENT_BIAS: i32 = 0x8000;
 /// The sign bit of an IEEE-754 double.
 const SIGN_BIT: u64 = 1 << 63;
 
@@ -102,10 +110,10 @@ fn append_scalar_or_open<'a>(out: &mut Vec<u8>, value: &'a Bson, open: &mut Vec<
         Bson::MinKey | Bson::MaxKey | Bson::Null | Bson::Undefined => {}
         // All DbPointers compare equal (compare.rs), so their body is empty.
         Bson::DbPointer(_) => {}
-        Bson::Int32(v) => append_integer(out, i64::from(*v)),
+        Bson::Int32(v) => append_double(out, f64::from(*v)),
         Bson::Int64(v) => append_integer(out, *v),
         Bson::Double(v) => append_double(out, *v),
-        Bson::Decimal128(d) => append_double(out, decimal_to_f64(d)),
+        Bson::Decimal128(d) => append_decimal(out, d),
         Bson::String(s) | Bson::Symbol(s) | Bson::JavaScriptCode(s) => append_escaped(out, s.as_bytes()),
         Bson::Document(document) => open.push(Open::Document(document.iter())),
         Bson::Array(items) => open.push(Open::Array(items.iter())),
@@ -184,19 +192,62 @@ pub(crate) fn unorder_f64(bits: u64) -> f64 {
     }
 }
 
-/// A number as 8 bytes of its nearest double plus a 2-byte tiebreak of `exact - nearest`.
+/// An integer: as its double when it is one, else between the doubles around it.
 fn append_integer(out: &mut Vec<u8>, value: i64) {
-    let nearest = value as f64;
-    // |nearest| <= 2^63, so the conversion to i128 is exact; the difference is at most half an
-    // ulp of a double below 2^63, i.e. within +-512.
-    let difference = i128::from(value) - nearest as i128;
-    debug_assert!((-1024..=1024).contains(&difference));
-    let tiebreak = (difference as i32 + TIEBREAK_BIAS) as u16;
-    out.extend_from_slice(&order_f64(nearest).to_be_bytes());
-    out.extend_from_slice(&tiebreak.to_be_bytes());
+    let (truncated, exact) = truncate_integer_to_double(value);
+    match Normalized::from_integer(value) {
+        Some(normalized) if !exact => append_between(out, truncated, &normalized),
+        // Zero and every integer that is exactly a double.
+        _ => append_double(out, truncated),
+    }
 }
 
+/// A decimal: NaN, the infinities, zeros and decimals that are exactly a double encode as that
+/// double; any other decimal goes between the doubles around it.
+fn append_decimal(out: &mut Vec<u8>, value: &bson::Decimal128) {
+    let normalized = match decimal_value(value) {
+        DecimalValue::NaN => return append_double(out, f64::NAN),
+        DecimalValue::Infinity { negative: false } => return append_double(out, f64::INFINITY),
+        DecimalValue::Infinity { negative: true } => return append_double(out, f64::NEG_INFINITY),
+        DecimalValue::Finite { negative, coefficient, exponent } => Normalized::new(negative, coefficient, exponent),
+    };
+    let Some(normalized) = normalized else { return append_double(out, 0.0) };
+    let (truncated, exact) = truncate_to_double(&normalized);
+    if exact {
+        append_double(out, truncated);
+    } else {
+        append_between(out, truncated, &normalized);
+    }
+}
+
+/// A number that is exactly a double: 8 ordered bytes, then [`NUMBER_EXACT`].
 fn append_double(out: &mut Vec<u8>, value: f64) {
     out.extend_from_slice(&order_f64(value).to_be_bytes());
-    out.extend_from_slice(&(TIEBREAK_BIAS as u16).to_be_bytes());
+    out.extend_from_slice(&NUMBER_EXACT);
+}
+
+/// A number that is not a double: the 8 ordered bytes of `truncated` (the double nearest to it
+/// toward zero), then [`NUMBER_ABOVE`] or [`NUMBER_BELOW`], then its decimal form: the adjusted
+/// exponent `e` (with `10^(e-1) <= |value| < 10^e`) biased as a big-endian u16, the significant
+/// digits two per byte (`10 * first + second + 1`, a lone last digit paired with 0), and 0x00.
+/// A negative number's decimal form is inverted, so larger magnitudes sort first.
+fn append_between(out: &mut Vec<u8>, truncated: f64, value: &Normalized) {
+    out.extend_from_slice(&order_f64(truncated).to_be_bytes());
+    out.extend_from_slice(if value.negative { &NUMBER_BELOW } else { &NUMBER_ABOVE });
+    let start = out.len();
+    // Decimal128 adjusted exponents lie in [-6175, 6145], so the biased value fits a u16.
+    let biased = u16::try_from(value.adjusted_exponent() + DECIMAL_EXPONENT_BIAS).unwrap_or(u16::MAX);
+    out.extend_from_slice(&biased.to_be_bytes());
+    let digits = value.coefficient.to_string();
+    for pair in digits.as_bytes().chunks(2) {
+        let first = pair[0] - b'0';
+        let second = pair.get(1).map_or(0, |digit| digit - b'0');
+        out.push(10 * first + second + 1);
+    }
+    out.push(0);
+    if value.negative {
+        for byte in &mut out[start..] {
+            *byte = !*byte;
+        }
+    }
 }

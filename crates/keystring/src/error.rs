@@ -24,6 +24,8 @@ pub enum KeyStringError {
     TooDeep,
     /// A DbPointer placeholder could not be rebuilt (the bson crate has no public constructor).
     DbPointerUnavailable,
+    /// Type bits that do not fit their key (crate::apply_type_bits).
+    BadTypeBits(&'static str),
 }
 
 /// Deepest nesting of documents/arrays that decoding accepts: MongoDB's hard BSON depth limit
@@ -54,6 +56,7 @@ impl fmt::Display for KeyStringError {
                 write!(formatter, "key string nests deeper than {MAX_NESTING_DEPTH} levels")
             }
             KeyStringError::DbPointerUnavailable => write!(formatter, "cannot rebuild a DbPointer"),
+            KeyStringError::BadTypeBits(what) => write!(formatter, "malformed key type bits: {what}"),
         }
     }
 }

@@ -4,24 +4,33 @@
 //! Invariant: for values `a` and `b`, `compare_values(a, b)` equals the `memcmp` order of their
 //! encodings (reversed for a descending field). Encodings are prefix-free, so the fields of a
 //! composite key simply concatenate. Storage index keys and routing chunk bounds both use these
-//! bytes; `decode_key` inverts `encode_key` up to numeric normalisation (`Int32(5)` and
-//! `Double(5.0)` encode identically).
+//! bytes; `decode_key` inverts `encode_key` up to normalisation (`Int32(5)`, `Double(5.0)` and
+//! `Decimal128("5.0")` encode identically), and the type bits (`append_type_bits`, kept beside
+//! a key) restore the exact values.
+//!
+//! Numbers compare and encode by exact value across Int32, Int64, Double and Decimal128.
 
 pub mod compare;
-mod hash;
 mod decode;
 mod encode;
 mod error;
+mod exact;
+mod hash;
 pub mod nesting;
+mod type_bits;
 
 pub use compare::{compare_documents, compare_values, values_equal, Number};
 pub use decode::{decode_key, decode_value};
 pub use encode::{append_value, encode_key};
 pub use error::KeyStringError;
 pub use hash::hash_value;
+pub use type_bits::{append_type_bits, apply_type_bits, TYPE_BITS_VERSION};
 
-/// The first byte of every key made by [`encode_key`]. Bumped on any incompatible change.
-pub const FORMAT_VERSION: u8 = 1;
+/// The first byte of every key made by [`encode_key`]. Bumped on any incompatible change:
+/// version 2 encodes numbers that are not exactly a double (Decimal128s, Int64s beyond 2^53)
+/// by their exact value, where version 1 rounded them to a double (docs/FORMAT.md, "Upgrading
+/// from version 1").
+pub const FORMAT_VERSION: u8 = 2;
 
 /// Sort direction of one key field. A descending field's bytes are all inverted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -131,26 +140,67 @@ mod tests {
     #[test]
     fn documented_layouts_are_stable() {
         let encode = |value: Bson| encode_key([(&value, Direction::Ascending)]);
-        assert_eq!(encode(Bson::Int32(5)), [1, 0x1E, 0xC0, 0x14, 0, 0, 0, 0, 0, 0, 0x80, 0x00]);
+        let decimal = |text: &str| Bson::Decimal128(text.parse().unwrap());
+        assert_eq!(encode(Bson::Int32(5)), [2, 0x1E, 0xC0, 0x14, 0, 0, 0, 0, 0, 0, 0x80, 0x00]);
         assert_eq!(encode(Bson::Double(5.0)), encode(Bson::Int32(5)));
+        assert_eq!(encode(decimal("5.00")), encode(Bson::Int32(5)));
         assert_eq!(
             encode(Bson::Int64((1 << 53) + 1)),
-            [1, 0x1E, 0xC3, 0x40, 0, 0, 0, 0, 0, 0, 0x80, 0x01]
+            [2, 0x1E, 0xC3, 0x40, 0, 0, 0, 0, 0, 0, 0x80, 0x01, 0x80, 0x10, 91, 8, 20, 93, 55, 75, 10, 94, 0]
         );
         assert_eq!(
             encode(Bson::Double(-1.5)),
-            [1, 0x1E, 0x40, 0x07, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x80, 0x00]
+            [2, 0x1E, 0x40, 0x07, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x80, 0x00]
         );
-        assert_eq!(encode(Bson::Double(f64::NAN)), [1, 0x1E, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x00]);
-        assert_eq!(encode(Bson::String("a\0b".into())), [1, 0x28, b'a', 0, 0xFF, b'b', 0, 0]);
+        assert_eq!(encode(Bson::Double(f64::NAN)), [2, 0x1E, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x00]);
+        // 0.1 lies above 0.09999999999999999167 (bits 3FB9999999999999), the double below it.
+        assert_eq!(
+            encode(decimal("0.1")),
+            [2, 0x1E, 0xBF, 0xB9, 0x99, 0x99, 0x99, 0x99, 0x99, 0x99, 0x80, 0x01, 0x80, 0x00, 11, 0]
+        );
+        assert_eq!(
+            encode(decimal("-0.1")),
+            [2, 0x1E, 0x40, 0x46, 0x66, 0x66, 0x66, 0x66, 0x66, 0x66, 0x7F, 0xFF, 0x7F, 0xFF, !11, 0xFF]
+        );
+        assert_eq!(encode(Bson::String("a\0b".into())), [2, 0x28, b'a', 0, 0xFF, b'b', 0, 0]);
         assert_eq!(
             encode(Bson::Document(bson::doc! {"a": true})),
-            [1, 0x32, 0x5A, b'a', 0, 0, 1, 0x04]
+            [2, 0x32, 0x5A, b'a', 0, 0, 1, 0x04]
         );
-        assert_eq!(encode(Bson::Array(vec![Bson::Null])), [1, 0x3C, 0x14, 0x04]);
+        assert_eq!(encode(Bson::Array(vec![Bson::Null])), [2, 0x3C, 0x14, 0x04]);
         assert_eq!(
             encode_key([(&Bson::String("a".into()), Direction::Descending)]),
-            [1, !0x28, !b'a', 0xFF, 0xFF]
+            [2, !0x28, !b'a', 0xFF, 0xFF]
         );
+    }
+
+    #[test]
+    fn decimals_order_exactly() {
+        let decimal = |text: &str| Bson::Decimal128(text.parse().unwrap());
+        let ascending = [
+            decimal("-Infinity"),
+            decimal("-1E+6000"),
+            Bson::Double(-0.1),
+            decimal("-0.1"),
+            decimal("-1E-6000"),
+            decimal("0"),
+            decimal("1E-6000"),
+            decimal("0.1"),
+            decimal("0.1000000000000000000000000000000001"),
+            Bson::Double(0.1),
+            Bson::Int64(1 << 53),
+            decimal("9007199254740992.5"),
+            Bson::Int64((1 << 53) + 1),
+            decimal("1E+6000"),
+            Bson::Double(f64::INFINITY),
+        ];
+        for pair in ascending.windows(2) {
+            assert_eq!(compare_values(&pair[0], &pair[1]), std::cmp::Ordering::Less, "{pair:?}");
+            for direction in [Direction::Ascending, Direction::Descending] {
+                let first = encode_key([(&pair[0], direction)]);
+                let second = encode_key([(&pair[1], direction)]);
+                assert_eq!(first < second, direction == Direction::Ascending, "{pair:?} {direction:?}");
+            }
+        }
     }
 }

@@ -1,12 +1,14 @@
 //! Property tests: the memcmp order of encodings agrees with `compare_values`, decoding inverts
-//! encoding, and malformed bytes give errors rather than panics.
+//! encoding, type bits restore the exact values, numbers compare as an exact decimal model says,
+//! and malformed bytes give errors rather than panics.
 
 use std::cmp::Ordering;
 
 use bson::spec::BinarySubtype;
 use bson::{Binary, Bson, Decimal128, Document, JavaScriptCodeWithScope, Regex, Timestamp};
 use myriad_keystring::{
-    append_value, compare_values, decode_key, decode_value, encode_key, Direction, KeyStringError,
+    append_type_bits, append_value, apply_type_bits, compare_values, decode_key, decode_value, encode_key, Direction,
+    KeyStringError, FORMAT_VERSION,
 };
 use proptest::prelude::*;
 
@@ -63,9 +65,51 @@ fn small_string() -> impl Strategy<Value = String> {
     ]
 }
 
+/// A Decimal128 from its fields (BID layout, little-endian as BSON stores it).
+fn decimal_from_fields(negative: bool, coefficient: u128, exponent: i32) -> Decimal128 {
+    let biased = u128::try_from(exponent.clamp(-6176, 6111) + 6176).unwrap_or(0);
+    let bits = (u128::from(negative) << 127) | (biased << 113) | (coefficient & ((1 << 113) - 1));
+    Decimal128::from_bytes(bits.to_le_bytes())
+}
+
 fn decimal() -> impl Strategy<Value = Decimal128> {
-    prop_oneof![Just("5"), Just("-0.5"), Just("1E+400"), Just("NaN"), Just("-Infinity"), Just("0.1")]
-        .prop_filter_map("parse failed", |text| text.parse::<Decimal128>().ok())
+    let parsed = prop_oneof![
+        Just("5"),
+        Just("5.00"),
+        Just("-0.5"),
+        Just("1E+400"),
+        Just("NaN"),
+        Just("-NaN"),
+        Just("-Infinity"),
+        Just("Infinity"),
+        Just("0.1"),
+        Just("0.1000000000000000000000000000000001"),
+        Just("0.1000000000000000055511151231257827"),
+        Just("0.1000000000000000055511151231257828"),
+        Just("-0"),
+        Just("0E+300"),
+        Just("9007199254740993"),
+        Just("9223372036854775807"),
+        Just("9223372036854775808"),
+        Just("-9223372036854775809"),
+        Just("9999999999999999999999999999999999E+6111"),
+        Just("1E-6176"),
+        Just("1.797693134862315708145274237317043E+308"),
+        Just("4.940656458412465441765687928682213E-324"),
+    ]
+    .prop_filter_map("parse failed", |text| text.parse::<Decimal128>().ok());
+    // 34 significant digits of a double: usually within an ulp of it, but not equal.
+    let near_double = (edge_double(), 1_usize..34).prop_filter_map("not finite", |(double, digits)| {
+        double.is_finite().then(|| format!("{double:.digits$e}").parse::<Decimal128>().ok()).flatten()
+    });
+    let fields = (
+        any::<bool>(),
+        prop_oneof![0_u128..1000, any::<u64>().prop_map(u128::from), 0_u128..10_u128.pow(34), Just(10_u128.pow(34))],
+        prop_oneof![-30_i32..30, -400_i32..-280, 280_i32..320, -6176_i32..6112],
+    )
+        .prop_map(|(negative, coefficient, exponent)| decimal_from_fields(negative, coefficient, exponent));
+    let integer = edge_integer().prop_filter_map("parse failed", |integer| integer.to_string().parse::<Decimal128>().ok());
+    prop_oneof![parsed, near_double, fields, integer]
 }
 
 fn scalar() -> impl Strategy<Value = Bson> {
@@ -240,20 +284,200 @@ fn strings_with_nul_bytes_stay_ordered() {
 fn malformed_keys_report_specific_errors() {
     assert_eq!(decode_key(&[], &[]), Err(KeyStringError::BadVersion(None)));
     assert_eq!(decode_key(&[9], &[]), Err(KeyStringError::BadVersion(Some(9))));
-    assert_eq!(decode_key(&[1, 0xEE], &[Direction::Ascending]), Err(KeyStringError::UnknownTypeByte(0xEE)));
-    assert_eq!(decode_key(&[1, 0x28, b'a', 0], &[Direction::Ascending]), Err(KeyStringError::Truncated));
-    assert_eq!(decode_key(&[1, 0x28, 0, 7], &[Direction::Ascending]), Err(KeyStringError::InvalidEscape(7)));
-    assert_eq!(decode_key(&[1, 0x28, 0xC3, 0, 0], &[Direction::Ascending]), Err(KeyStringError::InvalidUtf8));
-    let mut deep = vec![1];
+    // Version 1 keys (before exact numbers) are refused: their indexes are rebuilt on upgrade.
+    assert_eq!(decode_key(&[1, 0x14], &[Direction::Ascending]), Err(KeyStringError::BadVersion(Some(1))));
+    let v = FORMAT_VERSION;
+    assert_eq!(decode_key(&[v, 0xEE], &[Direction::Ascending]), Err(KeyStringError::UnknownTypeByte(0xEE)));
+    assert_eq!(decode_key(&[v, 0x28, b'a', 0], &[Direction::Ascending]), Err(KeyStringError::Truncated));
+    assert_eq!(decode_key(&[v, 0x28, 0, 7], &[Direction::Ascending]), Err(KeyStringError::InvalidEscape(7)));
+    assert_eq!(decode_key(&[v, 0x28, 0xC3, 0, 0], &[Direction::Ascending]), Err(KeyStringError::InvalidUtf8));
+    // A number marker no encoder writes (version 1's integer tiebreaks among them).
+    let mut tiebreak = encode_key([(&Bson::Int32(5), Direction::Ascending)]);
+    tiebreak[10] = 0x81;
+    assert!(matches!(decode_key(&tiebreak, &[Direction::Ascending]), Err(KeyStringError::NonCanonical(_))));
+    let mut deep = vec![v];
     deep.extend_from_slice(&[0x3C; 10_000]);
     assert_eq!(decode_key(&deep, &[Direction::Ascending]), Err(KeyStringError::TooDeep));
 }
 
 #[test]
 fn db_pointers_round_trip_as_equal_placeholders() {
-    let key = [1, 0x82];
+    let key = [FORMAT_VERSION, 0x82];
     let decoded = decode_key(&key, &[Direction::Ascending]).unwrap_or_default();
     assert_eq!(decoded.len(), 1);
     assert!(matches!(decoded[0], Bson::DbPointer(_)));
     assert_eq!(encode_key([(&decoded[0], Direction::Ascending)]), key.to_vec());
+}
+
+/// A number as the model sees it: its exact value written in decimal.
+#[derive(Debug)]
+enum ModelNumber {
+    NaN,
+    Infinity { negative: bool },
+    Zero,
+    /// `±0.digits × 10^exponent`, digits without leading or trailing zeros.
+    Finite { negative: bool, digits: String, exponent: i64 },
+}
+
+/// Builds a model number from a decimal string `[-]digits[.digits][e±exponent]`.
+fn model_from_text(text: &str) -> ModelNumber {
+    let (negative, text) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("nan") {
+        return ModelNumber::NaN;
+    }
+    if lower.starts_with("inf") {
+        return ModelNumber::Infinity { negative };
+    }
+    let (mantissa, exponent) = match lower.split_once('e') {
+        Some((mantissa, exponent)) => (mantissa, exponent.parse::<i64>().expect("an exponent")),
+        None => (lower.as_str(), 0),
+    };
+    let (integral, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all_digits = format!("{integral}{fraction}");
+    // value = 0.all_digits × 10^(len(integral) + exponent)
+    let mut exponent = integral.len() as i64 + exponent;
+    let leading = all_digits.len() - all_digits.trim_start_matches('0').len();
+    exponent -= leading as i64;
+    let digits = all_digits.trim_start_matches('0').trim_end_matches('0').to_string();
+    if digits.is_empty() {
+        return ModelNumber::Zero;
+    }
+    ModelNumber::Finite { negative, digits, exponent }
+}
+
+/// The model's exact value of a BSON number: integers and decimals by their text, doubles by
+/// their exact decimal expansion (at most 767 significant digits, so 1100 are exact).
+fn model(value: &Bson) -> ModelNumber {
+    match value {
+        Bson::Int32(integer) => model_from_text(&integer.to_string()),
+        Bson::Int64(integer) => model_from_text(&integer.to_string()),
+        Bson::Double(double) if double.is_nan() => ModelNumber::NaN,
+        Bson::Double(double) if double.is_infinite() => ModelNumber::Infinity { negative: *double < 0.0 },
+        Bson::Double(double) => model_from_text(&format!("{double:.1100e}")),
+        Bson::Decimal128(decimal) => model_from_text(&decimal.to_string()),
+        other => panic!("not a number: {other:?}"),
+    }
+}
+
+fn model_compare(left: &ModelNumber, right: &ModelNumber) -> Ordering {
+    // Ranks: NaN, -inf, negative, zero, positive, +inf.
+    let rank = |number: &ModelNumber| match number {
+        ModelNumber::NaN => 0,
+        ModelNumber::Infinity { negative: true } => 1,
+        ModelNumber::Finite { negative: true, .. } => 2,
+        ModelNumber::Zero => 3,
+        ModelNumber::Finite { negative: false, .. } => 4,
+        ModelNumber::Infinity { negative: false } => 5,
+    };
+    match (left, right) {
+        (
+            ModelNumber::Finite { negative, digits: left_digits, exponent: left_exponent },
+            ModelNumber::Finite { negative: right_negative, digits: right_digits, exponent: right_exponent },
+        ) if negative == right_negative => {
+            let magnitude = left_exponent.cmp(right_exponent).then_with(|| left_digits.cmp(right_digits));
+            if *negative {
+                magnitude.reverse()
+            } else {
+                magnitude
+            }
+        }
+        _ => rank(left).cmp(&rank(right)),
+    }
+}
+
+fn number() -> impl Strategy<Value = Bson> {
+    prop_oneof![
+        any::<i32>().prop_map(Bson::Int32),
+        edge_integer().prop_map(Bson::Int64),
+        edge_double().prop_map(Bson::Double),
+        decimal().prop_map(Bson::Decimal128),
+        decimal().prop_map(Bson::Decimal128),
+    ]
+}
+
+/// True for identical values: same types, same bits for doubles (-0.0, NaN payloads) and
+/// decimals (exponents), same field names in the same order.
+fn identical(left: &Bson, right: &Bson) -> bool {
+    let documents = |left: &Document, right: &Document| {
+        left.len() == right.len()
+            && left.iter().zip(right).all(|((left_name, left), (right_name, right))| {
+                left_name == right_name && identical(left, right)
+            })
+    };
+    match (left, right) {
+        (Bson::Double(left), Bson::Double(right)) => left.to_bits() == right.to_bits(),
+        (Bson::Decimal128(left), Bson::Decimal128(right)) => left.bytes() == right.bytes(),
+        (Bson::Document(left), Bson::Document(right)) => documents(left, right),
+        (Bson::Array(left), Bson::Array(right)) => {
+            left.len() == right.len() && left.iter().zip(right).all(|(left, right)| identical(left, right))
+        }
+        (Bson::JavaScriptCodeWithScope(left), Bson::JavaScriptCodeWithScope(right)) => {
+            left.code == right.code && documents(&left.scope, &right.scope)
+        }
+        (left, right) => left == right,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    #[test]
+    fn numbers_compare_as_the_exact_model(a in number(), b in number()) {
+        let expected = model_compare(&model(&a), &model(&b));
+        prop_assert_eq!(compare_values(&a, &b), expected, "{:?} vs {:?}", a, b);
+        let (key_a, key_b) = (encode_one(&a, Direction::Ascending), encode_one(&b, Direction::Ascending));
+        prop_assert_eq!(key_a.cmp(&key_b), expected, "{:?} vs {:?}", a, b);
+        // A decoded number keeps its exact value.
+        let decoded = decode_key(&encode_key([(&a, Direction::Descending)]), &[Direction::Descending]);
+        prop_assert!(decoded.is_ok(), "{:?}", decoded);
+        let decoded = decoded.unwrap_or_default();
+        prop_assert_eq!(model_compare(&model(&decoded[0]), &model(&a)), Ordering::Equal);
+    }
+
+    #[test]
+    fn type_bits_restore_exact_values(a in value(), b in value(), first in direction(), second in direction()) {
+        let key = encode_key([(&a, first), (&b, second)]);
+        let mut type_bits = Vec::new();
+        append_type_bits(&mut type_bits, &[Some(&a), Some(&b)]);
+        let decoded = decode_key(&key, &[first, second]).unwrap_or_default();
+        let restored = apply_type_bits(decoded, &type_bits);
+        prop_assert!(restored.is_ok(), "{:?}", restored);
+        let restored = restored.unwrap_or_default();
+        prop_assert_eq!(restored.len(), 2);
+        for (restored, original) in restored.iter().zip([&a, &b]) {
+            let exact = restored.as_ref().is_some_and(|restored| identical(restored, original));
+            prop_assert!(exact, "{:?} restored as {:?}", original, restored);
+        }
+    }
+
+    #[test]
+    fn corrupted_type_bits_are_errors_or_values(a in value(), position in any::<prop::sample::Index>(), byte in any::<u8>()) {
+        let key = encode_key([(&a, Direction::Ascending)]);
+        let mut type_bits = Vec::new();
+        append_type_bits(&mut type_bits, &[Some(&a)]);
+        let index = position.index(type_bits.len());
+        type_bits[index] = byte;
+        let decoded = decode_key(&key, &[Direction::Ascending]).unwrap_or_default();
+        // Whatever comes back compares equal to the key's value: type bits never change a value.
+        if let Ok(restored) = apply_type_bits(decoded, &type_bits) {
+            if let Some(Some(value)) = restored.first() {
+                prop_assert_eq!(compare_values(value, &a), Ordering::Equal);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_unique_index_collision_is_gone() {
+    let first = Bson::Decimal128("0.1".parse().unwrap());
+    let second = Bson::Decimal128("0.1000000000000000000000000000000001".parse().unwrap());
+    assert_eq!(compare_values(&first, &second), Ordering::Less);
+    assert_ne!(encode_one(&first, Direction::Ascending), encode_one(&second, Direction::Ascending));
+    // Equal values still share one key: 1, 1.0 and 1.000 are one value.
+    let one = Bson::Decimal128("1.000".parse().unwrap());
+    assert_eq!(encode_one(&one, Direction::Ascending), encode_one(&Bson::Int32(1), Direction::Ascending));
 }

@@ -10,7 +10,7 @@
 //! - Every error carries MongoDB's own code and code name (see [`QueryError::code`]).
 //! - Recursion over user input (filters, expressions, projections) is depth-bounded.
 //!
-//! Modules: [`limits`] (path and nesting bounds, [`limits::decode_stored`]), [`path`] (dotted paths), [`filter`], [`expression`], [`update`], [`projection`],
+//! Modules: [`limits`] (path and nesting bounds, [`limits::decode_stored`]), [`path`] (dotted paths), [`filter`], [`json_schema`] (`$jsonSchema`), [`expression`], [`update`], [`projection`],
 //! [`sort`], [`aggregate`], [`bounds`] (index intervals), [`bson_types`] (`$type` aliases).
 
 pub mod aggregate;
@@ -21,11 +21,13 @@ pub mod bson_types;
 pub mod error;
 pub mod expression;
 pub mod filter;
+pub mod json_schema;
 pub mod limits;
 pub mod path;
 pub mod projection;
 pub mod sort;
 pub mod update;
+pub mod validation_error;
 
 pub use aggregate::Pipeline;
 pub use bounds::{field_intervals, field_intervals_non_multikey, parsed_field_intervals, Interval};

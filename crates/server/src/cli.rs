@@ -35,4 +35,29 @@ pub struct ServerArguments {
     /// Largest number of simultaneous connections.
     #[arg(long = "maxConns", default_value_t = 10_000)]
     pub max_connections: usize,
+    /// Default profiler level of every database: 0 off, 1 slow operations, 2 all.
+    #[arg(long = "profile", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=2))]
+    pub profile: i32,
+    /// Operations slower than this many milliseconds are logged (and profiled at level 1).
+    #[arg(long = "slowms", default_value_t = myriad_commands::profiler::DEFAULT_SLOW_MS, allow_negative_numbers = true)]
+    pub slowms: i32,
+    /// Fraction of slow operations logged and profiled, from 0.0 to 1.0.
+    #[arg(long = "slowOpSampleRate", default_value_t = 1.0, value_parser = parse_sample_rate)]
+    pub slow_operation_sample_rate: f64,
+}
+
+impl ServerArguments {
+    /// Makes `--profile`, `--slowms` and `--slowOpSampleRate` the server's starting settings;
+    /// call before the server context is built.
+    pub fn apply_profiler_settings(&self) {
+        myriad_commands::profiler::set_startup_settings(self.profile, self.slowms, self.slow_operation_sample_rate);
+    }
+}
+
+fn parse_sample_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if (0.0..=1.0).contains(&rate) => Ok(rate),
+        Ok(rate) => Err(format!("{rate} is not between 0.0 and 1.0")),
+        Err(error) => Err(error.to_string()),
+    }
 }

@@ -19,6 +19,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let arguments = cli::Arguments::parse();
+    arguments.server.apply_profiler_settings();
     match network::serve(arguments.server, std::env::args().collect()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

@@ -5,6 +5,7 @@
 //! reused; an entry is immutable once published (DDL publishes a new `Arc`); the snapshot only
 //! ever holds entries that were read from or written to the catalog column family.
 
+use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
 use bson::{spec::BinarySubtype, Binary, Bson, Document, RawArrayBuf, RawBinaryRef, RawDocument, RawDocumentBuf};
@@ -110,6 +111,10 @@ pub(crate) struct IndexEntry {
     /// only for records at or below the build's position, and it is hidden from
     /// [`CollectionHandle::indexes`] so queries never use it.
     pub(crate) building: bool,
+    /// The key format version (`myriad_keystring::FORMAT_VERSION`) its entries are written in;
+    /// 1 when the stored entry has no `keyFormat` (written before version 2). An older format is
+    /// rebuilt at open (docs/FORMAT.md, "Upgrading from version 1").
+    pub(crate) key_format: u8,
     /// The full spec as given to createIndexes (normalized), exactly sized; empty for the
     /// standard `_id_` spec.
     spec: Box<[u8]>,
@@ -130,7 +135,7 @@ impl IndexEntry {
             let layout = SpecLayout::parse(&bytes)?;
             (bytes.into_boxed_slice(), Some(Box::new(layout)))
         };
-        let index = IndexEntry { prefix, unique, sparse, building: false, spec, layout };
+        let index = IndexEntry { prefix, unique, sparse, building: false, key_format: myriad_keystring::FORMAT_VERSION, spec, layout };
         if index.name().is_empty() {
             return Err(StorageError::Corrupt("index spec has no name".to_string()));
         }
@@ -170,7 +175,7 @@ impl IndexEntry {
     }
 
     /// The keys `document` has in this index: none when a partial index's filter rejects it.
-    pub(crate) fn document_keys(&self, fields: &[IndexField<'_>], document: &Document) -> Result<Vec<Vec<u8>>, StorageError> {
+    pub(crate) fn document_keys(&self, fields: &[IndexField<'_>], document: &Document) -> Result<Vec<crate::index::IndexKey>, StorageError> {
         if let Some(filter) = &self.layout().partial_filter {
             if !filter.matches(document) {
                 return Ok(Vec::new());
@@ -231,6 +236,10 @@ impl IndexEntry {
         if self.building {
             document.append("building", true);
         }
+        // Absent for version 1, so entries written before key format 2 read as version 1.
+        if self.key_format != 1 {
+            document.append("keyFormat", i32::from(self.key_format));
+        }
         Ok(document)
     }
 
@@ -247,8 +256,17 @@ impl IndexEntry {
             Ok(Some(bson::RawBsonRef::Boolean(building))) => building,
             _ => return Err(corrupt("building")),
         };
+        let key_format = match document.get("keyFormat") {
+            Ok(None) => 1,
+            Ok(Some(bson::RawBsonRef::Int32(version))) => u8::try_from(version).map_err(|_| corrupt("keyFormat"))?,
+            _ => return Err(corrupt("keyFormat")),
+        };
+        if key_format == 0 || key_format > myriad_keystring::FORMAT_VERSION {
+            return Err(corrupt("keyFormat is not a version this engine reads"));
+        }
         let mut index = Self::from_spec_bytes(spec.as_bytes().to_vec(), prefix, unique, sparse)?;
         index.building = building;
+        index.key_format = key_format;
         if index.name() != name {
             return Err(corrupt("name differs from the spec's"));
         }
@@ -267,7 +285,20 @@ pub(crate) struct CollectionEntry {
     pub(crate) uuid: [u8; 16],
     /// createCollection options as BSON bytes, exactly sized; empty when there were none.
     options: Box<[u8]>,
+    /// What the command layer derives from the options (the parsed validator), computed on
+    /// first use and kept with this version of the entry; None (8 bytes) without options.
+    derived: Option<Box<DerivedFromOptions>>,
     pub(crate) indexes: Box<[IndexEntry]>,
+}
+
+/// A value derived once from an entry's options (see [`CollectionHandle::options_derived`]).
+#[derive(Default)]
+struct DerivedFromOptions(OnceLock<Arc<dyn Any + Send + Sync>>);
+
+impl std::fmt::Debug for DerivedFromOptions {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(if self.0.get().is_some() { "DerivedFromOptions(set)" } else { "DerivedFromOptions(unset)" })
+    }
 }
 
 impl CollectionEntry {
@@ -295,14 +326,22 @@ impl CollectionEntry {
         options: Box<[u8]>,
         indexes: Vec<IndexEntry>,
     ) -> Self {
+        let derived = if options.is_empty() { None } else { Some(Box::default()) };
         CollectionEntry {
             namespace: namespace_of(db, collection).into(),
             db_len: db.len(),
             prefix,
             uuid,
             options,
+            derived,
             indexes: indexes.into_boxed_slice(),
         }
+    }
+
+    /// A copy with different createCollection options (collMod), same prefixes and indexes.
+    pub(crate) fn with_options(&self, options: &Document) -> Result<Self, StorageError> {
+        let options = if options.is_empty() { Box::default() } else { serialize_document(options)?.into_boxed_slice() };
+        Ok(CollectionEntry::with_options_bytes(self.db(), self.collection(), self.prefix, self.uuid, options, self.indexes_cloned()?))
     }
 
     /// The createCollection options as stored (empty when there were none).
@@ -585,6 +624,18 @@ impl CollectionHandle {
         self.entry.options_document()
     }
 
+    /// A value the caller derives from the options (such as a parsed validator), computed
+    /// once per version of the catalog entry and shared by every handle to that version.
+    /// None, without calling `derive`, when the collection has no options: the common case
+    /// costs one branch. A caller asking for a different type than the cached one gets a
+    /// fresh, uncached value.
+    pub fn options_derived<T: Any + Send + Sync>(&self, derive: impl Fn(Result<Document, StorageError>) -> T) -> Option<Arc<T>> {
+        let cache = self.entry.derived.as_ref()?;
+        let compute = || derive(self.entry.options_document());
+        let cached = cache.0.get_or_init(|| Arc::new(compute()) as Arc<dyn Any + Send + Sync>).clone();
+        Some(cached.downcast::<T>().unwrap_or_else(|_| Arc::new(compute())))
+    }
+
     fn ready_indexes(&self) -> impl Iterator<Item = &IndexEntry> {
         self.entry.indexes.iter().filter(|index| !index.building)
     }
@@ -728,6 +779,7 @@ mod tests {
         building.building = true;
         let entry = CollectionEntry::new("shop", "orders", 7, [3; 16], &Document::new(), vec![id_index, building]).unwrap();
         let decoded = CollectionEntry::from_bytes(&entry.to_bytes().unwrap()).unwrap();
+        assert_eq!(decoded.indexes[1].key_format, myriad_keystring::FORMAT_VERSION);
         assert!(decoded.indexes[1].building);
         assert!(!decoded.indexes[0].building);
         let handle = CollectionHandle { entry: Arc::new(decoded) };

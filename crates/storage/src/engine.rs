@@ -17,7 +17,7 @@ use rocksdb::{
 use crate::commit::{command_record, CatalogEffect, OperationObserver, OperationRecord, PreparedCatalogChange};
 use crate::catalog::{entry_prefixes, namespace_of, Catalog, CollectionEntry, CollectionHandle, IndexEntry};
 use crate::index::{id_index_spec, ParsedIndexSpec, ID_INDEX_NAME};
-use crate::keys::{self, PREFIX_LEN, RECORD_ID_LEN};
+use crate::keys;
 use crate::index_build::IndexBuildRegistry;
 use crate::options::{database_options, family_options, EngineOptions, FamilyKind};
 use crate::stats::{self, decode_counters, encode_counters};
@@ -41,8 +41,12 @@ pub const COLUMN_FAMILIES: [&str; 6] = [
     FAMILY_LOCAL_INDEXES,
 ];
 
-/// On-disk format version stored under catalog key `V`.
-const FORMAT_VERSION: u32 = 1;
+/// On-disk format version stored under catalog key `V`. Version 2 means every index is in key
+/// format 2 (exact numbers, type bits) or flagged for its rebuild; a version 1 catalog is
+/// upgraded at open (`key_format_upgrade.rs`).
+const FORMAT_VERSION: u32 = 2;
+/// The catalog format whose indexes are rebuilt at open.
+const UPGRADABLE_FORMAT_VERSION: u32 = 1;
 /// First prefix handed out (0 is never used, so an all-zero key is never valid data).
 const FIRST_PREFIX: u64 = 1;
 /// Attempts to publish a lazily loaded entry before giving up (the caller still gets it).
@@ -319,26 +323,33 @@ impl Engine {
             warming: std::sync::atomic::AtomicBool::new(false),
             capped_inserts: crate::capped::CappedInsertNotifier::default(),
         };
-        engine.check_format()?;
+        let upgrade = engine.check_format()?;
         let next_prefix = match engine.db.get_cf(engine.family(FAMILY_CATALOG)?, keys::CATALOG_NEXT_PREFIX_KEY)? {
             Some(bytes) => keys::read_u64(&bytes)?,
             None => FIRST_PREFIX,
         };
         engine.ddl.get_mut().next_prefix = next_prefix;
-        engine.recover_interrupted_index_builds()?;
+        if upgrade {
+            engine.flag_indexes_for_key_format_upgrade(FORMAT_VERSION)?;
+        }
+        let rebuild_now = engine.recover_interrupted_index_builds()?;
+        engine.run_rebuilds_at_open(rebuild_now)?;
         Ok(engine)
     }
 
-    fn check_format(&self) -> Result<(), StorageError> {
+    /// Checks the catalog's format version (writing it in a new database); true when it is
+    /// the older version whose indexes open rebuilds.
+    fn check_format(&self) -> Result<bool, StorageError> {
         let catalog = self.family(FAMILY_CATALOG)?;
         match self.db.get_cf(catalog, keys::CATALOG_FORMAT_KEY)? {
-            Some(bytes) if bytes.as_slice() == FORMAT_VERSION.to_be_bytes() => Ok(()),
+            Some(bytes) if bytes.as_slice() == FORMAT_VERSION.to_be_bytes() => Ok(false),
+            Some(bytes) if bytes.as_slice() == UPGRADABLE_FORMAT_VERSION.to_be_bytes() => Ok(true),
             Some(bytes) => Err(StorageError::Corrupt(format!("unsupported format version {bytes:?}"))),
             None => {
                 let mut write_options = WriteOptions::default();
                 write_options.set_sync(true);
                 self.db.put_cf_opt(catalog, keys::CATALOG_FORMAT_KEY, FORMAT_VERSION.to_be_bytes(), &write_options)?;
-                Ok(())
+                Ok(false)
             }
         }
     }
@@ -1106,111 +1117,6 @@ impl Engine {
         };
         iterator.status()?;
         Ok(last)
-    }
-
-    /// Index entries in `range`, ascending or reversed, resuming after `start_after` (an entry
-    /// key returned earlier). Returns (entry key, record id); the entry key is the keystring
-    /// followed by the 8-byte big-endian record id, for unique and non-unique indexes alike.
-    pub fn scan_index(
-        &self,
-        handle: &CollectionHandle,
-        index_name: &str,
-        range: &IndexKeyRange,
-        reverse: bool,
-        start_after: Option<&[u8]>,
-        max_count: usize,
-    ) -> Result<Vec<(Vec<u8>, RecordId)>, StorageError> {
-        let entry = &handle.entry;
-        let index = entry
-            .ready_index(index_name)
-            .ok_or_else(|| StorageError::IndexNotFound(format!("index not found with name [{index_name}]")))?;
-        let max_count = max_count.min(MAX_SCAN_BATCH);
-        if max_count == 0 {
-            return Ok(Vec::new());
-        }
-        let prefix_bytes = index.prefix.to_be_bytes();
-        let (index_start, index_end) = keys::prefix_range(index.prefix);
-        let with_prefix = |bytes: &[u8]| {
-            let mut key = Vec::with_capacity(PREFIX_LEN + bytes.len());
-            key.extend_from_slice(&prefix_bytes);
-            key.extend_from_slice(bytes);
-            key
-        };
-        let mut lower = if range.lower_inclusive {
-            with_prefix(&range.lower)
-        } else {
-            keys::prefix_successor(&with_prefix(&range.lower)).unwrap_or_else(|| index_end.to_vec())
-        };
-        let mut upper = if range.upper_inclusive {
-            keys::prefix_successor(&with_prefix(&range.upper)).unwrap_or_else(|| index_end.to_vec())
-        } else {
-            with_prefix(&range.upper)
-        };
-        if lower.as_slice() < index_start.as_slice() {
-            lower = index_start.to_vec();
-        }
-        if upper.as_slice() > index_end.as_slice() {
-            upper = index_end.to_vec();
-        }
-        if let Some(resume) = start_after {
-            if resume.len() < RECORD_ID_LEN {
-                return Err(StorageError::InvalidOptions("index resume key is too short".to_string()));
-            }
-            let stored = if index.unique {
-                with_prefix(&resume[..resume.len() - RECORD_ID_LEN])
-            } else {
-                with_prefix(resume)
-            };
-            if reverse {
-                if stored < upper {
-                    upper = stored;
-                }
-            } else {
-                let mut after = stored;
-                after.push(0);
-                if after > lower {
-                    lower = after;
-                }
-            }
-        }
-        if lower >= upper {
-            return Ok(Vec::new());
-        }
-        let mut read_options = ReadOptions::default();
-        read_options.set_iterate_lower_bound(lower.clone());
-        read_options.set_iterate_upper_bound(upper);
-        let mut iterator = self.db.raw_iterator_cf_opt(self.indexes_family(entry)?, read_options);
-        if reverse {
-            iterator.seek_to_last();
-        } else {
-            iterator.seek(&lower);
-        }
-        let mut entries = Vec::with_capacity(max_count.min(1024));
-        while entries.len() < max_count {
-            let (Some(key), Some(value)) = (iterator.key(), iterator.value()) else { break };
-            let body = key
-                .get(PREFIX_LEN..)
-                .ok_or_else(|| StorageError::Corrupt("index key shorter than its prefix".to_string()))?;
-            let record_id = keys::index_entry_record_id(index.unique, key, value)?;
-            // The entry key handed back ends with the record id for both kinds (a unique
-            // entry's key holds none; its value does).
-            let entry_key = if index.unique {
-                let mut entry_key = Vec::with_capacity(body.len() + RECORD_ID_LEN);
-                entry_key.extend_from_slice(body);
-                entry_key.extend_from_slice(&record_id.to_be_bytes());
-                entry_key
-            } else {
-                body.to_vec()
-            };
-            entries.push((entry_key, record_id));
-            if reverse {
-                iterator.prev();
-            } else {
-                iterator.next();
-            }
-        }
-        iterator.status()?;
-        Ok(entries)
     }
 
     /// Finds a document by `_id` through the `_id_` index: two point reads.

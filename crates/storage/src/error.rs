@@ -49,6 +49,9 @@ pub enum StorageError {
     RecordNotFound(RecordId),
     /// Bytes read from disk do not have the layout this engine writes.
     Corrupt(String),
+    /// Stored bytes that parse but contradict each other (an index entry's type bits that do
+    /// not fit its key): MongoDB's DataCorruptionDetected.
+    DataCorruption(String),
     /// An error reported by RocksDB.
     RocksDb(String),
     /// An index build stopped because its collection or index was dropped.
@@ -78,6 +81,7 @@ impl StorageError {
             StorageError::DocumentTooDeep => 15,
             StorageError::RecordNotFound(_) => 1,
             StorageError::Corrupt(_) => 1,
+            StorageError::DataCorruption(_) => 301,
             StorageError::RocksDb(_) => 1,
             StorageError::IndexBuildAborted(_) => 276,
             StorageError::BackgroundOperationInProgress(_) => 12587,
@@ -104,6 +108,7 @@ impl StorageError {
             StorageError::DocumentTooDeep => "Overflow",
             StorageError::RecordNotFound(_) => "InternalError",
             StorageError::Corrupt(_) => "InternalError",
+            StorageError::DataCorruption(_) => "DataCorruptionDetected",
             StorageError::RocksDb(_) => "InternalError",
             StorageError::IndexBuildAborted(_) => "IndexBuildAborted",
             StorageError::BackgroundOperationInProgress(_) => "BackgroundOperationInProgressForNamespace",
@@ -152,6 +157,7 @@ impl fmt::Display for StorageError {
                 write!(formatter, "record {record_id} not found")
             }
             StorageError::Corrupt(what) => write!(formatter, "storage corruption: {what}"),
+            StorageError::DataCorruption(what) => write!(formatter, "data corruption detected: {what}"),
             StorageError::RocksDb(what) => write!(formatter, "rocksdb: {what}"),
             StorageError::IndexBuildAborted(what) => write!(formatter, "index build aborted: {what}"),
             StorageError::BackgroundOperationInProgress(what) => write!(formatter, "{what}"),

@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 
 use bson::{Bson, Document};
-use myriad_keystring::{encode_key, Direction};
+use myriad_keystring::{append_type_bits, encode_key, Direction};
 
 use crate::StorageError;
 
@@ -423,14 +423,35 @@ fn values_at_path<'d>(document: &'d Document, path: &str) -> PathValues<'d> {
     out
 }
 
-/// The keystrings (without prefix or record id) `document` produces for an index, sorted and
-/// without duplicates. Empty for a sparse index when every key field is missing.
+/// One key a document produces for an index: its keystring (without prefix or record id), then
+/// its type bits, in one buffer. Orders by keystring, then type bits.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct IndexKey {
+    bytes: Vec<u8>,
+    keystring_length: usize,
+}
+
+impl IndexKey {
+    pub(crate) fn keystring(&self) -> &[u8] {
+        &self.bytes[..self.keystring_length]
+    }
+
+    pub(crate) fn type_bits(&self) -> &[u8] {
+        &self.bytes[self.keystring_length..]
+    }
+}
+
+/// The keys `document` produces for an index, sorted and without duplicate keystrings. Empty for
+/// a sparse index when every key field is missing.
 pub(crate) fn generate_keys(
     fields: &[IndexField<'_>],
     sparse: bool,
     document: &Document,
-) -> Result<Vec<Vec<u8>>, StorageError> {
+) -> Result<Vec<IndexKey>, StorageError> {
     let mut per_field: Vec<Vec<Cow<'_, Bson>>> = Vec::with_capacity(fields.len());
+    // Per field: whether the key's value is the document's value (not a hash, an array element
+    // or the null of a missing field), so that type bits can restore it.
+    let mut recoverable: Vec<bool> = Vec::with_capacity(fields.len());
     let mut array_owner: Option<(&str, String)> = None;
     let mut all_missing = true;
     for field in fields {
@@ -450,6 +471,7 @@ pub(crate) fn generate_keys(
             }
         }
         let mut values = found.values;
+        recoverable.push(field.kind != FieldKind::Hashed && found.first_array_path.is_none() && !values.is_empty());
         if values.is_empty() {
             values.push(Cow::Borrowed(&NULL_VALUE));
         } else {
@@ -482,10 +504,11 @@ pub(crate) fn generate_keys(
             ))
         })?;
     let mut keys = Vec::with_capacity(total);
+    let mut type_bits_fields: Vec<Option<&Bson>> = Vec::with_capacity(fields.len());
     // Odometer over the cartesian product (only fields sharing one array have several values).
     let mut positions = vec![0usize; per_field.len()];
     for _ in 0..total {
-        let key = encode_key(
+        let mut bytes = encode_key(
             fields
                 .iter()
                 .zip(per_field.iter())
@@ -494,7 +517,13 @@ pub(crate) fn generate_keys(
                     values.get(*position).map(|value| (value.as_ref(), field.kind.direction()))
                 }),
         );
-        keys.push(key);
+        let keystring_length = bytes.len();
+        type_bits_fields.clear();
+        for ((values, position), recoverable) in per_field.iter().zip(&positions).zip(&recoverable) {
+            type_bits_fields.push(values.get(*position).map(Cow::as_ref).filter(|_| *recoverable));
+        }
+        append_type_bits(&mut bytes, &type_bits_fields);
+        keys.push(IndexKey { bytes, keystring_length });
         for (position, values) in positions.iter_mut().zip(per_field.iter()).rev() {
             *position += 1;
             if *position < values.len() {
@@ -504,17 +533,42 @@ pub(crate) fn generate_keys(
         }
     }
     keys.sort_unstable();
-    keys.dedup();
+    // Two array elements that compare equal (1 and 1.0) give one entry; their type bits agree
+    // (an array element's field is not recoverable), so which one stays does not matter.
+    keys.dedup_by(|later, earlier| later.keystring() == earlier.keystring());
     Ok(keys)
 }
 
-/// The `{field: value}` document MongoDB shows for a duplicate key, decoded from the keystring.
-pub(crate) fn key_value_document(fields: &[IndexField<'_>], keystring: &[u8]) -> Document {
+/// The exact values of an index entry's key fields, from its keystring and type bits: None when
+/// the entry has no type bits (written before they existed), or a field is hashed, multikey or
+/// missing from its document. Bytes that do not decode, or type bits that do not fit the key,
+/// are DataCorruptionDetected.
+pub(crate) fn entry_values(
+    fields: &[IndexField<'_>],
+    keystring: &[u8],
+    type_bits: Option<&[u8]>,
+) -> Result<Option<Vec<Bson>>, StorageError> {
+    let corrupt = |error: myriad_keystring::KeyStringError| StorageError::DataCorruption(format!("index entry: {error}"));
     let directions: Vec<Direction> = fields.iter().map(|field| field.kind.direction()).collect();
-    let values = myriad_keystring::decode_key(keystring, &directions).unwrap_or_default();
+    let decoded = myriad_keystring::decode_key(keystring, &directions).map_err(corrupt)?;
+    let Some(type_bits) = type_bits else { return Ok(None) };
+    let restored = myriad_keystring::apply_type_bits(decoded, type_bits).map_err(corrupt)?;
+    if fields.iter().any(|field| field.kind == FieldKind::Hashed) {
+        return Ok(None);
+    }
+    Ok(restored.into_iter().collect())
+}
+
+/// The `{field: value}` document MongoDB shows for a duplicate key: the exact values when the
+/// type bits give them, else the values decoded from the keystring.
+pub(crate) fn key_value_document(fields: &[IndexField<'_>], keystring: &[u8], type_bits: &[u8]) -> Document {
+    let directions: Vec<Direction> = fields.iter().map(|field| field.kind.direction()).collect();
+    let decoded = myriad_keystring::decode_key(keystring, &directions).unwrap_or_default();
+    let restored = myriad_keystring::apply_type_bits(decoded.clone(), type_bits).unwrap_or_default();
     let mut document = Document::new();
-    for (field, value) in fields.iter().zip(values) {
-        document.insert(field.path.to_string(), value);
+    for (position, (field, value)) in fields.iter().zip(decoded).enumerate() {
+        let exact = restored.get(position).cloned().flatten();
+        document.insert(field.path.to_string(), exact.unwrap_or(value));
     }
     document
 }
@@ -532,25 +586,30 @@ mod tests {
         encode_key([(&value, Direction::Ascending)])
     }
 
+    /// The keystrings of generated keys.
+    fn keystrings(keys: Vec<IndexKey>) -> Vec<Vec<u8>> {
+        keys.iter().map(|key| key.keystring().to_vec()).collect()
+    }
+
     #[test]
     fn array_values_produce_one_key_per_distinct_element() {
-        let keys = generate_keys(&fields(doc! {"a": 1}), false, &doc! {"a": [3, 1, 3]}).unwrap();
-        assert_eq!(keys, vec![single(Bson::Int32(1)), single(Bson::Int32(3))]);
+        let keys = generate_keys(&fields(doc! {"a": 1}), false, &doc! {"a": [3, 1, 3.0]}).unwrap();
+        assert_eq!(keystrings(keys), vec![single(Bson::Int32(1)), single(Bson::Int32(3))]);
     }
 
     #[test]
     fn missing_fields_index_as_null_unless_sparse() {
         let pattern = fields(doc! {"a": 1});
-        assert_eq!(generate_keys(&pattern, false, &doc! {"b": 1}).unwrap(), vec![single(Bson::Null)]);
+        assert_eq!(keystrings(generate_keys(&pattern, false, &doc! {"b": 1}).unwrap()), vec![single(Bson::Null)]);
         assert!(generate_keys(&pattern, true, &doc! {"b": 1}).unwrap().is_empty());
-        assert_eq!(generate_keys(&pattern, true, &doc! {"a": null}).unwrap(), vec![single(Bson::Null)]);
+        assert_eq!(keystrings(generate_keys(&pattern, true, &doc! {"a": null}).unwrap()), vec![single(Bson::Null)]);
     }
 
     #[test]
     fn dotted_paths_traverse_arrays_of_documents() {
         let document = doc! {"a": [{"b": 1}, {"b": 2}, {"c": 3}, 4]};
         let keys = generate_keys(&fields(doc! {"a.b": 1}), false, &document).unwrap();
-        assert_eq!(keys, vec![single(Bson::Int32(1)), single(Bson::Int32(2))]);
+        assert_eq!(keystrings(keys), vec![single(Bson::Int32(1)), single(Bson::Int32(2))]);
     }
 
     #[test]
@@ -566,7 +625,7 @@ mod tests {
     #[test]
     fn empty_array_indexes_as_undefined() {
         let keys = generate_keys(&fields(doc! {"a": 1}), false, &doc! {"a": []}).unwrap();
-        assert_eq!(keys, vec![single(Bson::Undefined)]);
+        assert_eq!(keystrings(keys), vec![single(Bson::Undefined)]);
     }
 
     #[test]
@@ -590,6 +649,29 @@ mod tests {
     fn duplicate_key_documents_decode_the_values() {
         let pattern = fields(doc! {"a": 1, "b": -1});
         let keys = generate_keys(&pattern, false, &doc! {"a": "x", "b": true}).unwrap();
-        assert_eq!(key_value_document(&pattern, &keys[0]), doc! {"a": "x", "b": true});
+        assert_eq!(key_value_document(&pattern, keys[0].keystring(), keys[0].type_bits()), doc! {"a": "x", "b": true});
+        let exact = doc! {"a": 2.0, "b": Bson::Int64(3)};
+        let keys = generate_keys(&pattern, false, &exact).unwrap();
+        assert_eq!(key_value_document(&pattern, keys[0].keystring(), keys[0].type_bits()), exact);
+    }
+
+    #[test]
+    fn entry_values_are_exact_or_absent() {
+        let pattern = fields(doc! {"a": 1, "b.c": -1});
+        let values = |document: Document| {
+            let keys = generate_keys(&pattern, false, &document).unwrap();
+            keys.iter().map(|key| entry_values(&pattern, key.keystring(), Some(key.type_bits())).unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(values(doc! {"a": 1.0, "b": {"c": "x"}}), vec![Some(vec![Bson::Double(1.0), Bson::String("x".into())])]);
+        // Missing and multikey fields are not recoverable.
+        assert_eq!(values(doc! {"a": 1}), vec![None]);
+        assert_eq!(values(doc! {"a": [1, 2], "b": {"c": 1}}), vec![None, None]);
+        let key = &generate_keys(&pattern, false, &doc! {"a": 1, "b": {"c": 2}}).unwrap()[0];
+        assert_eq!(entry_values(&pattern, key.keystring(), None), Ok(None));
+        let error = entry_values(&pattern, key.keystring(), Some(&[1, 1, 9])).unwrap_err();
+        assert_eq!(error.code(), 301);
+        let hashed = fields(doc! {"h": "hashed"});
+        let key = &generate_keys(&hashed, false, &doc! {"h": 5}).unwrap()[0];
+        assert_eq!(entry_values(&hashed, key.keystring(), Some(key.type_bits())), Ok(None));
     }
 }

@@ -34,7 +34,7 @@ use crate::engine::{
     FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_STATS,
 };
 use crate::index::{
-    IndexField, id_index_spec, key_value_document, parse_index_spec, same_key_pattern, same_options,
+    IndexField, IndexKey, id_index_spec, key_value_document, parse_index_spec, same_key_pattern, same_options,
     ParsedIndexSpec, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION,
 };
 use crate::keys;
@@ -52,6 +52,10 @@ pub(crate) struct IndexBuild {
     db: String,
     collection: String,
     index_prefixes: Vec<u64>,
+    /// A rebuild of existing indexes in the current key format (docs/FORMAT.md, "Upgrading from
+    /// version 1"), not a createIndexes: on failure the indexes stay (building, with their
+    /// markers) for the next open to retry, instead of being removed.
+    rebuild: bool,
     /// Last record id whose keys are in the indexes. Written only under the collection's stripe.
     position: AtomicI64,
     /// Set (under the DDL mutex and the stripe) once the build's indexes left the catalog.
@@ -63,12 +67,13 @@ pub(crate) struct IndexBuild {
 }
 
 impl IndexBuild {
-    fn new(collection_prefix: u64, db: &str, collection: &str, index_prefixes: Vec<u64>) -> Arc<Self> {
+    pub(crate) fn new(collection_prefix: u64, db: &str, collection: &str, index_prefixes: Vec<u64>, rebuild: bool) -> Arc<Self> {
         Arc::new(IndexBuild {
             collection_prefix,
             db: db.to_string(),
             collection: collection.to_string(),
             index_prefixes,
+            rebuild,
             position: AtomicI64::new(0),
             cancelled: AtomicBool::new(false),
             claimed: AtomicBool::new(false),
@@ -112,7 +117,7 @@ pub(crate) struct IndexBuildRegistry {
 }
 
 impl IndexBuildRegistry {
-    fn register(&self, build: &Arc<IndexBuild>) {
+    pub(crate) fn register(&self, build: &Arc<IndexBuild>) {
         let mut builds = self.builds.lock();
         for prefix in &build.index_prefixes {
             builds.insert(*prefix, build.clone());
@@ -163,22 +168,37 @@ impl IndexBuildRegistry {
     }
 }
 
-/// Value of a `B` marker: `db ‖ 0x00 ‖ collection` (names never contain 0x00). Markers written
-/// before background builds existed are empty; their builds are removed at open.
-fn marker_value(db: &str, collection: &str) -> Vec<u8> {
-    let mut value = Vec::with_capacity(db.len() + 1 + collection.len());
+/// Value of a `B` marker: `db ‖ 0x00 ‖ collection` for a createIndexes build, followed by
+/// `0x00 ‖ key format version` for a rebuild of existing indexes in a new key format (names
+/// never contain 0x00). Markers written before background builds existed are empty; their
+/// builds are removed at open.
+pub(crate) fn marker_value(db: &str, collection: &str, rebuild: bool) -> Vec<u8> {
+    let mut value = Vec::with_capacity(db.len() + 3 + collection.len());
     value.extend_from_slice(db.as_bytes());
     value.push(0);
     value.extend_from_slice(collection.as_bytes());
+    if rebuild {
+        value.extend_from_slice(&[0, myriad_keystring::FORMAT_VERSION]);
+    }
     value
 }
 
-fn namespace_from_marker_value(value: &[u8]) -> Result<(String, String), StorageError> {
+/// The database, collection and rebuild flag of a marker value.
+fn namespace_from_marker_value(value: &[u8]) -> Result<(String, String, bool), StorageError> {
     let corrupt = || StorageError::Corrupt("index build marker value".to_string());
-    let split = value.iter().position(|byte| *byte == 0).ok_or_else(corrupt)?;
-    let db = std::str::from_utf8(&value[..split]).map_err(|_| corrupt())?;
-    let collection = std::str::from_utf8(&value[split + 1..]).map_err(|_| corrupt())?;
-    Ok((db.to_string(), collection.to_string()))
+    let mut parts = value.split(|byte| *byte == 0);
+    let db = parts.next().and_then(|bytes| std::str::from_utf8(bytes).ok()).ok_or_else(corrupt)?;
+    let collection = parts.next().and_then(|bytes| std::str::from_utf8(bytes).ok()).ok_or_else(corrupt)?;
+    let rebuild = match parts.next() {
+        None => false,
+        // Any key format version: the rebuild writes the current one.
+        Some([_version]) => true,
+        Some(_) => return Err(corrupt()),
+    };
+    if parts.next().is_some() {
+        return Err(corrupt());
+    }
+    Ok((db.to_string(), collection.to_string(), rebuild))
 }
 
 /// A chunk of records read, and their keys generated, without holding the stripe.
@@ -186,12 +206,12 @@ struct PreparedChunk {
     /// The build's position when the chunk was read (the chunk is the records after it).
     position: RecordId,
     records: Vec<(RecordId, RawDocumentBuf)>,
-    /// Per record, per index of the build: its keystrings.
-    keys: Vec<Vec<Vec<Vec<u8>>>>,
+    /// Per record, per index of the build: its keys.
+    keys: Vec<Vec<Vec<IndexKey>>>,
 }
 
-/// Per index, the keystrings of one record.
-fn record_keys(indexes: &[IndexEntry], fields: &[Vec<IndexField<'_>>], record_id: RecordId, raw: &RawDocumentBuf) -> Result<Vec<Vec<Vec<u8>>>, StorageError> {
+/// Per index, the keys of one record.
+fn record_keys(indexes: &[IndexEntry], fields: &[Vec<IndexField<'_>>], record_id: RecordId, raw: &RawDocumentBuf) -> Result<Vec<Vec<IndexKey>>, StorageError> {
     let document = raw.to_document().map_err(|error| StorageError::Corrupt(format!("record {record_id}: {error}")))?;
     let mut keys = Vec::with_capacity(indexes.len());
     for (index, fields) in indexes.iter().zip(fields) {
@@ -281,7 +301,7 @@ impl Engine {
         let mut batch = WriteBatch::default();
         batch.put_cf(catalog, keys::CATALOG_NEXT_PREFIX_KEY, next_prefix.to_be_bytes());
         for prefix in &index_prefixes {
-            batch.put_cf(catalog, keys::build_marker_key(*prefix), marker_value(db, collection));
+            batch.put_cf(catalog, keys::build_marker_key(*prefix), marker_value(db, collection, false));
         }
         let mut all_indexes = entry.indexes_cloned()?;
         all_indexes.extend(new_indexes);
@@ -292,7 +312,7 @@ impl Engine {
         batch.merge_cf(self.family(FAMILY_STATS)?, keys::stats_database_key(db), encode_counters(&delta));
         self.db.write_opt(batch, &self.ddl_write_options)?;
         ddl.next_prefix = next_prefix;
-        let build = IndexBuild::new(entry.prefix, db, collection, index_prefixes);
+        let build = IndexBuild::new(entry.prefix, db, collection, index_prefixes, false);
         self.index_builds.register(&build);
         outcome.indexes_after = updated.indexes.len();
         self.publish_ddl(move |catalog| catalog.insert(updated.clone()));
@@ -346,7 +366,7 @@ impl Engine {
 
     /// Runs the build on this thread unless another thread already does; then waits for its
     /// outcome (a joined or cancelled build reports what its runner or canceller recorded).
-    fn run_or_wait(&self, build: &Arc<IndexBuild>) -> Result<(), StorageError> {
+    pub(crate) fn run_or_wait(&self, build: &Arc<IndexBuild>) -> Result<(), StorageError> {
         if !build.claimed.swap(true, Ordering::AcqRel) {
             let result = self.run_index_build(build);
             build.complete(result);
@@ -357,7 +377,10 @@ impl Engine {
     fn run_index_build(&self, build: &Arc<IndexBuild>) -> Result<(), StorageError> {
         let result = self.build_all_chunks(build).and_then(|()| self.finish_index_build(build));
         if let Err(error) = result {
-            if !build.cancelled.load(Ordering::Acquire) {
+            if build.rebuild {
+                // The indexes stay building with their markers: the next open retries.
+                self.index_builds.unregister(build);
+            } else if !build.cancelled.load(Ordering::Acquire) {
                 self.remove_failed_index_build(build)?;
             }
             return Err(error);
@@ -452,8 +475,10 @@ impl Engine {
                 }
             };
             for (((index, fields), index_keys), total) in indexes.iter().zip(&fields).zip(keys).zip(totals.iter_mut()) {
-                for keystring in index_keys {
-                    let (key, value) = if index.unique {
+                for index_key in index_keys {
+                    let keystring = index_key.keystring();
+                    let value = keys::index_entry_value(index.unique, *record_id, index_key.type_bits());
+                    let key = if index.unique {
                         let key = keys::index_entry_key(index.prefix, keystring, None);
                         let owner = match chunk_unique_owners.get(&key) {
                             Some(owner) => Some(*owner),
@@ -467,13 +492,13 @@ impl Engine {
                                 namespace: entry.namespace.to_string(),
                                 index_name: index.name().to_string(),
                                 key_pattern: index.key_pattern()?,
-                                key_value: key_value_document(fields, keystring),
+                                key_value: key_value_document(fields, keystring, index_key.type_bits()),
                             });
                         }
                         chunk_unique_owners.insert(key.clone(), *record_id);
-                        (key, record_id.to_be_bytes().to_vec())
+                        key
                     } else {
-                        (keys::index_entry_key(index.prefix, keystring, Some(*record_id)), Vec::new())
+                        keys::index_entry_key(index.prefix, keystring, Some(*record_id))
                     };
                     total[stats::INDEX_SIZE_BYTES] += (key.len() + value.len()) as i64;
                     total[stats::INDEX_ENTRIES] += 1;
@@ -535,6 +560,7 @@ impl Engine {
         for index in all_indexes.iter_mut() {
             if build.index_prefixes.contains(&index.prefix) {
                 index.building = false;
+                index.key_format = myriad_keystring::FORMAT_VERSION;
             }
         }
         let updated = Arc::new(entry.with_indexes(all_indexes));
@@ -654,7 +680,8 @@ impl Engine {
     /// to restart from the first record ([`Engine::resume_index_builds`]). Markers whose index
     /// is not in the catalog (or written by an older version, empty) are removed with their
     /// entries.
-    pub(crate) fn recover_interrupted_index_builds(&self) -> Result<(), StorageError> {
+    /// Returns the rebuilds of unique indexes, which open runs before it returns.
+    pub(crate) fn recover_interrupted_index_builds(&self) -> Result<Vec<Arc<IndexBuild>>, StorageError> {
         let catalog = self.family(FAMILY_CATALOG)?;
         let (start, end) = keys::build_markers_range();
         let mut read_options = ReadOptions::default();
@@ -662,6 +689,7 @@ impl Engine {
         let mut iterator = self.db.raw_iterator_cf_opt(catalog, read_options);
         iterator.seek(&start);
         let mut orphans: Vec<u64> = Vec::new();
+        let mut run_at_open: Vec<Arc<IndexBuild>> = Vec::new();
         let mut by_namespace: HashMap<Vec<u8>, Vec<u64>> = HashMap::new();
         while let (Some(key), Some(value)) = (iterator.key(), iterator.value()) {
             let prefix = keys::prefix_from_build_marker_key(key)?;
@@ -676,7 +704,7 @@ impl Engine {
         drop(iterator);
         let mut batch = WriteBatch::default();
         for (namespace, prefixes) in by_namespace {
-            let (db, collection) = namespace_from_marker_value(&namespace)?;
+            let (db, collection, rebuild) = namespace_from_marker_value(&namespace)?;
             let entry = self.read_entry(&db, &collection)?;
             let building = |prefix: &u64| {
                 entry.as_ref().is_some_and(|entry| entry.indexes.iter().any(|index| index.prefix == *prefix && index.building))
@@ -685,7 +713,7 @@ impl Engine {
             orphans.extend(removed);
             let Some(entry) = entry.filter(|_| !restart.is_empty()) else { continue };
             self.add_build_reset(&mut batch, &entry, &restart)?;
-            self.index_builds.register(&IndexBuild::new(entry.prefix, &db, &collection, restart));
+            run_at_open.extend(self.register_restarted_builds(&entry, &db, &collection, restart, rebuild));
         }
         for prefix in &orphans {
             let (range_start, range_end) = keys::prefix_range(*prefix);
@@ -697,7 +725,7 @@ impl Engine {
         if !batch.is_empty() {
             self.db.write_opt(batch, &self.ddl_write_options)?;
         }
-        Ok(())
+        Ok(run_at_open)
     }
 
     /// Adds to `batch` the reset of building indexes to empty: their entries, their counters and

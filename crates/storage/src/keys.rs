@@ -152,8 +152,23 @@ pub(crate) fn index_entry_key(prefix: u64, keystring: &[u8], record_id: Option<R
     key
 }
 
-/// The smallest byte string greater than every string starting with `bytes`, or `None` when
-/// `bytes` is all 0xFF (no such string).
+/// The value of an index entry: the record id (unique indexes only), then the key's type bits
+/// (docs/FORMAT.md, "Type bits").
+pub(crate) fn index_entry_value(unique: bool, record_id: RecordId, type_bits: &[u8]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(RECORD_ID_LEN + type_bits.len());
+    if unique {
+        value.extend_from_slice(&record_id.to_be_bytes());
+    }
+    value.extend_from_slice(type_bits);
+    value
+}
+
+/// The type bits of an index entry's value; None for an entry written without them.
+pub(crate) fn index_entry_type_bits(unique: bool, value: &[u8]) -> Option<&[u8]> {
+    let type_bits = if unique { value.get(RECORD_ID_LEN..)? } else { value };
+    (!type_bits.is_empty()).then_some(type_bits)
+}
+
 /// The record an index entry names: the value of a unique index's entry, the last eight bytes
 /// of the key (after its prefix and keystring) otherwise.
 pub(crate) fn index_entry_record_id(unique: bool, key: &[u8], value: &[u8]) -> Result<RecordId, StorageError> {
@@ -168,6 +183,8 @@ pub(crate) fn index_entry_record_id(unique: bool, key: &[u8], value: &[u8]) -> R
     read_i64(&key[split..])
 }
 
+/// The smallest byte string greater than every string starting with `bytes`, or `None` when
+/// `bytes` is all 0xFF (no such string).
 pub(crate) fn prefix_successor(bytes: &[u8]) -> Option<Vec<u8>> {
     let mut successor = bytes.to_vec();
     while let Some(last) = successor.pop() {

@@ -26,11 +26,14 @@
 
 mod capped;
 mod catalog;
+mod coll_mod;
 mod commit;
 mod engine;
 mod error;
 mod index;
 mod index_build;
+mod index_scan;
+mod key_format_upgrade;
 mod keys;
 mod options;
 mod partial;
@@ -47,6 +50,7 @@ pub use engine::{
 };
 pub use error::StorageError;
 pub use index_build::ResumedBuilds;
+pub use index_scan::IndexValuesEntry;
 pub use index::{hashed_index_value, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
 pub use options::EngineOptions;
 pub use commit::{OperationKind, OperationObserver, OperationRecord, PreparedWrite};

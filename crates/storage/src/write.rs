@@ -14,7 +14,7 @@ use bson::{Bson, Document, RawDocumentBuf};
 
 use crate::catalog::{CollectionEntry, CollectionHandle};
 use crate::engine::{Engine, StripeGuard};
-use crate::index::key_value_document;
+use crate::index::{key_value_document, IndexKey};
 use crate::keys;
 use crate::stats;
 use crate::{RecordId, StorageError, MAX_DOCUMENT_SIZE_BYTES};
@@ -118,7 +118,7 @@ fn validate_id(document: &Document) -> Result<(), StorageError> {
 }
 
 /// Elements of `left` not in `right` (both sorted and deduplicated).
-fn sorted_difference<'a>(left: &'a [Vec<u8>], right: &[Vec<u8>]) -> Vec<&'a Vec<u8>> {
+fn sorted_difference<'a, T: Ord>(left: &'a [T], right: &[T]) -> Vec<&'a T> {
     let mut difference = Vec::new();
     let mut right_position = 0;
     for item in left {
@@ -182,7 +182,7 @@ impl<'e> WriteTransaction<'e> {
         Ok(value)
     }
 
-    fn duplicate_key(entry: &CollectionEntry, position: usize, keystring: &[u8]) -> StorageError {
+    fn duplicate_key(entry: &CollectionEntry, position: usize, key: &IndexKey) -> StorageError {
         let Some(index) = entry.indexes.get(position) else {
             return StorageError::Corrupt("index position out of range".to_string());
         };
@@ -190,16 +190,23 @@ impl<'e> WriteTransaction<'e> {
             namespace: entry.namespace.to_string(),
             index_name: index.name().to_string(),
             key_pattern: index.key_pattern().unwrap_or_default(),
-            key_value: index.fields().map(|fields| key_value_document(&fields, keystring)).unwrap_or_default(),
+            key_value: index
+                .fields()
+                .map(|fields| key_value_document(&fields, key.keystring(), key.type_bits()))
+                .unwrap_or_default(),
         }
     }
 
-    fn entry_key(entry: &CollectionEntry, position: usize, keystring: &[u8], record_id: RecordId) -> (Vec<u8>, Vec<u8>) {
+    /// The RocksDB key and value of one index entry (docs/design.md, "indexes").
+    fn entry_key(entry: &CollectionEntry, position: usize, key: &IndexKey, record_id: RecordId) -> (Vec<u8>, Vec<u8>) {
         match entry.indexes.get(position) {
-            Some(index) if index.unique => {
-                (keys::index_entry_key(index.prefix, keystring, None), record_id.to_be_bytes().to_vec())
+            Some(index) => {
+                let record_in_key = (!index.unique).then_some(record_id);
+                (
+                    keys::index_entry_key(index.prefix, key.keystring(), record_in_key),
+                    keys::index_entry_value(index.unique, record_id, key.type_bits()),
+                )
             }
-            Some(index) => (keys::index_entry_key(index.prefix, keystring, Some(record_id)), Vec::new()),
             None => (Vec::new(), Vec::new()),
         }
     }
@@ -228,17 +235,19 @@ impl<'e> WriteTransaction<'e> {
                 Some(document) => index.document_keys(&fields, document)?,
                 None => Vec::new(),
             };
-            for keystring in sorted_difference(&old_keys, &new_keys) {
-                let (key, value) = Self::entry_key(entry, position, keystring, record_id);
+            // A key whose keystring stays but whose type bits change (1 becomes 1.0) is deleted
+            // and put again: the put wins (apply_entries), and the counters see both sizes.
+            for index_key in sorted_difference(&old_keys, &new_keys) {
+                let (key, value) = Self::entry_key(entry, position, index_key, record_id);
                 let size = key.len() + value.len();
                 planned.deletes.push((position, key, size));
             }
-            for keystring in sorted_difference(&new_keys, &old_keys) {
-                let (key, value) = Self::entry_key(entry, position, keystring, record_id);
+            for index_key in sorted_difference(&new_keys, &old_keys) {
+                let (key, value) = Self::entry_key(entry, position, index_key, record_id);
                 if index.unique {
                     if let Some(owner) = self.unique_key_owner(entry, &key)? {
                         if owner != record_id {
-                            return Err(Self::duplicate_key(entry, position, keystring));
+                            return Err(Self::duplicate_key(entry, position, index_key));
                         }
                     }
                 }

@@ -108,27 +108,55 @@ fn write_until(engine: &Engine, handle: &CollectionHandle, writer: i64, owned: &
     commits_during_build
 }
 
-/// The exact (keystring, record id) set each index must hold for the model's documents.
-fn expected_entries(model: &[Owned]) -> HashMap<&'static str, BTreeSet<(Vec<u8>, RecordId)>> {
+/// Length of the type bits an entry of one key field holds (None: the field is an array
+/// element, so not recoverable).
+fn type_bits_length(value: Option<&Bson>) -> usize {
+    let mut type_bits = Vec::new();
+    myriad_keystring::append_type_bits(&mut type_bits, &[value]);
+    type_bits.len()
+}
+
+/// The exact (keystring, record id) set each index must hold for the model's documents, and
+/// the bytes of each index's entries: prefix (8) + keystring + record id (8, in key or value) +
+/// type bits (in the value).
+#[allow(clippy::type_complexity)]
+fn expected_entries(model: &[Owned]) -> (HashMap<&'static str, BTreeSet<(Vec<u8>, RecordId)>>, HashMap<&'static str, i64>) {
     let mut expected: HashMap<&'static str, BTreeSet<(Vec<u8>, RecordId)>> = HashMap::new();
+    let mut sizes: HashMap<&'static str, i64> = HashMap::new();
+    let mut add = |name: &'static str, key: Vec<u8>, record_id: RecordId, value: Option<&Bson>| {
+        *sizes.entry(name).or_default() += (16 + key.len() + type_bits_length(value)) as i64;
+        expected.entry(name).or_default().insert((key, record_id));
+    };
     for (record_id, document) in model.iter().flat_map(|owned| owned.values()) {
-        let k = document.get_i64("k").unwrap();
-        expected.entry("k_1").or_default().insert((common::keystring(Bson::Int64(k)), *record_id));
-        expected.entry("u_1").or_default().insert((common::keystring(Bson::Int64(document.get_i64("u").unwrap())), *record_id));
-        expected.entry("_id_").or_default().insert((common::keystring(document.get("_id").unwrap().clone()), *record_id));
-        for tag in document.get_array("tags").unwrap() {
-            let key = myriad_keystring::encode_key([(tag, myriad_keystring::Direction::Descending)]);
-            expected.entry("tags_-1").or_default().insert((key, *record_id));
+        for name in ["k", "u", "_id"] {
+            let value = document.get(name).unwrap();
+            let index = match name {
+                "k" => "k_1",
+                "u" => "u_1",
+                _ => "_id_",
+            };
+            add(index, common::keystring(value.clone()), *record_id, Some(value));
+        }
+        let mut tags: Vec<Vec<u8>> = document
+            .get_array("tags")
+            .unwrap()
+            .iter()
+            .map(|tag| myriad_keystring::encode_key([(tag, myriad_keystring::Direction::Descending)]))
+            .collect();
+        tags.sort();
+        tags.dedup();
+        for key in tags {
+            add("tags_-1", key, *record_id, None);
         }
     }
-    expected
+    (expected, sizes)
 }
 
 /// Every index holds exactly the model's entries, each once, and the counters equal a scan.
 fn check_against_model(engine: &Engine, db: &str, model: &[Owned], indexes: &[&'static str]) {
     let handle = engine.collection(db, "c").unwrap().unwrap();
     assert!(handle.building_index_names().is_empty());
-    let expected = expected_entries(model);
+    let (expected, expected_sizes) = expected_entries(model);
     let stats = engine.collection_stats(&handle).unwrap();
     assert_eq!(stats.count as usize, model.iter().map(HashMap::len).sum::<usize>());
     let mut total_index_size_bytes = 0i64;
@@ -137,8 +165,7 @@ fn check_against_model(engine: &Engine, db: &str, model: &[Owned], indexes: &[&'
         let as_set: BTreeSet<(Vec<u8>, RecordId)> = entries.iter().cloned().collect();
         assert_eq!(as_set.len(), entries.len(), "index {name} holds an entry twice");
         assert_eq!(&as_set, &expected[name], "index {name} differs from the model");
-        // Stored size of an entry: prefix (8) + keystring + record id (8), in key or value.
-        let scanned_size_bytes: i64 = entries.iter().map(|(keystring, _)| (8 + keystring.len() + 8) as i64).sum();
+        let scanned_size_bytes = expected_sizes[name];
         let stored = stats.index_sizes_bytes.iter().find(|(index, _)| index == name).map(|(_, size)| *size);
         assert_eq!(stored, Some(scanned_size_bytes), "size counter of {name}");
         let prefix = handle.index(name).unwrap().unwrap().prefix;

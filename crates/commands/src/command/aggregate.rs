@@ -1,6 +1,9 @@
 //! `aggregate`: a leading `$match` is pushed down to the planner (so it can use an index); the
 //! pipeline pulls its input from the execution one document at a time, and its results are
-//! served through a cursor in byte-bounded batches.
+//! served through a cursor in byte-bounded batches. Stages that read other collections or
+//! write reach the backend through [`BackendForeignSource`]; a first-stage source
+//! (`$collStats`, `$indexStats`, `$listSessions`, `$currentOp`) replaces the collection as the
+//! input; a pipeline ending in `$out` or `$merge` runs to completion in the command.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -11,6 +14,7 @@ use crate::backend::Backend;
 use myriad_query::filter::Filter;
 
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
+use crate::aggregate_sources::BackendForeignSource;
 use crate::cursor::{take_batch, Cursor, CursorSource};
 use crate::execution::{Execution, MAX_BATCH_BYTES};
 use crate::plan::QuerySpec;
@@ -44,17 +48,24 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         Some(_) => return Err(CommandError::bad_value("cursor.batchSize must be a non-negative number")),
     };
     let allow_disk_use = request.optional_flag("allowDiskUse")?;
-    // internalQueryExecMaxBlockingSortBytes bounds every blocking stage ($sort, $group).
-    let pipeline = Pipeline::parse(&stages)?
+    let (variable_names, variables) = command_variables(request)?;
+    // internalQueryExecMaxBlockingSortBytes bounds every stage that holds documents.
+    let pipeline = Pipeline::parse_with_variables(&stages, &variable_names)?
         .with_memory_limit_bytes(crate::knobs::max_blocking_sort_bytes() as u64)
-        .with_spill_directory(crate::knobs::spill_directory(allow_disk_use));
+        .with_spill_directory(crate::knobs::spill_directory(allow_disk_use))
+        .with_variables(variables)
+        .with_foreign_source(Arc::new(BackendForeignSource::new(context.backend.clone(), &request.db)));
+    let source_documents = match pipeline.source_stage() {
+        Some(source) => Some(crate::aggregate_sources::source_documents(context, request, source, collection_name.as_deref())?),
+        None => None,
+    };
     let namespace = match &collection_name {
         Some(name) => format!("{}.{}", request.db, name),
         None => format!("{}.$cmd.aggregate", request.db),
     };
     let execution = match &collection_name {
         None => None,
-        Some(_) if plan_cache_entries.is_some() => None,
+        Some(_) if plan_cache_entries.is_some() || source_documents.is_some() => None,
         Some(name) => match context.backend.collection(&request.db, name)? {
             None => None,
             Some(collection) => {
@@ -73,7 +84,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
             }
         },
     };
-    let seed = plan_cache_entries.unwrap_or_default().into();
+    let seed = plan_cache_entries.or(source_documents).unwrap_or_default().into();
+    // $out and $merge run to completion in the command itself, as in MongoDB.
+    let batch_size = if pipeline.writes() { usize::MAX } else { batch_size };
     let mut stream =
         AggregationStream { seed, input: execution, run: PipelineRun::new(pipeline), output: VecDeque::new(), output_bytes: 0 };
     let first_batch = stream.next_batch(context.backend.as_ref(), batch_size)?;
@@ -106,7 +119,7 @@ impl AggregationStream {
         while !self.run.is_finished() && self.output.len() < max_documents && self.output_bytes < MAX_BATCH_BYTES {
             let next = match (&mut self.input, self.run.wants_input()) {
                 (_, true) if !self.seed.is_empty() => self.seed.pop_front(),
-                (Some(execution), true) => execution.next_filtered(backend)?,
+                (Some(execution), true) => crate::operation::note_examined_during(execution, |execution| execution.next_filtered(backend))?,
                 _ => None,
             };
             match next {
@@ -138,6 +151,20 @@ impl AggregationStream {
             execution.park();
         }
     }
+}
+
+/// The command's `let`: names usable as `$$name` in the pipeline, and their values
+/// (expressions evaluated once, without a document).
+fn command_variables(request: &CommandRequest) -> CommandResult<(Vec<String>, Vec<(String, Bson)>)> {
+    let Some(variables) = request.optional_document("let")? else { return Ok((Vec::new(), Vec::new())) };
+    let mut names = Vec::with_capacity(variables.len());
+    let mut values = Vec::with_capacity(variables.len());
+    for (name, expression) in variables {
+        let value = myriad_query::Expression::parse(expression)?.evaluate(&Document::new())?;
+        names.push(name.clone());
+        values.push((name.clone(), value));
+    }
+    Ok((names, values))
 }
 
 /// The `pipeline` array's stages.
@@ -184,9 +211,12 @@ fn take_plan_cache_stats(
 /// it) and the remaining stages as parsed; the pipeline itself does not run.
 pub fn explain(context: &ServerContext, request: &CommandRequest, verbosity: super::explain::Verbosity) -> CommandResult<Document> {
     let stages = pipeline_stages(request)?;
-    let pipeline = Pipeline::parse(&stages)?;
+    let (variable_names, _) = command_variables(request)?;
+    let pipeline = Pipeline::parse_with_variables(&stages, &variable_names)?;
     let filter_document = pipeline.leading_match().cloned().unwrap_or_default();
-    let rest: Vec<Bson> = stages.iter().skip(usize::from(pipeline.leading_match().is_some())).cloned().map(Bson::Document).collect();
+    // Each stage with its parsed specification ($bucket as its $group and $sort...).
+    let rest: Vec<Bson> =
+        pipeline.explained_stages().into_iter().skip(usize::from(pipeline.leading_match().is_some())).map(Bson::Document).collect();
     let mut reply = match request.first_value() {
         Some(Bson::String(_)) => {
             let name = request.collection_name()?;

@@ -28,5 +28,6 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             break;
         }
     }
+    crate::operation::note_examined(&execution.counters);
     Ok(doc! { "n": count, "ok": 1.0 })
 }

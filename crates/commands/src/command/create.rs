@@ -2,7 +2,8 @@
 //! their bounds in the options (`{capped: true, size, max?}`, normalised as MongoDB stores
 //! them); views, time-series and clustered collections are refused with MongoDB's codes
 //! rather than half-supported. Creating an existing collection with the same options
-//! succeeds, as in MongoDB 7.0.
+//! succeeds, as in MongoDB 7.0. `validator`, `validationLevel` and `validationAction` are
+//! checked here and kept as given (see [`crate::validation`]).
 
 use bson::{doc, Bson, Document};
 
@@ -24,6 +25,7 @@ const NAMESPACE_EXISTS: ErrorCode = crate::error::NAMESPACE_EXISTS;
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
     let options = collection_options(request)?;
+    crate::validation::check_options("create", &request.db, &name, &options)?;
     for unsupported in ["viewOn", "timeseries", "clusteredIndex"] {
         let requested = options.get(unsupported).is_some_and(|value| crate::request::truthy(value).unwrap_or(true));
         if requested {

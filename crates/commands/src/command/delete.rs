@@ -91,6 +91,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             }
         }
     }
+    crate::operation::note_deleted(deleted as u64);
     Ok(write_reply(deleted, write_errors))
 }
 

@@ -37,6 +37,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             values.add(value)?;
         }
     }
+    crate::operation::note_examined(&execution.counters);
     let values = values.finish();
     Ok(doc! { "values": values, "ok": 1.0 })
 }

@@ -4,7 +4,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bson::{Bson, Document};
 use myriad_query::filter::Filter;
@@ -140,7 +139,6 @@ pub fn collection_dropped(during: &str, collection: Option<&CollectionHandle>) -
 }
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
-    let started = Instant::now();
     let name = request.collection_name()?;
     let namespace = format!("{}.{}", request.db, name);
     let options = cursor_options(request)?;
@@ -158,6 +156,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         query_end.seen_only_past_the_end = false;
     }
     let batch = execution.next_batch(context.backend.as_ref(), options.batch_size)?;
+    crate::operation::note_examined(&execution.counters);
     check_collection_alive(context.backend.as_ref(), &collection, "find command")?;
     let stays_open = query_end.stays_open(batch.len(), options.batch_size, execution.is_exhausted());
     let cursor_id = if options.single_batch || !stays_open {
@@ -166,16 +165,6 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         let cursor = Cursor::new(namespace.clone(), CursorSource::Query(Box::new(execution)), session_id(request));
         context.cursors.register(cursor.with_query_end(query_end))
     };
-    let elapsed_ms = started.elapsed().as_millis();
-    if elapsed_ms > 100 {
-        context.logger.info(
-            "COMMAND",
-            51803,
-            "conn",
-            "Slow query",
-            serde_json::json!({ "ns": namespace, "durationMillis": elapsed_ms as u64 }),
-        );
-    }
     Ok(cursor_reply("firstBatch", cursor_id, &namespace, batch))
 }
 

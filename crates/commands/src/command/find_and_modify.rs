@@ -51,6 +51,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
                 }
                 None => (0, None),
             };
+            crate::operation::note_deleted(count);
             (removed, doc! { "n": count as i32 })
         }
         (false, Some(update_document)) => {
@@ -63,6 +64,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
                 hint,
                 sort,
                 return_new,
+                bypass_document_validation: crate::validation::bypass_requested(request)?,
             };
             let collection = if upsert {
                 Some(context.backend.get_or_create_collection(&request.db, &name)?)
@@ -72,6 +74,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             match collection {
                 Some(collection) => {
                     let outcome = apply_statement(context, &collection, &statement, durability)?;
+                    crate::operation::note_updated(outcome.matched as u64, outcome.modified as u64, u64::from(outcome.upserted_id.is_some()));
                     let mut last_error = doc! {
                         "n": (outcome.matched + i64::from(outcome.upserted_id.is_some())) as i32,
                         "updatedExisting": outcome.matched > 0,

@@ -130,7 +130,8 @@ fn next_batch(
         CursorSource::Query(execution) => {
             super::find::check_collection_alive(backend, &execution.collection, "getMore")?;
             check_capped_scan_position(backend, execution)?;
-            let batch = execution.next_batch(backend, batch_size)?;
+            crate::operation::note_plan_summary(|| execution.access.describe());
+            let batch = crate::operation::note_examined_during(execution, |execution| execution.next_batch(backend, batch_size))?;
             super::find::check_collection_alive(backend, &execution.collection, "getMore")?;
             (batch, execution.is_exhausted())
         }
@@ -144,7 +145,7 @@ fn next_batch(
             let mut batch = query.next_batch(backend, batch_size, Deadline::Fails)?;
             if batch.is_empty() && query.await_data && !query.is_finished() {
                 let timeout = arguments.max_time.unwrap_or(DEFAULT_AWAIT_DATA_TIMEOUT);
-                batch = query.await_batch(backend, batch_size, timeout)?;
+                batch = crate::operation::pause_timer_during(|| query.await_batch(backend, batch_size, timeout))?;
             }
             super::find::check_collection_alive(backend, &query.collection, "getMore")?;
             (batch, query.is_finished())

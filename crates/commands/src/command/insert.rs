@@ -12,13 +12,18 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     check_batch_size(documents.len())?;
     let ordered = ordered(request)?;
     let durability = durability(request)?;
+    let bypass_validation = crate::validation::bypass_requested(request)?;
     let mut transaction = begin_write_creating(context.backend.as_ref(), &request.db, &request.collection_name()?)?;
+    let validator = crate::validation::for_write(transaction.as_ref(), bypass_validation)?;
     let mut inserted = 0i64;
     let mut write_errors = Vec::new();
     for (index, document) in documents.into_iter().enumerate() {
         let outcome = match crate::duplicates::document_duplicate(request, index) {
             Some(error) => Err(error),
-            None => prepare_for_insert(document).and_then(|prepared| Ok(transaction.insert(&prepared)?)),
+            None => prepare_for_insert(document).and_then(|prepared| {
+                crate::validation::check_with(context, validator.as_deref(), transaction.as_ref(), &prepared)?;
+                Ok(transaction.insert(&prepared)?)
+            }),
         };
         match outcome {
             Ok(_) => inserted += 1,
@@ -32,5 +37,6 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     }
     transaction.commit(durability)?;
     context.count(&context.operation_counters.insert, inserted);
+    crate::operation::note_inserted(inserted as u64);
     Ok(write_reply(inserted, write_errors))
 }

@@ -2,6 +2,7 @@
 
 pub mod aggregate;
 pub mod build_info;
+pub mod coll_mod;
 pub mod coll_stats;
 pub mod compact;
 pub mod connection_status;
@@ -33,6 +34,7 @@ pub mod list_indexes;
 pub mod parameters;
 pub mod plan_cache_clear;
 pub mod ping;
+pub mod profile;
 pub mod rename_collection;
 pub mod server_status;
 pub mod sessions;

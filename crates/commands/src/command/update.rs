@@ -34,6 +34,8 @@ pub struct UpdateStatement<'a> {
     pub hint: Option<Bson>,
     pub sort: Option<myriad_query::sort::SortSpec>,
     pub return_new: bool,
+    /// `bypassDocumentValidation` of the command.
+    pub bypass_document_validation: bool,
 }
 
 /// `arrayFilters` of a statement; `field_path` names the field in type errors as MongoDB does
@@ -87,6 +89,7 @@ pub fn apply_statement(
             let changed = statement.update.apply(&mut new, &update_context)?;
             if changed {
                 check_id_unchanged(&old, &new)?;
+                crate::validation::check_update(context, transaction, &old, &new, statement.bypass_document_validation)?;
                 transaction.update(record_id, &old, &new)?;
                 outcome.modified += 1;
             }
@@ -134,6 +137,7 @@ fn upsert(
     let prepared = prepare_for_insert(&seed)?;
     // Created again if dropped since the statement began, as MongoDB's upsert does.
     let mut transaction = begin_write_creating(context.backend.as_ref(), collection.db(), collection.name())?;
+    crate::validation::check_insert(context, transaction.as_ref(), &prepared, statement.bypass_document_validation)?;
     transaction.insert(&prepared)?;
     transaction.commit(durability)?;
     Ok(prepared)
@@ -150,7 +154,7 @@ fn check_id_unchanged(old: &Document, new: &Document) -> CommandResult<()> {
     }
 }
 
-fn parse_statement(statement: &Document) -> CommandResult<UpdateStatement<'_>> {
+fn parse_statement(statement: &Document, bypass_document_validation: bool) -> CommandResult<UpdateStatement<'_>> {
     let filter_document = match statement.get("q") {
         Some(Bson::Document(filter)) => filter,
         Some(other) => return Err(crate::request::field_type_error("update.updates.q", "object", other)),
@@ -186,6 +190,7 @@ fn parse_statement(statement: &Document) -> CommandResult<UpdateStatement<'_>> {
         hint: statement.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned(),
         sort: None,
         return_new: false,
+        bypass_document_validation,
     })
 }
 
@@ -194,6 +199,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let ordered = ordered(request)?;
     let durability = durability(request)?;
     let name = request.collection_name()?;
+    let bypass_validation = crate::validation::bypass_requested(request)?;
     for statement in &statements {
         check_statement_types(statement)?;
     }
@@ -203,7 +209,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let mut write_errors = Vec::new();
     for (index, statement) in statements.into_iter().enumerate() {
         context.count(&context.operation_counters.update, 1);
-        let result = parse_statement(statement).and_then(|parsed| {
+        let result = parse_statement(statement, bypass_validation).and_then(|parsed| {
             let collection = if parsed.upsert {
                 Some(context.backend.get_or_create_collection(&request.db, &name)?)
             } else {
@@ -231,6 +237,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             }
         }
     }
+    crate::operation::note_updated((matched - upserted.len() as i64) as u64, modified as u64, upserted.len() as u64);
     let mut reply = doc! { "n": matched as i32, "nModified": modified as i32 };
     if !upserted.is_empty() {
         reply.insert("upserted", upserted);

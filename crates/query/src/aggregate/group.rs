@@ -72,6 +72,11 @@ impl GroupSpec {
         let id = id.ok_or_else(|| QueryError::Location(15955, "a group specification must include an _id".into()))?;
         Ok(GroupSpec { id, fields })
     }
+
+    /// The accumulator fields, in specification order.
+    pub(crate) fn fields(&self) -> &[(String, Accumulator, Expression)] {
+        &self.fields
+    }
 }
 
 /// One accumulator field (MongoDB's `parseAccumulationStatement`, in its order of checks).

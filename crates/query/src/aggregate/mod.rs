@@ -1,43 +1,73 @@
 //! Aggregation pipelines over an iterator of documents.
 //!
 //! Stages: `$match $group $project $addFields/$set $unset $sort $skip $limit $count $unwind
-//! $replaceRoot/$replaceWith $sortByCount`. Streaming stages process one document at a time;
-//! `$group`, `$sort` and `$count` buffer and flush when the input ends. A `$limit` reached
-//! behind only streaming stages stops reading the input. `$group` and `$sort` hold at most
-//! the stage memory limit (100 MiB by default); past it they spill to disk when the pipeline
-//! has a spill directory (allowDiskUse) and fail with code 292 otherwise. The documents one
-//! input document fans out into through `$unwind` within one push are bounded by the same
-//! limit, with `ExceededMemoryLimit` (146).
+//! $replaceRoot/$replaceWith $sortByCount $bucket $bucketAuto $facet $sample $lookup
+//! $graphLookup $unionWith $redact $setWindowFields $densify $fill $out $merge`, and the
+//! first-stage sources the command layer answers (`$collStats $indexStats $listSessions
+//! $currentOp`, see [`sources`]).
+//!
+//! Streaming stages process one document at a time; `$group`, `$sort`, `$count` and the
+//! buffered stages ([`context::BufferedStage`]) hold documents and flush when the input ends.
+//! A `$limit` reached behind only streaming stages stops reading the input. Every stage that
+//! holds documents counts them against the stage memory limit (100 MiB by default): `$sort`,
+//! `$group`, `$sample`, `$bucketAuto`, `$setWindowFields`, `$densify` and `$fill` spill to disk
+//! when the pipeline has a spill directory (allowDiskUse) and fail with 292 otherwise; a
+//! `$setWindowFields` partition, `$facet`'s arrays, `$lookup`'s joined arrays and
+//! `$graphLookup`'s visited set fail with MongoDB's codes past it. The documents one input
+//! document fans out into through `$unwind` within one push are bounded by the same limit,
+//! with `ExceededMemoryLimit` (146).
+//!
+//! Stages that read other collections or write go through a [`ForeignSource`] the command
+//! layer provides ([`Pipeline::with_foreign_source`]).
 
 mod accumulator;
+mod bucket;
+pub mod context;
+mod facet;
+mod graph_lookup;
 mod group;
+mod lookup;
 pub mod memory;
+mod parse;
+mod redact;
+mod sample;
+pub mod sources;
 mod stages;
+mod sub_pipeline;
+mod union_with;
+mod window;
+mod writes;
+
+use std::sync::Arc;
 
 use bson::{Bson, Document};
 
 use crate::error::{QueryError, QueryResult};
-use crate::expression::{integral_value, Expression};
+use crate::expression::Expression;
 use crate::filter::Filter;
 use crate::projection::Projection;
 use crate::external_sort::{ExternalSorter, SortedOutput};
 use crate::sort::SortSpec;
+pub use context::{DocumentStream, ForeignSource, MergeDecision, Namespace, OutWriter, VecStream};
+use context::{BufferedStage, BufferedState, OutputStream, RunContext, TransformStage};
 use group::{GroupOutput, GroupSpec, GroupState};
 use memory::{approximate_document_size_bytes, STAGE_MEMORY_LIMIT_BYTES};
+use sources::SourceStage;
 use stages::{replace_root, AddFields, Unwind, Unwinding};
 
 /// MongoDB's bound on pipeline length.
 const MAX_PIPELINE_STAGES: usize = 1000;
 
-/// A parsed pipeline.
+/// A parsed pipeline. Cloning it is cheap: the stages are shared.
 #[derive(Clone, Debug)]
 pub struct Pipeline {
-    stages: Vec<Stage>,
+    stages: Arc<Vec<Stage>>,
+    /// Each stage as explain shows it (after desugaring: `$bucket` is a `$group` and a `$sort`).
+    explained: Arc<Vec<Document>>,
     leading_match: Option<Document>,
-    memory_limit_bytes: u64,
-    /// Where `$sort` and `$group` spill past their memory limit (allowDiskUse); None refuses
-    /// with 292.
-    spill_directory: Option<std::path::PathBuf>,
+    /// A first stage the command layer answers from server state (`$collStats`...).
+    source: Option<SourceStage>,
+    context: RunContext,
 }
 
 #[derive(Clone, Debug)]
@@ -52,11 +82,19 @@ enum Stage {
     Count(String),
     Unwind(Unwind),
     ReplaceRoot(Expression),
+    /// `$lookup $graphLookup $redact`.
+    Transform(Arc<dyn TransformStage>),
+    /// `$facet $bucketAuto $sample $setWindowFields $densify $out $merge`.
+    Buffered(Arc<dyn BufferedStage>),
+    /// `$unionWith`: passes its input through, then the other collection's documents.
+    UnionWith(Arc<union_with::UnionWith>),
+    /// A first-stage source: its documents are the pipeline's input.
+    Source,
 }
 
 impl Stage {
     fn is_blocking(&self) -> bool {
-        matches!(self, Stage::Group(_) | Stage::Sort { .. } | Stage::Count(_))
+        matches!(self, Stage::Group(_) | Stage::Sort { .. } | Stage::Count(_) | Stage::Buffered(_))
     }
 }
 
@@ -68,27 +106,38 @@ enum Running {
     Group(Box<GroupState>),
     Sort(Box<ExternalSorter>),
     Count(u64),
+    Buffered(Box<dyn BufferedState>),
 }
 
 impl Pipeline {
     /// Parses the stage documents.
     pub fn parse(stages: &[Document]) -> QueryResult<Pipeline> {
+        Pipeline::parse_nested(stages, parse::Nesting::top())
+    }
+
+    /// Parses a pipeline with `$$name` usable for each of `variables` (the command's `let`).
+    pub fn parse_with_variables(stages: &[Document], variables: &[String]) -> QueryResult<Pipeline> {
+        crate::expression::with_declared_variables(variables, || Pipeline::parse(stages))
+    }
+
+    pub(crate) fn parse_nested(stages: &[Document], nesting: parse::Nesting) -> QueryResult<Pipeline> {
         if stages.len() > MAX_PIPELINE_STAGES {
             return Err(QueryError::Location(7749501, format!("Pipeline length must be no longer than {MAX_PIPELINE_STAGES} stages")));
         }
-        let mut parsed = Vec::with_capacity(stages.len());
-        for stage in stages {
+        let mut parsed = parse::Parsed::default();
+        for (position, stage) in stages.iter().enumerate() {
             let mut entries = stage.iter();
             let (Some((name, argument)), None) = (entries.next(), entries.next()) else {
                 return Err(QueryError::Location(40323, "A pipeline stage specification object must contain exactly one field.".into()));
             };
-            parse_stage(name, argument, &mut parsed)?;
+            parse::parse_stage(name, argument, &mut parsed, nesting, position, stages.len())?;
         }
+        let parse::Parsed { stages: mut parsed_stages, explained, source } = parsed;
         // A $limit right after a $sort bounds what the sort keeps (top-k).
-        for index in 1..parsed.len() {
-            if let Some(Stage::Limit(count)) = parsed.get(index) {
+        for index in 1..parsed_stages.len() {
+            if let Some(Stage::Limit(count)) = parsed_stages.get(index) {
                 let count = *count;
-                if let Some(Stage::Sort { limit: limit @ None, .. }) = parsed.get_mut(index - 1) {
+                if let Some(Stage::Sort { limit: limit @ None, .. }) = parsed_stages.get_mut(index - 1) {
                     *limit = Some(count);
                 }
             }
@@ -97,7 +146,48 @@ impl Pipeline {
             Some(Bson::Document(filter)) => Some(filter.clone()),
             _ => None,
         };
-        Ok(Pipeline { stages: parsed, leading_match, memory_limit_bytes: STAGE_MEMORY_LIMIT_BYTES, spill_directory: None })
+        Ok(Pipeline {
+            stages: Arc::new(parsed_stages),
+            explained: Arc::new(explained),
+            leading_match,
+            source,
+            context: RunContext::new(STAGE_MEMORY_LIMIT_BYTES),
+        })
+    }
+
+    /// The stages as explain lists them, each with its parsed specification.
+    pub fn explained_stages(&self) -> Vec<Document> {
+        self.explained.to_vec()
+    }
+
+    /// The first stage when it is a source the command layer answers (`$collStats`,
+    /// `$indexStats`, `$listSessions`, `$currentOp`); its documents are the input.
+    pub fn source_stage(&self) -> Option<&SourceStage> {
+        self.source.as_ref()
+    }
+
+    /// True when the pipeline ends in `$out` or `$merge` (it writes, and returns nothing).
+    pub fn writes(&self) -> bool {
+        self.explained.last().is_some_and(|last| last.contains_key("$out") || last.contains_key("$merge"))
+    }
+
+    /// Lets `$lookup`, `$graphLookup`, `$unionWith`, `$out` and `$merge` reach other
+    /// collections.
+    pub fn with_foreign_source(mut self, foreign: Arc<dyn ForeignSource>) -> Pipeline {
+        self.context.foreign = Some(foreign);
+        self
+    }
+
+    /// Binds `$$name` values around the whole pipeline (the command's `let`).
+    pub fn with_variables(mut self, variables: Vec<(String, Bson)>) -> Pipeline {
+        self.context = self.context.with_more_variables(variables);
+        self
+    }
+
+    /// This (sub-)pipeline run with another pipeline's settings.
+    pub(crate) fn with_context(mut self, context: RunContext) -> Pipeline {
+        self.context = context;
+        self
     }
 
     /// The filter of a leading `$match`, which the caller may answer with an index (the
@@ -108,13 +198,13 @@ impl Pipeline {
 
     /// Overrides the per-stage memory limit (for tests and for callers with other limits).
     pub fn with_memory_limit_bytes(mut self, limit_bytes: u64) -> Pipeline {
-        self.memory_limit_bytes = limit_bytes;
+        self.context.memory_limit_bytes = limit_bytes;
         self
     }
 
     /// Lets `$sort` and `$group` spill to `directory` past their memory limit (allowDiskUse).
     pub fn with_spill_directory(mut self, directory: Option<std::path::PathBuf>) -> Pipeline {
-        self.spill_directory = directory;
+        self.context.spill_directory = directory;
         self
     }
 
@@ -138,14 +228,17 @@ impl Pipeline {
             .map(|stage| match stage {
                 Stage::Skip(count) => Running::Skip(*count),
                 Stage::Limit(count) => Running::Limit(*count),
-                Stage::Group(_) => Running::Group(Box::new(GroupState::new(self.memory_limit_bytes, self.spill_directory.clone()))),
+                Stage::Group(_) => {
+                    Running::Group(Box::new(GroupState::new(self.context.memory_limit_bytes, self.context.spill_directory.clone())))
+                }
                 Stage::Sort { spec, limit } => Running::Sort(Box::new(ExternalSorter::new(
                     spec.clone(),
                     limit.and_then(|limit| usize::try_from(limit).ok()),
-                    usize::try_from(self.memory_limit_bytes).unwrap_or(usize::MAX),
-                    self.spill_directory.clone(),
+                    usize::try_from(self.context.memory_limit_bytes).unwrap_or(usize::MAX),
+                    self.context.spill_directory.clone(),
                 ))),
                 Stage::Count(_) => Running::Count(0),
+                Stage::Buffered(stage) => Running::Buffered(stage.start(&self.context)),
                 _ => Running::Stateless,
             })
             .collect()
@@ -189,12 +282,12 @@ impl Pipeline {
                 Step::Emitted(document) => {
                     if !unwinding.is_empty() {
                         fanned_out_bytes = fanned_out_bytes.saturating_add(approximate_document_size_bytes(&document));
-                        if fanned_out_bytes > self.memory_limit_bytes {
+                        if fanned_out_bytes > self.context.memory_limit_bytes {
                             return Err(QueryError::Location(
                                 accumulator::EXCEEDED_MEMORY_LIMIT,
                                 format!(
                                     "$unwind produced more than the memory limit of {} bytes from one input document",
-                                    self.memory_limit_bytes
+                                    self.context.memory_limit_bytes
                                 ),
                             ));
                         }
@@ -251,6 +344,17 @@ impl Pipeline {
                     }
                     return Ok(Step::Consumed);
                 }
+                Stage::Transform(stage) => match stage.apply(document, &self.context)? {
+                    Some(document) => within_depth_limit(document)?,
+                    None => return Ok(Step::Consumed),
+                },
+                Stage::Buffered(_) => {
+                    if let Some(Running::Buffered(state)) = states.get_mut(index) {
+                        state.add(document)?;
+                    }
+                    return Ok(Step::Consumed);
+                }
+                Stage::UnionWith(_) | Stage::Source => document,
             };
             index = next;
         }
@@ -264,6 +368,11 @@ impl Pipeline {
         Ok(match (stage, taken) {
             (Stage::Group(spec), Running::Group(group)) => Flushed::Groups(Box::new(group.finish(spec)?)),
             (Stage::Sort { .. }, Running::Sort(sorter)) => Flushed::Sorted(Box::new(sorter.finish()?)),
+            (Stage::Buffered(_), Running::Buffered(state)) => Flushed::Stream(state.finish()?),
+            (Stage::UnionWith(union), other) => {
+                *state = other;
+                Flushed::Stream(union.open(&self.context)?)
+            }
             (Stage::Count(name), Running::Count(count)) => {
                 if count == 0 {
                     Flushed::Documents(Vec::new().into_iter())
@@ -298,6 +407,7 @@ enum Flushed {
     Documents(std::vec::IntoIter<Document>),
     Sorted(Box<SortedOutput>),
     Groups(Box<GroupOutput>),
+    Stream(Box<dyn OutputStream>),
 }
 
 impl Flushed {
@@ -306,6 +416,7 @@ impl Flushed {
             Flushed::Documents(documents) => Ok(documents.next()),
             Flushed::Sorted(sorted) => Ok(sorted.next()?.map(|(_, document, _)| document)),
             Flushed::Groups(groups) => groups.next()?.map(within_depth_limit).transpose(),
+            Flushed::Stream(stream) => stream.next_document()?.map(within_depth_limit).transpose(),
         }
     }
 }
@@ -329,6 +440,10 @@ pub struct PipelineRun {
 
 impl PipelineRun {
     pub fn new(pipeline: Pipeline) -> PipelineRun {
+        crate::expression::with_bound_variables(&pipeline.context.variables.clone(), || PipelineRun::start(pipeline))
+    }
+
+    fn start(pipeline: Pipeline) -> PipelineRun {
         let states = pipeline.initial_states();
         let streaming_prefix = pipeline.stages.iter().position(Stage::is_blocking).unwrap_or(pipeline.stages.len());
         PipelineRun { pipeline, states, streaming_prefix, input_ended: false, flush_index: 0, flushing: None, finished: false }
@@ -347,15 +462,22 @@ impl PipelineRun {
 
     /// Runs one input document through the stages; what comes out is appended to `output`.
     pub fn push_input(&mut self, document: Document, output: &mut Vec<Document>) -> QueryResult<()> {
-        self.pipeline.push(0, document, &mut self.states, output)
+        let variables = self.pipeline.context.variables.clone();
+        crate::expression::with_bound_variables(&variables, || self.pipeline.push(0, document, &mut self.states, output))
     }
 
     /// Ends the input and runs the blocking stages' output through the stages after them,
     /// until `output` holds `wanted` documents or everything was emitted (then
     /// [`PipelineRun::is_finished`]). Call again for more.
     pub fn finish(&mut self, output: &mut Vec<Document>, wanted: usize) -> QueryResult<()> {
+        let variables = self.pipeline.context.variables.clone();
+        crate::expression::with_bound_variables(&variables, || self.finish_bound(output, wanted))
+    }
+
+    fn finish_bound(&mut self, output: &mut Vec<Document>, wanted: usize) -> QueryResult<()> {
         self.input_ended = true;
         while !self.finished && output.len() < wanted {
+            self.pipeline.context.check_interrupt()?;
             match &mut self.flushing {
                 Some(source) => match source.next()? {
                     Some(document) => self.pipeline.push(self.flush_index + 1, document, &mut self.states, output)?,
@@ -402,113 +524,6 @@ fn passes_skip_or_limit(state: Option<&mut Running>) -> bool {
         }
         _ => true,
     }
-}
-
-fn non_negative_count(stage: &str, argument: &Bson) -> QueryResult<u64> {
-    let (type_code, negative_code) = if stage == "$skip" { (15972, 15956) } else { (15957, 15958) };
-    let value = integral_value(argument).ok_or_else(|| {
-        QueryError::Location(type_code, format!("invalid argument to {stage} stage: Expected an integer: {argument}"))
-    })?;
-    if value < 0 || (stage == "$limit" && value == 0) {
-        let message = if stage == "$skip" { "Cannot skip a negative number of documents".to_string() } else { "the limit must be positive".to_string() };
-        return Err(QueryError::Location(negative_code, message));
-    }
-    Ok(u64::try_from(value).unwrap_or(0))
-}
-
-fn parse_stage(name: &str, argument: &Bson, parsed: &mut Vec<Stage>) -> QueryResult<()> {
-    let stage = match name {
-        "$match" => {
-            let Bson::Document(filter) = argument else {
-                return Err(QueryError::Location(15959, "the match filter must be an expression in an object".into()));
-            };
-            Stage::Match(Box::new(Filter::parse(filter)?))
-        }
-        "$group" => Stage::Group(Box::new(GroupSpec::parse(argument)?)),
-        "$project" => {
-            let Bson::Document(specification) = argument else {
-                return Err(QueryError::Location(15969, "$project specification must be an object".into()));
-            };
-            Stage::Project(Box::new(Projection::parse_aggregate(specification)?))
-        }
-        "$addFields" | "$set" => Stage::AddFields(AddFields::parse(name, argument)?),
-        "$unset" => {
-            // MongoDB's order of checks: the type (31002), then at least one field (31119),
-            // then only strings (31120).
-            let paths: Vec<String> = match argument {
-                Bson::String(path) => vec![path.clone()],
-                Bson::Array(items) if items.is_empty() => {
-                    return Err(QueryError::Location(31119, "$unset specification must be a string or an array with at least one field".into()))
-                }
-                Bson::Array(items) => items
-                    .iter()
-                    .map(|item| match item {
-                        Bson::String(path) => Ok(path.clone()),
-                        _ => Err(QueryError::Location(31120, "$unset specification must be a string or an array containing only string values".into())),
-                    })
-                    .collect::<QueryResult<_>>()?,
-                _ => return Err(QueryError::Location(31002, "$unset specification must be a string or an array".into())),
-            };
-            Stage::Project(Box::new(Projection::exclusion_of(&paths)?))
-        }
-        "$sort" => {
-            let Bson::Document(specification) = argument else {
-                return Err(QueryError::Location(15973, "the $sort key specification must be an object".into()));
-            };
-            let spec = SortSpec::parse(specification)?;
-            if spec.is_empty() {
-                return Err(QueryError::Location(15976, "$sort stage must have at least one sort key".into()));
-            }
-            Stage::Sort { spec, limit: None }
-        }
-        "$skip" => Stage::Skip(non_negative_count(name, argument)?),
-        "$limit" => Stage::Limit(non_negative_count(name, argument)?),
-        "$count" => {
-            let Bson::String(field) = argument else {
-                return Err(QueryError::Location(40156, "the count field must be a non-empty string".into()));
-            };
-            if field.is_empty() {
-                return Err(QueryError::Location(40157, "the count field must be a non-empty string".into()));
-            }
-            if field.starts_with('$') {
-                return Err(QueryError::Location(40158, "the count field cannot be a $-prefixed path".into()));
-            }
-            if field.contains('.') {
-                return Err(QueryError::Location(40160, "the count field cannot contain '.'".into()));
-            }
-            Stage::Count(field.clone())
-        }
-        "$unwind" => Stage::Unwind(Unwind::parse(argument)?),
-        "$replaceRoot" => {
-            let Bson::Document(options) = argument else {
-                return Err(QueryError::Location(40229, "expected an object as specification for $replaceRoot stage".into()));
-            };
-            let root = options.get("newRoot").ok_or_else(|| QueryError::Location(40231, "no newRoot specified for the $replaceRoot stage".into()))?;
-            if let Some(other) = options.keys().find(|key| *key != "newRoot") {
-                return Err(QueryError::Location(40415, format!("BSON field '$replaceRoot.{other}' is an unknown field.")));
-            }
-            Stage::ReplaceRoot(Expression::parse(root)?)
-        }
-        "$replaceWith" => Stage::ReplaceRoot(Expression::parse(argument)?),
-        "$sortByCount" => {
-            let valid = match argument {
-                Bson::String(path) => path.starts_with('$'),
-                Bson::Document(expression) => expression.len() == 1 && expression.keys().next().is_some_and(|key| key.starts_with('$')),
-                _ => false,
-            };
-            if !valid {
-                return Err(QueryError::Location(40148, "the sortByCount field must be specified as a string or an expression object".into()));
-            }
-            let group = bson::doc! {"_id": argument.clone(), "count": {"$sum": 1}};
-            parsed.push(Stage::Group(Box::new(GroupSpec::parse(&Bson::Document(group))?)));
-            Stage::Sort { spec: SortSpec::parse(&bson::doc! {"count": -1})?, limit: None }
-        }
-        other => {
-            return Err(QueryError::Location(40324, format!("Unrecognized pipeline stage name: '{other}'")));
-        }
-    };
-    parsed.push(stage);
-    Ok(())
 }
 
 #[cfg(test)]

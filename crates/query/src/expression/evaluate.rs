@@ -45,7 +45,10 @@ fn evaluate_variable(variable: &Variable, path: &[String], scope: &Scope<'_>) ->
         Variable::Remove => return Ok(None),
         Variable::User(name) => match scope.variables.iter().rev().find(|(bound, _)| bound == name) {
             Some((_, value)) => value.clone(),
-            None => return Err(QueryError::Location(17276, format!("Use of undefined variable: {name}"))),
+            None => match super::outer_variable_value(name) {
+                Some(value) => value,
+                None => return Err(QueryError::Location(17276, format!("Use of undefined variable: {name}"))),
+            },
         },
     };
     Ok(expression_path_value(&base, path))

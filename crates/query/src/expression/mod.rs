@@ -254,6 +254,52 @@ impl Expression {
     }
 }
 
+thread_local! {
+    /// Names a pipeline declares around the expressions being parsed (`$lookup`'s `let`,
+    /// `$redact`'s `$$DESCEND`...), innermost last.
+    static DECLARED_VARIABLES: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Values of those names while a pipeline runs.
+    static BOUND_VARIABLES: std::cell::RefCell<std::sync::Arc<Vec<(String, Bson)>>> =
+        std::cell::RefCell::new(std::sync::Arc::new(Vec::new()));
+}
+
+fn outer_variable_declared(name: &str) -> bool {
+    DECLARED_VARIABLES.with(|declared| declared.borrow().iter().any(|bound| bound == name))
+}
+
+/// The value a running pipeline bound to `name`, if any.
+pub(crate) fn outer_variable_value(name: &str) -> Option<Bson> {
+    BOUND_VARIABLES.with(|bound| bound.borrow().iter().rev().find(|(bound, _)| bound == name).map(|(_, value)| value.clone()))
+}
+
+/// Runs `parse` with `names` usable as `$$name` in every expression it parses (a pipeline's
+/// variables: `$lookup`'s `let`, `$merge`'s `new`, `$redact`'s `$$KEEP`).
+pub fn with_declared_variables<T>(names: &[String], parse: impl FnOnce() -> T) -> T {
+    let before = DECLARED_VARIABLES.with(|declared| {
+        let mut declared = declared.borrow_mut();
+        let before = declared.len();
+        declared.extend(names.iter().cloned());
+        before
+    });
+    let result = parse();
+    DECLARED_VARIABLES.with(|declared| declared.borrow_mut().truncate(before));
+    result
+}
+
+/// Runs `evaluate` with `variables` bound (they replace, not extend, what was bound: a
+/// pipeline's variables already hold its parent's).
+pub fn with_bound_variables<T>(variables: &std::sync::Arc<Vec<(String, Bson)>>, evaluate: impl FnOnce() -> T) -> T {
+    let previous = BOUND_VARIABLES.with(|bound| std::mem::replace(&mut *bound.borrow_mut(), variables.clone()));
+    let result = evaluate();
+    BOUND_VARIABLES.with(|bound| *bound.borrow_mut() = previous);
+    result
+}
+
+/// The variables bound now (a sub-pipeline starts from its parent's).
+pub fn bound_variables() -> std::sync::Arc<Vec<(String, Bson)>> {
+    BOUND_VARIABLES.with(|bound| bound.borrow().clone())
+}
+
 /// Nesting bound: deeper expressions are rejected rather than risking the stack. MongoDB has no
 /// separate expression limit (its 200-level BSON limit on commands bounds expressions), so this
 /// one is the same 200 and only matters for expressions built other than from a command.
@@ -298,7 +344,7 @@ fn parse_variable(text: &str, scope: &[String]) -> QueryResult<Expression> {
         "ROOT" => Variable::Root,
         "CURRENT" => Variable::Current,
         "REMOVE" => Variable::Remove,
-        user if scope.iter().any(|bound| bound == user) => Variable::User(user.to_string()),
+        user if scope.iter().any(|bound| bound == user) || outer_variable_declared(user) => Variable::User(user.to_string()),
         "" => return Err(QueryError::Location(16869, "empty variable names are not allowed".into())),
         unknown => return Err(QueryError::Location(17276, format!("Use of undefined variable: {unknown}"))),
     };

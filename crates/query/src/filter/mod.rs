@@ -47,6 +47,8 @@ pub enum Node {
     /// (inside `$elemMatch` value form and `$pull` conditions).
     Leaf { path: Vec<String>, predicate: Predicate },
     Expr(Expression),
+    /// `$jsonSchema`, compiled once (see [`crate::json_schema`]).
+    JsonSchema(std::sync::Arc<crate::json_schema::JsonSchema>),
 }
 
 /// Comparison operators.

@@ -71,6 +71,10 @@ fn parse_top_level(operator: &str, key: &str, value: &Bson, depth: usize, budget
             }))
         }
         "expr" => Ok(Some(Node::Expr(Expression::parse(value)?))),
+        "jsonSchema" => match value {
+            Bson::Document(schema) => Ok(Some(Node::JsonSchema(std::sync::Arc::new(crate::json_schema::JsonSchema::parse(schema)?)))),
+            _ => Err(QueryError::BadValue("$jsonSchema must be an object".into())),
+        },
         "comment" => Ok(None),
         "alwaysTrue" | "alwaysFalse" => {
             if integral_value(value) != Some(1) {
