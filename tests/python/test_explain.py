@@ -118,7 +118,7 @@ def test_several_candidates_are_trial_run_and_the_winner_is_cached(items):
     assert len(explained["executionStats"]["allPlansExecution"]) == 2
     assert [doc["_id"] for doc in items.find(query)] == [993]
     entries = list(items.aggregate([{"$planCacheStats": {}}]))
-    assert [entry["cachedPlan"]["indexName"] for entry in entries] == ["b_1"]
+    assert [entry["planSummary"] for entry in entries] == ["IXSCAN { b: 1 }"]
     assert entries[0]["queryHash"] == explained["queryPlanner"]["queryHash"]
     items.database.command("planCacheClear", "items")
     assert list(items.aggregate([{"$planCacheStats": {}}])) == []
@@ -214,3 +214,58 @@ def test_idealo_scenario_compound_index_examines_one_document_per_result(db):
     assert stats["nReturned"] == expected
     assert stats["totalDocsExamined"] == expected
     assert stats["totalKeysExamined"] == expected
+
+
+def test_or_of_indexed_branches_is_a_union_of_index_scans(items):
+    items.create_index([("a", 1)])
+    items.create_index([("b", 1)])
+    query = {"$or": [{"a": 3, "c": 1}, {"b": {"$lt": 20}}]}
+    expected = sorted(i for i in range(1000) if (i % 10 == 3 and i % 7 == 1) or i < 20)
+    assert sorted(doc["_id"] for doc in items.find(query)) == expected
+    explained = items.find(query).explain()
+    plan = explained["queryPlanner"]["winningPlan"]
+    assert stages_of(plan) == ["FETCH", "OR"]
+    branches = stage(plan, "OR")["inputStages"]
+    assert [branch["indexName"] for branch in branches] == ["a_1", "b_1"]
+    stats = explained["executionStats"]
+    assert stats["nReturned"] == len(expected)
+    assert stats["totalKeysExamined"] == 100 + 20, "each branch reads only its own keys"
+    assert stats["totalDocsExamined"] == len({i for i in range(1000) if i % 10 == 3} | set(range(20)))
+    # A branch without an index: the union is impossible, so the collection is scanned.
+    unindexed = items.find({"$or": [{"a": 3}, {"tag": "t1"}]}).explain()
+    assert stages_of(unindexed["queryPlanner"]["winningPlan"]) == ["COLLSCAN"]
+    # Paged through getMore: each record once.
+    cursor = items.find(query, batch_size=7)
+    assert sorted(doc["_id"] for doc in cursor) == expected
+
+
+def test_partial_indexes_hold_matching_documents_and_serve_implying_queries(items):
+    items.create_index([("b", 1)], partialFilterExpression={"b": {"$gte": 900}}, name="b_high")
+    spec = next(index for index in items.list_indexes() if index["name"] == "b_high")
+    assert spec["partialFilterExpression"] == {"b": {"$gte": 900}}
+    validated = items.database.command("validate", "items")
+    assert validated["valid"] is True
+    assert validated["keysPerIndex"]["b_high"] == 100, "only the documents the filter matches"
+    implied = items.find({"b": {"$gte": 950}}).explain()
+    assert stage(implied["queryPlanner"]["winningPlan"], "IXSCAN")["indexName"] == "b_high"
+    assert stage(implied["queryPlanner"]["winningPlan"], "IXSCAN")["isPartial"] is True
+    assert implied["executionStats"]["nReturned"] == 50
+    not_implied = items.find({"b": {"$gte": 850}})
+    assert stages_of(not_implied.explain()["queryPlanner"]["winningPlan"]) == ["COLLSCAN"]
+    assert len(list(not_implied)) == 150, "a query the filter does not cover still finds every match"
+    with pytest.raises(OperationFailure) as error:
+        list(items.find({"b": {"$gte": 850}}).hint("b_high"))
+    assert error.value.code == 2
+    # Writes keep the index exact as documents move in and out of the filter.
+    items.update_one({"_id": 950}, {"$set": {"b": 10}})
+    items.update_one({"_id": 10}, {"$set": {"b": 999}})
+    items.delete_one({"_id": 951})
+    assert sorted(doc["_id"] for doc in items.find({"b": {"$gte": 990}})) == [10] + list(range(990, 1000))
+    assert items.database.command("validate", "items")["keysPerIndex"]["b_high"] == 99
+    for bad in ({"b": {"$ne": 3}}, {"b": {"$exists": False}}):
+        with pytest.raises(OperationFailure) as error:
+            items.create_index([("c", 1)], partialFilterExpression=bad)
+        assert error.value.code == 67
+    with pytest.raises(OperationFailure) as error:
+        items.create_index([("c", 1)], partialFilterExpression={"c": 1}, sparse=True)
+    assert error.value.code == 67

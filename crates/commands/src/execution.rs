@@ -106,8 +106,9 @@ impl Row {
 enum ResumePoint {
     /// Collection scan: continue after this record id (None: from the start).
     AfterRecord(Option<RecordId>),
-    /// Index scan: range number and the entry key to continue after (None: range start).
-    AfterEntry(usize, Option<Vec<u8>>),
+    /// Index scan: branch (of an OR; 0 for one scan), range number and the entry key to
+    /// continue after (None: range start).
+    AfterEntry(usize, usize, Option<Vec<u8>>),
     /// `_id` lookup: read the one record again.
     Lookup,
 }
@@ -247,6 +248,7 @@ impl Execution {
     pub fn retained_bytes(&self) -> usize {
         let seen = match &self.access {
             Access::IndexScan(scan) => scan.seen_record_ids.len() * 16,
+            Access::Or(union) => union.seen_record_ids.len() * 16,
             Access::CollectionScan { .. } | Access::IdLookup { .. } => 0,
         };
         let pending: usize = self.pending.iter().map(|candidate| candidate.raw.as_bytes().len()).sum();
@@ -262,11 +264,22 @@ impl Execution {
         match (&mut self.access, resume) {
             (Access::CollectionScan { last_record_id }, ResumePoint::AfterRecord(after)) => *last_record_id = after,
             (Access::IdLookup { .. }, ResumePoint::Lookup) => {}
-            (Access::IndexScan(scan), ResumePoint::AfterEntry(range, after)) => {
+            (Access::IndexScan(scan), ResumePoint::AfterEntry(_, range, after)) => {
                 scan.current_range = range;
                 scan.last_entry_key = after;
                 for candidate in &self.pending {
                     scan.seen_record_ids.remove(&candidate.record_id);
+                }
+            }
+            (Access::Or(union), ResumePoint::AfterEntry(branch, range, after)) => {
+                // Everything pending came from one branch (a read stops once it has some).
+                union.current_branch = branch;
+                if let Some(scan) = union.branches.get_mut(branch) {
+                    scan.current_range = range;
+                    scan.last_entry_key = after;
+                }
+                for candidate in &self.pending {
+                    union.seen_record_ids.remove(&candidate.record_id);
                 }
             }
             // A candidate's resume point always has its access path's kind.
@@ -485,47 +498,83 @@ impl Execution {
                 }
             }
             Access::IndexScan(scan) => {
-                // Bounded: each pass either yields entries or advances to the next range.
-                while self.pending.is_empty() && scan.current_range < scan.ranges.len() {
-                    check_interrupt()?;
-                    let range_number = scan.current_range;
-                    let entries = backend.scan_index(
-                        &self.collection,
-                        &scan.index_name,
-                        &scan.ranges[range_number],
-                        scan.reverse,
-                        scan.last_entry_key.as_deref(),
-                        wanted,
-                    )?;
-                    self.counters.keys_examined += entries.len() as u64;
-                    self.counters.access.works += entries.len() as u64;
-                    let mut previous_key = scan.last_entry_key.take();
-                    let range_done = entries.len() < wanted;
-                    for (key, record_id) in entries {
-                        let resume = ResumePoint::AfterEntry(range_number, previous_key.clone());
-                        previous_key = Some(key);
-                        if !scan.seen_record_ids.insert(record_id) {
-                            continue;
-                        }
-                        self.counters.access.advanced += 1;
-                        if let Some(raw) = backend.get_record(&self.collection, record_id)? {
-                            self.counters.documents_examined += 1;
-                            self.pending.push_back(Candidate { record_id, raw, resume });
-                        }
-                    }
-                    if range_done {
-                        scan.current_range += 1;
-                        scan.last_entry_key = None;
-                    } else {
-                        scan.last_entry_key = previous_key;
+                let mut seen = std::mem::take(&mut scan.seen_record_ids);
+                let reading = IndexRead { backend, collection: &self.collection, branch: 0, wanted };
+                let outcome = reading.next_entries(scan, &mut seen, &mut self.pending, &mut self.counters);
+                scan.seen_record_ids = seen;
+                if outcome? {
+                    self.storage_exhausted = true;
+                }
+            }
+            Access::Or(union) => {
+                // Bounded: each pass either yields candidates or finishes a branch.
+                while self.pending.is_empty() && union.current_branch < union.branches.len() {
+                    let branch = union.current_branch;
+                    let reading = IndexRead { backend, collection: &self.collection, branch, wanted };
+                    let scan = &mut union.branches[branch];
+                    if reading.next_entries(scan, &mut union.seen_record_ids, &mut self.pending, &mut self.counters)? {
+                        union.current_branch += 1;
                     }
                 }
-                if scan.current_range >= scan.ranges.len() {
+                if union.current_branch >= union.branches.len() {
                     self.storage_exhausted = true;
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// One read of an index scan's entries (a scan alone, or a branch of an OR).
+struct IndexRead<'a> {
+    backend: &'a dyn Backend,
+    collection: &'a CollectionHandle,
+    branch: usize,
+    wanted: usize,
+}
+
+impl IndexRead<'_> {
+    /// Reads entries until some candidates are pending or the scan ends, fetching each record
+    /// not `seen` before. Returns true when the scan has no more entries.
+    fn next_entries(
+        &self,
+        scan: &mut crate::plan::IndexScan,
+        seen: &mut std::collections::HashSet<RecordId>,
+        pending: &mut VecDeque<Candidate>,
+        counters: &mut ExecutionCounters,
+    ) -> CommandResult<bool> {
+        // Bounded: each pass either yields entries or advances to the next range.
+        while pending.is_empty() && scan.current_range < scan.ranges.len() {
+            check_interrupt()?;
+            let range_number = scan.current_range;
+            let range = &scan.ranges[range_number];
+            let start_after = scan.last_entry_key.as_deref();
+            let entries = self.backend.scan_index(self.collection, &scan.index_name, range, scan.reverse, start_after, self.wanted)?;
+            counters.keys_examined += entries.len() as u64;
+            counters.access.works += entries.len() as u64;
+            scan.keys_examined += entries.len() as u64;
+            let mut previous_key = scan.last_entry_key.take();
+            let range_done = entries.len() < self.wanted;
+            for (key, record_id) in entries {
+                let resume = ResumePoint::AfterEntry(self.branch, range_number, previous_key.clone());
+                previous_key = Some(key);
+                if !seen.insert(record_id) {
+                    continue;
+                }
+                counters.access.advanced += 1;
+                if let Some(raw) = self.backend.get_record(self.collection, record_id)? {
+                    counters.documents_examined += 1;
+                    pending.push_back(Candidate { record_id, raw, resume });
+                }
+            }
+            if range_done {
+                scan.current_range += 1;
+                scan.last_entry_key = None;
+            } else {
+                scan.last_entry_key = previous_key;
+            }
+        }
+        Ok(scan.current_range >= scan.ranges.len())
     }
 }
 

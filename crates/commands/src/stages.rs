@@ -10,7 +10,7 @@
 
 use bson::{doc, Bson, Document};
 
-use crate::plan::Access;
+use crate::plan::{Access, IndexScan};
 
 /// Work done and documents passed up by one stage.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -86,24 +86,26 @@ impl ExecutionCounters {
                 }
                 with_counters(scan, filter_counters)
             }
+            Access::Or(union) => {
+                let branches: Vec<Bson> = union
+                    .branches
+                    .iter()
+                    .map(|scan| {
+                        let counters = StageCounters { works: scan.keys_examined, advanced: scan.keys_examined };
+                        Bson::Document(with_counters(index_scan_stage(scan, scan.keys_examined), counters))
+                    })
+                    .collect();
+                let mut or = with_counters(doc! { "stage": "OR", "dupsTested": to_i64(self.access.works) }, self.access);
+                or.insert("inputStages", branches);
+                let mut fetch = doc! { "stage": "FETCH", "docsExamined": to_i64(self.documents_examined) };
+                if !shape.filter.is_empty() {
+                    fetch.insert("filter", shape.filter.clone());
+                }
+                wrap(fetch, filter_counters, or)
+            }
             Access::IndexScan(scan) => {
                 let index_scan = with_counters(
-                    doc! {
-                        "stage": "IXSCAN",
-                        "keyPattern": scan.key_pattern.clone(),
-                        "indexName": &scan.index_name,
-                        "isMultiKey": scan.multikey.unwrap_or(true),
-                        "isUnique": scan.unique,
-                        "isSparse": scan.sparse,
-                        "isPartial": scan.partial,
-                        "indexVersion": 2,
-                        "direction": if scan.reverse { "backward" } else { "forward" },
-                        "indexBounds": scan.bounds.clone(),
-                        "keysExamined": to_i64(self.keys_examined),
-                        "seeks": to_i64(scan.ranges.len() as u64),
-                        "dupsTested": to_i64(self.access.works),
-                        "dupsDropped": to_i64(self.access.works.saturating_sub(self.access.advanced)),
-                    },
+                    index_scan_stage(scan, self.keys_examined),
                     self.access,
                 );
                 let mut fetch = doc! { "stage": "FETCH", "docsExamined": to_i64(self.documents_examined) };
@@ -113,6 +115,24 @@ impl ExecutionCounters {
                 wrap(fetch, filter_counters, index_scan)
             }
         }
+    }
+}
+
+/// An IXSCAN stage's own fields.
+fn index_scan_stage(scan: &IndexScan, keys_examined: u64) -> Document {
+    doc! {
+        "stage": "IXSCAN",
+        "keyPattern": scan.key_pattern.clone(),
+        "indexName": &scan.index_name,
+        "isMultiKey": scan.multikey.unwrap_or(true),
+        "isUnique": scan.unique,
+        "isSparse": scan.sparse,
+        "isPartial": scan.partial,
+        "indexVersion": 2,
+        "direction": if scan.reverse { "backward" } else { "forward" },
+        "indexBounds": scan.bounds.clone(),
+        "keysExamined": to_i64(keys_examined),
+        "seeks": to_i64(scan.ranges.len() as u64),
     }
 }
 

@@ -14,16 +14,7 @@ use myriad_query::projection::Projection;
 use myriad_storage::{Durability, Engine, EngineOptions};
 
 fn spec(filter: Document) -> QuerySpec {
-    QuerySpec {
-        filter: Arc::new(Filter::parse(&filter).expect("filter")),
-        filter_document: filter,
-        projection: None,
-        sort: None,
-        skip: 0,
-        limit: None,
-        hint: None,
-        allow_disk_use: None,
-    }
+    QuerySpec::for_filter(filter).expect("filter")
 }
 
 fn open(directory: &std::path::Path) -> Engine {

@@ -1,11 +1,9 @@
 //! Every stage of an execution counts its work, and the stage tree has MongoDB's explain shape.
 
-use std::sync::Arc;
 
 use bson::{doc, Document};
 use myriad_commands::execution::Execution;
 use myriad_commands::plan::QuerySpec;
-use myriad_query::filter::Filter;
 use myriad_query::projection::Projection;
 use myriad_query::sort::SortSpec;
 use myriad_storage::{CollectionHandle, Durability, Engine, EngineOptions};
@@ -25,16 +23,7 @@ fn engine_with_documents(directory: &std::path::Path) -> (Engine, CollectionHand
 }
 
 fn spec(filter: Document) -> QuerySpec {
-    QuerySpec {
-        filter: Arc::new(Filter::parse(&filter).expect("filter")),
-        filter_document: filter,
-        projection: None,
-        sort: None,
-        skip: 0,
-        limit: None,
-        hint: None,
-        allow_disk_use: None,
-    }
+    QuerySpec::for_filter(filter).expect("filter")
 }
 
 fn stage<'d>(tree: &'d Document, path: &[&str]) -> &'d Document {

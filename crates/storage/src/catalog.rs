@@ -65,7 +65,8 @@ struct SpecLayout {
     name: Span,
     key_pattern: Span,
     fields: Box<[(Span, FieldKind)]>,
-    partial: bool,
+    /// A partial index's filter, parsed once with the layout.
+    partial_filter: Option<Arc<myriad_query::filter::Filter>>,
 }
 
 impl SpecLayout {
@@ -81,8 +82,15 @@ impl SpecLayout {
                 std::borrow::Cow::Owned(_) => Err(corrupt("a key field path is not in the spec".to_string())),
             })
             .collect::<Result<Box<[_]>, _>>()?;
-        let partial = matches!(raw.get("partialFilterExpression"), Ok(Some(_)));
-        Ok(SpecLayout { name: Span::of(bytes, name.as_bytes()), key_pattern: Span::of(bytes, key_pattern.as_bytes()), fields, partial })
+        let partial_filter = match raw.get("partialFilterExpression") {
+            Ok(Some(expression)) => {
+                let expression = Bson::try_from(expression).map_err(|error| corrupt(error.to_string()))?;
+                Some(Arc::new(crate::partial::parse_partial_filter(&expression)?))
+            }
+            _ => None,
+        };
+        let (name, key_pattern) = (Span::of(bytes, name.as_bytes()), Span::of(bytes, key_pattern.as_bytes()));
+        Ok(SpecLayout { name, key_pattern, fields, partial_filter })
     }
 }
 
@@ -164,6 +172,20 @@ impl IndexEntry {
     /// built: this only copies positions).
     pub(crate) fn fields(&self) -> Result<Vec<IndexField<'_>>, StorageError> {
         Ok(self.layout().fields.iter().map(|(path, kind)| IndexField { path: self.text(*path).into(), kind: *kind }).collect())
+    }
+
+    /// The keys `document` has in this index: none when a partial index's filter rejects it.
+    pub(crate) fn document_keys(&self, fields: &[IndexField<'_>], document: &Document) -> Result<Vec<crate::index::IndexKey>, StorageError> {
+        if let Some(filter) = &self.layout().partial_filter {
+            if !filter.matches(document) {
+                return Ok(Vec::new());
+            }
+        }
+        crate::index::generate_keys(fields, self.sparse, document)
+    }
+
+    pub(crate) fn is_partial(&self) -> bool {
+        self.layout().partial_filter.is_some()
     }
 
     /// The key pattern as stored in the spec.
@@ -539,7 +561,15 @@ impl<'a> IndexView<'a> {
 
     /// True for a partial index (`partialFilterExpression`).
     pub fn is_partial(&self) -> bool {
-        self.entry.layout().partial
+        self.entry.is_partial()
+    }
+
+    /// A partial index's filter expression, as given.
+    pub fn partial_filter_expression(&self) -> Option<Document> {
+        match self.entry.spec_document().ok()?.remove("partialFilterExpression") {
+            Some(Bson::Document(expression)) => Some(expression),
+            _ => None,
+        }
     }
 
     /// The index's key prefix: never reused, so it identifies this index across DDL.

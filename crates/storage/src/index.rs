@@ -293,10 +293,13 @@ pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, Stora
             return Err(StorageError::CannotCreateIndex(format!("index version {other} is not supported")))
         }
     }
-    if spec.contains_key("partialFilterExpression") {
-        return Err(StorageError::CannotCreateIndex(
-            "partialFilterExpression is not supported by this server".into(),
-        ));
+    if let Some(expression) = spec.get("partialFilterExpression") {
+        crate::partial::parse_partial_filter(expression)?;
+        if truthy(spec.get("sparse")) {
+            return Err(StorageError::CannotCreateIndex(
+                "cannot mix \"partialFilterExpression\" and \"sparse\" options".into(),
+            ));
+        }
     }
     match spec.get("collation") {
         None => {}
@@ -316,7 +319,7 @@ pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, Stora
     }
     if name == ID_INDEX_NAME {
         let id_spec = id_index_spec();
-        if fields != id_spec.fields || sparse {
+        if fields != id_spec.fields || sparse || spec.contains_key("partialFilterExpression") {
             return Err(StorageError::CannotCreateIndex(
                 "the index name '_id_' is reserved for the _id index".into(),
             ));

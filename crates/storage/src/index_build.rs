@@ -34,7 +34,7 @@ use crate::engine::{
     FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_STATS,
 };
 use crate::index::{
-    generate_keys, IndexField, IndexKey, id_index_spec, key_value_document, parse_index_spec, same_key_pattern, same_options,
+    IndexField, IndexKey, id_index_spec, key_value_document, parse_index_spec, same_key_pattern, same_options,
     ParsedIndexSpec, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION,
 };
 use crate::keys;
@@ -215,7 +215,7 @@ fn record_keys(indexes: &[IndexEntry], fields: &[Vec<IndexField<'_>>], record_id
     let document = raw.to_document().map_err(|error| StorageError::Corrupt(format!("record {record_id}: {error}")))?;
     let mut keys = Vec::with_capacity(indexes.len());
     for (index, fields) in indexes.iter().zip(fields) {
-        keys.push(generate_keys(fields, index.sparse, &document)?);
+        keys.push(index.document_keys(fields, &document)?);
     }
     Ok(keys)
 }

@@ -36,6 +36,7 @@ mod index_scan;
 mod key_format_upgrade;
 mod keys;
 mod options;
+mod partial;
 mod stats;
 mod validate;
 mod warm;

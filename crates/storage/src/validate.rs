@@ -25,6 +25,8 @@ const MAX_RECORD_DEPTH: usize = myriad_keystring::nesting::MAX_BSON_DEPTH;
 pub struct IndexValidation {
     pub name: String,
     pub sparse: bool,
+    /// A partial index holds entries only for the documents its filter matches.
+    pub partial: bool,
     pub keys: i64,
     /// Entries whose record does not exist.
     pub dangling: i64,
@@ -112,7 +114,8 @@ impl Engine {
             }
         }
         iterator.status()?;
-        Ok(IndexValidation { name: index.name().to_string(), sparse: index.sparse, keys: keys_seen, dangling })
+        let (sparse, partial) = (index.sparse, index.is_partial());
+        Ok(IndexValidation { name: index.name().to_string(), sparse, partial, keys: keys_seen, dangling })
     }
 
     /// How many of `record_ids` have no record, read through `options`' snapshot.

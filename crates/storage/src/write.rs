@@ -14,7 +14,7 @@ use bson::{Bson, Document, RawDocumentBuf};
 
 use crate::catalog::{CollectionEntry, CollectionHandle};
 use crate::engine::{Engine, StripeGuard};
-use crate::index::{generate_keys, key_value_document, IndexKey};
+use crate::index::{key_value_document, IndexKey};
 use crate::keys;
 use crate::stats;
 use crate::{RecordId, StorageError, MAX_DOCUMENT_SIZE_BYTES};
@@ -228,11 +228,11 @@ impl<'e> WriteTransaction<'e> {
             }
             let fields = index.fields()?;
             let old_keys = match old {
-                Some(document) => generate_keys(&fields, index.sparse, document)?,
+                Some(document) => index.document_keys(&fields, document)?,
                 None => Vec::new(),
             };
             let new_keys = match new {
-                Some(document) => generate_keys(&fields, index.sparse, document)?,
+                Some(document) => index.document_keys(&fields, document)?,
                 None => Vec::new(),
             };
             // A key whose keystring stays but whose type bits change (1 becomes 1.0) is deleted

@@ -16,7 +16,7 @@ use crate::command::build_info::COMPATIBLE_MONGODB_VERSION;
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
 use crate::execution::Execution;
 use crate::plan::cache::CacheKey;
-use crate::plan::{Access, MultikeyIndexes, QuerySpec};
+use crate::plan::{MultikeyIndexes, QuerySpec};
 use crate::{CommandRequest, ServerContext};
 
 /// Results drained per step when executionStats runs the winning plan.
@@ -168,14 +168,14 @@ fn explain_query(
     let started = Instant::now();
     let mut execution = Execution::new(backend, collection.clone(), spec)?;
     let multikey = MultikeyIndexes::new(backend, &collection, true);
-    fill_multikey(&mut execution.access, &multikey);
+    crate::plan::fill_multikey(&mut execution.access, &multikey);
     let winning_plan = wrap(strip_statistics(&execution.plan_tree()), wrapper, None);
     let rejected_plans: Vec<Document> = execution
         .planning
         .rejected
         .iter_mut()
         .map(|outcome| {
-            fill_multikey(&mut outcome.access, &multikey);
+            crate::plan::fill_multikey(&mut outcome.access, &multikey);
             wrap(strip_statistics(&outcome.stages), wrapper, None)
         })
         .collect();
@@ -233,15 +233,6 @@ fn drain(execution: &mut Execution, context: &ServerContext, wrapper: &Wrapper) 
             if update.apply(&mut document, &update_context)? {
                 drained.would_modify += 1;
             }
-        }
-    }
-}
-
-/// Sets the multikey flag the explain output shows on an index scan.
-fn fill_multikey(access: &mut Access, multikey: &MultikeyIndexes) {
-    if let Access::IndexScan(scan) = access {
-        if scan.multikey.is_none() {
-            scan.multikey = multikey.known(&scan.index_name);
         }
     }
 }
@@ -324,8 +315,23 @@ pub fn strip_statistics(tree: &Document) -> Document {
     while let Some(stage) = current {
         let mut stripped = Document::new();
         for (key, value) in stage {
-            if key != "inputStage" && !STATISTICS_FIELDS.contains(&key.as_str()) {
-                stripped.insert(key.clone(), value.clone());
+            match (key.as_str(), value) {
+                ("inputStage", _) => {}
+                // An OR's branches: scans the planner built, one level deep.
+                ("inputStages", Bson::Array(branches)) => {
+                    let branches: Vec<Bson> = branches
+                        .iter()
+                        .map(|branch| match branch {
+                            Bson::Document(branch) => Bson::Document(strip_statistics(branch)),
+                            other => other.clone(),
+                        })
+                        .collect();
+                    stripped.insert(key.clone(), branches);
+                }
+                (name, _) if STATISTICS_FIELDS.contains(&name) => {}
+                _ => {
+                    stripped.insert(key.clone(), value.clone());
+                }
             }
         }
         chain.push(stripped);

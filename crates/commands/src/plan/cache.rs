@@ -60,7 +60,10 @@ impl CacheKey {
 }
 
 struct CacheEntry {
-    index_name: String,
+    /// The winning plan's summary (`IXSCAN { a: 1 }`, or the branches of an OR).
+    plan_summary: String,
+    /// The winning plan's stage tree without statistics (`cachedPlan`).
+    plan_tree: Document,
     works: u64,
     sequence: u64,
 }
@@ -73,14 +76,14 @@ struct PlanCache {
 
 static CACHE: Mutex<Option<PlanCache>> = Mutex::new(None);
 
-/// The cached winner's index name for this shape and index set.
+/// The cached winner's plan summary for this shape and index set.
 pub fn lookup(key: &CacheKey) -> Option<String> {
     let cache = CACHE.lock();
-    cache.as_ref()?.entries.get(key).map(|entry| entry.index_name.clone())
+    cache.as_ref()?.entries.get(key).map(|entry| entry.plan_summary.clone())
 }
 
 /// Remembers the winner of a trial.
-pub fn store(key: CacheKey, index_name: String, works: u64) {
+pub fn store(key: CacheKey, plan_summary: String, plan_tree: Document, works: u64) {
     let mut guard = CACHE.lock();
     let cache = guard.get_or_insert_with(PlanCache::default);
     if cache.entries.len() >= MAX_ENTRIES && !cache.entries.contains_key(&key) {
@@ -91,7 +94,7 @@ pub fn store(key: CacheKey, index_name: String, works: u64) {
     }
     let sequence = cache.next_sequence;
     cache.next_sequence += 1;
-    cache.entries.insert(key, CacheEntry { index_name, works, sequence });
+    cache.entries.insert(key, CacheEntry { plan_summary, plan_tree, works, sequence });
     assert!(cache.entries.len() <= MAX_ENTRIES, "the plan cache stays within its bound");
 }
 
@@ -127,7 +130,8 @@ pub fn describe(collection: &CollectionHandle) -> Vec<Document> {
                 "planCacheKey": key.plan_cache_key(),
                 "isActive": true,
                 "works": i64::try_from(entry.works).unwrap_or(i64::MAX),
-                "cachedPlan": { "stage": "IXSCAN", "indexName": &entry.index_name },
+                "planSummary": &entry.plan_summary,
+                "cachedPlan": entry.plan_tree.clone(),
                 "shape": &key.shape,
             }
         })
@@ -181,19 +185,9 @@ fn write_shape(shape: &mut String, value: &Bson, depth: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     fn spec(filter: Document) -> QuerySpec {
-        QuerySpec {
-            filter: Arc::new(myriad_query::filter::Filter::parse(&filter).unwrap()),
-            filter_document: filter,
-            projection: None,
-            sort: None,
-            skip: 0,
-            limit: None,
-            hint: None,
-            allow_disk_use: None,
-        }
+        QuerySpec::for_filter(filter).unwrap()
     }
 
     #[test]

@@ -10,7 +10,8 @@
 
 use bson::{Bson, Document};
 use myriad_keystring::{encode_key, Direction};
-use myriad_query::bounds::{field_intervals, Interval};
+use myriad_query::bounds::{parsed_field_intervals, Interval};
+use myriad_query::filter::Filter;
 use myriad_query::sort::SortSpec;
 use myriad_storage::{IndexFieldKind, IndexKeyRange, IndexView};
 
@@ -32,7 +33,7 @@ pub struct IndexCandidate {
 /// The candidate scan of `index` for `filter` and `sort`, or None when the index bounds nothing
 /// and cannot give the sort. `sort_allowed` is false when the index may hold several keys per
 /// document (multikey), whose order is not the sort's.
-pub fn index_candidate(index: &IndexView<'_>, filter: &Document, sort: Option<&SortSpec>, sort_allowed: bool) -> Option<IndexCandidate> {
+pub fn index_candidate(index: &IndexView<'_>, filter: &Filter, sort: Option<&SortSpec>, sort_allowed: bool) -> Option<IndexCandidate> {
     let fields: Vec<(&str, IndexFieldKind)> = index.fields().collect();
     let mut bounded: Vec<Vec<Interval>> = Vec::new();
     let mut combinations = 1usize;
@@ -40,7 +41,7 @@ pub fn index_candidate(index: &IndexView<'_>, filter: &Document, sort: Option<&S
         if *kind == IndexFieldKind::Hashed {
             break;
         }
-        let Some(intervals) = field_intervals(filter, path) else { break };
+        let Some(intervals) = parsed_field_intervals(filter, path) else { break };
         combinations = match combinations.checked_mul(intervals.len().max(1)) {
             Some(total) if total <= MAX_RANGES => total,
             _ => break,
@@ -69,7 +70,7 @@ pub fn index_candidate(index: &IndexView<'_>, filter: &Document, sort: Option<&S
 
 /// The scan of a hinted index: its bounds as for any candidate, or every key when the filter
 /// bounds none of its fields.
-pub fn hinted_scan(index: &IndexView<'_>, filter: &Document, sort: Option<&SortSpec>, sort_allowed: bool) -> IndexScan {
+pub fn hinted_scan(index: &IndexView<'_>, filter: &Filter, sort: Option<&SortSpec>, sort_allowed: bool) -> IndexScan {
     match index_candidate(index, filter, sort, sort_allowed) {
         Some(candidate) => candidate.scan,
         None => {
@@ -235,6 +236,7 @@ fn describe_value(value: &Bson) -> String {
 mod tests {
     use super::*;
     use bson::doc;
+    use myriad_query::bounds::field_intervals;
 
     const ASCENDING: IndexFieldKind = IndexFieldKind::Ascending;
     const DESCENDING: IndexFieldKind = IndexFieldKind::Descending;

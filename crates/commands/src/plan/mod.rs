@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod candidates;
+pub mod partial;
 pub mod trial;
 
 use std::collections::HashSet;
@@ -20,7 +21,6 @@ use myriad_storage::{CollectionHandle, IndexKeyRange, IndexView, RecordId};
 
 use crate::backend::Backend;
 use crate::error::{CommandError, CommandResult, BAD_VALUE};
-use candidates::IndexCandidate;
 
 /// What the client asked for, parsed.
 #[derive(Clone)]
@@ -36,6 +36,22 @@ pub struct QuerySpec {
     pub allow_disk_use: Option<bool>,
 }
 
+impl QuerySpec {
+    /// A query of `filter_document` alone: no projection, sort, skip, limit or hint.
+    pub fn for_filter(filter_document: Document) -> CommandResult<QuerySpec> {
+        Ok(QuerySpec {
+            filter: Arc::new(Filter::parse(&filter_document)?),
+            filter_document,
+            projection: None,
+            sort: None,
+            skip: 0,
+            limit: None,
+            hint: None,
+            allow_disk_use: None,
+        })
+    }
+}
+
 /// How the documents are found.
 #[derive(Clone, Debug)]
 pub enum Access {
@@ -43,6 +59,18 @@ pub enum Access {
     IdLookup { id: Bson },
     CollectionScan { last_record_id: Option<RecordId> },
     IndexScan(IndexScan),
+    /// A top-level `$or` whose every branch has an index: the union of their scans, each
+    /// record once.
+    Or(OrScan),
+}
+
+/// The scans of an `$or`'s branches, read one after the other.
+#[derive(Clone, Debug)]
+pub struct OrScan {
+    pub branches: Vec<IndexScan>,
+    pub current_branch: usize,
+    /// Records already returned by any branch.
+    pub seen_record_ids: HashSet<RecordId>,
 }
 
 /// A resumable scan of one index over key ranges.
@@ -68,6 +96,8 @@ pub struct IndexScan {
     pub last_entry_key: Option<Vec<u8>>,
     /// Multikey entries and overlapping intervals can name one record twice.
     pub seen_record_ids: HashSet<RecordId>,
+    /// Entries read so far (explain's per-scan keysExamined).
+    pub keys_examined: u64,
 }
 
 impl IndexScan {
@@ -86,7 +116,14 @@ impl IndexScan {
             current_range: 0,
             last_entry_key: None,
             seen_record_ids: HashSet::new(),
+            keys_examined: 0,
         }
+    }
+
+    /// planSummary's form: `IXSCAN { a: 1, b: -1 }`.
+    pub fn describe(&self) -> String {
+        let fields: Vec<String> = self.key_pattern.iter().map(|(field, direction)| format!("{field}: {direction}")).collect();
+        format!("IXSCAN {{ {} }}", fields.join(", "))
     }
 }
 
@@ -95,10 +132,8 @@ impl Access {
         match self {
             Access::IdLookup { .. } => "IDHACK".to_string(),
             Access::CollectionScan { .. } => "COLLSCAN".to_string(),
-            Access::IndexScan(scan) => {
-                let fields: Vec<String> = scan.key_pattern.iter().map(|(field, direction)| format!("{field}: {direction}")).collect();
-                format!("IXSCAN {{ {} }}", fields.join(", "))
-            }
+            Access::IndexScan(scan) => scan.describe(),
+            Access::Or(union) => union.branches.iter().map(IndexScan::describe).collect::<Vec<_>>().join(", "),
         }
     }
 
@@ -107,13 +142,7 @@ impl Access {
         matches!(self, Access::IndexScan(scan) if scan.provides_sort)
     }
 
-    fn index_name(&self) -> Option<&str> {
-        match self {
-            Access::IndexScan(scan) => Some(&scan.index_name),
-            _ => None,
-        }
-    }
-}
+ }
 
 /// The planner's choice for one query, and the plans it rejected with what their trial runs
 /// did (explain's `rejectedPlans` and `allPlansExecution`).
@@ -152,33 +181,54 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
             Bson::Document(pattern) => collection.index_views().find(|index| same_key_pattern(index, pattern)),
             _ => None,
         };
-        let Some(index) = index else {
+        // A partial index the query does not imply would miss matches: not hintable.
+        let Some(index) = index.filter(|index| index.sparse() || usable(index, filter)) else {
             return Err(CommandError::new(BAD_VALUE, "hint provided does not correspond to an existing index"));
         };
         let sort_allowed = !multikey.contains(index.name());
-        let mut scan = candidates::hinted_scan(&index, filter, spec.sort.as_ref(), sort_allowed);
+        let mut scan = candidates::hinted_scan(&index, &spec.filter, spec.sort.as_ref(), sort_allowed);
         scan.multikey = multikey.known(index.name());
         return single(Access::IndexScan(scan));
     }
-    let candidates: Vec<IndexCandidate> = collection
+    let mut candidates: Vec<Access> = collection
         .index_views()
-        .filter(|index| !index.sparse() && !index.is_partial())
+        .filter(|index| usable(index, filter))
         .filter_map(|index| {
             let sort_allowed = !multikey.contains(index.name());
-            let mut candidate = candidates::index_candidate(&index, filter, spec.sort.as_ref(), sort_allowed)?;
+            let mut candidate = candidates::index_candidate(&index, &spec.filter, spec.sort.as_ref(), sort_allowed)?;
             candidate.scan.multikey = multikey.known(index.name());
-            Some(candidate)
+            Some(Access::IndexScan(candidate.scan))
         })
         .collect();
+    candidates.extend(or_candidate(collection, filter).map(Access::Or));
     match candidates.len() {
         0 if crate::knobs::no_table_scan() => Err(CommandError::new(
             crate::error::NO_QUERY_EXECUTION_PLANS,
             format!("No indexed plan found for the query (notablescan is set): {filter}"),
         )),
         0 => single(Access::CollectionScan { last_record_id: None }),
-        1 => single(Access::IndexScan(candidates.into_iter().next().expect("one candidate").scan)),
+        1 => single(candidates.into_iter().next().expect("one candidate")),
         _ => choose_among(backend, collection, spec, candidates),
     }
+}
+
+/// The union plan of a top-level `$or`: for each branch the index that bounds most of its
+/// fields (equalities first); None when some branch has no index, since that branch would
+/// need a collection scan anyway.
+fn or_candidate(collection: &CollectionHandle, filter: &Document) -> Option<OrScan> {
+    let Some(Bson::Array(branches)) = filter.get("$or") else { return None };
+    let mut scans = Vec::with_capacity(branches.len());
+    for branch in branches {
+        let Bson::Document(branch) = branch else { return None };
+        let parsed = Filter::parse(branch).ok()?;
+        let best = collection
+            .index_views()
+            .filter(|index| usable(index, branch))
+            .filter_map(|index| candidates::index_candidate(&index, &parsed, None, false))
+            .max_by_key(|candidate| (candidate.equality_fields, candidate.bounded_fields))?;
+        scans.push(best.scan);
+    }
+    Some(OrScan { branches: scans, current_branch: 0, seen_record_ids: HashSet::new() })
 }
 
 /// Several candidates: the cached winner for this query shape, else trial runs.
@@ -186,25 +236,24 @@ fn choose_among(
     backend: &dyn Backend,
     collection: &CollectionHandle,
     spec: &QuerySpec,
-    candidates: Vec<IndexCandidate>,
+    candidates: Vec<Access>,
 ) -> CommandResult<PlannedQuery> {
     let cache_key = cache::CacheKey::new(collection, spec);
-    if let Some(winner) = cache::lookup(&cache_key) {
-        if let Some(candidate) = candidates.iter().find(|candidate| candidate.scan.index_name == winner) {
-            return Ok(PlannedQuery {
-                access: Access::IndexScan(candidate.scan.clone()),
-                rejected: Vec::new(),
-                winner_trial: None,
-                from_plan_cache: true,
-            });
-        }
+    let cached = cache::lookup(&cache_key).and_then(|winner| candidates.iter().position(|candidate| candidate.describe() == winner));
+    if let Some(position) = cached {
+        let access = candidates.into_iter().nth(position).expect("the position was just found");
+        return Ok(PlannedQuery { access, rejected: Vec::new(), winner_trial: None, from_plan_cache: true });
     }
-    let scans: Vec<Access> = candidates.into_iter().map(|candidate| Access::IndexScan(candidate.scan)).collect();
-    let (winner, mut outcomes) = trial::run_trials(backend, collection, spec, scans)?;
+    // The trial trees go into explain's rejectedPlans: give their scans the multikey flag.
+    let multikey = MultikeyIndexes::new(backend, collection, true);
+    let mut candidates = candidates;
+    for candidate in &mut candidates {
+        fill_multikey(candidate, &multikey);
+    }
+    let (winner, mut outcomes) = trial::run_trials(backend, collection, spec, candidates)?;
     let winner_trial = outcomes.remove(winner);
-    if let Some(name) = winner_trial.access.index_name() {
-        cache::store(cache_key, name.to_string(), winner_trial.works);
-    }
+    let tree = crate::command::explain::strip_statistics(&winner_trial.stages);
+    cache::store(cache_key, winner_trial.access.describe(), tree, winner_trial.works);
     Ok(PlannedQuery { access: winner_trial.access.clone(), rejected: outcomes, winner_trial: Some(winner_trial), from_plan_cache: false })
 }
 
@@ -221,12 +270,16 @@ impl MultikeyIndexes {
         if !needed {
             return MultikeyIndexes { names: None };
         }
+        // A sparse or partial index can be multikey with fewer entries than documents: it
+        // counts as multikey.
+        let incomplete = collection.index_views().filter(|index| index.sparse() || index.is_partial()).map(|index| index.name().to_string());
         let names = match backend.collection_stats(collection) {
             Ok(stats) => stats
                 .index_entries
                 .iter()
                 .filter(|(_, entries)| *entries > stats.count)
                 .map(|(name, _)| name.clone())
+                .chain(incomplete)
                 .collect(),
             // Unknown: treat every index as multikey, so no sort relies on index order.
             Err(_) => collection.index_names(),
@@ -243,6 +296,33 @@ impl MultikeyIndexes {
     /// Whether the index is multikey, when the counters were read.
     pub fn known(&self, name: &str) -> Option<bool> {
         self.names.as_ref().map(|names| names.iter().any(|multikey| multikey == name))
+    }
+}
+
+/// True when `index` holds every document `filter` can match: not sparse (a sparse index
+/// lacks documents missing its fields), and not partial unless the filter implies its
+/// partial filter.
+fn usable(index: &IndexView<'_>, filter: &Document) -> bool {
+    if index.sparse() {
+        return false;
+    }
+    match index.partial_filter_expression() {
+        Some(expression) => partial::implies(filter, &expression),
+        None => true,
+    }
+}
+
+/// Sets the multikey flag of every index scan of `access` that does not know it yet.
+pub fn fill_multikey(access: &mut Access, multikey: &MultikeyIndexes) {
+    let scans: Vec<&mut IndexScan> = match access {
+        Access::IndexScan(scan) => vec![scan],
+        Access::Or(union) => union.branches.iter_mut().collect(),
+        Access::IdLookup { .. } | Access::CollectionScan { .. } => Vec::new(),
+    };
+    for scan in scans {
+        if scan.multikey.is_none() {
+            scan.multikey = multikey.known(&scan.index_name);
+        }
     }
 }
 

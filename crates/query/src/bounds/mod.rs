@@ -74,6 +74,11 @@ impl Interval {
 /// Intervals for `field` under the filter's top-level conjunction, safe for array fields.
 /// `None` when the filter does not constrain the field (or does not parse).
 pub fn field_intervals(filter: &Document, field: &str) -> Option<Vec<Interval>> {
+    parsed_field_intervals(&Filter::parse(filter).ok()?, field)
+}
+
+/// [`field_intervals`] of a parsed filter (the planner parses a query once, not per index).
+pub fn parsed_field_intervals(filter: &Filter, field: &str) -> Option<Vec<Interval>> {
     let candidates = candidate_sets(filter, field)?;
     // Prefer point sets (fewest points), then anything else; every candidate alone is valid.
     candidates.into_iter().min_by_key(|set| (set.iter().any(|interval| !interval.is_point()), set.len()))
@@ -82,7 +87,7 @@ pub fn field_intervals(filter: &Document, field: &str) -> Option<Vec<Interval>> 
 /// Intervals intersecting every predicate on `field`: valid only when no document has an
 /// array anywhere on the field's path (a non-multikey index).
 pub fn field_intervals_non_multikey(filter: &Document, field: &str) -> Option<Vec<Interval>> {
-    let candidates = candidate_sets(filter, field)?;
+    let candidates = candidate_sets(&Filter::parse(filter).ok()?, field)?;
     let mut combined: Option<Vec<Interval>> = None;
     for set in candidates {
         combined = Some(match combined {
@@ -93,10 +98,9 @@ pub fn field_intervals_non_multikey(filter: &Document, field: &str) -> Option<Ve
     combined
 }
 
-fn candidate_sets(filter: &Document, field: &str) -> Option<Vec<Vec<Interval>>> {
-    let parsed = Filter::parse(filter).ok()?;
+fn candidate_sets(filter: &Filter, field: &str) -> Option<Vec<Vec<Interval>>> {
     let mut candidates = Vec::new();
-    collect(parsed.root(), field, &mut candidates, 0);
+    collect(filter.root(), field, &mut candidates, 0);
     if candidates.is_empty() {
         return None;
     }
