@@ -5,6 +5,8 @@ result; the compound index examines one)."""
 
 import random
 
+from bson.int64 import Int64 as bson_int64
+
 import pymongo
 import pytest
 from pymongo.errors import OperationFailure
@@ -269,3 +271,30 @@ def test_partial_indexes_hold_matching_documents_and_serve_implying_queries(item
     with pytest.raises(OperationFailure) as error:
         items.create_index([("c", 1)], partialFilterExpression={"c": 1}, sparse=True)
     assert error.value.code == 67
+
+
+def test_covered_queries_read_only_the_index_with_exact_types(db):
+    db.typed.insert_many(
+        [
+            {"_id": 1, "a": 1, "b": "x", "c": 1},
+            {"_id": 2, "a": 1.0, "b": "y", "c": 2},
+            {"_id": 3, "a": bson_int64(1), "b": "z", "c": 3},
+            {"_id": 4, "a": 2, "b": {"n": 1}, "c": 4},
+        ]
+    )
+    db.typed.create_index([("a", 1), ("b", 1)])
+    cursor = db.typed.find({"a": {"$lte": 2}}, {"_id": 0, "a": 1, "b": 1}).sort("b", 1)
+    explained = cursor.explain()
+    plan = explained["queryPlanner"]["winningPlan"]
+    assert stages_of(plan)[0] == "PROJECTION_COVERED", stages_of(plan)
+    assert "FETCH" not in stages_of(plan)
+    assert explained["executionStats"]["totalDocsExamined"] == 0
+    results = list(cursor)
+    assert results == [{"a": 1, "b": "x"}, {"a": 1.0, "b": "y"}, {"a": 1, "b": "z"}, {"a": 2, "b": {"n": 1}}]
+    assert [type(result["a"]).__name__ for result in results] == ["int", "float", "Int64", "int"], "exact types from the index"
+    # A field outside the key, or an array value, is fetched.
+    assert "FETCH" in stages_of(db.typed.find({"a": 1}, {"_id": 0, "c": 1}).explain()["queryPlanner"]["winningPlan"])
+    db.typed.insert_one({"_id": 5, "a": 3, "b": [1, 2]})
+    assert list(db.typed.find({"a": 3}, {"_id": 0, "a": 1, "b": 1})) == [{"a": 3, "b": [1, 2]}]
+    stats = db.typed.find({"a": 3}, {"_id": 0, "a": 1, "b": 1}).explain()["executionStats"]
+    assert stats["totalDocsExamined"] == 1, "the array entry cannot be rebuilt from its key and is fetched"

@@ -549,20 +549,31 @@ impl IndexRead<'_> {
             let range_number = scan.current_range;
             let range = &scan.ranges[range_number];
             let start_after = scan.last_entry_key.as_deref();
-            let entries = self.backend.scan_index(self.collection, &scan.index_name, range, scan.reverse, start_after, self.wanted)?;
+            // A covered scan reads each entry's exact key values (type bits); others only ids.
+            let entries: Vec<(Vec<u8>, RecordId, Option<Vec<Bson>>)> = if scan.covered {
+                self.backend.scan_index_values(self.collection, &scan.index_name, range, scan.reverse, start_after, self.wanted)?
+            } else {
+                let entries = self.backend.scan_index(self.collection, &scan.index_name, range, scan.reverse, start_after, self.wanted)?;
+                entries.into_iter().map(|(key, record_id)| (key, record_id, None)).collect()
+            };
             counters.keys_examined += entries.len() as u64;
             counters.access.works += entries.len() as u64;
             scan.keys_examined += entries.len() as u64;
             let mut previous_key = scan.last_entry_key.take();
             let range_done = entries.len() < self.wanted;
-            for (key, record_id) in entries {
+            for (key, record_id, values) in entries {
                 let resume = ResumePoint::AfterEntry(self.branch, range_number, previous_key.clone());
                 previous_key = Some(key);
                 if !seen.insert(record_id) {
                     continue;
                 }
                 counters.access.advanced += 1;
-                if let Some(raw) = self.backend.get_record(self.collection, record_id)? {
+                // An entry whose values cannot all be recovered (missing or array fields,
+                // entries from before type bits) is fetched.
+                if let Some(values) = values {
+                    let raw = encode_document(&covered_document(&scan.field_paths, values))?;
+                    pending.push_back(Candidate { record_id, raw, resume });
+                } else if let Some(raw) = self.backend.get_record(self.collection, record_id)? {
                     counters.documents_examined += 1;
                     pending.push_back(Candidate { record_id, raw, resume });
                 }
@@ -576,6 +587,26 @@ impl IndexRead<'_> {
         }
         Ok(scan.current_range >= scan.ranges.len())
     }
+}
+
+/// The document a covered index entry stands for: each key field's exact value at its dotted
+/// path (the planner covers only queries that read no other field).
+fn covered_document(paths: &[String], values: Vec<Bson>) -> Document {
+    let mut document = Document::new();
+    for (path, value) in paths.iter().zip(values) {
+        let mut components: Vec<&str> = path.split('.').collect();
+        let last = components.pop().unwrap_or_default();
+        let mut target = &mut document;
+        for component in components {
+            if !matches!(target.get(component), Some(Bson::Document(_))) {
+                target.insert(component, Document::new());
+            }
+            let Some(Bson::Document(inner)) = target.get_mut(component) else { unreachable!("inserted just above") };
+            target = inner;
+        }
+        target.insert(last, value);
+    }
+    document
 }
 
 /// Decodes a stored record without recursion: a record nesting deeper than any BSON document

@@ -67,7 +67,9 @@ impl ExecutionCounters {
             stage = wrap(doc! { "stage": "LIMIT", "limitAmount": to_i64(limit) }, self.limit, stage);
         }
         if shape.projection {
-            stage = wrap(doc! { "stage": "PROJECTION_DEFAULT" }, self.projection, stage);
+            let covered = matches!(shape.access, Access::IndexScan(scan) if scan.covered);
+            let name = if covered { "PROJECTION_COVERED" } else { "PROJECTION_DEFAULT" };
+            stage = wrap(doc! { "stage": name }, self.projection, stage);
         }
         stage
     }
@@ -102,6 +104,14 @@ impl ExecutionCounters {
                     fetch.insert("filter", shape.filter.clone());
                 }
                 wrap(fetch, filter_counters, or)
+            }
+            // Covered: the filter applies on the scan itself and nothing is fetched.
+            Access::IndexScan(scan) if scan.covered => {
+                let mut index_scan = index_scan_stage(scan, self.keys_examined);
+                if !shape.filter.is_empty() {
+                    index_scan.insert("filter", shape.filter.clone());
+                }
+                with_counters(index_scan, filter_counters)
             }
             Access::IndexScan(scan) => {
                 let index_scan = with_counters(

@@ -98,6 +98,11 @@ pub struct IndexScan {
     pub seen_record_ids: HashSet<RecordId>,
     /// Entries read so far (explain's per-scan keysExamined).
     pub keys_examined: u64,
+    /// The key fields' dotted paths, in key order.
+    pub field_paths: Vec<String>,
+    /// Filter, projection and sort read only key fields: documents are rebuilt from the
+    /// entries' exact key values instead of fetched (PROJECTION_COVERED, no FETCH).
+    pub covered: bool,
 }
 
 impl IndexScan {
@@ -117,7 +122,19 @@ impl IndexScan {
             last_entry_key: None,
             seen_record_ids: HashSet::new(),
             keys_examined: 0,
+            field_paths: index.fields().map(|(path, _)| path.to_string()).collect(),
+            covered: false,
         }
+    }
+
+    /// Marks the scan covered when `spec` reads nothing but this index's (non-hashed) key
+    /// fields: an inclusion projection of them, a filter on them, a sort on them.
+    fn cover(&mut self, spec: &QuerySpec, hashed: bool) {
+        let in_key = |path: &String| self.field_paths.iter().any(|field| field == path);
+        let Some(projected) = spec.projection.as_ref().and_then(Projection::included_paths) else { return };
+        let Some(filtered) = spec.filter.referenced_paths() else { return };
+        let sorted: Vec<String> = spec.sort.as_ref().map(|sort| sort.pattern().keys().cloned().collect()).unwrap_or_default();
+        self.covered = !hashed && projected.iter().chain(&filtered).chain(&sorted).all(in_key);
     }
 
     /// planSummary's form: `IXSCAN { a: 1, b: -1 }`.
@@ -188,6 +205,7 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
         let sort_allowed = !multikey.contains(index.name());
         let mut scan = candidates::hinted_scan(&index, &spec.filter, spec.sort.as_ref(), sort_allowed);
         scan.multikey = multikey.known(index.name());
+        scan.cover(spec, has_hashed_field(&index));
         return single(Access::IndexScan(scan));
     }
     let mut candidates: Vec<Access> = collection
@@ -197,6 +215,7 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
             let sort_allowed = !multikey.contains(index.name());
             let mut candidate = candidates::index_candidate(&index, &spec.filter, spec.sort.as_ref(), sort_allowed)?;
             candidate.scan.multikey = multikey.known(index.name());
+            candidate.scan.cover(spec, has_hashed_field(&index));
             Some(Access::IndexScan(candidate.scan))
         })
         .collect();
@@ -297,6 +316,10 @@ impl MultikeyIndexes {
     pub fn known(&self, name: &str) -> Option<bool> {
         self.names.as_ref().map(|names| names.iter().any(|multikey| multikey == name))
     }
+}
+
+fn has_hashed_field(index: &IndexView<'_>) -> bool {
+    index.fields().any(|(_, kind)| kind == myriad_storage::IndexFieldKind::Hashed)
 }
 
 /// True when `index` holds every document `filter` can match: not sparse (a sparse index

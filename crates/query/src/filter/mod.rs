@@ -91,6 +91,26 @@ impl Filter {
         Ok(Filter { root: parse::parse_value_condition(condition, &mut regex::FilterBudget::default())? })
     }
 
+    /// Every dotted path the filter reads, or None when it reads more than named paths
+    /// (`$expr`, `$jsonSchema`, `$elemMatch`, whose matches depend on whole values): what a
+    /// covered plan must find among an index's key fields.
+    pub fn referenced_paths(&self) -> Option<Vec<String>> {
+        let mut paths = Vec::new();
+        let mut pending = vec![&self.root];
+        // Bounded: the parsed tree is finite and each node is visited once.
+        while let Some(node) = pending.pop() {
+            match node {
+                Node::And(children) | Node::Or(children) | Node::Nor(children) => pending.extend(children.iter()),
+                Node::Not(child) => pending.push(child),
+                Node::Leaf { predicate: Predicate::ElemMatchValue(_) | Predicate::ElemMatchObject(_), .. } => return None,
+                Node::Leaf { path, .. } if path.is_empty() => return None,
+                Node::Leaf { path, .. } => paths.push(path.join(".")),
+                Node::Expr(_) | Node::JsonSchema(_) => return None,
+            }
+        }
+        Some(paths)
+    }
+
     /// True when the document matches. An error while evaluating `$expr` counts as no match;
     /// use [`Filter::try_matches`] to see it.
     pub fn matches(&self, document: &Document) -> bool {

@@ -75,6 +75,34 @@ impl Projection {
         self.inclusion
     }
 
+    /// The dotted paths a plain inclusion projection keeps (`_id` first unless excluded), or
+    /// None when it computes, slices, matches array elements or excludes: what a covered plan
+    /// must find among an index's key fields.
+    pub fn included_paths(&self) -> Option<Vec<String>> {
+        if !self.inclusion || self.empty {
+            return None;
+        }
+        let mut paths = Vec::new();
+        match &self.id {
+            None | Some(FieldSpec::Include) => paths.push("_id".to_string()),
+            Some(FieldSpec::Exclude) => {}
+            Some(_) => return None,
+        }
+        let mut pending = vec![(String::new(), &self.root)];
+        // Bounded: the parsed tree is finite and each subtree is visited once.
+        while let Some((prefix, tree)) = pending.pop() {
+            for (name, spec) in &tree.fields {
+                let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+                match spec {
+                    FieldSpec::Include => paths.push(path),
+                    FieldSpec::Nested(inner) => pending.push((path, inner)),
+                    _ => return None,
+                }
+            }
+        }
+        Some(paths)
+    }
+
     /// True when the projection uses the positional `a.$` form (needs a matched position).
     pub fn uses_positional(&self) -> bool {
         fn tree_has(tree: &Tree) -> bool {
