@@ -287,17 +287,9 @@ fn comparison_intervals(comparison: Comparison, bound: &Bson) -> Option<Vec<Inte
         Bson::Null | Bson::Undefined => {
             return Some(if inclusive { vec![Interval::point(Bson::Null)] } else { Vec::new() });
         }
-        Bson::MinKey | Bson::MaxKey => {
-            let mut interval = Interval::full();
-            if upward {
-                interval.lower = bound.clone();
-                interval.lower_inclusive = inclusive;
-            } else {
-                interval.upper = bound.clone();
-                interval.upper_inclusive = inclusive;
-            }
-            return Some(vec![interval]);
-        }
+        // An array is compared whole too, and any array is above MinKey and below MaxKey, so
+        // `{a: [MinKey]}` matches `{$gt: MinKey}` through a MinKey key: every key may match.
+        Bson::MinKey | Bson::MaxKey => return Some(vec![Interval::full()]),
         _ => {}
     }
     if is_nan(bound) {
