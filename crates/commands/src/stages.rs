@@ -54,17 +54,17 @@ impl ExecutionCounters {
         if let (Some(pattern), true) = (&shape.sort, shape.blocking_sort) {
             let mut sort = doc! { "stage": "SORT", "sortPattern": pattern.clone() };
             if let Some(limit) = shape.limit {
-                sort.insert("limitAmount", to_i64(limit.saturating_add(shape.skip)));
+                sort.insert("limitAmount", to_count(limit.saturating_add(shape.skip)));
             }
             sort.insert("usedDisk", self.sort_spilled_bytes > 0);
-            sort.insert("spilledDataStorageSize", to_i64(self.sort_spilled_bytes));
+            sort.insert("spilledDataStorageSize", to_count(self.sort_spilled_bytes));
             stage = wrap(sort, self.sort, stage);
         }
         if shape.skip > 0 {
-            stage = wrap(doc! { "stage": "SKIP", "skipAmount": to_i64(shape.skip) }, self.skip, stage);
+            stage = wrap(doc! { "stage": "SKIP", "skipAmount": to_count(shape.skip) }, self.skip, stage);
         }
         if let Some(limit) = shape.limit {
-            stage = wrap(doc! { "stage": "LIMIT", "limitAmount": to_i64(limit) }, self.limit, stage);
+            stage = wrap(doc! { "stage": "LIMIT", "limitAmount": to_count(limit) }, self.limit, stage);
         }
         if shape.projection {
             let covered = matches!(shape.access, Access::IndexScan(scan) if scan.covered);
@@ -78,11 +78,11 @@ impl ExecutionCounters {
         let filter_counters = StageCounters { works: self.filter.works, advanced: self.filter.advanced };
         match shape.access {
             Access::IdLookup { .. } => with_counters(
-                doc! { "stage": "IDHACK", "keysExamined": to_i64(self.keys_examined), "docsExamined": to_i64(self.documents_examined) },
+                doc! { "stage": "IDHACK", "keysExamined": to_count(self.keys_examined), "docsExamined": to_count(self.documents_examined) },
                 filter_counters,
             ),
             Access::CollectionScan { .. } => {
-                let mut scan = doc! { "stage": "COLLSCAN", "direction": "forward", "docsExamined": to_i64(self.documents_examined) };
+                let mut scan = doc! { "stage": "COLLSCAN", "direction": "forward", "docsExamined": to_count(self.documents_examined) };
                 if !shape.filter.is_empty() {
                     scan.insert("filter", shape.filter.clone());
                 }
@@ -97,9 +97,9 @@ impl ExecutionCounters {
                         Bson::Document(with_counters(index_scan_stage(scan, scan.keys_examined), counters))
                     })
                     .collect();
-                let mut or = with_counters(doc! { "stage": "OR", "dupsTested": to_i64(self.access.works) }, self.access);
+                let mut or = with_counters(doc! { "stage": "OR", "dupsTested": to_count(self.access.works) }, self.access);
                 or.insert("inputStages", branches);
-                let mut fetch = doc! { "stage": "FETCH", "docsExamined": to_i64(self.documents_examined) };
+                let mut fetch = doc! { "stage": "FETCH", "docsExamined": to_count(self.documents_examined) };
                 if !shape.filter.is_empty() {
                     fetch.insert("filter", shape.filter.clone());
                 }
@@ -118,7 +118,7 @@ impl ExecutionCounters {
                     index_scan_stage(scan, self.keys_examined),
                     self.access,
                 );
-                let mut fetch = doc! { "stage": "FETCH", "docsExamined": to_i64(self.documents_examined) };
+                let mut fetch = doc! { "stage": "FETCH", "docsExamined": to_count(self.documents_examined) };
                 if !shape.filter.is_empty() {
                     fetch.insert("filter", shape.filter.clone());
                 }
@@ -141,19 +141,23 @@ fn index_scan_stage(scan: &IndexScan, keys_examined: u64) -> Document {
         "indexVersion": 2,
         "direction": if scan.reverse { "backward" } else { "forward" },
         "indexBounds": scan.bounds.clone(),
-        "keysExamined": to_i64(keys_examined),
-        "seeks": to_i64(scan.ranges.len() as u64),
+        "keysExamined": to_count(keys_examined),
+        "seeks": to_count(scan.ranges.len() as u64),
     }
 }
 
-fn to_i64(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
+/// A count as MongoDB appends numbers: int32 when it fits, else int64.
+pub(crate) fn to_count(value: u64) -> Bson {
+    match i32::try_from(value) {
+        Ok(small) => Bson::Int32(small),
+        Err(_) => Bson::Int64(i64::try_from(value).unwrap_or(i64::MAX)),
+    }
 }
 
 fn with_counters(mut stage: Document, counters: StageCounters) -> Document {
-    stage.insert("works", to_i64(counters.works));
-    stage.insert("advanced", to_i64(counters.advanced));
-    stage.insert("nReturned", to_i64(counters.advanced));
+    stage.insert("works", to_count(counters.works));
+    stage.insert("advanced", to_count(counters.advanced));
+    stage.insert("nReturned", to_count(counters.advanced));
     stage
 }
 

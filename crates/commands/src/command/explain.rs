@@ -15,6 +15,7 @@ use bson::{doc, Bson, Document};
 use crate::command::build_info::COMPATIBLE_MONGODB_VERSION;
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
 use crate::execution::Execution;
+use crate::stages::to_count;
 use crate::plan::cache::CacheKey;
 use crate::plan::{MultikeyIndexes, QuerySpec};
 use crate::{CommandRequest, ServerContext};
@@ -184,10 +185,10 @@ fn explain_query(
         .chain(execution.planning.rejected.iter())
         .map(|outcome| {
             doc! {
-                "nReturned": to_i64(outcome.results),
-                "executionTimeMillisEstimate": 0_i64,
-                "totalKeysExamined": to_i64(outcome.keys_examined),
-                "totalDocsExamined": to_i64(outcome.documents_examined),
+                "nReturned": to_count(outcome.results),
+                "executionTimeMillisEstimate": 0_i32,
+                "totalKeysExamined": to_count(outcome.keys_examined),
+                "totalDocsExamined": to_count(outcome.documents_examined),
                 "score": outcome.score,
                 "executionStages": outcome.stages.clone(),
             }
@@ -263,10 +264,10 @@ fn execution_stats(
 ) -> Document {
     let mut stats = doc! {
         "executionSuccess": true,
-        "nReturned": to_i64(returned),
-        "executionTimeMillis": to_i64(elapsed_ms),
-        "totalKeysExamined": to_i64(keys_examined),
-        "totalDocsExamined": to_i64(documents_examined),
+        "nReturned": to_count(returned),
+        "executionTimeMillis": to_count(elapsed_ms),
+        "totalKeysExamined": to_count(keys_examined),
+        "totalDocsExamined": to_count(documents_examined),
         "executionStages": stages,
     };
     if verbosity == Verbosity::AllPlansExecution {
@@ -286,15 +287,15 @@ fn wrap(stages: Document, wrapper: &Wrapper, drained: Option<&Drained>) -> Docum
     };
     let mut stage = doc! { "stage": name };
     if let Some(drained) = drained {
-        stage.insert("nReturned", 0_i64);
+        stage.insert("nReturned", 0_i32);
         match wrapper {
-            Wrapper::Count => stage.insert("nCounted", to_i64(drained.returned)),
+            Wrapper::Count => stage.insert("nCounted", to_count(drained.returned)),
             Wrapper::Update(_) => {
-                stage.insert("nMatched", to_i64(drained.returned));
-                stage.insert("nWouldModify", to_i64(drained.would_modify));
-                stage.insert("nWouldUpsert", 0_i64)
+                stage.insert("nMatched", to_count(drained.returned));
+                stage.insert("nWouldModify", to_count(drained.would_modify));
+                stage.insert("nWouldUpsert", 0_i32)
             }
-            Wrapper::Delete => stage.insert("nWouldDelete", to_i64(drained.returned)),
+            Wrapper::Delete => stage.insert("nWouldDelete", to_count(drained.returned)),
             Wrapper::None => None,
         };
     }
@@ -362,6 +363,3 @@ pub fn server_info(context: &ServerContext) -> Document {
     }
 }
 
-fn to_i64(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
-}
