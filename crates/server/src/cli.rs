@@ -44,6 +44,9 @@ pub struct ServerArguments {
     /// Fraction of slow operations logged and profiled, from 0.0 to 1.0.
     #[arg(long = "slowOpSampleRate", default_value_t = 1.0, value_parser = parse_sample_rate)]
     pub slow_operation_sample_rate: f64,
+    /// Require authentication (SCRAM-SHA-256 or SCRAM-SHA-1) and enforce users' roles.
+    #[arg(long = "auth")]
+    pub auth: bool,
 }
 
 impl ServerArguments {
