@@ -21,7 +21,7 @@ use crate::error::QueryResult;
 use crate::expression::Expression;
 
 pub use self::bits::{BitMask, BitTest};
-pub use self::regex::CompiledRegex;
+pub use self::regex::{CompiledRegex, MatchLimitExceeded, RegexMatch, TextPosition};
 
 /// A parsed query filter.
 #[derive(Clone, Debug)]

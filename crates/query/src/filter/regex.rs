@@ -11,6 +11,11 @@
 //! look-arounds rescanning long subjects cannot stall the server. An invalid pattern answers 51091
 //! ("Regular expression is invalid"), as MongoDB does.
 //!
+//! Besides matching, [`CompiledRegex::find_at`] finds the first match from a position with its
+//! capture groups and byte and code-point offsets, for `$regexFind` and its siblings; there
+//! [`CompiledRegex::try_is_match`] and `find_at` report a backtracking match that gives up as
+//! [`MatchLimitExceeded`] instead of as no match.
+//!
 //! Memory: one regex compiles to at most [`MAX_COMPILED_REGEX_BYTES`] of automata (past it,
 //! 51091, as MongoDB's PCRE answers a pattern that compiles too large), and its lazy DFA's
 //! cache grows to at most [`REGEX_CACHE_CAPACITY_BYTES`] per direction while matching. The
@@ -23,8 +28,10 @@
 
 mod pcre;
 
+use std::ops::Range;
+
 use bson::Bson;
-use regex_automata::meta;
+use regex_automata::{meta, Input, PatternID};
 
 use crate::error::{QueryError, QueryResult};
 
@@ -63,9 +70,68 @@ const INVALID_REGEX_OPTION: i32 = 51108;
 /// The engine a pattern compiled to.
 #[derive(Clone, Debug)]
 enum Engine {
-    Automaton(meta::Regex),
+    Automaton { regex: meta::Regex, groups: GroupLayout },
     Backtracking(Box<fancy_regex::Regex>),
 }
+
+/// Which groups of an automaton are the pattern's own and which hold a final newline
+/// consumed by `$` (see [`pcre::FINAL_NEWLINE_GROUP_PREFIX`]).
+#[derive(Clone, Debug, Default)]
+struct GroupLayout {
+    /// The engine's indices of the pattern's capture groups, in pattern order.
+    pattern_groups: Vec<usize>,
+    final_newline_groups: Vec<usize>,
+}
+
+impl GroupLayout {
+    fn of(regex: &meta::Regex) -> GroupLayout {
+        let mut layout = GroupLayout::default();
+        for (index, name) in regex.group_info().pattern_names(PatternID::ZERO).enumerate().skip(1) {
+            if name.is_some_and(|name| name.starts_with(pcre::FINAL_NEWLINE_GROUP_PREFIX)) {
+                layout.final_newline_groups.push(index);
+            } else {
+                layout.pattern_groups.push(index);
+            }
+        }
+        layout
+    }
+}
+
+/// A position in a text: its byte offset and the number of code points before it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TextPosition {
+    pub byte: usize,
+    pub code_point: usize,
+}
+
+/// One match of a [`CompiledRegex`] in a text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegexMatch {
+    /// Where the match starts.
+    pub start: TextPosition,
+    /// The byte offset just past the match.
+    pub end_byte: usize,
+    /// The byte ranges of the pattern's capture groups, in pattern order; `None` for a group
+    /// that took no part in the match.
+    pub groups: Vec<Option<Range<usize>>>,
+}
+
+impl RegexMatch {
+    /// The matched text.
+    pub fn text<'text>(&self, text: &'text str) -> &'text str {
+        text.get(self.start.byte..self.end_byte).unwrap_or_default()
+    }
+
+    /// Where the match ends, in bytes and code points.
+    pub fn end(&self, text: &str) -> TextPosition {
+        TextPosition { byte: self.end_byte, code_point: self.start.code_point + self.text(text).chars().count() }
+    }
+}
+
+/// The backtracking engine gave up on a match: it exceeded [`BACKTRACK_LIMIT`], or the
+/// subject is longer than [`BACKTRACKING_MAX_SUBJECT_BYTES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatchLimitExceeded;
 
 /// A compiled regular expression, keeping its source for equality with stored regexes.
 #[derive(Clone, Debug)]
@@ -116,11 +182,36 @@ impl CompiledRegex {
     /// [`BACKTRACK_LIMIT`], or whose subject is longer than
     /// [`BACKTRACKING_MAX_SUBJECT_BYTES`], counts as no match.
     pub fn is_match_str(&self, text: &str) -> bool {
+        self.try_is_match(text).unwrap_or(false)
+    }
+
+    /// Whether the regex matches somewhere in `text`, or [`MatchLimitExceeded`] when the
+    /// backtracking engine gives up.
+    pub fn try_is_match(&self, text: &str) -> Result<bool, MatchLimitExceeded> {
         match &self.engine {
-            Engine::Automaton(regex) => regex.is_match(text),
-            Engine::Backtracking(_) if text.len() > BACKTRACKING_MAX_SUBJECT_BYTES => false,
-            Engine::Backtracking(regex) => regex.is_match(text).unwrap_or(false),
+            Engine::Automaton { regex, .. } => Ok(regex.is_match(text)),
+            Engine::Backtracking(_) if text.len() > BACKTRACKING_MAX_SUBJECT_BYTES => Err(MatchLimitExceeded),
+            Engine::Backtracking(regex) => regex.is_match(text).map_err(|_| MatchLimitExceeded),
         }
+    }
+
+    /// The first match that starts at or after `from` (whose code-point count the caller
+    /// knows, so that successive searches count each code point once), with its capture
+    /// groups. Anchors and look-behind see the whole text, as PCRE's start offset does.
+    /// `None` when nothing matches, or when `from` is past the end or inside a code point.
+    pub fn find_at(&self, text: &str, from: TextPosition) -> Result<Option<RegexMatch>, MatchLimitExceeded> {
+        if from.byte > text.len() || !text.is_char_boundary(from.byte) {
+            return Ok(None);
+        }
+        let found = match &self.engine {
+            Engine::Automaton { regex, groups } => find_with_automaton(regex, groups, text, from.byte),
+            Engine::Backtracking(_) if text.len() > BACKTRACKING_MAX_SUBJECT_BYTES => return Err(MatchLimitExceeded),
+            Engine::Backtracking(regex) => find_with_backtracking(regex, text, from.byte)?,
+        };
+        let Some((whole, groups)) = found else { return Ok(None) };
+        let skipped = text.get(from.byte..whole.start).map_or(0, |skipped| skipped.chars().count());
+        let start = TextPosition { byte: whole.start, code_point: from.code_point + skipped };
+        Ok(Some(RegexMatch { start, end_byte: whole.end, groups }))
     }
 
     /// True when the pattern needed the backtracking engine.
@@ -145,7 +236,8 @@ fn compile(pattern: &str, modes: pcre::Modes, prefix: &str) -> QueryResult<(Engi
         match meta::Regex::builder().configure(configuration).build(&format!("{prefix}{translated}")) {
             Ok(compiled) => {
                 let memory_bytes = (compiled.memory_usage() + compiled.create_cache().memory_usage()) as u64 + REGEX_OVERHEAD_BYTES;
-                return Ok((Engine::Automaton(compiled), memory_bytes));
+                let groups = GroupLayout::of(&compiled);
+                return Ok((Engine::Automaton { regex: compiled, groups }, memory_bytes));
             }
             Err(error) if error.size_limit().is_some() => return Err(invalid(&error.to_string())),
             // Look-around, back-references and the like: the backtracking engine has them.
@@ -163,6 +255,33 @@ fn compile(pattern: &str, modes: pcre::Modes, prefix: &str) -> QueryResult<(Engi
         .map_err(|error| invalid(&error.to_string()))?;
     let memory_bytes = BACKTRACKING_BASE_BYTES + BACKTRACKING_BYTES_PER_PATTERN_BYTE * source.len() as u64;
     Ok((Engine::Backtracking(Box::new(compiled)), memory_bytes))
+}
+
+/// A match's byte range and its groups' byte ranges.
+type FoundSpans = (Range<usize>, Vec<Option<Range<usize>>>);
+
+/// The automaton's first match from byte `start`. Where `$` consumed the final newline (a
+/// non-empty final-newline group), PCRE's match ends before it: the match and every group are
+/// cut there.
+fn find_with_automaton(regex: &meta::Regex, layout: &GroupLayout, text: &str, start: usize) -> Option<FoundSpans> {
+    let mut captures = regex.create_captures();
+    regex.search_captures(&Input::new(text).span(start..text.len()), &mut captures);
+    let whole = captures.get_match()?.range();
+    let cut = layout.final_newline_groups.iter().filter_map(|&index| captures.get_group(index)).find(|span| !span.is_empty()).map(|span| span.start);
+    let clip = |range: Range<usize>| match cut {
+        Some(cut) => range.start.min(cut)..range.end.min(cut),
+        None => range,
+    };
+    let groups = layout.pattern_groups.iter().map(|&index| captures.get_group(index).map(|span| clip(span.range()))).collect();
+    Some((clip(whole), groups))
+}
+
+/// The backtracking engine's first match from byte `start`.
+fn find_with_backtracking(regex: &fancy_regex::Regex, text: &str, start: usize) -> Result<Option<FoundSpans>, MatchLimitExceeded> {
+    let Some(captures) = regex.captures_from_pos(text, start).map_err(|_| MatchLimitExceeded)? else { return Ok(None) };
+    let Some(whole) = captures.get(0) else { return Ok(None) };
+    let groups = (1..captures.len()).map(|index| captures.get(index).map(|group| group.range())).collect();
+    Ok(Some((whole.range(), groups)))
 }
 
 fn invalid(reason: &str) -> QueryError {

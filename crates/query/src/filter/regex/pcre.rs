@@ -20,7 +20,9 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Flavor {
     /// The finite-automaton engine: no look-around, so `$` consumes an optional final newline
-    /// (only where nothing follows it in its branch) and `\b` is `(?-u:\b)`.
+    /// (only where it ends the match: see [`Translator::anchor_ends_match`]) inside a group
+    /// named [`FINAL_NEWLINE_GROUP_PREFIX`] and a number, so that a search can give the
+    /// newline back, and `\b` is `(?-u:\b)`.
     Automaton,
     /// The backtracking engine: look-around renders `$`, `\Z` and `\b` exactly.
     Backtracking,
@@ -45,10 +47,21 @@ const HORIZONTAL_SPACE: &[(u32, u32)] =
     &[(0x09, 0x09), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x180E, 0x180E), (0x2000, 0x200A), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000)];
 const VERTICAL_SPACE: &[(u32, u32)] = &[(0x0A, 0x0D), (0x85, 0x85), (0x2028, 0x2029)];
 const WORD_CLASS: &str = "[0-9A-Za-z_]";
+/// The name prefix of the groups holding a final newline consumed by `$` (automaton flavor).
+/// PCRE's group names cannot contain `.`, so no pattern's own group has such a name.
+pub(super) const FINAL_NEWLINE_GROUP_PREFIX: &str = "myriad.final_newline.";
 
 /// Translates `pattern` for `flavor`.
 pub(super) fn translate(pattern: &str, modes: Modes, flavor: Flavor) -> Result<String, NeedsBacktracking> {
-    let mut translator = Translator { characters: pattern.chars().collect(), position: 0, output: String::with_capacity(pattern.len() + 16), modes, flavor };
+    let mut translator = Translator {
+        characters: pattern.chars().collect(),
+        position: 0,
+        output: String::with_capacity(pattern.len() + 16),
+        modes,
+        flavor,
+        depth: 0,
+        final_newline_groups: 0,
+    };
     translator.run()?;
     Ok(translator.output)
 }
@@ -59,6 +72,10 @@ struct Translator {
     output: String,
     modes: Modes,
     flavor: Flavor,
+    /// Groups open at the current position.
+    depth: usize,
+    /// Final-newline groups emitted so far (each needs its own name).
+    final_newline_groups: usize,
 }
 
 impl Translator {
@@ -75,6 +92,10 @@ impl Translator {
                 '$' => self.end_anchor(false)?,
                 '^' if self.modes.multi_line => self.output.push_str("(?m:^)"),
                 '(' => self.group_opening(),
+                ')' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    self.output.push(')');
+                }
                 '{' => self.brace(),
                 '}' => self.output.push_str(r"\}"),
                 '#' if self.modes.extended => self.skip_comment(),
@@ -104,18 +125,37 @@ impl Translator {
             Flavor::Backtracking => self.output.push_str(r"(?=\n?\z)"),
             Flavor::Automaton => {
                 // Consuming the newline is only invisible when nothing else must match after it.
-                if !matches!(self.peek(0), None | Some(')' | '|')) {
+                if !self.anchor_ends_match() {
                     return Err(NeedsBacktracking);
                 }
-                self.output.push_str(r"(?:\n?\z)");
+                let name = format!("{FINAL_NEWLINE_GROUP_PREFIX}{}", self.final_newline_groups);
+                self.final_newline_groups += 1;
+                self.output.push_str(&format!(r"(?P<{name}>\n?)\z"));
             }
         }
         Ok(())
     }
 
+    /// True when an end anchor at the current position ends every match that passes it: only
+    /// closing parentheses follow, up to the end of the pattern or to an alternative of the
+    /// whole pattern. (A quantifier, an alternative inside a group, or anything else that
+    /// could still match after the anchor needs the backtracking engine's exact `$`.)
+    fn anchor_ends_match(&self) -> bool {
+        let mut closed = 0;
+        loop {
+            match self.peek(closed) {
+                Some(')') => closed += 1,
+                None => return closed <= self.depth,
+                Some('|') => return closed == self.depth,
+                Some(_) => return false,
+            }
+        }
+    }
+
     /// `(`: comments, and inline options, whose `m` and `x` are applied here.
     fn group_opening(&mut self) {
         if self.peek(0) != Some('?') {
+            self.depth += 1;
             self.output.push('(');
             return;
         }
@@ -134,6 +174,8 @@ impl Translator {
         }
         let terminator = self.peek(length);
         if length == 1 || !matches!(terminator, Some(')' | ':')) {
+            // Look-around, named groups and the like: a group the engine parses.
+            self.depth += 1;
             self.output.push('(');
             return;
         }
@@ -156,8 +198,14 @@ impl Translator {
         match (terminator, kept.is_empty()) {
             (Some(')'), true) => {}
             (Some(')'), false) => self.output.push_str(&format!("(?{kept})")),
-            (_, true) => self.output.push_str("(?:"),
-            (_, false) => self.output.push_str(&format!("(?{kept}:")),
+            (_, true) => {
+                self.depth += 1;
+                self.output.push_str("(?:");
+            }
+            (_, false) => {
+                self.depth += 1;
+                self.output.push_str(&format!("(?{kept}:"));
+            }
         }
     }
 
