@@ -131,7 +131,7 @@ pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Reply {
 
 /// Commands that change the catalog; their batches are written without a sync, so
 /// `j: true` (or `w: "majority"`) syncs the WAL after them. Data writes sync in their commit.
-const DDL_COMMANDS: &[&str] = &["create", "drop", "dropDatabase", "renameCollection", "createIndexes", "dropIndexes", "deleteIndexes"];
+const DDL_COMMANDS: &[&str] = &["create", "collMod", "drop", "dropDatabase", "renameCollection", "createIndexes", "dropIndexes", "deleteIndexes"];
 
 fn sync_journal_for_ddl(context: &ServerContext, request: &CommandRequest) -> CommandResult<()> {
     if DDL_COMMANDS.contains(&request.name.as_str()) && crate::write::durability(request)? == myriad_storage::Durability::Journaled {
