@@ -8,7 +8,8 @@ set -euo pipefail
 installed() { dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed'; }
 
 need_apt=()
-for package in librocksdb-dev libclang-dev build-essential pkg-config python3 python3-pip; do
+# python3-cryptography: tests/python/test_tls.py makes its CA and certificates with it.
+for package in librocksdb-dev libclang-dev build-essential pkg-config python3 python3-pip python3-cryptography; do
     installed "$package" || need_apt+=("$package")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -4,7 +4,7 @@ examples from MongoDB's manual and exact results."""
 import datetime
 
 import pytest
-from bson import Decimal128, ObjectId
+from bson import Decimal128, ObjectId, Regex
 from pymongo.errors import OperationFailure
 
 
@@ -113,6 +113,60 @@ def test_string_and_regex_operators(db):
         {"match": "ann@example.com", "idx": 5, "captures": ["ann"]},
         {"match": "bo@x.org", "idx": 22, "captures": ["bo"]},
     ]
+
+
+PRODUCTS = [
+    "Single LINE description.",
+    "First lines\nsecond line",
+    "Many spaces before     line",
+    "Multiple\nline descriptions",
+    "anchors, links and hyperlinks",
+    "métier work vocation",
+]
+
+
+def over_products(db, expression):
+    """Evaluates one expression over the manual's products collection, in _id order."""
+    db.products.delete_many({})
+    db.products.insert_many([{"_id": index, "description": text} for index, text in enumerate(PRODUCTS)])
+    pipeline = [{"$sort": {"_id": 1}}, {"$project": {"_id": 0, "result": expression}}]
+    return [row["result"] for row in db.products.aggregate(pipeline)]
+
+
+def found(text, index, captures=()):
+    return {"match": text, "idx": index, "captures": list(captures)}
+
+
+def test_regex_expressions_match_the_manual(db):
+    assert over_products(db, {"$regexFind": {"input": "$description", "regex": Regex("line")}}) == [
+        None, found("line", 6), found("line", 23), found("line", 9), None, None]
+    assert over_products(db, {"$regexFind": {"input": "$description", "regex": "lin(e|k)"}}) == [
+        None, found("line", 6, ["e"]), found("line", 23, ["e"]), found("line", 9, ["e"]), found("link", 9, ["k"]), None]
+    assert over_products(db, {"$regexFind": {"input": "$description", "regex": Regex("^s", "im")}}) == [
+        found("S", 0), found("s", 12), None, None, None, None]
+    assert over_products(db, {"$regexFind": {"input": "$description", "regex": "lin(e|k) # line or link", "options": "x"}})[4] \
+        == found("link", 9, ["k"])
+    assert over_products(db, {"$regexMatch": {"input": "$description", "regex": Regex("line")}}) == [
+        False, True, True, True, False, False]
+    # idx counts code points: "mé" is two of them.
+    assert over_products(db, {"$regexFindAll": {"input": "$description", "regex": "ti"}})[5] == [
+        found("ti", 2), found("ti", 16)]
+    assert project(db, {"$regexFindAll": {"input": "a1 b22 c", "regex": "([a-z])(\\d+)?"}}) == [
+        found("a1", 0, ["a", "1"]), found("b22", 3, ["b", "22"]), found("c", 7, ["c", None])]
+
+
+def test_regex_expressions_have_look_around_and_back_references(db):
+    assert project(db, {"$regexFind": {"input": "anchors, links", "regex": "\\w+(?=,)"}}) == found("anchors", 0)
+    assert project(db, {"$regexFind": {"input": "métier", "regex": "(?<=é)\\w+"}}) == found("tier", 2)
+    assert project(db, {"$regexFind": {"input": "hello", "regex": "(\\w)\\1"}}) == found("ll", 2, ["l"])
+    assert project(db, {"$regexFindAll": {"input": "aabcdd", "regex": "(\\w)\\1"}}) == [
+        found("aa", 0, ["a"]), found("dd", 4, ["d"])]
+    assert project(db, {"$regexMatch": {"input": "abcabc", "regex": "^(abc)\\1$"}}) is True
+    assert project(db, {"$regexMatch": {"input": "abcabd", "regex": "^(abc)\\1$"}}) is False
+    # `$` matches before a final newline, which stays out of the match and its groups.
+    assert project(db, {"$regexFind": {"input": "line\n", "regex": "(ne)$"}}) == found("ne", 2, ["ne"])
+    # Past the backtracking engine's bounds the match gives up with MongoDB's code.
+    assert error_code(db, {"$regexMatch": {"input": "a" * 60, "regex": "^(a|aa)+\\1c"}}) == 51156
 
 
 def test_array_and_set_operators(db):

@@ -113,7 +113,10 @@ SHAPES = [
      {"n": "int", "ok": "double"}),
     ("findAndModify", "seeded", {"findAndModify": COLLECTION, "query": {"_id": 2}, "update": {"$inc": {"a": 1}}},
      {"lastErrorObject": {"n": "int", "updatedExisting": "bool"}, "value": "object", "ok": "double"}),
-    ("count", "seeded", {"count": COLLECTION}, {"n": "number", "ok": "double"}),
+    # MongoDB appends count's long long with appendNumber: an int32 whenever it fits.
+    ("count", "seeded", {"count": COLLECTION}, {"n": "int", "ok": "double"}),
+    ("count query", "seeded", {"count": COLLECTION, "query": {"_id": {"$gte": 2}}}, {"n": "int", "ok": "double"}),
+    ("count missing collection", "seeded", {"count": "no_such_collection"}, {"n": "int", "ok": "double"}),
     ("distinct", "seeded", {"distinct": COLLECTION, "key": "a"}, {"values": "array", "ok": "double"}),
     ("aggregate", "seeded", {"aggregate": COLLECTION, "pipeline": [], "cursor": {}},
      {"cursor": {"firstBatch": "array", "id": "long", "ns": "string"}, "ok": "double"}),
@@ -255,6 +258,8 @@ ERRORS = [
      {"createIndexes": COLLECTION, "indexes": [{"key": {"_id": 1}, "name": "_id_", "sparse": True}]},
      197, "InvalidIndexSpecificationOption"),
     ("createIndexes missing indexes", {"createIndexes": COLLECTION}, 40414, "Location40414"),
+    ("aggregate missing pipeline", {"aggregate": COLLECTION, "cursor": {}}, 40414, "Location40414"),
+    ("distinct missing key", {"distinct": COLLECTION}, 40414, "Location40414"),
     ("collStats scale", {"collStats": COLLECTION, "scale": 0}, 2, "BadValue"),
     ("dbStats scale", {"dbStats": 1, "scale": -1}, 2, "BadValue"),
     ("dataSize min without max", {"dataSize": f"{SEEDED}.{COLLECTION}", "min": {"a": 1}}, 2, "BadValue"),
@@ -284,6 +289,16 @@ def test_bad_arguments_answer_mongodb_codes_and_change_nothing(client, seeded, l
     assert (failure.value.code, failure.value.details.get("codeName")) == (code, code_name), failure.value.details
     assert (sorted(seeded.list_collection_names()), seeded[COLLECTION].count_documents({})) == before
     assert sorted(index["name"] for index in seeded[COLLECTION].list_indexes()) == indexes_before
+
+
+@pytest.mark.parametrize("command,message", [
+    ({"aggregate": COLLECTION, "cursor": {}}, "BSON field 'aggregate.pipeline' is missing but a required field"),
+    ({"distinct": COLLECTION}, "BSON field 'distinct.key' is missing but a required field"),
+])
+def test_a_missing_required_field_is_named_as_mongodb_names_it(seeded, command, message):
+    with pytest.raises(pymongo.errors.OperationFailure) as failure:
+        seeded.command(command)
+    assert (failure.value.code, failure.value.details.get("errmsg")) == (40414, message)
 
 
 # ---- duplicate field names ------------------------------------------------------------------------

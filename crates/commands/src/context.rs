@@ -61,6 +61,8 @@ pub struct ServerContext {
     pub topology: crate::command::hello::Topology,
     /// Commands running now (currentOp, killOp, maxTimeMS).
     pub operations: crate::operation::OperationTable,
+    /// Authentication on or off, privilege cache, failed-login limiter.
+    pub security: crate::auth::Security,
 }
 
 /// Bytes that crossed the wire compressed, per compressor (serverStatus.network.compression).
@@ -120,6 +122,7 @@ impl ServerContext {
             compression: CompressionCounters::default(),
             topology: crate::command::hello::Topology::new(),
             operations: crate::operation::OperationTable::default(),
+            security: crate::auth::Security::default(),
         }
     }
 

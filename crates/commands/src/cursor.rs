@@ -92,6 +92,9 @@ pub struct Cursor {
     pub source: CursorSource,
     /// The `lsid.id` of the session that opened the cursor, when it had one.
     pub session: Option<Bson>,
+    /// The users (`user@db`) authenticated on the connection that opened the cursor; with
+    /// `--auth`, getMore and killCursors from other users are refused.
+    pub owner_users: Vec<String>,
     /// How a query cursor's end is seen (see [`QueryEnd`]).
     pub query_end: QueryEnd,
     last_used: Instant,
@@ -100,7 +103,15 @@ pub struct Cursor {
 
 impl Cursor {
     pub fn new(namespace: String, source: CursorSource, session: Option<Bson>) -> Cursor {
-        Cursor { namespace, source, session, query_end: QueryEnd::default(), last_used: Instant::now(), retained_bytes: 0 }
+        Cursor {
+            namespace,
+            source,
+            session,
+            owner_users: crate::auth::current_users(),
+            query_end: QueryEnd::default(),
+            last_used: Instant::now(),
+            retained_bytes: 0,
+        }
     }
 
     pub fn with_query_end(mut self, query_end: QueryEnd) -> Cursor {
@@ -241,6 +252,12 @@ impl CursorManager {
     /// session, `None` when no such cursor is open.
     pub fn owner(&self, id: i64) -> Option<Option<Bson>> {
         self.open.lock().by_id.get(&id).map(|cursor| cursor.session.clone())
+    }
+
+    /// The users who opened an open cursor (empty when none was authenticated), `None` when no
+    /// such cursor is open.
+    pub fn owner_users(&self, id: i64) -> Option<Vec<String>> {
+        self.open.lock().by_id.get(&id).map(|cursor| cursor.owner_users.clone())
     }
 
     pub fn open_count(&self) -> usize {

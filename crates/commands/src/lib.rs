@@ -15,6 +15,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod aggregate_server_state;
+pub mod auth;
 pub mod aggregate_sources;
 pub mod backend;
 pub mod collation;

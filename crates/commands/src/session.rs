@@ -12,9 +12,12 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 
 use bson::Document;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use myriad_wire::Compressor;
+
+use crate::auth::scram::ServerConversation;
+use crate::auth::UserName;
 
 pub struct Session {
     pub connection_id: i64,
@@ -24,10 +27,28 @@ pub struct Session {
     /// The `client` document of the first `hello` (driver, OS, application name). MongoDB lets
     /// a connection set it once.
     client_metadata: OnceLock<Document>,
-    /// Users authenticated on this connection, as `user@database`. Myriad has no
-    /// authentication mechanism yet, so this is always empty; `saslStart`/`saslContinue` will
-    /// add to it and `logout` remove from it, and `connectionStatus` will report it.
-    authenticated_users: RwLock<Vec<String>>,
+    /// Users authenticated on this connection: `saslStart`/`saslContinue` (and a hello's
+    /// speculative authentication) set it, `logout` clears it, `connectionStatus` reports it.
+    /// As in MongoDB 6+, a connection holds at most one user.
+    authenticated_users: RwLock<Vec<UserName>>,
+    /// The SASL conversation in progress (at most one per connection, as mongod).
+    conversation: Mutex<Option<Conversation>>,
+}
+
+/// A SASL conversation between its messages.
+#[derive(Clone, Debug)]
+pub struct Conversation {
+    pub id: i32,
+    pub db: String,
+    /// Waiting for the client-final message; None once the proof checked and only the empty
+    /// closing exchange remains.
+    pub scram: Option<ServerConversation>,
+    pub user: String,
+    pub mechanism: &'static str,
+    /// The client asked (`options.skipEmptyExchange`) to finish without the empty last round.
+    pub skip_empty_exchange: bool,
+    /// Started by a hello's `speculativeAuthenticate`.
+    pub speculative: bool,
 }
 
 impl Session {
@@ -38,6 +59,7 @@ impl Session {
             compressors: RwLock::new(Vec::new()),
             client_metadata: OnceLock::new(),
             authenticated_users: RwLock::new(Vec::new()),
+            conversation: Mutex::new(None),
         }
     }
 
@@ -63,8 +85,33 @@ impl Session {
         self.client_metadata.set(metadata).is_ok()
     }
 
+    /// `user@db` of each authenticated user.
     pub fn authenticated_users(&self) -> Vec<String> {
+        self.authenticated_users.read().iter().map(UserName::full_name).collect()
+    }
+
+    pub fn authenticated_user_names(&self) -> Vec<UserName> {
         self.authenticated_users.read().clone()
+    }
+
+    /// A successful login: the connection is now this user (replacing any earlier one).
+    pub fn authenticate(&self, user: UserName) {
+        *self.authenticated_users.write() = vec![user];
+    }
+
+    pub fn logout(&self) {
+        self.authenticated_users.write().clear();
+        *self.conversation.lock() = None;
+    }
+
+    /// Starts a conversation, replacing any unfinished one.
+    pub fn set_conversation(&self, conversation: Option<Conversation>) {
+        *self.conversation.lock() = conversation;
+    }
+
+    /// Takes the conversation in progress out of the session.
+    pub fn take_conversation(&self) -> Option<Conversation> {
+        self.conversation.lock().take()
     }
 }
 
@@ -100,5 +147,16 @@ mod tests {
         assert!(!session.set_client_metadata(bson::doc! { "driver": { "name": "second" } }));
         assert_eq!(session.client_metadata().and_then(|metadata| metadata.get_document("driver").ok()).and_then(|driver| driver.get_str("name").ok()), Some("first"));
         assert!(session.authenticated_users().is_empty());
+    }
+
+    #[test]
+    fn login_replaces_the_user_and_logout_forgets_it() {
+        let session = Session::new(7, None);
+        session.authenticate(UserName::new("ann", "admin"));
+        session.authenticate(UserName::new("bob", "shop"));
+        assert_eq!(session.authenticated_users(), vec!["bob@shop".to_string()]);
+        session.logout();
+        assert!(session.authenticated_user_names().is_empty());
+        assert!(session.take_conversation().is_none());
     }
 }

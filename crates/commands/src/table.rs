@@ -3,6 +3,7 @@
 
 use bson::{doc, Document};
 
+use crate::auth::{self, Access};
 use crate::command;
 use crate::context::ServerContext;
 use crate::error::{CommandError, CommandResult, COMMAND_NOT_FOUND};
@@ -22,66 +23,78 @@ pub struct CommandSpec {
     pub admin_only: bool,
     /// Counted as a write for opcounters and the `w`/`j` durability options.
     pub is_write: bool,
+    /// What the command needs when authorization is on (see [`crate::auth::authorize`]).
+    pub access: Access,
 }
 
 macro_rules! commands {
-    ($( $name:literal $( | $alias:literal )* => $handler:path, admin: $admin:literal, write: $write:literal, $help:literal; )*) => {
+    ($( $name:literal $( | $alias:literal )* => $handler:path, admin: $admin:literal, write: $write:literal, access: $access:expr, $help:literal; )*) => {
         pub static COMMANDS: &[CommandSpec] = &[
-            $( CommandSpec { name: $name, aliases: &[$($alias),*], handler: |context, request| $handler(context, request).map(Reply::from), help: $help, admin_only: $admin, is_write: $write }, )*
+            $( CommandSpec { name: $name, aliases: &[$($alias),*], handler: |context, request| $handler(context, request).map(Reply::from), help: $help, admin_only: $admin, is_write: $write, access: { use Access::*; $access } }, )*
         ];
     };
 }
 
 commands! {
-    "hello" | "isMaster" | "ismaster" => command::hello::run, admin: false, write: false, "Handshake: server role, limits and negotiated compression.";
-    "buildInfo" | "buildinfo" => command::build_info::run, admin: false, write: false, "Version and build details.";
-    "ping" => command::ping::run, admin: false, write: false, "Checks that the server answers.";
-    "getParameter" => command::parameters::get, admin: true, write: false, "Reads server parameters.";
-    "setParameter" => command::parameters::set, admin: true, write: false, "Sets server parameters.";
-    "whatsmyuri" => command::whatsmyuri::run, admin: false, write: false, "The client's own address.";
-    "connectionStatus" => command::connection_status::run, admin: false, write: false, "Authentication state of this connection.";
-    "hostInfo" => command::host_info::run, admin: false, write: false, "Host operating system and hardware.";
-    "getCmdLineOpts" => command::get_cmd_line_opts::run, admin: true, write: false, "The options the server was started with.";
-    "serverStatus" => command::server_status::run, admin: false, write: false, "Server and storage engine figures.";
-    "listCommands" => command::list_commands::run, admin: false, write: false, "This list.";
-    "getLog" => command::get_log::run, admin: true, write: false, "Recent log lines.";
-    "startSession" => command::sessions::start, admin: false, write: false, "Starts a logical session.";
-    "endSessions" => command::sessions::end, admin: false, write: false, "Ends logical sessions.";
-    "refreshSessions" => command::sessions::refresh, admin: false, write: false, "Keeps logical sessions alive.";
-    "killSessions" => command::sessions::end, admin: false, write: false, "Kills logical sessions.";
-    "killAllSessions" => command::sessions::end, admin: false, write: false, "Kills all logical sessions.";
-    "commitTransaction" => command::sessions::commit_transaction, admin: true, write: false, "Commits a transaction (standalone: none can be open).";
-    "abortTransaction" => command::sessions::abort_transaction, admin: true, write: false, "Aborts a transaction (standalone: none can be open).";
-    "insert" => command::insert::run, admin: false, write: true, "Inserts documents.";
-    "find" => command::find::run, admin: false, write: false, "Queries documents.";
-    "getMore" => command::get_more::run, admin: false, write: false, "Next batch of a cursor.";
-    "killCursors" => command::kill_cursors::run, admin: false, write: false, "Closes cursors.";
-    "update" => command::update::run, admin: false, write: true, "Updates documents.";
-    "delete" => command::delete::run, admin: false, write: true, "Deletes documents.";
-    "findAndModify" | "findandmodify" => command::find_and_modify::run, admin: false, write: true, "Updates or removes one document and returns it.";
-    "count" => command::count::run, admin: false, write: false, "Counts matching documents.";
-    "distinct" => command::distinct::run, admin: false, write: false, "Distinct values of a field.";
-    "aggregate" => command::aggregate::run, admin: false, write: false, "Runs an aggregation pipeline.";
-    "create" => command::create::run, admin: false, write: true, "Creates a collection.";
-    "collMod" => command::coll_mod::run, admin: false, write: true, "Changes a collection's validator, validationLevel and validationAction.";
-    "drop" => command::drop::run, admin: false, write: true, "Drops a collection.";
-    "dropDatabase" => command::drop_database::run, admin: false, write: true, "Drops a database.";
-    "listCollections" => command::list_collections::run, admin: false, write: false, "Lists collections.";
-    "listDatabases" => command::list_databases::run, admin: true, write: false, "Lists databases.";
-    "renameCollection" => command::rename_collection::run, admin: true, write: true, "Renames a collection.";
-    "createIndexes" => command::create_indexes::run, admin: false, write: true, "Builds indexes.";
-    "listIndexes" => command::list_indexes::run, admin: false, write: false, "Lists a collection's indexes.";
-    "dropIndexes" | "deleteIndexes" => command::drop_indexes::run, admin: false, write: true, "Drops indexes.";
-    "collStats" => command::coll_stats::run, admin: false, write: false, "Collection statistics.";
-    "dbStats" | "dbstats" => command::db_stats::run, admin: false, write: false, "Database statistics.";
-    "dataSize" | "datasize" => command::data_size::run, admin: false, write: false, "Bytes and count of a collection's documents, or of a key range's.";
-    "compact" => command::compact::run, admin: false, write: true, "Compacts the shared tablespace (returns dropped collections' disk space).";
-    "currentOp" => command::current_op::run, admin: true, write: false, "Lists the operations in progress.";
-    "killOp" => command::current_op::kill, admin: true, write: false, "Interrupts an operation in progress.";
-    "profile" => command::profile::run, admin: false, write: false, "Reads or sets the database profiler level, slowms, sampleRate and filter.";
-    "explain" => command::explain::run, admin: false, write: false, "Explains how a query, count, distinct, update, delete, findAndModify or aggregate runs.";
-    "planCacheClear" => command::plan_cache_clear::run, admin: false, write: false, "Forgets a collection's cached query plans.";
-    "validate" => command::validate::run, admin: false, write: false, "Checks a collection's records, indexes and counts.";
+    "hello" | "isMaster" | "ismaster" => command::hello::run, admin: false, write: false, access: Open, "Handshake: server role, limits and negotiated compression.";
+    "buildInfo" | "buildinfo" => command::build_info::run, admin: false, write: false, access: Open, "Version and build details.";
+    "ping" => command::ping::run, admin: false, write: false, access: Open, "Checks that the server answers.";
+    "getParameter" => command::parameters::get, admin: true, write: false, access: Cluster(&["getParameter"]), "Reads server parameters.";
+    "setParameter" => command::parameters::set, admin: true, write: false, access: Cluster(&["setParameter"]), "Sets server parameters.";
+    "whatsmyuri" => command::whatsmyuri::run, admin: false, write: false, access: Open, "The client's own address.";
+    "connectionStatus" => command::connection_status::run, admin: false, write: false, access: Open, "Authentication state of this connection.";
+    "hostInfo" => command::host_info::run, admin: false, write: false, access: Cluster(&["hostInfo"]), "Host operating system and hardware.";
+    "getCmdLineOpts" => command::get_cmd_line_opts::run, admin: true, write: false, access: Cluster(&["getCmdLineOpts"]), "The options the server was started with.";
+    "serverStatus" => command::server_status::run, admin: false, write: false, access: Cluster(&["serverStatus"]), "Server and storage engine figures.";
+    "listCommands" => command::list_commands::run, admin: false, write: false, access: Open, "This list.";
+    "getLog" => command::get_log::run, admin: true, write: false, access: Cluster(&["getLog"]), "Recent log lines.";
+    "startSession" => command::sessions::start, admin: false, write: false, access: Authenticated, "Starts a logical session.";
+    "endSessions" => command::sessions::end, admin: false, write: false, access: Open, "Ends logical sessions.";
+    "refreshSessions" => command::sessions::refresh, admin: false, write: false, access: Authenticated, "Keeps logical sessions alive.";
+    "killSessions" => command::sessions::end, admin: false, write: false, access: Authenticated, "Kills logical sessions.";
+    "killAllSessions" => command::sessions::end, admin: false, write: false, access: Cluster(&["killAnySession"]), "Kills all logical sessions.";
+    "commitTransaction" => command::sessions::commit_transaction, admin: true, write: false, access: Authenticated, "Commits a transaction (standalone: none can be open).";
+    "abortTransaction" => command::sessions::abort_transaction, admin: true, write: false, access: Authenticated, "Aborts a transaction (standalone: none can be open).";
+    "insert" => command::insert::run, admin: false, write: true, access: Collection(&["insert"]), "Inserts documents.";
+    "find" => command::find::run, admin: false, write: false, access: Collection(&["find"]), "Queries documents.";
+    "getMore" => command::get_more::run, admin: false, write: false, access: Authenticated, "Next batch of a cursor.";
+    "killCursors" => command::kill_cursors::run, admin: false, write: false, access: Authenticated, "Closes cursors.";
+    "update" => command::update::run, admin: false, write: true, access: Collection(&["update"]), "Updates documents.";
+    "delete" => command::delete::run, admin: false, write: true, access: Collection(&["remove"]), "Deletes documents.";
+    "findAndModify" | "findandmodify" => command::find_and_modify::run, admin: false, write: true, access: Custom(auth::requirements::find_and_modify), "Updates or removes one document and returns it.";
+    "count" => command::count::run, admin: false, write: false, access: Collection(&["find"]), "Counts matching documents.";
+    "distinct" => command::distinct::run, admin: false, write: false, access: Collection(&["find"]), "Distinct values of a field.";
+    "aggregate" => command::aggregate::run, admin: false, write: false, access: Custom(auth::requirements::aggregate), "Runs an aggregation pipeline.";
+    "create" => command::create::run, admin: false, write: true, access: Collection(&["createCollection"]), "Creates a collection.";
+    "collMod" => command::coll_mod::run, admin: false, write: true, access: Collection(&["collMod"]), "Changes a collection's validator, validationLevel and validationAction.";
+    "drop" => command::drop::run, admin: false, write: true, access: Collection(&["dropCollection"]), "Drops a collection.";
+    "dropDatabase" => command::drop_database::run, admin: false, write: true, access: Database(&["dropDatabase"]), "Drops a database.";
+    "listCollections" => command::list_collections::run, admin: false, write: false, access: Database(&["listCollections"]), "Lists collections.";
+    "listDatabases" => command::list_databases::run, admin: true, write: false, access: Cluster(&["listDatabases"]), "Lists databases.";
+    "renameCollection" => command::rename_collection::run, admin: true, write: true, access: Custom(auth::requirements::rename_collection), "Renames a collection.";
+    "createIndexes" => command::create_indexes::run, admin: false, write: true, access: Collection(&["createIndex"]), "Builds indexes.";
+    "listIndexes" => command::list_indexes::run, admin: false, write: false, access: Collection(&["listIndexes"]), "Lists a collection's indexes.";
+    "dropIndexes" | "deleteIndexes" => command::drop_indexes::run, admin: false, write: true, access: Collection(&["dropIndex"]), "Drops indexes.";
+    "collStats" => command::coll_stats::run, admin: false, write: false, access: Collection(&["collStats"]), "Collection statistics.";
+    "dbStats" | "dbstats" => command::db_stats::run, admin: false, write: false, access: Database(&["dbStats"]), "Database statistics.";
+    "dataSize" | "datasize" => command::data_size::run, admin: false, write: false, access: Collection(&["find"]), "Bytes and count of a collection's documents, or of a key range's.";
+    "compact" => command::compact::run, admin: false, write: true, access: Collection(&["compact"]), "Compacts the shared tablespace (returns dropped collections' disk space).";
+    "currentOp" => command::current_op::run, admin: true, write: false, access: Cluster(&["inprog"]), "Lists the operations in progress.";
+    "killOp" => command::current_op::kill, admin: true, write: false, access: Cluster(&["killop"]), "Interrupts an operation in progress.";
+    "profile" => command::profile::run, admin: false, write: false, access: Database(&["enableProfiler"]), "Reads or sets the database profiler level, slowms, sampleRate and filter.";
+    "explain" => command::explain::run, admin: false, write: false, access: Custom(auth::requirements::explain), "Explains how a query, count, distinct, update, delete, findAndModify or aggregate runs.";
+    "planCacheClear" => command::plan_cache_clear::run, admin: false, write: false, access: Collection(&["planCacheWrite"]), "Forgets a collection's cached query plans.";
+    "saslStart" => command::sasl::start, admin: false, write: false, access: Open, "Starts a SCRAM authentication conversation.";
+    "saslContinue" => command::sasl::continue_conversation, admin: false, write: false, access: Open, "Continues a SCRAM authentication conversation.";
+    "logout" => command::sasl::logout, admin: false, write: false, access: Open, "Logs the connection's user out.";
+    "createUser" => command::users::create_user, admin: false, write: true, access: Database(&["createUser", "grantRole"]), "Creates a user.";
+    "updateUser" => command::users::update_user, admin: false, write: true, access: Database(&["changePassword", "changeCustomData", "grantRole", "revokeRole"]), "Changes a user's password, custom data or roles.";
+    "dropUser" => command::users::drop_user, admin: false, write: true, access: Database(&["dropUser"]), "Removes a user.";
+    "dropAllUsersFromDatabase" => command::users::drop_all_users, admin: false, write: true, access: Database(&["dropUser"]), "Removes every user of a database.";
+    "usersInfo" => command::users::users_info, admin: false, write: false, access: Custom(auth::requirements::users_info), "Describes users.";
+    "grantRolesToUser" => command::users::grant_roles, admin: false, write: true, access: Database(&["grantRole"]), "Grants roles to a user.";
+    "revokeRolesFromUser" => command::users::revoke_roles, admin: false, write: true, access: Database(&["revokeRole"]), "Revokes roles from a user.";
+    "validate" => command::validate::run, admin: false, write: false, access: Collection(&["validate"]), "Checks a collection's records, indexes and counts.";
 }
 
 pub fn find_command(name: &str) -> Option<&'static CommandSpec> {
@@ -168,6 +181,7 @@ fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply
     let Some(spec) = find_command(&request.name) else {
         return Err(CommandError::new(COMMAND_NOT_FOUND, format!("no such command: '{}'", request.name)));
     };
+    auth::authorize(context, request, spec.name, spec.access)?;
     // Transactions and retryable writes are refused before anything runs (standalone).
     command::sessions::refuse_transactions(request)?;
     crate::collation::refuse_non_simple(request)?;
@@ -177,7 +191,8 @@ fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply
             format!("{} may only be run against the admin database.", spec.name),
         ));
     }
-    match (spec.handler)(context, request)? {
+    let users = request.connection.session.authenticated_users();
+    match auth::with_current_users(users, || (spec.handler)(context, request))? {
         Reply::Document(mut reply) => {
             if !reply.contains_key("ok") {
                 reply.insert("ok", 1.0);
@@ -194,7 +209,7 @@ pub fn describe_commands() -> Document {
     for spec in COMMANDS {
         commands.insert(
             spec.name,
-            doc! { "help": spec.help, "adminOnly": spec.admin_only, "requiresAuth": false, "secondaryOk": true },
+            doc! { "help": spec.help, "adminOnly": spec.admin_only, "requiresAuth": !matches!(spec.access, Access::Open), "secondaryOk": true },
         );
     }
     commands

@@ -2,6 +2,8 @@
 
 use clap::{Args, Parser};
 
+use crate::tls::{TlsMode, TlsOptions};
+
 #[derive(Parser, Debug)]
 #[command(name = "myriad", version, about = "A MongoDB-compatible document database for millions of collections")]
 pub struct Arguments {
@@ -47,9 +49,40 @@ pub struct ServerArguments {
     /// Require authentication (SCRAM-SHA-256 or SCRAM-SHA-1) and enforce users' roles.
     #[arg(long = "auth")]
     pub auth: bool,
+    /// Read options from this YAML file (mongod's configuration file format); flags given on
+    /// the command line override it.
+    #[arg(long = "config", short = 'f')]
+    pub config: Option<String>,
+    /// disabled, allowTLS (plain or TLS), preferTLS (plain or TLS) or requireTLS.
+    #[arg(long = "tlsMode", value_enum)]
+    pub tls_mode: Option<TlsMode>,
+    /// PEM file holding the server's certificate (and chain) and its private key.
+    #[arg(long = "tlsCertificateKeyFile")]
+    pub tls_certificate_key_file: Option<String>,
+    /// PEM file of the certificate authorities that client certificates must chain to; clients
+    /// must then present one (unless --tlsAllowConnectionsWithoutCertificates).
+    #[arg(long = "tlsCAFile")]
+    pub tls_ca_file: Option<String>,
+    /// Accept client certificates without validating them.
+    #[arg(long = "tlsAllowInvalidCertificates")]
+    pub tls_allow_invalid_certificates: bool,
+    /// With --tlsCAFile, let clients that present no certificate connect.
+    #[arg(long = "tlsAllowConnectionsWithoutCertificates")]
+    pub tls_allow_connections_without_certificates: bool,
 }
 
 impl ServerArguments {
+    /// The TLS options, as the listener reads them.
+    pub fn tls_options(&self) -> TlsOptions {
+        TlsOptions {
+            mode: self.tls_mode,
+            certificate_key_file: self.tls_certificate_key_file.clone(),
+            ca_file: self.tls_ca_file.clone(),
+            allow_invalid_certificates: self.tls_allow_invalid_certificates,
+            allow_connections_without_certificates: self.tls_allow_connections_without_certificates,
+        }
+    }
+
     /// Makes `--profile`, `--slowms` and `--slowOpSampleRate` the server's starting settings;
     /// call before the server context is built.
     pub fn apply_profiler_settings(&self) {

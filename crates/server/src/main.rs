@@ -11,14 +11,24 @@
 #![allow(clippy::result_large_err)]
 
 mod cli;
+mod config;
 mod network;
+mod tls;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> ExitCode {
-    let arguments = cli::Arguments::parse();
+    let matches = cli::Arguments::command().get_matches();
+    let mut arguments = cli::Arguments::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    if let Some(path) = arguments.server.config.clone() {
+        // mongod exits with 2 (BadOptions) for an unusable configuration.
+        if let Err(message) = config::apply_file(&path, &mut arguments.server, &matches) {
+            eprintln!("myriad: {message}");
+            return ExitCode::from(2);
+        }
+    }
     arguments.server.apply_profiler_settings();
     match network::serve(arguments.server, std::env::args().collect()) {
         Ok(()) => ExitCode::SUCCESS,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use bson::{doc, Document};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 use myriad_commands::command::hello;
@@ -33,6 +33,7 @@ use myriad_wire::{
 };
 
 use crate::cli::ServerArguments;
+use crate::tls::{ClientStream, TlsListener};
 
 /// Commands whose replies are never compressed (the driver compression spec's list).
 const NEVER_COMPRESSED: &[&str] = &[
@@ -82,6 +83,8 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
         "MongoDB starting",
         json!({ "pid": std::process::id(), "port": arguments.port, "dbPath": arguments.dbpath, "architecture": "64-bit", "host": "myriad" }),
     );
+    // TLS files are read before anything is opened: a bad certificate stops start-up at once.
+    let tls = Arc::new(TlsListener::from_options(&arguments.tls_options())?);
     std::fs::create_dir_all(&arguments.dbpath).map_err(|error| format!("cannot create --dbpath {}: {error}", arguments.dbpath))?;
     let engine_options = EngineOptions {
         block_cache_size_bytes: arguments.cache_size_mebibytes.saturating_mul(1024 * 1024),
@@ -112,6 +115,9 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
         logpath: arguments.logpath.clone(),
     };
     let context = Arc::new(ServerContext::new(engine, options, logger));
+    if arguments.auth {
+        context.security.enable();
+    }
     let (shutdown_sender, shutdown_receiver) = watch::channel(false);
     let connection_slots = Arc::new(Semaphore::new(arguments.max_connections.max(1)));
     let next_connection_id = Arc::new(AtomicI64::new(1));
@@ -122,6 +128,7 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
             Arc::clone(&context),
             Arc::clone(&connection_slots),
             Arc::clone(&next_connection_id),
+            Arc::clone(&tls),
             shutdown_receiver.clone(),
         )));
     }
@@ -130,7 +137,7 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
         23016,
         "listener",
         "Waiting for connections",
-        json!({ "port": port, "ssl": "off", "bindIp": arguments.bind_ip }),
+        json!({ "port": port, "ssl": tls.log_state(), "bindIp": arguments.bind_ip }),
     );
     wait_for_signal().await;
     context.logger.info("CONTROL", 23377, "SignalHandler", "Received signal", json!({ "signal": "shutdown" }));
@@ -169,6 +176,7 @@ async fn accept_loop(
     context: Arc<ServerContext>,
     connection_slots: Arc<Semaphore>,
     next_connection_id: Arc<AtomicI64>,
+    tls: Arc<TlsListener>,
     shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -190,6 +198,7 @@ async fn accept_loop(
         let connection_id = next_connection_id.fetch_add(1, Ordering::Relaxed);
         let context = Arc::clone(&context);
         let shutdown = shutdown.clone();
+        let tls = Arc::clone(&tls);
         tokio::spawn(async move {
             context.count(&context.connection_counters.current, 1);
             context.count(&context.connection_counters.total_created, 1);
@@ -201,7 +210,21 @@ async fn accept_loop(
                 json!({ "remote": remote_address.to_string(), "connectionId": connection_id }),
             );
             let _ = stream.set_nodelay(true);
-            let ended = serve_connection(stream, &context, connection_id, remote_address, shutdown).await;
+            // The TLS handshake (or, in the modes that allow both, the first bytes that tell a
+            // plain client from a TLS one) is bounded by a timeout; a refusal ends the connection.
+            let ended = match tls.accept(stream).await {
+                Ok(stream) => serve_connection(stream, &context, connection_id, remote_address, shutdown).await,
+                Err(reason) => {
+                    context.logger.info(
+                        "NETWORK",
+                        22988,
+                        &format!("conn{connection_id}"),
+                        "Error receiving request from client. Ending connection from remote",
+                        json!({ "error": reason, "remote": remote_address.to_string(), "connectionId": connection_id }),
+                    );
+                    reason
+                }
+            };
             context.count(&context.connection_counters.current, -1);
             context.logger.info(
                 "NETWORK",
@@ -218,7 +241,7 @@ async fn accept_loop(
 /// Serves one connection until the peer closes, a frame cannot be read, or shutdown.
 /// Returns why it ended, for the log.
 async fn serve_connection(
-    stream: TcpStream,
+    stream: ClientStream,
     context: &Arc<ServerContext>,
     connection_id: i64,
     remote_address: SocketAddr,
@@ -231,7 +254,7 @@ async fn serve_connection(
 
 /// One connection's loop and state.
 struct ConnectionTask<'server> {
-    stream: TcpStream,
+    stream: ClientStream,
     context: &'server Arc<ServerContext>,
     connection: ConnectionInfo,
     shutdown: watch::Receiver<bool>,
@@ -320,7 +343,8 @@ impl ConnectionTask<'_> {
 
     async fn write(&mut self, reply: &[u8]) -> bool {
         self.context.count(&self.context.network_bytes_out, reply.len() as i64);
-        self.stream.write_all(reply).await.is_ok()
+        // A TLS stream may hold the last record until flushed; a plain one flushes at once.
+        self.stream.write_all(reply).await.is_ok() && self.stream.flush().await.is_ok()
     }
 
     fn take_reply_id(&mut self) -> i32 {

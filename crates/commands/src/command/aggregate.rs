@@ -11,9 +11,8 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use myriad_query::aggregate::{Pipeline, PipelineRun};
 use crate::backend::Backend;
-use myriad_query::filter::Filter;
 
-use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
+use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE, MISSING_FIELD};
 use crate::aggregate_sources::BackendForeignSource;
 use crate::cursor::{take_batch, Cursor, CursorSource};
 use crate::execution::{Execution, MAX_BATCH_BYTES};
@@ -68,20 +67,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         Some(_) if plan_cache_entries.is_some() || source_documents.is_some() => None,
         Some(name) => match context.backend.collection(&request.db, name)? {
             None => None,
-            Some(collection) => {
-                let filter_document = pipeline.leading_match().cloned().unwrap_or_default();
-                let spec = QuerySpec {
-                    filter: Arc::new(Filter::parse(&filter_document)?),
-                    filter_document,
-                    projection: None,
-                    sort: None,
-                    skip: 0,
-                    limit: None,
-                    hint: request.body.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned(),
-                    allow_disk_use: None,
-                };
-                Some(Execution::new(context.backend.as_ref(), collection, spec)?)
-            }
+            Some(collection) => Some(Execution::new(context.backend.as_ref(), collection, input_query(&pipeline, request)?)?),
         },
     };
     let seed = plan_cache_entries.or(source_documents).unwrap_or_default().into();
@@ -180,8 +166,16 @@ fn pipeline_stages(request: &CommandRequest) -> CommandResult<Vec<Document>> {
                 other => Err(crate::request::field_type_error("pipeline", "object", other)),
             })
             .collect(),
-        None => Err(CommandError::new(FAILED_TO_PARSE, "BSON field 'aggregate.pipeline' is missing but a required field")),
+        None => Err(CommandError::new(MISSING_FIELD, "BSON field 'aggregate.pipeline' is missing but a required field")),
     }
+}
+
+/// The query that feeds the pipeline: its leading `$match` (pushed down so the planner can use
+/// an index) and the command's `hint`.
+fn input_query(pipeline: &Pipeline, request: &CommandRequest) -> CommandResult<QuerySpec> {
+    let mut spec = QuerySpec::for_filter(pipeline.leading_match().cloned().unwrap_or_default())?;
+    spec.hint = request.body.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned();
+    Ok(spec)
 }
 
 /// A leading `$planCacheStats: {}` stage, removed from `stages`: the collection's plan cache
@@ -216,23 +210,13 @@ pub fn explain(context: &ServerContext, request: &CommandRequest, verbosity: sup
     let stages = pipeline_stages(request)?;
     let (variable_names, _) = command_variables(request)?;
     let pipeline = Pipeline::parse_with_variables(&stages, &variable_names)?;
-    let filter_document = pipeline.leading_match().cloned().unwrap_or_default();
     // Each stage with its parsed specification ($bucket as its $group and $sort...).
     let rest: Vec<Bson> =
         pipeline.explained_stages().into_iter().skip(usize::from(pipeline.leading_match().is_some())).map(Bson::Document).collect();
     let mut reply = match request.first_value() {
         Some(Bson::String(_)) => {
             let name = request.collection_name()?;
-            let spec = QuerySpec {
-                filter: Arc::new(Filter::parse(&filter_document)?),
-                filter_document,
-                projection: None,
-                sort: None,
-                skip: 0,
-                limit: None,
-                hint: request.body.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned(),
-                allow_disk_use: None,
-            };
+            let spec = input_query(&pipeline, request)?;
             let namespace = format!("{}.{}", request.db, name);
             let mut query = super::explain::explain_find_like(context, &namespace, &name, request, spec, verbosity)?;
             if rest.is_empty() {

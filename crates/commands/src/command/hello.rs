@@ -266,8 +266,28 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         reply.insert("compression", agreed.iter().map(|compressor| Bson::String(compressor.name().to_string())).collect::<Vec<Bson>>());
         request.connection.session.set_compressors(agreed);
     }
+    authentication_fields(context, request, &mut reply);
     reply.insert("ok", 1.0);
     Ok(reply)
+}
+
+/// `saslSupportedMechs: "<db>.<user>"` lists the user's mechanisms (nothing for an unknown
+/// user); `speculativeAuthenticate` runs a saslStart and answers its first reply.
+fn authentication_fields(context: &ServerContext, request: &CommandRequest, reply: &mut Document) {
+    if let Some(Bson::String(name)) = request.body.get("saslSupportedMechs") {
+        if let Some((db, user)) = name.split_once('.') {
+            let stored = crate::auth::store::get(context.backend.as_ref(), crate::auth::store::USERS_COLLECTION, &crate::auth::store::document_id(db, user));
+            if let Ok(Some(stored)) = stored {
+                let mechanisms: Vec<Bson> = stored.get_document("credentials").map(|credentials| credentials.keys().map(|key| Bson::String(key.clone())).collect()).unwrap_or_default();
+                reply.insert("saslSupportedMechs", mechanisms);
+            }
+        }
+    }
+    if let Some(Bson::Document(speculative)) = request.body.get("speculativeAuthenticate") {
+        if let Some(answer) = crate::command::sasl::speculative_start(context, request, speculative) {
+            reply.insert("speculativeAuthenticate", answer);
+        }
+    }
 }
 
 /// The first hello's `client` document is kept for the connection; MongoDB refuses a later

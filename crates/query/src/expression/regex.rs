@@ -138,8 +138,7 @@ fn find_all(name: &str, compiled: &CompiledRegex, input: &str) -> QueryResult<Bs
     let mut from = TextPosition::default();
     // Like MongoDB's do-while: an empty input is searched once, and the search stops once it
     // reaches the end of a non-empty input.
-    loop {
-        let Some(found) = find(name, compiled, input, from)? else { break };
+    while let Some(found) = find(name, compiled, input, from)? {
         output.push(Bson::Document(match_document(name, input, &found, &mut output_bytes)?));
         from = if found.end_byte > found.start.byte {
             found.end(input)

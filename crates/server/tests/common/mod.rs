@@ -36,6 +36,11 @@ impl TestServerBuilder {
         self
     }
 
+    /// Starts the server with `--auth`: authentication required, roles enforced.
+    pub fn auth(self) -> Self {
+        self.argument("--auth")
+    }
+
     /// Sets an environment variable of the server process, for this start and every restart.
     pub fn environment(mut self, name: &str, value: &str) -> Self {
         self.environment.push((name.to_string(), value.to_string()));
@@ -107,6 +112,21 @@ impl TestServer {
 
     pub async fn client(&self) -> Client {
         let options = ClientOptions::parse(self.uri()).await.expect("uri parses");
+        Client::with_options(options).expect("client")
+    }
+
+    /// A client that authenticates as `user` (defined in `source`) with `mechanism`.
+    pub async fn client_as(&self, user: &str, password: &str, source: &str, mechanism: mongodb::options::AuthMechanism) -> Client {
+        let mut options = ClientOptions::parse(self.uri()).await.expect("uri parses");
+        options.credential = Some(
+            mongodb::options::Credential::builder()
+                .username(user.to_string())
+                .password(password.to_string())
+                .source(source.to_string())
+                .mechanism(mechanism)
+                .build(),
+        );
+        options.server_selection_timeout = Some(Duration::from_secs(10));
         Client::with_options(options).expect("client")
     }
 

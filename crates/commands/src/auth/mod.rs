@@ -1,0 +1,217 @@
+//! Authentication and authorization: SCRAM ([`scram`]), the user and role documents
+//! ([`store`]), privileges and roles ([`roles`]), and the one check the dispatcher makes
+//! before every handler ([`authorize`]).
+//!
+//! Invariants:
+//! - With `--auth` off (the default) nothing is refused; users can still authenticate.
+//! - With `--auth` on, an unauthenticated connection runs only the commands whose
+//!   [`Access`] is `Open`, plus, while no user exists and the peer is a loopback address,
+//!   `createUser` against admin (the localhost exception).
+//! - Resolved privileges are cached per user, bounded, and dropped on every user or role change.
+//! - Failed logins are rate-limited per client address with a bounded table.
+
+pub mod rate_limit;
+pub mod requirements;
+pub mod roles;
+pub mod scram;
+pub mod store;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bson::Document;
+use parking_lot::Mutex;
+
+use crate::context::ServerContext;
+use crate::error::{CommandError, CommandResult, ErrorCode, UNAUTHORIZED};
+use crate::request::CommandRequest;
+use roles::{Resolved, Target};
+
+pub const AUTHENTICATION_FAILED: ErrorCode = ErrorCode::new(18);
+pub const USER_NOT_FOUND: ErrorCode = ErrorCode::new(11);
+pub const ROLE_NOT_FOUND: ErrorCode = ErrorCode::new(31);
+pub const MECHANISM_UNAVAILABLE: ErrorCode = ErrorCode::new(334);
+pub const USER_ALREADY_EXISTS: ErrorCode = ErrorCode::new(51003);
+
+/// At most this many users' resolved privileges are cached.
+const MAX_CACHED_USERS: usize = 10_000;
+
+/// What a command needs before it runs.
+#[derive(Clone, Copy)]
+pub enum Access {
+    /// Runs before authentication (hello, saslStart, ping...).
+    Open,
+    /// Any authenticated user.
+    Authenticated,
+    /// These actions on the collection the command names (its database when it names none).
+    Collection(&'static [&'static str]),
+    /// These actions on the command's database.
+    Database(&'static [&'static str]),
+    /// These actions on the cluster.
+    Cluster(&'static [&'static str]),
+    /// Computed from the request: every (resource, action) pair is needed.
+    Custom(fn(&CommandRequest) -> Vec<(Target, &'static str)>),
+}
+
+/// A user authenticated on a connection.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct UserName {
+    pub user: String,
+    pub db: String,
+}
+
+impl UserName {
+    pub fn new(user: &str, db: &str) -> UserName {
+        UserName { user: user.to_string(), db: db.to_string() }
+    }
+
+    pub fn full_name(&self) -> String {
+        format!("{}@{}", self.user, self.db)
+    }
+}
+
+/// The server's authentication state: on or off, the privilege cache, the failed-login limiter.
+#[derive(Default)]
+pub struct Security {
+    enabled: AtomicBool,
+    cache: Mutex<HashMap<UserName, Arc<Resolved>>>,
+    /// Held while users or roles change, so check-then-write sequences do not interleave.
+    pub change_lock: Mutex<()>,
+    pub failed_logins: rate_limit::FailedLogins,
+}
+
+impl Security {
+    pub fn enable(&self) {
+        self.enabled.store(true, Ordering::Release);
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Ordering::Acquire)
+    }
+
+    /// Users or roles changed: every cached resolution is stale.
+    pub fn invalidate(&self) {
+        self.cache.lock().clear();
+    }
+
+    /// The roles and privileges of a user (empty when the user no longer exists).
+    pub fn resolve(&self, context: &ServerContext, user: &UserName) -> CommandResult<Arc<Resolved>> {
+        if let Some(cached) = self.cache.lock().get(user) {
+            return Ok(Arc::clone(cached));
+        }
+        let direct = match store::get(context.backend.as_ref(), store::USERS_COLLECTION, &store::document_id(&user.db, &user.user))? {
+            Some(document) => roles::role_names(document.get_array("roles").map(|list| list.as_slice()).unwrap_or(&[]), &user.db),
+            None => Vec::new(),
+        };
+        let resolved = Arc::new(roles::resolve(context.backend.as_ref(), &direct)?);
+        let mut cache = self.cache.lock();
+        if cache.len() >= MAX_CACHED_USERS {
+            cache.clear();
+        }
+        cache.insert(user.clone(), Arc::clone(&resolved));
+        Ok(resolved)
+    }
+}
+
+thread_local! {
+    /// The users of the connection whose command runs on this thread (cursor ownership).
+    static CURRENT_USERS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `body` with `users` recorded as the current command's users.
+pub fn with_current_users<T>(users: Vec<String>, body: impl FnOnce() -> T) -> T {
+    let previous = CURRENT_USERS.with(|current| std::mem::replace(&mut *current.borrow_mut(), users));
+    let result = body();
+    CURRENT_USERS.with(|current| *current.borrow_mut() = previous);
+    result
+}
+
+/// The users of the command running on this thread (empty outside one or when unauthenticated).
+pub fn current_users() -> Vec<String> {
+    CURRENT_USERS.with(|current| current.borrow().clone())
+}
+
+/// The collection a command names, else its database.
+fn command_target(request: &CommandRequest) -> Target {
+    match request.first_value() {
+        Some(bson::Bson::String(collection)) if !collection.is_empty() => Target::Collection(request.db.clone(), collection.clone()),
+        _ => Target::Database(request.db.clone()),
+    }
+}
+
+pub(crate) fn requirements_of(access: Access, request: &CommandRequest) -> Vec<(Target, &'static str)> {
+    match access {
+        Access::Open | Access::Authenticated => Vec::new(),
+        Access::Collection(actions) => actions.iter().map(|action| (command_target(request), *action)).collect(),
+        Access::Database(actions) => actions.iter().map(|action| (Target::Database(request.db.clone()), *action)).collect(),
+        Access::Cluster(actions) => actions.iter().map(|action| (Target::Cluster, *action)).collect(),
+        Access::Custom(compute) => compute(request),
+    }
+}
+
+/// The check before every handler: refuses with Unauthorized (13) as mongod does.
+pub fn authorize(context: &ServerContext, request: &CommandRequest, name: &str, access: Access) -> CommandResult<()> {
+    if !context.security.is_enabled() || matches!(access, Access::Open) {
+        return Ok(());
+    }
+    let session = &request.connection.session;
+    let users = session.authenticated_user_names();
+    if users.is_empty() {
+        if localhost_exception_applies(context, request, name)? {
+            return Ok(());
+        }
+        return Err(CommandError::new(UNAUTHORIZED, format!("Command {name} requires authentication")));
+    }
+    let needed = requirements_of(access, request);
+    let mut resolved = Vec::with_capacity(users.len());
+    for user in &users {
+        resolved.push(context.security.resolve(context, user)?);
+    }
+    for (target, action) in &needed {
+        if !resolved.iter().any(|granted| granted.allows(target, action)) {
+            return Err(not_authorized(request));
+        }
+    }
+    check_cursor_owner(context, request, name, &users)
+}
+
+/// MongoDB's refusal of an authenticated user that lacks a privilege.
+pub fn not_authorized(request: &CommandRequest) -> CommandError {
+    let shown = bson::Bson::Document(redacted(&request.body)).into_relaxed_extjson();
+    CommandError::new(UNAUTHORIZED, format!("not authorized on {} to execute command {}", request.db, shown))
+}
+
+/// The command body without its passwords and its `$db`, for error messages and logs.
+fn redacted(body: &Document) -> Document {
+    let mut shown = body.clone();
+    shown.remove("$db");
+    if shown.contains_key("pwd") {
+        shown.insert("pwd", "xxx");
+    }
+    shown
+}
+
+fn localhost_exception_applies(context: &ServerContext, request: &CommandRequest, name: &str) -> CommandResult<bool> {
+    let loopback = request.connection.remote_address.is_some_and(|address| address.ip().is_loopback());
+    Ok(loopback && name == "createUser" && request.db == store::ADMIN && !store::any(context.backend.as_ref(), store::USERS_COLLECTION)?)
+}
+
+/// getMore and killCursors on a cursor another user opened answer Unauthorized.
+fn check_cursor_owner(context: &ServerContext, request: &CommandRequest, name: &str, users: &[UserName]) -> CommandResult<()> {
+    let ids: Vec<i64> = match name {
+        "getMore" => request.body.get("getMore").and_then(crate::request::integer_value).into_iter().collect(),
+        "killCursors" => request.body.get_array("cursors").map(|ids| ids.iter().filter_map(crate::request::integer_value).collect()).unwrap_or_default(),
+        _ => return Ok(()),
+    };
+    let names: Vec<String> = users.iter().map(UserName::full_name).collect();
+    for id in ids {
+        if let Some(owners) = context.cursors.owner_users(id) {
+            if !owners.is_empty() && owners != names {
+                return Err(CommandError::new(UNAUTHORIZED, format!("cursor id {id} was not created by the authenticated user")));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! The privileges of commands whose needs depend on the request ([`crate::auth::Access::Custom`]).
+
+use bson::Bson;
+
+use crate::auth::roles::Target;
+use crate::request::CommandRequest;
+
+fn named_collection(request: &CommandRequest) -> Target {
+    match request.first_value() {
+        Some(Bson::String(collection)) if !collection.is_empty() => Target::Collection(request.db.clone(), collection.clone()),
+        _ => Target::Database(request.db.clone()),
+    }
+}
+
+/// findAndModify reads and then updates or removes (and inserts when it upserts).
+pub fn find_and_modify(request: &CommandRequest) -> Vec<(Target, &'static str)> {
+    let target = named_collection(request);
+    let removes = request.body.get("remove").and_then(crate::request::truthy).unwrap_or(false);
+    let upserts = request.body.get("upsert").and_then(crate::request::truthy).unwrap_or(false);
+    let mut needed = vec![(target.clone(), "find"), (target.clone(), if removes { "remove" } else { "update" })];
+    if upserts {
+        needed.push((target, "insert"));
+    }
+    needed
+}
+
+/// aggregate reads its source; `$out`/`$merge` also write their target in the same database;
+/// `$currentOp` needs inprog on the cluster.
+pub fn aggregate(request: &CommandRequest) -> Vec<(Target, &'static str)> {
+    let mut needed = vec![(named_collection(request), "find")];
+    let stages = request.body.get_array("pipeline").map(|stages| stages.as_slice()).unwrap_or(&[]);
+    for stage in stages.iter().filter_map(Bson::as_document) {
+        let Some((name, argument)) = stage.iter().next() else { continue };
+        match name.as_str() {
+            "$out" | "$merge" => {
+                let target = match argument {
+                    Bson::String(collection) => Target::Collection(request.db.clone(), collection.clone()),
+                    Bson::Document(spec) => {
+                        let db = spec.get_str("db").unwrap_or(&request.db).to_string();
+                        let collection = spec.get_str("coll").or_else(|_| spec.get_str("into")).unwrap_or_default().to_string();
+                        Target::Collection(db, collection)
+                    }
+                    _ => named_collection(request),
+                };
+                needed.extend([(target.clone(), "insert"), (target.clone(), "remove"), (target, "update")]);
+            }
+            "$currentOp" => needed = vec![(Target::Cluster, "inprog")],
+            _ => {}
+        }
+    }
+    needed
+}
+
+/// renameCollection within a database needs renameCollectionSameDB; across databases, read
+/// and drop on the source and insert on the target. dropTarget also drops the target.
+pub fn rename_collection(request: &CommandRequest) -> Vec<(Target, &'static str)> {
+    let split = |namespace: Option<&str>| -> Target {
+        match namespace.and_then(|namespace| namespace.split_once('.')) {
+            Some((db, collection)) => Target::Collection(db.to_string(), collection.to_string()),
+            None => Target::Database(String::new()),
+        }
+    };
+    let source = split(request.body.get_str("renameCollection").ok());
+    let target = split(request.body.get_str("to").ok());
+    let same_database = matches!((&source, &target), (Target::Collection(from, _), Target::Collection(to, _)) if from == to);
+    let mut needed = if same_database {
+        vec![(source, "renameCollectionSameDB")]
+    } else {
+        vec![(source.clone(), "find"), (source, "dropCollection"), (target.clone(), "insert"), (target.clone(), "createIndex")]
+    };
+    if request.body.get("dropTarget").and_then(crate::request::truthy).unwrap_or(false) {
+        needed.push((target, "dropCollection"));
+    }
+    needed
+}
+
+/// explain needs what the explained command needs.
+pub fn explain(request: &CommandRequest) -> Vec<(Target, &'static str)> {
+    let Some(Bson::Document(inner)) = request.body.get("explain") else { return vec![(Target::Database(request.db.clone()), "find")] };
+    let Some((name, _)) = inner.iter().next() else { return vec![(Target::Database(request.db.clone()), "find")] };
+    let Some(spec) = crate::table::find_command(name) else { return vec![(Target::Database(request.db.clone()), "find")] };
+    let mut body = inner.clone();
+    body.insert("$db", request.db.clone());
+    match CommandRequest::new(request.db.clone(), body, request.connection.clone()) {
+        Ok(inner_request) if name != "explain" => super::requirements_of(spec.access, &inner_request),
+        _ => vec![(Target::Database(request.db.clone()), "find")],
+    }
+}
+
+/// usersInfo on the caller's own user needs nothing; on others, viewUser.
+pub fn users_info(request: &CommandRequest) -> Vec<(Target, &'static str)> {
+    let own = request.connection.session.authenticated_user_names();
+    let asks_only_for_self = match request.first_value() {
+        Some(Bson::String(user)) => own.iter().any(|name| &name.user == user && name.db == request.db),
+        Some(Bson::Document(spec)) => own.iter().any(|name| spec.get_str("user") == Ok(name.user.as_str()) && spec.get_str("db") == Ok(name.db.as_str())),
+        _ => false,
+    };
+    if asks_only_for_self {
+        Vec::new()
+    } else {
+        vec![(Target::Database(request.db.clone()), "viewUser")]
+    }
+}

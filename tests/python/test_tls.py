@@ -1,0 +1,161 @@
+"""TLS through pymongo: a server in each TLS mode, with a CA and certificates made here (the
+cryptography package), connected with tls=true and tlsCAFile."""
+
+import datetime
+import ipaddress
+import json
+import subprocess
+import tempfile
+import threading
+import pathlib
+
+import pymongo
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from conftest import STARTUP_TIMEOUT_SECONDS, server_binary
+
+# A refused client fails within this; the failure is what the tests check, not the time.
+SELECTION_TIMEOUT_MS = 3000
+
+
+def _name(common_name):
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _certificate(subject, issuer_name, public_key, signing_key, *, ca=False, names=(), purpose=None):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(_name(issuer_name))
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if names:
+        alternatives = [x509.DNSName(n) if not n[0].isdigit() else x509.IPAddress(ipaddress.ip_address(n)) for n in names]
+        builder = builder.add_extension(x509.SubjectAlternativeName(alternatives), critical=False)
+    if purpose is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([purpose]), critical=False)
+    return builder.sign(signing_key, hashes.SHA256())
+
+
+def _pem(certificate, key=None):
+    text = certificate.public_bytes(serialization.Encoding.PEM)
+    if key is not None:
+        text += key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return text
+
+
+@pytest.fixture(scope="module")
+def certificates():
+    directory = tempfile.TemporaryDirectory(prefix="myriad-tls-")
+    path = pathlib.Path(directory.name)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _certificate("Myriad test CA", "Myriad test CA", ca_key.public_key(), ca_key, ca=True)
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server = _certificate("localhost", "Myriad test CA", server_key.public_key(), ca_key,
+                          names=("localhost", "127.0.0.1"), purpose=ExtendedKeyUsageOID.SERVER_AUTH)
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    client = _certificate("test client", "Myriad test CA", client_key.public_key(), ca_key,
+                          purpose=ExtendedKeyUsageOID.CLIENT_AUTH)
+    (path / "ca.pem").write_bytes(_pem(ca))
+    (path / "server.pem").write_bytes(_pem(server, server_key))
+    (path / "client.pem").write_bytes(_pem(client, client_key))
+    yield {name: str(path / f"{name}.pem") for name in ("ca", "server", "client")}
+    directory.cleanup()
+
+
+class TlsServer:
+    def __init__(self, arguments):
+        self.directory = tempfile.TemporaryDirectory(prefix="myriad-pytest-tls-")
+        self.process = subprocess.Popen(
+            [server_binary(), "--dbpath", self.directory.name, "--port", "0", "--bind_ip", "127.0.0.1",
+             "--cacheSizeMB", "64", *arguments],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        self.port = None
+        ready = threading.Event()
+
+        def drain():
+            for line in self.process.stderr:
+                if self.port is None and "Waiting for connections" in line:
+                    self.port = json.loads(line)["attr"]["port"]
+                    ready.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        if not ready.wait(STARTUP_TIMEOUT_SECONDS):
+            self.process.kill()
+            raise RuntimeError("myriad did not start")
+
+    def client(self, **options):
+        return pymongo.MongoClient(f"mongodb://127.0.0.1:{self.port}/?directConnection=true",
+                                   serverSelectionTimeoutMS=SELECTION_TIMEOUT_MS, **options)
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.directory.cleanup()
+
+
+def _server(certificates, mode, *extra):
+    return TlsServer(["--tlsMode", mode, "--tlsCertificateKeyFile", certificates["server"], *extra])
+
+
+def _round_trip(client):
+    collection = client.tls_test.items
+    collection.insert_one({"n": 1})
+    assert collection.find_one({"n": 1})["n"] == 1
+    collection.drop()
+
+
+def test_require_tls_serves_tls_and_refuses_plain(certificates):
+    server = _server(certificates, "requireTLS")
+    try:
+        with server.client(tls=True, tlsCAFile=certificates["ca"]) as client:
+            _round_trip(client)
+            assert client.admin.command("ping")["ok"] == 1
+        with server.client() as plain:
+            with pytest.raises(pymongo.errors.ServerSelectionTimeoutError):
+                plain.admin.command("ping")
+    finally:
+        server.stop()
+
+
+def test_prefer_tls_serves_both_on_one_port(certificates):
+    server = _server(certificates, "preferTLS")
+    try:
+        with server.client(tls=True, tlsCAFile=certificates["ca"]) as client:
+            _round_trip(client)
+        with server.client() as plain:
+            _round_trip(plain)
+    finally:
+        server.stop()
+
+
+def test_a_ca_file_requires_a_client_certificate(certificates):
+    server = _server(certificates, "requireTLS", "--tlsCAFile", certificates["ca"])
+    try:
+        with server.client(tls=True, tlsCAFile=certificates["ca"], tlsCertificateKeyFile=certificates["client"]) as client:
+            _round_trip(client)
+        with server.client(tls=True, tlsCAFile=certificates["ca"]) as anonymous:
+            with pytest.raises(pymongo.errors.ServerSelectionTimeoutError):
+                anonymous.admin.command("ping")
+    finally:
+        server.stop()
+
+
+def test_disabled_refuses_tls(certificates):
+    server = TlsServer([])
+    try:
+        with server.client(tls=True, tlsCAFile=certificates["ca"]) as client:
+            with pytest.raises(pymongo.errors.ServerSelectionTimeoutError):
+                client.admin.command("ping")
+    finally:
+        server.stop()
