@@ -94,6 +94,14 @@ commands! {
     "usersInfo" => command::users::users_info, admin: false, write: false, access: Custom(auth::requirements::users_info), "Describes users.";
     "grantRolesToUser" => command::users::grant_roles, admin: false, write: true, access: Database(&["grantRole"]), "Grants roles to a user.";
     "revokeRolesFromUser" => command::users::revoke_roles, admin: false, write: true, access: Database(&["revokeRole"]), "Revokes roles from a user.";
+    "createRole" => command::roles::create_role, admin: false, write: true, access: Database(&["createRole", "grantRole"]), "Creates a role.";
+    "updateRole" => command::roles::update_role, admin: false, write: true, access: Database(&["grantRole", "revokeRole"]), "Replaces a role's privileges or roles.";
+    "dropRole" => command::roles::drop_role, admin: false, write: true, access: Database(&["dropRole"]), "Removes a role.";
+    "rolesInfo" => command::roles::roles_info, admin: false, write: false, access: Database(&["viewRole"]), "Describes roles.";
+    "grantPrivilegesToRole" => command::roles::grant_privileges, admin: false, write: true, access: Database(&["grantRole"]), "Adds privileges to a role.";
+    "revokePrivilegesFromRole" => command::roles::revoke_privileges, admin: false, write: true, access: Database(&["revokeRole"]), "Removes privileges from a role.";
+    "grantRolesToRole" => command::roles::grant_roles, admin: false, write: true, access: Database(&["grantRole"]), "Makes a role inherit roles.";
+    "revokeRolesFromRole" => command::roles::revoke_roles, admin: false, write: true, access: Database(&["revokeRole"]), "Removes inherited roles from a role.";
     "validate" => command::validate::run, admin: false, write: false, access: Collection(&["validate"]), "Checks a collection's records, indexes and counts.";
 }
 

@@ -210,3 +210,40 @@ async fn user_commands_manage_users() {
     let none = run(&root, "shop", doc! { "usersInfo": 1 }).await.expect("usersInfo");
     assert_eq!(none.get_array("users").map(Vec::len), Ok(0));
 }
+
+#[tokio::test]
+async fn custom_roles_grant_their_privileges_and_inherited_ones() {
+    let (server, root) = server_with_root().await;
+    let orders = doc! { "db": "shop", "collection": "orders" };
+    run(&root, "shop", doc! { "createRole": "orderReader", "privileges": [{ "resource": orders.clone(), "actions": ["find"] }], "roles": [] }).await.expect("createRole");
+    run(&root, "shop", doc! { "createRole": "orderClerk", "privileges": [{ "resource": orders.clone(), "actions": ["insert"] }], "roles": ["orderReader"] }).await.expect("createRole");
+    assert_eq!(run(&root, "shop", doc! { "createRole": "orderClerk", "privileges": [], "roles": [] }).await.map(|_| ()), Err(51002));
+    assert_eq!(run(&root, "shop", doc! { "createRole": "odd", "privileges": [{ "resource": orders.clone(), "actions": ["fly"] }], "roles": [] }).await.map(|_| ()), Err(9));
+    let elsewhere = doc! { "db": "other", "collection": "" };
+    assert_eq!(run(&root, "shop", doc! { "createRole": "wide", "privileges": [{ "resource": elsewhere, "actions": ["find"] }], "roles": [] }).await.map(|_| ()), Err(2));
+    run(&root, "shop", doc! { "createUser": "clerk", "pwd": "p", "roles": ["orderClerk"] }).await.expect("createUser");
+    let clerk = server.client_as("clerk", "p", "shop", AuthMechanism::ScramSha256).await;
+    run(&clerk, "shop", doc! { "insert": "orders", "documents": [{ "n": 1 }] }).await.expect("insert from orderClerk");
+    run(&clerk, "shop", doc! { "find": "orders" }).await.expect("find inherited from orderReader");
+    assert_eq!(run(&clerk, "shop", doc! { "find": "items" }).await.map(|_| ()), Err(13));
+    assert_eq!(run(&clerk, "shop", doc! { "insert": "items", "documents": [{}] }).await.map(|_| ()), Err(13));
+
+    let info = run(&root, "shop", doc! { "rolesInfo": "orderClerk", "showPrivileges": true }).await.expect("rolesInfo");
+    let clerk_role = info.get_array("roles").ok().and_then(|roles| roles.first()).and_then(Bson::as_document).expect("one role").clone();
+    assert_eq!(clerk_role.get_bool("isBuiltin"), Ok(false));
+    assert_eq!(clerk_role.get_array("inheritedRoles").expect("inherited"), &vec![Bson::Document(doc! { "role": "orderReader", "db": "shop" })]);
+    assert_eq!(clerk_role.get_array("inheritedPrivileges").map(Vec::len), Ok(2));
+
+    run(&root, "shop", doc! { "revokePrivilegesFromRole": "orderReader", "privileges": [{ "resource": orders.clone(), "actions": ["find"] }] }).await.expect("revoke");
+    assert_eq!(run(&clerk, "shop", doc! { "find": "orders" }).await.map(|_| ()), Err(13));
+    run(&root, "shop", doc! { "grantPrivilegesToRole": "orderReader", "privileges": [{ "resource": orders, "actions": ["find"] }] }).await.expect("grant");
+    run(&clerk, "shop", doc! { "find": "orders" }).await.expect("find granted again");
+    run(&root, "shop", doc! { "dropRole": "orderReader" }).await.expect("dropRole");
+    assert_eq!(run(&root, "shop", doc! { "dropRole": "orderReader" }).await.map(|_| ()), Err(31));
+    assert_eq!(run(&clerk, "shop", doc! { "find": "orders" }).await.map(|_| ()), Err(13));
+    let after = run(&root, "shop", doc! { "rolesInfo": "orderClerk" }).await.expect("rolesInfo");
+    let roles_left = after.get_array("roles").ok().and_then(|roles| roles.first()).and_then(Bson::as_document).and_then(|role| role.get_array("roles").ok()).map(Vec::len);
+    assert_eq!(roles_left, Some(0));
+    let builtin = run(&root, "shop", doc! { "rolesInfo": "read" }).await.expect("rolesInfo read");
+    assert_eq!(builtin.get_array("roles").ok().and_then(|roles| roles.first()).and_then(Bson::as_document).and_then(|role| role.get_bool("isBuiltin").ok()), Some(true));
+}
