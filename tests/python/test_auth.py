@@ -106,3 +106,22 @@ def test_mongosh_logs_in_with_user_and_password(auth_server, root):
     )
     assert refused.returncode != 0
     assert "Authentication failed" in refused.stdout + refused.stderr
+
+
+def test_iteration_counts_are_server_parameters(auth_server, root):
+    assert root.admin.command("getParameter", 1, scramIterationCount=1)["scramIterationCount"] == 10000
+    assert root.admin.command("getParameter", 1, scramSHA256IterationCount=1)["scramSHA256IterationCount"] == 15000
+    with pytest.raises(OperationFailure) as failure:
+        root.admin.command("setParameter", 1, scramSHA256IterationCount=4999)
+    assert failure.value.code == 2
+    root.admin.command("setParameter", 1, scramSHA256IterationCount=20000)
+    try:
+        root.counts.command("createUser", "iris", pwd="pencil", roles=[])
+        credentials = root.counts.command("usersInfo", "iris", showCredentials=True)["users"][0]["credentials"]
+        assert credentials["SCRAM-SHA-256"]["iterationCount"] == 20000
+        assert credentials["SCRAM-SHA-1"]["iterationCount"] == 10000
+        login = connect(auth_server, username="iris", password="pencil", authSource="counts", authMechanism="SCRAM-SHA-256")
+        assert login.counts.command("connectionStatus")["authInfo"]["authenticatedUsers"] == [{"user": "iris", "db": "counts"}]
+        login.close()
+    finally:
+        root.admin.command("setParameter", 1, scramSHA256IterationCount=15000)

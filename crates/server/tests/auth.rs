@@ -247,3 +247,22 @@ async fn custom_roles_grant_their_privileges_and_inherited_ones() {
     let builtin = run(&root, "shop", doc! { "rolesInfo": "read" }).await.expect("rolesInfo read");
     assert_eq!(builtin.get_array("roles").ok().and_then(|roles| roles.first()).and_then(Bson::as_document).and_then(|role| role.get_bool("isBuiltin").ok()), Some(true));
 }
+
+#[tokio::test]
+async fn hello_answers_speculative_authentication() {
+    let (server, _root) = server_with_root().await;
+    let anonymous = server.client().await;
+    let first = bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: b"n,,n=root,r=clientnonce".to_vec() };
+    let speculative = doc! { "saslStart": 1, "mechanism": "SCRAM-SHA-256", "payload": first.clone(), "db": "admin" };
+    let hello = run(&anonymous, "admin", doc! { "hello": 1, "speculativeAuthenticate": speculative }).await.expect("hello");
+    let answer = hello.get_document("speculativeAuthenticate").expect("speculativeAuthenticate");
+    assert_eq!(answer.get_i32("conversationId"), Ok(1));
+    assert_eq!(answer.get_bool("done"), Ok(false));
+    let server_first = answer.get_binary_generic("payload").expect("payload");
+    assert!(server_first.starts_with(b"r=clientnonce"), "{}", String::from_utf8_lossy(server_first));
+    assert!(String::from_utf8_lossy(server_first).ends_with(",i=15000"));
+    let nobody = bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: b"n,,n=nobody,r=x".to_vec() };
+    let unknown = doc! { "saslStart": 1, "mechanism": "SCRAM-SHA-256", "payload": nobody, "db": "admin" };
+    let hello = run(&anonymous, "admin", doc! { "hello": 1, "speculativeAuthenticate": unknown }).await.expect("hello still answers");
+    assert!(hello.get("speculativeAuthenticate").is_none());
+}
