@@ -266,3 +266,16 @@ async fn hello_answers_speculative_authentication() {
     let hello = run(&anonymous, "admin", doc! { "hello": 1, "speculativeAuthenticate": unknown }).await.expect("hello still answers");
     assert!(hello.get("speculativeAuthenticate").is_none());
 }
+
+#[tokio::test]
+async fn granting_a_role_needs_grant_role_on_its_database() {
+    let (server, root) = server_with_root().await;
+    run(&root, "admin", doc! { "createUser": "keeper", "pwd": "p", "roles": [{ "role": "userAdmin", "db": "shop" }] }).await.expect("createUser");
+    let keeper = server.client_as("keeper", "p", "admin", AuthMechanism::ScramSha256).await;
+    run(&keeper, "shop", doc! { "createUser": "local", "pwd": "p", "roles": ["read"] }).await.expect("a shop role from a shop userAdmin");
+    let foreign = run(&keeper, "shop", doc! { "createUser": "foreign", "pwd": "p", "roles": [{ "role": "read", "db": "other" }] }).await;
+    assert_eq!(foreign.map(|_| ()), Err(13));
+    assert_eq!(run(&keeper, "shop", doc! { "grantRolesToUser": "local", "roles": [{ "role": "readWrite", "db": "other" }] }).await.map(|_| ()), Err(13));
+    run(&keeper, "shop", doc! { "grantRolesToUser": "local", "roles": ["readWrite"] }).await.expect("grant a shop role");
+    run(&keeper, "shop", doc! { "updateUser": "local", "pwd": "q" }).await.expect("changePassword");
+}
