@@ -52,6 +52,19 @@ async fn both_mechanisms_log_in_and_wrong_passwords_fail() {
     assert_eq!(refused, Err(18));
     let unknown_mechanism = run(&anonymous, "admin", doc! { "saslStart": 1, "mechanism": "PLAIN", "payload": "x" }).await;
     assert_eq!(unknown_mechanism, Err(334));
+    let log = run(&root, "admin", doc! { "getLog": "global" }).await.expect("getLog");
+    let failures: Vec<serde_json::Value> = log
+        .get_array("log")
+        .expect("log lines")
+        .iter()
+        .filter_map(|line| line.as_str().and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok()))
+        .filter(|line| line["id"] == 20249)
+        .collect();
+    let wrong_password = failures.iter().find(|line| line["attr"]["principalName"] == "ann").expect("a 20249 line for ann");
+    assert_eq!(wrong_password["msg"], "Authentication failed");
+    assert_eq!(wrong_password["attr"]["authenticationDatabase"], "admin");
+    assert!(wrong_password["attr"]["mechanism"].as_str().is_some_and(|mechanism| mechanism.starts_with("SCRAM-SHA-")));
+    assert!(wrong_password["attr"]["error"].as_str().is_some_and(|error| error.contains("AuthenticationFailed")));
     let hello = run(&anonymous, "admin", doc! { "hello": 1, "saslSupportedMechs": "admin.ann" }).await.expect("hello");
     assert_eq!(hello.get_array("saslSupportedMechs").expect("mechanisms"), &vec![Bson::from("SCRAM-SHA-1"), Bson::from("SCRAM-SHA-256")]);
 }
