@@ -251,6 +251,9 @@ async fn custom_roles_grant_their_privileges_and_inherited_ones() {
     assert_eq!(run(&clerk, "shop", doc! { "find": "orders" }).await.map(|_| ()), Err(13));
     run(&root, "shop", doc! { "grantPrivilegesToRole": "orderReader", "privileges": [{ "resource": orders, "actions": ["find"] }] }).await.expect("grant");
     run(&clerk, "shop", doc! { "find": "orders" }).await.expect("find granted again");
+    let cycle = run(&root, "shop", doc! { "grantRolesToRole": "orderReader", "roles": ["orderClerk"] }).await;
+    assert_eq!(cycle.map(|_| ()), Err(49));
+    assert_eq!(run(&root, "shop", doc! { "updateRole": "orderClerk", "roles": ["orderClerk"] }).await.map(|_| ()), Err(49));
     run(&root, "shop", doc! { "dropRole": "orderReader" }).await.expect("dropRole");
     assert_eq!(run(&root, "shop", doc! { "dropRole": "orderReader" }).await.map(|_| ()), Err(31));
     assert_eq!(run(&clerk, "shop", doc! { "find": "orders" }).await.map(|_| ()), Err(13));

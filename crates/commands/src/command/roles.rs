@@ -12,6 +12,22 @@ use crate::request::type_name;
 use crate::{CommandRequest, ServerContext};
 
 const ROLE_ALREADY_EXISTS: ErrorCode = ErrorCode::new(51002);
+const INVALID_ROLE_MODIFICATION: ErrorCode = ErrorCode::new(49);
+
+/// Refuses inheriting roles that lead back to the role itself, as MongoDB refuses a cycle.
+fn refuse_cycle(context: &ServerContext, request: &CommandRequest, inherited: &[Bson]) -> CommandResult<()> {
+    let role = role_name(request)?;
+    for (name, db) in roles::role_names(inherited, &request.db) {
+        let reached = roles::resolve(context.backend.as_ref(), &[(name.clone(), db.clone())])?;
+        if reached.roles.iter().any(|(reached_name, reached_db)| *reached_name == role && *reached_db == request.db) {
+            return Err(CommandError::new(
+                INVALID_ROLE_MODIFICATION,
+                format!("Granting {name}@{db} to {role}@{} would introduce a cycle in the role graph", request.db),
+            ));
+        }
+    }
+    Ok(())
+}
 
 fn role_name(request: &CommandRequest) -> CommandResult<String> {
     match request.first_value() {
@@ -118,6 +134,9 @@ pub fn update_role(context: &ServerContext, request: &CommandRequest) -> Command
         Some(list) => Some(parse_roles(context, request, list)?),
         None => None,
     };
+    if let Some(inherited) = &inherited {
+        refuse_cycle(context, request, inherited)?;
+    }
     if privileges.is_none() && inherited.is_none() {
         return Err(CommandError::new(BAD_VALUE, "Must specify at least one field to update in updateRole"));
     }
@@ -166,6 +185,9 @@ pub fn revoke_privileges(context: &ServerContext, request: &CommandRequest) -> C
 
 fn change_inherited(context: &ServerContext, request: &CommandRequest, grant: bool) -> CommandResult<Document> {
     let changed = parse_roles(context, request, required_array(request, "roles")?)?;
+    if grant {
+        refuse_cycle(context, request, &changed)?;
+    }
     change_role(context, request, |document| {
         let mut current = document.get_array("roles").cloned().unwrap_or_default();
         if grant {
