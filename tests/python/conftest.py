@@ -23,11 +23,11 @@ def server_binary() -> str:
 
 
 class Server:
-    def __init__(self) -> None:
+    def __init__(self, extra_arguments: tuple = ()) -> None:
         self.directory = tempfile.TemporaryDirectory(prefix="myriad-pytest-")
         self.process = subprocess.Popen(
             [server_binary(), "--dbpath", self.directory.name, "--port", "0", "--bind_ip", "127.0.0.1",
-             "--cacheSizeMB", "64"],
+             "--cacheSizeMB", "64", *extra_arguments],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -63,6 +63,14 @@ class Server:
 @pytest.fixture(scope="session")
 def server():
     running = Server()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+def auth_server():
+    """A second server, started with --auth (no user yet: the localhost exception applies)."""
+    running = Server(("--auth",))
     yield running
     running.stop()
 

@@ -87,13 +87,21 @@ commands! {
     "saslStart" => command::sasl::start, admin: false, write: false, access: Open, "Starts a SCRAM authentication conversation.";
     "saslContinue" => command::sasl::continue_conversation, admin: false, write: false, access: Open, "Continues a SCRAM authentication conversation.";
     "logout" => command::sasl::logout, admin: false, write: false, access: Open, "Logs the connection's user out.";
-    "createUser" => command::users::create_user, admin: false, write: true, access: Database(&["createUser", "grantRole"]), "Creates a user.";
-    "updateUser" => command::users::update_user, admin: false, write: true, access: Database(&["changePassword", "changeCustomData", "grantRole", "revokeRole"]), "Changes a user's password, custom data or roles.";
+    "createUser" => command::users::create_user, admin: false, write: true, access: Custom(auth::requirements::create_user), "Creates a user.";
+    "updateUser" => command::users::update_user, admin: false, write: true, access: Custom(auth::requirements::update_user), "Changes a user's password, custom data or roles.";
     "dropUser" => command::users::drop_user, admin: false, write: true, access: Database(&["dropUser"]), "Removes a user.";
     "dropAllUsersFromDatabase" => command::users::drop_all_users, admin: false, write: true, access: Database(&["dropUser"]), "Removes every user of a database.";
     "usersInfo" => command::users::users_info, admin: false, write: false, access: Custom(auth::requirements::users_info), "Describes users.";
-    "grantRolesToUser" => command::users::grant_roles, admin: false, write: true, access: Database(&["grantRole"]), "Grants roles to a user.";
-    "revokeRolesFromUser" => command::users::revoke_roles, admin: false, write: true, access: Database(&["revokeRole"]), "Revokes roles from a user.";
+    "grantRolesToUser" => command::users::grant_roles, admin: false, write: true, access: Custom(auth::requirements::grant_roles), "Grants roles to a user.";
+    "revokeRolesFromUser" => command::users::revoke_roles, admin: false, write: true, access: Custom(auth::requirements::revoke_roles), "Revokes roles from a user.";
+    "createRole" => command::roles::create_role, admin: false, write: true, access: Custom(auth::requirements::create_role), "Creates a role.";
+    "updateRole" => command::roles::update_role, admin: false, write: true, access: Database(&["grantRole", "revokeRole"]), "Replaces a role's privileges or roles.";
+    "dropRole" => command::roles::drop_role, admin: false, write: true, access: Database(&["dropRole"]), "Removes a role.";
+    "rolesInfo" => command::roles::roles_info, admin: false, write: false, access: Database(&["viewRole"]), "Describes roles.";
+    "grantPrivilegesToRole" => command::roles::grant_privileges, admin: false, write: true, access: Database(&["grantRole"]), "Adds privileges to a role.";
+    "revokePrivilegesFromRole" => command::roles::revoke_privileges, admin: false, write: true, access: Database(&["revokeRole"]), "Removes privileges from a role.";
+    "grantRolesToRole" => command::roles::grant_roles, admin: false, write: true, access: Custom(auth::requirements::grant_roles), "Makes a role inherit roles.";
+    "revokeRolesFromRole" => command::roles::revoke_roles, admin: false, write: true, access: Custom(auth::requirements::revoke_roles), "Removes inherited roles from a role.";
     "validate" => command::validate::run, admin: false, write: false, access: Collection(&["validate"]), "Checks a collection's records, indexes and counts.";
 }
 

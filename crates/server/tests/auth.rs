@@ -52,6 +52,19 @@ async fn both_mechanisms_log_in_and_wrong_passwords_fail() {
     assert_eq!(refused, Err(18));
     let unknown_mechanism = run(&anonymous, "admin", doc! { "saslStart": 1, "mechanism": "PLAIN", "payload": "x" }).await;
     assert_eq!(unknown_mechanism, Err(334));
+    let log = run(&root, "admin", doc! { "getLog": "global" }).await.expect("getLog");
+    let failures: Vec<serde_json::Value> = log
+        .get_array("log")
+        .expect("log lines")
+        .iter()
+        .filter_map(|line| line.as_str().and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok()))
+        .filter(|line| line["id"] == 20249)
+        .collect();
+    let wrong_password = failures.iter().find(|line| line["attr"]["principalName"] == "ann").expect("a 20249 line for ann");
+    assert_eq!(wrong_password["msg"], "Authentication failed");
+    assert_eq!(wrong_password["attr"]["authenticationDatabase"], "admin");
+    assert!(wrong_password["attr"]["mechanism"].as_str().is_some_and(|mechanism| mechanism.starts_with("SCRAM-SHA-")));
+    assert!(wrong_password["attr"]["error"].as_str().is_some_and(|error| error.contains("AuthenticationFailed")));
     let hello = run(&anonymous, "admin", doc! { "hello": 1, "saslSupportedMechs": "admin.ann" }).await.expect("hello");
     assert_eq!(hello.get_array("saslSupportedMechs").expect("mechanisms"), &vec![Bson::from("SCRAM-SHA-1"), Bson::from("SCRAM-SHA-256")]);
 }
@@ -209,4 +222,76 @@ async fn user_commands_manage_users() {
     assert_eq!(dropped.get_i32("n"), Ok(1));
     let none = run(&root, "shop", doc! { "usersInfo": 1 }).await.expect("usersInfo");
     assert_eq!(none.get_array("users").map(Vec::len), Ok(0));
+}
+
+#[tokio::test]
+async fn custom_roles_grant_their_privileges_and_inherited_ones() {
+    let (server, root) = server_with_root().await;
+    let orders = doc! { "db": "shop", "collection": "orders" };
+    run(&root, "shop", doc! { "createRole": "orderReader", "privileges": [{ "resource": orders.clone(), "actions": ["find"] }], "roles": [] }).await.expect("createRole");
+    run(&root, "shop", doc! { "createRole": "orderClerk", "privileges": [{ "resource": orders.clone(), "actions": ["insert"] }], "roles": ["orderReader"] }).await.expect("createRole");
+    assert_eq!(run(&root, "shop", doc! { "createRole": "orderClerk", "privileges": [], "roles": [] }).await.map(|_| ()), Err(51002));
+    assert_eq!(run(&root, "shop", doc! { "createRole": "odd", "privileges": [{ "resource": orders.clone(), "actions": ["fly"] }], "roles": [] }).await.map(|_| ()), Err(9));
+    let elsewhere = doc! { "db": "other", "collection": "" };
+    assert_eq!(run(&root, "shop", doc! { "createRole": "wide", "privileges": [{ "resource": elsewhere, "actions": ["find"] }], "roles": [] }).await.map(|_| ()), Err(2));
+    run(&root, "shop", doc! { "createUser": "clerk", "pwd": "p", "roles": ["orderClerk"] }).await.expect("createUser");
+    let clerk = server.client_as("clerk", "p", "shop", AuthMechanism::ScramSha256).await;
+    run(&clerk, "shop", doc! { "insert": "orders", "documents": [{ "n": 1 }] }).await.expect("insert from orderClerk");
+    run(&clerk, "shop", doc! { "find": "orders" }).await.expect("find inherited from orderReader");
+    assert_eq!(run(&clerk, "shop", doc! { "find": "items" }).await.map(|_| ()), Err(13));
+    assert_eq!(run(&clerk, "shop", doc! { "insert": "items", "documents": [{}] }).await.map(|_| ()), Err(13));
+
+    let info = run(&root, "shop", doc! { "rolesInfo": "orderClerk", "showPrivileges": true }).await.expect("rolesInfo");
+    let clerk_role = info.get_array("roles").ok().and_then(|roles| roles.first()).and_then(Bson::as_document).expect("one role").clone();
+    assert_eq!(clerk_role.get_bool("isBuiltin"), Ok(false));
+    assert_eq!(clerk_role.get_array("inheritedRoles").expect("inherited"), &vec![Bson::Document(doc! { "role": "orderReader", "db": "shop" })]);
+    assert_eq!(clerk_role.get_array("inheritedPrivileges").map(Vec::len), Ok(2));
+
+    run(&root, "shop", doc! { "revokePrivilegesFromRole": "orderReader", "privileges": [{ "resource": orders.clone(), "actions": ["find"] }] }).await.expect("revoke");
+    assert_eq!(run(&clerk, "shop", doc! { "find": "orders" }).await.map(|_| ()), Err(13));
+    run(&root, "shop", doc! { "grantPrivilegesToRole": "orderReader", "privileges": [{ "resource": orders, "actions": ["find"] }] }).await.expect("grant");
+    run(&clerk, "shop", doc! { "find": "orders" }).await.expect("find granted again");
+    let cycle = run(&root, "shop", doc! { "grantRolesToRole": "orderReader", "roles": ["orderClerk"] }).await;
+    assert_eq!(cycle.map(|_| ()), Err(49));
+    assert_eq!(run(&root, "shop", doc! { "updateRole": "orderClerk", "roles": ["orderClerk"] }).await.map(|_| ()), Err(49));
+    run(&root, "shop", doc! { "dropRole": "orderReader" }).await.expect("dropRole");
+    assert_eq!(run(&root, "shop", doc! { "dropRole": "orderReader" }).await.map(|_| ()), Err(31));
+    assert_eq!(run(&clerk, "shop", doc! { "find": "orders" }).await.map(|_| ()), Err(13));
+    let after = run(&root, "shop", doc! { "rolesInfo": "orderClerk" }).await.expect("rolesInfo");
+    let roles_left = after.get_array("roles").ok().and_then(|roles| roles.first()).and_then(Bson::as_document).and_then(|role| role.get_array("roles").ok()).map(Vec::len);
+    assert_eq!(roles_left, Some(0));
+    let builtin = run(&root, "shop", doc! { "rolesInfo": "read" }).await.expect("rolesInfo read");
+    assert_eq!(builtin.get_array("roles").ok().and_then(|roles| roles.first()).and_then(Bson::as_document).and_then(|role| role.get_bool("isBuiltin").ok()), Some(true));
+}
+
+#[tokio::test]
+async fn hello_answers_speculative_authentication() {
+    let (server, _root) = server_with_root().await;
+    let anonymous = server.client().await;
+    let first = bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: b"n,,n=root,r=clientnonce".to_vec() };
+    let speculative = doc! { "saslStart": 1, "mechanism": "SCRAM-SHA-256", "payload": first.clone(), "db": "admin" };
+    let hello = run(&anonymous, "admin", doc! { "hello": 1, "speculativeAuthenticate": speculative }).await.expect("hello");
+    let answer = hello.get_document("speculativeAuthenticate").expect("speculativeAuthenticate");
+    assert_eq!(answer.get_i32("conversationId"), Ok(1));
+    assert_eq!(answer.get_bool("done"), Ok(false));
+    let server_first = answer.get_binary_generic("payload").expect("payload");
+    assert!(server_first.starts_with(b"r=clientnonce"), "{}", String::from_utf8_lossy(server_first));
+    assert!(String::from_utf8_lossy(server_first).ends_with(",i=15000"));
+    let nobody = bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: b"n,,n=nobody,r=x".to_vec() };
+    let unknown = doc! { "saslStart": 1, "mechanism": "SCRAM-SHA-256", "payload": nobody, "db": "admin" };
+    let hello = run(&anonymous, "admin", doc! { "hello": 1, "speculativeAuthenticate": unknown }).await.expect("hello still answers");
+    assert!(hello.get("speculativeAuthenticate").is_none());
+}
+
+#[tokio::test]
+async fn granting_a_role_needs_grant_role_on_its_database() {
+    let (server, root) = server_with_root().await;
+    run(&root, "admin", doc! { "createUser": "keeper", "pwd": "p", "roles": [{ "role": "userAdmin", "db": "shop" }] }).await.expect("createUser");
+    let keeper = server.client_as("keeper", "p", "admin", AuthMechanism::ScramSha256).await;
+    run(&keeper, "shop", doc! { "createUser": "local", "pwd": "p", "roles": ["read"] }).await.expect("a shop role from a shop userAdmin");
+    let foreign = run(&keeper, "shop", doc! { "createUser": "foreign", "pwd": "p", "roles": [{ "role": "read", "db": "other" }] }).await;
+    assert_eq!(foreign.map(|_| ()), Err(13));
+    assert_eq!(run(&keeper, "shop", doc! { "grantRolesToUser": "local", "roles": [{ "role": "readWrite", "db": "other" }] }).await.map(|_| ()), Err(13));
+    run(&keeper, "shop", doc! { "grantRolesToUser": "local", "roles": ["readWrite"] }).await.expect("grant a shop role");
+    run(&keeper, "shop", doc! { "updateUser": "local", "pwd": "q" }).await.expect("changePassword");
 }

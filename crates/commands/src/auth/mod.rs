@@ -120,12 +120,23 @@ thread_local! {
     static CURRENT_USERS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Restores the previous current users when dropped, even if the handler panicked.
+struct CurrentUsersGuard {
+    previous: Vec<String>,
+}
+
+impl Drop for CurrentUsersGuard {
+    fn drop(&mut self) {
+        let previous = std::mem::take(&mut self.previous);
+        CURRENT_USERS.with(|current| *current.borrow_mut() = previous);
+    }
+}
+
 /// Runs `body` with `users` recorded as the current command's users.
 pub fn with_current_users<T>(users: Vec<String>, body: impl FnOnce() -> T) -> T {
     let previous = CURRENT_USERS.with(|current| std::mem::replace(&mut *current.borrow_mut(), users));
-    let result = body();
-    CURRENT_USERS.with(|current| *current.borrow_mut() = previous);
-    result
+    let _restore = CurrentUsersGuard { previous };
+    body()
 }
 
 /// The users of the command running on this thread (empty outside one or when unauthenticated).
@@ -214,4 +225,19 @@ fn check_cursor_owner(context: &ServerContext, request: &CommandRequest, name: &
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn current_users_are_scoped_to_the_handler_even_when_it_panics() {
+        assert!(current_users().is_empty());
+        let seen = with_current_users(vec!["ann@admin".to_string()], current_users);
+        assert_eq!(seen, vec!["ann@admin".to_string()]);
+        let panicked = std::panic::catch_unwind(|| with_current_users(vec!["bob@shop".to_string()], || panic!("handler bug")));
+        assert!(panicked.is_err());
+        assert!(current_users().is_empty());
+    }
 }

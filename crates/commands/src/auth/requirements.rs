@@ -101,3 +101,55 @@ pub fn users_info(request: &CommandRequest) -> Vec<(Target, &'static str)> {
         vec![(Target::Database(request.db.clone()), "viewUser")]
     }
 }
+
+/// The databases of the roles a request names (strings are roles of its own database).
+fn role_databases(request: &CommandRequest) -> Vec<String> {
+    let roles = request.body.get_array("roles").map(|roles| roles.as_slice()).unwrap_or(&[]);
+    let mut databases: Vec<String> = crate::auth::roles::role_names(roles, &request.db).into_iter().map(|(_, db)| db).collect();
+    databases.sort();
+    databases.dedup();
+    databases
+}
+
+fn on_role_databases(request: &CommandRequest, action: &'static str) -> Vec<(Target, &'static str)> {
+    role_databases(request).into_iter().map(|db| (Target::Database(db), action)).collect()
+}
+
+/// createUser and createRole: the create action here, grantRole on each granted role's database.
+pub fn create_user(request: &CommandRequest) -> Vec<(Target, &'static str)> {
+    let mut needed = vec![(Target::Database(request.db.clone()), "createUser")];
+    needed.extend(on_role_databases(request, "grantRole"));
+    needed
+}
+
+pub fn create_role(request: &CommandRequest) -> Vec<(Target, &'static str)> {
+    let mut needed = vec![(Target::Database(request.db.clone()), "createRole")];
+    needed.extend(on_role_databases(request, "grantRole"));
+    needed
+}
+
+/// updateUser: changePassword, changeCustomData, and grant/revoke on the roles' databases.
+pub fn update_user(request: &CommandRequest) -> Vec<(Target, &'static str)> {
+    let here = || Target::Database(request.db.clone());
+    let mut needed = Vec::new();
+    if request.body.contains_key("pwd") {
+        needed.push((here(), "changePassword"));
+    }
+    if request.body.contains_key("customData") {
+        needed.push((here(), "changeCustomData"));
+    }
+    if request.body.contains_key("roles") {
+        needed.extend(on_role_databases(request, "grantRole"));
+        needed.push((here(), "revokeRole"));
+    }
+    needed
+}
+
+/// grantRolesToUser/grantRolesToRole: grantRole on each role's database.
+pub fn grant_roles(request: &CommandRequest) -> Vec<(Target, &'static str)> {
+    on_role_databases(request, "grantRole")
+}
+
+pub fn revoke_roles(request: &CommandRequest) -> Vec<(Target, &'static str)> {
+    on_role_databases(request, "revokeRole")
+}

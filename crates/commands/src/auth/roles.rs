@@ -116,6 +116,15 @@ const USER_ADMIN: &[&str] = &[
 const CLUSTER_MONITOR: &[&str] = &["connPoolStats", "getCmdLineOpts", "getLog", "getParameter", "hostInfo", "inprog", "listDatabases", "listSessions", "netstat", "serverStatus", "top"];
 const HOST_MANAGER: &[&str] = &["killAnyCursor", "killAnySession", "killop", "logRotate", "setParameter", "shutdown", "flushRouterConfig", "invalidateUserCache"];
 
+/// Actions outside the built-in roles' lists that custom roles may still name.
+const OTHER_ACTIONS: &[&str] = &["anyAction", "authSchemaUpgrade", "indexStats", "getShardMap", "replSetGetStatus", "replSetGetConfig", "checkFreeMonitoringStatus"];
+
+/// Whether `action` is one Myriad knows (custom roles may name only these).
+pub fn is_action(action: &str) -> bool {
+    [READ, WRITE, DB_ADMIN, USER_ADMIN, CLUSTER_MONITOR, HOST_MANAGER, OTHER_ACTIONS].iter().any(|list| list.contains(&action))
+        || ["listSessions", "compact", "killCursors", "enableProfiler", "dropDatabase", "listDatabases"].contains(&action)
+}
+
 /// The roles MongoDB defines in every database.
 pub const DATABASE_ROLES: &[&str] = &["read", "readWrite", "dbAdmin", "dbOwner", "userAdmin"];
 /// The roles MongoDB defines in admin only.

@@ -6,6 +6,8 @@
 //! SCRAM-SHA-1 uses MongoDB's password digest (hex md5 of `user:mongo:password`) as its
 //! password; SCRAM-SHA-256 uses the SASLprep'd password.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use bson::{doc, Bson, Document};
@@ -19,8 +21,22 @@ pub const SCRAM_SHA_256: &str = "SCRAM-SHA-256";
 /// MongoDB's defaults (`scramIterationCount`, `scramSHA256IterationCount`).
 pub const DEFAULT_SHA1_ITERATIONS: u32 = 10_000;
 pub const DEFAULT_SHA256_ITERATIONS: u32 = 15_000;
+/// The current `scramIterationCount` and `scramSHA256IterationCount` (setParameter).
+pub static SHA1_ITERATIONS: AtomicU32 = AtomicU32::new(DEFAULT_SHA1_ITERATIONS);
+pub static SHA256_ITERATIONS: AtomicU32 = AtomicU32::new(DEFAULT_SHA256_ITERATIONS);
+/// MongoDB refuses iteration counts below this.
+pub const MIN_ITERATIONS: i64 = 5000;
+
+/// The iteration count new credentials of `mechanism` get.
+pub fn iteration_count(mechanism: Mechanism) -> u32 {
+    match mechanism {
+        Mechanism::Sha1 => SHA1_ITERATIONS.load(Ordering::Relaxed),
+        Mechanism::Sha256 => SHA256_ITERATIONS.load(Ordering::Relaxed),
+    }
+}
+
 /// Iteration counts accepted from a stored credential: beyond this a login would burn CPU.
-const MAX_ITERATIONS: i64 = 10_000_000;
+pub const MAX_ITERATIONS: i64 = 10_000_000;
 /// A client message longer than this is refused (names and nonces are short).
 const MAX_MESSAGE_BYTES: usize = 4096;
 

@@ -25,7 +25,25 @@ struct Parameter {
 
 const PARAMETERS: &[Parameter] = &[
     Parameter { name: "featureCompatibilityVersion", kind: Kind::ReadOnly(|_| Bson::Document(doc! { "version": "7.0" })), startup: false },
-    Parameter { name: "authenticationMechanisms", kind: Kind::ReadOnly(|_| Bson::Array(vec![Bson::String("SCRAM-SHA-256".into())])), startup: true },
+    Parameter { name: "authenticationMechanisms", kind: Kind::ReadOnly(|_| Bson::Array(vec![Bson::String("SCRAM-SHA-1".into()), Bson::String("SCRAM-SHA-256".into())])), startup: true },
+    Parameter {
+        name: "scramIterationCount",
+        kind: Kind::Settable {
+            read: |_| Bson::Int32(crate::auth::scram::SHA1_ITERATIONS.load(Ordering::Relaxed) as i32),
+            write: |_, value| store_iteration_count(&crate::auth::scram::SHA1_ITERATIONS, "scramIterationCount", value),
+            boolean: false,
+        },
+        startup: true,
+    },
+    Parameter {
+        name: "scramSHA256IterationCount",
+        kind: Kind::Settable {
+            read: |_| Bson::Int32(crate::auth::scram::SHA256_ITERATIONS.load(Ordering::Relaxed) as i32),
+            write: |_, value| store_iteration_count(&crate::auth::scram::SHA256_ITERATIONS, "scramSHA256IterationCount", value),
+            boolean: false,
+        },
+        startup: true,
+    },
     Parameter { name: "maxBSONDepth", kind: Kind::ReadOnly(|_| Bson::Int32(100)), startup: true },
     Parameter {
         name: "logLevel",
@@ -227,4 +245,14 @@ pub fn set(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     }
     reply.insert("ok", 1.0);
     Ok(reply)
+}
+
+/// SCRAM iteration counts: at least 5000, as MongoDB's validator (and bounded above).
+fn store_iteration_count(target: &std::sync::atomic::AtomicU32, name: &str, value: i64) -> CommandResult<()> {
+    if value < crate::auth::scram::MIN_ITERATIONS {
+        return Err(CommandError::bad_value(format!("Invalid value for parameter {name}: {value} is not greater than or equal to {}", crate::auth::scram::MIN_ITERATIONS)));
+    }
+    let count = u32::try_from(value.min(crate::auth::scram::MAX_ITERATIONS)).unwrap_or(u32::MAX);
+    target.store(count, Ordering::Relaxed);
+    Ok(())
 }

@@ -69,11 +69,8 @@ fn credentials(request: &CommandRequest, user: &str, password: &str) -> CommandR
         let Some(derived_from) = scram::mechanism_password(mechanism, user, password) else {
             return Err(CommandError::new(BAD_VALUE, "Error preflighting SCRAM-SHA-256 password: password contains prohibited characters"));
         };
-        let iterations = match mechanism {
-            Mechanism::Sha1 => scram::DEFAULT_SHA1_ITERATIONS,
-            Mechanism::Sha256 => scram::DEFAULT_SHA256_ITERATIONS,
-        };
-        credentials.insert(mechanism.name(), Credential::derive(mechanism, &derived_from, iterations).to_document());
+        let credential = Credential::derive(mechanism, &derived_from, scram::iteration_count(mechanism));
+        credentials.insert(mechanism.name(), credential.to_document());
     }
     Ok(credentials)
 }
