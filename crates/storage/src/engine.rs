@@ -208,6 +208,10 @@ pub struct Engine {
     block_cache: Cache,
     block_cache_capacity_bytes: usize,
     catalog: ArcSwap<Catalog>,
+    /// Odd while a catalog change is between its batch write and its snapshot publication
+    /// (a sequence lock): counter reads wait it out, so they never pair a snapshot's entry
+    /// with counters the change already removed.
+    catalog_change_sequence: std::sync::atomic::AtomicU64,
     ddl: Mutex<DdlState>,
     stripes: Box<[Mutex<StripeState>]>,
     pub(crate) counters: Counters,
@@ -312,6 +316,7 @@ impl Engine {
             block_cache,
             block_cache_capacity_bytes: options.block_cache_size_bytes,
             catalog: ArcSwap::from_pointee(Catalog::default()),
+            catalog_change_sequence: std::sync::atomic::AtomicU64::new(0),
             ddl: Mutex::new(DdlState { next_prefix: FIRST_PREFIX }),
             stripes: (0..stripe_count).map(|_| Mutex::new(StripeState::default())).collect(),
             counters: Counters::default(),
@@ -524,7 +529,15 @@ impl Engine {
     /// (prefix counter, snapshot) and hands its operation record to the observer. The caller
     /// holds the DDL mutex (passed in) and the stripes the change needs.
     pub(crate) fn apply_catalog_change(&self, ddl: &mut DdlState, prepared: PreparedCatalogChange) -> Result<(), StorageError> {
-        self.db.write_opt(prepared.batch, &self.ddl_write_options)?;
+        use std::sync::atomic::Ordering;
+        // Odd from before the batch is written until its effects are published (the DDL
+        // mutex, held by the caller, makes changes one at a time).
+        self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel);
+        let written = self.db.write_opt(prepared.batch, &self.ddl_write_options);
+        if let Err(error) = written {
+            self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel);
+            return Err(error.into());
+        }
         for effect in prepared.effects {
             match effect {
                 CatalogEffect::AdvancePrefixes(next) => {
@@ -535,8 +548,29 @@ impl Engine {
                 CatalogEffect::Remove(namespace) => self.publish_ddl(move |catalog| catalog.remove(&namespace)),
             }
         }
+        let sequence = self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel) + 1;
+        assert!(sequence % 2 == 0, "catalog changes do not overlap");
         self.observe(std::slice::from_ref(&prepared.operation));
         Ok(())
+    }
+
+    /// Runs `read` outside any catalog change (see `catalog_change_sequence`): again when a
+    /// change started or finished meanwhile (bounded; the last read stands).
+    pub(crate) fn outside_catalog_changes<T>(&self, mut read: impl FnMut() -> Result<T, StorageError>) -> Result<T, StorageError> {
+        use std::sync::atomic::Ordering;
+        const ATTEMPTS: usize = 10_000;
+        for _ in 0..ATTEMPTS {
+            let before = self.catalog_change_sequence.load(Ordering::Acquire);
+            if before % 2 == 1 {
+                std::thread::yield_now();
+                continue;
+            }
+            let value = read()?;
+            if self.catalog_change_sequence.load(Ordering::Acquire) == before {
+                return Ok(value);
+            }
+        }
+        read()
     }
 
     pub(crate) fn publish_ddl(&self, change: impl Fn(&mut Catalog)) {
@@ -1022,7 +1056,7 @@ impl Engine {
 
     /// Counters of one collection: point reads of its stats keys, never a scan.
     pub fn collection_stats(&self, handle: &CollectionHandle) -> Result<CollectionStats, StorageError> {
-        let (collection, indexes) = self.read_collection_counters(&handle.entry)?;
+        let (collection, indexes) = self.outside_catalog_changes(|| self.read_collection_counters(&handle.entry))?;
         let index_sizes_bytes: Vec<(String, i64)> = handle
             .entry
             .indexes

@@ -19,8 +19,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         return Ok(doc! { "n": count_value(0), "ok": 1.0 });
     };
     if spec.filter_document.is_empty() && spec.skip == 0 && spec.limit.is_none() {
-        let stats = context.backend.collection_stats(&collection)?;
-        return Ok(doc! { "n": count_value(stats.count), "ok": 1.0 });
+        return counted_without_scan(context, request, &name, collection);
     }
     let mut execution = Execution::new(context.backend.as_ref(), collection, spec)?;
     let mut count = 0i64;
@@ -32,6 +31,36 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         }
     }
     crate::operation::note_examined(&execution.counters);
+    Ok(doc! { "n": count_value(count), "ok": 1.0 })
+}
+
+/// Most reads of the counters while DDL keeps replacing the collection.
+const COUNTER_READ_ATTEMPTS: usize = 8;
+
+/// The document counter of the collection. The counters belong to one version of it: a
+/// rename over it or a drop between the lookup and the read would make them another's (a
+/// dropped target's are gone), so they are read again until the version read is still the
+/// current one (bounded; the last read stands).
+fn counted_without_scan(
+    context: &ServerContext,
+    request: &CommandRequest,
+    name: &str,
+    mut collection: myriad_storage::CollectionHandle,
+) -> CommandResult<Document> {
+    let mut count = context.backend.collection_stats(&collection)?.count;
+    for _ in 1..COUNTER_READ_ATTEMPTS {
+        match context.backend.collection(&request.db, name)? {
+            Some(current) if current.same_version(&collection) => break,
+            Some(current) => {
+                count = context.backend.collection_stats(&current)?.count;
+                collection = current;
+            }
+            None => {
+                count = 0;
+                break;
+            }
+        }
+    }
     Ok(doc! { "n": count_value(count), "ok": 1.0 })
 }
 
