@@ -328,13 +328,7 @@ impl<B: Backend> Backend for ContractBackend<B> {
         max_count: usize,
     ) -> BackendResult<Vec<(Vec<u8>, RecordId)>> {
         let entries = self.inner.scan_index(handle, index_name, range, reverse, start_after, max_count)?;
-        assert!(entries.len() <= max_count, "scan_index returned {} of at most {max_count}", entries.len());
-        let mut previous: Option<&[u8]> = start_after;
-        for (key, _) in &entries {
-            let in_order = previous.map_or(true, |previous| if reverse { key.as_slice() < previous } else { key.as_slice() > previous });
-            assert!(in_order, "scan_index out of key order");
-            previous = Some(key);
-        }
+        assert_scan_contract("scan_index", entries.iter().map(|(key, _)| key.as_slice()), start_after, reverse, max_count);
         Ok(entries)
     }
     fn scan_index_values(
@@ -347,13 +341,7 @@ impl<B: Backend> Backend for ContractBackend<B> {
         max_count: usize,
     ) -> BackendResult<Vec<IndexValuesEntry>> {
         let entries = self.inner.scan_index_values(handle, index_name, range, reverse, start_after, max_count)?;
-        assert!(entries.len() <= max_count, "scan_index_values returned {} of at most {max_count}", entries.len());
-        let mut previous: Option<&[u8]> = start_after;
-        for (key, _, _) in &entries {
-            let in_order = previous.map_or(true, |previous| if reverse { key.as_slice() < previous } else { key.as_slice() > previous });
-            assert!(in_order, "scan_index_values out of key order");
-            previous = Some(key);
-        }
+        assert_scan_contract("scan_index_values", entries.iter().map(|(key, _, _)| key.as_slice()), start_after, reverse, max_count);
         Ok(entries)
     }
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
@@ -398,5 +386,17 @@ impl<B: Backend> Backend for ContractBackend<B> {
     }
     fn flush(&self) -> BackendResult<()> {
         self.inner.flush()
+    }
+}
+
+/// The contract of an index scan, checked on what it returned: at most `max_count` entries,
+/// strictly after `start_after` and each after the previous, in the scan's direction.
+fn assert_scan_contract<'k>(scan: &str, keys: impl ExactSizeIterator<Item = &'k [u8]>, start_after: Option<&[u8]>, reverse: bool, max_count: usize) {
+    assert!(keys.len() <= max_count, "{scan} returned {} of at most {max_count}", keys.len());
+    let mut previous = start_after;
+    for key in keys {
+        let in_order = previous.map_or(true, |previous| if reverse { key < previous } else { key > previous });
+        assert!(in_order, "{scan} out of key order");
+        previous = Some(key);
     }
 }
