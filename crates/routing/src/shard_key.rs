@@ -122,6 +122,26 @@ impl ShardKeyPattern {
         Ok(key)
     }
 
+    /// The key string of a chunk bound, `values` one per field in pattern order as a catalog
+    /// stores them: nothing is hashed (a hashed field's bound is already a hash, or MinKey or
+    /// MaxKey), and MinKey/MaxKey are accepted in any field.
+    pub fn key_for_bound(&self, values: &[Bson]) -> Result<Vec<u8>, RoutingError> {
+        if values.len() != self.fields.len() {
+            return Err(RoutingError::InvalidShardKeyValue(format!(
+                "{} values for a {}-field shard key bound",
+                values.len(),
+                self.fields.len()
+            )));
+        }
+        let mut key = Vec::with_capacity(1 + 11 * values.len());
+        key.push(FORMAT_VERSION);
+        for ((name, kind), value) in self.fields.iter().zip(values) {
+            check_routable(name, value)?;
+            append_value(&mut key, value, kind.direction());
+        }
+        Ok(key)
+    }
+
     /// The key string of a document's shard key; a missing field counts as null, as in MongoDB.
     pub fn key_for_document(&self, document: &Document) -> Result<Vec<u8>, RoutingError> {
         let mut values = Vec::with_capacity(self.fields.len());
@@ -197,5 +217,16 @@ mod tests {
         let highest = pattern.highest_key();
         let key = key.unwrap_or_default();
         assert!(lowest < key && key < highest);
+    }
+
+    #[test]
+    fn bounds_are_not_hashed() {
+        let pattern = ShardKeyPattern::from_document(&doc! {"h": "hashed"}).unwrap_or_else(|e| panic!("{e}"));
+        let hash = hash_value(&Bson::String("x".into()));
+        let document_key = pattern.key_for_document(&doc! {"h": "x"});
+        assert_eq!(document_key, pattern.key_for_bound(&[Bson::Int64(hash)]));
+        assert_eq!(pattern.key_for_bound(&[Bson::MinKey]), Ok(pattern.lowest_key()));
+        assert_eq!(pattern.key_for_bound(&[Bson::MaxKey]), Ok(pattern.highest_key()));
+        assert!(pattern.key_for_bound(&[]).is_err());
     }
 }
