@@ -4,7 +4,7 @@
 //!
 //! Checked once per command before it runs: the top-level `collation` (find, aggregate,
 //! count, distinct, findAndModify, create, explain's inner command), and each update or
-//! delete statement's and each index spec's `collation`.
+//! delete statement's, each bulkWrite operation's and each index spec's `collation`.
 
 use bson::{Bson, Document};
 
@@ -12,7 +12,8 @@ use crate::error::{CommandError, CommandResult, BAD_VALUE, MISSING_FIELD};
 use crate::request::{field_type_error, CommandRequest};
 
 /// Where a command carries per-element collations: (command, array field).
-const NESTED_COLLATIONS: &[(&str, &str)] = &[("update", "updates"), ("delete", "deletes"), ("createIndexes", "indexes")];
+const NESTED_COLLATIONS: &[(&str, &str)] =
+    &[("update", "updates"), ("delete", "deletes"), ("createIndexes", "indexes"), ("bulkWrite", "ops")];
 
 /// Refuses a non-simple collation anywhere in `request`.
 pub fn refuse_non_simple(request: &CommandRequest) -> CommandResult<()> {

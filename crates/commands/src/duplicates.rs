@@ -21,7 +21,7 @@ use crate::request::CommandRequest;
 /// MongoDB's generic command arguments: parsed apart from each command's own fields, so a
 /// repeat of one is not the command parser's duplicate (drivers may send `lsid` twice when a
 /// caller's command already had one).
-const GENERIC_ARGUMENTS: &[&str] = &[
+pub const GENERIC_ARGUMENTS: &[&str] = &[
     "$db", "lsid", "txnNumber", "autocommit", "startTransaction", "stmtId", "$clusterTime", "$readPreference",
     "readConcern", "writeConcern", "maxTimeMS", "comment", "apiVersion", "apiStrict", "apiDeprecationErrors",
     "$audit", "$client", "$configServerState", "$oplogQueryData", "$queryOptions", "$replData",
@@ -64,20 +64,25 @@ fn path_collision(field: &str) -> CommandError {
 /// The write error for the document at `index` of the insert's `documents`, when one of its
 /// field names occurs twice.
 pub fn document_duplicate(request: &CommandRequest, index: usize) -> Option<CommandError> {
+    duplicate_under(request, &["documents", &index.to_string()])
+}
+
+/// The write error for the document at `prefix` in the request (`["documents", "3"]`, or a
+/// bulkWrite's `["ops", "3", "document"]`), when one of its field names occurs twice.
+pub fn duplicate_under(request: &CommandRequest, prefix: &[&str]) -> Option<CommandError> {
     if request.duplicate_fields.is_empty() {
         return None;
     }
-    let index = index.to_string();
-    let path = request
-        .duplicate_fields
-        .iter()
-        .find(|path| path.len() >= 3 && path[0] == "documents" && path[1] == index)?;
-    if path.len() == 3 && path[2] == "_id" {
+    let depth = prefix.len();
+    let path = request.duplicate_fields.iter().find(|path| {
+        path.len() > depth && path.iter().zip(prefix).all(|(component, expected)| component == expected)
+    })?;
+    if path.len() == depth + 1 && path[depth] == "_id" {
         return Some(CommandError::bad_value("can't have multiple _id fields in one document"));
     }
     Some(CommandError::bad_value(format!(
         "Document contains the field name '{}' twice; Myriad stores one value per field name",
-        path[2..].join(".")
+        path[depth..].join(".")
     )))
 }
 

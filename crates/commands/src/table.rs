@@ -61,6 +61,7 @@ commands! {
     "killCursors" => command::kill_cursors::run, admin: false, write: false, access: Authenticated, "Closes cursors.";
     "update" => command::update::run, admin: false, write: true, access: Collection(&["update"]), "Updates documents.";
     "delete" => command::delete::run, admin: false, write: true, access: Collection(&["remove"]), "Deletes documents.";
+    "bulkWrite" => command::bulk_write::run, admin: true, write: true, access: Custom(auth::requirements::bulk_write), "Inserts, updates and deletes on many collections (MongoDB 8.0).";
     "findAndModify" | "findandmodify" => command::find_and_modify::run, admin: false, write: true, access: Custom(auth::requirements::find_and_modify), "Updates or removes one document and returns it.";
     "count" => command::count::run, admin: false, write: false, access: Collection(&["find"]), "Counts matching documents.";
     "distinct" => command::distinct::run, admin: false, write: false, access: Collection(&["find"]), "Distinct values of a field.";
@@ -86,6 +87,7 @@ commands! {
     "planCacheClear" => command::plan_cache_clear::run, admin: false, write: false, access: Collection(&["planCacheWrite"]), "Forgets a collection's cached query plans.";
     "saslStart" => command::sasl::start, admin: false, write: false, access: Open, "Starts a SCRAM authentication conversation.";
     "saslContinue" => command::sasl::continue_conversation, admin: false, write: false, access: Open, "Continues a SCRAM authentication conversation.";
+    "authenticate" => command::authenticate::run, admin: false, write: false, access: Open, "Authenticates with MONGODB-X509 as the subject of the TLS client certificate.";
     "logout" => command::sasl::logout, admin: false, write: false, access: Open, "Logs the connection's user out.";
     "createUser" => command::users::create_user, admin: false, write: true, access: Custom(auth::requirements::create_user), "Creates a user.";
     "updateUser" => command::users::update_user, admin: false, write: true, access: Custom(auth::requirements::update_user), "Changes a user's password, custom data or roles.";
@@ -186,9 +188,17 @@ fn operation_namespace(request: &CommandRequest) -> String {
 }
 
 fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
+    match context.role.get() {
+        Some(role) => role.run(context, request, &|request| run_table(context, request)),
+        None => run_table(context, request),
+    }
+}
+
+fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
     let Some(spec) = find_command(&request.name) else {
         return Err(CommandError::new(COMMAND_NOT_FOUND, format!("no such command: '{}'", request.name)));
     };
+    auth::check_external_database(request, spec.name)?;
     auth::authorize(context, request, spec.name, spec.access)?;
     // Transactions and retryable writes are refused before anything runs (standalone).
     command::sessions::refuse_transactions(request)?;

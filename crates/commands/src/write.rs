@@ -92,11 +92,9 @@ pub fn begin_write_creating<'b>(backend: &'b dyn Backend, db: &str, collection: 
 }
 
 /// `{n, ok: 1, writeErrors?}`; writeErrors never turn the reply into `ok: 0`.
-pub fn write_reply(count: i64, write_errors: Vec<Document>) -> Document {
+pub fn write_reply(count: i64, write_errors: crate::bulk::WriteErrors) -> Document {
     let mut reply = doc! { "n": count as i32 };
-    if !write_errors.is_empty() {
-        reply.insert("writeErrors", write_errors);
-    }
+    write_errors.append_to(&mut reply);
     reply.insert("ok", 1.0);
     reply
 }

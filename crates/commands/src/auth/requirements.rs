@@ -153,3 +153,45 @@ pub fn grant_roles(request: &CommandRequest) -> Vec<(Target, &'static str)> {
 pub fn revoke_roles(request: &CommandRequest) -> Vec<(Target, &'static str)> {
     on_role_databases(request, "revokeRole")
 }
+
+/// bulkWrite: on each nsInfo namespace, insert, update or remove for the operations that name
+/// it (insert too for an upsert), and bypassDocumentValidation when asked (as mongod's
+/// getPrivileges). Entries the parser will refuse add nothing: the command fails anyway.
+pub fn bulk_write(request: &CommandRequest) -> Vec<(Target, &'static str)> {
+    use crate::command::bulk_write::{operation_target, split_namespace};
+    const ACTIONS: [&str; 4] = ["insert", "update", "remove", "bypassDocumentValidation"];
+    let array = |field: &str| request.body.get_array(field).map(|items| items.as_slice()).unwrap_or(&[]);
+    let namespaces: Vec<Option<Target>> = array("nsInfo")
+        .iter()
+        .map(|entry| {
+            let namespace = entry.as_document()?.get_str("ns").ok()?;
+            split_namespace(namespace).map(|(db, collection)| Target::Collection(db, collection))
+        })
+        .collect();
+    // Per namespace, a bit per action of ACTIONS.
+    let mut wanted = vec![0u8; namespaces.len()];
+    for operation in array("ops").iter().filter_map(Bson::as_document) {
+        let Some((kind, index)) = operation_target(operation) else { continue };
+        let Some(bits) = wanted.get_mut(index) else { continue };
+        *bits |= match kind {
+            "insert" => 1,
+            "update" if operation.get("upsert").and_then(crate::request::truthy).unwrap_or(false) => 2 | 1,
+            "update" => 2,
+            "delete" => 4,
+            _ => 0,
+        };
+    }
+    if request.body.get("bypassDocumentValidation").and_then(crate::request::truthy).unwrap_or(false) {
+        wanted.iter_mut().for_each(|bits| *bits |= 8);
+    }
+    let mut needed = Vec::new();
+    for (target, bits) in namespaces.iter().zip(wanted) {
+        let Some(target) = target else { continue };
+        for (bit, action) in ACTIONS.iter().enumerate() {
+            if bits & (1 << bit) != 0 {
+                needed.push((target.clone(), *action));
+            }
+        }
+    }
+    needed
+}

@@ -1,5 +1,6 @@
 //! `delete`: `limit: 1` removes the first current match, `limit: 0` all of them, each re-checked
-//! under the collection's write lock (see [`crate::modify`]).
+//! under the collection's write lock (see [`crate::modify`]). Every statement is its own slice
+//! (see [`crate::bulk`]); ordered deletes stop at the first failing statement.
 
 use std::sync::Arc;
 
@@ -7,6 +8,7 @@ use bson::{Bson, Document};
 use myriad_query::filter::Filter;
 use myriad_storage::{CollectionHandle, Durability};
 
+use crate::bulk::{is_interruption, WriteErrors};
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE, MISSING_FIELD};
 use crate::modify::{for_each_current_match, Scope};
 use crate::plan::QuerySpec;
@@ -47,6 +49,26 @@ pub fn delete_matching(
     Ok((deleted, first))
 }
 
+/// Runs one delete statement on `db.name` (nothing to delete when the collection does not
+/// exist): the count deleted. Commits per chunk without syncing (see [`crate::bulk`]).
+pub fn delete_statement(
+    context: &ServerContext,
+    db: &str,
+    name: &str,
+    filter: &Document,
+    multi: bool,
+    hint: Option<Bson>,
+) -> CommandResult<u64> {
+    context.count(&context.operation_counters.delete, 1);
+    match context.backend.collection(db, name)? {
+        Some(collection) => Ok(delete_matching(context, &collection, filter, multi, hint, None, Durability::Default)?.0),
+        None => {
+            Filter::parse(filter)?;
+            Ok(0)
+        }
+    }
+}
+
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let statements = statements(request, "deletes")?;
     let ordered = ordered(request)?;
@@ -55,36 +77,26 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     for statement in &statements {
         check_statement_types(request, statement)?;
     }
-    let collection = context.backend.collection(&request.db, &name)?;
     let mut deleted = 0i64;
-    let mut write_errors = Vec::new();
+    let mut write_errors = WriteErrors::default();
+    let mut interruption = None;
     for (index, statement) in statements.into_iter().enumerate() {
-        context.count(&context.operation_counters.delete, 1);
-        let result = (|| -> CommandResult<usize> {
-            let filter = match statement.get("q") {
-                Some(Bson::Document(filter)) => filter,
-                Some(other) => return Err(request.wrong_type("deletes.q", "object", other)),
-                None => return Err(CommandError::new(MISSING_FIELD, "BSON field 'delete.deletes.q' is missing but a required field")),
+        let result = crate::operation::check_interrupt().and_then(|()| {
+            let Some(Bson::Document(filter)) = statement.get("q") else {
+                return Err(CommandError::new(MISSING_FIELD, "BSON field 'delete.deletes.q' is missing but a required field"));
             };
-            let multi = match statement.get("limit").map(crate::request::integer_value) {
-                Some(Some(0)) => true,
-                Some(Some(1)) => false,
-                Some(_) => return Err(CommandError::new(crate::error::FAILED_TO_PARSE, "The limit field in delete objects must be 0 or 1.")),
-                None => return Err(CommandError::new(MISSING_FIELD, "BSON field 'delete.deletes.limit' is missing but a required field")),
-            };
+            let multi = statement.get("limit").and_then(crate::request::integer_value) == Some(0);
             let hint = statement.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned();
-            match &collection {
-                Some(collection) => Ok(delete_matching(context, collection, filter, multi, hint, None, durability)?.0 as usize),
-                None => {
-                    Filter::parse(filter)?;
-                    Ok(0)
-                }
-            }
-        })();
+            delete_statement(context, &request.db, &name, filter, multi, hint)
+        });
         match result {
             Ok(count) => deleted += count as i64,
+            Err(error) if is_interruption(&error) => {
+                interruption = Some(error);
+                break;
+            }
             Err(error) => {
-                write_errors.push(error.to_write_error(index));
+                write_errors.push(index, error);
                 if ordered {
                     break;
                 }
@@ -92,7 +104,11 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         }
     }
     crate::operation::note_deleted(deleted as u64);
-    Ok(write_reply(deleted, write_errors))
+    crate::bulk::sync_journal_if_asked(context, durability)?;
+    match interruption {
+        Some(error) => Err(crate::bulk::interrupted_with(error, crate::bulk::counts(&[("n", deleted)]))),
+        None => Ok(write_reply(deleted, write_errors)),
+    }
 }
 
 /// What MongoDB's command parser checks in every statement before any runs (a failure fails

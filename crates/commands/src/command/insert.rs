@@ -1,10 +1,12 @@
-//! `insert`: one atomic WriteBatch per command. Ordered batches stop at the first error and
-//! keep what came before it; unordered batches go on and report every error with its index.
+//! `insert`: the documents are inserted in slices (see [`crate::bulk`]), each one atomic
+//! storage batch. Ordered inserts stop at the first error and keep what came before it;
+//! unordered ones go on and report every error with its statement index.
 
 use bson::Document;
 
+use crate::bulk::{insert_in_slices, is_interruption, InsertStatement, WriteErrors};
 use crate::error::CommandResult;
-use crate::write::{begin_write_creating, check_batch_size, durability, ordered, prepare_for_insert, write_reply};
+use crate::write::{check_batch_size, durability, ordered, write_reply};
 use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
@@ -13,30 +15,24 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let ordered = ordered(request)?;
     let durability = durability(request)?;
     let bypass_validation = crate::validation::bypass_requested(request)?;
-    let mut transaction = begin_write_creating(context.backend.as_ref(), &request.db, &request.collection_name()?)?;
-    let validator = crate::validation::for_write(transaction.as_ref(), bypass_validation)?;
+    let collection = request.collection_name()?;
+    let statements = documents.into_iter().enumerate().map(|(index, document)| InsertStatement {
+        index,
+        document,
+        refused: crate::duplicates::document_duplicate(request, index),
+    });
     let mut inserted = 0i64;
-    let mut write_errors = Vec::new();
-    for (index, document) in documents.into_iter().enumerate() {
-        let outcome = match crate::duplicates::document_duplicate(request, index) {
-            Some(error) => Err(error),
-            None => prepare_for_insert(document).and_then(|prepared| {
-                crate::validation::check_with(context, validator.as_deref(), transaction.as_ref(), &prepared)?;
-                Ok(transaction.insert(&prepared)?)
-            }),
-        };
-        match outcome {
-            Ok(_) => inserted += 1,
-            Err(error) => {
-                write_errors.push(error.to_write_error(index));
-                if ordered {
-                    break;
-                }
-            }
+    let mut write_errors = WriteErrors::default();
+    let outcome = insert_in_slices(context, &request.db, &collection, statements, ordered, bypass_validation, &mut |index, result| {
+        match result {
+            Ok(()) => inserted += 1,
+            Err(error) => write_errors.push(index, error),
         }
+    });
+    crate::bulk::sync_journal_if_asked(context, durability)?;
+    match outcome {
+        Err(error) if is_interruption(&error) => Err(crate::bulk::interrupted_with(error, crate::bulk::counts(&[("n", inserted)]))),
+        Err(error) => Err(error),
+        Ok(_) => Ok(write_reply(inserted, write_errors)),
     }
-    transaction.commit(durability)?;
-    context.count(&context.operation_counters.insert, inserted);
-    crate::operation::note_inserted(inserted as u64);
-    Ok(write_reply(inserted, write_errors))
 }

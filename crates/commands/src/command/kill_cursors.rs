@@ -6,7 +6,11 @@ use crate::error::{CommandError, CommandResult};
 use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
-    request.collection_name()?;
+    // bulkWrite's results cursor is named `admin.$cmd.bulkWrite`, not a collection.
+    let bulk_write_results = request.db == "admin" && matches!(request.first_value(), Some(Bson::String(name)) if name == "$cmd.bulkWrite");
+    if !bulk_write_results {
+        request.collection_name()?;
+    }
     let Some(ids) = request.optional_array("cursors")? else {
         return Err(CommandError::new(
             crate::error::MISSING_FIELD,

@@ -1,7 +1,9 @@
 //! One module per command, each exposing `run` (or named handlers) with the table's signature.
 
 pub mod aggregate;
+pub mod authenticate;
 pub mod build_info;
+pub mod bulk_write;
 pub mod coll_mod;
 pub mod coll_stats;
 pub mod compact;

@@ -1,15 +1,19 @@
 //! `update`: each statement updates each matching document in one isolated read-modify-write
 //! (see [`crate::modify`]): the filter is re-checked against the current version under the
 //! collection's write lock. A multi-update never visits a document twice; later statements
-//! read what earlier ones wrote.
+//! read what earlier ones wrote. Every statement is its own slice (see [`crate::bulk`]); a
+//! single-document statement may carry a `sort` (MongoDB 8.0): the first match in that order
+//! is updated.
 
 use std::sync::Arc;
 
 use bson::{doc, Bson, DateTime, Document};
 use myriad_query::filter::Filter;
+use myriad_query::sort::SortSpec;
 use myriad_query::update::{upsert_seed, Update, UpdateContext};
 use myriad_storage::{CollectionHandle, Durability};
 
+use crate::bulk::{is_interruption, WriteErrors};
 use crate::error::{CommandError, CommandResult, MISSING_FIELD};
 use crate::modify::{for_each_current_match, Scope};
 use crate::plan::QuerySpec;
@@ -154,13 +158,28 @@ fn check_id_unchanged(old: &Document, new: &Document) -> CommandResult<()> {
     }
 }
 
-fn parse_statement(statement: &Document, bypass_document_validation: bool) -> CommandResult<UpdateStatement<'_>> {
-    let filter_document = match statement.get("q") {
+/// Where an update statement's fields are and how errors name them: the update command's
+/// `{q, u}` under `update.updates`, or bulkWrite's `{filter, updateMods}` under `bulkWrite.ops`.
+pub struct StatementFields {
+    pub filter: &'static str,
+    pub update: &'static str,
+    pub path: &'static str,
+}
+
+pub const UPDATE_COMMAND_FIELDS: StatementFields = StatementFields { filter: "q", update: "u", path: "update.updates" };
+
+fn missing(fields: &StatementFields, field: &str) -> CommandError {
+    CommandError::new(MISSING_FIELD, format!("BSON field '{}.{field}' is missing but a required field", fields.path))
+}
+
+/// Parses one statement whose field types [`check_statement_types`] accepted.
+pub fn parse_statement<'s>(statement: &'s Document, fields: &StatementFields, bypass_document_validation: bool) -> CommandResult<UpdateStatement<'s>> {
+    let filter_document = match statement.get(fields.filter) {
         Some(Bson::Document(filter)) => filter,
-        Some(other) => return Err(crate::request::field_type_error("update.updates.q", "object", other)),
-        None => return Err(CommandError::new(MISSING_FIELD, "BSON field 'update.updates.q' is missing but a required field")),
+        Some(other) => return Err(crate::request::field_type_error(&format!("{}.{}", fields.path, fields.filter), "object", other)),
+        None => return Err(missing(fields, fields.filter)),
     };
-    let update_document = match statement.get("u") {
+    let update_document = match statement.get(fields.update) {
         Some(Bson::Document(update)) => update,
         Some(Bson::Array(_)) => {
             return Err(CommandError::new(
@@ -168,30 +187,49 @@ fn parse_statement(statement: &Document, bypass_document_validation: bool) -> Co
                 "pipeline-style updates are not supported by Myriad yet",
             ))
         }
-        Some(other) => return Err(crate::request::field_type_error("update.updates.u", "object", other)),
-        None => return Err(CommandError::new(MISSING_FIELD, "BSON field 'update.updates.u' is missing but a required field")),
+        Some(other) => return Err(crate::request::field_type_error(&format!("{}.{}", fields.path, fields.update), "object", other)),
+        None => return Err(missing(fields, fields.update)),
     };
     let flag = |name: &str| -> CommandResult<bool> {
         match statement.get(name) {
             None => Ok(false),
-            Some(value) => crate::request::truthy(value).ok_or_else(|| crate::request::field_type_error(&format!("update.updates.{name}"), "bool", value)),
+            Some(value) => crate::request::truthy(value).ok_or_else(|| crate::request::field_type_error(&format!("{}.{name}", fields.path), "bool", value)),
         }
     };
-    let update = Update::parse(update_document, &parse_array_filters(statement, "update.updates.arrayFilters")?)?;
+    let update = Update::parse(update_document, &parse_array_filters(statement, &format!("{}.arrayFilters", fields.path))?)?;
     let multi = flag("multi")?;
     if multi && update.is_replacement() {
         return Err(CommandError::new(crate::error::FAILED_TO_PARSE, "multi update is not supported for replacement-style update"));
     }
+    let sort = match statement.get("sort") {
+        Some(Bson::Document(sort)) if !sort.is_empty() => Some(SortSpec::parse(sort)?),
+        _ => None,
+    };
     Ok(UpdateStatement {
         filter_document,
         update,
         multi,
         upsert: flag("upsert")?,
         hint: statement.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned(),
-        sort: None,
+        sort,
         return_new: false,
         bypass_document_validation,
     })
+}
+
+/// Runs one parsed statement on `db.name` (created by an upsert; nothing matches in a
+/// collection that does not exist). Commits without syncing (see [`crate::bulk`]).
+pub fn update_statement(context: &ServerContext, db: &str, name: &str, statement: &UpdateStatement<'_>) -> CommandResult<StatementOutcome> {
+    context.count(&context.operation_counters.update, 1);
+    let collection = if statement.upsert {
+        Some(context.backend.get_or_create_collection(db, name)?)
+    } else {
+        context.backend.collection(db, name)?
+    };
+    match collection {
+        Some(collection) => apply_statement(context, &collection, statement, Durability::Default),
+        None => Ok(StatementOutcome::default()),
+    }
 }
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
@@ -201,25 +239,16 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let name = request.collection_name()?;
     let bypass_validation = crate::validation::bypass_requested(request)?;
     for statement in &statements {
-        check_statement_types(statement)?;
+        check_statement_types(statement, &UPDATE_COMMAND_FIELDS)?;
     }
-    let mut matched = 0i64;
-    let mut modified = 0i64;
+    let (mut matched, mut modified) = (0i64, 0i64);
     let mut upserted = Vec::new();
-    let mut write_errors = Vec::new();
+    let mut write_errors = WriteErrors::default();
+    let mut interruption = None;
     for (index, statement) in statements.into_iter().enumerate() {
-        context.count(&context.operation_counters.update, 1);
-        let result = parse_statement(statement, bypass_validation).and_then(|parsed| {
-            let collection = if parsed.upsert {
-                Some(context.backend.get_or_create_collection(&request.db, &name)?)
-            } else {
-                context.backend.collection(&request.db, &name)?
-            };
-            match collection {
-                Some(collection) => apply_statement(context, &collection, &parsed, durability),
-                None => Ok(StatementOutcome::default()),
-            }
-        });
+        let result = crate::operation::check_interrupt()
+            .and_then(|()| parse_statement(statement, &UPDATE_COMMAND_FIELDS, bypass_validation))
+            .and_then(|parsed| update_statement(context, &request.db, &name, &parsed));
         match result {
             Ok(outcome) => {
                 matched += outcome.matched;
@@ -229,8 +258,12 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
                     upserted.push(doc! { "index": index as i32, "_id": id });
                 }
             }
+            Err(error) if is_interruption(&error) => {
+                interruption = Some(error);
+                break;
+            }
             Err(error) => {
-                write_errors.push(error.to_write_error(index));
+                write_errors.push(index, error);
                 if ordered {
                     break;
                 }
@@ -238,37 +271,49 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         }
     }
     crate::operation::note_updated((matched - upserted.len() as i64) as u64, modified as u64, upserted.len() as u64);
+    crate::bulk::sync_journal_if_asked(context, durability)?;
     let mut reply = doc! { "n": matched as i32, "nModified": modified as i32 };
     if !upserted.is_empty() {
         reply.insert("upserted", upserted);
     }
-    if !write_errors.is_empty() {
-        reply.insert("writeErrors", write_errors);
+    if let Some(error) = interruption {
+        return Err(crate::bulk::interrupted_with(error, reply));
     }
+    write_errors.append_to(&mut reply);
     reply.insert("ok", 1.0);
     Ok(reply)
 }
 
 /// What MongoDB's command parser checks in every statement before any runs (a failure fails
-/// the whole command, not one statement): `q` a document, `u` a document or pipeline, the
-/// flags booleans or numbers. Parsing the filter and update themselves stays per statement.
-fn check_statement_types(statement: &Document) -> CommandResult<()> {
-    for (field, allow_array) in [("q", false), ("u", true)] {
+/// the whole command, not one statement): the filter a document, the update a document or
+/// pipeline, the flags booleans or numbers, no `sort` with `multi`. Parsing the filter and
+/// update themselves stays per statement.
+pub fn check_statement_types(statement: &Document, fields: &StatementFields) -> CommandResult<()> {
+    for (field, allow_array) in [(fields.filter, false), (fields.update, true)] {
         match statement.get(field) {
             Some(Bson::Document(_)) => {}
             Some(Bson::Array(_)) if allow_array => {}
-            Some(other) => return Err(crate::request::field_type_error(&format!("update.updates.{field}"), "object", other)),
-            None => {
-                return Err(CommandError::new(MISSING_FIELD, format!("BSON field 'update.updates.{field}' is missing but a required field")))
-            }
+            Some(other) => return Err(crate::request::field_type_error(&format!("{}.{field}", fields.path), "object", other)),
+            None => return Err(missing(fields, field)),
         }
     }
+    let mut multi = false;
     for flag in ["multi", "upsert"] {
         if let Some(value) = statement.get(flag) {
-            if crate::request::truthy(value).is_none() {
-                return Err(crate::request::field_type_error(&format!("update.updates.{flag}"), "bool", value));
+            let Some(set) = crate::request::truthy(value) else {
+                return Err(crate::request::field_type_error(&format!("{}.{flag}", fields.path), "bool", value));
+            };
+            multi |= flag == "multi" && set;
+        }
+    }
+    match statement.get("sort") {
+        None | Some(Bson::Null) => {}
+        Some(Bson::Document(sort)) => {
+            if multi && !sort.is_empty() {
+                return Err(CommandError::new(crate::error::FAILED_TO_PARSE, "Cannot specify sort with multi=true"));
             }
         }
+        Some(other) => return Err(crate::request::field_type_error(&format!("{}.sort", fields.path), "object", other)),
     }
     Ok(())
 }

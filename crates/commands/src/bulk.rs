@@ -1,0 +1,215 @@
+//! Many statements in one command: how insert, update, delete and bulkWrite apply them.
+//!
+//! Slices. A write command is not one atomic unit (neither is MongoDB's): its statements are
+//! applied in slices, each one atomic storage batch (one [`WriteSession`] commit, holding the
+//! collection's lock stripe only while the slice is applied), so a 100,000-statement insert
+//! lets other writers and readers of the collection in between slices.
+//! - Inserts: consecutive documents for one collection go into one slice until it holds
+//!   [`SLICE_MAX_STATEMENTS`] documents or [`SLICE_MAX_BYTES`] of them (the document that
+//!   crosses the byte bound is the slice's last; a single larger document is a slice of its
+//!   own). A document refused by storage (duplicate key, validation, size) leaves the slice's
+//!   other documents in place: it is that statement's write error.
+//! - Updates and deletes: every statement is its own slice, and a statement matching many
+//!   documents commits every [`crate::modify::WRITE_CHUNK_DOCUMENTS`] documents (atomic per
+//!   document, as MongoDB's multi-updates).
+//!
+//! Between slices the command checks for interruption: `maxTimeMS` or killOp stops it there.
+//! What the slices before committed stays, and the command fails as MongoDB's does
+//! (MaxTimeMSExpired, 50, for the whole command, not a write error), with what was done
+//! reported beside the error (`n`, `nModified`... for insert, update and delete).
+//!
+//! Durability. Slices commit without syncing the journal; a command asking for `j: true` (or
+//! `w: "majority"`) syncs it once after its last slice, before it replies, error or not.
+
+use bson::{Bson, Document};
+use myriad_storage::Durability;
+
+use crate::error::{CommandError, CommandResult};
+use crate::write::{begin_write_creating, prepare_for_insert};
+use crate::ServerContext;
+
+/// At most this many documents per insert slice.
+pub const SLICE_MAX_STATEMENTS: usize = 1_000;
+/// An insert slice closes once its documents reach this many bytes.
+pub const SLICE_MAX_BYTES: usize = 4 * 1024 * 1024;
+
+/// MongoDB's interruption codes: such an error fails the whole command (what was written
+/// stays written), where any other error is the failing statement's write error.
+pub fn is_interruption(error: &CommandError) -> bool {
+    matches!(error.code, 50 | 262 | 279 | 11600 | 11601 | 11602)
+}
+
+/// One insert statement of a command: its index and document, or the reason it is refused
+/// before storage sees it (a repeated field name).
+pub struct InsertStatement<'a> {
+    pub index: usize,
+    pub document: &'a Document,
+    pub refused: Option<CommandError>,
+}
+
+/// Inserts `statements` into `db.collection` in slices (created on first write). Each
+/// statement's outcome goes to `report` in order. Returns false when an ordered command must
+/// stop (a statement failed); an interruption or a failed commit is the command's error.
+pub fn insert_in_slices<'a>(
+    context: &ServerContext,
+    db: &str,
+    collection: &str,
+    statements: impl IntoIterator<Item = InsertStatement<'a>>,
+    ordered: bool,
+    bypass_validation: bool,
+    report: &mut dyn FnMut(usize, CommandResult<()>),
+) -> CommandResult<bool> {
+    let mut statements = statements.into_iter().peekable();
+    while statements.peek().is_some() {
+        crate::operation::check_interrupt()?;
+        let mut transaction = begin_write_creating(context.backend.as_ref(), db, collection)?;
+        let validator = crate::validation::for_write(transaction.as_ref(), bypass_validation)?;
+        let (mut count, mut bytes, mut inserted, mut stop) = (0usize, 0usize, 0i64, false);
+        while count < SLICE_MAX_STATEMENTS && bytes < SLICE_MAX_BYTES {
+            let Some(statement) = statements.next() else { break };
+            count += 1;
+            bytes += myriad_query::aggregate::memory::approximate_document_size_bytes(statement.document) as usize;
+            let outcome = match statement.refused {
+                Some(error) => Err(error),
+                None => prepare_for_insert(statement.document).and_then(|prepared| {
+                    crate::validation::check_with(context, validator.as_deref(), transaction.as_ref(), &prepared)?;
+                    Ok(transaction.insert(&prepared)?)
+                }),
+            };
+            match outcome {
+                Ok(_) => {
+                    inserted += 1;
+                    report(statement.index, Ok(()));
+                }
+                Err(error) => {
+                    report(statement.index, Err(error));
+                    if ordered {
+                        stop = true;
+                        break;
+                    }
+                }
+            }
+        }
+        transaction.commit(Durability::Default)?;
+        context.count(&context.operation_counters.insert, inserted);
+        crate::operation::note_inserted(inserted as u64);
+        if stop {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Syncs the journal once at the end of a command whose write concern asks for it (`j: true`
+/// or `w: "majority"`); the command's slices committed without syncing.
+pub fn sync_journal_if_asked(context: &ServerContext, durability: Durability) -> CommandResult<()> {
+    if durability == Durability::Journaled {
+        context.backend.sync_wal()?;
+    }
+    Ok(())
+}
+
+/// Past the first write error, an error message longer than this is sent empty (MongoDB's
+/// rule, so a reply with many errors stays small).
+const MAX_LATER_MESSAGE_BYTES: usize = 1024 * 1024;
+/// Once a reply's write errors hold this many bytes, later ones carry their code and index
+/// only (no message, no details), so the reply stays within the 16 MiB a reply may hold.
+const MAX_WRITE_ERRORS_BYTES: usize = 8 * 1024 * 1024;
+
+/// The write errors of one command, bounded in bytes.
+#[derive(Default)]
+pub struct WriteErrors {
+    errors: Vec<Document>,
+    bytes: usize,
+}
+
+impl WriteErrors {
+    /// The error as the command reports it: MongoDB's truncation, then this bound.
+    pub fn shape(&mut self, mut error: CommandError) -> CommandError {
+        let full_size = error.message.len() + error.extra.as_ref().map_or(0, |extra| {
+            myriad_query::aggregate::memory::approximate_document_size_bytes(extra) as usize
+        });
+        if self.bytes > 0 && error.message.len() > MAX_LATER_MESSAGE_BYTES {
+            error.message.clear();
+        }
+        if self.bytes + full_size > MAX_WRITE_ERRORS_BYTES {
+            error.message.clear();
+            error.extra = None;
+        }
+        self.bytes += 64 + error.message.len() + error.extra.as_ref().map_or(0, |_| full_size);
+        error
+    }
+
+    /// Adds the `writeErrors` entry of statement `index`.
+    pub fn push(&mut self, index: usize, error: CommandError) {
+        let error = self.shape(error);
+        self.errors.push(error.to_write_error(index));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.errors.len()
+    }
+
+    /// Appends `writeErrors` to `reply` when there are any.
+    pub fn append_to(self, reply: &mut Document) {
+        if !self.errors.is_empty() {
+            reply.insert("writeErrors", self.errors);
+        }
+    }
+}
+
+/// An interruption as a command's error, with what the command had done beside it.
+pub fn interrupted_with(mut error: CommandError, done: Document) -> CommandError {
+    let mut extra = error.extra.take().unwrap_or_default();
+    for (key, value) in done {
+        extra.insert(key, value);
+    }
+    error.extra = Some(extra);
+    error
+}
+
+/// `{n}` (and more) of what a command did before it was interrupted.
+pub fn counts(fields: &[(&str, i64)]) -> Document {
+    fields.iter().map(|(name, count)| (name.to_string(), Bson::Int32(*count as i32))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{DUPLICATE_KEY, MAX_TIME_MS_EXPIRED};
+
+    #[test]
+    fn later_long_messages_are_emptied_and_the_total_is_bounded() {
+        let mut errors = WriteErrors::default();
+        let long = "x".repeat(MAX_LATER_MESSAGE_BYTES + 1);
+        assert_eq!(errors.shape(CommandError::new(DUPLICATE_KEY, long.clone())).message.len(), long.len(), "the first keeps its message");
+        assert!(errors.shape(CommandError::new(DUPLICATE_KEY, long)).message.is_empty());
+        let mut bounded = WriteErrors::default();
+        let mut total = 0;
+        for index in 0..100 {
+            let mut error = CommandError::new(DUPLICATE_KEY, "y".repeat(500_000));
+            error.extra = Some(bson::doc! { "keyValue": { "_id": "z".repeat(500_000) } });
+            bounded.push(index, error);
+        }
+        for entry in &bounded.errors {
+            total += myriad_query::aggregate::memory::approximate_document_size_bytes(entry) as usize;
+        }
+        assert_eq!(bounded.len(), 100);
+        assert!(total <= MAX_WRITE_ERRORS_BYTES + 2 * 1024 * 1024, "{total}");
+        assert_eq!(bounded.errors[99].get_i32("code").unwrap(), DUPLICATE_KEY.code);
+    }
+
+    #[test]
+    fn interruptions_fail_the_command_and_carry_counts() {
+        let error = CommandError::new(MAX_TIME_MS_EXPIRED, "operation exceeded time limit");
+        assert!(is_interruption(&error));
+        assert!(!is_interruption(&CommandError::new(DUPLICATE_KEY, "dup")));
+        let reply = interrupted_with(error, counts(&[("n", 7)])).to_reply();
+        assert_eq!(reply.get_i32("code").unwrap(), 50);
+        assert_eq!(reply.get_i32("n").unwrap(), 7);
+    }
+}
