@@ -270,14 +270,27 @@ pub fn source_documents(context: &ServerContext, request: &CommandRequest, sourc
             }
             Ok(super::aggregate_server_state::sessions(context))
         }
-        SourceStage::CurrentOp { .. } => {
+        SourceStage::CurrentOp { all_users, .. } => {
             if request.db != "admin" || collection.is_some() {
                 return Err(CommandError::new(
                     crate::error::ErrorCode::new(73),
                     "$currentOp must be run against the 'admin' database with {aggregate: 1}",
                 ));
             }
-            Ok(super::aggregate_server_state::current_operations(context))
+            let operations = super::aggregate_server_state::current_operations(context);
+            if *all_users || !context.security.is_enabled() {
+                return Ok(operations);
+            }
+            // With --auth and allUsers false: the operations of the caller's own user.
+            let own: Vec<Bson> = request
+                .connection
+                .session
+                .authenticated_user_names()
+                .iter()
+                .map(|user| Bson::Document(doc! { "user": &user.user, "db": &user.db }))
+                .collect();
+            let mine = |operation: &Document| operation.get_array("effectiveUsers").is_ok_and(|users| users.iter().any(|user| own.contains(user)));
+            Ok(operations.into_iter().filter(|operation| mine(operation)).collect())
         }
     }
 }

@@ -21,6 +21,17 @@ pub static ALLOW_DISK_USE_BY_DEFAULT: AtomicBool = AtomicBool::new(true);
 static SPILL_DIRECTORY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 /// `logLevel`: at 1 or more every command is logged, not only slow ones.
 pub static LOG_LEVEL: AtomicI32 = AtomicI32::new(0);
+/// `idleConnectionTimeoutMillis` (Myriad's own): a connection that sends nothing for this long
+/// between messages is closed (10 minutes). A connection waiting on the server (an awaitable or
+/// streamed hello, an awaitData getMore, any running command) is not idle.
+pub static IDLE_CONNECTION_TIMEOUT_MILLIS: AtomicU64 = AtomicU64::new(600_000);
+/// `unauthenticatedConnectionTimeoutMillis` (Myriad's own): with `--auth`, the idle limit of a
+/// connection no user has authenticated on (60 s: more than drivers' heartbeat interval, so a
+/// monitoring connection's hellos keep it open).
+pub static UNAUTHENTICATED_CONNECTION_TIMEOUT_MILLIS: AtomicU64 = AtomicU64::new(60_000);
+/// `messageReadTimeoutMillis` (Myriad's own): once a message's first byte arrives, the whole
+/// message must arrive within this long (30 s), or the connection is closed (slowloris).
+pub static MESSAGE_READ_TIMEOUT_MILLIS: AtomicU64 = AtomicU64::new(30_000);
 
 pub fn no_table_scan() -> bool {
     NO_TABLE_SCAN.load(Ordering::Relaxed)
@@ -52,6 +63,18 @@ pub fn spill_directory(allow_disk_use: Option<bool>) -> Option<std::path::PathBu
     } else {
         None
     }
+}
+
+pub fn idle_connection_timeout() -> std::time::Duration {
+    std::time::Duration::from_millis(IDLE_CONNECTION_TIMEOUT_MILLIS.load(Ordering::Relaxed))
+}
+
+pub fn unauthenticated_connection_timeout() -> std::time::Duration {
+    std::time::Duration::from_millis(UNAUTHENTICATED_CONNECTION_TIMEOUT_MILLIS.load(Ordering::Relaxed))
+}
+
+pub fn message_read_timeout() -> std::time::Duration {
+    std::time::Duration::from_millis(MESSAGE_READ_TIMEOUT_MILLIS.load(Ordering::Relaxed))
 }
 
 pub fn log_level() -> i32 {

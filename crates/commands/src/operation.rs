@@ -44,6 +44,9 @@ pub struct Operation {
     pub command: Arc<Document>,
     pub connection_id: i64,
     pub client: Option<SocketAddr>,
+    /// The users authenticated on the connection that started it (currentOp's
+    /// `effectiveUsers`; `$ownOps` and killOp without `killop` compare them).
+    pub users: Vec<crate::auth::UserName>,
     pub started: Instant,
     deadline: Option<Instant>,
     killed: AtomicBool,
@@ -101,6 +104,10 @@ impl Operation {
         if let Some(client) = self.client {
             described.insert("client", client.to_string());
         }
+        if !self.users.is_empty() {
+            let users: Vec<Bson> = self.users.iter().map(|user| Bson::Document(doc! { "user": &user.user, "db": &user.db })).collect();
+            described.insert("effectiveUsers", users);
+        }
         if let Some(summary) = self.plan_summary.lock().clone() {
             described.insert("planSummary", summary);
         }
@@ -115,6 +122,7 @@ pub struct OperationStart<'a> {
     pub body: &'a Arc<Document>,
     pub connection_id: i64,
     pub client: Option<SocketAddr>,
+    pub users: Vec<crate::auth::UserName>,
     pub max_time: Option<Duration>,
 }
 
@@ -183,6 +191,7 @@ impl OperationTable {
             command: Arc::clone(start.body),
             connection_id: start.connection_id,
             client: start.client,
+            users: start.users,
             started,
             deadline: start.max_time.map(|limit| started + limit),
             killed: AtomicBool::new(false),
@@ -203,6 +212,11 @@ impl OperationTable {
             }
             None => false,
         }
+    }
+
+    /// The running operation with this opid.
+    pub fn find(&self, opid: u32) -> Option<Arc<Operation>> {
+        self.running.lock().get(&opid).cloned()
     }
 
     /// Every running operation, oldest first.
@@ -378,7 +392,7 @@ mod tests {
     use super::*;
 
     fn start(body: &Arc<Document>, max_time: Option<Duration>) -> OperationStart<'_> {
-        OperationStart { kind: "command", namespace: "db.c".into(), body, connection_id: 7, client: None, max_time }
+        OperationStart { kind: "command", namespace: "db.c".into(), body, connection_id: 7, client: None, users: Vec::new(), max_time }
     }
 
     #[test]

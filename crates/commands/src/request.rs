@@ -200,6 +200,11 @@ pub fn field_type_error(field: &str, expected: &str, actual: &Bson) -> CommandEr
 
 /// Database names: non-empty, under 64 bytes, none of `/\. "$` or NUL (MongoDB's rules).
 pub fn validate_database_name(db: &str) -> CommandResult<()> {
+    // `$external` holds the users that authenticate outside Myriad (X.509); only the
+    // authentication and user commands accept it (see `auth::check_external_database`).
+    if db == crate::command::authenticate::EXTERNAL {
+        return Ok(());
+    }
     if db.is_empty() || db.len() >= 64 || db.contains(['/', '\\', '.', ' ', '"', '$', '\0']) {
         return Err(CommandError::new(INVALID_NAMESPACE, format!("Invalid database name: '{db}'")));
     }

@@ -5,8 +5,9 @@
 //! The connection task (crates/server/src/network.rs) creates one [`Session`] per accepted
 //! socket and hands it to every command through [`crate::ConnectionInfo`]. Handlers write the
 //! state they negotiate (the `hello` handler sets the compressors and the client metadata);
-//! the connection task reads it (which compressor a reply may use). Nothing is inferred from
-//! reply documents.
+//! the connection task reads it (which compressor a reply may use) and writes what the TLS
+//! handshake learnt of the client (its certificate's subject, for MONGODB-X509). Nothing is
+//! inferred from reply documents.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -33,6 +34,16 @@ pub struct Session {
     authenticated_users: RwLock<Vec<UserName>>,
     /// The SASL conversation in progress (at most one per connection, as mongod).
     conversation: Mutex<Option<Conversation>>,
+    /// Set once, right after the TLS handshake, on connections that use TLS.
+    tls: OnceLock<TlsPeer>,
+}
+
+/// What the TLS layer learnt of the client.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsPeer {
+    /// The subject of the client's certificate as an RFC 2253 string (`CN=...,O=...,C=...`),
+    /// when it presented one that chains to `--tlsCAFile`; MONGODB-X509 authenticates as it.
+    pub certificate_subject: Option<String>,
 }
 
 /// A SASL conversation between its messages.
@@ -60,7 +71,18 @@ impl Session {
             client_metadata: OnceLock::new(),
             authenticated_users: RwLock::new(Vec::new()),
             conversation: Mutex::new(None),
+            tls: OnceLock::new(),
         }
+    }
+
+    /// Records that the connection uses TLS and what its certificate says (first call wins).
+    pub fn set_tls_peer(&self, peer: TlsPeer) {
+        let _ = self.tls.set(peer);
+    }
+
+    /// Whether the connection uses TLS, and the peer it presented.
+    pub fn tls_peer(&self) -> Option<&TlsPeer> {
+        self.tls.get()
     }
 
     /// Whether the handshake agreed `compressor`, so replies may use it.
@@ -88,6 +110,11 @@ impl Session {
     /// `user@db` of each authenticated user.
     pub fn authenticated_users(&self) -> Vec<String> {
         self.authenticated_users.read().iter().map(UserName::full_name).collect()
+    }
+
+    /// Whether a user is authenticated on the connection.
+    pub fn is_authenticated(&self) -> bool {
+        !self.authenticated_users.read().is_empty()
     }
 
     pub fn authenticated_user_names(&self) -> Vec<UserName> {

@@ -71,7 +71,7 @@ commands! {
     "drop" => command::drop::run, admin: false, write: true, access: Collection(&["dropCollection"]), "Drops a collection.";
     "dropDatabase" => command::drop_database::run, admin: false, write: true, access: Database(&["dropDatabase"]), "Drops a database.";
     "listCollections" => command::list_collections::run, admin: false, write: false, access: Database(&["listCollections"]), "Lists collections.";
-    "listDatabases" => command::list_databases::run, admin: true, write: false, access: Cluster(&["listDatabases"]), "Lists databases.";
+    "listDatabases" => command::list_databases::run, admin: true, write: false, access: Authenticated, "Lists databases (with --auth, those the user's privileges reach unless it holds listDatabases).";
     "renameCollection" => command::rename_collection::run, admin: true, write: true, access: Custom(auth::requirements::rename_collection), "Renames a collection.";
     "createIndexes" => command::create_indexes::run, admin: false, write: true, access: Collection(&["createIndex"]), "Builds indexes.";
     "listIndexes" => command::list_indexes::run, admin: false, write: false, access: Collection(&["listIndexes"]), "Lists a collection's indexes.";
@@ -80,8 +80,8 @@ commands! {
     "dbStats" | "dbstats" => command::db_stats::run, admin: false, write: false, access: Database(&["dbStats"]), "Database statistics.";
     "dataSize" | "datasize" => command::data_size::run, admin: false, write: false, access: Collection(&["find"]), "Bytes and count of a collection's documents, or of a key range's.";
     "compact" => command::compact::run, admin: false, write: true, access: Collection(&["compact"]), "Compacts the shared tablespace (returns dropped collections' disk space).";
-    "currentOp" => command::current_op::run, admin: true, write: false, access: Cluster(&["inprog"]), "Lists the operations in progress.";
-    "killOp" => command::current_op::kill, admin: true, write: false, access: Cluster(&["killop"]), "Interrupts an operation in progress.";
+    "currentOp" => command::current_op::run, admin: true, write: false, access: Authenticated, "Lists the operations in progress (the user's own with $ownOps; all needs inprog).";
+    "killOp" => command::current_op::kill, admin: true, write: false, access: Authenticated, "Interrupts an operation in progress (the user's own, or any with killop).";
     "profile" => command::profile::run, admin: false, write: false, access: Database(&["enableProfiler"]), "Reads or sets the database profiler level, slowms, sampleRate and filter.";
     "explain" => command::explain::run, admin: false, write: false, access: Custom(auth::requirements::explain), "Explains how a query, count, distinct, update, delete, findAndModify or aggregate runs.";
     "planCacheClear" => command::plan_cache_clear::run, admin: false, write: false, access: Collection(&["planCacheWrite"]), "Forgets a collection's cached query plans.";
@@ -127,6 +127,7 @@ pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Reply {
         connection_id: request.connection.connection_id,
         client: request.connection.remote_address,
         max_time,
+        users: request.connection.session.authenticated_user_names(),
     });
     let started = std::time::Instant::now();
     let outcome = crate::operation::check_interrupt()

@@ -74,6 +74,11 @@ pub struct ServerArguments {
 impl ServerArguments {
     /// The TLS options, as the listener reads them.
     pub fn tls_options(&self) -> TlsOptions {
+    /// Sets a server parameter at start-up, as `name=value` (repeatable), like mongod's
+    /// `--setParameter`: any parameter `setParameter` accepts, for example
+    /// `idleConnectionTimeoutMillis=600000`.
+    #[arg(long = "setParameter", value_name = "NAME=VALUE")]
+    pub set_parameters: Vec<String>,
         TlsOptions {
             mode: self.tls_mode,
             certificate_key_file: self.tls_certificate_key_file.clone(),

@@ -57,6 +57,15 @@ fn flatten(prefix: String, value: &Value, depth: usize, options: &mut Vec<(Strin
     }
 }
 
+/// How many `--setParameter` flags the command line gave (they sit at the end of the list).
+fn command_line_parameters(matches: &ArgMatches) -> usize {
+    if from_command_line(matches, "set_parameters") {
+        matches.get_many::<String>("set_parameters").map_or(0, |values| values.len())
+    } else {
+        0
+    }
+}
+
 /// True when `argument` (a field of [`ServerArguments`]) was given on the command line.
 fn from_command_line(matches: &ArgMatches, argument: &str) -> bool {
     matches!(matches.value_source(argument), Some(ValueSource::CommandLine))
@@ -138,6 +147,16 @@ fn apply_option(name: &str, value: &Value, arguments: &mut ServerArguments, matc
 
 fn apply_log_or_profiler_option(name: &str, value: &Value, arguments: &mut ServerArguments, matches: &ArgMatches) -> Result<(), String> {
     let set = |argument: &str| !from_command_line(matches, argument);
+        _ if name.starts_with("setParameter.") => {
+            // The file's parameters come before the command line's, so a flag overrides them.
+            let parameter = &name["setParameter.".len()..];
+            let text = match value {
+                Value::Bool(flag) => flag.to_string(),
+                other => string(name, other)?,
+            };
+            let position = arguments.set_parameters.len() - command_line_parameters(matches);
+            arguments.set_parameters.insert(position, format!("{parameter}={text}"));
+        }
     match name {
         "systemLog.path" => {
             let text = string(name, value)?;

@@ -13,6 +13,7 @@
 mod cli;
 mod config;
 mod network;
+mod peer_certificate;
 mod tls;
 
 use std::process::ExitCode;

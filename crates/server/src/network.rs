@@ -23,8 +23,9 @@ use tokio::sync::{watch, Semaphore};
 use myriad_commands::command::hello;
 use myriad_commands::context::compressor_slot;
 use myriad_commands::error::ErrorCode;
+use myriad_commands::knobs;
 use myriad_commands::log::Logger;
-use myriad_commands::session::Session;
+use myriad_commands::session::{Session, TlsPeer};
 use myriad_commands::{dispatch, CommandError, CommandRequest, ConnectionInfo, Reply, ServerContext, ServerOptions};
 use myriad_storage::{Engine, EngineOptions};
 use myriad_wire::{
@@ -117,6 +118,9 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     let context = Arc::new(ServerContext::new(engine, options, logger));
     if arguments.auth {
         context.security.enable();
+    }
+    for assignment in &arguments.set_parameters {
+        myriad_commands::command::parameters::set_at_startup(&context, assignment)?;
     }
     let (shutdown_sender, shutdown_receiver) = watch::channel(false);
     let connection_slots = Arc::new(Semaphore::new(arguments.max_connections.max(1)));
@@ -213,7 +217,10 @@ async fn accept_loop(
             // The TLS handshake (or, in the modes that allow both, the first bytes that tell a
             // plain client from a TLS one) is bounded by a timeout; a refusal ends the connection.
             let ended = match tls.accept(stream).await {
-                Ok(stream) => serve_connection(stream, &context, connection_id, remote_address, shutdown).await,
+                Ok(stream) => {
+                    let peer = tls.peer(&stream);
+                    serve_connection(stream, peer, &context, connection_id, remote_address, shutdown).await
+                }
                 Err(reason) => {
                     context.logger.info(
                         "NETWORK",
@@ -242,12 +249,16 @@ async fn accept_loop(
 /// Returns why it ended, for the log.
 async fn serve_connection(
     stream: ClientStream,
+    tls_peer: Option<TlsPeer>,
     context: &Arc<ServerContext>,
     connection_id: i64,
     remote_address: SocketAddr,
     shutdown: watch::Receiver<bool>,
 ) -> String {
     let session = Arc::new(Session::new(connection_id, Some(remote_address)));
+    if let Some(peer) = tls_peer {
+        session.set_tls_peer(peer);
+    }
     let mut task = ConnectionTask { stream, context, connection: ConnectionInfo::new(session), shutdown, next_reply_id: 1 };
     task.serve().await
 }
@@ -316,16 +327,28 @@ impl ConnectionTask<'_> {
         }
     }
 
-    /// Reads one whole framed message; Err says why the connection ends.
+    /// Reads one whole framed message; Err says why the connection ends. The wait for its
+    /// first byte is bounded by the idle limit ([`Self::idle_limit`]); from then on the whole
+    /// message must arrive within `messageReadTimeoutMillis`, so a client that sends half a
+    /// message (or one byte at a time) cannot hold the connection.
     async fn read_message(&mut self) -> Result<(Vec<u8>, i32), String> {
         let mut header_bytes = [0u8; HEADER_SIZE_BYTES];
+        let (idle_limit, idle_kind) = self.idle_limit();
         tokio::select! {
-            read = self.stream.read_exact(&mut header_bytes) => {
-                if read.is_err() {
-                    return Err("peer closed".to_string());
-                }
-            }
+            read = tokio::time::timeout(idle_limit, self.stream.read(&mut header_bytes[..1])) => match read {
+                Ok(Ok(1)) => {}
+                Ok(_) => return Err("peer closed".to_string()),
+                Err(_) => return Err(format!("{idle_kind} connection sent nothing for {} ms", idle_limit.as_millis())),
+            },
             _ = self.shutdown.changed() => return Err("shutdown".to_string()),
+        }
+        let message_limit = knobs::message_read_timeout();
+        let deadline = tokio::time::Instant::now() + message_limit;
+        let timed_out = || format!("message not complete within {} ms", message_limit.as_millis());
+        match tokio::time::timeout_at(deadline, self.stream.read_exact(&mut header_bytes[1..])).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => return Err("peer closed mid-message".to_string()),
+            Err(_) => return Err(timed_out()),
         }
         // A bad header loses the frame boundary: only this connection closes.
         let header = parse_header(&header_bytes).map_err(|error| format!("bad message header: {error}"))?;
@@ -335,10 +358,21 @@ impl ConnectionTask<'_> {
         }
         let mut message = vec![0u8; length];
         message[..HEADER_SIZE_BYTES].copy_from_slice(&header_bytes);
-        if self.stream.read_exact(&mut message[HEADER_SIZE_BYTES..]).await.is_err() {
-            return Err("peer closed mid-message".to_string());
+        match tokio::time::timeout_at(deadline, self.stream.read_exact(&mut message[HEADER_SIZE_BYTES..])).await {
+            Ok(Ok(_)) => Ok((message, header.request_id)),
+            Ok(Err(_)) => Err("peer closed mid-message".to_string()),
+            Err(_) => Err(timed_out()),
         }
-        Ok((message, header.request_id))
+    }
+
+    /// How long the connection may stay silent between messages: `idleConnectionTimeoutMillis`,
+    /// or with `--auth` and no user authenticated yet, `unauthenticatedConnectionTimeoutMillis`.
+    fn idle_limit(&self) -> (Duration, &'static str) {
+        if self.context.security.is_enabled() && !self.connection.session.is_authenticated() {
+            (knobs::unauthenticated_connection_timeout(), "unauthenticated")
+        } else {
+            (knobs::idle_connection_timeout(), "idle")
+        }
     }
 
     async fn write(&mut self, reply: &[u8]) -> bool {

@@ -6,14 +6,16 @@
 //! which (a TLS record of type handshake carrying a ClientHello, or a wire message header), and
 //! the bytes read to decide are replayed to whichever reader follows. Client certificates are
 //! requested when a CA file is given: required unless connections without certificates are
-//! allowed, verified against the CA unless invalid certificates are allowed. (The MONGODB-X509
-//! mechanism, which authenticates as the certificate's subject, belongs to authentication.)
+//! allowed, verified against the CA unless invalid certificates are allowed. The subject of a
+//! certificate the CA vouches for is handed to the connection's session ([`TlsListener::peer`]);
+//! the MONGODB-X509 mechanism authenticates as it.
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use myriad_commands::session::TlsPeer;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
@@ -74,6 +76,20 @@ pub struct TlsOptions {
 pub struct TlsListener {
     pub mode: TlsMode,
     acceptor: Option<TlsAcceptor>,
+    trust: CertificateTrust,
+}
+
+/// Whether a client certificate that passed the handshake names a trustworthy subject (one
+/// MONGODB-X509 may authenticate as).
+#[derive(Clone)]
+enum CertificateTrust {
+    /// The handshake verified it against --tlsCAFile.
+    Verified,
+    /// --tlsAllowInvalidCertificates with --tlsCAFile: the handshake took any certificate, so it
+    /// is verified against the CA afterwards; an invalid one names no subject (as in mongod).
+    CheckAfterHandshake(Arc<dyn ClientCertVerifier>),
+    /// Nothing to verify against: no subject is trusted.
+    None,
 }
 
 impl TlsListener {
@@ -82,7 +98,7 @@ impl TlsListener {
     pub fn from_options(options: &TlsOptions) -> Result<TlsListener, String> {
         let mode = options.mode.unwrap_or(TlsMode::Disabled);
         if mode == TlsMode::Disabled {
-            return Ok(TlsListener { mode, acceptor: None });
+            return Ok(TlsListener { mode, acceptor: None, trust: CertificateTrust::None });
         }
         let Some(certificate_key_file) = &options.certificate_key_file else {
             return Err("need tlsCertificateKeyFile or certificateSelector when TLS is enabled".to_string());
@@ -93,6 +109,17 @@ impl TlsListener {
             .with_safe_default_protocol_versions()
             .map_err(|error| format!("cannot configure TLS: {error}"))?;
         let verifier = client_verifier(options, &provider)?;
+        let trust = match (&options.ca_file, options.allow_invalid_certificates) {
+            (None, _) => CertificateTrust::None,
+            (Some(_), false) => CertificateTrust::Verified,
+            (Some(ca_file), true) => {
+                let roots = Arc::new(read_ca_certificates(ca_file)?);
+                let strict = WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(&provider))
+                    .build()
+                    .map_err(|error| format!("tlsCAFile {ca_file}: {error}"))?;
+                CertificateTrust::CheckAfterHandshake(strict)
+            }
+        };
         let builder = match verifier {
             Some(verifier) => builder.with_client_cert_verifier(verifier),
             None => builder.with_no_client_auth(),
@@ -100,7 +127,27 @@ impl TlsListener {
         let config = builder
             .with_single_cert(certificates, key)
             .map_err(|error| format!("tlsCertificateKeyFile {certificate_key_file}: {error}"))?;
-        Ok(TlsListener { mode, acceptor: Some(TlsAcceptor::from(Arc::new(config))) })
+        Ok(TlsListener { mode, acceptor: Some(TlsAcceptor::from(Arc::new(config))), trust })
+    }
+
+    /// What the handshake learnt of a TLS client (None for a plain connection): the subject of
+    /// its certificate when it presented one the CA vouches for.
+    pub fn peer(&self, stream: &ClientStream) -> Option<TlsPeer> {
+        let ClientStream::Tls(tls) = stream else { return None };
+        let chain = tls.get_ref().1.peer_certificates().unwrap_or_default();
+        let certificate_subject = chain.split_first().and_then(|(end_entity, intermediates)| {
+            let trusted = match &self.trust {
+                CertificateTrust::Verified => true,
+                CertificateTrust::CheckAfterHandshake(verifier) => verifier.verify_client_cert(end_entity, intermediates, UnixTime::now()).is_ok(),
+                CertificateTrust::None => false,
+            };
+            if trusted {
+                crate::peer_certificate::subject_of(end_entity)
+            } else {
+                None
+            }
+        });
+        Some(TlsPeer { certificate_subject })
     }
 
     /// The `ssl` attribute of the "Waiting for connections" log line.

@@ -128,7 +128,9 @@ fn probes(role: &str) -> [(&'static str, Document); 8] {
         ("shop", doc! { "dbStats": 1 }),
         ("shop", doc! { "createUser": format!("made_by_{role}"), "pwd": "p", "roles": [] }),
         ("admin", doc! { "serverStatus": 1 }),
-        ("admin", doc! { "listDatabases": 1 }),
+        // All databases: only the holders of the listDatabases action (any user may list the
+        // databases its privileges reach; see tests/python/test_auth.py).
+        ("admin", doc! { "listDatabases": 1, "authorizedDatabases": false }),
         ("elsewhere", doc! { "find": "items" }),
     ]
 }

@@ -162,6 +162,22 @@ pub(crate) fn requirements_of(access: Access, request: &CommandRequest) -> Vec<(
     }
 }
 
+/// The commands that may name `$external` as their database: authentication, the user
+/// commands, and the handshake and liveness commands drivers send anywhere.
+const EXTERNAL_DATABASE_COMMANDS: &[&str] = &[
+    "authenticate", "saslStart", "saslContinue", "logout", "createUser", "updateUser", "dropUser", "dropAllUsersFromDatabase",
+    "usersInfo", "grantRolesToUser", "revokeRolesFromUser", "hello", "ping", "buildInfo", "connectionStatus", "listCommands",
+    "endSessions", "whatsmyuri",
+];
+
+/// `$external` holds users, never data: any other command against it is InvalidNamespace.
+pub fn check_external_database(request: &CommandRequest, name: &str) -> CommandResult<()> {
+    if request.db == crate::command::authenticate::EXTERNAL && !EXTERNAL_DATABASE_COMMANDS.contains(&name) {
+        return Err(CommandError::new(crate::error::INVALID_NAMESPACE, format!("Invalid database name: '{}'", request.db)));
+    }
+    Ok(())
+}
+
 /// The check before every handler: refuses with Unauthorized (13) as mongod does.
 pub fn authorize(context: &ServerContext, request: &CommandRequest, name: &str, access: Access) -> CommandResult<()> {
     if !context.security.is_enabled() || matches!(access, Access::Open) {
@@ -186,6 +202,24 @@ pub fn authorize(context: &ServerContext, request: &CommandRequest, name: &str, 
         }
     }
     check_cursor_owner(context, request, name, &users)
+}
+
+/// What the connection's users may do: None with enforcement off (everything), else the
+/// resolved privileges of each authenticated user.
+pub fn privileges_of(context: &ServerContext, request: &CommandRequest) -> CommandResult<Option<Vec<Arc<Resolved>>>> {
+    if !context.security.is_enabled() {
+        return Ok(None);
+    }
+    let users = request.connection.session.authenticated_user_names();
+    users.iter().map(|user| context.security.resolve(context, user)).collect::<CommandResult<Vec<_>>>().map(Some)
+}
+
+/// Whether the connection's users hold `action` on the cluster (always, with enforcement off).
+pub fn holds_cluster_action(context: &ServerContext, request: &CommandRequest, action: &str) -> CommandResult<bool> {
+    Ok(match privileges_of(context, request)? {
+        None => true,
+        Some(resolved) => resolved.iter().any(|granted| granted.allows(&Target::Cluster, action)),
+    })
 }
 
 /// MongoDB's refusal of an authenticated user that lacks a privilege.

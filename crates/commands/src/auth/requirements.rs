@@ -25,7 +25,7 @@ pub fn find_and_modify(request: &CommandRequest) -> Vec<(Target, &'static str)> 
 }
 
 /// aggregate reads its source; `$out`/`$merge` also write their target in the same database;
-/// `$currentOp` needs inprog on the cluster.
+/// `$currentOp` with `allUsers: true` needs inprog on the cluster.
 pub fn aggregate(request: &CommandRequest) -> Vec<(Target, &'static str)> {
     let mut needed = vec![(named_collection(request), "find")];
     let stages = request.body.get_array("pipeline").map(|stages| stages.as_slice()).unwrap_or(&[]);
@@ -44,7 +44,12 @@ pub fn aggregate(request: &CommandRequest) -> Vec<(Target, &'static str)> {
                 };
                 needed.extend([(target.clone(), "insert"), (target.clone(), "remove"), (target, "update")]);
             }
-            "$currentOp" => needed = vec![(Target::Cluster, "inprog")],
+            // allUsers (false by default) lists every user's operations and needs inprog;
+            // otherwise the stage lists the caller's own (see aggregate_sources).
+            "$currentOp" => {
+                let all_users = argument.as_document().and_then(|spec| spec.get("allUsers")).and_then(crate::request::truthy).unwrap_or(false);
+                needed = if all_users { vec![(Target::Cluster, "inprog")] } else { Vec::new() };
+            }
             _ => {}
         }
     }

@@ -133,12 +133,16 @@ pub const ADMIN_ROLES: &[&str] = &[
     "userAdminAnyDatabase", "dbAdminAnyDatabase", "backup", "restore", "root",
 ];
 
+/// `$external` holds users only: no role is built in there (mongod's RoleGraph agrees).
 pub fn is_builtin(role: &str, db: &str) -> bool {
-    DATABASE_ROLES.contains(&role) || (db == "admin" && ADMIN_ROLES.contains(&role))
+    db != crate::command::authenticate::EXTERNAL && (DATABASE_ROLES.contains(&role) || (db == "admin" && ADMIN_ROLES.contains(&role)))
 }
 
 /// A built-in role's own privileges and the built-in roles it includes.
 fn builtin(role: &str, db: &str) -> Option<(Vec<Privilege>, Vec<&'static str>)> {
+    if !is_builtin(role, db) {
+        return None;
+    }
     let on_db = || Pattern::Database(db.to_string());
     let profile = || Pattern::Exact(db.to_string(), "system.profile".to_string());
     Some(match role {
@@ -209,6 +213,18 @@ impl Resolved {
     pub fn allows(&self, target: &Target, action: &str) -> bool {
         self.privileges.iter().any(|privilege| {
             (privilege.pattern == Pattern::AnyResource && privilege.actions.iter().any(|held| held == "anyAction")) || privilege.allows(target, action)
+        })
+    }
+
+    /// Whether some privilege reaches into database `db` (mongod's
+    /// `isAuthorizedForAnyActionOnAnyResourceInDB`, which listDatabases' `authorizedDatabases`
+    /// filters by): on any resource, any normal resource, the database, a collection of it, or
+    /// a collection name in every database. A cluster privilege reaches no database.
+    pub fn reaches_database(&self, db: &str) -> bool {
+        self.privileges.iter().filter(|privilege| !privilege.actions.is_empty()).any(|privilege| match &privilege.pattern {
+            Pattern::AnyResource | Pattern::AnyNormal | Pattern::CollectionInAnyDatabase(_) => true,
+            Pattern::Database(name) | Pattern::Exact(name, _) => name == db,
+            Pattern::Cluster => false,
         })
     }
 }

@@ -4,11 +4,20 @@
 //! ns, command, secs_running, microsecs_running, planSummary, client, connectionId, active).
 //! Fields of the command other than its options are a filter over those documents, as in
 //! MongoDB (`{currentOp: 1, "command.find": "orders"}`).
+//!
+//! With `--auth`, as mongod: `currentOp` lists every operation for a holder of the cluster's
+//! `inprog` action; any authenticated user may run it with `$ownOps: true`, which lists the
+//! operations of connections authenticated as the same user (on any connection). Without
+//! `inprog` and without `$ownOps` it is Unauthorized. `killOp` kills any operation for a
+//! holder of `killop`, and otherwise only the caller's own (another user's is left running,
+//! with the same reply, as mongod). With enforcement off `$ownOps` changes nothing.
 
 use bson::{doc, Bson, Document};
 use myriad_query::filter::Filter;
 
-use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE, TYPE_MISMATCH};
+use crate::auth::UserName;
+use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE, TYPE_MISMATCH, UNAUTHORIZED};
+use crate::operation::Operation;
 use crate::{CommandRequest, ServerContext};
 
 /// Fields of the currentOp command that are options, not filter conditions.
@@ -24,9 +33,14 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     }
     let filter = Filter::parse(&filter_document)?;
     let own_only = request.flag("$ownOps")?;
+    let enforced = context.security.is_enabled();
+    if enforced && !own_only && !crate::auth::holds_cluster_action(context, request, "inprog")? {
+        return Err(CommandError::new(UNAUTHORIZED, "Unauthorized"));
+    }
+    let users = request.connection.session.authenticated_user_names();
     let mut in_progress = Vec::new();
     for operation in context.operations.snapshot() {
-        if own_only && operation.connection_id != request.connection.connection_id {
+        if enforced && own_only && !shares_a_user(&operation, &users) {
             continue;
         }
         let described = operation.describe();
@@ -46,9 +60,19 @@ pub fn kill(context: &ServerContext, request: &CommandRequest) -> CommandResult<
         },
         None => return Err(CommandError::new(FAILED_TO_PARSE, "Did not provide \"op\" field")),
     };
-    // An opid that names no running operation is not an error in MongoDB either.
-    if let Ok(opid) = u32::try_from(opid) {
-        context.operations.kill(opid);
+    // An opid that names no running operation (or another user's, for a caller without
+    // killop) is not an error in MongoDB either.
+    let target = u32::try_from(opid).ok().and_then(|opid| context.operations.find(opid));
+    if let Some(operation) = target {
+        let users = request.connection.session.authenticated_user_names();
+        if crate::auth::holds_cluster_action(context, request, "killop")? || shares_a_user(&operation, &users) {
+            operation.kill();
+        }
     }
     Ok(doc! { "info": "attempting to kill op", "ok": 1.0 })
+}
+
+/// mongod's "coauthorized": the operation's connection is authenticated as one of `users`.
+fn shares_a_user(operation: &Operation, users: &[UserName]) -> bool {
+    !users.is_empty() && operation.users.iter().any(|user| users.contains(user))
 }

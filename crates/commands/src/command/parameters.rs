@@ -25,7 +25,7 @@ struct Parameter {
 
 const PARAMETERS: &[Parameter] = &[
     Parameter { name: "featureCompatibilityVersion", kind: Kind::ReadOnly(|_| Bson::Document(doc! { "version": "7.0" })), startup: false },
-    Parameter { name: "authenticationMechanisms", kind: Kind::ReadOnly(|_| Bson::Array(vec![Bson::String("SCRAM-SHA-1".into()), Bson::String("SCRAM-SHA-256".into())])), startup: true },
+    Parameter { name: "authenticationMechanisms", kind: Kind::ReadOnly(|_| Bson::Array(vec![Bson::String("MONGODB-X509".into()), Bson::String("SCRAM-SHA-1".into()), Bson::String("SCRAM-SHA-256".into())])), startup: true },
     Parameter {
         name: "scramIterationCount",
         kind: Kind::Settable {
@@ -73,6 +73,33 @@ const PARAMETERS: &[Parameter] = &[
         kind: Kind::Settable {
             read: |_| Bson::Int64(knobs::CURSOR_MEMORY_LIMIT_BYTES.load(Ordering::Relaxed) as i64),
             write: |_, value| store_positive(&knobs::CURSOR_MEMORY_LIMIT_BYTES, "cursorMemoryLimitBytes", value),
+            boolean: false,
+        },
+        startup: true,
+    },
+    Parameter {
+        name: "idleConnectionTimeoutMillis",
+        kind: Kind::Settable {
+            read: |_| Bson::Int64(knobs::IDLE_CONNECTION_TIMEOUT_MILLIS.load(Ordering::Relaxed) as i64),
+            write: |_, value| store_positive(&knobs::IDLE_CONNECTION_TIMEOUT_MILLIS, "idleConnectionTimeoutMillis", value),
+            boolean: false,
+        },
+        startup: true,
+    },
+    Parameter {
+        name: "unauthenticatedConnectionTimeoutMillis",
+        kind: Kind::Settable {
+            read: |_| Bson::Int64(knobs::UNAUTHENTICATED_CONNECTION_TIMEOUT_MILLIS.load(Ordering::Relaxed) as i64),
+            write: |_, value| store_positive(&knobs::UNAUTHENTICATED_CONNECTION_TIMEOUT_MILLIS, "unauthenticatedConnectionTimeoutMillis", value),
+            boolean: false,
+        },
+        startup: true,
+    },
+    Parameter {
+        name: "messageReadTimeoutMillis",
+        kind: Kind::Settable {
+            read: |_| Bson::Int64(knobs::MESSAGE_READ_TIMEOUT_MILLIS.load(Ordering::Relaxed) as i64),
+            write: |_, value| store_positive(&knobs::MESSAGE_READ_TIMEOUT_MILLIS, "messageReadTimeoutMillis", value),
             boolean: false,
         },
         startup: true,
@@ -255,4 +282,25 @@ fn store_iteration_count(target: &std::sync::atomic::AtomicU32, name: &str, valu
     let count = u32::try_from(value.min(crate::auth::scram::MAX_ITERATIONS)).unwrap_or(u32::MAX);
     target.store(count, Ordering::Relaxed);
     Ok(())
+}
+
+/// `--setParameter name=value` (and a config file's `setParameter` section): sets a parameter
+/// before the server listens. Only parameters settable at runtime are accepted; booleans are
+/// `true`/`false` (or 1/0), the rest whole numbers. Errors name the parameter.
+pub fn set_at_startup(context: &ServerContext, assignment: &str) -> Result<(), String> {
+    let Some((name, text)) = assignment.split_once('=') else {
+        return Err(format!("--setParameter {assignment}: expected name=value"));
+    };
+    let Some(parameter) = find_parameter(name) else {
+        return Err(format!("Unknown --setParameter '{name}'"));
+    };
+    let Kind::Settable { write, boolean, .. } = &parameter.kind else {
+        return Err(format!("--setParameter {name}: the parameter cannot be set"));
+    };
+    let number = match (text.trim(), boolean) {
+        ("true", true) => 1,
+        ("false", true) => 0,
+        (other, _) => other.parse::<i64>().map_err(|_| format!("--setParameter {name}: invalid value '{text}'"))?,
+    };
+    write(context, number).map_err(|error| format!("--setParameter {name}: {}", error.message))
 }

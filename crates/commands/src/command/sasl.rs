@@ -1,7 +1,8 @@
 //! `saslStart`, `saslContinue` and `logout`: SCRAM-SHA-1 and SCRAM-SHA-256 conversations on
 //! the connection's session, with MongoDB's reply shape (`conversationId`, `done`, `payload`
 //! as BinData) and log lines (20249 "Authentication failed", 20250 "Authentication succeeded").
-//! A hello's `speculativeAuthenticate` runs the same first step ([`speculative_start`]).
+//! A hello's `speculativeAuthenticate` runs the same first step ([`speculative_start`]), or, for
+//! MONGODB-X509, the whole `authenticate` command ([`crate::command::authenticate`]).
 
 use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document};
@@ -24,6 +25,9 @@ pub fn start(context: &ServerContext, request: &CommandRequest) -> CommandResult
 /// A hello's `speculativeAuthenticate: {saslStart, mechanism, payload, db}`: the reply's
 /// `speculativeAuthenticate` document, or None when it failed (the hello still succeeds).
 pub fn speculative_start(context: &ServerContext, request: &CommandRequest, body: &Document) -> Option<Document> {
+    if body.contains_key("authenticate") {
+        return crate::command::authenticate::speculative(context, request, body);
+    }
     let db = body.get_str("db").unwrap_or(&request.db).to_string();
     let mut reply = start_conversation(context, request, body, &db, true).ok()?;
     reply.remove("ok");
@@ -125,36 +129,55 @@ fn remote(request: &CommandRequest) -> String {
     request.connection.remote_address.map(|address| address.to_string()).unwrap_or_default()
 }
 
+/// Who tried to authenticate, how, for the log lines.
+pub(crate) struct Attempt<'a> {
+    pub mechanism: &'a str,
+    pub user: &'a str,
+    pub db: &'a str,
+    pub speculative: bool,
+}
+
+impl Attempt<'_> {
+    fn attributes(&self, request: &CommandRequest) -> serde_json::Value {
+        json!({
+            "mechanism": self.mechanism,
+            "speculative": self.speculative,
+            "principalName": self.user,
+            "authenticationDatabase": self.db,
+            "remote": remote(request),
+            "extraInfo": {},
+        })
+    }
+}
+
 fn succeeded(context: &ServerContext, request: &CommandRequest, conversation: &Conversation) {
-    request.connection.session.authenticate(UserName::new(&conversation.user, &conversation.db));
-    context.logger.info("ACCESS", 20250, &connection_context(request), "Authentication succeeded", json!({
-        "mechanism": conversation.mechanism,
-        "speculative": conversation.speculative,
-        "principalName": conversation.user,
-        "authenticationDatabase": conversation.db,
-        "remote": remote(request),
-        "extraInfo": {},
-    }));
+    let attempt = Attempt { mechanism: conversation.mechanism, user: &conversation.user, db: &conversation.db, speculative: conversation.speculative };
+    log_success(context, request, &attempt);
+}
+
+/// A successful login: the connection is now this user, and MongoDB's 20250 is logged.
+pub(crate) fn log_success(context: &ServerContext, request: &CommandRequest, attempt: &Attempt<'_>) {
+    request.connection.session.authenticate(UserName::new(attempt.user, attempt.db));
+    context.logger.info("ACCESS", 20250, &connection_context(request), "Authentication succeeded", attempt.attributes(request));
 }
 
 /// Logs the failure (MongoDB's 20249), waits out the address's rate limit, and answers
 /// AuthenticationFailed; the connection stays unauthenticated.
 fn failed(context: &ServerContext, request: &CommandRequest, mechanism: &str, user: &str, db: &str, speculative: bool, error: &ScramError) -> CommandError {
     request.connection.session.set_conversation(None);
-    context.logger.info("ACCESS", 20249, &connection_context(request), "Authentication failed", json!({
-        "mechanism": mechanism,
-        "speculative": speculative,
-        "principalName": user,
-        "authenticationDatabase": db,
-        "remote": remote(request),
-        "extraInfo": {},
-        "error": error.to_string(),
-    }));
+    log_failure(context, request, &Attempt { mechanism, user, db, speculative }, &error.to_string());
+    CommandError::new(AUTHENTICATION_FAILED, "Authentication failed.")
+}
+
+/// A failed login of any mechanism: logs MongoDB's 20249 with the reason, and waits out the
+/// client address's rate limit (a hello's speculative attempt runs on the connection task,
+/// which must not block; the explicit attempt that follows it waits instead).
+pub(crate) fn log_failure(context: &ServerContext, request: &CommandRequest, attempt: &Attempt<'_>, reason: &str) {
+    let mut attributes = attempt.attributes(request);
+    attributes["error"] = json!(reason);
+    context.logger.info("ACCESS", 20249, &connection_context(request), "Authentication failed", attributes);
     let wait = context.security.failed_logins.record_failure(request.connection.remote_address.map(|address| address.ip()));
-    // A hello's speculative attempt runs on the connection task, which must not block; the
-    // driver's saslStart that follows it waits instead.
-    if !wait.is_zero() && !speculative {
+    if !wait.is_zero() && !attempt.speculative {
         std::thread::sleep(wait);
     }
-    CommandError::new(AUTHENTICATION_FAILED, "Authentication failed.")
 }

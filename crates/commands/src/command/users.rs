@@ -1,11 +1,14 @@
 //! User commands: createUser, updateUser, dropUser, dropAllUsersFromDatabase, usersInfo,
 //! grantRolesToUser and revokeRolesFromUser, over `admin.system.users` documents shaped as
-//! MongoDB's (`_id: "<db>.<user>"`, `userId`, `user`, `db`, `credentials`, `roles`).
+//! MongoDB's (`_id: "<db>.<user>"`, `userId`, `user`, `db`, `credentials`, `roles`). Users of
+//! `$external` (MONGODB-X509, named by their certificate's subject) have no password: their
+//! `credentials` are `{external: true}`, as mongod stores them.
 
 use bson::{doc, Bson, Document};
 
 use crate::auth::scram::{self, Credential, Mechanism};
 use crate::auth::{roles, store, ROLE_NOT_FOUND, USER_ALREADY_EXISTS, USER_NOT_FOUND};
+use crate::command::authenticate::EXTERNAL;
 use crate::error::{CommandError, CommandResult, BAD_VALUE, NO_SUCH_KEY};
 use crate::request::type_name;
 use crate::{CommandRequest, ServerContext};
@@ -79,13 +82,24 @@ fn password(request: &CommandRequest) -> CommandResult<Option<String>> {
     Ok(request.optional_string("pwd")?.map(str::to_string))
 }
 
+/// A user of `$external` authenticates outside Myriad (MONGODB-X509): it has no password.
+fn is_external(request: &CommandRequest) -> bool {
+    request.db == EXTERNAL
+}
+
+const NO_EXTERNAL_PASSWORD: &str = "Cannot set the password for users defined on the '$external' database";
+
 pub fn create_user(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let user = user_name(request)?;
     let roles = checked_roles(context, request)?;
-    let Some(password) = password(request)? else {
-        return Err(CommandError::new(BAD_VALUE, "Must provide a 'pwd' field for all user documents, except those with '$external' as the user's source db"));
+    let credentials = match (password(request)?, is_external(request)) {
+        (Some(password), false) => credentials(request, &user, &password)?,
+        (None, true) => doc! { "external": true },
+        (Some(_), true) => return Err(CommandError::new(BAD_VALUE, NO_EXTERNAL_PASSWORD)),
+        (None, false) => {
+            return Err(CommandError::new(BAD_VALUE, "Must provide a 'pwd' field for all user documents, except those with '$external' as the user's source db"));
+        }
     };
-    let credentials = credentials(request, &user, &password)?;
     let mut document = doc! {
         "_id": store::document_id(&request.db, &user),
         "userId": bson::Uuid::new(),
@@ -124,6 +138,7 @@ pub fn update_user(context: &ServerContext, request: &CommandRequest) -> Command
     let user = user_name(request)?;
     let new_roles = match request.body.contains_key("roles") { true => Some(checked_roles(context, request)?), false => None };
     let new_credentials = match password(request)? {
+        Some(_) if is_external(request) => return Err(CommandError::new(BAD_VALUE, NO_EXTERNAL_PASSWORD)),
         Some(password) => Some(credentials(request, &user, &password)?),
         None => None,
     };

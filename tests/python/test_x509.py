@@ -1,0 +1,131 @@
+"""MONGODB-X509 through pymongo: a client certificate signed by the server's CA logs in as the
+user of $external named by the certificate's subject (RFC 2253, last RDN first), with
+authMechanism=MONGODB-X509 and tlsCertificateKeyFile; a certificate without a user, a user
+name other than the subject, and another database are refused as mongod refuses them."""
+
+import datetime
+import pathlib
+import tempfile
+
+import pymongo
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from pymongo.errors import OperationFailure
+
+from test_tls import TlsServer
+
+SUBJECT = "CN=pymongo client,OU=Clients,O=Myriad Tests,C=US"
+STRANGER = "CN=stranger,OU=Clients,O=Myriad Tests,C=US"
+
+
+def _name(common_name, organisation=False):
+    attributes = []
+    if organisation:
+        attributes = [
+            x509.NameAttribute(NameOID.COUNTRY_NAME, "US"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Myriad Tests"),
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "Clients"),
+        ]
+    return x509.Name(attributes + [x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _certificate(subject, issuer, public_key, signing_key, *, ca=False, server=False):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if server:
+        import ipaddress
+        names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+    elif not ca:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+    return builder.sign(signing_key, hashes.SHA256())
+
+
+def _pem(certificate, key=None):
+    text = certificate.public_bytes(serialization.Encoding.PEM)
+    if key is not None:
+        text += key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return text
+
+
+@pytest.fixture(scope="module")
+def files():
+    directory = tempfile.TemporaryDirectory(prefix="myriad-x509-")
+    path = pathlib.Path(directory.name)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("Myriad x509 test CA")
+    ca = _certificate(ca_name, ca_name, ca_key.public_key(), ca_key, ca=True)
+    written = {"ca": _pem(ca)}
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    written["server"] = _pem(_certificate(_name("localhost"), ca_name, server_key.public_key(), ca_key, server=True), server_key)
+    for name, common_name in (("client", "pymongo client"), ("stranger", "stranger")):
+        key = ec.generate_private_key(ec.SECP256R1())
+        written[name] = _pem(_certificate(_name(common_name, organisation=True), ca_name, key.public_key(), ca_key), key)
+    for name, text in written.items():
+        (path / f"{name}.pem").write_bytes(text)
+    yield {name: str(path / f"{name}.pem") for name in written}
+    directory.cleanup()
+
+
+@pytest.fixture(scope="module")
+def server(files):
+    running = TlsServer(["--auth", "--tlsMode", "requireTLS", "--tlsCertificateKeyFile", files["server"],
+                         "--tlsCAFile", files["ca"]])
+    tls = {"tls": True, "tlsCAFile": files["ca"], "tlsCertificateKeyFile": files["client"]}
+    with running.client(**tls) as anonymous:
+        anonymous.admin.command("createUser", "root", pwd="root-secret", roles=["root"])
+    with running.client(username="root", password="root-secret", **tls) as root:
+        root["$external"].command("createUser", SUBJECT, roles=[{"role": "readWrite", "db": "x509shop"}])
+    yield running
+    running.stop()
+
+
+def test_a_certificate_logs_in_as_its_subject(server, files):
+    with server.client(tls=True, tlsCAFile=files["ca"], tlsCertificateKeyFile=files["client"],
+                       authMechanism="MONGODB-X509") as client:
+        client.x509shop.items.insert_one({"by": "pymongo"})
+        assert client.x509shop.items.count_documents({}) == 1
+        status = client.admin.command("connectionStatus")["authInfo"]
+        assert status["authenticatedUsers"] == [{"user": SUBJECT, "db": "$external"}]
+        assert status["authenticatedUserRoles"] == [{"role": "readWrite", "db": "x509shop"}]
+        with pytest.raises(OperationFailure) as refused:
+            client.elsewhere.items.find_one()
+        assert refused.value.code == 13
+    # Naming the subject explicitly works too.
+    with server.client(tls=True, tlsCAFile=files["ca"], tlsCertificateKeyFile=files["client"],
+                       authMechanism="MONGODB-X509", username=SUBJECT) as named:
+        assert named.x509shop.items.count_documents({}) == 1
+
+
+def test_refusals(server, files):
+    with server.client(tls=True, tlsCAFile=files["ca"], tlsCertificateKeyFile=files["stranger"],
+                       authMechanism="MONGODB-X509") as stranger:
+        with pytest.raises(OperationFailure) as unknown:
+            stranger.x509shop.items.find_one()
+        assert unknown.value.code == 11
+        assert f'Could not find user "{STRANGER}" for db "$external"' in str(unknown.value)
+    with server.client(tls=True, tlsCAFile=files["ca"], tlsCertificateKeyFile=files["stranger"],
+                       authMechanism="MONGODB-X509", username=SUBJECT) as impostor:
+        with pytest.raises(OperationFailure) as mismatch:
+            impostor.x509shop.items.find_one()
+        assert mismatch.value.code == 18
+        assert "Authentication failed" in str(mismatch.value)
+    with server.client(tls=True, tlsCAFile=files["ca"], tlsCertificateKeyFile=files["client"]) as raw:
+        with pytest.raises(OperationFailure) as elsewhere:
+            raw.admin.command({"authenticate": 1, "mechanism": "MONGODB-X509"})
+        assert elsewhere.value.code == 17
+        reply = raw["$external"].command({"authenticate": 1, "mechanism": "MONGODB-X509"})
+        assert (reply["user"], reply["dbname"]) == (SUBJECT, "$external")
