@@ -6,13 +6,13 @@ use crate::error::CommandResult;
 use crate::{CommandRequest, ServerContext};
 
 /// The MongoDB release whose behaviour Myriad follows.
-pub const COMPATIBLE_MONGODB_VERSION: &str = "7.0.0";
+pub const COMPATIBLE_MONGODB_VERSION: &str = "8.0.0";
 
 pub fn run(_context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
     Ok(doc! {
         "version": COMPATIBLE_MONGODB_VERSION,
         "gitVersion": env!("CARGO_PKG_VERSION"),
-        "versionArray": [7, 0, 0, 0],
+        "versionArray": [8, 0, 0, 0],
         "myriadVersion": env!("CARGO_PKG_VERSION"),
         "modules": [],
         "allocator": "system",

@@ -23,8 +23,14 @@ use crate::error::{CommandError, CommandResult, ErrorCode, LOCATION_51024, TYPE_
 use crate::request::type_name;
 use crate::{CommandRequest, ServerContext};
 
-/// MongoDB 7.0's wire version: current drivers need at least 8 (4.2) for OP_MSG-only paths.
-pub const MAX_WIRE_VERSION: i32 = 21;
+/// MongoDB 8.0's wire version. What 22 to 25 (7.1 to 8.0) tell drivers, and why each holds
+/// here: the `bulkWrite` command (25; [`super::bulk_write`]); `sort` on single-document
+/// updates, which drivers then also send unacknowledged (25; [`super::update`]); range
+/// Queryable Encryption (25: refused, as all encryption); OIDC (25: a mechanism drivers use
+/// only when asked, refused by saslStart); snapshot reads on capped collections (25: read
+/// concerns are accepted and every read uses one storage snapshot anyway); exhaust cursors
+/// through mongos (22: no mongos here). 23 and 24 changed only server-side metrics.
+pub const MAX_WIRE_VERSION: i32 = 25;
 pub const MIN_WIRE_VERSION: i32 = 0;
 pub const LOGICAL_SESSION_TIMEOUT_MINUTES: i32 = 30;
 
