@@ -23,8 +23,11 @@ def server_binary() -> str:
 
 
 class Server:
-    def __init__(self, extra_arguments: tuple = ()) -> None:
-        self.directory = tempfile.TemporaryDirectory(prefix="myriad-pytest-")
+    def __init__(self, extra_arguments: tuple = (), data_directory=None) -> None:
+        # A given data_directory (a TemporaryDirectory) outlives this server, so a test can
+        # start another one on the same files; otherwise the server owns its directory.
+        self.owns_directory = data_directory is None
+        self.directory = data_directory or tempfile.TemporaryDirectory(prefix="myriad-pytest-")
         self.process = subprocess.Popen(
             [server_binary(), "--dbpath", self.directory.name, "--port", "0", "--bind_ip", "127.0.0.1",
              "--cacheSizeMB", "64", *extra_arguments],
@@ -57,7 +60,8 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        self.directory.cleanup()
+        if self.owns_directory:
+            self.directory.cleanup()
 
 
 @pytest.fixture(scope="session")

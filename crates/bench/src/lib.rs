@@ -4,6 +4,7 @@
 
 mod cleanup;
 mod client;
+pub mod compression;
 mod error;
 pub mod idealo;
 pub mod many_collections;

@@ -27,6 +27,9 @@ enum BenchCommand {
     /// The idealo query ({productId, siteId, segments}) with single-field indexes, then with the
     /// compound index: examined counts, examined/returned and latency side by side.
     Idealo(myriad_bench::idealo::IdealoArgs),
+    /// Each block compressor on a JSON-like dataset: size, storageSize and their ratio after a
+    /// flush and after a compaction, and the load rate as a ratio to no compression.
+    Compression(myriad_bench::compression::CompressionArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
         BenchCommand::ManyCollections(arguments) => myriad_bench::many_collections::run(&arguments),
         BenchCommand::Ops(arguments) => myriad_bench::ops::run(&arguments),
         BenchCommand::Idealo(arguments) => myriad_bench::idealo::run(&arguments),
+        BenchCommand::Compression(arguments) => myriad_bench::compression::run(&arguments),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -43,9 +43,9 @@ pub fn coll_stats(context: &ServerContext, db: &str, name: &str, options: &CollS
                 format!("Unable to retrieve storageStats in $collStats stage :: caused by :: Collection [{namespace}] not found."),
             ));
         };
-        let stats = context.backend.collection_stats(collection)?;
+        let (stats, storage) = crate::command::coll_stats::sizes(context, collection)?;
         let mut index_sizes = Document::new();
-        for (index_name, size) in &stats.index_sizes_bytes {
+        for (index_name, size) in &storage.index_sizes_bytes {
             index_sizes.insert(index_name.clone(), number(size / scale));
         }
         let average = if stats.count > 0 { stats.data_size_bytes / stats.count } else { 0 };
@@ -56,14 +56,16 @@ pub fn coll_stats(context: &ServerContext, db: &str, name: &str, options: &CollS
                 "count": number(stats.count),
                 "avgObjSize": number(average),
                 "numOrphanDocs": 0,
-                "storageSize": number(stats.data_size_bytes / scale),
+                "storageSize": number(storage.storage_size_bytes / scale),
                 "freeStorageSize": 0,
+                "compressionRatio": crate::command::coll_stats::compression_ratio(stats.data_size_bytes, storage.storage_size_bytes),
                 "capped": collection.capped_bounds().is_some(),
-                "nindexes": stats.index_sizes_bytes.len() as i32,
+                "wiredTiger": crate::command::coll_stats::wired_tiger_section(&storage),
+                "nindexes": storage.index_sizes_bytes.len() as i32,
                 "indexDetails": {},
                 "indexBuilds": [],
-                "totalIndexSize": number(stats.total_index_size_bytes / scale),
-                "totalSize": number((stats.data_size_bytes + stats.total_index_size_bytes) / scale),
+                "totalIndexSize": number(storage.total_index_size_bytes / scale),
+                "totalSize": number((storage.storage_size_bytes + storage.total_index_size_bytes) / scale),
                 "indexSizes": index_sizes,
                 "scaleFactor": i32::try_from(scale).unwrap_or(i32::MAX),
             },

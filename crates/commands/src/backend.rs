@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use bson::{Bson, Document, RawDocumentBuf};
 use myriad_storage::{
-    CollectionHandle, CollectionStats, CreateIndexesOutcome, DatabaseStats, Durability, Engine, IndexKeyRange,
+    CollectionHandle, CollectionStats, CollectionStorage, CreateIndexesOutcome, DatabaseStats, DatabaseStorage, Durability, Engine, IndexKeyRange,
     IndexSelector, IndexValuesEntry, RecordId, StorageError, ValidationReport, WriteTransaction,
 };
 
@@ -93,6 +93,11 @@ pub trait Backend: Send + Sync {
     // ----- statistics and maintenance --------------------------------------------------------
     fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats>;
     fn database_stats(&self, db: &str) -> BackendResult<DatabaseStats>;
+    /// Bytes on disk of a collection and its indexes (collStats' storageSize, index sizes),
+    /// given the counters `collection_stats` returned, and its block compressor.
+    fn collection_storage(&self, handle: &CollectionHandle, stats: &CollectionStats) -> BackendResult<CollectionStorage>;
+    /// Bytes on disk of a database's collections and indexes (dbStats' storageSize, indexSize).
+    fn database_storage(&self, db: &str) -> BackendResult<DatabaseStorage>;
     fn disk_usage_bytes(&self) -> BackendResult<i64>;
     fn status(&self) -> Document;
     fn compact(&self) -> BackendResult<()>;
@@ -206,6 +211,12 @@ impl Backend for Engine {
     }
     fn database_stats(&self, db: &str) -> BackendResult<DatabaseStats> {
         Engine::database_stats(self, db)
+    }
+    fn collection_storage(&self, handle: &CollectionHandle, stats: &CollectionStats) -> BackendResult<CollectionStorage> {
+        Engine::collection_storage(self, handle, stats)
+    }
+    fn database_storage(&self, db: &str) -> BackendResult<DatabaseStorage> {
+        Engine::database_storage(self, db)
     }
     fn disk_usage_bytes(&self) -> BackendResult<i64> {
         Engine::disk_usage_bytes(self)
@@ -371,6 +382,21 @@ impl<B: Backend> Backend for ContractBackend<B> {
         let stats = self.inner.database_stats(db)?;
         check_database_stats(&stats);
         Ok(stats)
+    }
+    fn collection_storage(&self, handle: &CollectionHandle, stats: &CollectionStats) -> BackendResult<CollectionStorage> {
+        let storage = self.inner.collection_storage(handle, stats)?;
+        assert!(
+            storage.storage_size_bytes >= 0
+                && storage.index_sizes_bytes.iter().all(|(_, size)| *size >= 0)
+                && storage.total_index_size_bytes == storage.index_sizes_bytes.iter().map(|(_, size)| size).sum::<i64>(),
+            "negative or inconsistent storage sizes: {storage:?}"
+        );
+        Ok(storage)
+    }
+    fn database_storage(&self, db: &str) -> BackendResult<DatabaseStorage> {
+        let storage = self.inner.database_storage(db)?;
+        assert!(storage.storage_size_bytes >= 0 && storage.index_size_bytes >= 0, "negative storage sizes: {storage:?}");
+        Ok(storage)
     }
     fn disk_usage_bytes(&self) -> BackendResult<i64> {
         self.inner.disk_usage_bytes()

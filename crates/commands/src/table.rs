@@ -79,6 +79,7 @@ commands! {
     "collStats" => command::coll_stats::run, admin: false, write: false, access: Collection(&["collStats"]), "Collection statistics.";
     "dbStats" | "dbstats" => command::db_stats::run, admin: false, write: false, access: Database(&["dbStats"]), "Database statistics.";
     "dataSize" | "datasize" => command::data_size::run, admin: false, write: false, access: Collection(&["find"]), "Bytes and count of a collection's documents, or of a key range's.";
+    "fsync" => command::fsync::run, admin: true, write: false, access: Cluster(&["fsync"]), "Flushes every memtable to disk and syncs the WAL (lock: true is not supported).";
     "compact" => command::compact::run, admin: false, write: true, access: Collection(&["compact"]), "Compacts the shared tablespace (returns dropped collections' disk space).";
     "currentOp" => command::current_op::run, admin: true, write: false, access: Authenticated, "Lists the operations in progress (the user's own with $ownOps; all needs inprog).";
     "killOp" => command::current_op::kill, admin: true, write: false, access: Authenticated, "Interrupts an operation in progress (the user's own, or any with killop).";

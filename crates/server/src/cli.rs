@@ -1,6 +1,7 @@
 //! Command-line flags, named as mongod's where they mean the same thing.
 
 use clap::{Args, Parser};
+use myriad_storage::BlockCompressor;
 
 use crate::tls::{TlsMode, TlsOptions};
 
@@ -34,6 +35,10 @@ pub struct ServerArguments {
     /// RocksDB block cache shared by every collection, in MiB.
     #[arg(long = "cacheSizeMB", default_value_t = 1024)]
     pub cache_size_mebibytes: usize,
+    /// Block compressor of collection data created without a storageEngine compressor:
+    /// zstd, lz4, snappy, zlib or none (mongod's --wiredTigerCollectionBlockCompressor).
+    #[arg(long = "storageBlockCompressor", default_value = myriad_storage::DEFAULT_BLOCK_COMPRESSOR.name(), value_parser = parse_block_compressor)]
+    pub storage_block_compressor: BlockCompressor,
     /// Largest number of simultaneous connections.
     #[arg(long = "maxConns", default_value_t = 10_000)]
     pub max_connections: usize,
@@ -69,16 +74,16 @@ pub struct ServerArguments {
     /// With --tlsCAFile, let clients that present no certificate connect.
     #[arg(long = "tlsAllowConnectionsWithoutCertificates")]
     pub tls_allow_connections_without_certificates: bool,
-}
-
-impl ServerArguments {
-    /// The TLS options, as the listener reads them.
-    pub fn tls_options(&self) -> TlsOptions {
     /// Sets a server parameter at start-up, as `name=value` (repeatable), like mongod's
     /// `--setParameter`: any parameter `setParameter` accepts, for example
     /// `idleConnectionTimeoutMillis=600000`.
     #[arg(long = "setParameter", value_name = "NAME=VALUE")]
     pub set_parameters: Vec<String>,
+}
+
+impl ServerArguments {
+    /// The TLS options, as the listener reads them.
+    pub fn tls_options(&self) -> TlsOptions {
         TlsOptions {
             mode: self.tls_mode,
             certificate_key_file: self.tls_certificate_key_file.clone(),
@@ -93,6 +98,17 @@ impl ServerArguments {
     pub fn apply_profiler_settings(&self) {
         myriad_commands::profiler::set_startup_settings(self.profile, self.slowms, self.slow_operation_sample_rate);
     }
+}
+
+/// A compressor name the linked RocksDB library supports.
+pub fn parse_block_compressor(text: &str) -> Result<BlockCompressor, String> {
+    let compressor = BlockCompressor::parse(text)
+        .filter(|_| !text.is_empty())
+        .ok_or_else(|| format!("'{text}' is not one of zstd, lz4, snappy, zlib, none"))?;
+    if !myriad_storage::is_block_compressor_supported(compressor) {
+        return Err(format!("the linked RocksDB library does not support the {text} compressor"));
+    }
+    Ok(compressor)
 }
 
 fn parse_sample_rate(text: &str) -> Result<f64, String> {

@@ -81,6 +81,13 @@ fn apply_option(name: &str, value: &Value, arguments: &mut ServerArguments, matc
                 arguments.dbpath = text;
             }
         }
+        "storage.wiredTiger.collectionConfig.blockCompressor" => {
+            let text = string(name, value)?;
+            let compressor = crate::cli::parse_block_compressor(&text).map_err(|error| format!("{name}: {error}"))?;
+            if set("storage_block_compressor") {
+                arguments.storage_block_compressor = compressor;
+            }
+        }
         "net.port" => {
             let port = integer(name, value, 0, i64::from(u16::MAX))?;
             if set("port") {
@@ -275,6 +282,8 @@ fn describe(value: &Value) -> String {
 mod tests {
     use clap::{CommandFactory, FromArgMatches};
 
+    use myriad_storage::BlockCompressor;
+
     use super::*;
     use crate::cli::Arguments;
 
@@ -311,6 +320,18 @@ mod tests {
         assert_eq!(error, "Unrecognized option: net.colour");
         let error = parsed(&[], "processManagement:\n  fork: true\n").expect_err("refused");
         assert_eq!(error, "Unrecognized option: processManagement.fork");
+    }
+
+    #[test]
+    fn the_block_compressor_comes_from_mongodb_s_option() {
+        let yaml = "storage:\n  wiredTiger:\n    collectionConfig:\n      blockCompressor: zstd\n";
+        assert_eq!(parsed(&[], yaml).expect("parses").storage_block_compressor, BlockCompressor::Zstd);
+        let overridden = parsed(&["--storageBlockCompressor", "none"], yaml).expect("parses");
+        assert_eq!(overridden.storage_block_compressor, BlockCompressor::None);
+        assert_eq!(parsed(&[], "").expect("parses").storage_block_compressor, myriad_storage::DEFAULT_BLOCK_COMPRESSOR);
+        let error = parsed(&[], "storage.wiredTiger.collectionConfig.blockCompressor: brotli\n").expect_err("refused");
+        assert!(error.contains("blockCompressor") && error.contains("brotli"), "{error}");
+        assert!(parsed(&["--storageBlockCompressor", "brotli"], "").is_err());
     }
 
     #[test]

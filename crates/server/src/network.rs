@@ -89,6 +89,7 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     std::fs::create_dir_all(&arguments.dbpath).map_err(|error| format!("cannot create --dbpath {}: {error}", arguments.dbpath))?;
     let engine_options = EngineOptions {
         block_cache_size_bytes: arguments.cache_size_mebibytes.saturating_mul(1024 * 1024),
+        block_compressor: arguments.storage_block_compressor,
         ..EngineOptions::default()
     };
     let engine = Arc::new(Engine::open(Path::new(&arguments.dbpath), &engine_options).map_err(|error| format!("cannot open the storage engine: {error}"))?);

@@ -15,6 +15,9 @@ use crate::StorageError;
 
 /// Version of the catalog entry document layout.
 const ENTRY_FORMAT: i32 = 1;
+/// The layout of an entry that names its records family (`recordsFamily`, after `indexes`):
+/// versions that predate per-collection compression refuse it instead of reading `records`.
+const ENTRY_FORMAT_WITH_FAMILY: i32 = 2;
 
 /// Serialized bytes of the standard `_id_` spec. Every collection's `_id_` index stores an empty
 /// spec meaning "this one", so the most common index costs no spec allocation.
@@ -289,6 +292,10 @@ pub(crate) struct CollectionEntry {
     /// first use and kept with this version of the entry; None (8 bytes) without options.
     derived: Option<Box<DerivedFromOptions>>,
     pub(crate) indexes: Box<[IndexEntry]>,
+    /// The compressor the collection was created with (`storageEngine` option): its records
+    /// live in that compressor's family. None: the `records` family (node default), or
+    /// `local_records` for the local database. Fixed at creation (`compression.rs`).
+    pub(crate) block_compressor: Option<crate::compression::BlockCompressor>,
 }
 
 /// A value derived once from an entry's options (see [`CollectionHandle::options_derived`]).
@@ -310,12 +317,23 @@ impl CollectionEntry {
         options: &Document,
         indexes: Vec<IndexEntry>,
     ) -> Result<Self, StorageError> {
+        // The local database's collections all live in `local_records`: the option is checked
+        // but does not choose a family there.
+        let requested = if options.is_empty() { None } else { crate::compression::requested_block_compressor(options)? };
         let options = if options.is_empty() {
             Box::default()
         } else {
             serialize_document(options)?.into_boxed_slice()
         };
-        Ok(Self::with_options_bytes(db, collection, prefix, uuid, options, indexes))
+        let mut entry = Self::with_options_bytes(db, collection, prefix, uuid, options, indexes);
+        entry.block_compressor = requested.filter(|_| !entry.is_local());
+        Ok(entry)
+    }
+
+    /// Keeps `original`'s records family in a copy (its records stay where they are).
+    fn keeping_family_of(mut self, original: &CollectionEntry) -> Self {
+        self.block_compressor = original.block_compressor;
+        self
     }
 
     fn with_options_bytes(
@@ -335,13 +353,15 @@ impl CollectionEntry {
             options,
             derived,
             indexes: indexes.into_boxed_slice(),
+            block_compressor: None,
         }
     }
 
     /// A copy with different createCollection options (collMod), same prefixes and indexes.
     pub(crate) fn with_options(&self, options: &Document) -> Result<Self, StorageError> {
         let options = if options.is_empty() { Box::default() } else { serialize_document(options)?.into_boxed_slice() };
-        Ok(CollectionEntry::with_options_bytes(self.db(), self.collection(), self.prefix, self.uuid, options, self.indexes_cloned()?))
+        Ok(CollectionEntry::with_options_bytes(self.db(), self.collection(), self.prefix, self.uuid, options, self.indexes_cloned()?)
+            .keeping_family_of(self))
     }
 
     /// The createCollection options as stored (empty when there were none).
@@ -388,7 +408,8 @@ impl CollectionEntry {
     /// A copy with a different namespace (rename) and the same prefixes.
     pub(crate) fn renamed(&self, db: &str, collection: &str) -> Result<Self, StorageError> {
         let indexes = self.indexes_cloned()?;
-        Ok(CollectionEntry::with_options_bytes(db, collection, self.prefix, self.uuid, self.options.clone(), indexes))
+        Ok(CollectionEntry::with_options_bytes(db, collection, self.prefix, self.uuid, self.options.clone(), indexes)
+            .keeping_family_of(self))
     }
 
     /// A copy with a different index list.
@@ -401,6 +422,7 @@ impl CollectionEntry {
             self.options.clone(),
             indexes,
         )
+        .keeping_family_of(self)
     }
 
     pub(crate) fn indexes_cloned(&self) -> Result<Vec<IndexEntry>, StorageError> {
@@ -418,7 +440,7 @@ impl CollectionEntry {
         let options = RawDocument::from_bytes(options)
             .map_err(|error| StorageError::Corrupt(format!("collection options: {error}")))?;
         let mut document = RawDocumentBuf::new();
-        document.append("format", ENTRY_FORMAT);
+        document.append("format", if self.block_compressor.is_some() { ENTRY_FORMAT_WITH_FAMILY } else { ENTRY_FORMAT });
         document.append("db", self.db());
         document.append("collection", self.collection());
         document.append("prefix", prefix_to_i64(self.prefix));
@@ -426,6 +448,9 @@ impl CollectionEntry {
         document.append_ref("uuid", RawBinaryRef { subtype: BinarySubtype::Uuid, bytes: &self.uuid });
         document.append_ref("options", options);
         document.append("indexes", indexes);
+        if let Some(compressor) = self.block_compressor {
+            document.append(crate::compression::ENTRY_FAMILY_FIELD, compressor.family_name());
+        }
         Ok(document.into_bytes())
     }
 
@@ -435,8 +460,14 @@ impl CollectionEntry {
     pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, StorageError> {
         let corrupt = |what: &str| StorageError::Corrupt(format!("catalog entry: {what}"));
         let raw = RawDocument::from_bytes(bytes).map_err(|error| corrupt(&error.to_string()))?;
-        if raw.get_i32("format") != Ok(ENTRY_FORMAT) {
-            return Err(corrupt("unknown format"));
+        let with_family = match raw.get_i32("format") {
+            Ok(ENTRY_FORMAT) => false,
+            Ok(ENTRY_FORMAT_WITH_FAMILY) => true,
+            _ => return Err(corrupt("unknown format")),
+        };
+        let block_compressor = crate::compression::entry_compressor(raw)?;
+        if block_compressor.is_some() != with_family {
+            return Err(corrupt("records family and format disagree"));
         }
         let db = raw.get_str("db").map_err(|_| corrupt("db"))?;
         let collection = raw.get_str("collection").map_err(|_| corrupt("collection"))?;
@@ -459,7 +490,8 @@ impl CollectionEntry {
         if indexes.first().map(IndexEntry::name) != Some(ID_INDEX_NAME) {
             return Err(corrupt("first index is not _id_"));
         }
-        let entry = Self::with_options_bytes(db, collection, prefix, uuid, options, indexes);
+        let mut entry = Self::with_options_bytes(db, collection, prefix, uuid, options, indexes);
+        entry.block_compressor = block_compressor;
         debug_assert!(entry.to_bytes().is_ok_and(|written| written == bytes), "catalog entries round-trip");
         Ok(entry)
     }

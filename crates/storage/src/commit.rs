@@ -178,6 +178,9 @@ impl WriteTransaction<'_> {
         let mut database_delta = [0i64; stats::DATABASE_SLOTS];
         database_delta[stats::DATABASE_DOCUMENTS] = self.collection_delta[stats::COLLECTION_DOCUMENTS];
         database_delta[stats::DATABASE_DATA_SIZE_BYTES] = self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES];
+        if let Some(compressor) = entry.block_compressor {
+            database_delta[compressor.database_slot()] = database_delta[stats::DATABASE_DATA_SIZE_BYTES];
+        }
         database_delta[stats::DATABASE_INDEX_SIZE_BYTES] = index_size_delta;
         if database_delta.iter().any(|value| *value != 0) {
             batch.merge_cf(stats_family, keys::stats_database_key(entry.db()), encode_counters(&database_delta));

@@ -14,6 +14,7 @@ use rocksdb::{
     FlushOptions, ReadOptions, WriteBatch, WriteOptions, DB,
 };
 
+use crate::compression::{self, BlockCompressor, EXPLICIT_RECORD_FAMILIES};
 use crate::commit::{command_record, CatalogEffect, OperationObserver, OperationRecord, PreparedCatalogChange};
 use crate::catalog::{entry_prefixes, namespace_of, Catalog, CollectionEntry, CollectionHandle, IndexEntry};
 use crate::index::{id_index_spec, ParsedIndexSpec, ID_INDEX_NAME};
@@ -31,14 +32,33 @@ pub(crate) const FAMILY_LOCAL_RECORDS: &str = "local_records";
 pub(crate) const FAMILY_LOCAL_INDEXES: &str = "local_indexes";
 
 /// The fixed column families (besides RocksDB's own `default`, which stays empty). Their number
-/// never grows with the number of collections.
-pub const COLUMN_FAMILIES: [&str; 6] = [
+/// never grows with the number of collections. The last five hold the collections created with
+/// an explicit block compressor, one family per compressor (`compression.rs`).
+pub const COLUMN_FAMILIES: [&str; 11] = [
     FAMILY_CATALOG,
     FAMILY_RECORDS,
     FAMILY_INDEXES,
     FAMILY_STATS,
     FAMILY_LOCAL_RECORDS,
     FAMILY_LOCAL_INDEXES,
+    EXPLICIT_RECORD_FAMILIES[0],
+    EXPLICIT_RECORD_FAMILIES[1],
+    EXPLICIT_RECORD_FAMILIES[2],
+    EXPLICIT_RECORD_FAMILIES[3],
+    EXPLICIT_RECORD_FAMILIES[4],
+];
+
+/// Every family holding collection records or index entries.
+pub(crate) const DATA_FAMILIES: [&str; 9] = [
+    FAMILY_RECORDS,
+    FAMILY_INDEXES,
+    FAMILY_LOCAL_RECORDS,
+    FAMILY_LOCAL_INDEXES,
+    EXPLICIT_RECORD_FAMILIES[0],
+    EXPLICIT_RECORD_FAMILIES[1],
+    EXPLICIT_RECORD_FAMILIES[2],
+    EXPLICIT_RECORD_FAMILIES[3],
+    EXPLICIT_RECORD_FAMILIES[4],
 ];
 
 /// On-disk format version stored under catalog key `V`. Version 2 means every index is in key
@@ -228,9 +248,11 @@ pub struct Engine {
     pub(crate) warming: std::sync::atomic::AtomicBool,
     /// Wakes tailable cursors waiting for inserts into capped collections.
     pub(crate) capped_inserts: crate::capped::CappedInsertNotifier,
+    /// The compressor of `records` and `local_records` (the node default).
+    pub(crate) block_compressor: BlockCompressor,
 }
 
-fn validate_database_name(db: &str) -> Result<(), StorageError> {
+pub(crate) fn validate_database_name(db: &str) -> Result<(), StorageError> {
     if db.is_empty() || db.len() > 63 {
         return Err(StorageError::InvalidNamespace(format!("bad database name length: '{db}'")));
     }
@@ -285,6 +307,7 @@ impl Engine {
     /// Opens (creating if needed) the engine at `path`. Cost does not depend on the number of
     /// collections: the catalog is loaded lazily, entry by entry, on first lookup.
     pub fn open(path: &Path, options: &EngineOptions) -> Result<Engine, StorageError> {
+        compression::check_supported(options.block_compressor)?;
         let database_options = database_options(options);
         let block_cache = Cache::new_lru_cache(options.block_cache_size_bytes)?;
         let existing = if path.join("CURRENT").exists() {
@@ -305,7 +328,8 @@ impl Engine {
             (FAMILY_LOCAL_RECORDS, FamilyKind::LocalRecords),
             (FAMILY_LOCAL_INDEXES, FamilyKind::LocalIndexes),
         ];
-        let descriptors = kinds.iter().map(|(name, kind)| {
+        let explicit = BlockCompressor::ALL.map(|compressor| (compressor.family_name(), FamilyKind::ExplicitRecords(compressor)));
+        let descriptors = kinds.iter().chain(explicit.iter()).map(|(name, kind)| {
             ColumnFamilyDescriptor::new(*name, family_options(*kind, &block_cache, options))
         });
         let db = DB::open_cf_descriptors(&database_options, path, descriptors)?;
@@ -327,6 +351,7 @@ impl Engine {
             catalog_warm_up_entries: options.catalog_warm_up_entries,
             warming: std::sync::atomic::AtomicBool::new(false),
             capped_inserts: crate::capped::CappedInsertNotifier::default(),
+            block_compressor: options.block_compressor,
         };
         let upgrade = engine.check_format()?;
         let next_prefix = match engine.db.get_cf(engine.family(FAMILY_CATALOG)?, keys::CATALOG_NEXT_PREFIX_KEY)? {
@@ -366,7 +391,7 @@ impl Engine {
     }
 
     pub(crate) fn records_family(&self, entry: &CollectionEntry) -> Result<&ColumnFamily, StorageError> {
-        self.family(if entry.is_local() { FAMILY_LOCAL_RECORDS } else { FAMILY_RECORDS })
+        self.family(compression::records_family_name(entry.is_local(), entry.block_compressor))
     }
 
     pub(crate) fn indexes_family(&self, entry: &CollectionEntry) -> Result<&ColumnFamily, StorageError> {
@@ -710,6 +735,9 @@ impl Engine {
         delta[stats::DATABASE_INDEXES] = entry.indexes.len() as i64;
         delta[stats::DATABASE_DOCUMENTS] = collection.get(stats::COLLECTION_DOCUMENTS).copied().unwrap_or(0);
         delta[stats::DATABASE_DATA_SIZE_BYTES] = collection.get(stats::COLLECTION_DATA_SIZE_BYTES).copied().unwrap_or(0);
+        if let Some(compressor) = entry.block_compressor {
+            delta[compressor.database_slot()] = delta[stats::DATABASE_DATA_SIZE_BYTES];
+        }
         delta[stats::DATABASE_INDEX_SIZE_BYTES] =
             indexes.iter().map(|index| index.get(stats::INDEX_SIZE_BYTES).copied().unwrap_or(0)).sum();
         Ok(delta)
@@ -775,7 +803,7 @@ impl Engine {
             self.counters.range_deletions_since_flush.store(0, Ordering::Relaxed);
             let mut flush_options = FlushOptions::default();
             flush_options.set_wait(false);
-            for name in [FAMILY_RECORDS, FAMILY_INDEXES, FAMILY_LOCAL_RECORDS, FAMILY_LOCAL_INDEXES] {
+            for name in DATA_FAMILIES {
                 self.db.flush_cf_opt(self.family(name)?, &flush_options)?;
             }
         }
@@ -848,8 +876,14 @@ impl Engine {
         let mut namespaces: Vec<String> = Vec::new();
         let mut collection_prefixes: Vec<u64> = Vec::new();
         let mut all_prefixes: Vec<u64> = Vec::new();
+        // The records families the database's collections use (usually one).
+        let mut records_families: Vec<&str> = Vec::new();
         while let (Some(key), Some(value)) = (iterator.key(), iterator.value()) {
             namespaces.push(namespace_of(db, keys::collection_name_from_key(key, db)?));
+            let family = compression::records_family_name(db == LOCAL_DATABASE, compression::entry_compressor_of_bytes(value)?);
+            if !records_families.contains(&family) {
+                records_families.push(family);
+            }
             let (collection_prefix, index_prefixes) = entry_prefixes(value)?;
             collection_prefixes.push(collection_prefix);
             all_prefixes.push(collection_prefix);
@@ -866,11 +900,8 @@ impl Engine {
         all_prefixes.sort_unstable();
         all_prefixes.dedup();
         let mut batch = WriteBatch::default();
-        let (records, indexes) = if db == LOCAL_DATABASE {
-            (self.family(FAMILY_LOCAL_RECORDS)?, self.family(FAMILY_LOCAL_INDEXES)?)
-        } else {
-            (self.family(FAMILY_RECORDS)?, self.family(FAMILY_INDEXES)?)
-        };
+        let indexes = self.family(if db == LOCAL_DATABASE { FAMILY_LOCAL_INDEXES } else { FAMILY_INDEXES })?;
+        let records = records_families.iter().map(|name| self.family(name)).collect::<Result<Vec<_>, _>>()?;
         let stats_family = self.family(FAMILY_STATS)?;
         // Coalesce consecutive prefixes: every prefix in a run belongs to this database, and a
         // collection prefix never has keys in the indexes family (nor the reverse), so one
@@ -883,11 +914,13 @@ impl Engine {
             }
         }
         for (start, end) in &runs {
-            batch.delete_range_cf(records, start.to_be_bytes(), end.to_be_bytes());
+            for records in &records {
+                batch.delete_range_cf(*records, start.to_be_bytes(), end.to_be_bytes());
+            }
             batch.delete_range_cf(indexes, start.to_be_bytes(), end.to_be_bytes());
             batch.delete_range_cf(stats_family, keys::stats_prefix_key(*start), keys::stats_prefix_key(*end));
         }
-        let ranges = 2 * runs.len() as u64;
+        let ranges = (records.len() as u64 + 1) * runs.len() as u64;
         batch.delete_range_cf(catalog, start, end);
         self.add_database_delta(&mut batch, db, &[0; stats::DATABASE_SLOTS], true)?;
         self.add_build_marker_removals(&mut batch, &builds)?;
@@ -1348,7 +1381,7 @@ impl Engine {
     pub fn count_keys_with_prefix(&self, prefix: u64) -> Result<usize, StorageError> {
         let mut count = 0usize;
         let (start, end) = keys::prefix_range(prefix);
-        for name in [FAMILY_RECORDS, FAMILY_INDEXES, FAMILY_LOCAL_RECORDS, FAMILY_LOCAL_INDEXES] {
+        for name in DATA_FAMILIES {
             let mut read_options = ReadOptions::default();
             read_options.set_iterate_upper_bound(end);
             let mut iterator = self.db.raw_iterator_cf_opt(self.family(name)?, read_options);

@@ -58,6 +58,9 @@ pub enum StorageError {
     IndexBuildAborted(String),
     /// The operation cannot run while an index build on the collection is in progress.
     BackgroundOperationInProgress(String),
+    /// A `storageEngine` collection option MongoDB refuses, with the code MongoDB gives it
+    /// (BadValue, FailedToParse, TypeMismatch, InvalidOptions or 6627201; `compression.rs`).
+    BadStorageOption { code: i32, message: String },
 }
 
 impl StorageError {
@@ -85,6 +88,7 @@ impl StorageError {
             StorageError::RocksDb(_) => 1,
             StorageError::IndexBuildAborted(_) => 276,
             StorageError::BackgroundOperationInProgress(_) => 12587,
+            StorageError::BadStorageOption { code, .. } => *code,
         }
     }
 
@@ -112,6 +116,13 @@ impl StorageError {
             StorageError::RocksDb(_) => "InternalError",
             StorageError::IndexBuildAborted(_) => "IndexBuildAborted",
             StorageError::BackgroundOperationInProgress(_) => "BackgroundOperationInProgressForNamespace",
+            StorageError::BadStorageOption { code, .. } => match code {
+                2 => "BadValue",
+                9 => "FailedToParse",
+                14 => "TypeMismatch",
+                72 => "InvalidOptions",
+                _ => "Location6627201",
+            },
         }
     }
 }
@@ -161,6 +172,7 @@ impl fmt::Display for StorageError {
             StorageError::RocksDb(what) => write!(formatter, "rocksdb: {what}"),
             StorageError::IndexBuildAborted(what) => write!(formatter, "index build aborted: {what}"),
             StorageError::BackgroundOperationInProgress(what) => write!(formatter, "{what}"),
+            StorageError::BadStorageOption { message, .. } => write!(formatter, "{message}"),
         }
     }
 }

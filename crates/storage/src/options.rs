@@ -6,6 +6,7 @@ use rocksdb::{
     DataBlockIndexType, Options,
 };
 
+use crate::compression::{self, BlockCompressor};
 use crate::stats::{add_counters_merge, MERGE_OPERATOR_NAME};
 
 /// Tunables of an [`crate::Engine`]. `Default` gives the production settings.
@@ -34,6 +35,9 @@ pub struct EngineOptions {
     /// after a restart went from 0.66 to 0.86 of the one-collection baseline. Warming all of
     /// a 1M-collection node cost more in the first 20 s than it saved (0.64 -> 0.60).
     pub catalog_warm_up_entries: usize,
+    /// Compressor of the `records` and `local_records` families, which hold every collection
+    /// created without a `storageEngine` compressor (`--storageBlockCompressor`).
+    pub block_compressor: BlockCompressor,
 }
 
 impl Default for EngineOptions {
@@ -49,6 +53,7 @@ impl Default for EngineOptions {
             lock_stripes: 4096,
             enable_statistics: true,
             catalog_warm_up_entries: 200_000,
+            block_compressor: compression::DEFAULT_BLOCK_COMPRESSOR,
         }
     }
 }
@@ -58,6 +63,8 @@ impl Default for EngineOptions {
 pub(crate) enum FamilyKind {
     Catalog,
     Records,
+    /// The records family of collections created with this compressor.
+    ExplicitRecords(BlockCompressor),
     Indexes,
     Stats,
     LocalRecords,
@@ -131,12 +138,27 @@ pub(crate) fn family_options(kind: FamilyKind, cache: &Cache, options: &EngineOp
         DBCompressionType::Zstd,
     ]);
     family.set_bottommost_compression_type(DBCompressionType::Zstd);
+    // Collection data is compressed at every level with its one compressor, as WiredTiger
+    // compresses every block of a table: what a collection's creation asked for is what its
+    // files hold, from the first flush on. A compressor the library lacks (none, with
+    // Debian's) leaves its family uncompressed; creating a collection with it is refused.
+    let records_compressor = match kind {
+        FamilyKind::Records | FamilyKind::LocalRecords => Some(options.block_compressor),
+        FamilyKind::ExplicitRecords(compressor) => Some(compressor),
+        _ => None,
+    };
+    if let Some(compressor) = records_compressor {
+        let compressor = if compression::is_supported(compressor) { compressor } else { BlockCompressor::None };
+        family.set_compression_per_level(&[]);
+        family.set_compression_type(compressor.rocksdb_type());
+        family.set_bottommost_compression_type(compressor.rocksdb_type());
+    }
     family.set_target_file_size_base(64 << 20);
     family.set_max_bytes_for_level_base(256 << 20);
     let big_buffer = options.write_buffer_size_bytes.max(1 << 20);
     let small_buffer = (big_buffer / 4).max(1 << 20);
     let (write_buffer_bytes, block_size_bytes, hash_index) = match kind {
-        FamilyKind::Records => (big_buffer, 16 << 10, true),
+        FamilyKind::Records | FamilyKind::ExplicitRecords(_) => (big_buffer, 16 << 10, true),
         FamilyKind::Indexes => (big_buffer, 4 << 10, false),
         FamilyKind::Catalog => (small_buffer, 4 << 10, true),
         FamilyKind::Stats => (small_buffer, 4 << 10, true),
@@ -144,7 +166,7 @@ pub(crate) fn family_options(kind: FamilyKind, cache: &Cache, options: &EngineOp
         FamilyKind::LocalIndexes => (small_buffer, 4 << 10, false),
     };
     family.set_write_buffer_size(write_buffer_bytes);
-    family.set_max_write_buffer_number(if matches!(kind, FamilyKind::Records | FamilyKind::Indexes) {
+    family.set_max_write_buffer_number(if matches!(kind, FamilyKind::Records | FamilyKind::ExplicitRecords(_) | FamilyKind::Indexes) {
         4
     } else {
         2

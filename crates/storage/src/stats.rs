@@ -25,7 +25,12 @@ pub(crate) const DATABASE_INDEXES: usize = 1;
 pub(crate) const DATABASE_DOCUMENTS: usize = 2;
 pub(crate) const DATABASE_DATA_SIZE_BYTES: usize = 3;
 pub(crate) const DATABASE_INDEX_SIZE_BYTES: usize = 4;
-pub(crate) const DATABASE_SLOTS: usize = 5;
+/// First of five slots: data bytes of the database's collections created with an explicit
+/// block compressor, per compressor (`BlockCompressor::database_slot`). The rest of
+/// `DATABASE_DATA_SIZE_BYTES` lives in the `records` family. Vectors written before these
+/// slots existed read them as 0, which is exact: every collection was in `records` then.
+pub(crate) const DATABASE_EXPLICIT_FAMILY_DATA_SIZE_BYTES: usize = 5;
+pub(crate) const DATABASE_SLOTS: usize = 10;
 
 /// Upper bound on the slots of any counter vector (guards the merge against garbage lengths).
 const MAX_SLOTS: usize = 16;

@@ -10,7 +10,8 @@ use std::path::Path;
 use bson::{doc, Bson, Decimal128, Document};
 use myriad_storage::{Engine, IndexKeyRange, RecordId};
 
-const FAMILIES: [&str; 6] = ["catalog", "records", "indexes", "stats", "local_records", "local_indexes"];
+/// Every family must be opened, the per-compressor records families included.
+const FAMILIES: [&str; 11] = myriad_storage::COLUMN_FAMILIES;
 
 fn decimal(text: &str) -> Bson {
     Bson::Decimal128(text.parse::<Decimal128>().expect("a decimal literal"))

@@ -114,7 +114,7 @@ const USER_ADMIN: &[&str] = &[
     "setAuthenticationRestriction", "viewRole", "viewUser",
 ];
 const CLUSTER_MONITOR: &[&str] = &["connPoolStats", "getCmdLineOpts", "getLog", "getParameter", "hostInfo", "inprog", "listDatabases", "listSessions", "netstat", "serverStatus", "top"];
-const HOST_MANAGER: &[&str] = &["killAnyCursor", "killAnySession", "killop", "logRotate", "setParameter", "shutdown", "flushRouterConfig", "invalidateUserCache"];
+const HOST_MANAGER: &[&str] = &["fsync", "killAnyCursor", "killAnySession", "killop", "logRotate", "setParameter", "shutdown", "flushRouterConfig", "invalidateUserCache"];
 
 /// Actions outside the built-in roles' lists that custom roles may still name.
 const OTHER_ACTIONS: &[&str] = &["anyAction", "authSchemaUpgrade", "indexStats", "getShardMap", "replSetGetStatus", "replSetGetConfig", "checkFreeMonitoringStatus"];

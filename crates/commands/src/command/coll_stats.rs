@@ -1,6 +1,10 @@
-//! `collStats`: counts and sizes read from the stats family, never from a scan.
+//! `collStats`: counts and logical sizes read from the stats family, never from a scan, and
+//! bytes on disk estimated from the live SST files (`storageSize`, index sizes; storage's
+//! `storage_size.rs`). `compressionRatio` (size / storageSize) is Myriad's own field;
+//! `wiredTiger.creationString` names the collection's block compressor as MongoDB's does.
 
 use bson::{doc, Document};
+use myriad_storage::{CollectionHandle, CollectionStats, CollectionStorage};
 
 use crate::error::{CommandError, CommandResult};
 use crate::{CommandRequest, ServerContext};
@@ -21,12 +25,10 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Ok(missing_collection_reply(namespace, scale));
     };
-    let stats = context.backend.collection_stats(&collection)?;
+    let (stats, storage) = sizes(context, &collection)?;
     let mut index_sizes = Document::new();
-    let mut total_index_size = 0i64;
-    for (index_name, size) in &stats.index_sizes_bytes {
+    for (index_name, size) in &storage.index_sizes_bytes {
         index_sizes.insert(index_name.clone(), size / scale);
-        total_index_size += size;
     }
     let average = if stats.count > 0 { stats.data_size_bytes / stats.count } else { 0 };
     let mut reply = doc! {
@@ -34,8 +36,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         "size": stats.data_size_bytes / scale,
         "count": stats.count,
         "avgObjSize": average,
-        "storageSize": stats.data_size_bytes / scale,
+        "storageSize": storage.storage_size_bytes / scale,
         "freeStorageSize": 0_i64,
+        "compressionRatio": compression_ratio(stats.data_size_bytes, storage.storage_size_bytes),
     };
     // MongoDB's order: `capped`, then for a capped collection `max` (0 when none was given)
     // and `maxSize` (scaled), as numbers appended int32 when they fit.
@@ -50,16 +53,39 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         }
     }
     reply.extend(doc! {
-        "nindexes": stats.index_sizes_bytes.len() as i32,
+        "wiredTiger": wired_tiger_section(&storage),
+        "nindexes": storage.index_sizes_bytes.len() as i32,
         "indexDetails": {},
         "indexBuilds": [],
-        "totalIndexSize": total_index_size / scale,
-        "totalSize": (stats.data_size_bytes + total_index_size) / scale,
+        "totalIndexSize": storage.total_index_size_bytes / scale,
+        "totalSize": (storage.storage_size_bytes + storage.total_index_size_bytes) / scale,
         "indexSizes": index_sizes,
         "scaleFactor": scale_factor(scale),
         "ok": 1.0,
     });
     Ok(reply)
+}
+
+/// A collection's counters and its bytes on disk (collStats and `$collStats` storageStats).
+pub fn sizes(context: &ServerContext, collection: &CollectionHandle) -> CommandResult<(CollectionStats, CollectionStorage)> {
+    let stats = context.backend.collection_stats(collection)?;
+    let storage = context.backend.collection_storage(collection, &stats)?;
+    Ok((stats, storage))
+}
+
+/// Myriad's `compressionRatio`: logical bytes (`size`) per byte on disk (`storageSize`), so
+/// 4.0 means the documents take a quarter of their size; 1.0 for an empty collection.
+pub fn compression_ratio(size_bytes: i64, storage_size_bytes: i64) -> f64 {
+    if storage_size_bytes <= 0 {
+        return 1.0;
+    }
+    size_bytes as f64 / storage_size_bytes as f64
+}
+
+/// The `wiredTiger` section, reduced to what Myriad has: the creation string naming the
+/// collection's block compressor, where MongoDB shows it.
+pub fn wired_tiger_section(storage: &CollectionStorage) -> Document {
+    doc! { "creationString": format!("block_compressor={}", storage.block_compressor.name()) }
 }
 
 fn compact_number(number: i64) -> bson::Bson {

@@ -35,6 +35,10 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             ));
         }
     }
+    // `storageEngine: {wiredTiger: {configString}}` is checked before anything else, as
+    // MongoDB parses it with the other options; its block_compressor chooses the family the
+    // collection's documents live in (storage's `compression.rs`).
+    myriad_storage::requested_block_compressor(&options)?;
     match context.backend.create_collection(&request.db, &name, options.clone()) {
         Ok(_) => Ok(doc! { "ok": 1.0 }),
         Err(error) => {

@@ -7,6 +7,7 @@ pub mod bulk_write;
 pub mod coll_mod;
 pub mod coll_stats;
 pub mod compact;
+pub mod fsync;
 pub mod connection_status;
 pub mod count;
 pub mod create;
