@@ -184,7 +184,7 @@ def test_handshake_and_admin_commands(client):
     assert hello["maxBsonObjectSize"] == 16 * 1024 * 1024
     assert hello["maxMessageSizeBytes"] == 48_000_000
     assert hello["maxWriteBatchSize"] == 100_000
-    assert client.admin.command("buildInfo")["version"].startswith("7.")
+    assert client.admin.command("buildInfo")["version"].startswith("8.")
     status = client.admin.command("serverStatus")
     assert status["connections"]["current"] >= 1
     assert "myriad" in status
