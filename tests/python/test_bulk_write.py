@@ -196,6 +196,12 @@ def test_max_time_ms_stops_between_slices_and_reports_what_was_done(db):
     with pytest.raises(ExecutionTimeout) as raised:
         db.command("update", "c", updates=updates, maxTimeMS=1)
     assert raised.value.details["n"] == db.c.count_documents({"x": 1})
+    ops = [{"insert": 0, "document": {"_id": index}} for index in range(100_000)]
+    with pytest.raises(ExecutionTimeout) as raised:
+        db.client.admin.command("bulkWrite", 1, ops=ops, nsInfo=[{"ns": f"{db.name}.b"}], maxTimeMS=1)
+    details = raised.value.details
+    stored = db.b.count_documents({})
+    assert details["nInserted"] == stored and details["nErrors"] == 0 and stored < 100_000 and stored % 1000 == 0
 
 
 def test_journaled_bulks(client, db):
@@ -205,6 +211,18 @@ def test_journaled_bulks(client, db):
     assert (result.inserted_count, result.deleted_count) == (2000, 1)
     assert db.j.count_documents({}) == 1999
     journaled.close()
+
+
+def test_unacknowledged_bulk_write(server, db):
+    # One connection: the server answers its messages in order, so the count sees the writes.
+    with pymongo.MongoClient(server.uri(), maxPoolSize=1) as client:
+        ns = f"{db.name}.unacknowledged"
+        models = [InsertOne({"_id": index}, namespace=ns) for index in range(500)]
+        models += [UpdateOne({"_id": 1}, {"$set": {"x": 1}}, sort={"_id": 1}, namespace=ns), DeleteOne({"_id": 0}, namespace=ns)]
+        result = client.bulk_write(models, ordered=False, write_concern=pymongo.WriteConcern(w=0))
+        assert not result.acknowledged
+        assert client[db.name].unacknowledged.count_documents({}) == 499
+        assert client[db.name].unacknowledged.find_one({"_id": 1}) == {"_id": 1, "x": 1}
 
 
 def test_concurrent_clients_match_an_exact_model(server, db):
