@@ -64,6 +64,9 @@ fn path_collision(field: &str) -> CommandError {
 /// The write error for the document at `index` of the insert's `documents`, when one of its
 /// field names occurs twice.
 pub fn document_duplicate(request: &CommandRequest, index: usize) -> Option<CommandError> {
+    if request.duplicate_fields.is_empty() {
+        return None;
+    }
     duplicate_under(request, &["documents", &index.to_string()])
 }
 
@@ -92,6 +95,18 @@ mod tests {
 
     fn path(components: &[&str]) -> Vec<String> {
         components.iter().map(|component| component.to_string()).collect()
+    }
+
+    #[test]
+    fn a_repeated_field_is_the_write_error_of_its_own_document() {
+        let mut request =
+            CommandRequest::new("admin".into(), bson::doc! { "bulkWrite": 1 }, crate::ConnectionInfo::detached(1)).unwrap();
+        request.duplicate_fields = vec![path(&["ops", "3", "document", "_id"]), path(&["ops", "5", "document", "a", "b"])];
+        assert!(duplicate_under(&request, &["ops", "0", "document"]).is_none());
+        assert_eq!(duplicate_under(&request, &["ops", "3", "document"]).unwrap().message, "can't have multiple _id fields in one document");
+        let nested = duplicate_under(&request, &["ops", "5", "document"]).unwrap();
+        assert!(nested.message.contains("'a.b' twice"), "{}", nested.message);
+        assert!(document_duplicate(&request, 3).is_none(), "an insert's documents are elsewhere");
     }
 
     #[test]

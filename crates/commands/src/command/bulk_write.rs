@@ -71,7 +71,11 @@ fn execute(context: &ServerContext, request: &CommandRequest, bulk: &BulkRequest
                     Operation::Insert { document, .. } => Some(InsertStatement {
                         index: position + offset,
                         document,
-                        refused: crate::duplicates::duplicate_under(request, &["ops", &(position + offset).to_string(), "document"]),
+                        refused: if request.duplicate_fields.is_empty() {
+                            None
+                        } else {
+                            crate::duplicates::duplicate_under(request, &["ops", &(position + offset).to_string(), "document"])
+                        },
                     }),
                     _ => None,
                 });
