@@ -18,7 +18,8 @@ use std::sync::Arc;
 use bson::{Bson, Document, RawDocumentBuf};
 use myriad_storage::{
     CollectionHandle, CollectionStats, CollectionStorage, CreateIndexesOutcome, DatabaseStats, DatabaseStorage, Durability, Engine, IndexKeyRange,
-    IndexSelector, IndexValuesEntry, RecordId, StorageError, ValidationReport, WriteTransaction,
+    IndexOptionChanges, IndexOptionsOutcome, IndexSelector, IndexValuesEntry, RecordId, StorageError, TtlIndex,
+    ValidationReport, WriteTransaction,
 };
 
 pub type BackendResult<T> = Result<T, StorageError>;
@@ -52,6 +53,13 @@ pub trait Backend: Send + Sync {
     fn list_databases(&self) -> BackendResult<Vec<DatabaseStats>>;
     fn create_indexes(&self, db: &str, collection: &str, specs: Vec<Document>) -> BackendResult<CreateIndexesOutcome>;
     fn drop_indexes(&self, db: &str, collection: &str, selector: IndexSelector) -> BackendResult<usize>;
+    /// Changes one index's `expireAfterSeconds` and `hidden` (collMod); `command` is what the
+    /// operation log records.
+    fn set_index_options(&self, db: &str, collection: &str, selector: &IndexSelector, changes: &IndexOptionChanges, command: Document)
+        -> BackendResult<IndexOptionsOutcome>;
+    /// The TTL indexes in index prefix order after `start_after`, at most `max_count`, without
+    /// scanning the catalog (the TTL monitor's list).
+    fn ttl_indexes(&self, start_after: Option<u64>, max_count: usize) -> BackendResult<Vec<TtlIndex>>;
 
     // ----- reads -----------------------------------------------------------------------------
     /// Records after `start_after` in record-id order, at most `max_count`.
@@ -159,6 +167,13 @@ impl Backend for Engine {
     }
     fn drop_indexes(&self, db: &str, collection: &str, selector: IndexSelector) -> BackendResult<usize> {
         Engine::drop_indexes(self, db, collection, selector)
+    }
+    fn set_index_options(&self, db: &str, collection: &str, selector: &IndexSelector, changes: &IndexOptionChanges, command: Document)
+        -> BackendResult<IndexOptionsOutcome> {
+        Engine::set_index_options(self, db, collection, selector, changes, command)
+    }
+    fn ttl_indexes(&self, start_after: Option<u64>, max_count: usize) -> BackendResult<Vec<TtlIndex>> {
+        Engine::ttl_indexes(self, start_after, max_count)
     }
     fn scan_records(
         &self,
@@ -313,6 +328,20 @@ impl<B: Backend> Backend for ContractBackend<B> {
     }
     fn drop_indexes(&self, db: &str, collection: &str, selector: IndexSelector) -> BackendResult<usize> {
         self.inner.drop_indexes(db, collection, selector)
+    }
+    fn set_index_options(&self, db: &str, collection: &str, selector: &IndexSelector, changes: &IndexOptionChanges, command: Document)
+        -> BackendResult<IndexOptionsOutcome> {
+        self.inner.set_index_options(db, collection, selector, changes, command)
+    }
+    fn ttl_indexes(&self, start_after: Option<u64>, max_count: usize) -> BackendResult<Vec<TtlIndex>> {
+        let indexes = self.inner.ttl_indexes(start_after, max_count)?;
+        assert!(indexes.len() <= max_count, "ttl_indexes returned {} of at most {max_count}", indexes.len());
+        let mut previous = start_after;
+        for index in &indexes {
+            assert!(previous < Some(index.index_prefix), "ttl_indexes out of prefix order");
+            previous = Some(index.index_prefix);
+        }
+        Ok(indexes)
     }
     fn scan_records(
         &self,

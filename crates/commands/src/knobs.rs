@@ -80,3 +80,23 @@ pub fn message_read_timeout() -> std::time::Duration {
 pub fn log_level() -> i32 {
     LOG_LEVEL.load(Ordering::Relaxed)
 }
+
+/// `ttlMonitorEnabled`: the TTL monitor deletes expired documents (MongoDB's default, true).
+pub static TTL_MONITOR_ENABLED: AtomicBool = AtomicBool::new(true);
+/// `ttlMonitorSleepSecs`: seconds between TTL passes (MongoDB's 60).
+pub static TTL_MONITOR_SLEEP_SECS: AtomicU64 = AtomicU64::new(60);
+/// `ttlMonitorMaxDeletesPerSecond` (Myriad's own): the most documents the TTL monitor deletes
+/// per second, so a mass expiry cannot starve readers; 0 means no limit.
+pub static TTL_MONITOR_MAX_DELETES_PER_SECOND: AtomicU64 = AtomicU64::new(0);
+
+pub fn ttl_monitor_enabled() -> bool {
+    TTL_MONITOR_ENABLED.load(Ordering::Relaxed)
+}
+
+pub fn ttl_monitor_sleep() -> std::time::Duration {
+    std::time::Duration::from_secs(TTL_MONITOR_SLEEP_SECS.load(Ordering::Relaxed))
+}
+
+pub fn ttl_monitor_max_deletes_per_second() -> u64 {
+    TTL_MONITOR_MAX_DELETES_PER_SECOND.load(Ordering::Relaxed)
+}

@@ -38,6 +38,7 @@ pub mod role;
 pub mod session;
 pub mod stages;
 pub mod table;
+pub mod ttl;
 pub mod validation;
 pub mod write;
 

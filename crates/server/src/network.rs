@@ -116,13 +116,15 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
         argv,
         logpath: arguments.logpath.clone(),
     };
-    let context = Arc::new(ServerContext::new(engine, options, logger));
+    let context = crate::role::context(engine, options, logger, &arguments)?;
     if arguments.auth {
         context.security.enable();
     }
     for assignment in &arguments.set_parameters {
         myriad_commands::command::parameters::set_at_startup(&context, assignment)?;
     }
+    // Deletes expired documents of TTL indexes in the background until shutdown.
+    let ttl_monitor = myriad_commands::ttl::TtlMonitor::start(Arc::clone(&context)).map_err(|error| format!("cannot start the TTL monitor: {error}"))?;
     let (shutdown_sender, shutdown_receiver) = watch::channel(false);
     let connection_slots = Arc::new(Semaphore::new(arguments.max_connections.max(1)));
     let next_connection_id = Arc::new(AtomicI64::new(1));
@@ -150,6 +152,8 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     for task in accept_tasks {
         task.abort();
     }
+    // The TTL monitor finishes its current batch before the flush.
+    let _ = tokio::task::spawn_blocking(move || ttl_monitor.stop()).await;
     let backend = Arc::clone(&context.backend);
     let flushed = tokio::task::spawn_blocking(move || backend.flush()).await;
     match flushed {
@@ -617,9 +621,14 @@ const POINT_OPERATION_MAX_BYTES: usize = 64 * 1024;
 /// `_id` equality filter and one statement) or inserts a few small documents: a couple of
 /// point reads and one WriteBatch, tens of microseconds. Those run on the connection task
 /// too: handing them to the blocking pool cost more than running them (two thread wake-ups
-/// per command were most of a find by `_id`'s time). Anything that can scan stays on the pool.
+/// per command were most of a find by `_id`'s time). Anything that can scan stays on the pool,
+/// and so does a journaled write (`j: true`, `w: "majority"`): it waits for a WAL sync, which
+/// must not hold a runtime worker, and many waiting at once is what lets one sync serve them.
 fn is_point_operation(request: &CommandRequest) -> bool {
     let body = &request.body;
+    if !matches!(myriad_commands::write::durability(request), Ok(myriad_storage::Durability::Default)) {
+        return false;
+    }
     let single_statement_by_id = |field: &str, filter_field: &str| match body.get(field) {
         Some(bson::Bson::Array(statements)) if statements.len() == 1 => match &statements[0] {
             bson::Bson::Document(statement) => match statement.get(filter_field) {

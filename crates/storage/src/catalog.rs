@@ -70,6 +70,10 @@ struct SpecLayout {
     fields: Box<[(Span, FieldKind)]>,
     /// A partial index's filter, parsed once with the layout.
     partial_filter: Option<Arc<myriad_query::filter::Filter>>,
+    /// `hidden: true` in the spec: maintained, never used by the query planner.
+    hidden: bool,
+    /// The spec has `expireAfterSeconds`: a TTL index (MongoDB's `isIndexTTL`).
+    ttl: bool,
 }
 
 impl SpecLayout {
@@ -92,8 +96,10 @@ impl SpecLayout {
             }
             _ => None,
         };
+        let hidden = matches!(raw.get("hidden"), Ok(Some(bson::RawBsonRef::Boolean(true))));
+        let ttl = matches!(raw.get("expireAfterSeconds"), Ok(Some(_)));
         let (name, key_pattern) = (Span::of(bytes, name.as_bytes()), Span::of(bytes, key_pattern.as_bytes()));
-        Ok(SpecLayout { name, key_pattern, fields, partial_filter })
+        Ok(SpecLayout { name, key_pattern, fields, partial_filter, hidden, ttl })
     }
 }
 
@@ -189,6 +195,27 @@ impl IndexEntry {
 
     pub(crate) fn is_partial(&self) -> bool {
         self.layout().partial_filter.is_some()
+    }
+
+    /// True for an index hidden from the query planner (`hidden: true`).
+    pub(crate) fn hidden(&self) -> bool {
+        self.layout().hidden
+    }
+
+    /// True for a TTL index: its spec has `expireAfterSeconds` (whatever its value; the TTL
+    /// monitor skips values it cannot use, as MongoDB's does).
+    pub(crate) fn is_ttl(&self) -> bool {
+        self.layout().ttl
+    }
+
+    /// A copy with another spec (collMod of `expireAfterSeconds` or `hidden`): same prefix,
+    /// flags and key format. The spec must keep the name and key pattern.
+    pub(crate) fn with_spec(&self, spec: &Document) -> Result<IndexEntry, StorageError> {
+        let mut changed = Self::from_spec_bytes(serialize_document(spec)?, self.prefix, self.unique, self.sparse)?;
+        assert!(changed.name() == self.name(), "a spec change keeps the index name");
+        changed.building = self.building;
+        changed.key_format = self.key_format;
+        Ok(changed)
     }
 
     /// The key pattern as stored in the spec.
@@ -596,6 +623,11 @@ impl<'a> IndexView<'a> {
         self.entry.is_partial()
     }
 
+    /// True for a hidden index (never returned by [`CollectionHandle::index_views`]).
+    pub fn hidden(&self) -> bool {
+        self.entry.hidden()
+    }
+
     /// A partial index's filter expression, as given.
     pub fn partial_filter_expression(&self) -> Option<Document> {
         match self.entry.spec_document().ok()?.remove("partialFilterExpression") {
@@ -678,10 +710,11 @@ impl CollectionHandle {
         self.ready_indexes().map(IndexEntry::info).collect()
     }
 
-    /// Every ready index as the query planner reads it, `_id_` first: borrowed from this
-    /// catalog snapshot, with nothing parsed or allocated per call.
+    /// Every ready index the query planner may use, `_id_` first: borrowed from this catalog
+    /// snapshot, with nothing parsed or allocated per call. Hidden indexes are left out (they
+    /// are maintained, and listed by [`CollectionHandle::indexes`], but never planned with).
     pub fn index_views(&self) -> impl Iterator<Item = IndexView<'_>> {
-        self.ready_indexes().map(|entry| IndexView { entry })
+        self.ready_indexes().filter(|entry| !entry.hidden()).map(|entry| IndexView { entry })
     }
 
     /// The ready index named `name`.

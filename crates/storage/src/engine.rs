@@ -16,11 +16,12 @@ use rocksdb::{
 
 use crate::compression::{self, BlockCompressor, EXPLICIT_RECORD_FAMILIES};
 use crate::commit::{command_record, CatalogEffect, OperationObserver, OperationRecord, PreparedCatalogChange};
-use crate::catalog::{entry_prefixes, namespace_of, Catalog, CollectionEntry, CollectionHandle, IndexEntry};
-use crate::index::{id_index_spec, ParsedIndexSpec, ID_INDEX_NAME};
+use crate::creation::{Created, CreationRequest};
+use crate::catalog::{entry_prefixes, namespace_of, Catalog, CollectionEntry, CollectionHandle};
+use crate::index::ID_INDEX_NAME;
 use crate::keys;
 use crate::index_build::IndexBuildRegistry;
-use crate::options::{database_options, family_options, EngineOptions, FamilyKind};
+use crate::options::{column_families, database_options, EngineOptions};
 use crate::stats::{self, decode_counters, encode_counters};
 use crate::{RecordId, StorageError, LOCAL_DATABASE};
 
@@ -175,6 +176,12 @@ fn stripes_held() -> usize {
     STRIPES_HELD.with(std::cell::Cell::get)
 }
 
+/// Asserts the thread holds no lock stripe (before waiting on something that takes the DDL
+/// mutex, as a collection creation does).
+pub(crate) fn assert_no_stripes_held() {
+    assert_eq!(stripes_held(), 0, "lock order violated: waiting for the DDL mutex while holding a lock stripe");
+}
+
 /// A held lock stripe; the thread's count of held stripes includes it while it lives.
 pub(crate) struct StripeGuard<'e>(MutexGuard<'e, StripeState>);
 
@@ -250,6 +257,10 @@ pub struct Engine {
     pub(crate) capped_inserts: crate::capped::CappedInsertNotifier,
     /// The compressor of `records` and `local_records` (the node default).
     pub(crate) block_compressor: BlockCompressor,
+    /// Group commit of journaled writes' WAL syncs (`journal.rs`).
+    pub(crate) journal: crate::journal::JournalSync,
+    /// Group commit of collection creations (`creation.rs`).
+    pub(crate) creations: crate::creation::CreationQueue,
 }
 
 pub(crate) fn validate_database_name(db: &str) -> Result<(), StorageError> {
@@ -320,18 +331,9 @@ impl Engine {
                 return Err(StorageError::Corrupt(format!("unexpected column family '{name}'")));
             }
         }
-        let kinds = [
-            (FAMILY_CATALOG, FamilyKind::Catalog),
-            (FAMILY_RECORDS, FamilyKind::Records),
-            (FAMILY_INDEXES, FamilyKind::Indexes),
-            (FAMILY_STATS, FamilyKind::Stats),
-            (FAMILY_LOCAL_RECORDS, FamilyKind::LocalRecords),
-            (FAMILY_LOCAL_INDEXES, FamilyKind::LocalIndexes),
-        ];
-        let explicit = BlockCompressor::ALL.map(|compressor| (compressor.family_name(), FamilyKind::ExplicitRecords(compressor)));
-        let descriptors = kinds.iter().chain(explicit.iter()).map(|(name, kind)| {
-            ColumnFamilyDescriptor::new(*name, family_options(*kind, &block_cache, options))
-        });
+        let descriptors = column_families(&block_cache, options)
+            .into_iter()
+            .map(|(name, family)| ColumnFamilyDescriptor::new(name, family));
         let db = DB::open_cf_descriptors(&database_options, path, descriptors)?;
         let stripe_count = options.lock_stripes.max(1);
         let mut engine = Engine {
@@ -352,6 +354,8 @@ impl Engine {
             warming: std::sync::atomic::AtomicBool::new(false),
             capped_inserts: crate::capped::CappedInsertNotifier::default(),
             block_compressor: options.block_compressor,
+            journal: crate::journal::JournalSync::default(),
+            creations: crate::creation::CreationQueue::default(),
         };
         let upgrade = engine.check_format()?;
         let next_prefix = match engine.db.get_cf(engine.family(FAMILY_CATALOG)?, keys::CATALOG_NEXT_PREFIX_KEY)? {
@@ -364,6 +368,7 @@ impl Engine {
         }
         let rebuild_now = engine.recover_interrupted_index_builds()?;
         engine.run_rebuilds_at_open(rebuild_now)?;
+        engine.complete_ttl_catalog()?;
         Ok(engine)
     }
 
@@ -554,28 +559,52 @@ impl Engine {
     /// (prefix counter, snapshot) and hands its operation record to the observer. The caller
     /// holds the DDL mutex (passed in) and the stripes the change needs.
     pub(crate) fn apply_catalog_change(&self, ddl: &mut DdlState, prepared: PreparedCatalogChange) -> Result<(), StorageError> {
+        self.apply_catalog_changes(ddl, prepared.batch, prepared.effects, std::slice::from_ref(&prepared.operation))
+    }
+
+    /// Writes a catalog batch, then applies the in-memory changes derived from it: the prefix
+    /// counter, and every snapshot change at once, in one new snapshot (one generation); then
+    /// hands the operation records to the observer. The caller holds the DDL mutex (passed in).
+    pub(crate) fn apply_catalog_changes(
+        &self,
+        ddl: &mut DdlState,
+        batch: WriteBatch,
+        effects: Vec<CatalogEffect>,
+        operations: &[OperationRecord],
+    ) -> Result<(), StorageError> {
         use std::sync::atomic::Ordering;
         // Odd from before the batch is written until its effects are published (the DDL
         // mutex, held by the caller, makes changes one at a time).
         self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel);
-        let written = self.db.write_opt(prepared.batch, &self.ddl_write_options);
+        let written = self.db.write_opt(batch, &self.ddl_write_options);
         if let Err(error) = written {
             self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel);
             return Err(error.into());
         }
-        for effect in prepared.effects {
+        let mut snapshot_changes = Vec::with_capacity(effects.len());
+        for effect in effects {
             match effect {
                 CatalogEffect::AdvancePrefixes(next) => {
                     assert!(next >= ddl.next_prefix, "prefixes go backwards: {} then {next}", ddl.next_prefix);
                     ddl.next_prefix = next;
                 }
-                CatalogEffect::Publish(entry) => self.publish_ddl(move |catalog| catalog.insert(entry.clone())),
-                CatalogEffect::Remove(namespace) => self.publish_ddl(move |catalog| catalog.remove(&namespace)),
+                change => snapshot_changes.push(change),
             }
+        }
+        if !snapshot_changes.is_empty() {
+            self.publish_ddl(|catalog| {
+                for change in &snapshot_changes {
+                    match change {
+                        CatalogEffect::Publish(entry) => catalog.insert(entry.clone()),
+                        CatalogEffect::Remove(namespace) => catalog.remove(namespace),
+                        CatalogEffect::AdvancePrefixes(_) => {}
+                    }
+                }
+            });
         }
         let sequence = self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel) + 1;
         assert!(sequence % 2 == 0, "catalog changes do not overlap");
-        self.observe(std::slice::from_ref(&prepared.operation));
+        self.observe(operations);
         Ok(())
     }
 
@@ -635,72 +664,32 @@ impl Engine {
         Ok((first, next))
     }
 
+    /// Creates a collection (NamespaceExists when it exists), committed in one group with the
+    /// creations queued at the same time (`creation.rs`).
     pub fn create_collection(
         &self,
         db: &str,
         collection: &str,
         options: Document,
     ) -> Result<CollectionHandle, StorageError> {
-        validate_namespace(db, collection)?;
-        let mut ddl = self.lock_ddl();
-        if self.read_entry(db, collection)?.is_some() {
-            return Err(StorageError::NamespaceExists(namespace_of(db, collection)));
+        let request = CreationRequest { db: db.to_string(), collection: collection.to_string(), options, extra_indexes: Vec::new() };
+        match self.create_grouped(request)? {
+            Created::New(entry) => Ok(CollectionHandle { entry }),
+            Created::Existing(_) => Err(StorageError::NamespaceExists(namespace_of(db, collection))),
         }
-        let entry = self.create_collection_locked(&mut ddl, db, collection, &options, &[])?;
-        Ok(CollectionHandle { entry })
     }
 
-    /// Returns the collection, creating it (with default options) when absent.
+    /// Returns the collection, creating it (with default options) when absent; a concurrent
+    /// creation of the same name makes this return that collection.
     pub fn get_or_create_collection(&self, db: &str, collection: &str) -> Result<CollectionHandle, StorageError> {
         if let Some(handle) = self.collection(db, collection)? {
             return Ok(handle);
         }
-        let mut ddl = self.lock_ddl();
-        if let Some(entry) = self.read_entry(db, collection)? {
-            return Ok(CollectionHandle { entry: Arc::new(entry) });
+        let request =
+            CreationRequest { db: db.to_string(), collection: collection.to_string(), options: Document::new(), extra_indexes: Vec::new() };
+        match self.create_grouped(request)? {
+            Created::New(entry) | Created::Existing(entry) => Ok(CollectionHandle { entry }),
         }
-        let entry = self.create_collection_locked(&mut ddl, db, collection, &Document::new(), &[])?;
-        Ok(CollectionHandle { entry })
-    }
-
-    /// Creates an empty collection with its `_id_` index and `extra_indexes`, in one batch. An
-    /// empty collection needs no index build, so no build markers either.
-    pub(crate) fn create_collection_locked(
-        &self,
-        ddl: &mut DdlState,
-        db: &str,
-        collection: &str,
-        options: &Document,
-        extra_indexes: &[ParsedIndexSpec],
-    ) -> Result<Arc<CollectionEntry>, StorageError> {
-        let (prefix, next_prefix) = Self::allocate_prefixes(ddl, 2 + extra_indexes.len() as u64)?;
-        let mut indexes = Vec::with_capacity(1 + extra_indexes.len());
-        indexes.push(IndexEntry::from_parsed(&id_index_spec(), prefix + 1)?);
-        for (spec, index_prefix) in extra_indexes.iter().zip(prefix + 2..) {
-            indexes.push(IndexEntry::from_parsed(spec, index_prefix)?);
-        }
-        let entry = CollectionEntry::new(db, collection, prefix, bson::Uuid::new().bytes(), options, indexes)?;
-        let catalog = self.family(FAMILY_CATALOG)?;
-        let mut batch = WriteBatch::default();
-        batch.put_cf(catalog, keys::collection_key(db, collection), entry.to_bytes()?);
-        batch.put_cf(catalog, keys::CATALOG_NEXT_PREFIX_KEY, next_prefix.to_be_bytes());
-        let database_key = keys::database_key(db);
-        if self.db.get_pinned_cf(catalog, &database_key)?.is_none() {
-            batch.put_cf(catalog, &database_key, database_entry_bytes(db)?);
-        }
-        let mut delta: DatabaseDelta = [0; stats::DATABASE_SLOTS];
-        delta[stats::DATABASE_COLLECTIONS] = 1;
-        delta[stats::DATABASE_INDEXES] = entry.indexes.len() as i64;
-        batch.merge_cf(self.family(FAMILY_STATS)?, keys::stats_database_key(db), encode_counters(&delta));
-        let mut command = bson::doc! { "create": collection };
-        if !options.is_empty() {
-            command.extend(options.clone());
-        }
-        let operation = command_record(db, entry.uuid, command)?;
-        let entry = Arc::new(entry);
-        let effects = vec![CatalogEffect::AdvancePrefixes(next_prefix), CatalogEffect::Publish(entry.clone())];
-        self.apply_catalog_change(ddl, PreparedCatalogChange { batch, operation, effects })?;
-        Ok(entry)
     }
 
     /// Reads the counters of a collection and its indexes: (collection slots, per-index slots).
@@ -757,6 +746,7 @@ impl Engine {
             batch.delete_cf(stats_family, keys::stats_prefix_key(index.prefix));
         }
         batch.delete_cf(self.family(FAMILY_CATALOG)?, keys::collection_key(entry.db(), entry.collection()));
+        self.add_ttl_removals(batch, entry.indexes.iter().map(|index| index.prefix))?;
         Ok(1 + entry.indexes.len() as u64)
     }
 
@@ -919,6 +909,7 @@ impl Engine {
             }
             batch.delete_range_cf(indexes, start.to_be_bytes(), end.to_be_bytes());
             batch.delete_range_cf(stats_family, keys::stats_prefix_key(*start), keys::stats_prefix_key(*end));
+            self.add_ttl_range_removal(&mut batch, *start, *end)?;
         }
         let ranges = (records.len() as u64 + 1) * runs.len() as u64;
         batch.delete_range_cf(catalog, start, end);
@@ -983,6 +974,7 @@ impl Engine {
         }
         batch.delete_cf(catalog, keys::collection_key(from_db, from_collection));
         batch.put_cf(catalog, keys::collection_key(to_db, to_collection), renamed.to_bytes()?);
+        self.add_ttl_entries(&mut batch, &renamed, renamed.indexes.iter())?;
         if from_db == to_db {
             self.add_database_delta(&mut batch, to_db, &target_delta, false)?;
         } else {
@@ -1224,10 +1216,10 @@ impl Engine {
         Ok(())
     }
 
-    /// Syncs the WAL to disk (makes every earlier commit durable).
+    /// Makes every earlier commit durable: waits for a WAL sync covering it, shared with
+    /// concurrent journaled writes (`journal.rs`).
     pub fn sync_wal(&self) -> Result<(), StorageError> {
-        self.db.flush_wal(true)?;
-        Ok(())
+        self.journal.sync_published(&self.db)
     }
 
     /// Bytes of every file in the engine's directory (SST files, WAL, manifest, logs): what the
@@ -1328,6 +1320,9 @@ impl Engine {
         let snapshot = self.catalog.load();
         let counter = |value: &AtomicU64| i64::try_from(value.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
         let as_i64 = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
+        let as_u64 = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+        let (journal_syncs, journal_waits, journal_covered) = self.journal.counters();
+        let (creation_groups, collections_created) = self.creations.counters();
         bson::doc! {
             "blockCache": {
                 "usageBytes": as_i64(self.block_cache.get_usage()),
@@ -1363,6 +1358,13 @@ impl Engine {
                 "stripeLockContended": counter(&self.counters.stripe_lock_contended),
                 "ddlLockAcquisitions": counter(&self.counters.ddl_lock_acquisitions),
                 "ddlLockContended": counter(&self.counters.ddl_lock_contended),
+                "creationGroups": as_u64(creation_groups),
+                "collectionsCreatedInGroups": as_u64(collections_created),
+            },
+            "journal": {
+                "syncs": as_u64(journal_syncs),
+                "waits": as_u64(journal_waits),
+                "waitsCoveredByOtherSyncs": as_u64(journal_covered),
             },
         }
     }

@@ -58,6 +58,8 @@ pub enum StorageError {
     IndexBuildAborted(String),
     /// The operation cannot run while an index build on the collection is in progress.
     BackgroundOperationInProgress(String),
+    /// A key pattern names more than one index (collMod of an index by key pattern).
+    AmbiguousIndexKeyPattern(String),
     /// A `storageEngine` collection option MongoDB refuses, with the code MongoDB gives it
     /// (BadValue, FailedToParse, TypeMismatch, InvalidOptions or 6627201; `compression.rs`).
     BadStorageOption { code: i32, message: String },
@@ -88,6 +90,7 @@ impl StorageError {
             StorageError::RocksDb(_) => 1,
             StorageError::IndexBuildAborted(_) => 276,
             StorageError::BackgroundOperationInProgress(_) => 12587,
+            StorageError::AmbiguousIndexKeyPattern(_) => 181,
             StorageError::BadStorageOption { code, .. } => *code,
         }
     }
@@ -116,6 +119,7 @@ impl StorageError {
             StorageError::RocksDb(_) => "InternalError",
             StorageError::IndexBuildAborted(_) => "IndexBuildAborted",
             StorageError::BackgroundOperationInProgress(_) => "BackgroundOperationInProgressForNamespace",
+            StorageError::AmbiguousIndexKeyPattern(_) => "AmbiguousIndexKeyPattern",
             StorageError::BadStorageOption { code, .. } => match code {
                 2 => "BadValue",
                 9 => "FailedToParse",
@@ -172,6 +176,7 @@ impl fmt::Display for StorageError {
             StorageError::RocksDb(what) => write!(formatter, "rocksdb: {what}"),
             StorageError::IndexBuildAborted(what) => write!(formatter, "index build aborted: {what}"),
             StorageError::BackgroundOperationInProgress(what) => write!(formatter, "{what}"),
+            StorageError::AmbiguousIndexKeyPattern(what) => write!(formatter, "{what}"),
             StorageError::BadStorageOption { message, .. } => write!(formatter, "{message}"),
         }
     }

@@ -317,8 +317,25 @@ pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, Stora
             "hashed indexes cannot guarantee uniqueness".into(),
         ));
     }
+    let expire_after_seconds = match spec.get("expireAfterSeconds") {
+        Some(value) => Some(crate::ttl::validate_ttl_option(value, &fields)?),
+        None => None,
+    };
+    let hidden = match spec.get("hidden") {
+        None => false,
+        Some(Bson::Boolean(hidden)) => *hidden,
+        Some(other) => {
+            return Err(StorageError::InvalidIndexSpec(format!(
+                "The field 'hidden' must be a bool, but got {}",
+                myriad_query::bson_types::type_name(other)
+            )))
+        }
+    };
     if name == ID_INDEX_NAME {
         let id_spec = id_index_spec();
+        if hidden || expire_after_seconds.is_some() {
+            return Err(StorageError::InvalidIndexSpec("the _id index can be neither hidden nor a TTL index".into()));
+        }
         if fields != id_spec.fields || sparse || spec.contains_key("partialFilterExpression") {
             return Err(StorageError::CannotCreateIndex(
                 "the index name '_id_' is reserved for the _id index".into(),
@@ -330,8 +347,17 @@ pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, Stora
         normalized.insert("v", 2);
     }
     for (field, value) in spec {
-        if field != "ns" {
-            normalized.insert(field.clone(), value.clone());
+        match (field.as_str(), expire_after_seconds) {
+            // Dropped (obsolete), or meaning what its absence means.
+            ("ns", _) => {}
+            ("hidden", _) if !hidden => {}
+            // Stored as the Int32 MongoDB's listIndexes shows.
+            ("expireAfterSeconds", Some(seconds)) => {
+                normalized.insert(field.clone(), seconds);
+            }
+            _ => {
+                normalized.insert(field.clone(), value.clone());
+            }
         }
     }
     if !spec.contains_key("name") {

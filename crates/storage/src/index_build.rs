@@ -34,7 +34,7 @@ use crate::engine::{
     FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_STATS,
 };
 use crate::index::{
-    IndexField, IndexKey, id_index_spec, key_value_document, parse_index_spec, same_key_pattern, same_options,
+    IndexField, IndexKey, key_value_document, parse_index_spec, same_key_pattern, same_options,
     ParsedIndexSpec, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION,
 };
 use crate::keys;
@@ -255,20 +255,26 @@ impl Engine {
     /// new indexes as building with their markers. A new collection is created with its
     /// indexes ready in one batch (nothing to build).
     fn start_index_builds(&self, db: &str, collection: &str, parsed: Vec<ParsedIndexSpec>) -> Result<StartedBuilds, StorageError> {
-        let mut ddl = self.lock_ddl();
-        let Some(entry) = self.read_entry(db, collection)? else {
-            let template = CollectionEntry::new(db, collection, 0, [0; 16], &Document::new(), vec![IndexEntry::from_parsed(&id_index_spec(), 0)?])?;
-            let mut to_build: Vec<ParsedIndexSpec> = Vec::new();
-            for spec in parsed {
-                if Self::check_index_conflicts(&template, &to_build, &spec)? {
-                    to_build.push(spec);
-                }
+        let mut attempts = 0;
+        let (mut ddl, entry) = loop {
+            let ddl = self.lock_ddl();
+            if let Some(entry) = self.read_entry(db, collection)? {
+                break (ddl, entry);
             }
-            Self::check_index_limit(1 + to_build.len())?;
-            let created = self.create_collection_locked(&mut ddl, db, collection, &Document::new(), &to_build)?;
-            let outcome = CreateIndexesOutcome { indexes_before: 1, indexes_after: created.indexes.len(), created_collection_automatically: true };
-            return Ok(StartedBuilds { outcome, started: None, joined: Vec::new() });
+            drop(ddl);
+            // Created with the indexes, grouped with concurrent creations; when another
+            // creation of the name won, the indexes go onto its collection, as below.
+            if let Some(outcome) = self.create_with_indexes(db, collection, &parsed)? {
+                return Ok(StartedBuilds { outcome, started: None, joined: Vec::new() });
+            }
+            attempts += 1;
+            if attempts == crate::creation::MAX_CREATION_ATTEMPTS {
+                return Err(StorageError::NamespaceNotFound(format!("{}: dropped while its indexes were created", namespace_of(db, collection))));
+            }
         };
+        if entry.capped_bounds().is_some() && parsed.iter().any(|spec| spec.spec.contains_key("expireAfterSeconds")) {
+            return Err(StorageError::CannotCreateIndex("Cannot create TTL index on a capped collection".to_string()));
+        }
         let indexes_before = entry.indexes.len();
         let mut to_build: Vec<ParsedIndexSpec> = Vec::new();
         let mut joined: Vec<Arc<IndexBuild>> = Vec::new();
@@ -320,7 +326,7 @@ impl Engine {
         Ok(StartedBuilds { outcome, started: Some(build), joined })
     }
 
-    fn check_index_limit(count: usize) -> Result<(), StorageError> {
+    pub(crate) fn check_index_limit(count: usize) -> Result<(), StorageError> {
         if count > MAX_INDEXES_PER_COLLECTION {
             return Err(StorageError::CannotCreateIndex(format!(
                 "a collection may have at most {MAX_INDEXES_PER_COLLECTION} indexes"
@@ -331,7 +337,7 @@ impl Engine {
 
     /// Applies MongoDB's conflict rules (indexes being built included); `Ok(true)` when `spec`
     /// must be built, `Ok(false)` when an identical index exists (or is already requested).
-    fn check_index_conflicts(entry: &CollectionEntry, requested: &[ParsedIndexSpec], spec: &ParsedIndexSpec) -> Result<bool, StorageError> {
+    pub(crate) fn check_index_conflicts(entry: &CollectionEntry, requested: &[ParsedIndexSpec], spec: &ParsedIndexSpec) -> Result<bool, StorageError> {
         let mut existing: Vec<(String, Document, Document)> = Vec::with_capacity(entry.indexes.len() + requested.len());
         for index in entry.indexes.iter() {
             existing.push((index.name().to_string(), index.key_pattern()?, index.spec_document()?));
@@ -570,6 +576,8 @@ impl Engine {
         for prefix in &build.index_prefixes {
             batch.delete_cf(catalog, keys::build_marker_key(*prefix));
         }
+        // The built indexes become TTL indexes only now, in the batch that makes them ready.
+        self.add_ttl_entries(&mut batch, &updated, updated.indexes.iter().filter(|index| build.index_prefixes.contains(&index.prefix)))?;
         let names: Vec<bson::Bson> = updated
             .indexes
             .iter()
@@ -851,6 +859,7 @@ impl Engine {
             .collect();
         let updated = entry.with_indexes(remaining);
         batch.put_cf(self.family(FAMILY_CATALOG)?, keys::collection_key(db, collection), updated.to_bytes()?);
+        self.add_ttl_removals(&mut batch, targets.iter().filter_map(|position| entry.indexes.get(*position)).map(|index| index.prefix))?;
         self.add_database_delta(&mut batch, db, &delta, false)?;
         self.add_build_marker_removals(&mut batch, &builds)?;
         let dropped: Vec<bson::Bson> = targets

@@ -21,6 +21,10 @@ const CATALOG_COLLECTION_TAG: u8 = b'C';
 const CATALOG_DATABASE_TAG: u8 = b'D';
 /// Tag of index-build markers: `B` prefix.
 const CATALOG_BUILD_TAG: u8 = b'B';
+/// Tag of the TTL index catalog: `T` index prefix (`ttl_catalog.rs`).
+const CATALOG_TTL_TAG: u8 = b'T';
+/// Catalog key whose presence says the `T` entries are complete (value: u32 BE version).
+pub(crate) const CATALOG_TTL_COMPLETE_KEY: &[u8] = b"t";
 
 /// Stats key tag of per-collection and per-index counters: `p` prefix.
 const STATS_PREFIX_TAG: u8 = b'p';
@@ -97,6 +101,26 @@ pub(crate) fn prefix_from_build_marker_key(key: &[u8]) -> Result<u64, StorageErr
     match key.split_first() {
         Some((&CATALOG_BUILD_TAG, rest)) => read_u64(rest),
         _ => Err(StorageError::Corrupt("not a build marker key".to_string())),
+    }
+}
+
+/// The `T` entry of a TTL index: `T` ‖ index prefix (8).
+pub(crate) fn ttl_index_key(prefix: u64) -> [u8; 1 + PREFIX_LEN] {
+    let mut key = [0u8; 1 + PREFIX_LEN];
+    key[0] = CATALOG_TTL_TAG;
+    key[1..].copy_from_slice(&prefix.to_be_bytes());
+    key
+}
+
+/// `[start, end)` covering every `T` entry.
+pub(crate) fn ttl_indexes_range() -> ([u8; 1], [u8; 1]) {
+    ([CATALOG_TTL_TAG], [CATALOG_TTL_TAG + 1])
+}
+
+pub(crate) fn prefix_from_ttl_index_key(key: &[u8]) -> Result<u64, StorageError> {
+    match key.split_first() {
+        Some((&CATALOG_TTL_TAG, rest)) if rest.len() == PREFIX_LEN => read_u64(rest),
+        _ => Err(StorageError::Corrupt("not a TTL index key".to_string())),
     }
 }
 
@@ -248,5 +272,9 @@ mod tests {
     fn build_marker_and_database_keys_round_trip() {
         assert_eq!(prefix_from_build_marker_key(&build_marker_key(42)), Ok(42));
         assert_eq!(database_name_from_key(&database_key("shop")), Ok("shop"));
+        assert_eq!(prefix_from_ttl_index_key(&ttl_index_key(42)), Ok(42));
+        let (start, end) = ttl_indexes_range();
+        assert!(start.as_slice() < ttl_index_key(0).as_slice() && ttl_index_key(u64::MAX - 1).as_slice() < end.as_slice());
+        assert!(CATALOG_TTL_COMPLETE_KEY >= end.as_slice());
     }
 }

@@ -12,6 +12,10 @@
 //!   the `stats` counters always equal what a scan would count.
 //! - Readers resolve namespaces from an immutable catalog snapshot without locks; DDL is
 //!   serialised by one mutex and publishes a new snapshot after its batch committed.
+//!   Concurrent collection creations share one batch and one publication (`creation.rs`).
+//! - No fsync runs under a lock stripe: a journaled write is written unsynced under its stripe,
+//!   then waits outside it for a WAL sync shared with concurrent journaled writes
+//!   (`journal.rs`); it returns only once that sync covers it.
 //! - Writers of one collection are serialised by one of a fixed array of lock stripes; DDL on a
 //!   collection takes its stripe too, so writes always maintain the current index set.
 //! - Index builds run without the DDL mutex, taking the stripe per chunk of records; a writer
@@ -19,6 +23,9 @@
 //!   for those above it (`index_build.rs`).
 //! - An insert into a capped collection removes its oldest documents in the same transaction,
 //!   under the same stripe, so the collection never exceeds its bounds (`capped.rs`).
+//! - The `T` catalog entries hold exactly the ready TTL indexes, written in the same batch as
+//!   every catalog change that adds, removes, renames or alters one (`ttl.rs`), so the TTL
+//!   monitor finds them without scanning the catalog.
 
 // `StorageError::DuplicateKey` carries the key pattern and value documents by value, as the
 // command layer destructures them; the larger `Err` this gives every `Result` is accepted.
@@ -27,6 +34,7 @@
 mod capped;
 mod catalog;
 mod coll_mod;
+mod creation;
 mod commit;
 mod compression;
 mod engine;
@@ -34,17 +42,20 @@ mod error;
 mod index;
 mod index_build;
 mod index_scan;
+mod journal;
 mod key_format_upgrade;
 mod keys;
 mod options;
 mod partial;
 mod stats;
 mod storage_size;
+mod ttl;
 mod validate;
 mod warm;
 mod write;
 
 pub use capped::CappedBounds;
+pub use coll_mod::{IndexOptionChanges, IndexOptionsOutcome};
 pub use catalog::{CollectionHandle, IndexFieldKind, IndexInfo, IndexView};
 pub use engine::{
     CollectionStats, CreateIndexesOutcome, DatabaseStats, Durability, Engine, IndexKeyRange,
@@ -54,9 +65,10 @@ pub use error::StorageError;
 pub use index_build::ResumedBuilds;
 pub use index_scan::IndexValuesEntry;
 pub use index::{hashed_index_value, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
-pub use options::EngineOptions;
+pub use options::{rocksdb_options, EngineOptions};
 pub use compression::{is_supported as is_block_compressor_supported, requested_block_compressor, BlockCompressor, DEFAULT_BLOCK_COMPRESSOR};
 pub use commit::{OperationKind, OperationObserver, OperationRecord, PreparedWrite};
+pub use ttl::{expire_after_seconds_number, TtlIndex};
 pub use storage_size::{CollectionStorage, DatabaseStorage};
 pub use validate::{IndexValidation, ValidationReport};
 pub use write::WriteTransaction;

@@ -26,6 +26,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     };
     for spec in &specs {
         validate_id_index_spec(spec)?;
+        validate_hidden(spec)?;
     }
     let outcome = context.backend.create_indexes(&request.db, &name, specs)?;
     let mut reply = doc! {
@@ -59,5 +60,16 @@ fn validate_id_index_spec(spec: &Document) -> CommandResult<()> {
             format!("The field '{field}' is not valid for an _id index specification. Specification: {spec}"),
         )),
         None => Ok(()),
+    }
+}
+
+/// `hidden` must be a boolean (TypeMismatch, as MongoDB's spec validation answers).
+fn validate_hidden(spec: &Document) -> CommandResult<()> {
+    match spec.get("hidden") {
+        None | Some(Bson::Boolean(_)) => Ok(()),
+        Some(other) => Err(CommandError::new(
+            crate::error::TYPE_MISMATCH,
+            format!("The field 'hidden' must be a bool, but got {}", myriad_query::bson_types::type_name(other)),
+        )),
     }
 }

@@ -138,6 +138,36 @@ const PARAMETERS: &[Parameter] = &[
         startup: true,
     },
     Parameter {
+        name: "ttlMonitorEnabled",
+        kind: Kind::Settable {
+            read: |_| Bson::Boolean(knobs::ttl_monitor_enabled()),
+            write: |_, value| {
+                knobs::TTL_MONITOR_ENABLED.store(value != 0, Ordering::Relaxed);
+                Ok(())
+            },
+            boolean: true,
+        },
+        startup: true,
+    },
+    Parameter {
+        name: "ttlMonitorSleepSecs",
+        kind: Kind::Settable {
+            read: |_| Bson::Int32(i32::try_from(knobs::TTL_MONITOR_SLEEP_SECS.load(Ordering::Relaxed)).unwrap_or(i32::MAX)),
+            write: |_, value| store_in_range(&knobs::TTL_MONITOR_SLEEP_SECS, "ttlMonitorSleepSecs", value, 1),
+            boolean: false,
+        },
+        startup: true,
+    },
+    Parameter {
+        name: "ttlMonitorMaxDeletesPerSecond",
+        kind: Kind::Settable {
+            read: |_| Bson::Int64(i64::try_from(knobs::ttl_monitor_max_deletes_per_second()).unwrap_or(i64::MAX)),
+            write: |_, value| store_in_range(&knobs::TTL_MONITOR_MAX_DELETES_PER_SECOND, "ttlMonitorMaxDeletesPerSecond", value, 0),
+            boolean: false,
+        },
+        startup: true,
+    },
+    Parameter {
         name: "quiet",
         kind: Kind::Settable {
             read: |context| Bson::Boolean(context.logger.is_quiet()),
@@ -154,6 +184,19 @@ const PARAMETERS: &[Parameter] = &[
 fn store_positive(target: &std::sync::atomic::AtomicU64, name: &str, value: i64) -> CommandResult<()> {
     let value = u64::try_from(value).ok().filter(|value| *value > 0);
     let value = value.ok_or_else(|| CommandError::bad_value(format!("{name} must be a positive integer")))?;
+    target.store(value, Ordering::Relaxed);
+    Ok(())
+}
+
+/// An integer parameter from `minimum` to i32::MAX (the range of MongoDB's int parameters), with
+/// its validator's message.
+fn store_in_range(target: &std::sync::atomic::AtomicU64, name: &str, value: i64, minimum: i64) -> CommandResult<()> {
+    if value < minimum {
+        return Err(CommandError::bad_value(format!(
+            "Invalid value for parameter {name}: {value} is not greater than or equal to {minimum}"
+        )));
+    }
+    let value = u64::try_from(value.min(i64::from(i32::MAX))).unwrap_or(0);
     target.store(value, Ordering::Relaxed);
     Ok(())
 }

@@ -138,6 +138,7 @@ pub fn run(context: &ServerContext, _request: &CommandRequest) -> CommandResult<
                 // Myriad's own: bytes all parked cursors retain (bounded by cursorMemoryLimitBytes).
                 "retainedBytes": context.cursors.retained_bytes() as i64,
             },
+            "ttl": crate::ttl::metrics_document(),
         },
         "storageEngine": {
             "name": "myriad",
