@@ -7,6 +7,7 @@ The module's server runs the TTL monitor every second (--setParameter ttlMonitor
 Tests wait for what must happen with a generous deadline and assert on counts only."""
 
 import datetime
+import tempfile
 import threading
 import time
 
@@ -215,3 +216,30 @@ def test_concurrent_writers_and_a_reader_while_the_monitor_deletes(ttl_db, ttl_c
     wait_for_at_most(collection, writers * per_writer // 2)
     expected = [number for number in range(writers * per_writer) if number % 2 == 1]
     assert sorted(document["_id"] for document in collection.find()) == expected
+
+
+def test_ttl_indexes_survive_a_restart():
+    data = tempfile.TemporaryDirectory(prefix="myriad-pytest-ttl-")
+    arguments = ("--setParameter", "ttlMonitorSleepSecs=1")
+    first = Server(arguments, data_directory=data)
+    try:
+        client = pymongo.MongoClient(first.uri(), serverSelectionTimeoutMS=10_000)
+        client.kept.sessions.create_index("at", expireAfterSeconds=0)
+        client.kept.sessions.create_index("other", expireAfterSeconds=3600, hidden=True)
+        client.kept.sessions.insert_one({"_id": 0, "at": future()})
+        client.close()
+    finally:
+        first.stop()
+    second = Server(arguments, data_directory=data)
+    try:
+        client = pymongo.MongoClient(second.uri(), serverSelectionTimeoutMS=10_000)
+        indexes = client.kept.sessions.index_information()
+        assert indexes["at_1"]["expireAfterSeconds"] == 0
+        assert indexes["other_1"]["expireAfterSeconds"] == 3600 and indexes["other_1"]["hidden"] is True
+        client.kept.sessions.insert_many([{"_id": 1, "at": PAST}, {"_id": 2, "at": [PAST, future()]}])
+        wait_for_at_most(client.kept.sessions, 1)
+        assert [document["_id"] for document in client.kept.sessions.find()] == [0]
+        client.close()
+    finally:
+        second.stop()
+        data.cleanup()

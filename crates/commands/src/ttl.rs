@@ -133,8 +133,14 @@ impl TtlMonitor {
     }
 
     /// Asks the thread to stop and waits for it: it finishes the batch it is in (one bounded
-    /// write transaction) and exits.
-    pub fn stop(mut self) {
+    /// write transaction) and exits. Dropping the monitor does the same.
+    pub fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for TtlMonitor {
+    fn drop(&mut self) {
         *self.stop.requested.lock() = true;
         self.stop.wake.notify_all();
         if let Some(thread) = self.thread.take() {
