@@ -1,5 +1,6 @@
-//! `--config FILE` (mongod's YAML format) on the real binary: options from the file take
-//! effect, flags override them, and an unknown option stops start-up naming it.
+//! `--config FILE` (mongod's YAML format) on the real binary: options (and `setParameter`
+//! entries) from the file take effect, flags override them, and an unknown option stops
+//! start-up naming it.
 
 mod certificates;
 mod common;
@@ -18,7 +19,7 @@ fn write_config(directory: &std::path::Path, yaml: &str) -> String {
 async fn options_come_from_the_file_and_flags_override_it() {
     let certificates = Certificates::generate();
     let yaml = format!(
-        "# as mongod's own files look\nstorage:\n  dbPath: /nonexistent/overridden-by-the-flag\nnet:\n  port: 1\n  bindIp: 127.0.0.1\n  tls:\n    mode: requireTLS\n    certificateKeyFile: {}\noperationProfiling:\n  mode: all\n  slowOpThresholdMs: 42\nsystemLog:\n  quiet: true\n  verbosity: 1\n",
+        "# as mongod's own files look\nstorage:\n  dbPath: /nonexistent/overridden-by-the-flag\nnet:\n  port: 1\n  bindIp: 127.0.0.1\n  tls:\n    mode: requireTLS\n    certificateKeyFile: {}\noperationProfiling:\n  mode: all\n  slowOpThresholdMs: 42\nsystemLog:\n  quiet: true\n  verbosity: 1\nsetParameter:\n  idleConnectionTimeoutMillis: 123456\n  notablescan: false\n",
         certificates.server_file.display()
     );
     let config = write_config(certificates.directory(), &yaml);
@@ -32,6 +33,8 @@ async fn options_come_from_the_file_and_flags_override_it() {
     assert_eq!(profile.get_i32("was"), Ok(2), "{profile:?}");
     assert_eq!(profile.get_i32("slowms"), Ok(42), "{profile:?}");
     assert!(server.files_under_data_path() > 0, "the data went to the --dbpath directory");
+    let parameters = client.database("admin").run_command(doc! { "getParameter": 1, "idleConnectionTimeoutMillis": 1 }).await.expect("getParameter");
+    assert_eq!(parameters.get_i64("idleConnectionTimeoutMillis"), Ok(123_456), "the file's setParameter section applies");
 }
 
 fn start_up_error(yaml: &str) -> (Option<i32>, String) {
