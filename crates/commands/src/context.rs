@@ -63,6 +63,9 @@ pub struct ServerContext {
     pub operations: crate::operation::OperationTable,
     /// Authentication on or off, privilege cache, failed-login limiter.
     pub security: crate::auth::Security,
+    /// The node's cluster role (config server, shard), set once at start-up; none on a
+    /// standalone (see [`crate::role`]).
+    pub role: std::sync::OnceLock<Arc<dyn crate::role::RoleHook>>,
 }
 
 /// Bytes that crossed the wire compressed, per compressor (serverStatus.network.compression).
@@ -104,7 +107,12 @@ impl ConnectionInfo {
 
 impl ServerContext {
     pub fn new(engine: Arc<Engine>, options: ServerOptions, logger: Logger) -> ServerContext {
-        let backend: Arc<dyn Backend> = Arc::new(ContractBackend::new(engine));
+        ServerContext::with_backend(Arc::new(ContractBackend::new(engine)), options, logger)
+    }
+
+    /// A context over any backend (a shard's wraps the engine in its orphan filter); callers
+    /// wrap it in [`ContractBackend`] themselves.
+    pub fn with_backend(backend: Arc<dyn Backend>, options: ServerOptions, logger: Logger) -> ServerContext {
         crate::knobs::set_spill_directory(std::path::Path::new(&options.dbpath).join("_tmp"));
         ServerContext {
             backend,
@@ -123,6 +131,7 @@ impl ServerContext {
             topology: crate::command::hello::Topology::new(),
             operations: crate::operation::OperationTable::default(),
             security: crate::auth::Security::default(),
+            role: std::sync::OnceLock::new(),
         }
     }
 

@@ -97,6 +97,9 @@ pub struct Cursor {
     pub owner_users: Vec<String>,
     /// How a query cursor's end is seen (see [`QueryEnd`]).
     pub query_end: QueryEnd,
+    /// The ownership filter of the command that opened the cursor (a shard's routing
+    /// snapshot), restored for each getMore (see [`crate::role`]).
+    pub ownership_filter: Option<std::sync::Arc<dyn crate::role::OwnershipFilter>>,
     last_used: Instant,
     retained_bytes: usize,
 }
@@ -109,6 +112,7 @@ impl Cursor {
             session,
             owner_users: crate::auth::current_users(),
             query_end: QueryEnd::default(),
+            ownership_filter: crate::role::current_ownership_filter(),
             last_used: Instant::now(),
             retained_bytes: 0,
         }

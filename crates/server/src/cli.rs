@@ -6,10 +6,62 @@ use myriad_storage::BlockCompressor;
 use crate::tls::{TlsMode, TlsOptions};
 
 #[derive(Parser, Debug)]
-#[command(name = "myriad", version, about = "A MongoDB-compatible document database for millions of collections")]
+#[command(name = "myriad", version, about = "A MongoDB-compatible document database for millions of collections", args_conflicts_with_subcommands = true)]
 pub struct Arguments {
+    #[command(subcommand)]
+    pub command: Option<Subcommand>,
     #[command(flatten)]
     pub server: ServerArguments,
+}
+
+/// The sharded cluster's other programs, in the same binary (crates/cluster).
+#[derive(clap::Subcommand, Debug)]
+pub enum Subcommand {
+    /// Runs a router (the equivalent of mongos) over the config server at --configdb.
+    Router(RouterArguments),
+    /// Starts a local cluster of child processes: a config server, N shards and a router.
+    Cluster(ClusterArguments),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RouterArguments {
+    /// The config server, as host:port (a `name/host:port` form is accepted).
+    #[arg(long = "configdb")]
+    pub configdb: String,
+    /// TCP port to listen on (0 picks a free port; the log line "Waiting for connections" names it).
+    #[arg(long = "port", default_value_t = 27017)]
+    pub port: u16,
+    /// Comma-separated addresses to bind.
+    #[arg(long = "bind_ip", default_value = "127.0.0.1")]
+    pub bind_ip: String,
+    /// Write the log to this file instead of stderr.
+    #[arg(long = "logpath")]
+    pub logpath: Option<String>,
+    /// Append to --logpath instead of truncating it.
+    #[arg(long = "logappend")]
+    pub logappend: bool,
+    /// Fewer log lines (connection accept/end are not printed).
+    #[arg(long = "quiet")]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ClusterArguments {
+    /// Number of shards.
+    #[arg(long = "shards", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub shards: u16,
+    /// Directory of the members' data and logs (kept across restarts).
+    #[arg(long = "dir")]
+    pub dir: String,
+    /// The router's port; the config server takes P+1 and the shards P+2... (0: free ports).
+    #[arg(long = "port", default_value_t = 27017)]
+    pub port: u16,
+    /// The address every member binds.
+    #[arg(long = "bind_ip", default_value = "127.0.0.1")]
+    pub bind_ip: String,
+    /// Block cache of each config server and shard, in MiB.
+    #[arg(long = "cacheSizeMB", default_value_t = 256)]
+    pub cache_size_mebibytes: usize,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -79,6 +131,12 @@ pub struct ServerArguments {
     /// `idleConnectionTimeoutMillis=600000`.
     #[arg(long = "setParameter", value_name = "NAME=VALUE")]
     pub set_parameters: Vec<String>,
+    /// Run as the config server of a sharded cluster (the catalog in the `config` database).
+    #[arg(long = "configsvr", conflicts_with = "shardsvr")]
+    pub configsvr: bool,
+    /// Run as a shard of a sharded cluster (a router's `addShard` gives it its identity).
+    #[arg(long = "shardsvr")]
+    pub shardsvr: bool,
 }
 
 impl ServerArguments {

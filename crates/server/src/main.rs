@@ -14,6 +14,7 @@ mod cli;
 mod config;
 mod network;
 mod peer_certificate;
+mod role;
 mod tls;
 
 use std::process::ExitCode;
@@ -23,6 +24,11 @@ use clap::{CommandFactory, FromArgMatches};
 fn main() -> ExitCode {
     let matches = cli::Arguments::command().get_matches();
     let mut arguments = cli::Arguments::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    match arguments.command.take() {
+        Some(cli::Subcommand::Router(router)) => return role::run_router(router, std::env::args().collect()),
+        Some(cli::Subcommand::Cluster(cluster)) => return role::run_cluster(cluster),
+        None => {}
+    }
     if let Some(path) = arguments.server.config.clone() {
         // mongod exits with 2 (BadOptions) for an unusable configuration.
         if let Err(message) = config::apply_file(&path, &mut arguments.server, &matches) {

@@ -78,7 +78,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         return Err(error);
     }
     // A failed read closes the cursor, as MongoDB does.
-    let (batch, exhausted) = next_batch(context.backend.as_ref(), &mut cursor.source, &arguments)?;
+    let filter = cursor.ownership_filter.clone();
+    let (batch, exhausted) =
+        crate::role::with_ownership_filter(filter, || next_batch(context.backend.as_ref(), &mut cursor.source, &arguments))?;
     let reply_id = if cursor.query_end.stays_open(batch.len(), arguments.batch_size, exhausted) {
         context.cursors.check_in(cursor_id, cursor);
         cursor_id

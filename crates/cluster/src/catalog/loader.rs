@@ -1,0 +1,133 @@
+//! Reads of the catalog from the config server, through ordinary `find`/`getMore` commands.
+
+use bson::{doc, Binary, Bson, Document, Timestamp};
+
+use crate::catalog::documents::{
+    ChunkEntry, CollectionEntry, DatabaseEntry, ShardEntry, CHUNKS, COLLECTIONS, CONFIG_DB, DATABASES, SHARDS,
+};
+use crate::client::NodeClient;
+use crate::error::{ClusterError, ClusterResult};
+
+/// Documents per batch of a catalog read (each reply stays far below 16 MiB for chunks).
+const CATALOG_BATCH_SIZE: i32 = 10_000;
+
+/// A query of the catalog, read batch by batch.
+pub struct CatalogQuery<'a> {
+    pub collection: &'a str,
+    pub filter: Document,
+    pub sort: Option<Document>,
+    pub limit: Option<i64>,
+}
+
+/// Runs `query` on the config server, handing each batch to `consume`; returns how many
+/// documents were read.
+pub async fn read_batches(
+    config: &NodeClient,
+    query: CatalogQuery<'_>,
+    mut consume: impl FnMut(Vec<Document>) -> ClusterResult<()>,
+) -> ClusterResult<usize> {
+    let mut command = doc! { "find": query.collection, "filter": query.filter, "batchSize": CATALOG_BATCH_SIZE };
+    if let Some(sort) = query.sort {
+        command.insert("sort", sort);
+    }
+    if let Some(limit) = query.limit {
+        command.insert("limit", limit);
+    }
+    let mut reply = config.run(CONFIG_DB, command).await?;
+    let mut read = 0;
+    loop {
+        let cursor = reply.get_document("cursor").map_err(|_| ClusterError::internal("a find reply without a cursor"))?;
+        let batch_field = if cursor.contains_key("firstBatch") { "firstBatch" } else { "nextBatch" };
+        let batch: Vec<Document> = cursor
+            .get_array(batch_field)
+            .map_err(|_| ClusterError::internal("a cursor reply without a batch"))?
+            .iter()
+            .filter_map(|value| match value {
+                Bson::Document(document) => Some(document.clone()),
+                _ => None,
+            })
+            .collect();
+        read += batch.len();
+        consume(batch)?;
+        let cursor_id = cursor.get_i64("id").unwrap_or(0);
+        if cursor_id == 0 {
+            return Ok(read);
+        }
+        let command = doc! { "getMore": cursor_id, "collection": query.collection, "batchSize": CATALOG_BATCH_SIZE };
+        reply = config.run(CONFIG_DB, command).await?;
+    }
+}
+
+/// Every document `query` matches (for small collections: shards, one entry).
+pub async fn read_all(config: &NodeClient, query: CatalogQuery<'_>) -> ClusterResult<Vec<Document>> {
+    let mut documents = Vec::new();
+    read_batches(config, query, |batch| {
+        documents.extend(batch);
+        Ok(())
+    })
+    .await?;
+    Ok(documents)
+}
+
+pub async fn collection_entry(config: &NodeClient, namespace: &str) -> ClusterResult<Option<CollectionEntry>> {
+    let query = CatalogQuery { collection: COLLECTIONS, filter: doc! { "_id": namespace }, sort: None, limit: Some(1) };
+    let documents = read_all(config, query).await?;
+    documents.first().map(CollectionEntry::from_document).transpose()
+}
+
+pub async fn database_entry(config: &NodeClient, db: &str) -> ClusterResult<Option<DatabaseEntry>> {
+    let query = CatalogQuery { collection: DATABASES, filter: doc! { "_id": db }, sort: None, limit: Some(1) };
+    let documents = read_all(config, query).await?;
+    documents.first().map(DatabaseEntry::from_document).transpose()
+}
+
+pub async fn shards(config: &NodeClient) -> ClusterResult<Vec<ShardEntry>> {
+    let query = CatalogQuery { collection: SHARDS, filter: Document::new(), sort: Some(doc! { "_id": 1 }), limit: None };
+    read_all(config, query).await?.iter().map(ShardEntry::from_document).collect()
+}
+
+/// Namespaces of every sharded collection.
+pub async fn sharded_namespaces(config: &NodeClient) -> ClusterResult<Vec<String>> {
+    let mut namespaces = Vec::new();
+    let query = CatalogQuery { collection: COLLECTIONS, filter: Document::new(), sort: None, limit: None };
+    read_batches(config, query, |batch| {
+        namespaces.extend(batch.iter().filter_map(|entry| entry.get_str("_id").ok().map(str::to_string)));
+        Ok(())
+    })
+    .await?;
+    Ok(namespaces)
+}
+
+/// The chunks of `uuid` with `lastmod >= since` (all of them without `since`), in version
+/// order, handed over a batch at a time: the `{uuid, lastmod}` index makes this O(changed).
+pub async fn chunks_since(
+    config: &NodeClient,
+    uuid: &Binary,
+    since: Option<Timestamp>,
+    mut consume: impl FnMut(Vec<ChunkEntry>) -> ClusterResult<()>,
+) -> ClusterResult<usize> {
+    let mut filter = doc! { "uuid": uuid.clone() };
+    if let Some(since) = since {
+        filter.insert("lastmod", doc! { "$gte": since });
+    }
+    let query = CatalogQuery { collection: CHUNKS, filter, sort: Some(doc! { "lastmod": 1 }), limit: None };
+    read_batches(config, query, |batch| {
+        let chunks = batch.iter().map(ChunkEntry::from_document).collect::<ClusterResult<Vec<_>>>()?;
+        consume(chunks)
+    })
+    .await
+}
+
+/// The chunk of `uuid` containing the key `point` (a document of the shard key's fields): the
+/// last chunk whose min is at most the point (shard keys are ascending or hashed, so BSON order
+/// of bounds is key order).
+pub async fn chunk_containing(config: &NodeClient, uuid: &Binary, point: &Document) -> ClusterResult<Option<ChunkEntry>> {
+    let query = CatalogQuery {
+        collection: CHUNKS,
+        filter: doc! { "uuid": uuid.clone(), "min": { "$lte": point.clone() } },
+        sort: Some(doc! { "uuid": 1, "min": -1 }),
+        limit: Some(1),
+    };
+    let documents = read_all(config, query).await?;
+    documents.first().map(ChunkEntry::from_document).transpose()
+}

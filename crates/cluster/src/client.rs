@@ -1,0 +1,230 @@
+//! A small async client over the wire codec, for the calls cluster members make to each other
+//! (router → shard, router and shard → config server, router → shard administration).
+//!
+//! One [`NodeClient`] per address keeps a bounded pool of idle connections; a call takes one
+//! (or connects), sends one OP_MSG, reads one reply and puts the connection back. A connection
+//! that failed or timed out mid-call is dropped, never reused: its stream position is unknown.
+//!
+//! Invariants: at most [`MAX_IDLE_CONNECTIONS`] idle connections per address; every call is
+//! bounded in time (connecting by [`CONNECT_TIMEOUT`], the exchange by the client's call
+//! timeout); a reply larger than the wire's message limit is refused before it is allocated;
+//! an idle connection the peer closed is detected before reuse and discarded.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::{Bson, Document};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use myriad_wire::{decode_message, encode_op_msg, parse_header, OpMsg, Request, HEADER_SIZE_BYTES, MAX_MESSAGE_SIZE_BYTES};
+
+use crate::error::{ClusterError, ClusterResult};
+
+/// Idle connections kept per address; more are closed when returned.
+pub const MAX_IDLE_CONNECTIONS: usize = 64;
+/// How long connecting may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one call may take by default (a scatter query's shard batch, a chunk load).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
+/// Addresses a [`NodePool`] keeps clients for.
+pub const MAX_POOLED_ADDRESSES: usize = 10_000;
+
+/// Calls to one node (`host:port`).
+pub struct NodeClient {
+    address: String,
+    idle: Mutex<Vec<TcpStream>>,
+    next_request_id: AtomicI32,
+    call_timeout: Duration,
+}
+
+impl NodeClient {
+    pub fn new(address: &str) -> Arc<NodeClient> {
+        NodeClient::with_timeout(address, DEFAULT_CALL_TIMEOUT)
+    }
+
+    pub fn with_timeout(address: &str, call_timeout: Duration) -> Arc<NodeClient> {
+        Arc::new(NodeClient {
+            address: address.to_string(),
+            idle: Mutex::new(Vec::new()),
+            next_request_id: AtomicI32::new(1),
+            call_timeout,
+        })
+    }
+
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Runs a command on `db` and returns the reply as it came, `ok: 0` included.
+    pub async fn command(&self, db: &str, mut body: Document) -> ClusterResult<Document> {
+        body.insert("$db", Bson::String(db.to_string()));
+        let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed).wrapping_add(1).max(1);
+        let message = OpMsg { flags: 0, body, sequences: Vec::new(), checksum_present: false, duplicate_fields: Default::default() };
+        let encoded = encode_op_msg(request_id, 0, &message, None)?;
+        let mut stream = self.take_connection().await?;
+        let exchange = tokio::time::timeout(self.call_timeout, exchange(&mut stream, &encoded, request_id)).await;
+        match exchange {
+            Err(_) => Err(ClusterError::NetworkTimeout { host: self.address.clone() }),
+            Ok(Err(reason)) => Err(ClusterError::HostUnreachable { host: self.address.clone(), reason }),
+            Ok(Ok(reply)) => {
+                self.return_connection(stream);
+                Ok(reply)
+            }
+        }
+    }
+
+    /// Runs a command and turns an `ok: 0` reply into its error.
+    pub async fn run(&self, db: &str, body: Document) -> ClusterResult<Document> {
+        let reply = self.command(db, body).await?;
+        match ClusterError::from_reply(&reply) {
+            Some(error) => Err(error),
+            None => Ok(reply),
+        }
+    }
+
+    async fn take_connection(&self) -> ClusterResult<TcpStream> {
+        loop {
+            let Some(stream) = self.idle.lock().pop() else { break };
+            if is_reusable(&stream) {
+                return Ok(stream);
+            }
+        }
+        let connecting = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.address)).await;
+        match connecting {
+            Err(_) => Err(ClusterError::NetworkTimeout { host: self.address.clone() }),
+            Ok(Err(error)) => Err(ClusterError::HostUnreachable { host: self.address.clone(), reason: error.to_string() }),
+            Ok(Ok(stream)) => {
+                // Small request/reply exchanges: never wait for Nagle's timer.
+                let _ = stream.set_nodelay(true);
+                Ok(stream)
+            }
+        }
+    }
+
+    fn return_connection(&self, stream: TcpStream) {
+        let mut idle = self.idle.lock();
+        if idle.len() < MAX_IDLE_CONNECTIONS {
+            idle.push(stream);
+        }
+    }
+}
+
+/// An idle connection is reusable when the peer has neither closed it nor sent anything
+/// unasked (both mean its stream position is no longer a message boundary we expect).
+fn is_reusable(stream: &TcpStream) -> bool {
+    let mut probe = [0u8; 1];
+    matches!(stream.try_read(&mut probe), Err(error) if error.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// Sends one message and reads its reply; errors are the reason the connection is unusable.
+async fn exchange(stream: &mut TcpStream, message: &[u8], request_id: i32) -> Result<Document, String> {
+    stream.write_all(message).await.map_err(|error| error.to_string())?;
+    let mut header_bytes = [0u8; HEADER_SIZE_BYTES];
+    stream.read_exact(&mut header_bytes).await.map_err(|error| error.to_string())?;
+    let header = parse_header(&header_bytes).map_err(|error| format!("bad reply header: {error}"))?;
+    let length = usize::try_from(header.message_length).map_err(|_| "negative reply length".to_string())?;
+    if !(HEADER_SIZE_BYTES..=MAX_MESSAGE_SIZE_BYTES + HEADER_SIZE_BYTES).contains(&length) {
+        return Err(format!("reply of {length} bytes is outside the wire's limits"));
+    }
+    if header.response_to != request_id {
+        return Err(format!("reply to request {} where {request_id} was expected", header.response_to));
+    }
+    let mut reply = vec![0u8; length];
+    reply[..HEADER_SIZE_BYTES].copy_from_slice(&header_bytes);
+    stream.read_exact(&mut reply[HEADER_SIZE_BYTES..]).await.map_err(|error| error.to_string())?;
+    let decoded = decode_message(&reply).map_err(|error| format!("bad reply: {error}"))?;
+    match decoded.request {
+        Request::Msg(op_msg) => Ok(op_msg.body),
+        Request::Query(_) => Err("an OP_QUERY where a reply was expected".to_string()),
+    }
+}
+
+/// One [`NodeClient`] per address, created on first use.
+#[derive(Default)]
+pub struct NodePool {
+    clients: Mutex<HashMap<String, Arc<NodeClient>>>,
+}
+
+impl NodePool {
+    pub fn client(&self, address: &str) -> Arc<NodeClient> {
+        let mut clients = self.clients.lock();
+        if let Some(client) = clients.get(address) {
+            return Arc::clone(client);
+        }
+        if clients.len() >= MAX_POOLED_ADDRESSES {
+            clients.clear();
+        }
+        let client = NodeClient::new(address);
+        clients.insert(address.to_string(), Arc::clone(&client));
+        client
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+    use myriad_wire::encode_op_msg_reply;
+    use tokio::net::TcpListener;
+
+    /// A node that answers every command with `{echo: <body>, ok: 1}` and closes after `limit`.
+    async fn echo_node(limit: usize) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        tokio::spawn(async move {
+            let Ok((mut stream, _)) = listener.accept().await else { return };
+            for _ in 0..limit {
+                let mut header = [0u8; HEADER_SIZE_BYTES];
+                if stream.read_exact(&mut header).await.is_err() {
+                    return;
+                }
+                let parsed = parse_header(&header).expect("header");
+                let mut message = vec![0u8; parsed.message_length as usize];
+                message[..HEADER_SIZE_BYTES].copy_from_slice(&header);
+                stream.read_exact(&mut message[HEADER_SIZE_BYTES..]).await.expect("body");
+                let Request::Msg(op_msg) = decode_message(&message).expect("decodes").request else { return };
+                let reply = encode_op_msg_reply(1, parsed.request_id, &doc! { "echo": op_msg.body, "ok": 1.0 }, None).expect("encodes");
+                stream.write_all(&reply).await.expect("writes");
+            }
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn calls_reuse_a_connection_and_report_a_closed_node() {
+        let address = echo_node(2).await;
+        let client = NodeClient::new(&address);
+        let first = client.run("admin", doc! { "ping": 1 }).await.expect("first call");
+        assert_eq!(first.get_document("echo").ok().and_then(|body| body.get_str("$db").ok()), Some("admin"));
+        client.run("test", doc! { "ping": 2 }).await.expect("second call on the same connection");
+        // The node closed after two messages: the idle connection is discarded, and a new one
+        // cannot be made (nothing listens any more).
+        let failed = client.run("test", doc! { "ping": 3 }).await;
+        assert!(matches!(failed, Err(ClusterError::HostUnreachable { .. })), "{failed:?}");
+    }
+
+    #[tokio::test]
+    async fn an_error_reply_becomes_its_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("address").to_string();
+        tokio::spawn(async move {
+            let Ok((mut stream, _)) = listener.accept().await else { return };
+            let mut header = [0u8; HEADER_SIZE_BYTES];
+            stream.read_exact(&mut header).await.expect("header");
+            let parsed = parse_header(&header).expect("header parses");
+            let mut rest = vec![0u8; parsed.message_length as usize - HEADER_SIZE_BYTES];
+            stream.read_exact(&mut rest).await.expect("body");
+            let reply = doc! { "ok": 0.0, "errmsg": "stale", "code": 13388, "codeName": "StaleConfig", "ns": "d.c" };
+            let encoded = encode_op_msg_reply(1, parsed.request_id, &reply, None).expect("encodes");
+            stream.write_all(&encoded).await.expect("writes");
+        });
+        let client = NodeClient::new(&address);
+        let error = client.run("d", doc! { "find": "c" }).await.expect_err("StaleConfig");
+        assert!(error.is_stale_config());
+        assert_eq!(error.extra().and_then(|extra| extra.get_str("ns").ok()), Some("d.c"));
+    }
+}

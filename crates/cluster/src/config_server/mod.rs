@@ -1,0 +1,92 @@
+//! The config server role (`myriad --configsvr`): a standalone node whose `config` database is
+//! the sharding catalog, plus the internal `_configsvr*` commands routers call to change it.
+//!
+//! Invariants:
+//! - The catalog is ordinary collections, readable by any client with `find` (routers and
+//!   shards refresh with plain finds; mongosh's `sh.status()` reads them through a router).
+//! - Every catalog change is one `_configsvr*` command, and changes are serialised by one
+//!   mutex ([`ConfigServer::catalog_lock`]); a change of several chunks is one write session on
+//!   `config.chunks`, so no reader sees a gap or an overlap.
+//! - The config server never calls out: routers do the shard-side steps and commit here.
+
+mod commands;
+
+use std::sync::Arc;
+
+use bson::{doc, oid::ObjectId};
+use myriad_commands::role::{RoleHook, TableRunner};
+use myriad_commands::{CommandRequest, CommandResult, Reply, ServerContext};
+use parking_lot::Mutex;
+
+use crate::catalog::documents::{CHUNKS, COLLECTIONS, CONFIG_DB, SETTINGS, SHARDS, VERSION};
+use crate::error::ClusterResult;
+use crate::local;
+
+pub struct ConfigServer {
+    /// Serialises catalog changes (the config server is one node; DDL is rare).
+    catalog_lock: Mutex<()>,
+}
+
+impl ConfigServer {
+    /// Creates the catalog's indexes and the cluster id if missing, and installs the role on
+    /// the node's context.
+    pub fn install(context: &Arc<ServerContext>) -> ClusterResult<()> {
+        initialise_catalog(context)?;
+        let role = Arc::new(ConfigServer { catalog_lock: Mutex::new(()) });
+        // Set once at start-up, before the listener accepts anything.
+        let _ = context.role.set(role);
+        Ok(())
+    }
+}
+
+impl RoleHook for ConfigServer {
+    fn run(&self, context: &ServerContext, request: &CommandRequest, table: TableRunner<'_>) -> CommandResult<Reply> {
+        if !request.name.starts_with("_configsvr") {
+            return table(request);
+        }
+        if request.db != "admin" {
+            return Err(crate::error::ClusterError::coded(crate::error::ILLEGAL_OPERATION, format!("{} may only be run against the admin database.", request.name)).into());
+        }
+        let _changing = self.catalog_lock.lock();
+        let mut reply = commands::run(context, request)?;
+        reply.insert("ok", 1.0);
+        Ok(Reply::Document(reply))
+    }
+}
+
+fn initialise_catalog(context: &ServerContext) -> ClusterResult<()> {
+    let indexes = [
+        (CHUNKS, doc! { "uuid": 1, "lastmod": 1 }, "uuid_1_lastmod_1"),
+        (CHUNKS, doc! { "uuid": 1, "min": 1 }, "uuid_1_min_1"),
+        (CHUNKS, doc! { "uuid": 1, "shard": 1, "min": 1 }, "uuid_1_shard_1_min_1"),
+        (SHARDS, doc! { "host": 1 }, "host_1"),
+    ];
+    for (collection, key, name) in indexes {
+        let command = doc! { "createIndexes": collection, "indexes": [{ "key": key, "name": name, "unique": true }] };
+        local::run(context, CONFIG_DB, command)?;
+    }
+    local::run(context, CONFIG_DB, doc! { "create": COLLECTIONS }).or_else(ignore_existing)?;
+    // No balancer and no auto-split run yet: the settings say so (sh.status() reads them).
+    for (id, setting) in [("balancer", doc! { "mode": "off", "stopped": true }), ("autosplit", doc! { "enabled": false })] {
+        if local::find(context, CONFIG_DB, SETTINGS, doc! { "_id": id }, None, Some(1))?.is_empty() {
+            let mut document = doc! { "_id": id };
+            document.extend(setting);
+            local::run(context, CONFIG_DB, doc! { "insert": SETTINGS, "documents": [document] })?;
+        }
+    }
+    let version = local::find(context, CONFIG_DB, VERSION, doc! { "_id": 1 }, None, Some(1))?;
+    if version.is_empty() {
+        let document = doc! { "_id": 1, "clusterId": ObjectId::new() };
+        local::run(context, CONFIG_DB, doc! { "insert": VERSION, "documents": [document] })?;
+    }
+    Ok(())
+}
+
+/// NamespaceExists (48) is success for an idempotent create.
+fn ignore_existing(error: crate::error::ClusterError) -> ClusterResult<bson::Document> {
+    if error.code() == crate::error::NAMESPACE_EXISTS {
+        Ok(bson::Document::new())
+    } else {
+        Err(error)
+    }
+}

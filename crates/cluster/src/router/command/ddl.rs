@@ -1,0 +1,235 @@
+//! Collection and database DDL and metadata through the router. An unsharded collection lives
+//! on its database's primary shard; a sharded one on every shard owning a chunk (and the
+//! primary, where shardCollection created it).
+
+use std::sync::Arc;
+
+use bson::{doc, Bson, Document};
+
+use crate::catalog::RoutingInfo;
+use crate::error::{ClusterError, ClusterResult, ILLEGAL_OPERATION, NAMESPACE_NOT_FOUND};
+use crate::router::command::{cursor_reply, passthrough_cursor};
+use crate::router::context::RouterContext;
+use crate::router::forward;
+use crate::router::request::RouterRequest;
+
+/// CannotCreateIndex (67): a unique index a sharded collection cannot enforce.
+const CANNOT_CREATE_INDEX: i32 = 67;
+
+/// The shards holding the collection, the primary first.
+async fn holders(context: &RouterContext, request: &RouterRequest, create: bool) -> ClusterResult<(Vec<String>, Arc<RoutingInfo>)> {
+    let namespace = request.namespace()?;
+    let Some(database) = context.database(&request.db, create).await? else {
+        return Err(ClusterError::coded(NAMESPACE_NOT_FOUND, format!("database {} not found", request.db)));
+    };
+    let routing = context.cache.get(&namespace).await?;
+    let mut shards = vec![database.primary.clone()];
+    if let RoutingInfo::Sharded(collection) = routing.as_ref() {
+        shards.extend(collection.shards_owning_chunks().into_iter().filter(|shard| *shard != database.primary));
+    }
+    Ok((shards, routing))
+}
+
+/// One reply from several shards: the first error, else the primary's reply with every
+/// shard's under `raw`.
+fn merge_replies(replies: Vec<(String, ClusterResult<Document>)>) -> ClusterResult<Document> {
+    if replies.len() == 1 {
+        return replies.into_iter().next().map_or_else(|| Ok(Document::new()), |(_, reply)| reply);
+    }
+    let mut raw = Document::new();
+    let mut first = None;
+    for (shard, reply) in replies {
+        let reply = reply?;
+        first.get_or_insert_with(|| reply.clone());
+        raw.insert(shard, reply);
+    }
+    let mut merged = first.unwrap_or_default();
+    merged.insert("raw", raw);
+    Ok(merged)
+}
+
+/// create, collMod, dropIndexes: on every shard holding the collection.
+pub async fn on_holders(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    let (shards, _) = holders(context, request, request.name == "create").await?;
+    let body = request.forwarded_body();
+    let requests = shards.into_iter().map(|shard| (shard, body.clone())).collect();
+    merge_replies(forward::scatter(context, &request.db, requests, None).await)
+}
+
+/// createIndexes: on every holder; a unique index on a sharded collection must start with the
+/// shard key (no shard could enforce it otherwise), as MongoDB requires.
+pub async fn create_indexes(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    let (shards, routing) = holders(context, request, true).await?;
+    if let RoutingInfo::Sharded(collection) = routing.as_ref() {
+        for index in request.body.get_array("indexes").map(|indexes| indexes.as_slice()).unwrap_or_default() {
+            let Bson::Document(index) = index else { continue };
+            let unique = index.get("unique").and_then(myriad_commands::request::truthy).unwrap_or(false);
+            let Ok(key) = index.get_document("key") else { continue };
+            let prefixed = collection.pattern.fields().iter().zip(key.keys()).filter(|((field, _), name)| field == *name).count() == collection.pattern.fields().len();
+            let is_id = key.len() == 1 && key.contains_key("_id");
+            if unique && !prefixed && !is_id {
+                return Err(ClusterError::coded(CANNOT_CREATE_INDEX, format!("cannot create unique index over {key} with shard key pattern {}", collection.entry.key)));
+            }
+        }
+    }
+    let body = request.forwarded_body();
+    let requests = shards.into_iter().map(|shard| (shard, body.clone())).collect();
+    merge_replies(forward::scatter(context, &request.db, requests, None).await)
+}
+
+/// drop: a sharded collection is dropped on every shard and removed from the catalog; an
+/// unsharded one on its primary.
+pub async fn drop(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    let namespace = request.namespace()?;
+    let Some(database) = context.database(&request.db, false).await? else {
+        return Ok(doc! { "ns": &namespace });
+    };
+    let routing = context.cache.refresh(&namespace).await?;
+    let body = request.forwarded_body();
+    if matches!(routing.as_ref(), RoutingInfo::Unsharded) {
+        return forward::unversioned(context, &database.primary, &request.db, body).await;
+    }
+    let shards = context.shards.all(&context.config).await?;
+    let requests = shards.iter().map(|shard| (shard.clone(), body.clone())).collect();
+    for (_, reply) in forward::scatter(context, &request.db, requests, None).await {
+        match reply {
+            Ok(_) => {}
+            Err(error) if error.code() == NAMESPACE_NOT_FOUND => {}
+            Err(error) => return Err(error),
+        }
+    }
+    context.config.run("admin", doc! { "_configsvrDropCollection": &namespace }).await?;
+    for shard in &shards {
+        forward::unversioned(context, shard, "admin", doc! { "_flushRoutingTableCacheUpdates": &namespace }).await?;
+    }
+    context.cache.refresh(&namespace).await?;
+    Ok(doc! { "ns": namespace })
+}
+
+/// dropDatabase: on every shard, then the catalog's entries.
+pub async fn drop_database(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    if context.database(&request.db, false).await?.is_none() {
+        return Ok(doc! {});
+    }
+    let shards = context.shards.all(&context.config).await?;
+    let body = request.forwarded_body();
+    let requests = shards.iter().map(|shard| (shard.clone(), body.clone())).collect();
+    for (_, reply) in forward::scatter(context, &request.db, requests, None).await {
+        reply?;
+    }
+    context.config.run("admin", doc! { "_configsvrDropDatabase": &request.db }).await?;
+    context.forget_database(&request.db);
+    Ok(doc! { "dropped": &request.db })
+}
+
+/// listIndexes: from the primary (or, sharded, any shard holding chunks: they all have them).
+pub async fn list_indexes(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    let (shards, _) = holders(context, request, false).await?;
+    let shard = shards.into_iter().next().unwrap_or_default();
+    let reply = forward::unversioned(context, &shard, &request.db, request.forwarded_body()).await?;
+    passthrough_cursor(context, &shard, &request.db, &request.collection()?, &reply).await
+}
+
+/// listCollections: the primary shard holds every collection of its database.
+pub async fn list_collections(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    let Some(database) = context.database(&request.db, false).await? else {
+        return Ok(cursor_reply(&format!("{}.$cmd.listCollections", request.db), "firstBatch", Vec::new(), 0));
+    };
+    let reply = forward::unversioned(context, &database.primary, &request.db, request.forwarded_body()).await?;
+    passthrough_cursor(context, &database.primary, &request.db, "$cmd.listCollections", &reply).await
+}
+
+/// listDatabases: every shard's, merged by name (sizes summed), and the config database.
+pub async fn list_databases(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    let shards = context.shards.all(&context.config).await?;
+    let body = request.forwarded_body();
+    let requests = shards.iter().map(|shard| (shard.clone(), body.clone())).collect();
+    let mut replies = forward::all_ok(forward::scatter(context, "admin", requests, None).await)?;
+    if let Ok(config) = context.config.run("admin", body.clone()).await {
+        replies.push(("config".to_string(), config));
+    }
+    let mut merged: Vec<Document> = Vec::new();
+    for (server, reply) in replies {
+        for database in reply.get_array("databases").map(|databases| databases.as_slice()).unwrap_or_default() {
+            let Bson::Document(database) = database else { continue };
+            let Ok(name) = database.get_str("name") else { continue };
+            // The config server answers only for the catalog; shards never for it.
+            if (server == "config") != (name == "config") {
+                continue;
+            }
+            match merged.iter_mut().find(|entry| entry.get_str("name").ok() == Some(name)) {
+                Some(entry) => {
+                    let size = size_of(entry) + size_of(database);
+                    entry.insert("sizeOnDisk", size);
+                    let empty = entry.get_bool("empty").unwrap_or(true) && database.get_bool("empty").unwrap_or(true);
+                    entry.insert("empty", empty);
+                }
+                None => merged.push(database.clone()),
+            }
+        }
+    }
+    merged.sort_by(|left, right| left.get_str("name").unwrap_or_default().cmp(right.get_str("name").unwrap_or_default()));
+    let mut reply = doc! { "databases": merged.iter().cloned().map(Bson::Document).collect::<Vec<_>>() };
+    if !request.flag("nameOnly") {
+        let total: i64 = merged.iter().map(size_of).sum();
+        reply.insert("totalSize", total);
+        reply.insert("totalSizeMb", total / (1024 * 1024));
+    }
+    Ok(reply)
+}
+
+fn size_of(database: &Document) -> i64 {
+    database.get("sizeOnDisk").and_then(myriad_commands::request::integer_value).unwrap_or(0)
+}
+
+/// renameCollection of an unsharded collection within one primary shard.
+pub async fn rename_collection(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    let from = request.body.get_str("renameCollection").map_err(|_| ClusterError::bad_value("renameCollection takes a namespace"))?;
+    let to = request.body.get_str("to").map_err(|_| ClusterError::bad_value("'to' must be a namespace"))?;
+    for namespace in [from, to] {
+        if matches!(context.cache.refresh(namespace).await?.as_ref(), RoutingInfo::Sharded(_)) {
+            return Err(ClusterError::coded(ILLEGAL_OPERATION, format!("cannot rename sharded collection {namespace}")));
+        }
+    }
+    let database_of = |namespace: &str| namespace.split_once('.').map(|(db, _)| db.to_string()).unwrap_or_default();
+    let source = context.database(&database_of(from), false).await?.ok_or_else(|| ClusterError::coded(NAMESPACE_NOT_FOUND, format!("Source collection {from} does not exist")))?;
+    let target = context.database(&database_of(to), true).await?.ok_or_else(|| ClusterError::internal("the database was not created"))?;
+    if source.primary != target.primary {
+        return Err(ClusterError::coded(ILLEGAL_OPERATION, format!("{from} and {to} have different primary shards")));
+    }
+    forward::unversioned(context, &source.primary, "admin", request.forwarded_body()).await
+}
+
+/// collStats: every holder's, with the counts summed.
+pub async fn coll_stats(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    let (shards, routing) = holders(context, request, false).await?;
+    let body = request.forwarded_body();
+    let requests = shards.into_iter().map(|shard| (shard, body.clone())).collect();
+    let replies = forward::all_ok(forward::scatter(context, &request.db, requests, None).await)?;
+    let mut merged = replies.first().map(|(_, reply)| reply.clone()).unwrap_or_default();
+    for field in ["count", "size", "storageSize", "totalIndexSize", "totalSize"] {
+        let total: i64 = replies.iter().map(|(_, reply)| reply.get(field).and_then(myriad_commands::request::integer_value).unwrap_or(0)).sum();
+        merged.insert(field, total);
+    }
+    let count = merged.get_i64("count").unwrap_or(0);
+    let size = merged.get_i64("size").unwrap_or(0);
+    merged.insert("avgObjSize", if count > 0 { size / count } else { 0 });
+    merged.insert("sharded", matches!(routing.as_ref(), RoutingInfo::Sharded(_)));
+    merged.insert("shards", replies.into_iter().map(|(shard, reply)| (shard, Bson::Document(reply))).collect::<Document>());
+    Ok(merged)
+}
+
+/// dbStats: every shard's, summed.
+pub async fn db_stats(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    let shards = context.shards.all(&context.config).await?;
+    let body = request.forwarded_body();
+    let requests = shards.into_iter().map(|shard| (shard, body.clone())).collect();
+    let replies = forward::all_ok(forward::scatter(context, &request.db, requests, None).await)?;
+    let mut merged = doc! { "db": &request.db };
+    for field in ["collections", "views", "objects", "dataSize", "storageSize", "indexes", "indexSize", "totalSize"] {
+        let total: i64 = replies.iter().map(|(_, reply)| reply.get(field).and_then(myriad_commands::request::integer_value).unwrap_or(0)).sum();
+        merged.insert(field, total);
+    }
+    merged.insert("raw", replies.into_iter().map(|(shard, reply)| (shard, Bson::Document(reply))).collect::<Document>());
+    Ok(merged)
+}

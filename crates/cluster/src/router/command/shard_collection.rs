@@ -1,0 +1,162 @@
+//! `shardCollection`: creates the collection and its shard key index on the shards that get
+//! chunks, commits the catalog entry and initial chunks on the config server, then makes those
+//! shards and this router load the new routing table.
+//!
+//! An empty collection with a leading hashed field is presplit into `numInitialChunks` chunks
+//! (2 per shard by default) of equal hash ranges, contiguous runs of them per shard; any other
+//! collection starts as one chunk on its database's primary shard.
+
+use std::sync::Arc;
+
+use bson::{doc, Bson, Document};
+use myriad_routing::{ShardKeyField, ShardKeyPattern};
+
+use crate::catalog::documents::global_bound;
+use crate::catalog::RoutingInfo;
+use crate::error::{ClusterError, ClusterResult, ALREADY_INITIALIZED, INVALID_OPTIONS};
+use crate::router::context::RouterContext;
+use crate::router::forward;
+use crate::router::request::RouterRequest;
+
+/// MongoDB's bound on initial chunks per shard.
+const MAX_INITIAL_CHUNKS_PER_SHARD: i64 = 8_192;
+
+pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    let namespace = request.body.get_str("shardCollection").map_err(|_| ClusterError::bad_value("shardCollection takes a namespace string"))?;
+    let (db, collection) = namespace.split_once('.').ok_or_else(|| ClusterError::coded(73, format!("Invalid namespace {namespace}")))?;
+    myriad_commands::request::validate_database_name(db)?;
+    myriad_commands::request::validate_collection_name(collection)?;
+    if matches!(db, "admin" | "local" | "config") || collection.starts_with("system.") {
+        return Err(ClusterError::coded(20, format!("can't shard {namespace}")));
+    }
+    let key = request.optional_document("key")?.ok_or_else(|| ClusterError::bad_value("shardCollection needs a 'key'"))?.clone();
+    let pattern = ShardKeyPattern::from_document(&key)?;
+    if pattern.fields().iter().any(|(_, kind)| *kind == ShardKeyField::Descending) {
+        return Err(ClusterError::bad_value(format!("Unsupported shard key pattern {key}. Pattern must either be a single hashed field, or a list of ascending fields followed by at most one hashed field")));
+    }
+    let unique = request.flag("unique");
+    let hashed_first = pattern.fields().first().is_some_and(|(_, kind)| *kind == ShardKeyField::Hashed);
+    if unique && pattern.fields().iter().any(|(_, kind)| *kind == ShardKeyField::Hashed) {
+        return Err(ClusterError::coded(INVALID_OPTIONS, "hashed shard keys cannot be declared unique. It's possible to ensure uniqueness on the hashed field by declaring an additional (non-hashed) unique index on the field."));
+    }
+    if let RoutingInfo::Sharded(existing) = context.cache.refresh(namespace).await?.as_ref() {
+        if existing.entry.key == key && existing.entry.unique == unique {
+            return Ok(doc! { "collectionsharded": namespace, "collectionUUID": existing.entry.uuid.clone() });
+        }
+        return Err(ClusterError::coded(ALREADY_INITIALIZED, format!("sharding already enabled for collection {namespace} with options {{ key: {}, unique: {} }}", existing.entry.key, existing.entry.unique)));
+    }
+    let database = context.database(db, true).await?.ok_or_else(|| ClusterError::internal("the database was not created"))?;
+    let primary = database.primary;
+    let empty = prepare_shard(context, &primary, db, collection, &key, unique).await?;
+    let shards = context.shards.all(&context.config).await?;
+    let chunks = if hashed_first && empty {
+        let requested = request.optional_integer("numInitialChunks")?.unwrap_or(0);
+        let count = if requested > 0 { requested } else { 2 * shards.len() as i64 };
+        if count > MAX_INITIAL_CHUNKS_PER_SHARD * shards.len() as i64 {
+            return Err(ClusterError::coded(INVALID_OPTIONS, format!("numInitialChunks cannot be more than {MAX_INITIAL_CHUNKS_PER_SHARD} per shard")));
+        }
+        presplit_hashed(&pattern, &shards, count as usize)
+    } else {
+        vec![doc! { "min": global_bound(&pattern, Bson::MinKey), "max": global_bound(&pattern, Bson::MaxKey), "shard": &primary }]
+    };
+    let mut holders: Vec<String> = chunks.iter().filter_map(|chunk| chunk.get_str("shard").ok().map(str::to_string)).collect();
+    holders.sort();
+    holders.dedup();
+    for shard in holders.iter().filter(|shard| **shard != primary) {
+        prepare_shard(context, shard, db, collection, &key, unique).await?;
+    }
+    let command = doc! { "_configsvrShardCollection": namespace, "key": key.clone(), "unique": unique, "chunks": chunks.into_iter().map(Bson::Document).collect::<Vec<_>>() };
+    let created = context.config.run("admin", command).await?;
+    if !holders.contains(&primary) {
+        holders.push(primary);
+    }
+    for shard in &holders {
+        forward::unversioned(context, shard, "admin", doc! { "_flushRoutingTableCacheUpdates": namespace }).await?;
+    }
+    context.cache.refresh(namespace).await?;
+    context.log("SHARDING", 22080, "Sharded collection", serde_json::json!({ "namespace": namespace, "key": key.to_string(), "shards": holders }));
+    let mut reply = doc! { "collectionsharded": namespace };
+    if let Some(uuid) = created.get("uuid") {
+        reply.insert("collectionUUID", uuid.clone());
+    }
+    Ok(reply)
+}
+
+/// Creates the collection and the shard key index on `shard` (if missing); answers whether
+/// the collection is empty there.
+async fn prepare_shard(context: &RouterContext, shard: &str, db: &str, collection: &str, key: &Document, unique: bool) -> ClusterResult<bool> {
+    match forward::unversioned(context, shard, db, doc! { "create": collection }).await {
+        Ok(_) => {}
+        Err(error) if error.code() == crate::error::NAMESPACE_EXISTS => {}
+        Err(error) => return Err(error),
+    }
+    let indexes = forward::unversioned(context, shard, db, doc! { "listIndexes": collection }).await?;
+    let (existing, _) = crate::router::cursor::cursor_batch(&indexes)?;
+    let has_index = existing.iter().any(|index| index.get_document("key").is_ok_and(|index_key| index_key == key));
+    if !has_index {
+        let mut index = doc! { "key": key.clone(), "name": index_name(key) };
+        if unique {
+            index.insert("unique", true);
+        }
+        forward::unversioned(context, shard, db, doc! { "createIndexes": collection, "indexes": [index] }).await?;
+    }
+    let counted = forward::unversioned(context, shard, db, doc! { "count": collection }).await?;
+    let count = counted.get("n").and_then(myriad_commands::request::integer_value).unwrap_or(0);
+    Ok(count == 0)
+}
+
+/// MongoDB's default index name: `field_value` joined by underscores (`x_1`, `h_hashed`).
+fn index_name(key: &Document) -> String {
+    key.iter()
+        .map(|(field, value)| {
+            let kind = match value {
+                Bson::String(text) => text.clone(),
+                other => myriad_commands::request::integer_value(other).map_or_else(|| other.to_string(), |number| number.to_string()),
+            };
+            format!("{field}_{kind}")
+        })
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
+/// `count` chunks of equal ranges of the 64-bit hash space, in contiguous runs per shard.
+fn presplit_hashed(pattern: &ShardKeyPattern, shards: &[String], count: usize) -> Vec<Document> {
+    let count = count.max(1);
+    let bound = |value: Bson| -> Document {
+        pattern.fields().iter().enumerate().map(|(index, (name, _))| (name.clone(), if index == 0 { value.clone() } else { Bson::MinKey })).collect()
+    };
+    let span = (i128::from(i64::MAX) - i128::from(i64::MIN) + 1) / count as i128;
+    let mut bounds = vec![global_bound(pattern, Bson::MinKey)];
+    for index in 1..count {
+        let value = i128::from(i64::MIN) + span * index as i128;
+        bounds.push(bound(Bson::Int64(value as i64)));
+    }
+    bounds.push(global_bound(pattern, Bson::MaxKey));
+    bounds
+        .windows(2)
+        .enumerate()
+        .map(|(index, pair)| {
+            let shard = &shards[index * shards.len() / count];
+            doc! { "min": pair[0].clone(), "max": pair[1].clone(), "shard": shard }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presplit_chunks_tile_the_hash_space_evenly_over_shards() {
+        let pattern = ShardKeyPattern::from_document(&doc! { "h": "hashed" }).expect("pattern");
+        let shards = vec!["a".to_string(), "b".to_string()];
+        let chunks = presplit_hashed(&pattern, &shards, 4);
+        assert_eq!(chunks.len(), 4);
+        let owners: Vec<&str> = chunks.iter().map(|chunk| chunk.get_str("shard").unwrap_or_default()).collect();
+        assert_eq!(owners, ["a", "a", "b", "b"]);
+        assert_eq!(chunks[0].get_document("min").ok(), Some(&doc! { "h": Bson::MinKey }));
+        assert_eq!(chunks[2].get_document("min").ok(), Some(&doc! { "h": 0_i64 }));
+        assert_eq!(chunks[3].get_document("max").ok(), Some(&doc! { "h": Bson::MaxKey }));
+        assert_eq!(index_name(&doc! { "a": 1, "h": "hashed" }), "a_1_h_hashed");
+    }
+}

@@ -1,0 +1,78 @@
+//! A command as the router received it, and the body it forwards.
+
+use std::net::SocketAddr;
+
+use bson::{Bson, Document};
+
+use crate::error::{ClusterError, ClusterResult, INVALID_NAMESPACE};
+
+/// Fields meaningful only between a client and the router: sessions, cluster time, read
+/// preference, transactions and API version are not forwarded to shards (the router does
+/// not offer sessions; see docs/design.md).
+const CLIENT_ONLY_FIELDS: &[&str] = &[
+    "$db", "lsid", "$clusterTime", "$readPreference", "txnNumber", "autocommit", "startTransaction", "apiVersion", "apiStrict",
+    "apiDeprecationErrors", "$audit", "$client", "shardVersion", "databaseVersion",
+];
+
+pub struct RouterRequest {
+    pub db: String,
+    pub name: String,
+    pub body: Document,
+    pub connection_id: i64,
+    pub remote: Option<SocketAddr>,
+}
+
+impl RouterRequest {
+    pub fn new(db: String, body: Document, connection_id: i64, remote: Option<SocketAddr>) -> ClusterResult<RouterRequest> {
+        let name = body.keys().next().cloned().ok_or_else(|| ClusterError::bad_value("Empty command object"))?;
+        myriad_commands::request::validate_database_name(&db)?;
+        Ok(RouterRequest { db, name, body, connection_id, remote })
+    }
+
+    /// The collection named by the command's first field.
+    pub fn collection(&self) -> ClusterResult<String> {
+        match self.body.get(&self.name) {
+            Some(Bson::String(name)) => {
+                myriad_commands::request::validate_collection_name(name)?;
+                Ok(name.clone())
+            }
+            _ => Err(ClusterError::coded(INVALID_NAMESPACE, format!("collection name must be a string in '{}'", self.name))),
+        }
+    }
+
+    pub fn namespace(&self) -> ClusterResult<String> {
+        Ok(format!("{}.{}", self.db, self.collection()?))
+    }
+
+    /// The body sent to a shard: the command without the client-only fields.
+    pub fn forwarded_body(&self) -> Document {
+        forwarded(&self.body)
+    }
+
+    pub fn optional_document(&self, field: &str) -> ClusterResult<Option<&Document>> {
+        match self.body.get(field) {
+            None | Some(Bson::Null) => Ok(None),
+            Some(Bson::Document(document)) => Ok(Some(document)),
+            Some(_) => Err(ClusterError::coded(crate::error::TYPE_MISMATCH, format!("BSON field '{}.{field}' is the wrong type, expected type 'object'", self.name))),
+        }
+    }
+
+    /// A whole number field (int, long or integral double).
+    pub fn optional_integer(&self, field: &str) -> ClusterResult<Option<i64>> {
+        match self.body.get(field) {
+            None | Some(Bson::Null) => Ok(None),
+            Some(value) => myriad_commands::request::integer_value(value)
+                .map(Some)
+                .ok_or_else(|| ClusterError::coded(crate::error::TYPE_MISMATCH, format!("BSON field '{}.{field}' is the wrong type, expected a number", self.name))),
+        }
+    }
+
+    pub fn flag(&self, field: &str) -> bool {
+        self.body.get(field).and_then(myriad_commands::request::truthy).unwrap_or(false)
+    }
+}
+
+/// `body` without the client-only fields.
+pub fn forwarded(body: &Document) -> Document {
+    body.iter().filter(|(key, _)| !CLIENT_ONLY_FIELDS.contains(&key.as_str())).map(|(key, value)| (key.clone(), value.clone())).collect()
+}

@@ -1,0 +1,158 @@
+//! The router's one command table: every command a router answers, and the dispatcher.
+//! Commands on the `config` database's collections are reads of the catalog, forwarded to the
+//! config server as they are (so `sh.status()` and `db.getSiblingDB("config")` work).
+
+use std::sync::Arc;
+
+use bson::{doc, Document};
+
+use crate::error::{ClusterError, ClusterResult, COMMAND_NOT_FOUND};
+use crate::router::command;
+use crate::router::context::{RouterContext, RouterCounters};
+use crate::router::request::RouterRequest;
+
+pub struct RouterCommandSpec {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    /// Only accepted against the admin database.
+    pub admin_only: bool,
+    pub help: &'static str,
+}
+
+macro_rules! spec {
+    ($name:literal $(| $alias:literal)*, admin: $admin:literal, $help:literal) => {
+        RouterCommandSpec { name: $name, aliases: &[$($alias),*], admin_only: $admin, help: $help }
+    };
+}
+
+pub static COMMANDS: &[RouterCommandSpec] = &[
+    spec!("hello" | "isMaster" | "ismaster", admin: false, "Handshake: a router (msg: isdbgrid) and the wire limits."),
+    spec!("ping", admin: false, "Checks that the router answers."),
+    spec!("buildInfo" | "buildinfo", admin: false, "Version and build details."),
+    spec!("isdbgrid", admin: false, "Answers that this is a router."),
+    spec!("whatsmyuri", admin: false, "The client's own address."),
+    spec!("connectionStatus", admin: false, "Authentication state of this connection."),
+    spec!("getParameter", admin: true, "Reads router parameters."),
+    spec!("getCmdLineOpts", admin: true, "The options the router was started with."),
+    spec!("hostInfo", admin: false, "Host operating system and hardware."),
+    spec!("getLog", admin: true, "Recent log lines."),
+    spec!("listCommands", admin: false, "This list."),
+    spec!("serverStatus", admin: false, "Router figures, routing cache refreshes included."),
+    spec!("endSessions" | "killSessions" | "killAllSessions", admin: false, "Accepted; the router offers no sessions."),
+    spec!("addShard", admin: true, "Adds a shard to the cluster."),
+    spec!("listShards", admin: true, "Lists the cluster's shards."),
+    spec!("enableSharding", admin: true, "Creates a database's entry, optionally with its primary shard."),
+    spec!("shardCollection", admin: true, "Shards a collection by a ranged or hashed key."),
+    spec!("split", admin: true, "Splits a chunk at a key (middle), at its median (find) or between bounds."),
+    spec!("flushRouterConfig", admin: true, "Forgets cached routing tables (all, a database's or a collection's)."),
+    spec!("getShardVersion", admin: true, "A collection's version as this router knows it."),
+    spec!("balancerStatus", admin: true, "The balancer's state (off: no balancer exists yet)."),
+    spec!("find", admin: false, "Queries documents on the owning shards."),
+    spec!("getMore", admin: false, "Next batch of a router cursor."),
+    spec!("killCursors", admin: false, "Closes router cursors and their shard cursors."),
+    spec!("insert", admin: false, "Inserts documents on their owning shards."),
+    spec!("update", admin: false, "Updates documents on their owning shards."),
+    spec!("delete", admin: false, "Deletes documents on their owning shards."),
+    spec!("findAndModify" | "findandmodify", admin: false, "Updates or removes one document and returns it."),
+    spec!("count", admin: false, "Counts matching documents over the owning shards."),
+    spec!("distinct", admin: false, "Distinct values over the owning shards."),
+    spec!("aggregate", admin: false, "Runs a pipeline on the shards and merges on the router."),
+    spec!("create", admin: false, "Creates a collection on its database's primary shard."),
+    spec!("drop", admin: false, "Drops a collection everywhere."),
+    spec!("dropDatabase", admin: false, "Drops a database everywhere."),
+    spec!("createIndexes", admin: false, "Builds indexes on every shard holding the collection."),
+    spec!("dropIndexes" | "deleteIndexes", admin: false, "Drops indexes on every shard holding the collection."),
+    spec!("listIndexes", admin: false, "Lists a collection's indexes."),
+    spec!("listCollections", admin: false, "Lists a database's collections."),
+    spec!("listDatabases", admin: true, "Lists databases over every shard."),
+    spec!("collMod", admin: false, "Changes a collection's options on every shard holding it."),
+    spec!("renameCollection", admin: true, "Renames an unsharded collection."),
+    spec!("collStats", admin: false, "Collection statistics summed over shards."),
+    spec!("dbStats" | "dbstats", admin: false, "Database statistics summed over shards."),
+];
+
+pub fn find_command(name: &str) -> Option<&'static RouterCommandSpec> {
+    COMMANDS.iter().find(|spec| spec.name == name || spec.aliases.contains(&name))
+}
+
+/// Commands that read catalog collections when run on the `config` database.
+const CATALOG_READS: &[&str] = &["find", "getMore", "killCursors", "aggregate", "count", "distinct", "listCollections", "listIndexes"];
+
+/// Runs one command and always returns a reply body (errors become `ok: 0` replies).
+pub async fn run(context: &Arc<RouterContext>, request: RouterRequest) -> Document {
+    RouterCounters::add(&context.counters.command, 1);
+    match dispatch(context, &request).await {
+        Ok(mut reply) => {
+            if !reply.contains_key("ok") {
+                reply.insert("ok", 1.0);
+            }
+            reply
+        }
+        Err(error) => error.to_reply(),
+    }
+}
+
+async fn dispatch(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    let Some(spec) = find_command(&request.name) else {
+        return Err(ClusterError::coded(COMMAND_NOT_FOUND, format!("no such command: '{}'", request.name)));
+    };
+    if spec.admin_only && request.db != "admin" {
+        return Err(ClusterError::coded(13, format!("{} may only be run against the admin database.", spec.name)));
+    }
+    if request.db == "config" && CATALOG_READS.contains(&spec.name) {
+        return context.config.command("config", request.forwarded_body()).await;
+    }
+    match spec.name {
+        "hello" => command::handshake::hello(request),
+        "ping" => Ok(doc! {}),
+        "buildInfo" => Ok(command::handshake::build_info()),
+        "isdbgrid" => Ok(doc! { "isdbgrid": 1, "hostname": &context.address }),
+        "whatsmyuri" => Ok(doc! { "you": request.remote.map(|remote| remote.to_string()).unwrap_or_default() }),
+        "connectionStatus" => Ok(doc! { "authInfo": { "authenticatedUsers": [], "authenticatedUserRoles": [] } }),
+        "getParameter" => Ok(command::handshake::get_parameter(request)),
+        "getCmdLineOpts" => Ok(command::handshake::get_cmd_line_opts(context)),
+        "hostInfo" => Ok(command::handshake::host_info()),
+        "getLog" => Ok(command::handshake::get_log(context, request)),
+        "listCommands" => Ok(command::handshake::list_commands()),
+        "serverStatus" => Ok(command::handshake::server_status(context)),
+        "endSessions" => Ok(doc! {}),
+        "addShard" => command::admin::add_shard(context, request).await,
+        "listShards" => command::admin::list_shards(context).await,
+        "enableSharding" => command::admin::enable_sharding(context, request).await,
+        "shardCollection" => command::shard_collection::run(context, request).await,
+        "split" => command::split::run(context, request).await,
+        "flushRouterConfig" => command::admin::flush_router_config(context, request),
+        "getShardVersion" => command::admin::get_shard_version(context, request).await,
+        "balancerStatus" => Ok(command::admin::balancer_status()),
+        "find" => command::find::run(context, request).await,
+        "getMore" => command::find::get_more(context, request).await,
+        "killCursors" => command::find::kill_cursors(context, request),
+        "insert" => command::insert::run(context, request).await,
+        "update" => command::update::run(context, request).await,
+        "delete" => command::delete::run(context, request).await,
+        "findAndModify" => command::find_and_modify::run(context, request).await,
+        "count" => command::count::run(context, request).await,
+        "distinct" => command::distinct::run(context, request).await,
+        "aggregate" => command::aggregate::run(context, request).await,
+        "create" | "collMod" => command::ddl::on_holders(context, request).await,
+        "drop" => command::ddl::drop(context, request).await,
+        "dropDatabase" => command::ddl::drop_database(context, request).await,
+        "createIndexes" => command::ddl::create_indexes(context, request).await,
+        "dropIndexes" => command::ddl::on_holders(context, request).await,
+        "listIndexes" => command::ddl::list_indexes(context, request).await,
+        "listCollections" => command::ddl::list_collections(context, request).await,
+        "listDatabases" => command::ddl::list_databases(context, request).await,
+        "renameCollection" => command::ddl::rename_collection(context, request).await,
+        "collStats" => command::ddl::coll_stats(context, request).await,
+        "dbStats" => command::ddl::db_stats(context, request).await,
+        other => Err(ClusterError::internal(format!("{other} is in the table without a handler"))),
+    }
+}
+
+/// `listCommands` body.
+pub fn describe_commands() -> Document {
+    COMMANDS
+        .iter()
+        .map(|spec| (spec.name.to_string(), bson::Bson::Document(doc! { "help": spec.help, "adminOnly": spec.admin_only, "requiresAuth": false, "secondaryOk": true })))
+        .collect()
+}

@@ -1,0 +1,123 @@
+//! The shard role (`myriad --shardsvr`): a standalone node that checks the shard version of
+//! every versioned request against its own routing snapshot, answers StaleConfig when they
+//! differ, refreshes from the config server incrementally, and hides the documents it holds
+//! but does not own (orphans) from versioned reads.
+//!
+//! Invariants:
+//! - A versioned command runs only if the version it carries equals this shard's version of
+//!   the collection (same epoch and timestamp, same `major|minor`); otherwise it is refused
+//!   with StaleConfig before anything runs, so a router may always retry it.
+//! - The check and the ownership filter come from one snapshot, held by the command and by
+//!   the cursors it opens.
+//! - The version check never waits for a refresh: a needed refresh runs in the background,
+//!   at most one per namespace at a time.
+//! - The shard's identity (name, config server) comes from `admin.system.version`'s
+//!   `shardIdentity` document, written once by `addShard`; a different identity is refused
+//!   (InconsistentShardIdentity, 154).
+
+pub mod filter;
+mod state;
+
+use std::sync::Arc;
+
+use bson::{doc, Bson, Document};
+use myriad_commands::backend::ContractBackend;
+use myriad_commands::log::Logger;
+use myriad_commands::role::{with_ownership_filter, OwnershipFilter, RoleHook, TableRunner};
+use myriad_commands::{CommandRequest, CommandResult, Reply, ServerContext, ServerOptions};
+use myriad_storage::Engine;
+
+use crate::error::{ClusterError, ClusterResult};
+use crate::version::ShardVersion;
+
+pub use state::{ShardIdentity, ShardingState};
+
+/// The hook a shard's context runs every command through.
+pub struct ShardRole {
+    state: Arc<ShardingState>,
+}
+
+impl ShardRole {
+    /// The node's context with the orphan filter in its backend and the shard role installed;
+    /// resumes the shard identity a previous `addShard` stored.
+    pub fn install(engine: Arc<Engine>, options: ServerOptions, logger: Logger, runtime: tokio::runtime::Handle) -> ClusterResult<Arc<ServerContext>> {
+        let backend = Arc::new(ContractBackend::new(Arc::new(filter::FilteringBackend::new(engine))));
+        let context = Arc::new(ServerContext::with_backend(backend, options, logger));
+        let state = ShardingState::new(runtime, Arc::downgrade(&context));
+        let _ = context.role.set(Arc::new(ShardRole { state: Arc::clone(&state) }));
+        state.resume(&context)?;
+        Ok(context)
+    }
+}
+
+impl RoleHook for ShardRole {
+    fn run(&self, context: &ServerContext, request: &CommandRequest, table: TableRunner<'_>) -> CommandResult<Reply> {
+        if let Some(reply) = self.internal_command(context, request) {
+            let mut reply = reply?;
+            reply.insert("ok", 1.0);
+            return Ok(Reply::Document(reply));
+        }
+        let Some(version) = request.body.get("shardVersion") else {
+            return table(request);
+        };
+        let received = ShardVersion::parse(version)?;
+        let stripped = strip_routing_fields(request);
+        let namespace = match stripped.first_value() {
+            Some(Bson::String(collection)) => format!("{}.{collection}", stripped.db),
+            _ => return table(&stripped),
+        };
+        let filter = self.state.check_version(&namespace, &received)?;
+        let filter = filter.map(|filter| filter as Arc<dyn OwnershipFilter>);
+        with_ownership_filter(filter, || table(&stripped))
+    }
+}
+
+impl ShardRole {
+    /// The shard's own commands; None for everything else.
+    fn internal_command(&self, context: &ServerContext, request: &CommandRequest) -> Option<CommandResult<Document>> {
+        let body = &request.body;
+        let result = match request.name.as_str() {
+            "_addShard" => self.state.add_shard(context, body),
+            "_shardsvrIdentity" => Ok(self.state.describe()),
+            "_flushRoutingTableCacheUpdates" => match body.get_str("_flushRoutingTableCacheUpdates") {
+                Ok(namespace) => self.state.flush(namespace),
+                Err(_) => Err(ClusterError::bad_value("'_flushRoutingTableCacheUpdates' must be a namespace string")),
+            },
+            "getShardVersion" => match body.get_str("getShardVersion") {
+                Ok(namespace) => self.state.shard_version_reply(namespace),
+                Err(_) => Err(ClusterError::bad_value("'getShardVersion' must be a namespace string")),
+            },
+            "_shardsvrChunkMedian" => state::chunk_median(context, body),
+            _ => return None,
+        };
+        Some(result.map_err(Into::into))
+    }
+}
+
+/// The request without the routing fields a router adds (`shardVersion`, `databaseVersion`),
+/// which no command handler accepts.
+fn strip_routing_fields(request: &CommandRequest) -> CommandRequest {
+    let mut body = (*request.body).clone();
+    body.remove("shardVersion");
+    body.remove("databaseVersion");
+    CommandRequest {
+        db: request.db.clone(),
+        name: request.name.clone(),
+        body: Arc::new(body),
+        connection: request.connection.clone(),
+        duplicate_fields: request.duplicate_fields.clone(),
+    }
+}
+
+/// `{ns, vReceived, vWanted?, shardId}`: what a StaleConfig reply carries.
+pub fn stale_config(namespace: &str, received: &ShardVersion, wanted: Option<&ShardVersion>, shard: &str) -> ClusterError {
+    let mut extra = doc! { "ns": namespace, "vReceived": received.to_document(), "shardId": shard };
+    if let Some(wanted) = wanted {
+        extra.insert("vWanted", wanted.to_document());
+    }
+    let wanted_text = wanted.map_or_else(|| "unknown".to_string(), ToString::to_string);
+    ClusterError::StaleConfig {
+        message: format!("version mismatch detected for {namespace}: received {received}, this shard has {wanted_text}"),
+        extra,
+    }
+}
