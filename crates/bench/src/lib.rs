@@ -10,6 +10,7 @@ pub mod idealo;
 pub mod many_collections;
 pub mod ops;
 pub mod routing;
+pub mod writes;
 mod server;
 
 /// Axis labels for the SVG plots: 1500 -> "1.5k", 2000000 -> "2M", 20 -> "20".

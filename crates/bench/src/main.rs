@@ -27,6 +27,10 @@ enum BenchCommand {
     /// The idealo query ({productId, siteId, segments}) with single-field indexes, then with the
     /// compound index: examined counts, examined/returned and latency side by side.
     Idealo(myriad_bench::idealo::IdealoArgs),
+    /// The write path against its ceilings: insertMany against raw RocksDB WriteBatches,
+    /// insert_one (w:1 and j:true) against ping, a 4 MB document with and without zstd on the
+    /// wire, and a reader's p99 during a mass TTL expiry, throttled or not.
+    Writes(myriad_bench::writes::WritesArgs),
     /// Each block compressor on a JSON-like dataset: size, storageSize and their ratio after a
     /// flush and after a compaction, and the load rate as a ratio to no compression.
     Compression(myriad_bench::compression::CompressionArgs),
@@ -39,6 +43,7 @@ fn main() -> ExitCode {
         BenchCommand::ManyCollections(arguments) => myriad_bench::many_collections::run(&arguments),
         BenchCommand::Ops(arguments) => myriad_bench::ops::run(&arguments),
         BenchCommand::Idealo(arguments) => myriad_bench::idealo::run(&arguments),
+        BenchCommand::Writes(arguments) => myriad_bench::writes::run(&arguments),
         BenchCommand::Compression(arguments) => myriad_bench::compression::run(&arguments),
     };
     match result {

@@ -1,5 +1,7 @@
 //! Crashes: acknowledged writes survive kill -9; journaled (`j: true`, `w: "majority"`) writes
-//! survive a simulated power loss, unsynced ones do not; a clean SIGTERM exits 0.
+//! survive a simulated power loss, unsynced ones do not, and journaled inserts from many
+//! clients whose syncs are grouped survive a power loss in the middle of their stream; a clean
+//! SIGTERM exits 0.
 
 mod common;
 mod power_loss;
@@ -257,6 +259,99 @@ async fn check_last_catalog_changes(database: &Database, acknowledged: &BTreeSet
             .expect("read through the last index");
         assert_eq!(through_index.len(), per_writer, "documents of writer {writer} through {LAST_INDEX}");
     }
+}
+
+/// Group commit: many clients insert one document at a time with `j: true` into one
+/// collection (so their WAL syncs are shared), and the power goes out while they are still
+/// writing. Every insert acknowledged before the cut is there after it; nothing appears that
+/// was never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journaled_inserts_from_many_clients_survive_power_loss_mid_stream() {
+    const CLIENTS: i64 = 16;
+    /// Acknowledged inserts after which the power goes out (the clients are still writing).
+    const ACKNOWLEDGED_BEFORE_CUT: usize = 800;
+    let shim = power_loss::Shim::build();
+    let mut builder = TestServer::builder();
+    for (name, value) in shim.environment() {
+        builder = builder.environment(&name, &value);
+    }
+    let mut server = builder.start();
+    {
+        let client = server.client().await;
+        let database = client.database(DATABASE);
+        database.create_collection("grouped").write_concern(journaled()).await.expect("journaled create");
+    }
+    let killer = server.killer().expect("running server");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let acknowledged = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::new()));
+    let mut writers = Vec::new();
+    for writer in 0..CLIENTS {
+        // One client (and connection) each, without retries: a write in flight at the cut fails.
+        let mut options = mongodb::options::ClientOptions::parse(server.uri()).await.expect("uri parses");
+        options.retry_writes = Some(false);
+        options.max_pool_size = Some(1);
+        options.server_selection_timeout = Some(std::time::Duration::from_secs(2));
+        let client = mongodb::Client::with_options(options).expect("client");
+        let (stop, acknowledged) = (stop.clone(), acknowledged.clone());
+        writers.push(tokio::spawn(async move {
+            let collection = client.database(DATABASE).collection::<Document>("grouped");
+            let mut sent = Vec::new();
+            for sequence in 0.. {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let id = writer * 1_000_000 + sequence;
+                sent.push(id);
+                let inserted = collection.insert_one(doc! { "_id": id, "writer": writer }).write_concern(journaled()).await;
+                match inserted {
+                    Ok(_) => {
+                        let mut acknowledged = acknowledged.lock().expect("acknowledged set");
+                        acknowledged.insert(id);
+                        // The power goes out the moment the acknowledgement arrives, while the
+                        // other clients' writes and syncs are in flight.
+                        if acknowledged.len() == ACKNOWLEDGED_BEFORE_CUT {
+                            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                            killer.kill();
+                        }
+                    }
+                    Err(error) => {
+                        assert!(stop.load(std::sync::atomic::Ordering::SeqCst), "journaled insert failed before the cut: {error}");
+                        break;
+                    }
+                }
+            }
+            sent
+        }));
+    }
+    let mut sent = BTreeSet::new();
+    for writer in writers {
+        sent.extend(writer.await.expect("writer task"));
+    }
+    server.kill_hard();
+    let acknowledged = acknowledged.lock().expect("acknowledged set").clone();
+    let outcome = power_loss::cut_to_durable(server.data_path(), &shim.log_path());
+    eprintln!("{outcome}");
+    server.restart();
+    let client = server.client().await;
+    let collection = client.database(DATABASE).collection::<Document>("grouped");
+    let found: BTreeSet<i64> = collection
+        .find(doc! {})
+        .projection(doc! { "_id": 1 })
+        .await
+        .expect("find")
+        .try_collect::<Vec<Document>>()
+        .await
+        .expect("read")
+        .iter()
+        .map(|document| document.get_i64("_id").expect("integer _id"))
+        .collect();
+    let missing: Vec<&i64> = acknowledged.difference(&found).collect();
+    let never_sent: Vec<&i64> = found.difference(&sent).collect();
+    eprintln!("{} acknowledged, {} sent, {} found after the cut", acknowledged.len(), sent.len(), found.len());
+    assert!(missing.is_empty(), "{} acknowledged journaled inserts lost (first: {:?})", missing.len(), &missing[..missing.len().min(10)]);
+    assert!(never_sent.is_empty(), "documents never sent are present: {:?}", &never_sent[..never_sent.len().min(10)]);
+    assert_eq!(collection.count_documents(doc! {}).await.expect("count") as usize, found.len(), "the count matches the documents");
+    assert_valid(&client.database(DATABASE), "grouped").await;
 }
 
 async fn assert_valid(database: &Database, collection: &str) {

@@ -6,15 +6,19 @@
 //!   [`PreparedWrite`]: the one RocksDB WriteBatch that makes it durable (records, index
 //!   entries and counter merges) and the operation records that describe it, shaped like
 //!   MongoDB's oplog entries (`op`, `ns`, `ui`, `o`, `o2`).
-//! - [`WriteTransaction::apply`] writes the batch (synced for `j: true`) and then derives the
-//!   in-memory state from the prepared write alone: the collection's record-id counter moves
-//!   to the highest id the write allocated. Nothing in memory changes for a write that is
-//!   never applied.
+//! - [`WriteTransaction::apply`] writes the batch (never synced under the stripe) and then
+//!   derives the in-memory state from the prepared write alone: the collection's record-id
+//!   counter moves to the highest id the write allocated. Nothing in memory changes for a
+//!   write that is never applied. For `j: true` it then releases the stripe and waits for a
+//!   WAL sync covering the write (group commit, `journal.rs`) before returning.
 //!
 //! Invariants: `prepare` reads and changes nothing; `apply` is the only place a data write
 //! reaches RocksDB and the only place the record-id counter advances; both run under the
-//! stripe, so no other writer of the collection sees a state between them. A Raft log will
-//! carry the operation records between the two steps; change streams will read them.
+//! stripe, so no other writer of the collection sees a state between them. No fsync runs
+//! under a stripe: a journaled write is visible once written (as MongoDB's), and its `apply`
+//! returns only once a sync that began after the write was published has succeeded, so no
+//! reply acknowledges a journaled write before it is durable. A Raft log will carry the
+//! operation records between the two steps; change streams will read them.
 
 use bson::{doc, spec::BinarySubtype, Binary, Bson, Document, RawDocument, RawDocumentBuf};
 use rocksdb::{WriteBatch, WriteOptions};
@@ -188,16 +192,18 @@ impl WriteTransaction<'_> {
         Ok(())
     }
 
-    /// Writes a prepared write of this transaction (WAL fsynced first for
-    /// `Durability::Journaled`), then derives the in-memory state from it. Returns its
-    /// operation records.
+    /// Writes a prepared write of this transaction, then derives the in-memory state from it.
+    /// For `Durability::Journaled`, then releases the stripe and returns once a WAL sync
+    /// (shared with concurrent journaled writes) made the write durable. Returns its operation
+    /// records.
     pub fn apply(mut self, prepared: PreparedWrite, durability: Durability) -> Result<Vec<OperationRecord>, StorageError> {
         if self.operations == 0 {
             return Ok(Vec::new());
         }
-        let mut write_options = WriteOptions::default();
-        write_options.set_sync(durability == Durability::Journaled);
-        self.engine.db.write_opt(prepared.batch, &write_options)?;
+        let engine = self.engine;
+        engine.db.write_opt(prepared.batch, &WriteOptions::default())?;
+        // Published once write_opt returned: at least this write's own sequence number.
+        let written_through = engine.db.latest_sequence_number();
         if let Some((prefix, allocated)) = prepared.allocated {
             let counter = self.stripe.last_record_ids.entry(prefix).or_insert(allocated);
             assert!(*counter <= allocated, "record ids go backwards: counter {counter}, allocated {allocated}");
@@ -212,6 +218,12 @@ impl WriteTransaction<'_> {
         }
         // Under the stripe: an observer sees one collection's writes in commit order.
         self.engine.observe(&prepared.operations);
+        // The stripe is released before the wait, so the next writers of the collection write
+        // meanwhile and the next sync covers them all.
+        drop(self);
+        if durability == Durability::Journaled {
+            engine.journal.wait_durable(&engine.db, written_through)?;
+        }
         Ok(prepared.operations)
     }
 

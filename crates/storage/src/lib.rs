@@ -65,7 +65,7 @@ pub use error::StorageError;
 pub use index_build::ResumedBuilds;
 pub use index_scan::IndexValuesEntry;
 pub use index::{hashed_index_value, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
-pub use options::{rocksdb_options, EngineOptions};
+pub use options::{rocksdb_options, EngineOptions, RocksDbOptions};
 pub use compression::{is_supported as is_block_compressor_supported, requested_block_compressor, BlockCompressor, DEFAULT_BLOCK_COMPRESSOR};
 pub use commit::{OperationKind, OperationObserver, OperationRecord, PreparedWrite};
 pub use ttl::{expire_after_seconds_number, TtlIndex};

@@ -184,3 +184,29 @@ pub(crate) fn family_options(kind: FamilyKind, cache: &Cache, options: &EngineOp
     }
     family
 }
+
+/// Every fixed column family with its options, in the order the engine opens them.
+pub(crate) fn column_families(cache: &Cache, options: &EngineOptions) -> Vec<(&'static str, Options)> {
+    use crate::engine::{FAMILY_CATALOG, FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_LOCAL_RECORDS, FAMILY_RECORDS, FAMILY_STATS};
+    let kinds = [
+        (FAMILY_CATALOG, FamilyKind::Catalog),
+        (FAMILY_RECORDS, FamilyKind::Records),
+        (FAMILY_INDEXES, FamilyKind::Indexes),
+        (FAMILY_STATS, FamilyKind::Stats),
+        (FAMILY_LOCAL_RECORDS, FamilyKind::LocalRecords),
+        (FAMILY_LOCAL_INDEXES, FamilyKind::LocalIndexes),
+    ];
+    let explicit = BlockCompressor::ALL.map(|compressor| (compressor.family_name(), FamilyKind::ExplicitRecords(compressor)));
+    kinds.into_iter().chain(explicit).map(|(name, kind)| (name, family_options(kind, cache, options))).collect()
+}
+
+/// The DB-wide options, and every column family's name and options.
+pub type RocksDbOptions = (Options, Vec<(&'static str, Options)>);
+
+/// The DB-wide options and every column family's, exactly as [`crate::Engine::open`] opens
+/// them (with a block cache of the options' capacity): for programs that measure RocksDB
+/// itself with the engine's settings, such as the write ceiling of `myriad-bench writes`.
+pub fn rocksdb_options(options: &EngineOptions) -> Result<RocksDbOptions, crate::StorageError> {
+    let cache = Cache::new_lru_cache(options.block_cache_size_bytes)?;
+    Ok((database_options(options), column_families(&cache, options)))
+}

@@ -156,6 +156,12 @@ impl TestServer {
         status.code()
     }
 
+    /// A handle that SIGKILLs the server from any task, at the very moment it is used (the
+    /// process is reaped by the next `kill_hard` or `restart`).
+    pub fn killer(&self) -> Option<ServerKiller> {
+        self.child.as_ref().map(|child| ServerKiller { pid: child.id() })
+    }
+
     /// Starts again on the same data directory.
     pub fn restart(&mut self) {
         self.kill_hard();
@@ -164,6 +170,22 @@ impl TestServer {
 
     pub fn files_under_data_path(&self) -> usize {
         count_files(self.data_directory.path())
+    }
+}
+
+/// Sends SIGKILL to a running test server (see [`TestServer::killer`]).
+#[derive(Clone, Copy)]
+pub struct ServerKiller {
+    pid: u32,
+}
+
+impl ServerKiller {
+    pub fn kill(self) {
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions; the child
+        // is not reaped until the TestServer waits for it, so the pid cannot be reused first.
+        unsafe {
+            libc_kill(self.pid as i32, 9);
+        }
     }
 }
 

@@ -1,0 +1,172 @@
+//! Group commit of journaled writes (docs/design.md, "Group commit").
+//!
+//! A `j: true` write is written to the WAL without a sync, under its collection's stripe, and
+//! is visible from then on (as MongoDB makes a `j: true` write visible before its journal
+//! flush). The writer then releases the stripe and waits here until a WAL sync covers the
+//! write's sequence number. One waiter at a time syncs (the leader, with `flush_wal(true)`,
+//! RocksDB's SyncWAL: an fdatasync of every WAL file up to the current one); writes that
+//! arrive meanwhile wait, and the next sync covers all of them at once.
+//!
+//! Invariants:
+//! - `durable_sequence` only grows, and only to a value read before a sync that succeeded
+//!   began. RocksDB publishes a sequence number (`latest_sequence_number`) only after the
+//!   write's WAL record is in the file, so every write at or below that value was in the file
+//!   before the sync started, and the sync made it durable.
+//! - A writer waits for a sequence number read after its own write returned, so at least its
+//!   own; nothing returns before `durable_sequence` reaches it.
+//! - At most one sync runs at a time (`syncing`). A waiter sleeps on the condition variable
+//!   (no spinning) through at most the sync in progress and the one after it: that next sync
+//!   began after the waiter's write was published, so either it covers the write or the
+//!   waiter itself leads it.
+//! - A failed sync raises nothing in memory; its leader returns the error, and a waiter it
+//!   would have covered leads the next sync, which fails or succeeds for itself.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::{Condvar, Mutex};
+use rocksdb::DB;
+
+use crate::StorageError;
+
+#[derive(Default)]
+struct JournalState {
+    /// Every write whose sequence number is at or below this is in a synced WAL.
+    durable_sequence: u64,
+    /// A leader is syncing the WAL now.
+    syncing: bool,
+}
+
+/// The WAL syncs of journaled writes, grouped.
+#[derive(Default)]
+pub(crate) struct JournalSync {
+    state: Mutex<JournalState>,
+    /// Signalled after every sync, successful or not.
+    synced: Condvar,
+    /// WAL syncs performed.
+    syncs: AtomicU64,
+    /// Waits for durability (journaled writes and journaled DDL).
+    waits: AtomicU64,
+    /// Waits that found their write already covered, or were covered by another's sync.
+    waits_covered_by_others: AtomicU64,
+}
+
+/// Resets `syncing` and wakes the waiters when the leader leaves, even by a panic, so no
+/// waiter can sleep forever behind a sync that will never finish.
+struct LeaderGuard<'j> {
+    journal: &'j JournalSync,
+    /// The sequence number the sync covers once it succeeded.
+    covered: Option<u64>,
+}
+
+impl Drop for LeaderGuard<'_> {
+    fn drop(&mut self) {
+        let mut state = self.journal.state.lock();
+        state.syncing = false;
+        if let Some(covered) = self.covered {
+            state.durable_sequence = state.durable_sequence.max(covered);
+        }
+        drop(state);
+        self.journal.synced.notify_all();
+    }
+}
+
+impl JournalSync {
+    /// Returns once every write with a sequence number at or below `sequence` is in a synced
+    /// WAL, syncing it if no other thread is; the caller holds no lock stripe.
+    pub(crate) fn wait_durable(&self, db: &DB, sequence: u64) -> Result<(), StorageError> {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        let mut state = self.state.lock();
+        loop {
+            if state.durable_sequence >= sequence {
+                self.waits_covered_by_others.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            if !state.syncing {
+                break;
+            }
+            self.synced.wait(&mut state);
+        }
+        state.syncing = true;
+        drop(state);
+        let mut leader = LeaderGuard { journal: self, covered: None };
+        // Read before the sync starts: every write published by now is in the WAL file.
+        let target = db.latest_sequence_number();
+        assert!(target >= sequence, "a write's sequence number {sequence} is beyond the published {target}");
+        db.flush_wal(true)?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        leader.covered = Some(target);
+        Ok(())
+    }
+
+    /// Makes every write published so far durable (journaled DDL, `Engine::sync_wal`).
+    pub(crate) fn sync_published(&self, db: &DB) -> Result<(), StorageError> {
+        self.wait_durable(db, db.latest_sequence_number())
+    }
+
+    /// (syncs, waits, waits covered by another's sync) for serverStatus.
+    pub(crate) fn counters(&self) -> (u64, u64, u64) {
+        (
+            self.syncs.load(Ordering::Relaxed),
+            self.waits.load(Ordering::Relaxed),
+            self.waits_covered_by_others.load(Ordering::Relaxed),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(directory: &std::path::Path) -> DB {
+        let mut options = rocksdb::Options::default();
+        options.create_if_missing(true);
+        DB::open(&options, directory).unwrap()
+    }
+
+    #[test]
+    fn a_published_write_is_durable_after_the_wait_and_later_waits_are_covered() {
+        let directory = tempfile::tempdir().unwrap();
+        let db = open(directory.path());
+        let journal = JournalSync::default();
+        db.put(b"a", b"1").unwrap();
+        let first = db.latest_sequence_number();
+        journal.wait_durable(&db, first).unwrap();
+        assert_eq!(journal.counters().0, 1);
+        assert!(journal.state.lock().durable_sequence >= first);
+        // Already covered: no second sync.
+        journal.wait_durable(&db, first).unwrap();
+        assert_eq!(journal.counters(), (1, 2, 1));
+        db.put(b"b", b"2").unwrap();
+        journal.sync_published(&db).unwrap();
+        assert_eq!(journal.counters().0, 2);
+        assert!(journal.state.lock().durable_sequence > first);
+    }
+
+    /// Many writers: each returns only once its own sequence number is covered, and the syncs
+    /// are shared (fewer syncs than waits is allowed, never more).
+    #[test]
+    fn concurrent_waiters_each_end_covered() {
+        let directory = tempfile::tempdir().unwrap();
+        let db = open(directory.path());
+        let journal = JournalSync::default();
+        const THREADS: usize = 8;
+        const WRITES: usize = 50;
+        std::thread::scope(|scope| {
+            for thread in 0..THREADS {
+                let (db, journal) = (&db, &journal);
+                scope.spawn(move || {
+                    for write in 0..WRITES {
+                        db.put(format!("{thread}-{write}"), b"x").unwrap();
+                        let sequence = db.latest_sequence_number();
+                        journal.wait_durable(db, sequence).unwrap();
+                        assert!(journal.state.lock().durable_sequence >= sequence);
+                    }
+                });
+            }
+        });
+        let (syncs, waits, _) = journal.counters();
+        assert_eq!(waits, (THREADS * WRITES) as u64);
+        assert!(syncs >= 1 && syncs <= waits, "{syncs} syncs for {waits} waits");
+        assert!(!journal.state.lock().syncing);
+    }
+}
