@@ -151,3 +151,90 @@ def test_current_op_and_kill_op_of_ones_own_operations(server, root):
         with pytest.raises(OperationFailure) as unauthenticated:
             anonymous.admin.command({"currentOp": 1, "$ownOps": True})
         assert unauthenticated.value.code == 13
+
+
+# (role, role database) -> the probes it may run, in PROBES order:
+# find, insert, createIndexes, dbStats, createUser, serverStatus, listDatabases of all, find elsewhere.
+ROLE_TABLE = {
+    ("read", "authz_roles"):                 [True, False, False, True, False, False, False, False],
+    ("readWrite", "authz_roles"):            [True, True, True, True, False, False, False, False],
+    ("dbAdmin", "authz_roles"):              [False, False, True, True, False, False, False, False],
+    ("dbOwner", "authz_roles"):              [True, True, True, True, True, False, False, False],
+    ("userAdmin", "authz_roles"):            [False, False, False, False, True, False, False, False],
+    ("clusterMonitor", "admin"):             [False, False, False, True, False, True, True, False],
+    ("clusterAdmin", "admin"):               [False, False, False, True, False, True, True, False],
+    ("readAnyDatabase", "admin"):            [True, False, False, True, False, False, True, True],
+    ("readWriteAnyDatabase", "admin"):       [True, True, True, True, False, False, True, True],
+    ("userAdminAnyDatabase", "admin"):       [False, False, False, False, True, False, True, False],
+    ("dbAdminAnyDatabase", "admin"):         [False, False, True, True, False, False, True, False],
+    ("backup", "admin"):                     [True, False, False, True, False, True, True, True],
+    ("restore", "admin"):                    [False, True, True, False, True, False, True, False],
+    ("root", "admin"):                       [True, True, True, True, True, True, True, True],
+}
+
+
+def _probes(client, role):
+    here = client.authz_roles
+    return [
+        lambda: here.items.find_one(),
+        lambda: here.items.insert_one({"by": role}),
+        lambda: here.items.create_index("by"),
+        lambda: here.command("dbStats"),
+        lambda: here.command("createUser", f"made_by_{role}", pwd="p", roles=[]),
+        lambda: client.admin.command("serverStatus"),
+        lambda: client.admin.command("listDatabases", authorizedDatabases=False),
+        lambda: client.authz_elsewhere.items.find_one(),
+    ]
+
+
+def test_each_builtin_role_allows_and_refuses_its_commands(server, root):
+    root.authz_roles.items.insert_one({"seed": 1})
+    root.authz_elsewhere.items.insert_one({"seed": 1})
+    for (role, role_db), expected in ROLE_TABLE.items():
+        user = f"role_{role}"
+        root.admin.command("createUser", user, pwd="pw", roles=[{"role": role, "db": role_db}])
+        with login(server, user) as client:
+            for index, (probe, allowed) in enumerate(zip(_probes(client, role), expected)):
+                if allowed:
+                    probe()
+                    continue
+                with pytest.raises(OperationFailure) as refused:
+                    probe()
+                assert refused.value.code == 13, f"{role}: probe {index} answered {refused.value}"
+
+
+def test_cursors_belong_to_the_user_that_opened_them(server, root):
+    root.authz_cursors.items.insert_many([{"n": n} for n in range(5)])
+    for user in ("owner", "other"):
+        root.admin.command("createUser", user, pwd="pw", roles=[{"role": "read", "db": "authz_cursors"}])
+    with login(server, "owner") as owner, login(server, "other") as other:
+        with owner.start_session() as session:
+            opened = owner.authz_cursors.command("find", "items", batchSize=1, session=session)
+            cursor = Int64(opened["cursor"]["id"])
+            assert cursor != 0
+            for command in ({"getMore": cursor, "collection": "items"}, {"killCursors": "items", "cursors": [cursor]}):
+                with pytest.raises(OperationFailure) as refused:
+                    other.authz_cursors.command(command)
+                assert refused.value.code == 13
+            rest = owner.authz_cursors.command("getMore", cursor, collection="items", session=session)
+            assert len(rest["cursor"]["nextBatch"]) == 4
+
+
+def test_the_localhost_exception_creates_the_first_admin_user_only():
+    fresh = Server(("--auth",))
+    try:
+        with connect(fresh) as anonymous:
+            with pytest.raises(OperationFailure) as elsewhere:
+                anonymous.shop.command("createUser", "early", pwd="p", roles=[])
+            assert elsewhere.value.code == 13
+            with pytest.raises(OperationFailure) as reading:
+                anonymous.shop.items.find_one()
+            assert reading.value.code == 13
+            anonymous.admin.command("createUser", "first", pwd="p", roles=["userAdminAnyDatabase"])
+            with pytest.raises(OperationFailure) as second:
+                anonymous.admin.command("createUser", "second", pwd="p", roles=[])
+            assert second.value.code == 13
+        with connect(fresh, username="first", password="p") as first:
+            first.admin.command("createUser", "second", pwd="p", roles=[])
+    finally:
+        fresh.stop()

@@ -65,10 +65,15 @@ def certificates():
     client_key = ec.generate_private_key(ec.SECP256R1())
     client = _certificate("test client", "Myriad test CA", client_key.public_key(), ca_key,
                           purpose=ExtendedKeyUsageOID.CLIENT_AUTH)
+    other_ca_key = ec.generate_private_key(ec.SECP256R1())
+    untrusted_key = ec.generate_private_key(ec.SECP256R1())
+    untrusted = _certificate("stranger", "Unknown CA", untrusted_key.public_key(), other_ca_key,
+                             purpose=ExtendedKeyUsageOID.CLIENT_AUTH)
     (path / "ca.pem").write_bytes(_pem(ca))
     (path / "server.pem").write_bytes(_pem(server, server_key))
     (path / "client.pem").write_bytes(_pem(client, client_key))
-    yield {name: str(path / f"{name}.pem") for name in ("ca", "server", "client")}
+    (path / "untrusted.pem").write_bytes(_pem(untrusted, untrusted_key))
+    yield {name: str(path / f"{name}.pem") for name in ("ca", "server", "client", "untrusted")}
     directory.cleanup()
 
 
@@ -147,6 +152,36 @@ def test_a_ca_file_requires_a_client_certificate(certificates):
         with server.client(tls=True, tlsCAFile=certificates["ca"]) as anonymous:
             with pytest.raises(pymongo.errors.ServerSelectionTimeoutError):
                 anonymous.admin.command("ping")
+    finally:
+        server.stop()
+
+
+def test_allow_tls_serves_both_on_one_port(certificates):
+    server = _server(certificates, "allowTLS")
+    try:
+        with server.client() as plain:
+            _round_trip(plain)
+        with server.client(tls=True, tlsCAFile=certificates["ca"]) as client:
+            _round_trip(client)
+    finally:
+        server.stop()
+
+
+def test_certificates_optional_or_unchecked_when_the_flags_say_so(certificates):
+    server = _server(certificates, "requireTLS", "--tlsCAFile", certificates["ca"],
+                     "--tlsAllowConnectionsWithoutCertificates")
+    try:
+        with server.client(tls=True, tlsCAFile=certificates["ca"]) as anonymous:
+            _round_trip(anonymous)
+        with server.client(tls=True, tlsCAFile=certificates["ca"], tlsCertificateKeyFile=certificates["untrusted"]) as stranger:
+            with pytest.raises(pymongo.errors.ServerSelectionTimeoutError):
+                stranger.admin.command("ping")
+    finally:
+        server.stop()
+    server = _server(certificates, "requireTLS", "--tlsCAFile", certificates["ca"], "--tlsAllowInvalidCertificates")
+    try:
+        with server.client(tls=True, tlsCAFile=certificates["ca"], tlsCertificateKeyFile=certificates["untrusted"]) as stranger:
+            _round_trip(stranger)
     finally:
         server.stop()
 

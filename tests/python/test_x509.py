@@ -1,10 +1,14 @@
 """MONGODB-X509 through pymongo: a client certificate signed by the server's CA logs in as the
 user of $external named by the certificate's subject (RFC 2253, last RDN first), with
-authMechanism=MONGODB-X509 and tlsCertificateKeyFile; a certificate without a user, a user
-name other than the subject, and another database are refused as mongod refuses them."""
+authMechanism=MONGODB-X509 and tlsCertificateKeyFile (and mongosh's --authenticationMechanism);
+a certificate without a user, a user name other than the subject, and another database are
+refused as mongod refuses them."""
 
 import datetime
+import json
 import pathlib
+import shutil
+import subprocess
 import tempfile
 
 import pymongo
@@ -129,3 +133,19 @@ def test_refusals(server, files):
         assert elsewhere.value.code == 17
         reply = raw["$external"].command({"authenticate": 1, "mechanism": "MONGODB-X509"})
         assert (reply["user"], reply["dbname"]) == (SUBJECT, "$external")
+
+
+MONGOSH = shutil.which("mongosh")
+
+
+@pytest.mark.skipif(MONGOSH is None, reason="mongosh is optional and not installed")
+def test_mongosh_logs_in_with_its_certificate(server, files):
+    script = 'print(JSON.stringify(db.runCommand({ connectionStatus: 1 }).authInfo.authenticatedUsers));'
+    completed = subprocess.run(
+        [MONGOSH, "--quiet", "--norc", f"mongodb://127.0.0.1:{server.port}/?directConnection=true",
+         "--tls", "--tlsCAFile", files["ca"], "--tlsCertificateKeyFile", files["client"],
+         "--authenticationMechanism", "MONGODB-X509", "--authenticationDatabase", "$external", "--eval", script],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout.strip().splitlines()[-1]) == [{"user": SUBJECT, "db": "$external"}]
