@@ -341,3 +341,60 @@ async fn concurrent_writers_and_a_reader_while_the_monitor_deletes() {
     let validated = database.run_command(doc! { "validate": "busy" }).await.expect("validate");
     assert_eq!(validated.get_bool("valid"), Ok(true), "{validated}");
 }
+
+/// collMod hiding and unhiding a unique index and changing a TTL index's expireAfterSeconds
+/// while writers insert: a hidden unique index still refuses every duplicate, and once the TTL
+/// is back at 0 exactly the documents far in the future remain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn coll_mod_while_writers_insert() {
+    const WRITERS: i64 = 4;
+    const PER_WRITER: i64 = 150;
+    let server = start();
+    let client = server.client().await;
+    let database = client.database("ttl");
+    let collection = database.collection::<Document>("toggled");
+    ttl_index(&collection, doc! { "at": 1 }, 0).await;
+    let unique = mongodb::options::IndexOptions::builder().unique(true).build();
+    collection.create_index(IndexModel::builder().keys(doc! { "u": 1 }).options(unique).build()).await.expect("unique index");
+    let mut writers = Vec::new();
+    for writer in 0..WRITERS {
+        let collection = collection.clone();
+        writers.push(tokio::spawn(async move {
+            let mut refused = 0;
+            for sequence in 0..PER_WRITER {
+                let id = writer * PER_WRITER + sequence;
+                let at = if id % 2 == 0 { past() } else { future() };
+                collection.insert_one(doc! { "_id": id, "u": id, "at": at }).await.expect("insert");
+                // Another document with an existing `u`: always refused, hidden index or not.
+                let duplicate = collection.insert_one(doc! { "_id": -1 - id, "u": id }).await.expect_err("duplicate u");
+                assert_eq!(error_code(&duplicate), Some(11000));
+                refused += 1;
+            }
+            refused
+        }));
+    }
+    let toggler = {
+        let database = database.clone();
+        tokio::spawn(async move {
+            for round in 0..40 {
+                let hidden = round % 2 == 0;
+                let seconds = if round % 3 == 0 { 3_600 } else { 0 };
+                database.run_command(doc! { "collMod": "toggled", "index": { "name": "u_1", "hidden": hidden } }).await.expect("hide");
+                database.run_command(doc! { "collMod": "toggled", "index": { "name": "at_1", "expireAfterSeconds": seconds } }).await.expect("ttl");
+            }
+        })
+    };
+    let mut refused = 0;
+    for writer in writers {
+        refused += writer.await.expect("writer");
+    }
+    toggler.await.expect("toggler");
+    assert_eq!(refused, WRITERS * PER_WRITER);
+    database.run_command(doc! { "collMod": "toggled", "index": { "name": "at_1", "expireAfterSeconds": 0 } }).await.expect("ttl");
+    wait_for_count(&collection, doc! {}, (WRITERS * PER_WRITER / 2) as u64).await;
+    let expected: BTreeSet<i64> = (0..WRITERS * PER_WRITER).filter(|id| id % 2 == 1).collect();
+    assert_eq!(ids(&collection, doc! {}).await, expected);
+    assert_eq!(index_spec(&database, "toggled", "u_1").await.get_bool("hidden"), Err(mongodb::bson::document::ValueAccessError::NotPresent));
+    let validated = database.run_command(doc! { "validate": "toggled" }).await.expect("validate");
+    assert_eq!(validated.get_bool("valid"), Ok(true), "{validated}");
+}
