@@ -470,7 +470,7 @@ fn send_hostile_messages(port: u16, mut login: Option<ScramLogin>, seed: u64) ->
             }
             if reply.response_to == hostile_id {
                 match reply.body.as_ref().map(|body| (body.get_f64("ok").unwrap_or(0.0), body.get_i32("code"))) {
-                    Some((ok, _)) if ok == 1.0 => outcome.succeeded += 1,
+                    Some((1.0, _)) => outcome.succeeded += 1,
                     Some((_, Ok(code))) => *outcome.error_codes.entry(code).or_default() += 1,
                     _ => {}
                 }

@@ -46,7 +46,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         }
         let size = database.size_on_disk_bytes;
         let entry = doc! { "name": &database.name, "sizeOnDisk": size, "empty": database.empty };
-        if filter.as_ref().map_or(true, |filter| filter.matches(&entry)) {
+        if filter.as_ref().is_none_or(|filter| filter.matches(&entry)) {
             total_size += size;
             databases.push(Bson::Document(if name_only { doc! { "name": &database.name } } else { entry }));
         }
