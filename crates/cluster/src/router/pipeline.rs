@@ -175,7 +175,7 @@ mod tests {
         same_result(vec![doc! { "$sort": { "v": -1 } }, doc! { "$limit": 7 }, doc! { "$project": { "v": 1 } }]);
         same_result(vec![doc! { "$match": { "g": 1 } }, doc! { "$count": "ones" }]);
         same_result(vec![doc! { "$group": { "_id": null, "spread": { "$stdDevPop": "$v" } } }]);
-        same_result(vec![doc! { "$project": { "v": 1 } }, doc! { "$skip": 3 }, doc! { "$sort": { "v": 1 } }]);
+        same_result(vec![doc! { "$project": { "v": 1 } }, doc! { "$sort": { "v": 1 } }, doc! { "$skip": 3 }]);
     }
 
     #[test]

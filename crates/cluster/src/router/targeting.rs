@@ -185,7 +185,7 @@ mod tests {
         let timestamp = Timestamp { time: 1, increment: 1 };
         let mut shards = ShardNames::new();
         let mut keys = vec![pattern.lowest_key()];
-        keys.extend(bounds.iter().map(|bound| pattern.key_for_bound(&[bound.clone()]).expect("bound")));
+        keys.extend(bounds.iter().map(|bound| pattern.key_for_bound(std::slice::from_ref(bound)).expect("bound")));
         keys.push(pattern.highest_key());
         let chunks: Vec<Chunk> = keys
             .windows(2)
@@ -233,7 +233,7 @@ mod tests {
     fn hashed_keys_target_only_equalities() {
         let hashed = collection(doc! { "h": "hashed" }, &[Bson::Int64(-(1 << 62)), Bson::Int64(1 << 62)]);
         let value = Bson::String("some value".into());
-        let expected = hashed.owner_of_key(&hashed.pattern.key_for_values(&[value.clone()]).expect("key")).expect("owner").to_string();
+        let expected = hashed.owner_of_key(&hashed.pattern.key_for_values(std::slice::from_ref(&value)).expect("key")).expect("owner").to_string();
         assert_eq!(targets(&hashed, doc! { "h": value }), [expected]);
         assert_eq!(targets(&hashed, doc! { "h": { "$gt": 5 } }).len(), 3);
     }

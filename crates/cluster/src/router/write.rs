@@ -108,20 +108,40 @@ pub fn split_batches(indexes: Vec<usize>, size: impl Fn(usize) -> usize) -> Vec<
     batches
 }
 
-/// Sends one batch (`field` holding the statements at `indexes`) to `shard`, versioned.
-pub async fn send_batch(
-    context: &RouterContext,
-    shard: &str,
-    db: &str,
-    base: &Document,
-    field: &str,
-    statements: &[Document],
-    indexes: &[usize],
-    routing: &RoutingInfo,
-) -> ClusterResult<Document> {
-    let mut body = base.clone();
-    body.insert(field, indexes.iter().map(|index| Bson::Document(statements[*index].clone())).collect::<Vec<_>>());
-    forward::versioned(context, shard, db, body, routing).await
+/// The statements of one write command and what every shard batch of it shares.
+pub struct Statements<'a> {
+    pub db: &'a str,
+    /// The command without its statements.
+    pub base: &'a Document,
+    /// `documents`, `updates` or `deletes`.
+    pub field: &'a str,
+    pub all: &'a [Document],
+}
+
+impl Statements<'_> {
+    /// The command holding the statements at `indexes`.
+    pub fn body(&self, indexes: &[usize]) -> Document {
+        let mut body = self.base.clone();
+        body.insert(self.field, indexes.iter().map(|index| Bson::Document(self.all[*index].clone())).collect::<Vec<_>>());
+        body
+    }
+
+    /// The command holding one (rewritten) statement.
+    pub fn body_of(&self, statement: Document) -> Document {
+        let mut body = self.base.clone();
+        body.insert(self.field, vec![Bson::Document(statement)]);
+        body
+    }
+
+    /// Approximate bytes of a statement, for batch bounds.
+    pub fn size(&self, index: usize) -> usize {
+        myriad_query::aggregate::memory::approximate_document_size_bytes(&self.all[index]) as usize
+    }
+}
+
+/// Sends the statements at `indexes` to `shard`, versioned.
+pub async fn send_batch(context: &RouterContext, shard: &str, statements: &Statements<'_>, indexes: &[usize], routing: &RoutingInfo) -> ClusterResult<Document> {
+    forward::versioned(context, shard, statements.db, statements.body(indexes), routing).await
 }
 
 /// Consecutive runs of statements with the same target, in statement order.

@@ -68,7 +68,10 @@ fn active_filter(handle: &CollectionHandle) -> Option<Arc<dyn OwnershipFilter>> 
 }
 
 fn visible(filter: &Option<Arc<dyn OwnershipFilter>>, handle: &CollectionHandle, document: &RawDocumentBuf) -> bool {
-    filter.as_ref().map_or(true, |filter| filter.owns(handle.db(), handle.name(), document))
+    match filter {
+        Some(filter) => filter.owns(handle.db(), handle.name(), document),
+        None => true,
+    }
 }
 
 impl<B: Backend> Backend for FilteringBackend<B> {

@@ -13,7 +13,7 @@ use crate::error::{ClusterError, ClusterResult};
 use crate::router::context::{RouterContext, RouterCounters};
 use crate::router::forward::{self, MAX_STALE_RETRIES};
 use crate::router::request::RouterRequest;
-use crate::router::write::{groups_by_target, runs_by_target, send_batch, split_batches, WriteOutcome};
+use crate::router::write::{groups_by_target, runs_by_target, send_batch, split_batches, Statements, WriteOutcome};
 
 pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
     let namespace = request.namespace()?;
@@ -33,10 +33,11 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
     let mut tries = 0;
     loop {
         let targets = target_documents(&routing, &database.primary, &documents, &remaining)?;
+        let statements = Statements { db: &request.db, base: &base, field: "documents", all: &documents };
         let refused = if ordered {
-            send_ordered(context, &request.db, &base, &documents, targets, &routing, &mut outcome).await
+            send_ordered(context, &statements, targets, &routing, &mut outcome).await
         } else {
-            send_unordered(context, &request.db, &base, &documents, targets, &routing, &mut outcome).await
+            send_unordered(context, &statements, targets, &routing, &mut outcome).await
         };
         match refused {
             None => break,
@@ -93,17 +94,11 @@ fn target_documents(routing: &RoutingInfo, primary: &str, documents: &[Document]
         .collect()
 }
 
-fn document_bytes(documents: &[Document]) -> impl Fn(usize) -> usize + '_ {
-    |index| myriad_query::aggregate::memory::approximate_document_size_bytes(&documents[index]) as usize
-}
-
 /// Sends run after run; stops at the first write error. A refused batch is returned with the
 /// statements from it on, which were not applied.
 async fn send_ordered(
     context: &RouterContext,
-    db: &str,
-    base: &Document,
-    documents: &[Document],
+    statements: &Statements<'_>,
     targets: Vec<(usize, String)>,
     routing: &RoutingInfo,
     outcome: &mut WriteOutcome,
@@ -111,8 +106,8 @@ async fn send_ordered(
     let runs = runs_by_target(targets);
     let mut pending: Vec<usize> = runs.iter().flat_map(|(_, indexes)| indexes.iter().copied()).collect();
     for (shard, indexes) in runs {
-        for batch in split_batches(indexes, document_bytes(documents)) {
-            match send_batch(context, &shard, db, base, "documents", documents, &batch, routing).await {
+        for batch in split_batches(indexes, |index| statements.size(index)) {
+            match send_batch(context, &shard, statements, &batch, routing).await {
                 Ok(reply) => {
                     pending.drain(..batch.len());
                     if outcome.absorb(&reply, &batch) {
@@ -129,20 +124,18 @@ async fn send_ordered(
 /// Sends every shard's batches at once; returns the statements of refused batches.
 async fn send_unordered(
     context: &RouterContext,
-    db: &str,
-    base: &Document,
-    documents: &[Document],
+    statements: &Statements<'_>,
     targets: Vec<(usize, String)>,
     routing: &RoutingInfo,
     outcome: &mut WriteOutcome,
 ) -> Option<(ClusterError, Vec<usize>)> {
     let mut batches = Vec::new();
     for (shard, indexes) in groups_by_target(targets) {
-        for batch in split_batches(indexes, document_bytes(documents)) {
+        for batch in split_batches(indexes, |index| statements.size(index)) {
             batches.push((shard.clone(), batch));
         }
     }
-    let sends = batches.iter().map(|(shard, batch)| send_batch(context, shard, db, base, "documents", documents, batch, routing));
+    let sends = batches.iter().map(|(shard, batch)| send_batch(context, shard, statements, batch, routing));
     let replies = futures_util::future::join_all(sends).await;
     let mut refused: Option<(ClusterError, Vec<usize>)> = None;
     for ((_, batch), reply) in batches.iter().zip(replies) {

@@ -39,7 +39,7 @@ pub async fn open_sources(
 ) -> ClusterResult<Vec<Source>> {
     let results = forward::scatter(context, db, requests, Some(routing)).await;
     let mut sources = Vec::with_capacity(results.len());
-    let mut failure = None;
+    let mut failure: Option<crate::error::ClusterError> = None;
     for (shard, reply) in results {
         let opened = match reply {
             Ok(reply) => match context.shard_client(&shard).await {
@@ -51,7 +51,7 @@ pub async fn open_sources(
         match opened {
             Ok(source) => sources.push(source),
             Err(error) => {
-                if failure.as_ref().map_or(true, |first: &crate::error::ClusterError| !first.is_stale_config()) {
+                if !matches!(&failure, Some(first) if first.is_stale_config()) {
                     failure = Some(error);
                 }
             }

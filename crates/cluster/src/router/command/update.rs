@@ -24,7 +24,7 @@ use crate::router::context::{RouterContext, RouterCounters};
 use crate::router::forward::{self, MAX_STALE_RETRIES};
 use crate::router::request::RouterRequest;
 use crate::router::targeting::{shard_for_exact_key, shards_for_filter, upsert_without_shard_key};
-use crate::router::write::{runs_by_target, send_batch, split_batches, WriteOutcome};
+use crate::router::write::{send_batch, split_batches, Statements, WriteOutcome};
 
 /// Attempts of one write without shard key whose chosen document a concurrent write took.
 pub const MAX_WITHOUT_KEY_ATTEMPTS: usize = 10;
@@ -83,15 +83,15 @@ pub async fn run_statements(context: &Arc<RouterContext>, request: &RouterReques
     let database = context.database(&request.db, true).await?.ok_or_else(|| ClusterError::internal("the database was not created"))?;
     let mut base = request.forwarded_body();
     base.remove(kind.field());
+    let run = WriteRun { context, request, kind, statements: Statements { db: &request.db, base: &base, field: kind.field(), all: &statements }, ordered };
     let mut outcome = WriteOutcome::default();
     let mut next = 0;
     let mut tries = 0;
     let mut routing = context.cache.get(&namespace).await?;
     while next < statements.len() {
         let plans = plan_all(&routing, &database.primary, &statements[next..], next, kind)?;
-        match execute(context, request, kind, &base, &statements, plans, &routing, &mut outcome, ordered).await {
-            Executed::Done => break,
-            Executed::Stopped => break,
+        match run.execute(plans, &routing, &mut outcome).await {
+            Executed::Done | Executed::Stopped => break,
             Executed::Refused { error, from } if error.is_stale_config() && tries < MAX_STALE_RETRIES => {
                 tries += 1;
                 routing = forward::after_stale(context, &namespace, tries).await?;
@@ -143,137 +143,118 @@ enum Executed {
     Refused { error: ClusterError, from: usize },
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn execute(
-    context: &RouterContext,
-    request: &RouterRequest,
+/// One update or delete command on its way through the shards.
+struct WriteRun<'a> {
+    context: &'a RouterContext,
+    request: &'a RouterRequest,
     kind: StatementKind,
-    base: &Document,
-    statements: &[Document],
-    plans: Vec<(usize, Plan)>,
-    routing: &RoutingInfo,
-    outcome: &mut WriteOutcome,
+    statements: Statements<'a>,
     ordered: bool,
-) -> Executed {
-    let mut plans = plans.into_iter().peekable();
-    while let Some((index, plan)) = plans.next() {
-        let failed = match plan {
-            Plan::Single(shard) => {
-                // Consecutive statements for the same shard go in one batch.
-                let mut run = vec![(index, shard)];
-                while let Some((next_index, Plan::Single(next_shard))) = plans.peek() {
-                    if *next_shard != run[0].1 {
-                        break;
+}
+
+impl WriteRun<'_> {
+    async fn execute(&self, plans: Vec<(usize, Plan)>, routing: &RoutingInfo, outcome: &mut WriteOutcome) -> Executed {
+        let mut plans = plans.into_iter().peekable();
+        while let Some((index, plan)) = plans.next() {
+            let failed = match plan {
+                Plan::Single(shard) => {
+                    // Consecutive statements for the same shard go in one batch.
+                    let mut indexes = vec![index];
+                    while let Some((next_index, Plan::Single(next_shard))) = plans.peek() {
+                        if *next_shard != shard {
+                            break;
+                        }
+                        indexes.push(*next_index);
+                        plans.next();
                     }
-                    run.push((*next_index, next_shard.clone()));
-                    plans.next();
-                }
-                let (shard, indexes) = runs_by_target(run).into_iter().next().unwrap_or_default();
-                let sizes = |position: usize| myriad_query::aggregate::memory::approximate_document_size_bytes(&statements[position]) as usize;
-                let mut failed = false;
-                for batch in split_batches(indexes, sizes) {
-                    match send_batch(context, &shard, &request.db, base, kind.field(), statements, &batch, routing).await {
-                        Ok(reply) => failed |= outcome.absorb(&reply, &batch),
-                        Err(error) => return Executed::Refused { error, from: batch[0] },
-                    }
-                    if failed && ordered {
-                        break;
+                    match self.send_run(&shard, indexes, routing, outcome).await {
+                        Ok(failed) => failed,
+                        Err((error, from)) => return Executed::Refused { error, from },
                     }
                 }
-                failed
-            }
-            Plan::Broadcast(shards) => match broadcast(context, request, kind, base, &statements[index], index, shards, routing, outcome).await {
-                Ok(failed) => failed,
-                Err(error) => return Executed::Refused { error, from: index },
-            },
-            Plan::WithoutShardKey(shards) => {
-                match without_shard_key(context, request, kind, base, &statements[index], index, shards, routing, outcome).await {
+                Plan::Broadcast(shards) => match self.broadcast(index, shards, routing, outcome).await {
                     Ok(failed) => failed,
                     Err(error) => return Executed::Refused { error, from: index },
-                }
-            }
-        };
-        if failed && ordered {
-            return Executed::Stopped;
-        }
-    }
-    Executed::Done
-}
-
-/// A multi statement on every targeted shard; shards that refuse with StaleConfig are asked
-/// again (only they: the others applied it).
-#[allow(clippy::too_many_arguments)]
-async fn broadcast(
-    context: &RouterContext,
-    request: &RouterRequest,
-    kind: StatementKind,
-    base: &Document,
-    statement: &Document,
-    index: usize,
-    mut shards: Vec<String>,
-    routing: &RoutingInfo,
-    outcome: &mut WriteOutcome,
-) -> ClusterResult<bool> {
-    let namespace = request.namespace()?;
-    let mut routing = Arc::new(routing.clone());
-    let mut failed = false;
-    for attempt in 0..=MAX_STALE_RETRIES {
-        let mut body = base.clone();
-        body.insert(kind.field(), vec![Bson::Document(statement.clone())]);
-        let requests = shards.iter().map(|shard| (shard.clone(), body.clone())).collect();
-        let replies = forward::scatter(context, &request.db, requests, Some(&routing)).await;
-        let mut refused = Vec::new();
-        for (shard, reply) in replies {
-            match reply {
-                Ok(reply) => failed |= outcome.absorb(&reply, &[index]),
-                Err(error) if error.is_stale_config() && attempt < MAX_STALE_RETRIES => refused.push(shard),
-                Err(error) => {
-                    outcome.fail_all(&error, &[index], true);
-                    failed = true;
-                }
+                },
+                Plan::WithoutShardKey(shards) => match self.without_shard_key(index, &shards, routing, outcome).await {
+                    Ok(failed) => failed,
+                    Err(error) => return Executed::Refused { error, from: index },
+                },
+            };
+            if failed && self.ordered {
+                return Executed::Stopped;
             }
         }
-        if refused.is_empty() {
-            break;
-        }
-        routing = forward::after_stale(context, &namespace, attempt + 1).await?;
-        shards = refused;
+        Executed::Done
     }
-    Ok(failed)
-}
 
-/// MongoDB 7's single-document write without shard key (see the module documentation).
-#[allow(clippy::too_many_arguments)]
-async fn without_shard_key(
-    context: &RouterContext,
-    request: &RouterRequest,
-    kind: StatementKind,
-    base: &Document,
-    statement: &Document,
-    index: usize,
-    shards: Vec<String>,
-    routing: &RoutingInfo,
-    outcome: &mut WriteOutcome,
-) -> ClusterResult<bool> {
-    let filter = statement.get_document("q").cloned().unwrap_or_default();
-    let sort = statement.get_document("sort").ok().cloned();
-    for _ in 0..MAX_WITHOUT_KEY_ATTEMPTS {
-        let Some((shard, id)) = find_one_match(context, request, &filter, sort.as_ref(), &shards, routing).await? else {
-            // Nothing matches: the statement matched nothing, as on one node.
-            return Ok(false);
-        };
-        let mut pinned = statement.clone();
-        pinned.insert("q", doc! { "$and": [filter.clone(), { "_id": id }] });
-        let mut body = base.clone();
-        body.insert(kind.field(), vec![Bson::Document(pinned)]);
-        let reply = forward::versioned(context, &shard, &request.db, body, routing).await?;
-        let matched = reply.get("n").and_then(myriad_commands::request::integer_value).unwrap_or(0);
-        let has_errors = reply.get_array("writeErrors").is_ok_and(|errors| !errors.is_empty());
-        if matched > 0 || has_errors {
-            return Ok(outcome.absorb(&reply, &[index]));
+    /// Consecutive statements for one shard, in bounded batches; a refused batch is returned
+    /// with its first statement.
+    async fn send_run(&self, shard: &str, indexes: Vec<usize>, routing: &RoutingInfo, outcome: &mut WriteOutcome) -> Result<bool, (ClusterError, usize)> {
+        let mut failed = false;
+        for batch in split_batches(indexes, |index| self.statements.size(index)) {
+            match send_batch(self.context, shard, &self.statements, &batch, routing).await {
+                Ok(reply) => failed |= outcome.absorb(&reply, &batch),
+                Err(error) => return Err((error, batch[0])),
+            }
+            if failed && self.ordered {
+                break;
+            }
         }
+        Ok(failed)
     }
-    Ok(false)
+
+    /// A multi statement on every targeted shard; shards that refuse with StaleConfig are
+    /// asked again (only they: the others applied it).
+    async fn broadcast(&self, index: usize, mut shards: Vec<String>, routing: &RoutingInfo, outcome: &mut WriteOutcome) -> ClusterResult<bool> {
+        let namespace = self.request.namespace()?;
+        let mut routing = Arc::new(routing.clone());
+        let mut failed = false;
+        let body = self.statements.body(&[index]);
+        for attempt in 0..=MAX_STALE_RETRIES {
+            let requests = shards.iter().map(|shard| (shard.clone(), body.clone())).collect();
+            let replies = forward::scatter(self.context, self.statements.db, requests, Some(&routing)).await;
+            let mut refused = Vec::new();
+            for (shard, reply) in replies {
+                match reply {
+                    Ok(reply) => failed |= outcome.absorb(&reply, &[index]),
+                    Err(error) if error.is_stale_config() && attempt < MAX_STALE_RETRIES => refused.push(shard),
+                    Err(error) => {
+                        outcome.fail_all(&error, &[index], true);
+                        failed = true;
+                    }
+                }
+            }
+            if refused.is_empty() {
+                break;
+            }
+            routing = forward::after_stale(self.context, &namespace, attempt + 1).await?;
+            shards = refused;
+        }
+        Ok(failed)
+    }
+
+    /// MongoDB 7's single-document write without shard key (see the module documentation).
+    async fn without_shard_key(&self, index: usize, shards: &[String], routing: &RoutingInfo, outcome: &mut WriteOutcome) -> ClusterResult<bool> {
+        let statement = &self.statements.all[index];
+        let filter = statement.get_document(self.kind.filter_field()).cloned().unwrap_or_default();
+        let sort = statement.get_document("sort").ok().cloned();
+        for _ in 0..MAX_WITHOUT_KEY_ATTEMPTS {
+            let Some((shard, id)) = find_one_match(self.context, self.request, &filter, sort.as_ref(), shards, routing).await? else {
+                // Nothing matches: the statement matched nothing, as on one node.
+                return Ok(false);
+            };
+            let mut pinned = statement.clone();
+            pinned.insert(self.kind.filter_field(), doc! { "$and": [filter.clone(), { "_id": id }] });
+            let reply = forward::versioned(self.context, &shard, self.statements.db, self.statements.body_of(pinned), routing).await?;
+            let matched = reply.get("n").and_then(myriad_commands::request::integer_value).unwrap_or(0);
+            let has_errors = reply.get_array("writeErrors").is_ok_and(|errors| !errors.is_empty());
+            if matched > 0 || has_errors {
+                return Ok(outcome.absorb(&reply, &[index]));
+            }
+        }
+        Ok(false)
+    }
 }
 
 /// One document matching `filter` on the targeted shards (the first by `sort` when given):
