@@ -294,4 +294,24 @@ async fn admin_commands_answer_mongodb_errors() {
     assert_eq!(version.get_i64("chunks").expect("chunks"), 5);
     let chunks = collection(&client, "config", "chunks").count_documents(doc! {}).await.expect("catalog read through the router");
     assert_eq!(chunks, 5);
+    // A shard key may change only within its shard: a change that would make the document
+    // another shard's is refused (IllegalOperation), and the document stays as it was.
+    let (mut refused, mut moved) = (0, 0);
+    for value in 0..20 {
+        let (old, new) = (1_000 + value, 5_000 + value);
+        items.insert_one(doc! { "_id": old, "k": old }).await.expect("insert");
+        match items.update_one(doc! { "k": old }, doc! { "$set": { "k": new } }).await {
+            Ok(result) => {
+                assert_eq!(result.modified_count, 1);
+                assert_eq!(items.count_documents(doc! { "k": new }).await.expect("count"), 1, "moved within its shard");
+                moved += 1;
+            }
+            Err(error) => {
+                assert_eq!(error_code(&error), Some(20), "{error}");
+                assert_eq!(items.count_documents(doc! { "k": old }).await.expect("count"), 1, "left as it was");
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0 && moved > 0, "{refused} refused, {moved} moved");
 }

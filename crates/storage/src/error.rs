@@ -63,6 +63,9 @@ pub enum StorageError {
     /// A `storageEngine` collection option MongoDB refuses, with the code MongoDB gives it
     /// (BadValue, FailedToParse, TypeMismatch, InvalidOptions or 6627201; `compression.rs`).
     BadStorageOption { code: i32, message: String },
+    /// A write the layer above refuses in this node's role (a shard refusing an update that
+    /// would move a document to another shard): IllegalOperation.
+    IllegalOperation(String),
 }
 
 impl StorageError {
@@ -92,6 +95,7 @@ impl StorageError {
             StorageError::BackgroundOperationInProgress(_) => 12587,
             StorageError::AmbiguousIndexKeyPattern(_) => 181,
             StorageError::BadStorageOption { code, .. } => *code,
+            StorageError::IllegalOperation(_) => 20,
         }
     }
 
@@ -127,6 +131,7 @@ impl StorageError {
                 72 => "InvalidOptions",
                 _ => "Location6627201",
             },
+            StorageError::IllegalOperation(_) => "IllegalOperation",
         }
     }
 }
@@ -178,6 +183,7 @@ impl fmt::Display for StorageError {
             StorageError::BackgroundOperationInProgress(what) => write!(formatter, "{what}"),
             StorageError::AmbiguousIndexKeyPattern(what) => write!(formatter, "{what}"),
             StorageError::BadStorageOption { message, .. } => write!(formatter, "{message}"),
+            StorageError::IllegalOperation(message) => write!(formatter, "{message}"),
         }
     }
 }

@@ -8,6 +8,9 @@
 //! - `get_record` and `find_by_id` answer none for a hidden record;
 //! - `scan_index_values` answers entries without values while a filter applies to the
 //!   collection, so a covered plan fetches each record through `get_record` and is filtered;
+//! - a write session refuses an update that would give a document a shard key another shard
+//!   owns (IllegalOperation, as MongoDB outside a transaction): the document would become an
+//!   orphan, invisible everywhere;
 //! - without a filter (direct clients, internal work) every call is the engine's.
 
 use std::sync::Arc;
@@ -18,7 +21,8 @@ use myriad_commands::role::{current_ownership_filter, OwnershipFilter};
 use myriad_routing::ShardId;
 use myriad_storage::{
     CollectionHandle, CollectionStats, CollectionStorage, CreateIndexesOutcome, DatabaseStats, DatabaseStorage, IndexKeyRange,
-    IndexOptionChanges, IndexOptionsOutcome, IndexSelector, IndexValuesEntry, RecordId, TtlIndex, ValidationReport,
+    Durability, IndexOptionChanges, IndexOptionsOutcome, IndexSelector, IndexValuesEntry, RecordId, StorageError, TtlIndex,
+    ValidationReport,
 };
 
 use crate::catalog::ShardedCollection;
@@ -194,7 +198,11 @@ impl<B: Backend> Backend for FilteringBackend<B> {
         self.inner.wait_for_capped_insert(handle, after, timeout)
     }
     fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b> {
-        self.inner.begin_write(handle)
+        let inner = self.inner.begin_write(handle);
+        match active_filter(handle) {
+            Some(filter) => Box::new(OwnedWrites { inner, filter, db: handle.db().to_string(), collection: handle.name().to_string() }),
+            None => inner,
+        }
     }
     fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats> {
         self.inner.collection_stats(handle)
@@ -216,5 +224,48 @@ impl<B: Backend> Backend for FilteringBackend<B> {
     }
     fn flush(&self) -> BackendResult<()> {
         self.inner.flush()
+    }
+}
+
+/// A write session of a versioned command: updates may not move documents off this shard.
+struct OwnedWrites<'b> {
+    inner: Box<dyn WriteSession + 'b>,
+    filter: Arc<dyn OwnershipFilter>,
+    db: String,
+    collection: String,
+}
+
+impl OwnedWrites<'_> {
+    fn owns(&self, document: &bson::Document) -> bool {
+        match RawDocumentBuf::from_document(document) {
+            Ok(raw) => self.filter.owns(&self.db, &self.collection, &raw),
+            Err(_) => true,
+        }
+    }
+}
+
+impl WriteSession for OwnedWrites<'_> {
+    fn handle(&self) -> BackendResult<CollectionHandle> {
+        self.inner.handle()
+    }
+    fn get_record(&self, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
+        self.inner.get_record(record_id)
+    }
+    fn insert(&mut self, document: &bson::Document) -> BackendResult<RecordId> {
+        self.inner.insert(document)
+    }
+    fn update(&mut self, record_id: RecordId, old: &bson::Document, new: &bson::Document) -> BackendResult<()> {
+        if self.owns(old) && !self.owns(new) {
+            return Err(StorageError::IllegalOperation(
+                "Must run update to shard key field in a multi-statement transaction or with retryWrites: true.".to_string(),
+            ));
+        }
+        self.inner.update(record_id, old, new)
+    }
+    fn delete(&mut self, record_id: RecordId, old: &bson::Document) -> BackendResult<()> {
+        self.inner.delete(record_id, old)
+    }
+    fn commit(self: Box<Self>, durability: Durability) -> BackendResult<()> {
+        self.inner.commit(durability)
     }
 }
