@@ -59,7 +59,7 @@ def test_find_explain_has_mongodb_shape_at_every_verbosity(items):
     assert stats["totalDocsExamined"] == 100
     assert stage(stats["executionStages"], "IXSCAN")["keysExamined"] == 100
     assert explained["command"]["find"] == "items"
-    assert explained["serverInfo"]["version"].startswith("7.")
+    assert explained["serverInfo"]["version"].startswith("8.")
 
     planner_only = items.database.command("explain", {"find": "items", "filter": {"a": 3}}, verbosity="queryPlanner")
     assert "executionStats" not in planner_only

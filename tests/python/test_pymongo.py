@@ -188,6 +188,6 @@ def test_handshake_and_admin_commands(client):
     status = client.admin.command("serverStatus")
     assert status["connections"]["current"] >= 1
     assert "myriad" in status
-    assert client.admin.command("getParameter", 1, featureCompatibilityVersion=1)["featureCompatibilityVersion"]["version"] == "7.0"
+    assert client.admin.command("getParameter", 1, featureCompatibilityVersion=1)["featureCompatibilityVersion"]["version"] == "8.0"
     assert "hello" in client.admin.command("listCommands")["commands"]
     assert client.admin.command("getCmdLineOpts")["parsed"]["net"]["bindIp"] == "127.0.0.1"

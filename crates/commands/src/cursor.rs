@@ -9,8 +9,9 @@
 //!   are closed (their next getMore answers CursorNotFound, as after a timeout).
 //! - At most [`MAX_OPEN_CURSORS`] are open; idle cursors are closed after
 //!   `cursorTimeoutMillis` (10 minutes by default, as MongoDB).
-//! - A cursor belongs to the logical session (lsid) that opened it: a getMore or killCursors
-//!   from another session is refused, as MongoDB refuses it.
+//! - A cursor belongs to the logical session (lsid) that opened it: a getMore from another
+//!   session is refused, as MongoDB refuses it. killCursors is not tied to the session (drivers
+//!   kill dropped cursors outside it); with authentication, both check the cursor's users.
 //! - A cursor killed because its collection or database was dropped leaves a tombstone (at most
 //!   [`MAX_OPEN_CURSORS`], reaped with idle cursors), so its next getMore answers
 //!   QueryPlanKilled (175) as MongoDB's does, not CursorNotFound.

@@ -227,6 +227,34 @@ async fn a_cursor_belongs_to_the_session_that_opened_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cursor_the_driver_drops_is_killed_on_the_server() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let items = client.database("cursors").collection::<Document>("dropped");
+    fill(&items, 50, 10).await;
+    let status = |client: mongodb::Client| async move {
+        let status = client.database("admin").run_command(doc! { "serverStatus": 1 }).await.expect("serverStatus");
+        status.get_document("metrics").expect("metrics").get_document("cursor").expect("cursor").get_document("open").expect("open").get_i64("total").expect("total")
+    };
+    let before = status(client.clone()).await;
+    {
+        let mut cursor = items.find(doc! {}).batch_size(2).await.expect("find");
+        assert!(cursor.advance().await.expect("first document"));
+        assert_eq!(status(client.clone()).await, before + 1, "the cursor is open on the server");
+    }
+    // The driver kills a dropped cursor in the background, outside the cursor's session.
+    let mut open = before + 1;
+    for _ in 0..100 {
+        open = status(client.clone()).await;
+        if open == before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(open, before, "the dropped cursor was killed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn list_collections_streams_many_collections_in_batches() {
     const COLLECTIONS: usize = 1_500;
     let server = TestServer::start();

@@ -23,10 +23,10 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         let Bson::Int64(id) = id else {
             return Err(request.wrong_type("cursors", "long", id));
         };
-        // A cursor of another session is not this session's to kill: it is reported as not
-        // found, and stays open.
-        let owned = context.cursors.owner(*id).is_some_and(|owner| owner == super::find::session_id(request));
-        if owned && context.cursors.kill(*id) {
+        // As in MongoDB, a cursor is killable from any session: drivers send killCursors for a
+        // dropped cursor without its session (the Rust driver does). Who may kill it is the
+        // authorization check's business (its users, or killAnyCursor), done before this runs.
+        if context.cursors.kill(*id) {
             killed.push(Bson::Int64(*id));
         } else {
             not_found.push(Bson::Int64(*id));
