@@ -55,7 +55,12 @@ impl CommandRequest {
             Some(name) => name.clone(),
             None => return Err(CommandError::bad_value("Empty command object")),
         };
-        validate_database_name(&db)?;
+        // `$external` holds the users that authenticate outside Myriad (X.509): a command may
+        // name it, and only the authentication and user commands accept it
+        // (`auth::check_external_database`); it is never a namespace's database.
+        if db != crate::command::authenticate::EXTERNAL {
+            validate_database_name(&db)?;
+        }
         Ok(CommandRequest { db, name, body: std::sync::Arc::new(body), connection, duplicate_fields: Vec::new() })
     }
 
@@ -200,11 +205,6 @@ pub fn field_type_error(field: &str, expected: &str, actual: &Bson) -> CommandEr
 
 /// Database names: non-empty, under 64 bytes, none of `/\. "$` or NUL (MongoDB's rules).
 pub fn validate_database_name(db: &str) -> CommandResult<()> {
-    // `$external` holds the users that authenticate outside Myriad (X.509); only the
-    // authentication and user commands accept it (see `auth::check_external_database`).
-    if db == crate::command::authenticate::EXTERNAL {
-        return Ok(());
-    }
     if db.is_empty() || db.len() >= 64 || db.contains(['/', '\\', '.', ' ', '"', '$', '\0']) {
         return Err(CommandError::new(INVALID_NAMESPACE, format!("Invalid database name: '{db}'")));
     }
