@@ -10,6 +10,10 @@
 //! - [`config_server`]: the catalog's owner and its internal `_configsvr*` commands;
 //! - [`shard`]: the version check, StaleConfig and the orphan filter of a shard;
 //! - [`router`]: the router's listener, command table, targeting, forwarding and merging;
+//! - [`migration`]: chunk migration on shards (clone, capture, critical section, range
+//!   deletion, recovery), and [`auto_split`], shards splitting chunks past the chunk size;
+//! - [`balancer`]: the config server's balancer and its catalog changes (migration commit,
+//!   merge, shard removal);
 //! - [`launcher`]: `myriad cluster`.
 //!
 //! Invariants (docs/design.md, "Sharded cluster", has the protocol):
@@ -27,12 +31,15 @@
 // Errors carry MongoDB's extra reply fields by value, as the command layer's do.
 #![allow(clippy::result_large_err)]
 
+pub mod auto_split;
+pub mod balancer;
 pub mod catalog;
 pub mod client;
 pub mod config_server;
 pub mod error;
 pub mod launcher;
 pub mod local;
+pub mod migration;
 pub mod router;
 pub mod shard;
 pub mod version;

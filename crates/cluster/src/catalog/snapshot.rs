@@ -101,7 +101,7 @@ impl ShardedCollection {
 
 /// The value at a dotted path of a stored document, null when absent (as a shard key reads
 /// it); an array on the path cannot be routed.
-fn raw_value_at_path(document: &RawDocument, path: &str) -> ClusterResult<Bson> {
+pub(crate) fn raw_value_at_path(document: &RawDocument, path: &str) -> ClusterResult<Bson> {
     let mut current = document;
     let mut parts = path.split('.').peekable();
     while let Some(part) = parts.next() {

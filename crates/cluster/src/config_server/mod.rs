@@ -25,6 +25,8 @@ use crate::local;
 pub struct ConfigServer {
     /// Serialises catalog changes (the config server is one node; DDL is rare).
     catalog_lock: Mutex<()>,
+    /// The balancer and the migrations it starts (none outside a runtime, as in unit tests).
+    balancer: Option<Arc<crate::balancer::Balancer>>,
 }
 
 impl ConfigServer {
@@ -32,7 +34,8 @@ impl ConfigServer {
     /// the node's context.
     pub fn install(context: &Arc<ServerContext>) -> ClusterResult<()> {
         initialise_catalog(context)?;
-        let role = Arc::new(ConfigServer { catalog_lock: Mutex::new(()) });
+        let balancer = tokio::runtime::Handle::try_current().ok().map(|runtime| crate::balancer::Balancer::start(context, runtime));
+        let role = Arc::new(ConfigServer { catalog_lock: Mutex::new(()), balancer });
         // Set once at start-up, before the listener accepts anything.
         let _ = context.role.set(role);
         Ok(())
@@ -41,6 +44,12 @@ impl ConfigServer {
 
 impl RoleHook for ConfigServer {
     fn run(&self, context: &ServerContext, request: &CommandRequest, table: TableRunner<'_>) -> CommandResult<Reply> {
+        // The balancer's commands wait for migrations, whose commits take the catalog lock.
+        if let Some(result) = self.balancer.as_ref().and_then(|balancer| balancer.command(context, request)) {
+            let mut reply = result?;
+            reply.insert("ok", 1.0);
+            return Ok(Reply::Document(reply));
+        }
         if !request.name.starts_with("_configsvr") {
             return table(request);
         }
@@ -48,7 +57,10 @@ impl RoleHook for ConfigServer {
             return Err(crate::error::ClusterError::coded(crate::error::ILLEGAL_OPERATION, format!("{} may only be run against the admin database.", request.name)).into());
         }
         let _changing = self.catalog_lock.lock();
-        let mut reply = commands::run(context, request)?;
+        let mut reply = match crate::balancer::catalog_changes::run(context, request) {
+            Some(result) => result?,
+            None => commands::run(context, request)?,
+        };
         reply.insert("ok", 1.0);
         Ok(Reply::Document(reply))
     }

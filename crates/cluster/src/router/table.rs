@@ -46,7 +46,13 @@ pub static COMMANDS: &[RouterCommandSpec] = &[
     spec!("split", admin: true, "Splits a chunk at a key (middle), at its median (find) or between bounds."),
     spec!("flushRouterConfig", admin: true, "Forgets cached routing tables (all, a database's or a collection's)."),
     spec!("getShardVersion", admin: true, "A collection's version as this router knows it."),
-    spec!("balancerStatus", admin: true, "The balancer's state (off: no balancer exists yet)."),
+    spec!("moveChunk" | "movechunk", admin: true, "Migrates a chunk to another shard (find or bounds, to, _waitForDelete)."),
+    spec!("moveRange", admin: true, "Migrates the chunk starting at min to another shard."),
+    spec!("mergeChunks", admin: true, "Merges contiguous chunks of one shard exactly filling the bounds."),
+    spec!("removeShard" | "removeshard", admin: true, "Drains a shard (the balancer moves its chunks off), then removes it."),
+    spec!("balancerStart", admin: true, "Turns the balancer on."),
+    spec!("balancerStop", admin: true, "Turns the balancer off (waits for its round in progress)."),
+    spec!("balancerStatus", admin: true, "The balancer's mode, and whether a round is in progress."),
     spec!("find", admin: false, "Queries documents on the owning shards."),
     spec!("getMore", admin: false, "Next batch of a router cursor."),
     spec!("killCursors", admin: false, "Closes router cursors and their shard cursors."),
@@ -78,6 +84,9 @@ pub fn find_command(name: &str) -> Option<&'static RouterCommandSpec> {
 /// Commands that read catalog collections when run on the `config` database.
 const CATALOG_READS: &[&str] = &["find", "getMore", "killCursors", "aggregate", "count", "distinct", "listCollections", "listIndexes"];
 
+/// Commands that change `config.settings` when run on it (forwarded to the config server).
+const SETTINGS_WRITES: &[&str] = &["insert", "update", "delete", "findAndModify"];
+
 /// Runs one command and always returns a reply body (errors become `ok: 0` replies).
 pub async fn run(context: &Arc<RouterContext>, request: RouterRequest) -> Document {
     RouterCounters::add(&context.counters.command, 1);
@@ -102,6 +111,10 @@ async fn dispatch(context: &Arc<RouterContext>, request: &RouterRequest) -> Clus
     if request.db == "config" && CATALOG_READS.contains(&spec.name) {
         return context.config.command("config", request.forwarded_body()).await;
     }
+    // Settings (chunk size, balancer, autosplit) are written through routers, as in MongoDB.
+    if request.db == "config" && SETTINGS_WRITES.contains(&spec.name) && request.collection().is_ok_and(|collection| collection == "settings") {
+        return context.config.command("config", request.forwarded_body()).await;
+    }
     match spec.name {
         "hello" => command::handshake::hello(request),
         "ping" => Ok(doc! {}),
@@ -123,7 +136,11 @@ async fn dispatch(context: &Arc<RouterContext>, request: &RouterRequest) -> Clus
         "split" => command::split::run(context, request).await,
         "flushRouterConfig" => command::admin::flush_router_config(context, request),
         "getShardVersion" => command::admin::get_shard_version(context, request).await,
-        "balancerStatus" => Ok(command::admin::balancer_status()),
+        "moveChunk" => command::move_chunk::move_chunk(context, request).await,
+        "moveRange" => command::move_chunk::move_range(context, request).await,
+        "mergeChunks" => command::move_chunk::merge_chunks(context, request).await,
+        "removeShard" => command::move_chunk::remove_shard(context, request).await,
+        "balancerStart" | "balancerStop" | "balancerStatus" => command::move_chunk::balancer(context, request).await,
         "find" => command::find::run(context, request).await,
         "getMore" => command::find::get_more(context, request).await,
         "killCursors" => command::find::kill_cursors(context, request),

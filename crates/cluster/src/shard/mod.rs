@@ -14,6 +14,10 @@
 //! - The shard's identity (name, config server) comes from `admin.system.version`'s
 //!   `shardIdentity` document, written once by `addShard`; a different identity is refused
 //!   (InconsistentShardIdentity, 154).
+//! - Migrations (`crate::migration`) take part at three points: a versioned write of a
+//!   namespace being migrated passes its gate (the critical section), every versioned
+//!   operation's snapshot is pinned for the range deleter, and the migration commands are
+//!   answered here; the storage engine's operation observer feeds their capture.
 
 pub mod filter;
 mod state;
@@ -35,17 +39,21 @@ pub use state::{ShardIdentity, ShardingState};
 /// The hook a shard's context runs every command through.
 pub struct ShardRole {
     state: Arc<ShardingState>,
+    migrations: Arc<crate::migration::MigrationState>,
 }
 
 impl ShardRole {
     /// The node's context with the orphan filter in its backend and the shard role installed;
     /// resumes the shard identity a previous `addShard` stored.
     pub fn install(engine: Arc<Engine>, options: ServerOptions, logger: Logger, runtime: tokio::runtime::Handle) -> ClusterResult<Arc<ServerContext>> {
-        let backend = Arc::new(ContractBackend::new(Arc::new(filter::FilteringBackend::new(engine))));
+        let backend = Arc::new(ContractBackend::new(Arc::new(filter::FilteringBackend::new(Arc::clone(&engine)))));
         let context = Arc::new(ServerContext::with_backend(backend, options, logger));
-        let state = ShardingState::new(runtime, Arc::downgrade(&context));
-        let _ = context.role.set(Arc::new(ShardRole { state: Arc::clone(&state) }));
+        let state = ShardingState::new(runtime.clone(), Arc::downgrade(&context));
+        let migrations = crate::migration::MigrationState::new(runtime, Arc::downgrade(&context), Arc::clone(&state));
+        engine.set_operation_observer(Some(migrations.observer()));
+        let _ = context.role.set(Arc::new(ShardRole { state: Arc::clone(&state), migrations: Arc::clone(&migrations) }));
         state.resume(&context)?;
+        migrations.start_background();
         Ok(context)
     }
 }
@@ -66,7 +74,8 @@ impl RoleHook for ShardRole {
             Some(Bson::String(collection)) => format!("{}.{collection}", stripped.db),
             _ => return table(&stripped),
         };
-        let filter = self.state.check_version(&namespace, &received)?;
+        let _write = self.migrations.admit(&stripped.name, &namespace, &received)?;
+        let filter = self.migrations.pin(&namespace, || self.state.check_version(&namespace, &received))?;
         let filter = filter.map(|filter| filter as Arc<dyn OwnershipFilter>);
         with_ownership_filter(filter, || table(&stripped))
     }
@@ -88,7 +97,7 @@ impl ShardRole {
                 Err(_) => Err(ClusterError::bad_value("'getShardVersion' must be a namespace string")),
             },
             "_shardsvrChunkMedian" => state::chunk_median(context, body),
-            _ => return None,
+            name => return self.migrations.command(context, name, body).map(|result| result.map_err(Into::into)),
         };
         Some(result.map_err(Into::into))
     }

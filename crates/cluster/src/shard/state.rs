@@ -127,6 +127,16 @@ impl ShardingState {
         });
     }
 
+    /// This shard's identity, once `addShard` gave it.
+    pub fn identity(&self) -> Option<Arc<ShardIdentity>> {
+        self.identity.load_full()
+    }
+
+    /// The shard's routing cache, once it has an identity.
+    pub fn cache(&self) -> Option<Arc<CatalogCache>> {
+        self.cache.load_full()
+    }
+
     pub fn describe(&self) -> Document {
         let mut reply = doc! { "isShardsvr": true };
         if let Some(identity) = self.identity.load_full() {

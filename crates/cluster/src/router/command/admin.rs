@@ -1,5 +1,5 @@
 //! Cluster administration through the router: addShard, listShards, enableSharding,
-//! flushRouterConfig, getShardVersion, balancerStatus.
+//! flushRouterConfig, getShardVersion.
 
 use std::sync::Arc;
 
@@ -102,9 +102,4 @@ pub async fn get_shard_version(context: &Arc<RouterContext>, request: &RouterReq
         "chunks": collection.map.len() as i64,
         "shardVersions": shards,
     })
-}
-
-/// `balancerStatus`: no balancer exists yet, so it is off and never in a round.
-pub fn balancer_status() -> Document {
-    doc! { "mode": "off", "inBalancerRound": false, "numBalancerRounds": 0_i64 }
 }

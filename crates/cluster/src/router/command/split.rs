@@ -50,7 +50,7 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
 }
 
 /// The shard key (as a bound: hashed fields hashed) a `find` document pins by equality.
-fn key_of_query(collection: &ShardedCollection, find: &Document) -> ClusterResult<Document> {
+pub(crate) fn key_of_query(collection: &ShardedCollection, find: &Document) -> ClusterResult<Document> {
     let mut point = Document::new();
     for (name, kind) in collection.pattern.fields() {
         let value = lookup(find, name).ok_or_else(|| ClusterError::coded(crate::error::SHARD_KEY_NOT_FOUND, format!("the find document {find} has no value for shard key field {name}")))?;
@@ -71,7 +71,7 @@ fn lookup(document: &Document, path: &str) -> Option<Bson> {
     }
 }
 
-async fn containing(context: &RouterContext, collection: &ShardedCollection, point: &Document) -> ClusterResult<ChunkEntry> {
+pub(crate) async fn containing(context: &RouterContext, collection: &ShardedCollection, point: &Document) -> ClusterResult<ChunkEntry> {
     loader::chunk_containing(&context.config, &collection.entry.uuid, point)
         .await?
         .ok_or_else(|| ClusterError::coded(CANNOT_SPLIT, format!("no chunk contains {point}")))
