@@ -127,8 +127,8 @@ pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Reply {
         body: &request.body,
         connection_id: request.connection.connection_id,
         client: request.connection.remote_address,
-        max_time,
         users: request.connection.session.authenticated_user_names(),
+        max_time,
     });
     let started = std::time::Instant::now();
     let outcome = crate::operation::check_interrupt()

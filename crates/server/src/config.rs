@@ -147,13 +147,6 @@ fn apply_option(name: &str, value: &Value, arguments: &mut ServerArguments, matc
                 arguments.auth = enabled;
             }
         }
-        _ => return apply_log_or_profiler_option(name, value, arguments, matches),
-    }
-    Ok(())
-}
-
-fn apply_log_or_profiler_option(name: &str, value: &Value, arguments: &mut ServerArguments, matches: &ArgMatches) -> Result<(), String> {
-    let set = |argument: &str| !from_command_line(matches, argument);
         _ if name.starts_with("setParameter.") => {
             // The file's parameters come before the command line's, so a flag overrides them.
             let parameter = &name["setParameter.".len()..];
@@ -164,6 +157,13 @@ fn apply_log_or_profiler_option(name: &str, value: &Value, arguments: &mut Serve
             let position = arguments.set_parameters.len() - command_line_parameters(matches);
             arguments.set_parameters.insert(position, format!("{parameter}={text}"));
         }
+        _ => return apply_log_or_profiler_option(name, value, arguments, matches),
+    }
+    Ok(())
+}
+
+fn apply_log_or_profiler_option(name: &str, value: &Value, arguments: &mut ServerArguments, matches: &ArgMatches) -> Result<(), String> {
+    let set = |argument: &str| !from_command_line(matches, argument);
     match name {
         "systemLog.path" => {
             let text = string(name, value)?;
@@ -320,6 +320,13 @@ mod tests {
         assert_eq!(error, "Unrecognized option: net.colour");
         let error = parsed(&[], "processManagement:\n  fork: true\n").expect_err("refused");
         assert_eq!(error, "Unrecognized option: processManagement.fork");
+    }
+
+    #[test]
+    fn set_parameter_sections_come_before_the_flags() {
+        let yaml = "setParameter:\n  idleConnectionTimeoutMillis: 5000\n  notablescan: true\n";
+        let arguments = parsed(&["--setParameter", "idleConnectionTimeoutMillis=7000"], yaml).expect("parses");
+        assert_eq!(arguments.set_parameters, vec!["idleConnectionTimeoutMillis=5000", "notablescan=true", "idleConnectionTimeoutMillis=7000"]);
     }
 
     #[test]
