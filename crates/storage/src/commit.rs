@@ -110,15 +110,29 @@ impl WriteTransaction<'_> {
     /// Builds the batch and the operation records of everything this transaction did. Reads
     /// nothing and changes nothing.
     pub fn prepare(&self) -> Result<PreparedWrite, StorageError> {
+        self.prepare_with(true)
+    }
+
+    /// [`Self::prepare`], leaving the operation records out when `with_operations` is false
+    /// (nobody would read them: `commit` without an observer). The batch is the same.
+    fn prepare_with(&self, with_operations: bool) -> Result<PreparedWrite, StorageError> {
         let entry = self.entry.clone()?;
         let engine = self.engine;
         let mut batch = WriteBatch::default();
-        let mut operations = Vec::with_capacity(self.records.len());
+        let mut operations = Vec::with_capacity(if with_operations { self.records.len() } else { 0 });
         let records_family = engine.records_family(&entry)?;
         for (record_id, state) in &self.records {
             let key = keys::record_key(entry.prefix, *record_id);
             let inserted = self.inserted.contains(record_id);
             let (kind, id, document) = match state {
+                Some(bytes) if !with_operations => {
+                    batch.put_cf(records_family, key, bytes);
+                    continue;
+                }
+                None if !with_operations => {
+                    batch.delete_cf(records_family, key);
+                    continue;
+                }
                 Some(bytes) => {
                     batch.put_cf(records_family, key, bytes);
                     let kind = if inserted { OperationKind::Insert } else { OperationKind::Update };
@@ -233,7 +247,9 @@ impl WriteTransaction<'_> {
         if self.operations == 0 {
             return Ok(());
         }
-        let prepared = self.prepare()?;
+        // The operation records cost a copy and a parse of every document: built only when an
+        // observer will receive them.
+        let prepared = self.prepare_with(self.engine.has_observer())?;
         self.apply(prepared, durability).map(drop)
     }
 }

@@ -545,6 +545,11 @@ impl Engine {
         self.observer.store(observer.map(Arc::new));
     }
 
+    /// True when an observer of operation records is installed.
+    pub(crate) fn has_observer(&self) -> bool {
+        self.observer.load().is_some()
+    }
+
     /// Hands applied operation records to the observer, if one is installed.
     pub(crate) fn observe(&self, operations: &[OperationRecord]) {
         if operations.is_empty() {
