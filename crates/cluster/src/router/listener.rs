@@ -2,9 +2,10 @@
 //! the router's table, write the reply. Commands are async (they wait on shards), so they run
 //! on the connection's task; nothing blocks a runtime thread.
 //!
-//! Invariants: a message larger than the wire's limit closes only its connection; a malformed
-//! one gets an error reply; OP_QUERY is accepted only for commands (driver handshakes);
-//! replies are never compressed (the router's hello offers no compressor).
+//! Invariants: at most [`MAX_CONNECTIONS`] connections at once (more are closed on accept, as
+//! mongod's maxConns); a message larger than the wire's limit closes only its connection; a
+//! malformed one gets an error reply; OP_QUERY is accepted only for commands (driver
+//! handshakes); replies are never compressed (the router's hello offers no compressor).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -14,7 +15,7 @@ use bson::{Bson, Document};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
 use myriad_wire::{
     decode_message, encode_op_msg_reply, encode_op_reply, parse_header, Request, HEADER_SIZE_BYTES, MAX_MESSAGE_SIZE_BYTES,
@@ -25,8 +26,17 @@ use crate::router::context::{RouterContext, RouterCounters};
 use crate::router::request::RouterRequest;
 use crate::router::table;
 
-/// Accepts connections until shutdown.
-pub async fn accept_loop(listener: TcpListener, context: Arc<RouterContext>, next_id: Arc<AtomicI64>, shutdown: watch::Receiver<bool>) {
+/// Simultaneous client connections a router serves (mongod's default maxConns).
+pub const MAX_CONNECTIONS: usize = 10_000;
+
+/// Accepts connections until shutdown; `slots` bounds how many are served at once.
+pub async fn accept_loop(
+    listener: TcpListener,
+    context: Arc<RouterContext>,
+    next_id: Arc<AtomicI64>,
+    slots: Arc<Semaphore>,
+    shutdown: watch::Receiver<bool>,
+) {
     loop {
         let mut stopping = shutdown.clone();
         let accepted = tokio::select! {
@@ -41,6 +51,11 @@ pub async fn accept_loop(listener: TcpListener, context: Arc<RouterContext>, nex
                 continue;
             }
         };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            context.log("NETWORK", 22942, "Connection refused because there are too many open connections", json!({ "remote": remote.to_string() }));
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let connection_id = next_id.fetch_add(1, Ordering::Relaxed);
         let context = Arc::clone(&context);
@@ -52,6 +67,7 @@ pub async fn accept_loop(listener: TcpListener, context: Arc<RouterContext>, nex
                 context.log("NETWORK", 22943, "Connection accepted", json!({ "remote": remote.to_string(), "connectionId": connection_id }));
             }
             serve_connection(&context, stream, remote, connection_id, shutdown).await;
+            drop(slot);
             RouterCounters::add(&context.counters.connections_current, -1);
             if !context.options.quiet {
                 context.log("NETWORK", 22944, "Connection ended", json!({ "remote": remote.to_string(), "connectionId": connection_id }));

@@ -71,9 +71,10 @@ async fn run(options: RouterOptions, logger: Arc<Logger>) -> Result<(), String> 
     let context = Arc::new(RouterContext::new(options, format!("{host}:{port}"), Arc::clone(&logger)));
     let (shutdown_sender, shutdown) = watch::channel(false);
     let next_connection_id = Arc::new(AtomicI64::new(1));
+    let slots = Arc::new(tokio::sync::Semaphore::new(listener::MAX_CONNECTIONS));
     let mut tasks = Vec::new();
     for listener in listeners {
-        tasks.push(tokio::spawn(listener::accept_loop(listener, Arc::clone(&context), Arc::clone(&next_connection_id), shutdown.clone())));
+        tasks.push(tokio::spawn(listener::accept_loop(listener, Arc::clone(&context), Arc::clone(&next_connection_id), Arc::clone(&slots), shutdown.clone())));
     }
     let pinging = tokio::spawn(ping_loop(Arc::clone(&context)));
     logger.info("NETWORK", 23016, "listener", "Waiting for connections", json!({ "port": port, "ssl": "off" }));
