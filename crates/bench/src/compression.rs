@@ -1,14 +1,16 @@
 //! `myriad-bench compression`: what each block compressor buys on a realistic JSON-like
 //! dataset, against a server this program starts.
 //!
-//! One collection per compressor is created with MongoDB's option
-//! (`storageEngine: {wiredTiger: {configString: "block_compressor=..."}}`) and loaded with the
-//! same seeded documents: e-commerce orders with a customer, an address, 1 to 6 line items,
-//! timestamps, a user agent and random identifiers (random hex and prices keep it from being
-//! trivially compressible). After an `fsync` (memtables flushed to SST files) and again after a
-//! full `compact`, collStats gives `size` (logical) and `storageSize` (on disk). Printed per
-//! compressor: both sizes, size / storageSize, and the load rate as a ratio to `none`'s in the
-//! same run. Nothing is asserted.
+//! For each compressor a fresh server is started, one collection is created with MongoDB's
+//! option (`storageEngine: {wiredTiger: {configString: "block_compressor=..."}}`) and loaded
+//! with the same seeded documents: e-commerce orders with a customer, an address, 1 to 6 line
+//! items, timestamps, a user agent and random identifiers (random hex and prices keep it from
+//! being trivially compressible). The load is timed up to the end of an `fsync` (memtables
+//! flushed, so every block has been compressed). Then collStats gives `size` (logical) and
+//! `storageSize` (on disk), again after a full `compact`. The compressors run `--rounds` times,
+//! in alternating order, so drifting background load falls on all alike; the load rate is the
+//! mean over rounds. Printed per compressor: both sizes, size / storageSize, and the load rate
+//! as a ratio to `none`'s in the same run. Nothing is asserted.
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +33,9 @@ pub struct CompressionArgs {
     /// Documents loaded into each compressor's collection.
     #[arg(long = "documents", default_value_t = 200_000)]
     pub documents: u64,
+    /// Times each compressor is measured (each time on a fresh server).
+    #[arg(long = "rounds", default_value_t = 2)]
+    pub rounds: u32,
     #[arg(long = "server-binary")]
     pub server_binary: Option<std::path::PathBuf>,
     #[arg(long = "cache-size-mb")]
@@ -62,28 +67,55 @@ pub fn run(arguments: &CompressionArgs) -> Result<(), String> {
 }
 
 fn run_benchmark(arguments: &CompressionArgs) -> BenchResult<()> {
-    if arguments.documents == 0 || arguments.documents > DOCUMENTS_LIMIT {
-        return Err(BenchError::InvalidArgument(format!("--documents must be in 1..={DOCUMENTS_LIMIT}")));
+    if arguments.documents == 0 || arguments.documents > DOCUMENTS_LIMIT || arguments.rounds == 0 || arguments.rounds > 100 {
+        return Err(BenchError::InvalidArgument(format!("--documents must be in 1..={DOCUMENTS_LIMIT}, --rounds in 1..=100")));
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|error| BenchError::io("starting the async runtime", error))?;
     crate::cleanup::spawn_signal_watcher(&runtime);
+    let binary = locate_server_binary(arguments.server_binary.as_deref())?;
+    let mut figures: Vec<Figures> = Vec::new();
+    for round in 0..arguments.rounds {
+        let mut order = COMPRESSORS.to_vec();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for compressor in order {
+            let measured = measure_on_fresh_server(&runtime, &binary, compressor, arguments)?;
+            eprintln!("compression: round {round}, {compressor} loaded in {:.1} s", measured.load_seconds);
+            match figures.iter_mut().find(|figure| figure.compressor == compressor) {
+                Some(figure) => figure.load_seconds += measured.load_seconds,
+                None => figures.push(measured),
+            }
+        }
+    }
+    for figure in &mut figures {
+        figure.load_seconds /= f64::from(arguments.rounds);
+    }
+    figures.sort_by_key(|figure| COMPRESSORS.iter().position(|name| *name == figure.compressor));
+    print_report(&figures, arguments);
+    Ok(())
+}
+
+fn measure_on_fresh_server(
+    runtime: &tokio::runtime::Runtime,
+    binary: &std::path::Path,
+    compressor: &'static str,
+    arguments: &CompressionArgs,
+) -> BenchResult<Figures> {
     let data_directory = DataDirectory::create(arguments.work_directory.as_deref(), false, "myriad-bench-compression-")?;
     let launch = ServerLaunch {
-        binary: locate_server_binary(arguments.server_binary.as_deref())?,
+        binary: binary.to_path_buf(),
         data_directory: data_directory.path(),
         cache_size_mebibytes: arguments.cache_size_mebibytes,
     };
     let startup_timeout = Duration::from_secs(arguments.startup_timeout_seconds);
     let server = ServerProcess::start(&launch, startup_timeout)?;
-    eprintln!("compression: server {} on {}", launch.binary.display(), server.uri());
-    let outcome = runtime.block_on(measure(&server.uri(), arguments));
+    let outcome = runtime.block_on(measure(&server.uri(), compressor, arguments));
     let _ = server.stop(startup_timeout);
-    let figures = outcome?;
-    print_report(&figures, arguments);
-    Ok(())
+    outcome
 }
 
 const FIRST_NAMES: [&str; 12] = ["Anna", "Ben", "Chiara", "David", "Elif", "Felix", "Greta", "Hugo", "Ines", "Jonas", "Klara", "Luca"];
@@ -147,38 +179,31 @@ fn order(random: &mut StdRng, number: u64) -> Document {
     }
 }
 
-async fn measure(uri: &str, arguments: &CompressionArgs) -> BenchResult<Vec<Figures>> {
+async fn measure(uri: &str, compressor: &'static str, arguments: &CompressionArgs) -> BenchResult<Figures> {
     let timeout = Duration::from_secs(arguments.operation_timeout_seconds);
     let client = client::connect(uri, APPLICATION_NAME, 4, timeout).await?;
-    let mut figures = Vec::with_capacity(COMPRESSORS.len());
-    for compressor in COMPRESSORS {
-        let options = doc! { "wiredTiger": { "configString": format!("block_compressor={compressor}") } };
-        let body = doc! { "create": compressor, "storageEngine": options };
-        client::required_command(&client, DATABASE, body, timeout, "create").await?;
-        let collection = client.database(DATABASE).collection::<Document>(compressor);
-        // The same seed for every compressor: identical documents.
-        let mut random = StdRng::seed_from_u64(10);
-        let started = Instant::now();
-        let mut loaded = 0u64;
-        while loaded < arguments.documents {
-            let count = (arguments.documents - loaded).min(LOAD_BATCH as u64);
-            let batch: Vec<Document> = (loaded..loaded + count).map(|number| order(&mut random, number)).collect();
-            client::bounded(timeout, collection.insert_many(batch)).await.map_err(|error| error.into_bench_error("loading", timeout))?;
-            loaded += count;
-        }
-        // The flush belongs to the load: it is where the blocks are compressed.
-        client::required_command(&client, "admin", doc! { "fsync": 1 }, timeout, "fsync").await?;
-        let load_seconds = started.elapsed().as_secs_f64();
-        let (size_bytes, storage_after_flush_bytes) = sizes(&client, compressor, timeout).await?;
-        eprintln!("compression: {compressor} loaded in {load_seconds:.1} s");
-        figures.push(Figures { compressor, size_bytes, storage_after_flush_bytes, storage_after_compaction_bytes: 0, load_seconds });
+    let options = doc! { "wiredTiger": { "configString": format!("block_compressor={compressor}") } };
+    let body = doc! { "create": compressor, "storageEngine": options };
+    client::required_command(&client, DATABASE, body, timeout, "create").await?;
+    let collection = client.database(DATABASE).collection::<Document>(compressor);
+    // The same seed for every compressor: identical documents.
+    let mut random = StdRng::seed_from_u64(10);
+    let started = Instant::now();
+    let mut loaded = 0u64;
+    while loaded < arguments.documents {
+        let count = (arguments.documents - loaded).min(LOAD_BATCH as u64);
+        let batch: Vec<Document> = (loaded..loaded + count).map(|number| order(&mut random, number)).collect();
+        client::bounded(timeout, collection.insert_many(batch)).await.map_err(|error| error.into_bench_error("loading", timeout))?;
+        loaded += count;
     }
-    client::required_command(&client, DATABASE, doc! { "compact": COMPRESSORS[0] }, timeout, "compact").await?;
-    for figure in &mut figures {
-        figure.storage_after_compaction_bytes = sizes(&client, figure.compressor, timeout).await?.1;
-    }
+    // The flush belongs to the load: it is where the last blocks are compressed.
+    client::required_command(&client, "admin", doc! { "fsync": 1 }, timeout, "fsync").await?;
+    let load_seconds = started.elapsed().as_secs_f64();
+    let (size_bytes, storage_after_flush_bytes) = sizes(&client, compressor, timeout).await?;
+    client::required_command(&client, DATABASE, doc! { "compact": compressor }, timeout, "compact").await?;
+    let storage_after_compaction_bytes = sizes(&client, compressor, timeout).await?.1;
     client::close(client).await;
-    Ok(figures)
+    Ok(Figures { compressor, size_bytes, storage_after_flush_bytes, storage_after_compaction_bytes, load_seconds })
 }
 
 /// (size, storageSize) from collStats.
@@ -227,6 +252,9 @@ fn print_report(figures: &[Figures], arguments: &CompressionArgs) {
         }));
     }
     if arguments.json {
-        println!("{}", serde_json::json!({ "benchmark": "compression", "documents": arguments.documents, "compressors": rows }));
+        println!(
+            "{}",
+            serde_json::json!({ "benchmark": "compression", "documents": arguments.documents, "rounds": arguments.rounds, "compressors": rows })
+        );
     }
 }
