@@ -101,6 +101,21 @@ async fn each_node_compressor_compresses_collections_created_without_one() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsync_flushes_and_refuses_a_lock() {
+    let server = TestServer::start();
+    let client = server.client().await;
+    let database = client.database(DATABASE);
+    database.create_collection("flushed").await.expect("create");
+    load(&database.collection("flushed"), 0..1_000).await;
+    fsync(&client).await;
+    let error = client.database("admin").run_command(doc! { "fsync": 1, "lock": true }).await.expect_err("refused");
+    assert_eq!(error_code(&error), 115);
+    let error = database.run_command(doc! { "fsync": 1 }).await.expect_err("admin only");
+    assert_eq!(error_code(&error), 13);
+    assert_eq!(database.collection::<Document>("flushed").count_documents(doc! {}).await.expect("count"), 1_000);
+}
+
 #[test]
 fn an_unknown_node_compressor_stops_start_up() {
     let directory = tempfile::tempdir().expect("temp dir");
