@@ -257,16 +257,19 @@ impl Engine {
     fn start_index_builds(&self, db: &str, collection: &str, parsed: Vec<ParsedIndexSpec>) -> Result<StartedBuilds, StorageError> {
         let mut attempts = 0;
         let (mut ddl, entry) = loop {
+            // A missing collection is created with the indexes, grouped with concurrent
+            // creations (whose leader decides under the DDL mutex); when another creation of
+            // the name won, the indexes go onto its collection, as below.
+            if self.collection(db, collection)?.is_none() {
+                if let Some(outcome) = self.create_with_indexes(db, collection, &parsed)? {
+                    return Ok(StartedBuilds { outcome, started: None, joined: Vec::new() });
+                }
+            }
             let ddl = self.lock_ddl();
             if let Some(entry) = self.read_entry(db, collection)? {
                 break (ddl, entry);
             }
             drop(ddl);
-            // Created with the indexes, grouped with concurrent creations; when another
-            // creation of the name won, the indexes go onto its collection, as below.
-            if let Some(outcome) = self.create_with_indexes(db, collection, &parsed)? {
-                return Ok(StartedBuilds { outcome, started: None, joined: Vec::new() });
-            }
             attempts += 1;
             if attempts == crate::creation::MAX_CREATION_ATTEMPTS {
                 return Err(StorageError::NamespaceNotFound(format!("{}: dropped while its indexes were created", namespace_of(db, collection))));
