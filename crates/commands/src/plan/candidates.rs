@@ -89,7 +89,9 @@ fn direction_of(kind: IndexFieldKind) -> Direction {
 
 /// Some(reverse) when scanning the index (reversed or not) yields documents in `pattern`'s
 /// order: the sort's fields are consecutive key fields, in order, after key fields bounded to
-/// a single point, with directions all equal to the index's or all opposite.
+/// a single point, with directions all equal to the index's or all opposite. A sort field that
+/// is itself a key field bounded to a single point orders nothing and is left out first, as
+/// MongoDB does (`{a: 1, b: -1}` on `{a: 1, b: 1}` with `a` fixed is a reversed scan).
 fn provided_sort(fields: &[(&str, IndexFieldKind)], bounded: &[Vec<Interval>], pattern: &Document) -> Option<bool> {
     if pattern.is_empty() {
         return None;
@@ -97,25 +99,35 @@ fn provided_sort(fields: &[(&str, IndexFieldKind)], bounded: &[Vec<Interval>], p
     let single_point = |position: usize| {
         bounded.get(position).is_some_and(|intervals| intervals.len() == 1 && intervals[0].is_point())
     };
+    let mut ordering: Vec<(&str, bool)> = Vec::with_capacity(pattern.len());
+    for (path, direction) in pattern {
+        let ascending = match direction {
+            Bson::Int32(value) => *value > 0,
+            Bson::Int64(value) => *value > 0,
+            Bson::Double(value) => *value > 0.0,
+            _ => return None,
+        };
+        let fixed = fields.iter().enumerate().any(|(position, (field, _))| field == path && single_point(position));
+        if !fixed {
+            ordering.push((path.as_str(), ascending));
+        }
+    }
+    if ordering.is_empty() {
+        return Some(false);
+    }
     // The sort may start at any key field whose predecessors are each fixed to one value.
     'start: for start in 0..fields.len() {
         if start > 0 && !single_point(start - 1) {
             return None;
         }
         let mut reverse: Option<bool> = None;
-        for (offset, (path, direction)) in pattern.iter().enumerate() {
+        for (offset, (path, ascending)) in ordering.iter().enumerate() {
             let Some((field, kind)) = fields.get(start + offset) else { continue 'start };
-            let ascending = match direction {
-                Bson::Int32(value) => *value > 0,
-                Bson::Int64(value) => *value > 0,
-                Bson::Double(value) => *value > 0.0,
-                _ => return None,
-            };
             if field != path || *kind == IndexFieldKind::Hashed {
                 continue 'start;
             }
             let index_ascending = *kind == IndexFieldKind::Ascending;
-            let this_reverse = ascending != index_ascending;
+            let this_reverse = *ascending != index_ascending;
             if *reverse.get_or_insert(this_reverse) != this_reverse {
                 continue 'start;
             }
@@ -259,6 +271,18 @@ mod tests {
         assert_eq!(provided_sort(&fields, &[two], &doc! { "b": -1 }), None, "two values of a interleave b's order");
         assert_eq!(provided_sort(&fields, &[one.clone(), one], &doc! { "c": -1 }), Some(true));
         assert_eq!(provided_sort(&fields, &[], &doc! { "a": 1, "b": -1, "c": 1, "d": 1 }), None, "past the key");
+    }
+
+    #[test]
+    fn sort_fields_fixed_to_one_value_order_nothing() {
+        let fields = [("a", ASCENDING), ("b", ASCENDING), ("c", ASCENDING)];
+        let one = points(&[1]);
+        assert_eq!(provided_sort(&fields, &[one.clone()], &doc! { "a": 1, "b": -1 }), Some(true), "a fixed: b descending");
+        assert_eq!(provided_sort(&fields, &[one.clone()], &doc! { "a": -1, "b": 1 }), Some(false));
+        assert_eq!(provided_sort(&fields, &[one.clone(), one.clone()], &doc! { "a": 1, "b": -1, "c": -1 }), Some(true));
+        assert_eq!(provided_sort(&fields, &[one.clone()], &doc! { "a": -1 }), Some(false), "every result ties");
+        assert_eq!(provided_sort(&fields, &[points(&[1, 2])], &doc! { "a": 1, "b": -1 }), None, "a takes two values");
+        assert_eq!(provided_sort(&fields, &[one], &doc! { "a": 1, "c": -1 }), None, "b is not fixed");
     }
 
     #[test]
