@@ -22,7 +22,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bson::oid::ObjectId;
 use bson::{doc, Binary, Bson, Document, Timestamp};
+use myriad_routing::ShardKeyPattern;
 use tokio::sync::mpsc;
 
 use crate::catalog::{loader, RoutingInfo, ShardedCollection};
@@ -100,9 +102,13 @@ pub async fn run(state: Arc<MigrationState>, request: MoveRange) -> ClusterResul
         chunk_version,
         decision: None,
     };
+    let (pattern, epoch) = (collection.pattern.clone(), collection.entry.epoch);
+    // The range deleter waits for every holder of a snapshot in which this shard owns the
+    // range: this one must not be held across the migration (or `_waitForDelete`).
+    drop(routing);
     let activity = state.begin(Activity::donating(&coordinator.migration_id, &request.namespace))?;
     let recipient = state.shard_client(&recipient_host);
-    let outcome = migrate(&state, &coordinator, collection, &keys, &recipient).await;
+    let outcome = migrate(&state, &coordinator, &pattern, epoch, &keys, &recipient).await;
     state.end(&activity);
     let decision = outcome?;
     if request.wait_for_delete && decision == Decision::Committed {
@@ -142,7 +148,7 @@ fn owned_chunk_version(collection: &ShardedCollection, me: &str, keys: &KeyRange
 
 /// Steps 2 to 8; the decision, or the error that made the migration abort (or left its
 /// outcome to recovery).
-async fn migrate(state: &Arc<MigrationState>, coordinator: &Coordinator, collection: &ShardedCollection, keys: &KeyRange, recipient: &Arc<NodeClient>) -> ClusterResult<Decision> {
+async fn migrate(state: &Arc<MigrationState>, coordinator: &Coordinator, pattern: &ShardKeyPattern, epoch: ObjectId, keys: &KeyRange, recipient: &Arc<NodeClient>) -> ClusterResult<Decision> {
     let context = state.context()?;
     let task = RangeDeletion {
         id: coordinator.migration_id.clone(),
@@ -161,12 +167,12 @@ async fn migrate(state: &Arc<MigrationState>, coordinator: &Coordinator, collect
     })
     .await?;
     let gate = state.gates.install(&coordinator.namespace);
-    let capture = Arc::new(Capture::new(coordinator.namespace.clone(), collection.pattern.clone(), keys.clone()));
+    let capture = Arc::new(Capture::new(coordinator.namespace.clone(), pattern.clone(), keys.clone()));
     state.captures.start(Arc::clone(&capture));
     let transferred = transfer(state, coordinator, keys, recipient, &capture, &gate).await;
     state.captures.stop(&capture);
     let (decision, failure) = match transferred {
-        Ok(()) => match commit(state, coordinator, collection).await {
+        Ok(()) => match commit(state, coordinator, epoch).await {
             Ok(decision) => (decision, None),
             Err(CommitFailure::Refused(error)) => (Decision::Aborted, Some(error)),
             Err(CommitFailure::Unknown(error)) => {
@@ -251,7 +257,7 @@ async fn clone_range(state: &Arc<MigrationState>, coordinator: &Coordinator, key
             let (db, collection) = crate::catalog::documents::split_namespace(&namespace);
             let backend = context.backend.as_ref();
             let Some(handle) = backend.collection(db, collection)? else { return Ok(()) };
-            let pattern = myriad_routing::ShardKeyPattern::from_document(&key_pattern)?;
+            let pattern = ShardKeyPattern::from_document(&key_pattern)?;
             let mut scan = RangeScan::new(backend, handle, &key_pattern, pattern, keys)?;
             loop {
                 let batch = scan.next_batch(CLONE_BATCH_DOCUMENTS, TRANSFER_BATCH_BYTES)?;
@@ -324,14 +330,14 @@ enum CommitFailure {
 
 /// Step 7: commits on the config server; after a network failure, fences the migration to
 /// learn (and fix) its outcome.
-async fn commit(state: &Arc<MigrationState>, coordinator: &Coordinator, collection: &ShardedCollection) -> Result<Decision, CommitFailure> {
+async fn commit(state: &Arc<MigrationState>, coordinator: &Coordinator, epoch: ObjectId) -> Result<Decision, CommitFailure> {
     let (_, cache) = state.sharding_parts().map_err(CommitFailure::Unknown)?;
     let command = doc! {
         "_configsvrCommitChunkMigration": &coordinator.namespace,
         "fromShard": &coordinator.donor,
         "toShard": &coordinator.recipient,
         "migratedChunk": { "min": coordinator.range.min.clone(), "max": coordinator.range.max.clone(), "lastmod": coordinator.chunk_version },
-        "epoch": collection.entry.epoch,
+        "epoch": epoch,
         "migrationId": coordinator.migration_id.clone(),
     };
     match cache.config().run("admin", command).await {

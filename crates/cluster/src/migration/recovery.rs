@@ -92,8 +92,15 @@ pub async fn recover(state: &Arc<MigrationState>) -> ClusterResult<()> {
                 Err(_) => continue,
             },
         };
-        if let Err(error) = settle(state, coordinator, decision).await {
-            state.log("MIGRATE", 22028, "Settling a migration failed; retrying later", serde_json::json!({ "error": error.to_string() }));
+        let attributes = serde_json::json!({
+            "namespace": &coordinator.namespace,
+            "range": coordinator.range.to_string(),
+            "decision": decision.as_str(),
+            "migrationId": crate::migration::range::uuid_text(&coordinator.migration_id),
+        });
+        match settle(state, coordinator, decision).await {
+            Ok(()) => state.log("MIGRATE", 22030, "Recovered migration", attributes),
+            Err(error) => state.log("MIGRATE", 22028, "Settling a migration failed; retrying later", serde_json::json!({ "error": error.to_string() })),
         }
     }
     let pending = blocking(move || persisted::range_deletions(&context, doc! { "pending": true })).await?;
@@ -121,6 +128,7 @@ async fn resolve_pending(state: &Arc<MigrationState>, task: &RangeDeletion, me: 
         let reply = donor.run("admin", doc! { "_shardsvrMigrationOutcome": task.id.clone() }).await?;
         reply.get_str("state").unwrap_or("active").to_string()
     };
+    state.log("MIGRATE", 22031, "Resolving a pending range deletion", serde_json::json!({ "namespace": &task.namespace, "range": task.range.to_string(), "donorAnswer": &answer }));
     let keep = match answer.as_str() {
         "committed" => true,
         "aborted" => false,

@@ -107,7 +107,8 @@ pub struct TestCluster {
 }
 
 impl TestCluster {
-    /// A config server, `shards` shards and one router, every shard added.
+    /// A config server, `shards` shards and one router, every shard added, the balancer
+    /// stopped (as MongoDB's ShardingTest starts it; `start_balancer` turns it on).
     pub async fn start(shards: usize) -> TestCluster {
         let directory = tempfile::tempdir().expect("temp dir");
         let dbpath = |name: &str| -> String {
@@ -124,7 +125,14 @@ impl TestCluster {
             let reply = admin(&client, doc! { "addShard": cluster.shards[index].address() }).await.expect("addShard");
             cluster.shard_names.push(reply.get_str("shardAdded").expect("shard name").to_string());
         }
+        admin(&client, doc! { "balancerStop": 1 }).await.expect("balancerStop");
         cluster
+    }
+
+    /// Turns the balancer on (and starts a round at once).
+    pub async fn start_balancer(&self) {
+        let client = self.router_client(0).await;
+        admin(&client, doc! { "balancerStart": 1 }).await.expect("balancerStart");
     }
 
     /// Starts one more router; returns its index.
