@@ -159,7 +159,7 @@ impl AutoSplitter {
 
     async fn split_if_needed(&self, state: &MigrationState, candidate: &Candidate) -> ClusterResult<()> {
         let (identity, cache) = state.sharding_parts()?;
-        if state.is_donating(&candidate.namespace) {
+        if !self.enabled.load(Ordering::Relaxed) || state.is_donating(&candidate.namespace) {
             return Ok(());
         }
         let Some(routing) = cache.cached(&candidate.namespace) else { return Ok(()) };

@@ -18,7 +18,7 @@ use myriad_commands::role::{RoleHook, TableRunner};
 use myriad_commands::{CommandRequest, CommandResult, Reply, ServerContext};
 use parking_lot::Mutex;
 
-use crate::catalog::documents::{CHUNKS, COLLECTIONS, CONFIG_DB, SETTINGS, SHARDS, VERSION};
+use crate::catalog::documents::{CHUNKS, COLLECTIONS, CONFIG_DB, SHARDS, VERSION};
 use crate::error::ClusterResult;
 use crate::local;
 
@@ -78,14 +78,6 @@ fn initialise_catalog(context: &ServerContext) -> ClusterResult<()> {
         local::run(context, CONFIG_DB, command)?;
     }
     local::run(context, CONFIG_DB, doc! { "create": COLLECTIONS }).or_else(ignore_existing)?;
-    // No balancer and no auto-split run yet: the settings say so (sh.status() reads them).
-    for (id, setting) in [("balancer", doc! { "mode": "off", "stopped": true }), ("autosplit", doc! { "enabled": false })] {
-        if local::find(context, CONFIG_DB, SETTINGS, doc! { "_id": id }, None, Some(1))?.is_empty() {
-            let mut document = doc! { "_id": id };
-            document.extend(setting);
-            local::run(context, CONFIG_DB, doc! { "insert": SETTINGS, "documents": [document] })?;
-        }
-    }
     let version = local::find(context, CONFIG_DB, VERSION, doc! { "_id": 1 }, None, Some(1))?;
     if version.is_empty() {
         let document = doc! { "_id": 1, "clusterId": ObjectId::new() };
