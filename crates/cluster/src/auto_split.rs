@@ -90,7 +90,7 @@ impl AutoSplitter {
         let mut snapshot: Option<(&str, Option<Arc<RoutingInfo>>)> = None;
         for record in records {
             let (OperationKind::Insert | OperationKind::Update, Some(document)) = (record.kind, &record.document) else { continue };
-            if snapshot.as_ref().map_or(true, |(namespace, _)| *namespace != record.namespace) {
+            if snapshot.as_ref().is_none_or(|(namespace, _)| *namespace != record.namespace) {
                 snapshot = Some((&record.namespace, cache.cached(&record.namespace)));
             }
             let Some((_, Some(routing))) = &snapshot else { continue };
@@ -135,7 +135,7 @@ impl AutoSplitter {
                 _ = splitter.wake.notified() => {}
                 _ = tokio::time::sleep(SETTINGS_INTERVAL) => {}
             }
-            if settings_read.map_or(true, |read| read.elapsed() >= SETTINGS_INTERVAL) && splitter.read_settings(&state).await.is_ok() {
+            if settings_read.is_none_or(|read| read.elapsed() >= SETTINGS_INTERVAL) && splitter.read_settings(&state).await.is_ok() {
                 settings_read = Some(Instant::now());
             }
             loop {

@@ -132,7 +132,7 @@ fn abort_migration(context: &ServerContext, body: &Document) -> ClusterResult<Do
     if chunk.shard == to {
         return Ok(doc! { "decision": "committed" });
     }
-    if chunk.shard == from && expected.map_or(true, |expected| chunk.last_modified == expected) && same_bounds(&entry, &chunk.min, &range.min)? {
+    if chunk.shard == from && expected.is_none_or(|expected| chunk.last_modified == expected) && same_bounds(&entry, &chunk.min, &range.min)? {
         let (major, minor) = collection_version(context, &entry)?;
         let minor = minor.checked_add(1).ok_or_else(|| ClusterError::internal("minor version overflow"))?;
         let fenced = ChunkEntry { last_modified: Timestamp { time: major, increment: minor }, ..chunk.clone() };

@@ -25,10 +25,7 @@ impl Balancer {
         let body = &request.body;
         let result = match request.name.as_str() {
             "_configsvrMoveRange" => self.move_range(context, body),
-            "_configsvrBalancerStart" => set_balancer(context, true).map(|reply| {
-                self.wake();
-                reply
-            }),
+            "_configsvrBalancerStart" => set_balancer(context, true).inspect(|_| self.wake()),
             "_configsvrBalancerStop" => set_balancer(context, false).and_then(|reply| {
                 let balancer = Arc::clone(self);
                 self.wait(async move {

@@ -140,7 +140,7 @@ impl Balancer {
     async fn enabled(&self) -> ClusterResult<bool> {
         let context = self.context()?;
         let setting = blocking(move || local::find(&context, CONFIG_DB, SETTINGS, doc! { "_id": "balancer" }, None, Some(1))).await?;
-        Ok(setting.first().map_or(true, |setting| setting.get_str("mode") != Ok("off") && !setting.get_bool("stopped").unwrap_or(false)))
+        Ok(setting.first().is_none_or(|setting| setting.get_str("mode") != Ok("off") && !setting.get_bool("stopped").unwrap_or(false)))
     }
 
     /// `(mode, inBalancerRound, numBalancerRounds)`.
@@ -270,7 +270,9 @@ impl Balancer {
 }
 
 /// Shards (with their draining flag) and, per balanced collection, its entry and chunk counts.
-fn read_loads(context: &ServerContext) -> ClusterResult<(Vec<policy::ShardLoad>, Vec<(CollectionEntry, policy::CollectionLoad)>)> {
+type Loads = (Vec<policy::ShardLoad>, Vec<(CollectionEntry, policy::CollectionLoad)>);
+
+fn read_loads(context: &ServerContext) -> ClusterResult<Loads> {
     let shards = local::find(context, CONFIG_DB, SHARDS, Document::new(), Some(doc! { "_id": 1 }), None)?
         .iter()
         .filter_map(|shard| Some(policy::ShardLoad { name: shard.get_str("_id").ok()?.to_string(), draining: shard.get_bool("draining").unwrap_or(false) }))

@@ -73,8 +73,7 @@ pub fn choose(shards: &[ShardLoad], collections: &[CollectionLoad], busy: &HashS
             moves.push(Move { namespace: collection.namespace.clone(), from: draining.name.clone(), to, draining: true });
         }
         let total: u64 = collection.chunks.values().sum();
-        loop {
-            let (Some(to), Some(from)) = (least_loaded(&counts, &used), most_loaded(&counts, &used)) else { break };
+        while let (Some(to), Some(from)) = (least_loaded(&counts, &used), most_loaded(&counts, &used)) {
             if to == from || counts[from.as_str()] - counts[to.as_str()] < threshold(total) {
                 break;
             }

@@ -170,7 +170,7 @@ impl MigrationState {
         let mut current = self.activity.lock();
         if let Some(existing) = current.as_ref() {
             let idle = !existing.donating
-                && self.incoming.lock().as_ref().map_or(true, |incoming| incoming.last_contact.lock().elapsed() > IDLE_SESSION);
+                && self.incoming.lock().as_ref().is_none_or(|incoming| incoming.last_contact.lock().elapsed() > IDLE_SESSION);
             if !idle {
                 return Err(ClusterError::coded(
                     CONFLICTING_OPERATION_IN_PROGRESS,

@@ -23,6 +23,9 @@ enum Position {
     Done,
 }
 
+/// An index entry's key string and its record, sampled for a split point.
+pub type SampledKey = (Vec<u8>, RecordId);
+
 pub struct RangeScan<'a> {
     backend: &'a dyn Backend,
     handle: CollectionHandle,
@@ -119,7 +122,7 @@ impl<'a> RangeScan<'a> {
 
     /// How many index entries the range holds and the key string of every `every`-th one
     /// (their record ids), reading at most `max_entries` entries: for split points.
-    pub fn sample_keys(&self, every: usize, max_points: usize, max_entries: usize) -> ClusterResult<(usize, Vec<(Vec<u8>, RecordId)>)> {
+    pub fn sample_keys(&self, every: usize, max_points: usize, max_entries: usize) -> ClusterResult<(usize, Vec<SampledKey>)> {
         let Some(index) = &self.index else { return Ok((0, Vec::new())) };
         let range = IndexKeyRange { lower: self.range.min.clone(), lower_inclusive: true, upper: self.range.max.clone(), upper_inclusive: false };
         let mut count = 0usize;
@@ -131,7 +134,7 @@ impl<'a> RangeScan<'a> {
             let at_end = entries.len() < 10_000;
             for (entry_key, record_id) in &entries {
                 count += 1;
-                if count % every == 0 && samples.len() < max_points {
+                if count.is_multiple_of(every) && samples.len() < max_points {
                     let key = entry_key[..entry_key.len().saturating_sub(RECORD_ID_BYTES)].to_vec();
                     samples.push((key, *record_id));
                 }
