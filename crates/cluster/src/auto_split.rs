@@ -88,6 +88,8 @@ impl AutoSplitter {
         let (Some(identity), Some(cache)) = (self.sharding.identity(), self.sharding.cache()) else { return };
         let threshold = (self.chunk_size_bytes.load(Ordering::Relaxed) / 5).max(1);
         let mut snapshot: Option<(&str, Option<Arc<RoutingInfo>>)> = None;
+        // Bytes per chunk of this call, summed before the shared map is locked once.
+        let mut touched: Vec<(Candidate, u64)> = Vec::new();
         for record in records {
             let (OperationKind::Insert | OperationKind::Update, Some(document)) = (record.kind, &record.document) else { continue };
             if snapshot.as_ref().is_none_or(|(namespace, _)| *namespace != record.namespace) {
@@ -100,22 +102,32 @@ impl AutoSplitter {
             if chunk.shard_name() != Some(identity.shard_name.as_str()) {
                 continue;
             }
-            let due = {
-                let mut written = self.written.lock();
+            let bytes = document.as_bytes().len() as u64;
+            match touched.iter_mut().rev().find(|(candidate, _)| candidate.min == chunk.min() && candidate.namespace == record.namespace) {
+                Some((_, total)) => *total += bytes,
+                None => touched.push((Candidate { namespace: record.namespace.clone(), min: chunk.min().to_vec(), max: chunk.max().to_vec() }, bytes)),
+            }
+        }
+        if touched.is_empty() {
+            return;
+        }
+        let mut due = Vec::new();
+        {
+            let mut written = self.written.lock();
+            for (candidate, bytes) in touched {
                 if written.len() >= MAX_TRACKED_CHUNKS {
                     written.clear();
                 }
-                let bytes = written.entry((record.namespace.clone(), chunk.min().to_vec())).or_insert(0);
-                *bytes += document.as_bytes().len() as u64;
-                let due = *bytes >= threshold;
-                if due {
-                    *bytes = 0;
+                let total = written.entry((candidate.namespace.clone(), candidate.min.clone())).or_insert(0);
+                *total += bytes;
+                if *total >= threshold {
+                    *total = 0;
+                    due.push(candidate);
                 }
-                due
-            };
-            if due {
-                self.enqueue(Candidate { namespace: record.namespace.clone(), min: chunk.min().to_vec(), max: chunk.max().to_vec() });
             }
+        }
+        for candidate in due {
+            self.enqueue(candidate);
         }
     }
 

@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use bson::{doc, Bson, Document};
 
+use crate::balancer::MIGRATION_CALL_TIMEOUT;
 use crate::catalog::documents::{bound_key, bound_values};
+use crate::client::NodeClient;
 use crate::catalog::{RoutingInfo, ShardedCollection};
 use crate::error::{ClusterError, ClusterResult, ILLEGAL_OPERATION, NAMESPACE_NOT_SHARDED};
 use crate::router::command::split::{containing, key_of_query};
@@ -88,7 +90,9 @@ async fn start_migration(context: &Arc<RouterContext>, namespace: &str, min: Doc
     if let Some(max) = max {
         command.insert("max", max);
     }
-    let outcome = context.config.run("admin", command).await;
+    // A migration outlasts an ordinary call's bound: this one waits as long as the donor does.
+    let config = NodeClient::with_timeout(context.config.address(), MIGRATION_CALL_TIMEOUT);
+    let outcome = config.run("admin", command).await;
     // Whatever happened, this router's table may be behind now.
     context.cache.refresh(namespace).await?;
     outcome.map(drop)
