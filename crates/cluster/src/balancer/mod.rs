@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use bson::{doc, oid::ObjectId, Bson, Document};
+use bson::{doc, oid::ObjectId, Bson, Document, Timestamp};
 use myriad_commands::ServerContext;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -60,7 +60,12 @@ pub struct Balancer {
     shards_freed: Notify,
     failed: Mutex<HashMap<ObjectId, u32>>,
     clients: Mutex<HashMap<String, Arc<NodeClient>>>,
+    /// Chunk counts per collection, kept while its collection version does not change.
+    counts: Arc<Mutex<CountsCache>>,
 }
+
+/// Per collection uuid: the collection version the counts were taken at, and the counts.
+type CountsCache = HashMap<Vec<u8>, (Timestamp, BTreeMap<String, u64>)>;
 
 /// Shards reserved for one migration; freed on drop.
 struct Reservation<'a> {
@@ -93,6 +98,7 @@ impl Balancer {
             shards_freed: Notify::new(),
             failed: Mutex::new(HashMap::new()),
             clients: Mutex::new(HashMap::new()),
+            counts: Arc::new(Mutex::new(HashMap::new())),
         });
         runtime.spawn(Balancer::run(Arc::clone(&balancer)));
         balancer
@@ -168,7 +174,8 @@ impl Balancer {
     /// One round: the moves of [`policy::choose`], run at once; how many were attempted.
     async fn round(&self) -> ClusterResult<usize> {
         let context = self.context()?;
-        let (shards, collections) = blocking(move || read_loads(&context)).await?;
+        let counts = Arc::clone(&self.counts);
+        let (shards, collections) = blocking(move || read_loads(&context, &counts)).await?;
         let busy = self.busy.lock().clone();
         let moves = policy::choose(&shards, &collections.iter().map(|(_, load)| load.clone()).collect::<Vec<_>>(), &busy);
         {
@@ -272,29 +279,45 @@ impl Balancer {
 /// Shards (with their draining flag) and, per balanced collection, its entry and chunk counts.
 type Loads = (Vec<policy::ShardLoad>, Vec<(CollectionEntry, policy::CollectionLoad)>);
 
-fn read_loads(context: &ServerContext) -> ClusterResult<Loads> {
+fn read_loads(context: &ServerContext, cache: &Mutex<CountsCache>) -> ClusterResult<Loads> {
     let shards = local::find(context, CONFIG_DB, SHARDS, Document::new(), Some(doc! { "_id": 1 }), None)?
         .iter()
         .filter_map(|shard| Some(policy::ShardLoad { name: shard.get_str("_id").ok()?.to_string(), draining: shard.get_bool("draining").unwrap_or(false) }))
         .collect();
     let mut collections = Vec::new();
+    let mut kept = CountsCache::new();
     for document in local::find(context, CONFIG_DB, COLLECTIONS, Document::new(), Some(doc! { "_id": 1 }), None)? {
         if document.get_bool("noBalance").unwrap_or(false) {
             continue;
         }
         let entry = CollectionEntry::from_document(&document)?;
-        let pipeline = vec![doc! { "$match": { "uuid": entry.uuid.clone() } }, doc! { "$group": { "_id": "$shard", "n": { "$sum": 1 } } }];
-        let reply = local::run(context, CONFIG_DB, doc! { "aggregate": CHUNKS, "pipeline": pipeline, "cursor": {} })?;
-        let groups = reply.get_document("cursor").and_then(|cursor| cursor.get_array("firstBatch")).cloned().unwrap_or_default();
-        let mut chunks = BTreeMap::new();
-        for group in groups {
-            let Bson::Document(group) = group else { continue };
-            if let (Ok(shard), Some(count)) = (group.get_str("_id"), group.get("n").and_then(myriad_commands::request::integer_value)) {
-                chunks.insert(shard.to_string(), u64::try_from(count).unwrap_or(0));
-            }
-        }
+        // The collection version (one index lookup) says whether the counts changed.
+        let newest = local::find(context, CONFIG_DB, CHUNKS, doc! { "uuid": entry.uuid.clone() }, Some(doc! { "uuid": 1, "lastmod": -1 }), Some(1))?;
+        let Some(version) = newest.first().and_then(|chunk| chunk.get_timestamp("lastmod").ok()) else { continue };
+        let cached = cache.lock().get(&entry.uuid.bytes).filter(|(at, _)| *at == version).map(|(_, counts)| counts.clone());
+        let chunks = match cached {
+            Some(chunks) => chunks,
+            None => count_chunks(context, &entry)?,
+        };
+        kept.insert(entry.uuid.bytes.clone(), (version, chunks.clone()));
         let load = policy::CollectionLoad { namespace: entry.namespace.clone(), chunks };
         collections.push((entry, load));
     }
+    *cache.lock() = kept;
     Ok((shards, collections))
+}
+
+/// Chunks per shard of one collection (one pass over its chunks).
+fn count_chunks(context: &ServerContext, entry: &CollectionEntry) -> ClusterResult<BTreeMap<String, u64>> {
+    let pipeline = vec![doc! { "$match": { "uuid": entry.uuid.clone() } }, doc! { "$group": { "_id": "$shard", "n": { "$sum": 1 } } }];
+    let reply = local::run(context, CONFIG_DB, doc! { "aggregate": CHUNKS, "pipeline": pipeline, "cursor": {} })?;
+    let groups = reply.get_document("cursor").and_then(|cursor| cursor.get_array("firstBatch")).cloned().unwrap_or_default();
+    let mut chunks = BTreeMap::new();
+    for group in groups {
+        let Bson::Document(group) = group else { continue };
+        if let (Ok(shard), Some(count)) = (group.get_str("_id"), group.get("n").and_then(myriad_commands::request::integer_value)) {
+            chunks.insert(shard.to_string(), u64::try_from(count).unwrap_or(0));
+        }
+    }
+    Ok(chunks)
 }
