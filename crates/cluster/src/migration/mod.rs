@@ -236,7 +236,7 @@ impl MigrationState {
 
     /// Runs the version check and pins its snapshot for the range deleter: the snapshot is
     /// noted, and the check repeated if the cache swapped in another one meanwhile.
-    pub fn pin(&self, namespace: &str, check: impl Fn() -> ClusterResult<Option<Arc<SnapshotFilter>>>) -> ClusterResult<Option<Arc<SnapshotFilter>>> {
+    pub fn pin(&self, namespace: &str, received: &ShardVersion, check: impl Fn() -> ClusterResult<Option<Arc<SnapshotFilter>>>) -> ClusterResult<Option<Arc<SnapshotFilter>>> {
         for _ in 0..PIN_ATTEMPTS {
             let filter = check()?;
             let Some(filter) = filter else { return Ok(None) };
@@ -247,7 +247,9 @@ impl MigrationState {
                 return Ok(Some(filter));
             }
         }
-        Err(ClusterError::coded(CONFLICTING_OPERATION_IN_PROGRESS, format!("the routing table of {namespace} kept changing; retry")))
+        // Refreshes kept swapping the snapshot: refused before anything ran, so the router retries.
+        let shard = self.sharding.identity().map(|identity| identity.shard_name.clone()).unwrap_or_default();
+        Err(crate::shard::stale_config(namespace, received, None, &shard))
     }
 
     /// The migration commands a shard answers; None for any other command.

@@ -75,7 +75,7 @@ impl RoleHook for ShardRole {
             _ => return table(&stripped),
         };
         let _write = self.migrations.admit(&stripped.name, &namespace, &received)?;
-        let filter = self.migrations.pin(&namespace, || self.state.check_version(&namespace, &received))?;
+        let filter = self.migrations.pin(&namespace, &received, || self.state.check_version(&namespace, &received))?;
         let filter = filter.map(|filter| filter as Arc<dyn OwnershipFilter>);
         with_ownership_filter(filter, || table(&stripped))
     }
