@@ -7,7 +7,7 @@
 //! is caught at the seam instead of surfacing as a wrong reply:
 //! - a scan returns at most what was asked, in strictly increasing order, after its start;
 //! - a point read returns a record of the collection it was asked about;
-//! - collection and database counters are never negative;
+//! - collection and database counters are never negative, nor are bytes on disk;
 //! - a collection handle returned for a namespace names that namespace.
 //!
 //! The checks are cheap (comparisons on what was returned anyway) and stay on in release

@@ -1,13 +1,15 @@
 //! `myriad-storage`: the shared-tablespace storage engine. Every collection and index of a node
 //! lives in a small fixed set of RocksDB column families (`catalog`, `records`, `indexes`,
-//! `stats`, `local_records`, `local_indexes`), told apart by a unique 8-byte key prefix, so the
+//! `stats`, `local_records`, `local_indexes`, and one `records_<compressor>` per block
+//! compressor for collections created with one), told apart by a unique 8-byte key prefix, so the
 //! number of column families, open files and start-up work never grows with the number of
 //! collections. docs/design.md describes the on-disk layout.
 //!
 //! Invariants:
 //! - Prefixes come from one persisted counter and are never reused; a collection's records are
-//!   exactly the keys `[prefix, prefix + 1)` of its records family, an index's entries exactly
-//!   those of its indexes family.
+//!   exactly the keys `[prefix, prefix + 1)` of its records family (the one its catalog entry
+//!   names, fixed at creation: `compression.rs`), an index's entries exactly those of its
+//!   indexes family.
 //! - Data, index entries and counter deltas of one write command commit in one WriteBatch, so
 //!   the `stats` counters always equal what a scan would count.
 //! - Readers resolve namespaces from an immutable catalog snapshot without locks; DDL is
