@@ -260,7 +260,8 @@ impl Engine {
             // A missing collection is created with the indexes, grouped with concurrent
             // creations (whose leader decides under the DDL mutex); when another creation of
             // the name won, the indexes go onto its collection, as below.
-            if self.collection(db, collection)?.is_none() {
+            // The snapshot alone decides where to go first: the group reads the disk anyway.
+            if self.catalog_snapshot().get(&namespace_of(db, collection)).is_none() {
                 if let Some(outcome) = self.create_with_indexes(db, collection, &parsed)? {
                     return Ok(StartedBuilds { outcome, started: None, joined: Vec::new() });
                 }

@@ -1,10 +1,13 @@
 //! The expiry part: a reader runs point queries (find by `_id`, one connection, back to back)
-//! for `--reader-seconds` three times: with no expiry running (the baseline), while the TTL
-//! monitor deletes `--expiry-documents` expired documents with `ttlMonitorMaxDeletesPerSecond`
-//! 0 (no throttle; the window ends early if the expiry does), and again with the throttle at
-//! `--throttle-deletes-per-second`. The expired documents are loaded with the monitor off
-//! (`ttlMonitorEnabled: false`); each expiry window starts once serverStatus
-//! `metrics.ttl.deletedDocuments` has started to move, with `ttlMonitorSleepSecs` at 1.
+//! while the TTL monitor deletes `--expiry-documents` expired documents, first with
+//! `ttlMonitorMaxDeletesPerSecond` 0 (no throttle), then at `--throttle-deletes-per-second`.
+//! Each expiry phase alternates `--rounds` pairs of slices: the expiry running at the phase's
+//! rate, then paused (the rate set to 1 delete per second), so the reader's p99 with and
+//! without expiry are measured under the same background load (this machine's cores are
+//! shared). A first window with the monitor off, before anything expires, is reported too.
+//! The expired documents are loaded with the monitor off (`ttlMonitorEnabled: false`); each
+//! phase starts once serverStatus `metrics.ttl.deletedDocuments` has started to move, with
+//! `ttlMonitorSleepSecs` at 1; the unthrottled phase ends early if the expiry does.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,13 +50,24 @@ impl ReaderWindow {
     }
 }
 
+/// One expiry phase: the reader while the expiry ran and while it was paused, interleaved.
+#[derive(Debug, Clone)]
+pub(crate) struct ExpiryPhase {
+    pub(crate) running: ReaderWindow,
+    pub(crate) paused: ReaderWindow,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct ExpiryFigures {
     pub(crate) expired_documents: u64,
+    /// Before anything expired, the monitor off.
     pub(crate) baseline: ReaderWindow,
-    pub(crate) unthrottled: ReaderWindow,
-    pub(crate) throttled: ReaderWindow,
+    pub(crate) unthrottled: ExpiryPhase,
+    pub(crate) throttled: ExpiryPhase,
 }
+
+/// The rate that pauses the monitor between slices (0 would mean unlimited).
+const PAUSED_DELETES_PER_SECOND: i64 = 1;
 
 async fn set_parameter(client: &Client, settings: &Settings, name: &str, value: Bson) -> BenchResult<()> {
     let mut body = doc! { "setParameter": 1 };
@@ -109,24 +123,30 @@ pub(crate) async fn measure(fresh: &FreshServer, settings: &Settings) -> BenchRe
     load_expired(&client, settings).await?;
     eprintln!("writes: expiry: {} expired documents loaded, monitor off", settings.expiry_documents);
 
-    let baseline = read_window(&client, settings, None, None).await?;
-    eprintln!("writes: expiry: reader p99 without expiry {} µs", baseline.latency_us_p99);
+    let never_finished = AtomicBool::new(false);
+    let slice = read_slice(&client, settings, settings.reader_window, &never_finished).await?;
+    let baseline = slice.window(None, 0);
+    eprintln!("writes: expiry: reader p99 before any expiry {} µs", baseline.latency_us_p99);
 
-    let unthrottled = expiry_window(&client, settings, 0).await?;
-    wait_for_deleted(&client, settings, unthrottled.1 + settings.expiry_documents).await?;
+    let (unthrottled, before) = expiry_phase(&client, settings, 0).await?;
+    wait_for_deleted(&client, settings, before + settings.expiry_documents).await?;
     set_parameter(&client, settings, "ttlMonitorEnabled", Bson::Boolean(false)).await?;
     load_expired(&client, settings).await?;
-    let throttled = expiry_window(&client, settings, settings.throttle_deletes_per_second).await?;
+    let (throttled, _) = expiry_phase(&client, settings, settings.throttle_deletes_per_second).await?;
     set_parameter(&client, settings, "ttlMonitorEnabled", Bson::Boolean(false)).await?;
     client::close(client).await;
-    Ok(ExpiryFigures { expired_documents: settings.expiry_documents, baseline, unthrottled: unthrottled.0, throttled: throttled.0 })
+    Ok(ExpiryFigures { expired_documents: settings.expiry_documents, baseline, unthrottled, throttled })
 }
 
-/// Sets the throttle, enables the monitor, waits for its first deletes, and measures the
-/// reader; returns the window and the deleted-document counter before the monitor started.
-async fn expiry_window(client: &Client, settings: &Settings, max_deletes_per_second: u64) -> BenchResult<(ReaderWindow, u64)> {
-    let value = Bson::Int64(i64::try_from(max_deletes_per_second).unwrap_or(i64::MAX));
-    set_parameter(client, settings, "ttlMonitorMaxDeletesPerSecond", value).await?;
+fn rate_value(deletes_per_second: u64) -> Bson {
+    Bson::Int64(i64::try_from(deletes_per_second).unwrap_or(i64::MAX))
+}
+
+/// Enables the monitor at `max_deletes_per_second`, waits for its first deletes, then
+/// alternates running and paused slices; returns the phase and the deleted-document counter
+/// before the monitor started.
+async fn expiry_phase(client: &Client, settings: &Settings, max_deletes_per_second: u64) -> BenchResult<(ExpiryPhase, u64)> {
+    set_parameter(client, settings, "ttlMonitorMaxDeletesPerSecond", rate_value(max_deletes_per_second)).await?;
     let before = deleted_documents(client, settings).await?;
     set_parameter(client, settings, "ttlMonitorEnabled", Bson::Boolean(true)).await?;
     let started = Instant::now();
@@ -136,13 +156,53 @@ async fn expiry_window(client: &Client, settings: &Settings, max_deletes_per_sec
         }
         tokio::time::sleep(POLL_INTERVAL).await;
     }
-    let window = read_window(client, settings, Some(max_deletes_per_second), Some(before + settings.expiry_documents)).await?;
+    let target = before + settings.expiry_documents;
+    let slice_duration = settings.reader_window / settings.rounds;
+    let (mut running, mut paused) = (Slice::new(settings)?, Slice::new(settings)?);
+    let (mut deleted_running, mut deleted_paused) = (0, 0);
+    for _ in 0..settings.rounds {
+        let finished = Arc::new(AtomicBool::new(false));
+        let watcher = watch_for_deleted(client, settings, target, slice_duration, finished.clone());
+        let deleted_before = deleted_documents(client, settings).await?;
+        running.absorb(read_slice(client, settings, slice_duration, &finished).await?)?;
+        finished.store(true, Ordering::Relaxed);
+        let _ = watcher.await;
+        let deleted_after = deleted_documents(client, settings).await?;
+        deleted_running += deleted_after.saturating_sub(deleted_before);
+        if deleted_after >= target {
+            break;
+        }
+        set_parameter(client, settings, "ttlMonitorMaxDeletesPerSecond", Bson::Int64(PAUSED_DELETES_PER_SECOND)).await?;
+        paused.absorb(read_slice(client, settings, slice_duration, &AtomicBool::new(false)).await?)?;
+        deleted_paused += deleted_documents(client, settings).await?.saturating_sub(deleted_after);
+        set_parameter(client, settings, "ttlMonitorMaxDeletesPerSecond", rate_value(max_deletes_per_second)).await?;
+    }
+    let phase = ExpiryPhase {
+        running: running.window(Some(max_deletes_per_second), deleted_running),
+        paused: paused.window(Some(max_deletes_per_second), deleted_paused),
+    };
     eprintln!(
-        "writes: expiry: ttlMonitorMaxDeletesPerSecond {max_deletes_per_second}: reader p99 {} µs, {:.0} deletes/s",
-        window.latency_us_p99,
-        window.deletes_per_second()
+        "writes: expiry: ttlMonitorMaxDeletesPerSecond {max_deletes_per_second}: reader p99 {} µs running ({:.0} deletes/s), {} µs paused",
+        phase.running.latency_us_p99,
+        phase.running.deletes_per_second(),
+        phase.paused.latency_us_p99
     );
-    Ok((window, before))
+    Ok((phase, before))
+}
+
+/// Sets `finished` once the deleted-document counter reaches `target` (polled), or when the
+/// slice is over.
+fn watch_for_deleted(client: &Client, settings: &Settings, target: u64, slice: Duration, finished: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+    let (client, settings) = (client.clone(), settings.clone());
+    tokio::spawn(async move {
+        let deadline = Instant::now() + slice;
+        while Instant::now() < deadline && !finished.load(Ordering::Relaxed) {
+            if matches!(deleted_documents(&client, &settings).await, Ok(deleted) if deleted >= target) {
+                finished.store(true, Ordering::Relaxed);
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    })
 }
 
 /// Waits (bounded) until the deleted-document counter reaches `target`.
@@ -157,53 +217,55 @@ async fn wait_for_deleted(client: &Client, settings: &Settings, target: u64) -> 
     Ok(())
 }
 
-/// One reader for `--reader-seconds`, or until the deleted-document counter reaches
-/// `finished_at` (an expiry that ended ends its window).
-async fn read_window(client: &Client, settings: &Settings, max_deletes_per_second: Option<u64>, finished_at: Option<u64>) -> BenchResult<ReaderWindow> {
-    let deleted_before = deleted_documents(client, settings).await?;
-    let finished = Arc::new(AtomicBool::new(false));
-    let watcher = finished_at.map(|target| {
-        let (client, settings, finished) = (client.clone(), settings.clone(), finished.clone());
-        tokio::spawn(async move {
-            let deadline = Instant::now() + settings.reader_window;
-            while Instant::now() < deadline && !finished.load(Ordering::Relaxed) {
-                if matches!(deleted_documents(&client, &settings).await, Ok(deleted) if deleted >= target) {
-                    finished.store(true, Ordering::Relaxed);
-                }
-                tokio::time::sleep(POLL_INTERVAL).await;
-            }
-        })
-    });
+/// The reader's figures over one or more slices.
+struct Slice {
+    latency: hdrhistogram::Histogram<u64>,
+    reads: u64,
+    seconds: f64,
+}
+
+impl Slice {
+    fn new(settings: &Settings) -> BenchResult<Slice> {
+        Ok(Slice { latency: new_histogram(settings.operation_timeout)?, reads: 0, seconds: 0.0 })
+    }
+
+    fn absorb(&mut self, other: Slice) -> BenchResult<()> {
+        self.reads += other.reads;
+        self.seconds += other.seconds;
+        self.latency.add(&other.latency).map_err(|error| BenchError::InvalidArgument(format!("histogram: {error}")))
+    }
+
+    fn window(&self, max_deletes_per_second: Option<u64>, deleted: u64) -> ReaderWindow {
+        ReaderWindow {
+            max_deletes_per_second,
+            reads: self.reads,
+            seconds: self.seconds,
+            latency_us_p50: quantile_microseconds(&self.latency, 0.5),
+            latency_us_p99: quantile_microseconds(&self.latency, 0.99),
+            deleted,
+        }
+    }
+}
+
+/// One reader, back to back, for `duration` or until `finished` is set.
+async fn read_slice(client: &Client, settings: &Settings, duration: Duration, finished: &AtomicBool) -> BenchResult<Slice> {
     let points = client.database(DATABASE).collection::<Document>(POINTS);
     let mut random = StdRng::seed_from_u64(0x7265_6164);
-    let mut latency = new_histogram(settings.operation_timeout)?;
+    let mut slice = Slice::new(settings)?;
     let started = Instant::now();
-    let deadline = started + settings.reader_window;
-    let mut reads = 0u64;
+    let deadline = started + duration;
     while Instant::now() < deadline && !finished.load(Ordering::Relaxed) {
         let id = random.gen_range(0..settings.reader_documents) as i64;
         let issued = Instant::now();
         let found = client::bounded(settings.operation_timeout, points.find_one(doc! { "_id": id }))
             .await
             .map_err(|error| error.into_bench_error("a point query", settings.operation_timeout))?;
-        latency.saturating_record(issued.elapsed().as_micros().max(1) as u64);
+        slice.latency.saturating_record(issued.elapsed().as_micros().max(1) as u64);
         if found.is_none() {
             return Err(BenchError::Server(format!("point {id} is missing")));
         }
-        reads += 1;
+        slice.reads += 1;
     }
-    let seconds = started.elapsed().as_secs_f64();
-    finished.store(true, Ordering::Relaxed);
-    if let Some(watcher) = watcher {
-        let _ = watcher.await;
-    }
-    let deleted = deleted_documents(client, settings).await?.saturating_sub(deleted_before);
-    Ok(ReaderWindow {
-        max_deletes_per_second,
-        reads,
-        seconds,
-        latency_us_p50: quantile_microseconds(&latency, 0.5),
-        latency_us_p99: quantile_microseconds(&latency, 0.99),
-        deleted,
-    })
+    slice.seconds = started.elapsed().as_secs_f64();
+    Ok(slice)
 }
