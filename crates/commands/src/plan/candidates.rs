@@ -9,7 +9,7 @@
 //! prefix covers every key that extends it (`IndexKeyRange` bounds are prefix bounds).
 
 use bson::{Bson, Document};
-use myriad_keystring::{encode_key, Direction};
+use myriad_keystring::{encode_key, hash_value, Direction};
 use myriad_query::bounds::{parsed_field_intervals, Interval};
 use myriad_query::filter::Filter;
 use myriad_query::sort::SortSpec;
@@ -38,10 +38,15 @@ pub fn index_candidate(index: &IndexView<'_>, filter: &Filter, sort: Option<&Sor
     let mut bounded: Vec<Vec<Interval>> = Vec::new();
     let mut combinations = 1usize;
     for (path, kind) in &fields {
-        if *kind == IndexFieldKind::Hashed {
-            break;
-        }
         let Some(intervals) = parsed_field_intervals(filter, path) else { break };
+        let intervals = if *kind == IndexFieldKind::Hashed {
+            match hashed_points(&intervals) {
+                Some(points) => points,
+                None => break,
+            }
+        } else {
+            intervals
+        };
         combinations = match combinations.checked_mul(intervals.len().max(1)) {
             Some(total) if total <= MAX_RANGES => total,
             _ => break,
@@ -66,6 +71,20 @@ pub fn index_candidate(index: &IndexView<'_>, filter: &Filter, sort: Option<&Sor
     let bounded_fields = bounded.len();
     let scan = IndexScan::new(index, ranges, reverse, sort_direction.is_some(), bounds);
     Some(IndexCandidate { scan, equality_fields, bounded_fields })
+}
+
+/// A hashed field bounds equalities only (`$eq`, `$in`): each value becomes the point of its
+/// hash, as the index stores it, once per distinct hash. Fetched documents are still
+/// filtered, so values whose hashes collide cost a fetch, never a wrong match.
+fn hashed_points(intervals: &[Interval]) -> Option<Vec<Interval>> {
+    if intervals.is_empty() || !intervals.iter().all(Interval::is_point) {
+        return None;
+    }
+    let mut hashes: Vec<i64> = intervals.iter().map(|interval| hash_value(&interval.lower)).collect();
+    hashes.sort_unstable();
+    hashes.dedup();
+    let point = |hash: i64| Interval { lower: Bson::Int64(hash), lower_inclusive: true, upper: Bson::Int64(hash), upper_inclusive: true };
+    Some(hashes.into_iter().map(point).collect())
 }
 
 /// The scan of a hinted index: its bounds as for any candidate, or every key when the filter
@@ -271,6 +290,18 @@ mod tests {
         assert_eq!(provided_sort(&fields, &[two], &doc! { "b": -1 }), None, "two values of a interleave b's order");
         assert_eq!(provided_sort(&fields, &[one.clone(), one], &doc! { "c": -1 }), Some(true));
         assert_eq!(provided_sort(&fields, &[], &doc! { "a": 1, "b": -1, "c": 1, "d": 1 }), None, "past the key");
+    }
+
+    #[test]
+    fn hashed_fields_bound_equalities_by_their_hashes() {
+        let filter = doc! { "h": { "$in": [5, 5.0, 7] } };
+        let intervals = field_intervals(&filter, "h").expect("points");
+        let hashed = hashed_points(&intervals).expect("equalities bound a hashed field");
+        assert_eq!(hashed.len(), 2, "5 and 5.0 hash alike: one point each distinct hash");
+        assert!(hashed.iter().all(|interval| interval.is_point()));
+        assert!(hashed.iter().any(|interval| interval.lower == Bson::Int64(hash_value(&Bson::Int32(7)))));
+        let range = field_intervals(&doc! { "h": { "$gt": 5 } }, "h").expect("range");
+        assert!(hashed_points(&range).is_none(), "a range on a hashed field bounds nothing");
     }
 
     #[test]
