@@ -15,12 +15,15 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawBsonRef, RawDocumentBuf};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use myriad_wire::{decode_message, encode_op_msg, parse_header, OpMsg, Request, HEADER_SIZE_BYTES, MAX_MESSAGE_SIZE_BYTES};
+use myriad_wire::{
+    decode_message, encode_op_msg, parse_header, OpMsg, Request, HEADER_SIZE_BYTES, MAX_MESSAGE_SIZE_BYTES, OP_CODE_MSG,
+    OP_MSG_FLAG_CHECKSUM_PRESENT,
+};
 
 use crate::error::{ClusterError, ClusterResult};
 
@@ -60,7 +63,42 @@ impl NodeClient {
     }
 
     /// Runs a command on `db` and returns the reply as it came, `ok: 0` included.
-    pub async fn command(&self, db: &str, mut body: Document) -> ClusterResult<Document> {
+    pub async fn command(&self, db: &str, body: Document) -> ClusterResult<Document> {
+        let reply = self.exchange_message(db, body).await?;
+        match decode_message(&reply) {
+            Ok(decoded) => match decoded.request {
+                Request::Msg(op_msg) => Ok(op_msg.body),
+                Request::Query(_) => Err(self.unusable_reply("an OP_QUERY where a reply was expected".to_string())),
+            },
+            Err(error) => Err(self.unusable_reply(format!("bad reply: {error}"))),
+        }
+    }
+
+    /// Runs a command and returns the reply's body undecoded (fields are read in place), an
+    /// `ok: 0` reply turned into its error: for large replies such as batches of chunks.
+    pub async fn run_raw(&self, db: &str, body: Document) -> ClusterResult<RawDocumentBuf> {
+        let reply = self.exchange_message(db, body).await?;
+        let body = raw_reply_body(&reply).map_err(|reason| self.unusable_reply(reason))?;
+        let ok = match body.get("ok") {
+            Ok(Some(RawBsonRef::Double(ok))) => ok == 1.0,
+            Ok(Some(RawBsonRef::Int32(ok))) => ok == 1,
+            Ok(Some(RawBsonRef::Int64(ok))) => ok == 1,
+            Ok(Some(RawBsonRef::Boolean(ok))) => ok,
+            _ => false,
+        };
+        if ok {
+            return Ok(body);
+        }
+        let reply = body.to_document().map_err(|error| self.unusable_reply(format!("bad reply: {error}")))?;
+        Err(ClusterError::from_reply(&reply).unwrap_or_else(|| ClusterError::internal("a reply without ok: 1")))
+    }
+
+    fn unusable_reply(&self, reason: String) -> ClusterError {
+        ClusterError::HostUnreachable { host: self.address.clone(), reason }
+    }
+
+    /// Sends one command and returns the whole reply message (header included).
+    async fn exchange_message(&self, db: &str, mut body: Document) -> ClusterResult<Vec<u8>> {
         body.insert("$db", Bson::String(db.to_string()));
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed).wrapping_add(1).max(1);
         let message = OpMsg { flags: 0, body, sequences: Vec::new(), checksum_present: false, duplicate_fields: Default::default() };
@@ -121,7 +159,7 @@ fn is_reusable(stream: &TcpStream) -> bool {
 }
 
 /// Sends one message and reads its reply; errors are the reason the connection is unusable.
-async fn exchange(stream: &mut TcpStream, message: &[u8], request_id: i32) -> Result<Document, String> {
+async fn exchange(stream: &mut TcpStream, message: &[u8], request_id: i32) -> Result<Vec<u8>, String> {
     stream.write_all(message).await.map_err(|error| error.to_string())?;
     let mut header_bytes = [0u8; HEADER_SIZE_BYTES];
     stream.read_exact(&mut header_bytes).await.map_err(|error| error.to_string())?;
@@ -136,11 +174,30 @@ async fn exchange(stream: &mut TcpStream, message: &[u8], request_id: i32) -> Re
     let mut reply = vec![0u8; length];
     reply[..HEADER_SIZE_BYTES].copy_from_slice(&header_bytes);
     stream.read_exact(&mut reply[HEADER_SIZE_BYTES..]).await.map_err(|error| error.to_string())?;
-    let decoded = decode_message(&reply).map_err(|error| format!("bad reply: {error}"))?;
-    match decoded.request {
-        Request::Msg(op_msg) => Ok(op_msg.body),
-        Request::Query(_) => Err("an OP_QUERY where a reply was expected".to_string()),
+    Ok(reply)
+}
+
+/// The body (the kind-0 section) of an uncompressed OP_MSG reply, without decoding it.
+fn raw_reply_body(message: &[u8]) -> Result<RawDocumentBuf, String> {
+    let op_code = message.get(12..16).and_then(|bytes| <[u8; 4]>::try_from(bytes).ok()).map(i32::from_le_bytes);
+    if op_code != Some(OP_CODE_MSG) {
+        return Err(format!("a reply with op code {op_code:?} where OP_MSG was expected"));
     }
+    let flags = message.get(16..20).and_then(|bytes| <[u8; 4]>::try_from(bytes).ok()).map(u32::from_le_bytes).unwrap_or(0);
+    let end = if flags & OP_MSG_FLAG_CHECKSUM_PRESENT != 0 { message.len().saturating_sub(4) } else { message.len() };
+    let mut position = HEADER_SIZE_BYTES + 4;
+    while position < end {
+        let kind = message[position];
+        let length = message.get(position + 1..position + 5).and_then(|bytes| <[u8; 4]>::try_from(bytes).ok()).map(i32::from_le_bytes);
+        let length = length.and_then(|length| usize::try_from(length).ok()).filter(|length| *length >= 5 && position + 1 + length <= end);
+        let Some(length) = length else { return Err("a truncated OP_MSG section".to_string()) };
+        if kind == 0 {
+            let bytes = message[position + 1..position + 1 + length].to_vec();
+            return RawDocumentBuf::from_bytes(bytes).map_err(|error| format!("bad reply body: {error}"));
+        }
+        position += 1 + length;
+    }
+    Err("an OP_MSG reply without a body".to_string())
 }
 
 /// One [`NodeClient`] per address, created on first use.

@@ -315,3 +315,43 @@ async fn admin_commands_answer_mongodb_errors() {
     }
     assert!(refused > 0 && moved > 0, "{refused} refused, {moved} moved");
 }
+
+/// More initial chunks than MongoDB allows per shard and than one catalog write batch holds:
+/// the config server writes them all, every shard and a router that starts afterwards load the
+/// whole table (streamed in key order), and each document lives on exactly the shard its
+/// chunk names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn presplitting_into_many_chunks_builds_every_routing_table() {
+    const CHUNKS: i64 = 25_000;
+    const DOCUMENTS: i64 = 2_000;
+    let mut cluster = TestCluster::start(2).await;
+    let client = cluster.router_client(0).await;
+    let too_many = admin(&client, doc! { "shardCollection": "presplit.refused", "key": { "k": "hashed" }, "numInitialChunks": 10_000_001_i64 }).await;
+    assert_eq!(error_code(&too_many.expect_err("above the bound")), Some(72));
+    admin(&client, doc! { "shardCollection": "presplit.items", "key": { "k": "hashed" }, "numInitialChunks": CHUNKS }).await.expect("presplit");
+    let entry = collection(&client, "config", "collections").find_one(doc! { "_id": "presplit.items" }).await.expect("entry read").expect("entry");
+    let uuid = entry.get("uuid").cloned().expect("uuid");
+    let chunks = collection(&client, "config", "chunks");
+    assert_eq!(chunks.count_documents(doc! { "uuid": uuid.clone() }).await.expect("count") as i64, CHUNKS);
+    for name in &cluster.shard_names {
+        let owned = chunks.count_documents(doc! { "uuid": uuid.clone(), "shard": name }).await.expect("count") as i64;
+        assert_eq!(owned, CHUNKS / 2, "{name} holds an even run of chunks");
+    }
+    let items = collection(&client, "presplit", "items");
+    let documents: Vec<Document> = (0..DOCUMENTS).map(|value| doc! { "_id": value, "k": value }).collect();
+    items.insert_many(documents).await.expect("insert");
+    let fresh = cluster.add_router();
+    let fresh = collection(&cluster.router_client(fresh).await, "presplit", "items");
+    for value in (0..DOCUMENTS).step_by(97) {
+        let found = fresh.find_one(doc! { "k": value }).await.expect("targeted find").expect("present");
+        assert_eq!(found.get_i64("_id").expect("_id"), value);
+    }
+    assert_eq!(fresh.count_documents(doc! {}).await.expect("count") as i64, DOCUMENTS);
+    let mut held = 0;
+    for index in 0..cluster.shards.len() {
+        held += collection(&cluster.shard_client(index).await, "presplit", "items").count_documents(doc! {}).await.expect("count") as i64;
+    }
+    assert_eq!(held, DOCUMENTS, "no document on two shards, none lost");
+    let version = admin(&client, doc! { "getShardVersion": "presplit.items" }).await.expect("version");
+    assert_eq!(version.get_i64("chunks").expect("chunks"), CHUNKS);
+}

@@ -19,12 +19,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
-use bson::{Document, Timestamp};
-use myriad_routing::{Chunk, ChunkMap, CollectionInfo, RoutingParameters, ShardNames};
+use bson::{Document, RawBsonRef, RawDocument, Timestamp};
+use myriad_routing::{Chunk, ChunkMapBuilder, ChunkVersion, CollectionInfo, RoutingError, RoutingParameters, ShardId, ShardNames};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::catalog::documents::{ChunkEntry, CollectionEntry};
+use crate::catalog::documents::{raw_bound_key, ChunkEntry, CollectionEntry};
 use crate::catalog::loader;
 use crate::catalog::snapshot::{to_routing_chunk, RoutingInfo, ShardedCollection};
 use crate::client::NodeClient;
@@ -280,21 +280,46 @@ impl CatalogCache {
         Ok((ShardedCollection { entry: current.entry.clone(), pattern: current.pattern.clone(), map }, read))
     }
 
+    /// Builds the map from every chunk streamed in key order, one batch at a time: only the map
+    /// being built and one batch of catalog documents are ever held, never a list of all chunks.
     async fn load_fully(&self, entry: CollectionEntry) -> ClusterResult<(ShardedCollection, usize)> {
         let pattern = entry.pattern()?;
+        // A shard is in config.shards before any chunk can name it; a chunk naming one that is
+        // not (added since this read) fails the build, and the caller reads everything again.
         let mut shards = ShardNames::new();
-        let mut chunks: Vec<Chunk> = Vec::new();
-        let read = loader::chunks_since(&self.config, &entry.uuid, None, |batch| {
-            for chunk in &batch {
-                let shard = shards.intern(&chunk.shard)?;
-                chunks.push(to_routing_chunk(&entry, &pattern, chunk, shard)?);
+        for shard in loader::shards(&self.config).await? {
+            shards.intern(&shard.name)?;
+        }
+        let info = CollectionInfo { shard_key: pattern.clone(), epoch: entry.epoch, timestamp: entry.timestamp, shards: shards.clone(), parameters: self.parameters };
+        let mut builder = ChunkMapBuilder::new(info)?;
+        // Consecutive chunks share a bound: a min whose bytes are the previous max reuses its key.
+        let mut previous_max: (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
+        let read = loader::chunks_in_key_order(&self.config, &entry.uuid, |batch| {
+            for document in batch {
+                let (min, max, shard, placement) = raw_chunk_fields(document)?;
+                let unknown = || ClusterError::Routing(RoutingError::UnknownShard(ShardId(u16::try_from(shards.len()).unwrap_or(u16::MAX))));
+                let shard = shards.id(shard).ok_or_else(unknown)?;
+                let version = ChunkVersion { major: placement.time, minor: placement.increment, epoch: entry.epoch, timestamp: entry.timestamp };
+                let min_key = if min.as_bytes() == previous_max.0.as_slice() { std::mem::take(&mut previous_max.1) } else { raw_bound_key(&pattern, min)? };
+                let max_key = raw_bound_key(&pattern, max)?;
+                builder.push(&min_key, &max_key, shard, &version)?;
+                previous_max = (max.as_bytes().to_vec(), max_key);
             }
             Ok(())
         })
         .await?;
-        chunks.sort_unstable_by(|left, right| left.min.cmp(&right.min));
-        let info = CollectionInfo { shard_key: pattern.clone(), epoch: entry.epoch, timestamp: entry.timestamp, shards, parameters: self.parameters };
-        let map = ChunkMap::build(info, &chunks)?;
+        let map = builder.finish()?;
         Ok((ShardedCollection { entry, pattern, map }, read))
     }
+}
+
+/// `(min, max, shard, lastmod)` of a `config.chunks` document, read in place.
+fn raw_chunk_fields(value: Result<RawBsonRef<'_>, bson::raw::Error>) -> ClusterResult<(&RawDocument, &RawDocument, &str, Timestamp)> {
+    let malformed = |what: &str| ClusterError::coded(crate::error::OPERATION_FAILED, format!("malformed chunk in the catalog: {what}"));
+    let Ok(RawBsonRef::Document(document)) = value else { return Err(malformed("not a document")) };
+    let (Ok(min), Ok(max), Ok(shard)) = (document.get_document("min"), document.get_document("max"), document.get_str("shard")) else {
+        return Err(malformed("min, max or shard missing"));
+    };
+    let lastmod = document.get_timestamp("lastmod").map_err(|_| malformed("lastmod is not a timestamp"))?;
+    Ok((min, max, shard, lastmod))
 }

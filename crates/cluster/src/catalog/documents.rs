@@ -3,7 +3,7 @@
 
 use bson::oid::ObjectId;
 use bson::spec::BinarySubtype;
-use bson::{doc, Binary, Bson, DateTime, Document, Timestamp};
+use bson::{doc, Binary, Bson, DateTime, Document, RawDocument, Timestamp};
 use myriad_routing::ShardKeyPattern;
 
 use crate::error::{ClusterError, ClusterResult};
@@ -198,6 +198,20 @@ pub fn bound_values(pattern: &ShardKeyPattern, bound: &Document) -> ClusterResul
 /// The key string of a catalog bound.
 pub fn bound_key(pattern: &ShardKeyPattern, bound: &Document) -> ClusterResult<Vec<u8>> {
     Ok(pattern.key_for_bound(&bound_values(pattern, bound)?)?)
+}
+
+/// The key string of a catalog bound read in place (a full load reads millions of them).
+pub fn raw_bound_key(pattern: &ShardKeyPattern, bound: &RawDocument) -> ClusterResult<Vec<u8>> {
+    let malformed = || ClusterError::bad_value(format!("bound {bound:?} does not have the shard key's fields"));
+    if bound.iter().count() != pattern.fields().len() {
+        return Err(malformed());
+    }
+    let mut values = Vec::with_capacity(pattern.fields().len());
+    for (name, _) in pattern.fields() {
+        let value = bound.get(name).ok().flatten().ok_or_else(malformed)?;
+        values.push(Bson::try_from(value).map_err(|_| malformed())?);
+    }
+    Ok(pattern.key_for_bound(&values)?)
 }
 
 /// `{field: MinKey, ...}` (or MaxKey) for every field of the pattern.

@@ -1,6 +1,6 @@
 //! Reads of the catalog from the config server, through ordinary `find`/`getMore` commands.
 
-use bson::{doc, Binary, Bson, Document, Timestamp};
+use bson::{doc, Binary, Bson, Document, RawArray, Timestamp};
 
 use crate::catalog::documents::{
     ChunkEntry, CollectionEntry, DatabaseEntry, ShardEntry, CHUNKS, COLLECTIONS, CONFIG_DB, DATABASES, SHARDS,
@@ -36,14 +36,18 @@ pub async fn read_batches(
     let mut reply = config.run(CONFIG_DB, command).await?;
     let mut read = 0;
     loop {
-        let cursor = reply.get_document("cursor").map_err(|_| ClusterError::internal("a find reply without a cursor"))?;
-        let batch_field = if cursor.contains_key("firstBatch") { "firstBatch" } else { "nextBatch" };
-        let batch: Vec<Document> = cursor
-            .get_array(batch_field)
-            .map_err(|_| ClusterError::internal("a cursor reply without a batch"))?
-            .iter()
+        // The batch is moved out of the reply, not copied.
+        let Some(Bson::Document(mut cursor)) = reply.remove("cursor") else {
+            return Err(ClusterError::internal("a find reply without a cursor"));
+        };
+        let batch = match cursor.remove("firstBatch").or_else(|| cursor.remove("nextBatch")) {
+            Some(Bson::Array(batch)) => batch,
+            _ => return Err(ClusterError::internal("a cursor reply without a batch")),
+        };
+        let batch: Vec<Document> = batch
+            .into_iter()
             .filter_map(|value| match value {
-                Bson::Document(document) => Some(document.clone()),
+                Bson::Document(document) => Some(document),
                 _ => None,
             })
             .collect();
@@ -116,6 +120,34 @@ pub async fn chunks_since(
         consume(chunks)
     })
     .await
+}
+
+/// Every chunk of `uuid` in key order (BSON order of chunk bounds is key order: shard key
+/// fields are ascending or hashed), through the `{uuid, min}` index, handed over one reply's
+/// batch at a time, undecoded: a full load builds its map from this stream as it comes.
+pub async fn chunks_in_key_order(
+    config: &NodeClient,
+    uuid: &Binary,
+    mut consume: impl FnMut(&RawArray) -> ClusterResult<()>,
+) -> ClusterResult<usize> {
+    let mut command = doc! { "find": CHUNKS, "filter": { "uuid": uuid.clone() }, "sort": { "uuid": 1, "min": 1 }, "batchSize": CATALOG_BATCH_SIZE };
+    let mut read = 0;
+    loop {
+        let reply = config.run_raw(CONFIG_DB, command).await?;
+        let unreadable = |error: bson::raw::ValueAccessError| ClusterError::internal(format!("an unreadable cursor reply: {error}"));
+        let cursor = reply.get_document("cursor").map_err(unreadable)?;
+        let batch = match cursor.get_array("firstBatch") {
+            Ok(batch) => batch,
+            Err(_) => cursor.get_array("nextBatch").map_err(unreadable)?,
+        };
+        read += batch.into_iter().count();
+        consume(batch)?;
+        let cursor_id = cursor.get_i64("id").unwrap_or(0);
+        if cursor_id == 0 {
+            return Ok(read);
+        }
+        command = doc! { "getMore": cursor_id, "collection": CHUNKS, "batchSize": CATALOG_BATCH_SIZE };
+    }
 }
 
 /// The chunk of `uuid` containing the key `point` (a document of the shard key's fields): the

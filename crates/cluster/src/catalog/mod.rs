@@ -4,6 +4,7 @@
 pub mod cache;
 pub mod documents;
 pub mod loader;
+pub mod presplit;
 pub mod snapshot;
 
 pub use cache::{CatalogCache, RefreshLog, RefreshRecord};

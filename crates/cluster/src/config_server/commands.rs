@@ -10,7 +10,12 @@ use crate::catalog::documents::{
     SHARDS,
 };
 use crate::error::{ClusterError, ClusterResult, ALREADY_INITIALIZED, CANNOT_SPLIT, COMMAND_NOT_FOUND, SHARD_NOT_FOUND};
+use crate::catalog::presplit::HashedPresplit;
 use crate::local::{self, Change};
+
+/// Chunk documents per write session when presplitting (about 300 bytes each with their
+/// index entries: a few MiB per batch).
+const PRESPLIT_WRITE_BATCH: usize = 10_000;
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> ClusterResult<Document> {
     let body = &request.body;
@@ -98,9 +103,10 @@ fn create_database(context: &ServerContext, body: &Document) -> ClusterResult<Do
     Ok(doc! { "primary": primary })
 }
 
-/// `{_configsvrShardCollection: ns, key, unique, chunks: [{min, max, shard}]}`: a new
-/// incarnation (epoch, timestamp, uuid) with the given initial chunks, versions `1|0, 1|1...`.
-/// Sharding again with the same key answers the existing entry.
+/// `{_configsvrShardCollection: ns, key, unique, chunks: [{min, max, shard}]}` or, for a
+/// presplit hashed key, `{..., numInitialChunks, initialShards: [names]}`: a new incarnation
+/// (epoch, timestamp, uuid) with those initial chunks, versions `1|0, 1|1...`. Sharding again
+/// with the same key answers the existing entry.
 fn shard_collection(context: &ServerContext, body: &Document) -> ClusterResult<Document> {
     let namespace = required_str(body, "_configsvrShardCollection")?;
     let key = body.get_document("key").map_err(|_| ClusterError::bad_value("'key' must be an object"))?;
@@ -126,6 +132,35 @@ fn shard_collection(context: &ServerContext, body: &Document) -> ClusterResult<D
         uuid: crate::catalog::documents::new_uuid(),
         last_modified: DateTime::now(),
     };
+    // Chunks first: without their entry they are unreachable (a fresh uuid names them), so a
+    // failure part-way leaves nothing visible; the written ones are removed.
+    let written = match body.get("numInitialChunks") {
+        Some(count) => write_presplit_chunks(context, &entry, &pattern, &known, count, body),
+        None => write_listed_chunks(context, &entry, &pattern, &known, body),
+    };
+    if let Err(error) = written {
+        let _ = local::run(context, CONFIG_DB, doc! { "delete": CHUNKS, "deletes": [{ "q": { "uuid": entry.uuid.clone() }, "limit": 0 }] });
+        return Err(error);
+    }
+    local::write_atomically(context, CONFIG_DB, COLLECTIONS, vec![Change::Insert(entry.to_document())])?;
+    Ok(doc! { "uuid": entry.uuid, "epoch": entry.epoch, "timestamp": entry.timestamp })
+}
+
+/// A new chunk of `entry` at version `1|index`.
+fn initial_chunk(entry: &CollectionEntry, index: usize, min: Document, max: Document, shard: &str) -> ChunkEntry {
+    ChunkEntry {
+        id: ObjectId::new(),
+        uuid: entry.uuid.clone(),
+        min,
+        max,
+        shard: shard.to_string(),
+        last_modified: Timestamp { time: 1, increment: u32::try_from(index).unwrap_or(u32::MAX) },
+        on_current_shard_since: entry.timestamp,
+    }
+}
+
+/// The `chunks` array: checked to tile the key space in order, written in one batch.
+fn write_listed_chunks(context: &ServerContext, entry: &CollectionEntry, pattern: &ShardKeyPattern, known: &[String], body: &Document) -> ClusterResult<()> {
     let chunks = body.get_array("chunks").map_err(|_| ClusterError::bad_value("'chunks' must be an array"))?;
     let mut writes = Vec::with_capacity(chunks.len());
     let mut previous_max: Option<Vec<u8>> = None;
@@ -137,31 +172,56 @@ fn shard_collection(context: &ServerContext, body: &Document) -> ClusterResult<D
         if !known.iter().any(|name| name == shard) {
             return Err(ClusterError::coded(SHARD_NOT_FOUND, format!("Shard {shard} not found")));
         }
-        let (min_key, max_key) = (bound_key(&pattern, min)?, bound_key(&pattern, max)?);
+        let (min_key, max_key) = (bound_key(pattern, min)?, bound_key(pattern, max)?);
         let expected_min = previous_max.take().unwrap_or_else(|| pattern.lowest_key());
         if min_key != expected_min || max_key <= min_key {
             return Err(ClusterError::bad_value("initial chunks must tile the shard key space in order"));
         }
         previous_max = Some(max_key);
-        let version = Timestamp { time: 1, increment: u32::try_from(index).unwrap_or(u32::MAX) };
-        let chunk = ChunkEntry {
-            id: ObjectId::new(),
-            uuid: entry.uuid.clone(),
-            min: min.clone(),
-            max: max.clone(),
-            shard: shard.to_string(),
-            last_modified: version,
-            on_current_shard_since: entry.timestamp,
-        };
-        writes.push(Change::Insert(chunk.to_document()));
+        writes.push(Change::Insert(initial_chunk(entry, index, min.clone(), max.clone(), shard).to_document()));
     }
     if previous_max.as_deref() != Some(pattern.highest_key().as_slice()) {
         return Err(ClusterError::bad_value("initial chunks must end at the shard key's MaxKey"));
     }
-    // Chunks first: without their entry they are unreachable (a fresh uuid names them).
-    local::write_atomically(context, CONFIG_DB, CHUNKS, writes)?;
-    local::write_atomically(context, CONFIG_DB, COLLECTIONS, vec![Change::Insert(entry.to_document())])?;
-    Ok(doc! { "uuid": entry.uuid, "epoch": entry.epoch, "timestamp": entry.timestamp })
+    local::write_atomically(context, CONFIG_DB, CHUNKS, writes)
+}
+
+/// `numInitialChunks` equal hash ranges over `initialShards`, computed here and written
+/// [`PRESPLIT_WRITE_BATCH`] at a time (each batch one atomic write session).
+fn write_presplit_chunks(
+    context: &ServerContext,
+    entry: &CollectionEntry,
+    pattern: &ShardKeyPattern,
+    known: &[String],
+    count: &Bson,
+    body: &Document,
+) -> ClusterResult<()> {
+    let count = myriad_commands::request::integer_value(count)
+        .and_then(|count| usize::try_from(count).ok())
+        .ok_or_else(|| ClusterError::bad_value("'numInitialChunks' must be a positive integer"))?;
+    let mut owners = Vec::new();
+    for shard in body.get_array("initialShards").map_err(|_| ClusterError::bad_value("'initialShards' must be an array"))? {
+        let Bson::String(shard) = shard else { return Err(ClusterError::bad_value("'initialShards' must hold shard names")) };
+        if !known.contains(shard) {
+            return Err(ClusterError::coded(SHARD_NOT_FOUND, format!("Shard {shard} not found")));
+        }
+        owners.push(shard.clone());
+    }
+    let presplit = HashedPresplit::new(pattern, &owners, count)?;
+    let mut batch = Vec::with_capacity(count.min(PRESPLIT_WRITE_BATCH));
+    let mut min = presplit.bound(0);
+    for index in 0..count {
+        let max = presplit.bound(index + 1);
+        let chunk = initial_chunk(entry, index, std::mem::replace(&mut min, max.clone()), max, presplit.owner(index));
+        batch.push(Change::Insert(chunk.to_document()));
+        if batch.len() == PRESPLIT_WRITE_BATCH {
+            local::write_atomically(context, CONFIG_DB, CHUNKS, std::mem::take(&mut batch))?;
+        }
+    }
+    if !batch.is_empty() {
+        local::write_atomically(context, CONFIG_DB, CHUNKS, batch)?;
+    }
+    Ok(())
 }
 
 /// `{_configsvrCommitChunkSplit: ns, epoch, splitPoints: [...]}`: splits the chunk containing

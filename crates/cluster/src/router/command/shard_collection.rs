@@ -12,14 +12,18 @@ use bson::{doc, Bson, Document};
 use myriad_routing::{ShardKeyField, ShardKeyPattern};
 
 use crate::catalog::documents::global_bound;
+use crate::catalog::presplit::{HashedPresplit, MAX_INITIAL_CHUNKS};
 use crate::catalog::RoutingInfo;
+use crate::client::NodeClient;
 use crate::error::{ClusterError, ClusterResult, ALREADY_INITIALIZED, INVALID_OPTIONS};
 use crate::router::context::RouterContext;
 use crate::router::forward;
 use crate::router::request::RouterRequest;
 
-/// MongoDB's bound on initial chunks per shard.
-const MAX_INITIAL_CHUNKS_PER_SHARD: i64 = 8_192;
+
+/// Bound on the config server's commit of the catalog entry and its initial chunks (at most
+/// [`MAX_INITIAL_CHUNKS`] of them, written in batches).
+const SHARD_COLLECTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3_600);
 
 pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
     let namespace = request.body.get_str("shardCollection").map_err(|_| ClusterError::bad_value("shardCollection takes a namespace string"))?;
@@ -49,31 +53,39 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
     let primary = database.primary;
     let empty = prepare_shard(context, &primary, db, collection, &key, unique).await?;
     let shards = context.shards.all(&context.config).await?;
-    let chunks = if hashed_first && empty {
+    let mut command = doc! { "_configsvrShardCollection": namespace, "key": key.clone(), "unique": unique };
+    let mut holders = if hashed_first && empty {
         let requested = request.optional_integer("numInitialChunks")?.unwrap_or(0);
         let count = if requested > 0 { requested } else { 2 * shards.len() as i64 };
-        if count > MAX_INITIAL_CHUNKS_PER_SHARD * shards.len() as i64 {
-            return Err(ClusterError::coded(INVALID_OPTIONS, format!("numInitialChunks cannot be more than {MAX_INITIAL_CHUNKS_PER_SHARD} per shard")));
-        }
-        presplit_hashed(&pattern, &shards, count as usize)
+        let count = usize::try_from(count).ok().filter(|count| *count <= MAX_INITIAL_CHUNKS).ok_or_else(|| {
+            ClusterError::coded(INVALID_OPTIONS, format!("numInitialChunks cannot be more than {MAX_INITIAL_CHUNKS}"))
+        })?;
+        let holders = HashedPresplit::new(&pattern, &shards, count)?.holders();
+        // The config server computes and writes the chunks itself, in bounded batches.
+        command.insert("numInitialChunks", count as i64);
+        command.insert("initialShards", shards.clone());
+        holders
     } else {
-        vec![doc! { "min": global_bound(&pattern, Bson::MinKey), "max": global_bound(&pattern, Bson::MaxKey), "shard": &primary }]
+        let chunk = doc! { "min": global_bound(&pattern, Bson::MinKey), "max": global_bound(&pattern, Bson::MaxKey), "shard": &primary };
+        command.insert("chunks", vec![Bson::Document(chunk)]);
+        vec![primary.clone()]
     };
-    let mut holders: Vec<String> = chunks.iter().filter_map(|chunk| chunk.get_str("shard").ok().map(str::to_string)).collect();
-    holders.sort();
-    holders.dedup();
     for shard in holders.iter().filter(|shard| **shard != primary) {
         prepare_shard(context, shard, db, collection, &key, unique).await?;
     }
-    let command = doc! { "_configsvrShardCollection": namespace, "key": key.clone(), "unique": unique, "chunks": chunks.into_iter().map(Bson::Document).collect::<Vec<_>>() };
-    let created = context.config.run("admin", command).await?;
+    // Writing millions of presplit chunks can outlast an ordinary call's bound.
+    let config = NodeClient::with_timeout(context.config.address(), SHARD_COLLECTION_TIMEOUT);
+    let created = config.run("admin", command).await?;
     if !holders.contains(&primary) {
         holders.push(primary);
     }
-    for shard in &holders {
-        forward::unversioned(context, shard, "admin", doc! { "_flushRoutingTableCacheUpdates": namespace }).await?;
+    // The holders and this router load the new table at the same time.
+    let flushes = holders.iter().map(|shard| forward::unversioned(context, shard, "admin", doc! { "_flushRoutingTableCacheUpdates": namespace }));
+    let (flushed, refreshed) = futures_util::future::join(futures_util::future::join_all(flushes), context.cache.refresh(namespace)).await;
+    for result in flushed {
+        result?;
     }
-    context.cache.refresh(namespace).await?;
+    refreshed?;
     context.log("SHARDING", 22080, "Sharded collection", serde_json::json!({ "namespace": namespace, "key": key.to_string(), "shards": holders }));
     let mut reply = doc! { "collectionsharded": namespace };
     if let Some(uuid) = created.get("uuid") {
@@ -119,44 +131,12 @@ fn index_name(key: &Document) -> String {
         .join("_")
 }
 
-/// `count` chunks of equal ranges of the 64-bit hash space, in contiguous runs per shard.
-fn presplit_hashed(pattern: &ShardKeyPattern, shards: &[String], count: usize) -> Vec<Document> {
-    let count = count.max(1);
-    let bound = |value: Bson| -> Document {
-        pattern.fields().iter().enumerate().map(|(index, (name, _))| (name.clone(), if index == 0 { value.clone() } else { Bson::MinKey })).collect()
-    };
-    let span = (i128::from(i64::MAX) - i128::from(i64::MIN) + 1) / count as i128;
-    let mut bounds = vec![global_bound(pattern, Bson::MinKey)];
-    for index in 1..count {
-        let value = i128::from(i64::MIN) + span * index as i128;
-        bounds.push(bound(Bson::Int64(value as i64)));
-    }
-    bounds.push(global_bound(pattern, Bson::MaxKey));
-    bounds
-        .windows(2)
-        .enumerate()
-        .map(|(index, pair)| {
-            let shard = &shards[index * shards.len() / count];
-            doc! { "min": pair[0].clone(), "max": pair[1].clone(), "shard": shard }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn presplit_chunks_tile_the_hash_space_evenly_over_shards() {
-        let pattern = ShardKeyPattern::from_document(&doc! { "h": "hashed" }).expect("pattern");
-        let shards = vec!["a".to_string(), "b".to_string()];
-        let chunks = presplit_hashed(&pattern, &shards, 4);
-        assert_eq!(chunks.len(), 4);
-        let owners: Vec<&str> = chunks.iter().map(|chunk| chunk.get_str("shard").unwrap_or_default()).collect();
-        assert_eq!(owners, ["a", "a", "b", "b"]);
-        assert_eq!(chunks[0].get_document("min").ok(), Some(&doc! { "h": Bson::MinKey }));
-        assert_eq!(chunks[2].get_document("min").ok(), Some(&doc! { "h": 0_i64 }));
-        assert_eq!(chunks[3].get_document("max").ok(), Some(&doc! { "h": Bson::MaxKey }));
+    fn index_names_follow_mongodb() {
         assert_eq!(index_name(&doc! { "a": 1, "h": "hashed" }), "a_1_h_hashed");
     }
 }
