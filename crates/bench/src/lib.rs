@@ -4,6 +4,7 @@
 
 mod cleanup;
 mod client;
+pub mod cluster_refresh;
 pub mod compression;
 mod error;
 pub mod idealo;

@@ -34,6 +34,12 @@ enum BenchCommand {
     /// Each block compressor on a JSON-like dataset: size, storageSize and their ratio after a
     /// flush and after a compaction, and the load rate as a ratio to no compression.
     Compression(myriad_bench::compression::CompressionArgs),
+    /// The routing seed on a real local cluster: a collection presplit into N chunks, then
+    /// splits and moveChunks through one router, each followed by a query through a second
+    /// router that must refresh; its refresh time, the query's latency, and concurrent point
+    /// queries' p99 with and without refreshes.
+    #[command(name = "cluster-refresh")]
+    ClusterRefresh(myriad_bench::cluster_refresh::ClusterRefreshArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +51,7 @@ fn main() -> ExitCode {
         BenchCommand::Idealo(arguments) => myriad_bench::idealo::run(&arguments),
         BenchCommand::Writes(arguments) => myriad_bench::writes::run(&arguments),
         BenchCommand::Compression(arguments) => myriad_bench::compression::run(&arguments),
+        BenchCommand::ClusterRefresh(arguments) => myriad_bench::cluster_refresh::run(&arguments),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -41,23 +41,32 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Spawns the server and waits (at most `startup_timeout`) for it to report its port.
     pub fn start(launch: &ServerLaunch, startup_timeout: Duration) -> BenchResult<ServerProcess> {
-        let mut command = Command::new(&launch.binary);
+        let mut arguments = vec!["--dbpath".into(), launch.data_directory.as_os_str().to_owned()];
+        if let Some(cache) = launch.cache_size_mebibytes {
+            arguments.extend(["--cacheSizeMB".into(), cache.to_string().into()]);
+        }
+        ServerProcess::start_with_arguments(&launch.binary, &arguments, startup_timeout)
+    }
+
+    /// Spawns `binary arguments... --port 0 --bind_ip 127.0.0.1` (any role: a standalone, a
+    /// config server, a shard, a router) and waits for it to report its port.
+    pub fn start_with_arguments(
+        binary: &Path,
+        arguments: &[std::ffi::OsString],
+        startup_timeout: Duration,
+    ) -> BenchResult<ServerProcess> {
+        let mut command = Command::new(binary);
         command
-            .arg("--dbpath")
-            .arg(&launch.data_directory)
+            .args(arguments)
             // Not --quiet: the server's quiet mode drops every NETWORK info line, including
             // "Waiting for connections", which names the port. The reader drains the rest.
             .args(["--port", "0", "--bind_ip", "127.0.0.1"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        if let Some(cache) = launch.cache_size_mebibytes {
-            command.arg("--cacheSizeMB").arg(cache.to_string());
-        }
         let spawned_at = Instant::now();
-        let mut child = command
-            .spawn()
-            .map_err(|error| BenchError::Server(format!("cannot start {}: {error}", launch.binary.display())))?;
+        let mut child =
+            command.spawn().map_err(|error| BenchError::Server(format!("cannot start {}: {error}", binary.display())))?;
         cleanup::track_child(child.id());
         let Some(stderr) = child.stderr.take() else {
             cleanup::forget_child(child.id());
@@ -130,6 +139,11 @@ impl ServerProcess {
 
     pub fn uri(&self) -> String {
         format!("mongodb://127.0.0.1:{}/?directConnection=true", self.port)
+    }
+
+    /// `127.0.0.1:port`, as cluster members name each other.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
     }
 
     pub fn log_tail_text(&self) -> String {
