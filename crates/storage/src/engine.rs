@@ -608,7 +608,7 @@ impl Engine {
             });
         }
         let sequence = self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel) + 1;
-        assert!(sequence % 2 == 0, "catalog changes do not overlap");
+        assert!(sequence & 1 == 0, "catalog changes do not overlap");
         self.observe(operations);
         Ok(())
     }
