@@ -169,11 +169,19 @@ impl CatalogCache {
     /// Refreshes the namespace (or joins a refresh that started after this call) and returns
     /// the new snapshot.
     pub async fn refresh(&self, namespace: &str) -> ClusterResult<Arc<RoutingInfo>> {
+        self.refresh_unless(namespace, |_| false).await
+    }
+
+    /// Like [`CatalogCache::refresh`], but a snapshot that already satisfies `known` (checked
+    /// again once this caller's turn comes: a refresh that ran meanwhile may have brought what
+    /// it needs) is returned as it is. StaleConfig answers that name a version this router
+    /// already has therefore cost no refresh.
+    pub async fn refresh_unless(&self, namespace: &str, known: impl Fn(&RoutingInfo) -> bool) -> ClusterResult<Arc<RoutingInfo>> {
         let entry = self.entry(namespace);
         let ticket = entry.requested.fetch_add(1, Ordering::AcqRel) + 1;
         let _guard = entry.refresh.lock().await;
-        if entry.completed.load(Ordering::Acquire) >= ticket {
-            if let Some(snapshot) = entry.snapshot.load_full() {
+        if let Some(snapshot) = entry.snapshot.load_full() {
+            if entry.completed.load(Ordering::Acquire) >= ticket || known(&snapshot) {
                 self.metrics.coalesced_refreshes.fetch_add(1, Ordering::Relaxed);
                 return Ok(snapshot);
             }
@@ -232,21 +240,30 @@ impl CatalogCache {
 
     /// The next snapshot: `(snapshot, chunks read, whether it was a full load)`.
     async fn load(&self, namespace: &str, previous: Option<&RoutingInfo>) -> ClusterResult<(RoutingInfo, usize, bool)> {
-        let Some(entry) = loader::collection_entry(&self.config, namespace).await? else {
-            return Ok((RoutingInfo::Unsharded, 0, false));
-        };
-        if let Some(RoutingInfo::Sharded(current)) = previous {
-            let same = current.entry.epoch == entry.epoch && current.entry.timestamp == entry.timestamp && current.entry.uuid == entry.uuid;
-            if same {
-                match self.load_incrementally(current).await {
-                    Ok((collection, changed)) => return Ok((RoutingInfo::Sharded(Arc::new(collection)), changed, false)),
-                    // A changed set that does not apply (the catalog changed under the read):
-                    // start over from everything.
-                    Err(ClusterError::Routing(_)) => {}
-                    Err(error) => return Err(error),
+        let entry = match previous {
+            Some(RoutingInfo::Sharded(current)) => {
+                // The entry (is it still this incarnation?) and the chunks changed since the
+                // cached version are read at the same time: one round trip's latency, not two.
+                let (entry, changed) = futures_util::future::join(loader::collection_entry(&self.config, namespace), self.changed_since(current)).await;
+                let Some(entry) = entry? else { return Ok((RoutingInfo::Unsharded, 0, false)) };
+                let same = current.entry.epoch == entry.epoch && current.entry.timestamp == entry.timestamp && current.entry.uuid == entry.uuid;
+                if same {
+                    let applied = changed.and_then(|changed| Ok((Self::apply_changed(current, &changed)?, changed.len())));
+                    match applied {
+                        Ok((collection, read)) => return Ok((RoutingInfo::Sharded(Arc::new(collection)), read, false)),
+                        // A changed set that does not apply (the catalog changed under the
+                        // read): start over from everything.
+                        Err(ClusterError::Routing(_)) => {}
+                        Err(error) => return Err(error),
+                    }
                 }
+                entry
             }
-        }
+            _ => match loader::collection_entry(&self.config, namespace).await? {
+                Some(entry) => entry,
+                None => return Ok((RoutingInfo::Unsharded, 0, false)),
+            },
+        };
         // A full read spans many batches; a change committed between two of them can leave
         // it with an overlap, which the build refuses: read again (a bounded number of times).
         let mut attempt = 0;
@@ -260,24 +277,31 @@ impl CatalogCache {
         }
     }
 
-    async fn load_incrementally(&self, current: &ShardedCollection) -> ClusterResult<(ShardedCollection, usize)> {
+    /// The chunks whose version is at least the cached collection version (the `{uuid,
+    /// lastmod}` index makes this O(changed)).
+    async fn changed_since(&self, current: &ShardedCollection) -> ClusterResult<Vec<ChunkEntry>> {
         let since = current.map.collection_version();
         let since = Timestamp { time: since.major, increment: since.minor };
         let mut changed: Vec<ChunkEntry> = Vec::new();
-        let read = loader::chunks_since(&self.config, &current.entry.uuid, Some(since), |batch| {
+        loader::chunks_since(&self.config, &current.entry.uuid, Some(since), |batch| {
             changed.extend(batch);
             Ok(())
         })
         .await?;
+        Ok(changed)
+    }
+
+    /// The next map: `changed` applied to the current one (sharing every untouched node).
+    fn apply_changed(current: &ShardedCollection, changed: &[ChunkEntry]) -> ClusterResult<ShardedCollection> {
         let mut map = current.map.clone();
         let mut chunks: Vec<Chunk> = Vec::with_capacity(changed.len());
-        for chunk in &changed {
+        for chunk in changed {
             let (extended, shard) = map.add_shard(&chunk.shard)?;
             map = extended;
             chunks.push(to_routing_chunk(&current.entry, &current.pattern, chunk, shard)?);
         }
         let map = map.apply(&chunks)?;
-        Ok((ShardedCollection { entry: current.entry.clone(), pattern: current.pattern.clone(), map }, read))
+        Ok(ShardedCollection { entry: current.entry.clone(), pattern: current.pattern.clone(), map })
     }
 
     /// Builds the map from every chunk streamed in key order, one batch at a time: only the map

@@ -308,10 +308,10 @@ mod tests {
     fn sort_fields_fixed_to_one_value_order_nothing() {
         let fields = [("a", ASCENDING), ("b", ASCENDING), ("c", ASCENDING)];
         let one = points(&[1]);
-        assert_eq!(provided_sort(&fields, &[one.clone()], &doc! { "a": 1, "b": -1 }), Some(true), "a fixed: b descending");
-        assert_eq!(provided_sort(&fields, &[one.clone()], &doc! { "a": -1, "b": 1 }), Some(false));
+        assert_eq!(provided_sort(&fields, std::slice::from_ref(&one), &doc! { "a": 1, "b": -1 }), Some(true), "a fixed: b descending");
+        assert_eq!(provided_sort(&fields, std::slice::from_ref(&one), &doc! { "a": -1, "b": 1 }), Some(false));
         assert_eq!(provided_sort(&fields, &[one.clone(), one.clone()], &doc! { "a": 1, "b": -1, "c": -1 }), Some(true));
-        assert_eq!(provided_sort(&fields, &[one.clone()], &doc! { "a": -1 }), Some(false), "every result ties");
+        assert_eq!(provided_sort(&fields, std::slice::from_ref(&one), &doc! { "a": -1 }), Some(false), "every result ties");
         assert_eq!(provided_sort(&fields, &[points(&[1, 2])], &doc! { "a": 1, "b": -1 }), None, "a takes two values");
         assert_eq!(provided_sort(&fields, &[one], &doc! { "a": 1, "c": -1 }), None, "b is not fixed");
     }

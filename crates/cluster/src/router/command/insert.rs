@@ -45,9 +45,9 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
                 outcome.fail_all(&error, &indexes, ordered);
                 break;
             }
-            Some((_, indexes)) => {
+            Some((error, indexes)) => {
                 tries += 1;
-                routing = forward::after_stale(context, &namespace, tries).await?;
+                routing = forward::after_stale(context, &namespace, tries, Some(&error)).await?;
                 remaining = indexes;
             }
         }

@@ -94,7 +94,7 @@ pub async fn run_statements(context: &Arc<RouterContext>, request: &RouterReques
             Executed::Done | Executed::Stopped => break,
             Executed::Refused { error, from } if error.is_stale_config() && tries < MAX_STALE_RETRIES => {
                 tries += 1;
-                routing = forward::after_stale(context, &namespace, tries).await?;
+                routing = forward::after_stale(context, &namespace, tries, Some(&error)).await?;
                 next = from;
             }
             Executed::Refused { error, from } => {
@@ -228,7 +228,7 @@ impl WriteRun<'_> {
             if refused.is_empty() {
                 break;
             }
-            routing = forward::after_stale(self.context, &namespace, attempt + 1).await?;
+            routing = forward::after_stale(self.context, &namespace, attempt + 1, None).await?;
             shards = refused;
         }
         Ok(failed)
