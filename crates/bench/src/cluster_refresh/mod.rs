@@ -43,6 +43,7 @@ const READERS_LIMIT: usize = 256;
 const SHARDS_LIMIT: usize = 16;
 /// Longest quiet phase of one round.
 const QUIET_SECONDS_LIMIT: f64 = 600.0;
+const PAUSE_LIMIT_MILLISECONDS: u64 = 60_000;
 /// Readers run this long before the first round (connections opened, caches warm).
 const WARM_UP: Duration = Duration::from_secs(1);
 
@@ -73,6 +74,10 @@ pub struct ClusterRefreshArgs {
     /// Only splits, no moveChunk.
     #[arg(long = "splits-only")]
     pub splits_only: bool,
+    /// Pause after each change-then-query iteration (0: back to back, the most changes the
+    /// cluster can take; the readers' figures depend on how often versions change).
+    #[arg(long = "pause-ms", default_value_t = 0)]
+    pub pause_milliseconds: u64,
     /// The myriad server binary to start [default: `myriad` next to this executable].
     #[arg(long = "server-binary")]
     pub server_binary: Option<PathBuf>,
@@ -104,6 +109,7 @@ struct Settings {
     readers: usize,
     documents: u64,
     migrate: bool,
+    pause: Duration,
     launch: ClusterLaunch,
     json: bool,
 }
@@ -130,6 +136,9 @@ impl Settings {
         if !quiet_valid {
             return invalid(format!("--quiet-seconds must be more than 0 and at most {QUIET_SECONDS_LIMIT}"));
         }
+        if arguments.pause_milliseconds > PAUSE_LIMIT_MILLISECONDS {
+            return invalid(format!("--pause-ms must be at most {PAUSE_LIMIT_MILLISECONDS}"));
+        }
         if arguments.operation_timeout_seconds == 0 || arguments.startup_timeout_seconds == 0 {
             return invalid("timeouts must be positive".into());
         }
@@ -143,6 +152,7 @@ impl Settings {
             readers: arguments.readers,
             documents: arguments.documents,
             migrate: !arguments.splits_only,
+            pause: Duration::from_millis(arguments.pause_milliseconds),
             launch: ClusterLaunch {
                 binary: locate_server_binary(arguments.server_binary.as_deref())?,
                 shards: arguments.shards,
@@ -221,7 +231,7 @@ async fn measure_on(cluster: &LocalCluster, settings: &Settings, chunks: u64) ->
         let finished = reader.await.map_err(|error| BenchError::Server(format!("a reader task failed: {error}")))?;
         latencies.push(finished?);
     }
-    let iterations = looped?;
+    let rounds = looped?;
     client::close(changer).await;
     client::close(measured).await;
     Ok(report::Point {
@@ -230,9 +240,20 @@ async fn measure_on(cluster: &LocalCluster, settings: &Settings, chunks: u64) ->
         loading,
         full_load_micros: loaded.last_refresh_micros,
         migrations: settings.migrate,
-        iterations,
+        pause: settings.pause,
+        iterations: rounds.iterations,
+        stale_retries_quiet: rounds.stale_retries_quiet,
+        stale_retries_refreshing: rounds.stale_retries_refreshing,
         readers: merge(latencies)?,
     })
+}
+
+/// What the loop measured: the iterations, and the second router's StaleConfig retries
+/// during the quiet phases and during the changes.
+struct Rounds {
+    iterations: Vec<workload::Iteration>,
+    stale_retries_quiet: i64,
+    stale_retries_refreshing: i64,
 }
 
 /// The rounds: a quiet phase, then this round's share of the iterations.
@@ -242,23 +263,31 @@ async fn run_rounds(
     measured: &mongodb::Client,
     catalog: &workload::Catalog,
     phase: &AtomicU8,
-) -> BenchResult<Vec<workload::Iteration>> {
+) -> BenchResult<Rounds> {
     let timeout = settings.launch.operation_timeout;
     let values = workload::change_values(settings.documents, settings.iterations, 7);
-    let mut iterations = Vec::with_capacity(values.len());
+    let mut rounds = Rounds { iterations: Vec::with_capacity(values.len()), stale_retries_quiet: 0, stale_retries_refreshing: 0 };
     tokio::time::sleep(WARM_UP).await;
     for round in 0..settings.rounds {
+        let started = workload::cache_counters(measured, timeout).await?;
         phase.store(PHASE_QUIET, Ordering::Relaxed);
         tokio::time::sleep(settings.quiet).await;
         phase.store(PHASE_REFRESHING, Ordering::Relaxed);
-        let share = values.len() * (round + 1) / settings.rounds - values.len() * round / settings.rounds;
+        let quiet_end = workload::cache_counters(measured, timeout).await?;
         let first = values.len() * round / settings.rounds;
-        for &value in &values[first..first + share] {
-            iterations.push(workload::iterate(changer, measured, catalog, value, settings.migrate, timeout).await?);
+        let end = values.len() * (round + 1) / settings.rounds;
+        for &value in &values[first..end] {
+            rounds.iterations.push(workload::iterate(changer, measured, catalog, value, settings.migrate, timeout).await?);
+            if !settings.pause.is_zero() {
+                tokio::time::sleep(settings.pause).await;
+            }
         }
+        let refreshing_end = workload::cache_counters(measured, timeout).await?;
+        rounds.stale_retries_quiet += quiet_end.stale_config_retries - started.stale_config_retries;
+        rounds.stale_retries_refreshing += refreshing_end.stale_config_retries - quiet_end.stale_config_retries;
     }
     phase.store(PHASE_IDLE, Ordering::Relaxed);
-    Ok(iterations)
+    Ok(rounds)
 }
 
 fn merge(latencies: Vec<ReaderLatencies>) -> BenchResult<ReaderLatencies> {

@@ -23,7 +23,12 @@ pub struct Point {
     /// The second router's first (full) load, from its counters.
     pub full_load_micros: i64,
     pub migrations: bool,
+    /// Pause after each iteration.
+    pub pause: Duration,
     pub iterations: Vec<Iteration>,
+    /// The second router's operations retried after a StaleConfig, by phase.
+    pub stale_retries_quiet: i64,
+    pub stale_retries_refreshing: i64,
     pub readers: ReaderLatencies,
 }
 
@@ -102,7 +107,14 @@ fn verdict(met: bool) -> &'static str {
 pub fn point_table(point: &Point) -> String {
     let mut text = String::new();
     let refreshes = point.refresh_micros();
-    let _ = writeln!(text, "\nN = {} chunks ({} iterations: split{})", point.chunks, point.iterations.len(), if point.migrations { " + moveChunk" } else { " only" });
+    let _ = writeln!(
+        text,
+        "\nN = {} chunks ({} iterations: split{}, {} ms pause after each)",
+        point.chunks,
+        point.iterations.len(),
+        if point.migrations { " + moveChunk" } else { " only" },
+        point.pause.as_millis()
+    );
     let _ = writeln!(text, "  set-up: presplit {:.1} s, documents {:.1} s, second router's full load {:.2} s", point.presplit.as_secs_f64(), point.loading.as_secs_f64(), point.full_load_micros as f64 / 1e6);
     let _ = writeln!(
         text,
@@ -119,11 +131,15 @@ pub fn point_table(point: &Point) -> String {
     let _ = writeln!(text, "  refreshing query µs: p50 {:.0}  p99 {:.0}", percentile(&queries, 0.5), percentile(&queries, 0.99));
     let _ = writeln!(
         text,
-        "  concurrent point queries µs: p99 quiet {} ({} queries), p99 during refreshes {} ({} queries), ratio {:.2}",
+        "  concurrent point queries µs: quiet p50 {} p99 {} ({} queries, {} StaleConfig retries); during refreshes p50 {} p99 {} ({} queries, {} retries); p99 ratio {:.2}",
+        point.readers.quiet.value_at_quantile(0.5),
         point.reader_p99_quiet_micros(),
         point.readers.quiet.len(),
+        point.stale_retries_quiet,
+        point.readers.refreshing.value_at_quantile(0.5),
         point.reader_p99_refreshing_micros(),
         point.readers.refreshing.len(),
+        point.stale_retries_refreshing,
         point.reader_p99_ratio(),
     );
     let migrations = point.migration_millis();
@@ -201,6 +217,11 @@ fn point_json(point: &Point) -> Value {
         "query_us_p99": percentile(&queries, 0.99),
         "readers_quiet_queries": point.readers.quiet.len(),
         "readers_refreshing_queries": point.readers.refreshing.len(),
+        "pause_ms": point.pause.as_millis() as u64,
+        "stale_config_retries_quiet": point.stale_retries_quiet,
+        "stale_config_retries_refreshing": point.stale_retries_refreshing,
+        "readers_latency_us_p50_quiet": point.readers.quiet.value_at_quantile(0.5),
+        "readers_latency_us_p50_refreshing": point.readers.refreshing.value_at_quantile(0.5),
         "readers_latency_us_p99_quiet": point.reader_p99_quiet_micros(),
         "readers_latency_us_p99_refreshing": point.reader_p99_refreshing_micros(),
         "readers_p99_ratio": point.reader_p99_ratio(),
@@ -252,7 +273,10 @@ mod tests {
             loading: Duration::ZERO,
             full_load_micros: 0,
             migrations: false,
+            pause: Duration::ZERO,
             iterations: vec![iteration(1, 100.0), iteration(2, 300.0), iteration(0, 0.0)],
+            stale_retries_quiet: 0,
+            stale_retries_refreshing: 0,
             readers,
         };
         assert_eq!(point.refresh_micros(), vec![100.0, 300.0, 300.0]);

@@ -61,14 +61,14 @@ pub struct CacheCounters {
     pub changed_chunks: i64,
     pub total_refresh_micros: i64,
     pub last_refresh_micros: i64,
+    /// `shardingStatistics.countStaleConfigRetries`: operations retried after a StaleConfig.
+    pub stale_config_retries: i64,
 }
 
 pub async fn cache_counters(router: &Client, timeout: Duration) -> BenchResult<CacheCounters> {
     let status = client::required_command(router, "admin", doc! { "serverStatus": 1 }, timeout, "serverStatus").await?;
-    let cache = status
-        .get_document("shardingStatistics")
-        .and_then(|statistics| statistics.get_document("catalogCache"))
-        .map_err(|_| BenchError::Server("serverStatus has no shardingStatistics.catalogCache".into()))?;
+    let statistics = status.get_document("shardingStatistics").map_err(|_| BenchError::Server("serverStatus has no shardingStatistics".into()))?;
+    let cache = statistics.get_document("catalogCache").map_err(|_| BenchError::Server("serverStatus has no shardingStatistics.catalogCache".into()))?;
     let read = |name: &str| cache.get_i64(name).or_else(|_| cache.get_i32(name).map(i64::from)).unwrap_or(0);
     Ok(CacheCounters {
         full_refreshes: read("countFullRefreshesStarted"),
@@ -76,6 +76,7 @@ pub async fn cache_counters(router: &Client, timeout: Duration) -> BenchResult<C
         changed_chunks: read("countChangedChunks"),
         total_refresh_micros: read("totalRefreshMicros"),
         last_refresh_micros: read("lastRefreshMicros"),
+        stale_config_retries: statistics.get_i64("countStaleConfigRetries").or_else(|_| statistics.get_i32("countStaleConfigRetries").map(i64::from)).unwrap_or(0),
     })
 }
 

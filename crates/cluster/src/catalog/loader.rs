@@ -24,7 +24,7 @@ pub struct CatalogQuery<'a> {
 pub async fn read_batches(
     config: &NodeClient,
     query: CatalogQuery<'_>,
-    mut consume: impl FnMut(Vec<Document>) -> ClusterResult<()>,
+    consume: impl FnMut(Vec<Document>) -> ClusterResult<()>,
 ) -> ClusterResult<usize> {
     let mut command = doc! { "find": query.collection, "filter": query.filter, "batchSize": CATALOG_BATCH_SIZE };
     if let Some(sort) = query.sort {
@@ -33,6 +33,17 @@ pub async fn read_batches(
     if let Some(limit) = query.limit {
         command.insert("limit", limit);
     }
+    read_command_batches(config, query.collection, command, consume).await
+}
+
+/// Runs the `find` command on the config server and hands each batch to `consume`, getMore
+/// after getMore; returns how many documents were read.
+async fn read_command_batches(
+    config: &NodeClient,
+    collection: &str,
+    command: Document,
+    mut consume: impl FnMut(Vec<Document>) -> ClusterResult<()>,
+) -> ClusterResult<usize> {
     let mut reply = config.run(CONFIG_DB, command).await?;
     let mut read = 0;
     loop {
@@ -57,7 +68,7 @@ pub async fn read_batches(
         if cursor_id == 0 {
             return Ok(read);
         }
-        let command = doc! { "getMore": cursor_id, "collection": query.collection, "batchSize": CATALOG_BATCH_SIZE };
+        let command = doc! { "getMore": cursor_id, "collection": collection, "batchSize": CATALOG_BATCH_SIZE };
         reply = config.run(CONFIG_DB, command).await?;
     }
 }
@@ -114,8 +125,9 @@ pub async fn chunks_since(
     if let Some(since) = since {
         filter.insert("lastmod", doc! { "$gte": since });
     }
-    let query = CatalogQuery { collection: CHUNKS, filter, sort: Some(doc! { "lastmod": 1 }), limit: None };
-    read_batches(config, query, |batch| {
+    // Hinted: a refresh must cost O(changed) whatever the planner would pick.
+    let command = doc! { "find": CHUNKS, "filter": filter, "sort": { "lastmod": 1 }, "hint": { "uuid": 1, "lastmod": 1 }, "batchSize": CATALOG_BATCH_SIZE };
+    read_command_batches(config, CHUNKS, command, |batch| {
         let chunks = batch.iter().map(ChunkEntry::from_document).collect::<ClusterResult<Vec<_>>>()?;
         consume(chunks)
     })
@@ -130,7 +142,8 @@ pub async fn chunks_in_key_order(
     uuid: &Binary,
     mut consume: impl FnMut(&RawArray) -> ClusterResult<()>,
 ) -> ClusterResult<usize> {
-    let mut command = doc! { "find": CHUNKS, "filter": { "uuid": uuid.clone() }, "sort": { "uuid": 1, "min": 1 }, "batchSize": CATALOG_BATCH_SIZE };
+    let mut command =
+        doc! { "find": CHUNKS, "filter": { "uuid": uuid.clone() }, "sort": { "uuid": 1, "min": 1 }, "hint": { "uuid": 1, "min": 1 }, "batchSize": CATALOG_BATCH_SIZE };
     let mut read = 0;
     loop {
         let reply = config.run_raw(CONFIG_DB, command).await?;
