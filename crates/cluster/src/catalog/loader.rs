@@ -113,8 +113,8 @@ pub async fn sharded_namespaces(config: &NodeClient) -> ClusterResult<Vec<String
     Ok(namespaces)
 }
 
-/// The chunks of `uuid` with `lastmod >= since` (all of them without `since`), in version
-/// order, handed over a batch at a time: the `{uuid, lastmod}` index makes this O(changed).
+/// The chunks of `uuid` with `lastmod >= since` (all of them without `since`), in no
+/// particular order, handed over a batch at a time: the `{uuid, lastmod}` index makes this O(changed).
 pub async fn chunks_since(
     config: &NodeClient,
     uuid: &Binary,
@@ -125,8 +125,10 @@ pub async fn chunks_since(
     if let Some(since) = since {
         filter.insert("lastmod", doc! { "$gte": since });
     }
-    // Hinted: a refresh must cost O(changed) whatever the planner would pick.
-    let command = doc! { "find": CHUNKS, "filter": filter, "sort": { "lastmod": 1 }, "hint": { "uuid": 1, "lastmod": 1 }, "batchSize": CATALOG_BATCH_SIZE };
+    // Hinted: a refresh must cost O(changed) whatever the planner would pick. Unsorted: the
+    // chunk map applies changed chunks in any order, and a sort would make the config server
+    // read the collection's counters to rule out multikey indexes, on every refresh.
+    let command = doc! { "find": CHUNKS, "filter": filter, "hint": { "uuid": 1, "lastmod": 1 }, "batchSize": CATALOG_BATCH_SIZE };
     read_command_batches(config, CHUNKS, command, |batch| {
         let chunks = batch.iter().map(ChunkEntry::from_document).collect::<ClusterResult<Vec<_>>>()?;
         consume(chunks)

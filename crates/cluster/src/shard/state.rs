@@ -17,8 +17,10 @@ use crate::shard::filter::SnapshotFilter;
 use crate::shard::stale_config;
 use crate::version::ShardVersion;
 
-/// How long `_flushRoutingTableCacheUpdates` waits for its refresh.
-const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `_flushRoutingTableCacheUpdates` waits for its refresh: as long as the router's
+/// call to it may take ([`crate::client::DEFAULT_CALL_TIMEOUT`]), since a full load of millions
+/// of chunks, while the other holders load too, takes a minute or more on a small machine.
+const FLUSH_TIMEOUT: Duration = crate::client::DEFAULT_CALL_TIMEOUT;
 /// Pause between attempts to load the sharded collections at start-up.
 const RESUME_RETRY_PAUSE: Duration = Duration::from_secs(2);
 /// Where `addShard` leaves the shard's identity, as MongoDB's shards keep it.
