@@ -41,6 +41,15 @@ impl ShardVersion {
         (self.major, self.minor)
     }
 
+    /// Whether a command sent with this version may run against a shard at `wanted`: the same
+    /// incarnation and the same major version (MongoDB's `isWriteCompatibleWith`). Only a
+    /// migration moves data between shards, and every migration raises the major version of
+    /// both shards involved; splits and merges raise the minor one and move nothing, so a
+    /// router that missed them still targets the right shard.
+    pub fn is_compatible_with(&self, wanted: &ShardVersion) -> bool {
+        self.same_incarnation(wanted) && self.major == wanted.major
+    }
+
     /// Same incarnation of the collection (epoch and timestamp).
     pub fn same_incarnation(&self, other: &ShardVersion) -> bool {
         self.epoch == other.epoch && self.timestamp == other.timestamp
@@ -99,5 +108,18 @@ mod tests {
         assert!(ShardVersion::parse(&Bson::Int32(1)).is_err());
         assert!(ShardVersion::parse(&Bson::Document(doc! { "e": 1 })).is_err());
         assert!(version.to_string().starts_with("3|9||"));
+    }
+
+    #[test]
+    fn a_minor_difference_is_compatible_a_major_or_incarnation_one_is_not() {
+        let wanted = ShardVersion { epoch: ObjectId::new(), timestamp: Timestamp { time: 7, increment: 2 }, major: 3, minor: 9 };
+        assert!(ShardVersion { minor: 1, ..wanted }.is_compatible_with(&wanted), "a router that missed a split");
+        assert!(ShardVersion { minor: 12, ..wanted }.is_compatible_with(&wanted), "a shard that missed a split");
+        assert!(!ShardVersion { major: 2, minor: 9, ..wanted }.is_compatible_with(&wanted), "a router that missed a migration");
+        assert!(!ShardVersion { epoch: ObjectId::new(), ..wanted }.is_compatible_with(&wanted), "another incarnation");
+        assert!(!ShardVersion { timestamp: Timestamp { time: 8, increment: 0 }, ..wanted }.is_compatible_with(&wanted));
+        assert!(!ShardVersion::UNSHARDED.is_compatible_with(&wanted));
+        let owning_nothing = ShardVersion::owning_nothing(wanted.epoch, wanted.timestamp);
+        assert!(!wanted.is_compatible_with(&owning_nothing), "a shard that gave away its last chunk");
     }
 }

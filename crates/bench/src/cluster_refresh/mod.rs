@@ -244,6 +244,7 @@ async fn measure_on(cluster: &LocalCluster, settings: &Settings, chunks: u64) ->
         iterations: rounds.iterations,
         stale_retries_quiet: rounds.stale_retries_quiet,
         stale_retries_refreshing: rounds.stale_retries_refreshing,
+        waits_for_stale_refresh: rounds.waits_for_stale_refresh,
         readers: merge(latencies)?,
     })
 }
@@ -254,6 +255,7 @@ struct Rounds {
     iterations: Vec<workload::Iteration>,
     stale_retries_quiet: i64,
     stale_retries_refreshing: i64,
+    waits_for_stale_refresh: i64,
 }
 
 /// The rounds: a quiet phase, then this round's share of the iterations.
@@ -266,7 +268,7 @@ async fn run_rounds(
 ) -> BenchResult<Rounds> {
     let timeout = settings.launch.operation_timeout;
     let values = workload::change_values(settings.documents, settings.iterations, 7);
-    let mut rounds = Rounds { iterations: Vec::with_capacity(values.len()), stale_retries_quiet: 0, stale_retries_refreshing: 0 };
+    let mut rounds = Rounds { iterations: Vec::with_capacity(values.len()), stale_retries_quiet: 0, stale_retries_refreshing: 0, waits_for_stale_refresh: 0 };
     tokio::time::sleep(WARM_UP).await;
     for round in 0..settings.rounds {
         let started = workload::cache_counters(measured, timeout).await?;
@@ -285,6 +287,7 @@ async fn run_rounds(
         let refreshing_end = workload::cache_counters(measured, timeout).await?;
         rounds.stale_retries_quiet += quiet_end.stale_config_retries - started.stale_config_retries;
         rounds.stale_retries_refreshing += refreshing_end.stale_config_retries - quiet_end.stale_config_retries;
+        rounds.waits_for_stale_refresh += refreshing_end.waits_for_stale_refresh - quiet_end.waits_for_stale_refresh;
     }
     phase.store(PHASE_IDLE, Ordering::Relaxed);
     Ok(rounds)

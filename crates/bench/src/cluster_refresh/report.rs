@@ -29,6 +29,9 @@ pub struct Point {
     /// The second router's operations retried after a StaleConfig, by phase.
     pub stale_retries_quiet: i64,
     pub stale_retries_refreshing: i64,
+    /// The second router's operations that waited for a refresh after a StaleConfig (during
+    /// the changes).
+    pub waits_for_stale_refresh: i64,
     pub readers: ReaderLatencies,
 }
 
@@ -131,7 +134,7 @@ pub fn point_table(point: &Point) -> String {
     let _ = writeln!(text, "  refreshing query µs: p50 {:.0}  p99 {:.0}", percentile(&queries, 0.5), percentile(&queries, 0.99));
     let _ = writeln!(
         text,
-        "  concurrent point queries µs: quiet p50 {} p99 {} ({} queries, {} StaleConfig retries); during refreshes p50 {} p99 {} ({} queries, {} retries); p99 ratio {:.2}",
+        "  concurrent point queries µs: quiet p50 {} p99 {} ({} queries, {} StaleConfig retries); during refreshes p50 {} p99 {} ({} queries, {} retries, {} waited for a refresh); p99 ratio {:.2}",
         point.readers.quiet.value_at_quantile(0.5),
         point.reader_p99_quiet_micros(),
         point.readers.quiet.len(),
@@ -140,6 +143,7 @@ pub fn point_table(point: &Point) -> String {
         point.reader_p99_refreshing_micros(),
         point.readers.refreshing.len(),
         point.stale_retries_refreshing,
+        point.waits_for_stale_refresh,
         point.reader_p99_ratio(),
     );
     let migrations = point.migration_millis();
@@ -220,6 +224,7 @@ fn point_json(point: &Point) -> Value {
         "pause_ms": point.pause.as_millis() as u64,
         "stale_config_retries_quiet": point.stale_retries_quiet,
         "stale_config_retries_refreshing": point.stale_retries_refreshing,
+        "waits_for_stale_refresh": point.waits_for_stale_refresh,
         "readers_latency_us_p50_quiet": point.readers.quiet.value_at_quantile(0.5),
         "readers_latency_us_p50_refreshing": point.readers.refreshing.value_at_quantile(0.5),
         "readers_latency_us_p99_quiet": point.reader_p99_quiet_micros(),
@@ -277,6 +282,7 @@ mod tests {
             iterations: vec![iteration(1, 100.0), iteration(2, 300.0), iteration(0, 0.0)],
             stale_retries_quiet: 0,
             stale_retries_refreshing: 0,
+            waits_for_stale_refresh: 0,
             readers,
         };
         assert_eq!(point.refresh_micros(), vec![100.0, 300.0, 300.0]);

@@ -63,6 +63,9 @@ pub struct CacheCounters {
     pub last_refresh_micros: i64,
     /// `shardingStatistics.countStaleConfigRetries`: operations retried after a StaleConfig.
     pub stale_config_retries: i64,
+    /// `countWaitsForStaleRefresh`: operations that waited for a refresh a StaleConfig had
+    /// started, instead of being sent with a snapshot known to be behind.
+    pub waits_for_stale_refresh: i64,
 }
 
 pub async fn cache_counters(router: &Client, timeout: Duration) -> BenchResult<CacheCounters> {
@@ -76,6 +79,7 @@ pub async fn cache_counters(router: &Client, timeout: Duration) -> BenchResult<C
         changed_chunks: read("countChangedChunks"),
         total_refresh_micros: read("totalRefreshMicros"),
         last_refresh_micros: read("lastRefreshMicros"),
+        waits_for_stale_refresh: read("countWaitsForStaleRefresh"),
         stale_config_retries: statistics.get_i64("countStaleConfigRetries").or_else(|_| statistics.get_i32("countStaleConfigRetries").map(i64::from)).unwrap_or(0),
     })
 }

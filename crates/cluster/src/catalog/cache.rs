@@ -4,7 +4,11 @@
 //! Invariants:
 //! - Reading a snapshot never waits for a refresh: it is one `ArcSwap` load. A refresh builds
 //!   the next snapshot aside (sharing every untouched node of the chunk map) and swaps it in;
-//!   operations holding the previous one keep it.
+//!   operations holding the previous one keep it. The one exception is a router's
+//!   [`CatalogCache::get`] while a shard has just told it that its snapshot is behind (a
+//!   [`CatalogCache::refresh_stale`] is running): an operation starting then waits for that
+//!   refresh rather than being sent with a version already known to be refused (MongoDB's
+//!   routers do the same once a StaleConfig has marked their cache entry stale).
 //! - At most one refresh of a namespace runs at a time. A caller takes a ticket before waiting
 //!   for the refresh lock; a refresh serves every ticket taken before it started, so callers
 //!   that found the same staleness share one refresh.
@@ -73,6 +77,9 @@ pub struct CacheMetrics {
     pub incremental_refreshes: AtomicU64,
     pub failed_refreshes: AtomicU64,
     pub coalesced_refreshes: AtomicU64,
+    /// Operations that waited for a refresh after a StaleConfig instead of being sent with a
+    /// snapshot known to be behind.
+    pub waits_for_stale_refresh: AtomicU64,
     pub changed_chunks: AtomicU64,
     pub total_refresh_micros: AtomicU64,
     pub last_refresh_micros: AtomicU64,
@@ -86,9 +93,32 @@ impl CacheMetrics {
             "countIncrementalRefreshesStarted": read(&self.incremental_refreshes),
             "countFailedRefreshes": read(&self.failed_refreshes),
             "countCoalescedRefreshes": read(&self.coalesced_refreshes),
+            "countWaitsForStaleRefresh": read(&self.waits_for_stale_refresh),
             "countChangedChunks": read(&self.changed_chunks),
             "totalRefreshMicros": read(&self.total_refresh_micros),
             "lastRefreshMicros": read(&self.last_refresh_micros),
+        }
+    }
+}
+
+/// Marks a cache entry known to be behind for as long as it lives (a refresh that ends, or
+/// whose future is dropped, always unmarks).
+struct StaleMark<'a>(Option<&'a AtomicU64>);
+
+impl<'a> StaleMark<'a> {
+    fn new(counter: &'a AtomicU64, stale: bool) -> StaleMark<'a> {
+        if !stale {
+            return StaleMark(None);
+        }
+        counter.fetch_add(1, Ordering::AcqRel);
+        StaleMark(Some(counter))
+    }
+}
+
+impl Drop for StaleMark<'_> {
+    fn drop(&mut self) {
+        if let Some(counter) = self.0 {
+            counter.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -100,6 +130,9 @@ struct CacheEntry {
     requested: AtomicU64,
     /// The highest ticket a finished refresh served.
     completed: AtomicU64,
+    /// Refreshes running because a shard answered StaleConfig with a newer version than the
+    /// snapshot's (the snapshot is known to be behind).
+    known_stale: AtomicU64,
 }
 
 impl CacheEntry {
@@ -109,6 +142,7 @@ impl CacheEntry {
             refresh: tokio::sync::Mutex::new(()),
             requested: AtomicU64::new(0),
             completed: AtomicU64::new(0),
+            known_stale: AtomicU64::new(0),
         }
     }
 }
@@ -158,12 +192,24 @@ impl CatalogCache {
         entry.snapshot.load_full()
     }
 
-    /// The current snapshot, loading it first if the namespace was never loaded.
+    /// The current snapshot, loading it first if the namespace was never loaded, and waiting
+    /// for a refresh that runs because the snapshot is known to be behind.
     pub async fn get(&self, namespace: &str) -> ClusterResult<Arc<RoutingInfo>> {
-        match self.cached(namespace) {
+        let Some(entry) = self.entries.lock().get(namespace).cloned() else { return self.refresh(namespace).await };
+        if entry.known_stale.load(Ordering::Acquire) > 0 {
+            self.metrics.waits_for_stale_refresh.fetch_add(1, Ordering::Relaxed);
+            drop(entry.refresh.lock().await);
+        }
+        match entry.snapshot.load_full() {
             Some(snapshot) => Ok(snapshot),
             None => self.refresh(namespace).await,
         }
+    }
+
+    /// After a StaleConfig: like [`CatalogCache::refresh_unless`], and while the refresh runs,
+    /// operations starting on this namespace wait for it (see the module's invariants).
+    pub async fn refresh_stale(&self, namespace: &str, known: impl Fn(&RoutingInfo) -> bool) -> ClusterResult<Arc<RoutingInfo>> {
+        self.refresh_marked(namespace, known, true).await
     }
 
     /// Refreshes the namespace (or joins a refresh that started after this call) and returns
@@ -177,6 +223,10 @@ impl CatalogCache {
     /// it needs) is returned as it is. StaleConfig answers that name a version this router
     /// already has therefore cost no refresh.
     pub async fn refresh_unless(&self, namespace: &str, known: impl Fn(&RoutingInfo) -> bool) -> ClusterResult<Arc<RoutingInfo>> {
+        self.refresh_marked(namespace, known, false).await
+    }
+
+    async fn refresh_marked(&self, namespace: &str, known: impl Fn(&RoutingInfo) -> bool, stale: bool) -> ClusterResult<Arc<RoutingInfo>> {
         let entry = self.entry(namespace);
         let ticket = entry.requested.fetch_add(1, Ordering::AcqRel) + 1;
         let _guard = entry.refresh.lock().await;
@@ -189,6 +239,7 @@ impl CatalogCache {
         let serves = entry.requested.load(Ordering::Acquire);
         let previous = entry.snapshot.load_full();
         let started = Instant::now();
+        let marked = StaleMark::new(&entry.known_stale, stale);
         let loaded = self.load(namespace, previous.as_deref()).await;
         let duration = started.elapsed();
         let (snapshot, changed_chunks, full) = match loaded {
@@ -201,6 +252,7 @@ impl CatalogCache {
         let snapshot = Arc::new(snapshot);
         entry.snapshot.store(Some(Arc::clone(&snapshot)));
         entry.completed.store(serves, Ordering::Release);
+        drop(marked);
         let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
         let counter = if full { &self.metrics.full_refreshes } else { &self.metrics.incremental_refreshes };
         counter.fetch_add(1, Ordering::Relaxed);

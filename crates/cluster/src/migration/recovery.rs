@@ -2,7 +2,8 @@
 //! message.
 //!
 //! A donor settles a decided migration in this order: persist the decision; for a commit,
-//! refresh its routing snapshot until it shows the new owner; open the write gate; make its own
+//! refresh its routing snapshot until it shows the new owner (and have the recipient refresh at
+//! the same time); open the write gate; make its own
 //! range deletion ready (commit) or drop it (abort); tell the recipient; forget the coordinator.
 //! Every step is idempotent, so a pass of [`recover`] (at start-up and every
 //! [`crate::migration::BACKGROUND_INTERVAL`]) repeats whatever a crash interrupted:
@@ -36,8 +37,16 @@ pub async fn settle(state: &Arc<MigrationState>, mut coordinator: Coordinator, d
         let (context, id, document) = (Arc::clone(&context), id.clone(), coordinator.to_document());
         blocking(move || persisted::replace(&context, COORDINATORS, &id, document)).await?;
     }
+    let recipient = state.shard_client_by_name(&coordinator.recipient).await?;
     if decision == Decision::Committed {
-        refresh_until_current(state, &coordinator.namespace).await?;
+        // The recipient refreshes at the same time as this shard: once this shard answers
+        // StaleConfig to routers behind it, they refresh and come to the recipient, which
+        // then already knows it owns the range (else each of them would wait for the
+        // recipient's own refresh). A failed flush only leaves the recipient to catch up on
+        // the first request that needs it.
+        let flush = recipient.run("admin", doc! { "_flushRoutingTableCacheUpdates": &coordinator.namespace });
+        let (refreshed, _) = futures_util::future::join(refresh_until_current(state, &coordinator.namespace), flush).await;
+        refreshed?;
     }
     state.gates.remove(&coordinator.namespace);
     {
@@ -51,7 +60,6 @@ pub async fn settle(state: &Arc<MigrationState>, mut coordinator: Coordinator, d
     if decision == Decision::Committed {
         state.range_deleter.wake();
     }
-    let recipient = state.shard_client_by_name(&coordinator.recipient).await?;
     recipient.run("admin", doc! { "_recvChunkFinalize": id.clone(), "decision": decision.as_str() }).await?;
     blocking(move || persisted::remove(&context, COORDINATORS, &id)).await?;
     Ok(())

@@ -93,7 +93,7 @@ fn who_is_behind(snapshot: &RoutingInfo, error: &ClusterError) -> Behind {
 pub async fn after_stale(context: &RouterContext, namespace: &str, attempt: usize, error: Option<&ClusterError>) -> ClusterResult<Arc<RoutingInfo>> {
     RouterCounters::add(&context.counters.stale_config_retries, 1);
     let snapshot = match error {
-        Some(error) => context.cache.refresh_unless(namespace, |snapshot| who_is_behind(snapshot, error) != Behind::Router).await?,
+        Some(error) => context.cache.refresh_stale(namespace, |snapshot| who_is_behind(snapshot, error) != Behind::Router).await?,
         None => context.cache.refresh(namespace).await?,
     };
     let shard_behind = error.is_some_and(|error| who_is_behind(&snapshot, error) == Behind::Shard);

@@ -1,16 +1,19 @@
 //! The shard role (`myriad --shardsvr`): a standalone node that checks the shard version of
 //! every versioned request against its own routing snapshot, answers StaleConfig when they
-//! differ, refreshes from the config server incrementally, and hides the documents it holds
+//! disagree on placement, refreshes from the config server incrementally, and hides the documents it holds
 //! but does not own (orphans) from versioned reads.
 //!
 //! Invariants:
-//! - A versioned command runs only if the version it carries equals this shard's version of
-//!   the collection (same epoch and timestamp, same `major|minor`); otherwise it is refused
-//!   with StaleConfig before anything runs, so a router may always retry it.
+//! - A versioned command runs only if the version it carries is compatible with this shard's
+//!   version of the collection (same epoch and timestamp, same major version: MongoDB's
+//!   rule; a minor difference is a split or merge, which moves nothing); otherwise it is
+//!   refused with StaleConfig before anything runs, so a router may always retry it.
 //! - The check and the ownership filter come from one snapshot, held by the command and by
 //!   the cursors it opens.
-//! - The version check never waits for a refresh: a needed refresh runs in the background,
-//!   at most one per namespace at a time.
+//! - The version check never waits for a refresh when the router is the one behind (it is
+//!   refused at once; a refresh it may need runs in the background, at most one per namespace
+//!   at a time). A request from a router that is ahead waits, at most a second, for this
+//!   shard's refresh before it is checked, as MongoDB's shards refresh before they answer.
 //! - The shard's identity (name, config server) comes from `admin.system.version`'s
 //!   `shardIdentity` document, written once by `addShard`; a different identity is refused
 //!   (InconsistentShardIdentity, 154).
@@ -74,6 +77,7 @@ impl RoleHook for ShardRole {
             Some(Bson::String(collection)) => format!("{}.{collection}", stripped.db),
             _ => return table(&stripped),
         };
+        self.state.catch_up(&namespace, &received);
         let _write = self.migrations.admit(&stripped.name, &namespace, &received)?;
         let filter = self.migrations.pin(&namespace, &received, || self.state.check_version(&namespace, &received))?;
         let filter = filter.map(|filter| filter as Arc<dyn OwnershipFilter>);

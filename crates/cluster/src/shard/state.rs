@@ -21,6 +21,9 @@ use crate::version::ShardVersion;
 /// call to it may take ([`crate::client::DEFAULT_CALL_TIMEOUT`]), since a full load of millions
 /// of chunks, while the other holders load too, takes a minute or more on a small machine.
 const FLUSH_TIMEOUT: Duration = crate::client::DEFAULT_CALL_TIMEOUT;
+/// Longest a request from a router that is ahead of this shard waits for the shard's refresh
+/// before its version is checked (past it, the check answers StaleConfig as usual).
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(1);
 /// Pause between attempts to load the sharded collections at start-up.
 const RESUME_RETRY_PAUSE: Duration = Duration::from_secs(2);
 /// Where `addShard` leaves the shard's identity, as MongoDB's shards keep it.
@@ -171,7 +174,11 @@ impl ShardingState {
             }
             Some(RoutingInfo::Sharded(collection)) => {
                 let wanted = collection.shard_version(shard);
-                if *received == wanted {
+                if received.is_compatible_with(&wanted) {
+                    if received.placement() > wanted.placement() {
+                        // The router saw a split or merge this shard has not: same owner.
+                        self.refresh_in_background(&cache, namespace);
+                    }
                     let (db, name) = crate::catalog::documents::split_namespace(namespace);
                     return Ok(Some(Arc::new(SnapshotFilter {
                         db: db.to_string(),
@@ -188,6 +195,34 @@ impl ShardingState {
                 Err(stale_config(namespace, received, Some(&wanted), shard))
             }
         }
+    }
+
+    /// Before a versioned request is checked: when the router's version is newer than this
+    /// shard's (another incarnation with a later timestamp, a later major version, or a
+    /// sharded collection this shard does not know yet), this shard is the one behind, and it
+    /// refreshes and waits (at most [`CATCH_UP_TIMEOUT`]) rather than refusing, as MongoDB's
+    /// shards refresh before they answer. Routers never send a version newer than the
+    /// catalog's, so the wait ends with the refresh. Called from a command thread.
+    pub fn catch_up(&self, namespace: &str, received: &ShardVersion) {
+        let (Some(identity), Some(cache)) = (self.identity.load_full(), self.cache.load_full()) else { return };
+        let received = *received;
+        if received.is_unsharded() {
+            return;
+        }
+        let shard = identity.shard_name.clone();
+        let current = move |snapshot: &RoutingInfo| {
+            let wanted = snapshot.version_for(&shard);
+            if received.same_incarnation(&wanted) {
+                received.major <= wanted.major
+            } else {
+                !wanted.is_unsharded() && received.timestamp < wanted.timestamp
+            }
+        };
+        if cache.cached(namespace).as_deref().is_some_and(&current) {
+            return;
+        }
+        let namespace = namespace.to_string();
+        let _ = wait_for(&self.runtime, async move { cache.refresh_unless(&namespace, current).await }, CATCH_UP_TIMEOUT);
     }
 
     fn refresh_in_background(&self, cache: &Arc<CatalogCache>, namespace: &str) {

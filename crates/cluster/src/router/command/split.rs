@@ -1,6 +1,8 @@
 //! `split`: at a key (`middle`), or at the median of the chunk containing a document (`find`)
 //! or of the chunk with the given bounds (`bounds`). The config server commits the split; the
-//! owning shard and this router then refresh (other routers learn of it through StaleConfig).
+//! owning shard and this router then refresh. Other routers learn of it at their next
+//! refresh: a split moves nothing, so the shard still accepts their requests (same major
+//! version, as MongoDB's shards do).
 
 use std::sync::Arc;
 
