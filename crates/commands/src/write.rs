@@ -1,6 +1,8 @@
 //! What insert, update, delete and findAndModify share: write concern, `_id` handling, batch
 //! limits and the write reply shape.
 
+use std::borrow::Cow;
+
 use bson::{doc, oid::ObjectId, Bson, Document};
 use myriad_storage::{Durability, StorageError};
 
@@ -44,32 +46,25 @@ pub fn check_batch_size(count: usize) -> CommandResult<()> {
 }
 
 /// A document ready to store: `_id` first (generated when missing), and an `_id` that MongoDB
-/// would accept (not an array, regex or undefined).
-pub fn prepare_for_insert(document: &Document) -> CommandResult<Document> {
-    let mut prepared = Document::new();
-    match document.get("_id") {
-        Some(Bson::Array(_)) => {
-            return Err(CommandError::new(crate::error::BAD_VALUE, "can't use an array for _id"));
-        }
-        Some(Bson::RegularExpression(_)) => {
-            return Err(CommandError::new(crate::error::BAD_VALUE, "can't use a regex for _id"));
-        }
-        Some(Bson::Undefined) => {
-            return Err(CommandError::new(crate::error::BAD_VALUE, "can't use a undefined for _id"));
-        }
-        Some(id) => {
-            prepared.insert("_id", id.clone());
-        }
-        None => {
-            prepared.insert("_id", ObjectId::new());
-        }
+/// would accept (not an array, regex or undefined). A document whose first field is already
+/// an acceptable `_id` (what drivers send) is used as it is, without a copy.
+pub fn prepare_for_insert(document: &Document) -> CommandResult<Cow<'_, Document>> {
+    let id = document.get("_id");
+    match id {
+        Some(Bson::Array(_)) => return Err(CommandError::new(crate::error::BAD_VALUE, "can't use an array for _id")),
+        Some(Bson::RegularExpression(_)) => return Err(CommandError::new(crate::error::BAD_VALUE, "can't use a regex for _id")),
+        Some(Bson::Undefined) => return Err(CommandError::new(crate::error::BAD_VALUE, "can't use a undefined for _id")),
+        Some(_) if document.keys().next().is_some_and(|key| key == "_id") => return Ok(Cow::Borrowed(document)),
+        _ => {}
     }
+    let mut prepared = Document::new();
+    prepared.insert("_id", id.cloned().unwrap_or_else(|| Bson::ObjectId(ObjectId::new())));
     for (key, value) in document {
         if key != "_id" {
             prepared.insert(key.clone(), value.clone());
         }
     }
-    Ok(prepared)
+    Ok(Cow::Owned(prepared))
 }
 
 /// Attempts to find the collection still there under its write lock before giving up.

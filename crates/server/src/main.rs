@@ -21,6 +21,10 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 
+/// The server's allocator (see Cargo.toml for why). RocksDB's C++ code keeps its own.
+#[global_allocator]
+static GLOBAL_ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let matches = cli::Arguments::command().get_matches();
     let mut arguments = cli::Arguments::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());

@@ -144,7 +144,7 @@ fn upsert(
     crate::validation::check_insert(context, transaction.as_ref(), &prepared, statement.bypass_document_validation)?;
     transaction.insert(&prepared)?;
     transaction.commit(durability)?;
-    Ok(prepared)
+    Ok(prepared.into_owned())
 }
 
 fn check_id_unchanged(old: &Document, new: &Document) -> CommandResult<()> {
