@@ -8,7 +8,10 @@
 //! for `--quiet-seconds` with nothing changing, then while the first router makes
 //! `--iterations / --rounds` changes: a split and (unless `--splits-only`) a moveChunk of the
 //! new chunk, each followed by a point query through the second router, which is refused
-//! with StaleConfig and refreshes. Reported per N: the second router's refresh duration (its
+//! with StaleConfig and refreshes: the migration changed both shards' major versions (a
+//! split alone moves nothing, and shards accept a router's older minor version as MongoDB's
+//! do, so with `--splits-only` the second router has nothing it must refresh for). Reported
+//! per N: the second router's refresh duration (its
 //! `serverStatus.shardingStatistics.catalogCache` counters), the measured query's latency, and
 //! the readers' p99 without and during refreshes; across N, the refresh median's growth. The
 //! set-up's own durations (presplit, the second router's full load) are printed too.
@@ -71,7 +74,7 @@ pub struct ClusterRefreshArgs {
     pub documents: u64,
     #[arg(long = "shards", default_value_t = 2)]
     pub shards: usize,
-    /// Only splits, no moveChunk.
+    /// Only splits, no moveChunk (splits alone make no other router refresh).
     #[arg(long = "splits-only")]
     pub splits_only: bool,
     /// Pause after each change-then-query iteration (0: back to back, the most changes the

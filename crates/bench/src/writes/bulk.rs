@@ -3,7 +3,8 @@
 //! WriteBatches (records, `_id_` entries, secondary entries) into a temporary database opened
 //! with the engine's options. The ceiling leaves out the three small counter merges the engine
 //! adds per batch. Only the writes are timed on both sides: documents, keys and values are
-//! built before each batch's clock starts.
+//! built before each batch's clock starts (with `--bulk-connections` above 1, every batch is
+//! built before the clock starts, and the time is the wall time of all connections' calls).
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,8 @@ const CEILING_SECONDARY_PREFIXES: [u64; 2] = [3, 4];
 #[derive(Debug, Clone)]
 pub(crate) struct BulkFigures {
     pub(crate) secondary_indexes: usize,
+    /// Connections the batches were spread over.
+    pub(crate) connections: usize,
     pub(crate) documents: u64,
     pub(crate) driver_seconds: f64,
     pub(crate) ceiling_seconds: f64,
@@ -67,12 +70,14 @@ pub(crate) fn measure(runtime: &tokio::runtime::Runtime, settings: &Settings) ->
         fresh.stop(settings)?;
         let phase = BulkFigures {
             secondary_indexes,
+            connections: settings.bulk_connections,
             documents: settings.documents,
             driver_seconds: driver.as_secs_f64(),
             ceiling_seconds: ceiling.as_secs_f64(),
         };
         eprintln!(
-            "writes: insertMany with {secondary_indexes} secondary indexes: {:.0} documents/s, ceiling {:.0}/s ({:.2})",
+            "writes: insertMany with {secondary_indexes} secondary indexes over {} connection(s): {:.0} documents/s, ceiling {:.0}/s ({:.2})",
+            phase.connections,
             phase.driver_documents_per_second(),
             phase.ceiling_documents_per_second(),
             phase.ratio_to_ceiling()
@@ -90,7 +95,7 @@ fn batches(settings: &Settings) -> impl Iterator<Item = (u64, u64)> + '_ {
 
 /// insertMany of every batch into a new collection; returns the time spent in the calls.
 async fn insert_many(fresh: &FreshServer, settings: &Settings, secondary_indexes: usize) -> BenchResult<Duration> {
-    let client = fresh.client(settings, 1).await?;
+    let client = fresh.client(settings, settings.bulk_connections).await?;
     let timeout = settings.operation_timeout;
     let name = format!("bulk_{secondary_indexes}");
     let indexes: Vec<Document> = SECONDARY_INDEXES[..secondary_indexes]
@@ -104,18 +109,11 @@ async fn insert_many(fresh: &FreshServer, settings: &Settings, secondary_indexes
     };
     client::required_command(&client, DATABASE, create, timeout, "creating the bulk collection").await?;
     let collection = client.database(DATABASE).collection::<Document>(&name);
-    let mut elapsed = Duration::ZERO;
-    for (start, end) in batches(settings) {
-        let batch: Vec<Document> = (start..end).map(document).collect();
-        let started = Instant::now();
-        let inserted = client::bounded(timeout, collection.insert_many(batch))
-            .await
-            .map_err(|error| error.into_bench_error(format!("insertMany of documents {start}..{end}"), timeout))?;
-        elapsed += started.elapsed();
-        if inserted.inserted_ids.len() as u64 != end - start {
-            return Err(BenchError::Server(format!("insertMany of {start}..{end} inserted {}", inserted.inserted_ids.len())));
-        }
-    }
+    let elapsed = if settings.bulk_connections == 1 {
+        insert_batches_in_turn(&collection, settings).await?
+    } else {
+        insert_batches_concurrently(&collection, settings).await?
+    };
     let counted = client::bounded(timeout, collection.estimated_document_count())
         .await
         .map_err(|error| error.into_bench_error("counting the bulk collection", timeout))?;
@@ -123,6 +121,57 @@ async fn insert_many(fresh: &FreshServer, settings: &Settings, secondary_indexes
         return Err(BenchError::Server(format!("the bulk collection holds {counted} documents, not {}", settings.documents)));
     }
     client::close(client).await;
+    Ok(elapsed)
+}
+
+/// One insertMany of documents `[start, end)`, checked.
+async fn insert_batch(collection: &mongodb::Collection<Document>, batch: Vec<Document>, start: u64, end: u64, timeout: Duration) -> BenchResult<()> {
+    let inserted = client::bounded(timeout, collection.insert_many(batch))
+        .await
+        .map_err(|error| error.into_bench_error(format!("insertMany of documents {start}..{end}"), timeout))?;
+    if inserted.inserted_ids.len() as u64 != end - start {
+        return Err(BenchError::Server(format!("insertMany of {start}..{end} inserted {}", inserted.inserted_ids.len())));
+    }
+    Ok(())
+}
+
+/// Every batch over `--bulk-connections` concurrent tasks (all built first): the wall time.
+async fn insert_batches_concurrently(collection: &mongodb::Collection<Document>, settings: &Settings) -> BenchResult<Duration> {
+    let timeout = settings.operation_timeout;
+    let streams = settings.bulk_connections;
+    let mut work: Vec<Vec<(u64, u64, Vec<Document>)>> = (0..streams).map(|_| Vec::new()).collect();
+    for (position, (start, end)) in batches(settings).enumerate() {
+        work[position % streams].push((start, end, (start..end).map(document).collect()));
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = work
+        .into_iter()
+        .map(|batches| {
+            let collection = collection.clone();
+            tokio::spawn(async move {
+                for (start, end, batch) in batches {
+                    insert_batch(&collection, batch, start, end, timeout).await?;
+                }
+                Ok::<(), BenchError>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.map_err(|error| BenchError::Server(format!("an insertMany task failed: {error}")))??;
+    }
+    Ok(started.elapsed())
+}
+
+/// Every batch through one connection, one after another: the time spent in the calls.
+async fn insert_batches_in_turn(collection: &mongodb::Collection<Document>, settings: &Settings) -> BenchResult<Duration> {
+    let timeout = settings.operation_timeout;
+    let mut elapsed = Duration::ZERO;
+    for (start, end) in batches(settings) {
+        let batch: Vec<Document> = (start..end).map(document).collect();
+        let started = Instant::now();
+        insert_batch(collection, batch, start, end, timeout).await?;
+        elapsed += started.elapsed();
+    }
     Ok(elapsed)
 }
 

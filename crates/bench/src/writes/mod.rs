@@ -61,6 +61,11 @@ pub struct WritesArgs {
     /// Documents per insertMany command and per ceiling WriteBatch.
     #[arg(long = "batch-documents", default_value_t = 1000)]
     pub batch_documents: usize,
+    /// Connections the insertMany batches are spread over, each sending its batches one after
+    /// another (1: the driver's round trips and the server's work never overlap; more: as a
+    /// bulk loader with several insertion workers, such as mongorestore's, sends them).
+    #[arg(long = "bulk-connections", default_value_t = 1)]
+    pub bulk_connections: usize,
     /// Measured time of each insert_one and ping measurement, over all its rounds.
     #[arg(long = "duration-seconds", default_value_t = 6.0)]
     pub duration_seconds: f64,
@@ -115,6 +120,7 @@ pub struct WritesArgs {
 pub(crate) struct Settings {
     documents: u64,
     batch_documents: usize,
+    bulk_connections: usize,
     duration: Duration,
     rounds: u32,
     connections: Vec<usize>,
@@ -154,6 +160,9 @@ impl Settings {
         if arguments.batch_documents == 0 || arguments.batch_documents > MAX_WRITE_BATCH_DOCUMENTS {
             return invalid(format!("--batch-documents must be in 1..={MAX_WRITE_BATCH_DOCUMENTS}"));
         }
+        if arguments.bulk_connections == 0 || arguments.bulk_connections > CONNECTIONS_LIMIT {
+            return invalid(format!("--bulk-connections must be in 1..={CONNECTIONS_LIMIT}"));
+        }
         if arguments.connections.is_empty() || arguments.connections.iter().any(|&count| count == 0 || count > CONNECTIONS_LIMIT) {
             return invalid(format!("--connections takes counts in 1..={CONNECTIONS_LIMIT}"));
         }
@@ -174,6 +183,7 @@ impl Settings {
         Ok(Settings {
             documents: arguments.documents,
             batch_documents: arguments.batch_documents,
+            bulk_connections: arguments.bulk_connections,
             duration: seconds_flag("duration-seconds", arguments.duration_seconds)?,
             rounds: arguments.rounds,
             connections,

@@ -54,7 +54,7 @@ fn verdicts(figures: &Figures) -> Vec<Verdict> {
     let mut verdicts = Vec::new();
     let id_only = figures.bulk.iter().find(|phase| phase.secondary_indexes == 0);
     verdicts.push(Verdict {
-        name: "insertMany (_id only) >= 0.50 x the raw WriteBatch ceiling".into(),
+        name: format!("insertMany (_id only, {} connection(s)) >= 0.50 x the raw WriteBatch ceiling", id_only.map_or(1, |phase| phase.connections)),
         measured: id_only.map(BulkFigures::ratio_to_ceiling),
         bound: 0.5,
         at_least: true,
@@ -115,7 +115,7 @@ pub(crate) fn table(figures: &Figures) -> String {
         let _ = writeln!(
             text,
             "{:<34} {:>12.0} {:>12.0} {:>9.2}",
-            format!("{} secondary indexes, {} docs", phase.secondary_indexes, phase.documents),
+            format!("{} secondary indexes, {} docs, {} conn", phase.secondary_indexes, phase.documents, phase.connections),
             phase.driver_documents_per_second(),
             phase.ceiling_documents_per_second(),
             phase.ratio_to_ceiling()
@@ -204,6 +204,7 @@ pub(crate) fn json(figures: &Figures) -> Value {
         .map(|phase| {
             json!({
                 "secondary_indexes": phase.secondary_indexes,
+                "connections": phase.connections,
                 "documents": phase.documents,
                 "documents_per_second": rounded(phase.driver_documents_per_second(), 1),
                 "ceiling_documents_per_second": rounded(phase.ceiling_documents_per_second(), 1),
