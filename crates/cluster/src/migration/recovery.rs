@@ -27,6 +27,8 @@ use crate::migration::{blocking, MigrationState};
 
 /// Refresh attempts before a committed migration's gate may open.
 const REFRESH_ATTEMPTS: usize = 30;
+/// Longest the donor waits for the recipient's refresh at a commit (its write gate is closed).
+const RECIPIENT_FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Carries a decided migration through (see the module documentation).
 pub async fn settle(state: &Arc<MigrationState>, mut coordinator: Coordinator, decision: Decision) -> ClusterResult<()> {
@@ -37,15 +39,20 @@ pub async fn settle(state: &Arc<MigrationState>, mut coordinator: Coordinator, d
         let (context, id, document) = (Arc::clone(&context), id.clone(), coordinator.to_document());
         blocking(move || persisted::replace(&context, COORDINATORS, &id, document)).await?;
     }
-    let recipient = state.shard_client_by_name(&coordinator.recipient).await?;
     if decision == Decision::Committed {
         // The recipient refreshes at the same time as this shard: once this shard answers
         // StaleConfig to routers behind it, they refresh and come to the recipient, which
         // then already knows it owns the range (else each of them would wait for the
-        // recipient's own refresh). A failed flush only leaves the recipient to catch up on
-        // the first request that needs it.
-        let flush = recipient.run("admin", doc! { "_flushRoutingTableCacheUpdates": &coordinator.namespace });
-        let (refreshed, _) = futures_util::future::join(refresh_until_current(state, &coordinator.namespace), flush).await;
+        // recipient's own refresh). The write gate is still closed, so the flush is bounded;
+        // a failed or slow one only leaves the recipient to catch up on the first request
+        // that needs it.
+        let flush = async {
+            if let Ok(recipient) = state.shard_client_by_name(&coordinator.recipient).await {
+                let body = doc! { "_flushRoutingTableCacheUpdates": &coordinator.namespace };
+                let _ = tokio::time::timeout(RECIPIENT_FLUSH_TIMEOUT, recipient.run("admin", body)).await;
+            }
+        };
+        let (refreshed, ()) = futures_util::future::join(refresh_until_current(state, &coordinator.namespace), flush).await;
         refreshed?;
     }
     state.gates.remove(&coordinator.namespace);
@@ -60,6 +67,7 @@ pub async fn settle(state: &Arc<MigrationState>, mut coordinator: Coordinator, d
     if decision == Decision::Committed {
         state.range_deleter.wake();
     }
+    let recipient = state.shard_client_by_name(&coordinator.recipient).await?;
     recipient.run("admin", doc! { "_recvChunkFinalize": id.clone(), "decision": decision.as_str() }).await?;
     blocking(move || persisted::remove(&context, COORDINATORS, &id)).await?;
     Ok(())
