@@ -227,6 +227,36 @@ async fn splits_and_a_migration_while_a_writer_runs_through_a_stale_router_lose_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_router_that_missed_splits_is_served_and_one_that_missed_a_migration_is_refused_once() {
+    let mut cluster = TestCluster::start(2).await;
+    let second = cluster.add_router();
+    let changer = cluster.router_client(0).await;
+    let reader = cluster.router_client(second).await;
+    admin(&changer, doc! { "shardCollection": "rule.items", "key": { "x": 1 } }).await.expect("shardCollection");
+    let documents: Vec<Document> = (0..200).map(|x| doc! { "_id": x, "x": x }).collect();
+    collection(&changer, "rule", "items").insert_many(documents).await.expect("insert");
+    let items = collection(&reader, "rule", "items");
+    let everything = |items: Collection<Document>| async move { all(&items, doc! {}, doc! { "x": 1 }).await.len() };
+    assert_eq!(everything(items.clone()).await, 200, "the second router loads its snapshot");
+    let before_splits = stale_config_retries(&reader).await;
+    for point in [50, 100, 150] {
+        admin(&changer, doc! { "split": "rule.items", "middle": { "x": point } }).await.expect("split");
+    }
+    assert_eq!(everything(items.clone()).await, 200);
+    assert_eq!(items.find_one(doc! { "x": 120 }).await.expect("find").expect("x: 120").get_i32("_id").expect("_id"), 120);
+    assert_eq!(stale_config_retries(&reader).await, before_splits, "splits move nothing: the shard accepts the older minor version");
+    let primary = collection(&changer, "config", "databases").find_one(doc! { "_id": "rule" }).await.expect("config.databases").expect("rule");
+    let other = cluster.shard_names.iter().find(|name| Some(name.as_str()) != primary.get_str("primary").ok()).expect("another shard").clone();
+    admin(&changer, doc! { "moveChunk": "rule.items", "find": { "x": 120 }, "to": &other, "_waitForDelete": true }).await.expect("moveChunk");
+    assert_eq!(items.find_one(doc! { "x": 120 }).await.expect("find").expect("x: 120 after the move").get_i32("_id").expect("_id"), 120);
+    let after_move = stale_config_retries(&reader).await;
+    assert!(after_move > before_splits, "a migration raises the major version: the stale router is refused and refreshes");
+    assert!(after_move - before_splits <= 2, "refused at most once per shard it targets, then current: {}", after_move - before_splits);
+    assert_eq!(everything(items.clone()).await, 200, "no document lost or shown twice after the move");
+    assert_eq!(stale_config_retries(&reader).await, after_move, "current after one refresh");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_router_that_cached_a_collection_as_unsharded_is_refused_and_retargets() {
     let mut cluster = TestCluster::start(2).await;
     let second = cluster.add_router();
