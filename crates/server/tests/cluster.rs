@@ -28,6 +28,13 @@ async fn stale_config_retries(client: &Client) -> i64 {
     status.get_document("shardingStatistics").and_then(|statistics| statistics.get_i64("countStaleConfigRetries")).expect("retries counter")
 }
 
+/// A shard that is not `db`'s primary shard (where its collections' first chunk lives).
+async fn shard_other_than_primary(cluster: &TestCluster, client: &Client, db: &str) -> String {
+    let entry = collection(client, "config", "databases").find_one(doc! { "_id": db }).await.expect("config.databases").expect("database entry");
+    let primary = entry.get_str("primary").expect("primary shard");
+    cluster.shard_names.iter().find(|name| name.as_str() != primary).expect("another shard").clone()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_inserts_through_the_router_are_each_present_exactly_once() {
     const TASKS: i64 = 8;
@@ -198,8 +205,7 @@ async fn splits_and_a_migration_while_a_writer_runs_through_a_stale_router_lose_
             increments
         })
     };
-    let primary = collection(&splitter, "config", "databases").find_one(doc! { "_id": "live" }).await.expect("config.databases").expect("live");
-    let other = cluster.shard_names.iter().find(|name| Some(name.as_str()) != primary.get_str("primary").ok()).expect("another shard").clone();
+    let other = shard_other_than_primary(&cluster, &splitter, "live").await;
     for (round, point) in (100..INSERTS).step_by(150).enumerate() {
         admin(&splitter, doc! { "split": "live.items", "middle": { "x": point } }).await.expect("split");
         if round == 10 {
@@ -245,8 +251,7 @@ async fn a_router_that_missed_splits_is_served_and_one_that_missed_a_migration_i
     assert_eq!(everything(items.clone()).await, 200);
     assert_eq!(items.find_one(doc! { "x": 120 }).await.expect("find").expect("x: 120").get_i32("_id").expect("_id"), 120);
     assert_eq!(stale_config_retries(&reader).await, before_splits, "splits move nothing: the shard accepts the older minor version");
-    let primary = collection(&changer, "config", "databases").find_one(doc! { "_id": "rule" }).await.expect("config.databases").expect("rule");
-    let other = cluster.shard_names.iter().find(|name| Some(name.as_str()) != primary.get_str("primary").ok()).expect("another shard").clone();
+    let other = shard_other_than_primary(&cluster, &changer, "rule").await;
     admin(&changer, doc! { "moveChunk": "rule.items", "find": { "x": 120 }, "to": &other, "_waitForDelete": true }).await.expect("moveChunk");
     assert_eq!(items.find_one(doc! { "x": 120 }).await.expect("find").expect("x: 120 after the move").get_i32("_id").expect("_id"), 120);
     let after_move = stale_config_retries(&reader).await;
