@@ -5,6 +5,7 @@
 //! single-document statement may carry a `sort` (MongoDB 8.0): the first match in that order
 //! is updated.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bson::{doc, Bson, DateTime, Document};
@@ -144,7 +145,11 @@ fn upsert(
     crate::validation::check_insert(context, transaction.as_ref(), &prepared, statement.bypass_document_validation)?;
     transaction.insert(&prepared)?;
     transaction.commit(durability)?;
-    Ok(prepared.into_owned())
+    // The seed itself when it was stored as it is (no second copy of the upserted document).
+    match prepared {
+        Cow::Owned(reordered) => Ok(reordered),
+        Cow::Borrowed(_) => Ok(seed),
+    }
 }
 
 fn check_id_unchanged(old: &Document, new: &Document) -> CommandResult<()> {
