@@ -18,7 +18,7 @@ use std::sync::Arc;
 use bson::{Bson, Document, RawDocumentBuf};
 use myriad_storage::{
     CollectionHandle, CollectionStats, CollectionStorage, CreateIndexesOutcome, DatabaseStats, DatabaseStorage, Durability, Engine, IndexKeyRange,
-    IndexOptionChanges, IndexOptionsOutcome, IndexSelector, IndexValuesEntry, RecordId, StorageError, TtlIndex,
+    IndexOptionChanges, IndexOptionsOutcome, IndexSelector, IndexValuesEntry, PreparedInsert, RecordId, StorageError, TtlIndex,
     ValidationReport, WriteTransaction,
 };
 
@@ -31,7 +31,15 @@ pub trait WriteSession {
     fn handle(&self) -> BackendResult<CollectionHandle>;
     /// The record as this session sees it (its own writes included).
     fn get_record(&self, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>>;
-    fn insert(&mut self, document: &Document) -> BackendResult<RecordId>;
+    /// Inserts `document` (its `_id` first), preparing it under the session's stripe.
+    fn insert(&mut self, document: &Document) -> BackendResult<RecordId> {
+        let prepared = self.handle()?.prepare_insert(document)?;
+        self.insert_prepared(prepared)
+    }
+    /// Inserts a document prepared before the session began (`CollectionHandle::prepare_insert`).
+    fn insert_prepared(&mut self, prepared: PreparedInsert) -> BackendResult<RecordId>;
+    /// Reads ahead, in one batch, what the unique checks of `prepared` will need.
+    fn read_unique_owners(&mut self, prepared: &[&PreparedInsert]) -> BackendResult<()>;
     fn update(&mut self, record_id: RecordId, old: &Document, new: &Document) -> BackendResult<()>;
     fn delete(&mut self, record_id: RecordId, old: &Document) -> BackendResult<()>;
     /// Makes every write of the session durable as asked, atomically.
@@ -122,6 +130,12 @@ impl WriteSession for WriteTransaction<'_> {
     }
     fn insert(&mut self, document: &Document) -> BackendResult<RecordId> {
         WriteTransaction::insert(self, document)
+    }
+    fn insert_prepared(&mut self, prepared: PreparedInsert) -> BackendResult<RecordId> {
+        WriteTransaction::insert_prepared(self, prepared)
+    }
+    fn read_unique_owners(&mut self, prepared: &[&PreparedInsert]) -> BackendResult<()> {
+        WriteTransaction::read_unique_owners(self, prepared)
     }
     fn update(&mut self, record_id: RecordId, old: &Document, new: &Document) -> BackendResult<()> {
         WriteTransaction::update(self, record_id, old, new)

@@ -5,9 +5,9 @@
 //! collection's lock stripe only while the slice is applied), so a 100,000-statement insert
 //! lets other writers and readers of the collection in between slices.
 //! - Inserts: consecutive documents for one collection go into one slice until it holds
-//!   [`SLICE_MAX_STATEMENTS`] documents or [`SLICE_MAX_BYTES`] of them (the document that
-//!   crosses the byte bound is the slice's last; a single larger document is a slice of its
-//!   own). A document refused by storage (duplicate key, validation, size) leaves the slice's
+//!   [`SLICE_MAX_STATEMENTS`] documents or [`SLICE_MAX_BYTES`] of their records (the document
+//!   that crosses the byte bound is the slice's last; a single larger document is a slice of
+//!   its own). A document refused by storage (duplicate key, validation, size) leaves the slice's
 //!   other documents in place: it is that statement's write error.
 //! - Updates and deletes: every statement is its own slice, and a statement matching many
 //!   documents commits every [`crate::modify::WRITE_CHUNK_DOCUMENTS`] documents (atomic per
@@ -21,8 +21,10 @@
 //! Durability. Slices commit without syncing the journal; a command asking for `j: true` (or
 //! `w: "majority"`) syncs it once after its last slice, before it replies, error or not.
 
+use std::borrow::Cow;
+
 use bson::{Bson, Document};
-use myriad_storage::Durability;
+use myriad_storage::{CollectionHandle, Durability, PreparedInsert};
 
 use crate::error::{CommandError, CommandResult};
 use crate::write::{begin_write_creating, prepare_for_insert};
@@ -50,6 +52,10 @@ pub struct InsertStatement<'a> {
 /// Inserts `statements` into `db.collection` in slices (created on first write). Each
 /// statement's outcome goes to `report` in order. Returns false when an ordered command must
 /// stop (a statement failed); an interruption or a failed commit is the command's error.
+///
+/// A slice's documents are prepared (checked, encoded, their index keys computed) before its
+/// write session takes the collection's lock stripe, so that concurrent inserts into one
+/// collection only serialize on the unique checks and the write itself.
 pub fn insert_in_slices<'a>(
     context: &ServerContext,
     db: &str,
@@ -62,27 +68,29 @@ pub fn insert_in_slices<'a>(
     let mut statements = statements.into_iter().peekable();
     while statements.peek().is_some() {
         crate::operation::check_interrupt()?;
+        let handle = context.backend.get_or_create_collection(db, collection)?;
+        let slice = prepare_slice(&handle, &mut statements, ordered);
         let mut transaction = begin_write_creating(context.backend.as_ref(), db, collection)?;
         let validator = crate::validation::for_write(transaction.as_ref(), bypass_validation)?;
-        let (mut count, mut bytes, mut inserted, mut stop) = (0usize, 0usize, 0i64, false);
-        while count < SLICE_MAX_STATEMENTS && bytes < SLICE_MAX_BYTES {
-            let Some(statement) = statements.next() else { break };
-            count += 1;
-            bytes += myriad_query::aggregate::memory::approximate_document_size_bytes(statement.document) as usize;
-            let outcome = match statement.refused {
-                Some(error) => Err(error),
-                None => prepare_for_insert(statement.document).and_then(|prepared| {
-                    crate::validation::check_with(context, validator.as_deref(), transaction.as_ref(), &prepared)?;
-                    Ok(transaction.insert(&prepared)?)
-                }),
-            };
+        let inserts: Vec<&PreparedInsert> = slice.iter().filter_map(|(_, prepared)| prepared.as_ref().ok().map(|(_, insert)| insert)).collect();
+        // One document gains nothing from a batched read (its check reads its keys itself).
+        if inserts.len() > 1 {
+            transaction.read_unique_owners(&inserts)?;
+        }
+        drop(inserts);
+        let (mut inserted, mut stop) = (0i64, false);
+        for (index, prepared) in slice {
+            let outcome = prepared.and_then(|(document, prepared)| {
+                crate::validation::check_with(context, validator.as_deref(), transaction.as_ref(), &document)?;
+                Ok(transaction.insert_prepared(prepared)?)
+            });
             match outcome {
                 Ok(_) => {
                     inserted += 1;
-                    report(statement.index, Ok(()));
+                    report(index, Ok(()));
                 }
                 Err(error) => {
-                    report(statement.index, Err(error));
+                    report(index, Err(error));
                     if ordered {
                         stop = true;
                         break;
@@ -98,6 +106,43 @@ pub fn insert_in_slices<'a>(
         }
     }
     Ok(true)
+}
+
+/// One statement of a slice, prepared: the document to store and its storage work, or the
+/// statement's error.
+type PreparedStatement<'a> = (usize, CommandResult<(Cow<'a, Document>, PreparedInsert)>);
+
+/// Takes the next slice's statements (at most [`SLICE_MAX_STATEMENTS`], closed once their
+/// records reach [`SLICE_MAX_BYTES`]) and prepares each for `handle`, without any lock. An
+/// ordered command's slice ends at its first failing statement.
+fn prepare_slice<'a>(
+    handle: &CollectionHandle,
+    statements: &mut impl Iterator<Item = InsertStatement<'a>>,
+    ordered: bool,
+) -> Vec<PreparedStatement<'a>> {
+    let (mut slice, mut bytes) = (Vec::new(), 0usize);
+    while slice.len() < SLICE_MAX_STATEMENTS && bytes < SLICE_MAX_BYTES {
+        let Some(statement) = statements.next() else { break };
+        let prepared = match statement.refused {
+            Some(error) => Err(error),
+            None => prepare_for_insert(statement.document).and_then(|document| {
+                let prepared = handle.prepare_insert(&document)?;
+                Ok((document, prepared))
+            }),
+        };
+        let failed = match &prepared {
+            Ok((_, prepared)) => {
+                bytes += prepared.size_bytes();
+                false
+            }
+            Err(_) => true,
+        };
+        slice.push((statement.index, prepared));
+        if failed && ordered {
+            break;
+        }
+    }
+    slice
 }
 
 /// Syncs the journal once at the end of a command whose write concern asks for it (`j: true`

@@ -73,7 +73,7 @@ pub use commit::{OperationKind, OperationObserver, OperationRecord, PreparedWrit
 pub use ttl::{expire_after_seconds_number, TtlIndex};
 pub use storage_size::{CollectionStorage, DatabaseStorage};
 pub use validate::{IndexValidation, ValidationReport};
-pub use write::WriteTransaction;
+pub use write::{PreparedInsert, WriteTransaction};
 
 /// Identifier of a record within its collection: positive, allocated in increasing order.
 pub type RecordId = i64;

@@ -6,13 +6,13 @@
 //! the same collection, nor with DDL on it. Pending changes are kept in ordered maps that
 //! override the database (read-your-writes); an operation that fails leaves them unchanged.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bson::{Bson, Document, RawDocumentBuf};
 
-
-use crate::catalog::{CollectionEntry, CollectionHandle};
+use crate::catalog::{CollectionEntry, CollectionHandle, IndexEntry};
 use crate::engine::{Engine, StripeGuard};
 use crate::index::{key_value_document, IndexKey};
 use crate::keys;
@@ -46,12 +46,94 @@ pub struct WriteTransaction<'e> {
     pub(crate) operations: usize,
     /// Trimming state of a capped collection, once an insert needed it.
     pub(crate) capped_trim: Option<crate::capped::CappedTrim>,
+    /// Owners of unique index keys read ahead in one batch (`read_unique_owners`), by full
+    /// key: valid while the stripe is held, below the pending entries.
+    unique_owners_read: HashMap<Vec<u8>, Option<RecordId>>,
 }
 
 /// Index entry changes one operation will apply, computed before anything is applied.
 struct PlannedEntries {
     puts: Vec<(usize, Vec<u8>, Vec<u8>)>,
     deletes: Vec<(usize, Vec<u8>, usize)>,
+}
+
+/// Where `plan_entries` takes one side's index keys from.
+#[derive(Clone, Copy)]
+enum KeySource<'a> {
+    /// No document on this side (an insert's old side, a delete's new side).
+    None,
+    /// Computed from the document now.
+    Document(&'a Document),
+    /// Computed before the stripe was taken, per index position (an error is only raised for
+    /// an index the write maintains, as when computed now).
+    Prepared(&'a [Result<Vec<IndexKey>, StorageError>]),
+}
+
+impl<'a> KeySource<'a> {
+    fn keys(self, position: usize, index: &IndexEntry) -> Result<Cow<'a, [IndexKey]>, StorageError> {
+        match self {
+            KeySource::None => Ok(Cow::Borrowed(&[])),
+            KeySource::Document(document) => Ok(Cow::Owned(index.document_keys(&index.fields()?, document)?)),
+            KeySource::Prepared(keys) => match keys.get(position) {
+                Some(Ok(keys)) => Ok(Cow::Borrowed(keys)),
+                Some(Err(error)) => Err(error.clone()),
+                None => Err(StorageError::Corrupt("prepared keys do not match the collection's indexes".to_string())),
+            },
+        }
+    }
+}
+
+/// An insert's per-document work, done before the collection's lock stripe is taken so that
+/// concurrent inserts into one collection hold the stripe only for the unique checks and the
+/// write: the `_id`, depth and size checks, the record's bytes and every index's keys.
+pub struct PreparedInsert {
+    bytes: Vec<u8>,
+    /// The prefixes of the indexes `keys` were computed for, in catalog order.
+    index_prefixes: Vec<u64>,
+    /// Per index position: its keys, or why the document has none.
+    keys: Vec<Result<Vec<IndexKey>, StorageError>>,
+}
+
+impl PreparedInsert {
+    fn new(entry: &CollectionEntry, document: &Document) -> Result<PreparedInsert, StorageError> {
+        validate_id(document)?;
+        let bytes = serialize(document)?;
+        Ok(PreparedInsert {
+            bytes,
+            index_prefixes: entry.indexes.iter().map(|index| index.prefix).collect(),
+            keys: entry.indexes.iter().map(|index| index.document_keys(&index.fields()?, document)).collect(),
+        })
+    }
+
+    /// Bytes of the record this insert stores.
+    pub fn size_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// True when the keys were computed for `entry`'s indexes.
+    fn prepared_for(&self, entry: &CollectionEntry) -> bool {
+        entry.indexes.iter().map(|index| index.prefix).eq(self.index_prefixes.iter().copied())
+    }
+
+    /// This insert with keys for `entry`'s indexes: as prepared when the index set is the
+    /// same (an index prefix is never reused, so equal prefixes mean equal definitions), else
+    /// computed again from the record.
+    fn for_indexes_of(self, entry: &CollectionEntry) -> Result<PreparedInsert, StorageError> {
+        if self.prepared_for(entry) {
+            return Ok(self);
+        }
+        let document = Document::from_reader(self.bytes.as_slice())
+            .map_err(|error| StorageError::Corrupt(format!("prepared record: {error}")))?;
+        PreparedInsert::new(entry, &document)
+    }
+}
+
+impl CollectionHandle {
+    /// Prepares the insert of `document` into this collection (see [`PreparedInsert`]); the
+    /// transaction that inserts it may hold a newer version of the collection.
+    pub fn prepare_insert(&self, document: &Document) -> Result<PreparedInsert, StorageError> {
+        PreparedInsert::new(&self.entry, document)
+    }
 }
 
 impl Engine {
@@ -85,6 +167,7 @@ impl Engine {
             index_limits,
             operations: 0,
             capped_trim: None,
+            unique_owners_read: HashMap::new(),
         }
     }
 }
@@ -171,6 +254,9 @@ impl<'e> WriteTransaction<'e> {
 
     /// The record currently owning a unique index key, pending writes first.
     fn unique_key_owner(&self, entry: &CollectionEntry, full_key: &[u8]) -> Result<Option<RecordId>, StorageError> {
+        if let (None, Some(owner)) = (self.index_entries.get(full_key), self.unique_owners_read.get(full_key)) {
+            return Ok(*owner);
+        }
         let value = match self.index_entries.get(full_key) {
             Some(Some(value)) => Some(keys::read_i64(value)?),
             Some(None) => None,
@@ -217,8 +303,8 @@ impl<'e> WriteTransaction<'e> {
         &self,
         entry: &CollectionEntry,
         record_id: RecordId,
-        old: Option<&Document>,
-        new: Option<&Document>,
+        old: KeySource<'_>,
+        new: KeySource<'_>,
     ) -> Result<PlannedEntries, StorageError> {
         let mut planned = PlannedEntries { puts: Vec::new(), deletes: Vec::new() };
         for (position, index) in entry.indexes.iter().enumerate() {
@@ -226,15 +312,8 @@ impl<'e> WriteTransaction<'e> {
             if self.index_limits.get(position).is_some_and(|limit| record_id > *limit) {
                 continue;
             }
-            let fields = index.fields()?;
-            let old_keys = match old {
-                Some(document) => index.document_keys(&fields, document)?,
-                None => Vec::new(),
-            };
-            let new_keys = match new {
-                Some(document) => index.document_keys(&fields, document)?,
-                None => Vec::new(),
-            };
+            let old_keys = old.keys(position, index)?;
+            let new_keys = new.keys(position, index)?;
             // A key whose keystring stays but whose type bits change (1 becomes 1.0) is deleted
             // and put again: the put wins (apply_entries), and the counters see both sizes.
             for index_key in sorted_difference(&old_keys, &new_keys) {
@@ -300,11 +379,51 @@ impl<'e> WriteTransaction<'e> {
     /// the database and this transaction; on error the transaction is unchanged.
     pub fn insert(&mut self, document: &Document) -> Result<RecordId, StorageError> {
         let entry = self.entry()?;
-        validate_id(document)?;
-        let bytes = serialize(document)?;
-        Self::check_capped_document_size(&entry, bytes.len())?;
+        let prepared = PreparedInsert::new(&entry, document)?;
+        self.insert_prepared(prepared)
+    }
+
+    /// Reads the current owners of every unique index key the `prepared` inserts would put,
+    /// in one batched lookup, so that their unique checks need no point read each. What was
+    /// read stays valid while this transaction holds the stripe (no other writer changes the
+    /// collection's entries meanwhile); this transaction's own entries take precedence.
+    pub fn read_unique_owners(&mut self, prepared: &[&PreparedInsert]) -> Result<(), StorageError> {
+        let entry = self.entry()?;
+        let mut full_keys = Vec::new();
+        for insert in prepared.iter().filter(|insert| insert.prepared_for(&entry)) {
+            for (position, index) in entry.indexes.iter().enumerate() {
+                // A building index's entries are maintained only up to its build's position.
+                if !index.unique || self.index_limits.get(position) != Some(&RecordId::MAX) {
+                    continue;
+                }
+                if let Some(Ok(index_keys)) = insert.keys.get(position) {
+                    full_keys.extend(index_keys.iter().map(|key| keys::index_entry_key(index.prefix, key.keystring(), None)));
+                }
+            }
+        }
+        full_keys.sort_unstable();
+        full_keys.dedup();
+        let values = self.engine.db.batched_multi_get_cf(self.engine.indexes_family(&entry)?, &full_keys, true);
+        assert_eq!(values.len(), full_keys.len(), "a batched read answers every key it was given");
+        for (full_key, value) in full_keys.into_iter().zip(values) {
+            let owner = match value? {
+                Some(value) => Some(keys::read_i64(&value)?),
+                None => None,
+            };
+            self.unique_owners_read.insert(full_key, owner);
+        }
+        Ok(())
+    }
+
+    /// Inserts a document prepared by [`CollectionHandle::prepare_insert`], outside this
+    /// transaction's stripe. Keys prepared for another set of indexes than the collection has
+    /// now (an index was created or dropped since) are computed again from the record's bytes.
+    pub fn insert_prepared(&mut self, prepared: PreparedInsert) -> Result<RecordId, StorageError> {
+        let entry = self.entry()?;
+        let prepared = prepared.for_indexes_of(&entry)?;
+        Self::check_capped_document_size(&entry, prepared.bytes.len())?;
         let record_id = self.next_record_id(&entry)?;
-        let planned = match self.plan_entries(&entry, record_id, None, Some(document)) {
+        let planned = match self.plan_entries(&entry, record_id, KeySource::None, KeySource::Prepared(&prepared.keys)) {
             Ok(planned) => planned,
             Err(error) => {
                 // Hand the id back: this transaction holds the stripe, so nobody allocated since.
@@ -313,6 +432,7 @@ impl<'e> WriteTransaction<'e> {
             }
         };
         self.apply_entries(planned);
+        let bytes = prepared.bytes;
         self.collection_delta[stats::COLLECTION_DOCUMENTS] += 1;
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64;
         self.records.insert(record_id, Some(bytes));
@@ -349,7 +469,7 @@ impl<'e> WriteTransaction<'e> {
         let (old, current_len) = self.stored_document(record_id, old)?;
         validate_id(new)?;
         let bytes = serialize(new)?;
-        let planned = self.plan_entries(&entry, record_id, Some(&old), Some(new))?;
+        let planned = self.plan_entries(&entry, record_id, KeySource::Document(&old), KeySource::Document(new))?;
         self.apply_entries(planned);
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64 - current_len as i64;
         self.records.insert(record_id, Some(bytes));
@@ -367,7 +487,7 @@ impl<'e> WriteTransaction<'e> {
     /// Deletes record `record_id`, whose stored content (`current_len` bytes) is `old`.
     pub(crate) fn delete_document(&mut self, record_id: RecordId, old: Document, current_len: usize) -> Result<(), StorageError> {
         let entry = self.entry()?;
-        let planned = self.plan_entries(&entry, record_id, Some(&old), None)?;
+        let planned = self.plan_entries(&entry, record_id, KeySource::Document(&old), KeySource::None)?;
         self.apply_entries(planned);
         self.collection_delta[stats::COLLECTION_DOCUMENTS] -= 1;
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] -= current_len as i64;

@@ -254,6 +254,12 @@ impl WriteSession for OwnedWrites<'_> {
     fn insert(&mut self, document: &bson::Document) -> BackendResult<RecordId> {
         self.inner.insert(document)
     }
+    fn insert_prepared(&mut self, prepared: myriad_storage::PreparedInsert) -> BackendResult<RecordId> {
+        self.inner.insert_prepared(prepared)
+    }
+    fn read_unique_owners(&mut self, prepared: &[&myriad_storage::PreparedInsert]) -> BackendResult<()> {
+        self.inner.read_unique_owners(prepared)
+    }
     fn update(&mut self, record_id: RecordId, old: &bson::Document, new: &bson::Document) -> BackendResult<()> {
         if self.owns(old) && !self.owns(new) {
             return Err(StorageError::IllegalOperation(
