@@ -179,8 +179,11 @@ pub(crate) fn family_options(kind: FamilyKind, cache: &Cache, options: &EngineOp
     if kind == FamilyKind::Stats {
         family.set_merge_operator_associative(MERGE_OPERATOR_NAME, add_counters_merge);
         // Hot counters (one per database) collapse their operands in the memtable instead of
-        // making every read merge a long operand list.
-        family.set_max_successive_merges(64);
+        // making every read merge a long operand list. Each merge first counts the operands
+        // above the key's last value (a memtable walk), so the bound is kept small: at 64,
+        // that walk was a tenth of a single insert's CPU; at 8 every eighth merge reads and
+        // rewrites the value (insert_one w:1 at 16 connections, 26.4k -> 29.4k/s).
+        family.set_max_successive_merges(8);
     }
     family
 }
