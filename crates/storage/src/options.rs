@@ -182,8 +182,8 @@ pub(crate) fn family_options(kind: FamilyKind, cache: &Cache, options: &EngineOp
         // making every read merge a long operand list. Each merge first counts the operands
         // above the key's last value (a memtable walk), so the bound is kept small: at 64,
         // that walk and its key comparisons were about 7% of a single insert's server CPU; at
-        // 8 every eighth merge reads and
-        // rewrites the value (insert_one w:1 at 16 connections, 26.4k -> 29.4k/s).
+        // 8 every eighth merge reads and rewrites the value (insert_one w:1 at 16 connections,
+        // 26.4k -> 29.4k/s).
         family.set_max_successive_merges(8);
     }
     family
