@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -172,7 +172,7 @@ thread_local! {
     static STRIPES_HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-fn stripes_held() -> usize {
+pub(crate) fn stripes_held() -> usize {
     STRIPES_HELD.with(std::cell::Cell::get)
 }
 
@@ -183,17 +183,23 @@ pub(crate) fn assert_no_stripes_held() {
 }
 
 /// A held lock stripe; the thread's count of held stripes includes it while it lives.
-pub(crate) struct StripeGuard<'e>(MutexGuard<'e, StripeState>);
+pub(crate) struct StripeGuard<'e> {
+    guard: MutexGuard<'e, StripeState>,
+    /// The engine's count of held stripes (all threads), which group commit reads.
+    holders: &'e AtomicUsize,
+}
 
 impl<'e> StripeGuard<'e> {
-    fn new(guard: MutexGuard<'e, StripeState>) -> StripeGuard<'e> {
+    fn new(guard: MutexGuard<'e, StripeState>, holders: &'e AtomicUsize) -> StripeGuard<'e> {
         STRIPES_HELD.with(|held| held.set(held.get() + 1));
-        StripeGuard(guard)
+        holders.fetch_add(1, Ordering::Relaxed);
+        StripeGuard { guard, holders }
     }
 }
 
 impl Drop for StripeGuard<'_> {
     fn drop(&mut self) {
+        self.holders.fetch_sub(1, Ordering::Relaxed);
         STRIPES_HELD.with(|held| held.set(held.get() - 1));
     }
 }
@@ -201,13 +207,13 @@ impl Drop for StripeGuard<'_> {
 impl std::ops::Deref for StripeGuard<'_> {
     type Target = StripeState;
     fn deref(&self) -> &StripeState {
-        &self.0
+        &self.guard
     }
 }
 
 impl std::ops::DerefMut for StripeGuard<'_> {
     fn deref_mut(&mut self) -> &mut StripeState {
-        &mut self.0
+        &mut self.guard
     }
 }
 
@@ -428,13 +434,14 @@ impl Engine {
         assert_eq!(stripes_held(), 0, "lock order violated: a lock stripe taken while holding another");
         self.counters.stripe_lock_acquisitions.fetch_add(1, Ordering::Relaxed);
         let stripe = self.stripe_mutex(prefix);
-        StripeGuard::new(match stripe.try_lock() {
+        let guard = match stripe.try_lock() {
             Some(guard) => guard,
             None => {
                 self.counters.stripe_lock_contended.fetch_add(1, Ordering::Relaxed);
                 stripe.lock()
             }
-        })
+        };
+        StripeGuard::new(guard, &self.journal.stripe_holders)
     }
 
     /// Locks the stripes of several prefixes, in ascending stripe order (deadlock-free: writers
@@ -458,7 +465,7 @@ impl Engine {
                         stripe.lock()
                     }
                 };
-                (index, StripeGuard::new(guard))
+                (index, StripeGuard::new(guard, &self.journal.stripe_holders))
             })
             .collect()
     }
@@ -1370,6 +1377,7 @@ impl Engine {
                 "syncs": as_u64(journal_syncs),
                 "waits": as_u64(journal_waits),
                 "waitsCoveredByOtherSyncs": as_u64(journal_covered),
+                "gatheredSyncs": as_u64(self.journal.gathered_syncs()),
             },
         }
     }

@@ -71,11 +71,16 @@ pub(crate) async fn measure(fresh: &FreshServer, settings: &Settings) -> BenchRe
     for &connections in &settings.connections {
         let client = fresh.client(settings, connections).await?;
         let mut totals: Vec<Option<SingleFigures>> = vec![None; Operation::ALL.len()];
+        let mut group_commit = GroupCommit::default();
         for round in 0..settings.rounds {
             for (total, operation) in totals.iter_mut().zip(Operation::ALL) {
                 // The first slice of each opens the pool's connections unmeasured.
                 let warmup = if round == 0 { Duration::from_millis(200) } else { Duration::ZERO };
+                let before = journal_counters(&client, settings).await?;
                 let slice = run_slice(&client, settings, operation, connections, warmup, &mut next_id).await?;
+                if operation == Operation::InsertOneJournaled {
+                    group_commit.add(before, journal_counters(&client, settings).await?, slice.elapsed + warmup);
+                }
                 match total {
                     Some(total) => {
                         total.completed += slice.completed;
@@ -91,8 +96,38 @@ pub(crate) async fn measure(fresh: &FreshServer, settings: &Settings) -> BenchRe
             eprintln!("writes: {:<18} {connections:>4} connections {:>9.0} ops/s", total.operation.name(), total.operations_per_second());
             figures.push(total);
         }
+        eprintln!(
+            "writes: group commit at {connections} connections: {:.0} WAL syncs/s, {:.2} journaled waits per sync",
+            group_commit.syncs as f64 / group_commit.elapsed.as_secs_f64().max(1e-9),
+            group_commit.waits as f64 / group_commit.syncs.max(1) as f64
+        );
     }
     Ok(figures)
+}
+
+/// The server's journal counters over the j:true slices (warm-ups included): how many writers
+/// each WAL sync served.
+#[derive(Default)]
+struct GroupCommit {
+    syncs: u64,
+    waits: u64,
+    elapsed: Duration,
+}
+
+impl GroupCommit {
+    fn add(&mut self, before: (u64, u64), after: (u64, u64), elapsed: Duration) {
+        self.syncs += after.0.saturating_sub(before.0);
+        self.waits += after.1.saturating_sub(before.1);
+        self.elapsed += elapsed;
+    }
+}
+
+/// (WAL syncs, journaled waits) from serverStatus (`myriad.journal`).
+async fn journal_counters(client: &Client, settings: &Settings) -> BenchResult<(u64, u64)> {
+    let status = crate::client::required_command(client, "admin", doc! { "serverStatus": 1 }, settings.operation_timeout, "reading serverStatus").await?;
+    let journal = status.get_document("myriad").and_then(|myriad| myriad.get_document("journal")).map_err(|error| BenchError::Server(format!("serverStatus has no myriad.journal: {error}")))?;
+    let number = |name: &str| journal.get(name).and_then(|value| value.as_i64().or_else(|| value.as_i32().map(i64::from))).unwrap_or(0).max(0) as u64;
+    Ok((number("syncs"), number("waits")))
 }
 
 /// `connections` tasks issuing `operation` back to back for the warm-up and then one slice of
