@@ -7,7 +7,7 @@
 //! override the database (read-your-writes); an operation that fails leaves them unchanged.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bson::{Bson, Document, RawDocumentBuf};
@@ -46,9 +46,9 @@ pub struct WriteTransaction<'e> {
     pub(crate) operations: usize,
     /// Trimming state of a capped collection, once an insert needed it.
     pub(crate) capped_trim: Option<crate::capped::CappedTrim>,
-    /// Owners of unique index keys read ahead in one batch (`read_unique_owners`), by full
-    /// key: valid while the stripe is held, below the pending entries.
-    unique_owners_read: HashMap<Vec<u8>, Option<RecordId>>,
+    /// Owners of unique index keys read ahead in one batch (`read_unique_owners`), sorted by
+    /// full key: valid while the stripe is held, below the pending entries.
+    unique_owners_read: Vec<(Vec<u8>, Option<RecordId>)>,
 }
 
 /// Index entry changes one operation will apply, computed before anything is applied.
@@ -167,7 +167,7 @@ impl Engine {
             index_limits,
             operations: 0,
             capped_trim: None,
-            unique_owners_read: HashMap::new(),
+            unique_owners_read: Vec::new(),
         }
     }
 }
@@ -178,7 +178,8 @@ fn serialize(document: &Document) -> Result<Vec<u8>, StorageError> {
     if myriad_keystring::nesting::document_depth_exceeds(document, myriad_keystring::nesting::MAX_USER_STORAGE_DEPTH) {
         return Err(StorageError::DocumentTooDeep);
     }
-    let mut bytes = Vec::new();
+    // Room for a small document, so that most need no reallocation while they are encoded.
+    let mut bytes = Vec::with_capacity(256);
     document
         .to_writer(&mut bytes)
         .map_err(|error| StorageError::InvalidDocument(format!("cannot serialize document: {error}")))?;
@@ -254,18 +255,29 @@ impl<'e> WriteTransaction<'e> {
 
     /// The record currently owning a unique index key, pending writes first.
     fn unique_key_owner(&self, entry: &CollectionEntry, full_key: &[u8]) -> Result<Option<RecordId>, StorageError> {
-        if let (None, Some(owner)) = (self.index_entries.get(full_key), self.unique_owners_read.get(full_key)) {
-            return Ok(*owner);
-        }
         let value = match self.index_entries.get(full_key) {
             Some(Some(value)) => Some(keys::read_i64(value)?),
             Some(None) => None,
-            None => match self.engine.db.get_pinned_cf(self.engine.indexes_family(entry)?, full_key)? {
-                Some(value) => Some(keys::read_i64(&value)?),
-                None => None,
+            None => match self.read_ahead_owner(full_key) {
+                Some(owner) => owner,
+                None => self.read_unique_owner(entry, full_key)?,
             },
         };
         Ok(value)
+    }
+
+    /// The owner `read_unique_owners` found for `full_key`, if it read that key.
+    fn read_ahead_owner(&self, full_key: &[u8]) -> Option<Option<RecordId>> {
+        let position = self.unique_owners_read.binary_search_by(|(key, _)| key.as_slice().cmp(full_key)).ok()?;
+        self.unique_owners_read.get(position).map(|(_, owner)| *owner)
+    }
+
+    /// The owner of a unique index key in the database.
+    fn read_unique_owner(&self, entry: &CollectionEntry, full_key: &[u8]) -> Result<Option<RecordId>, StorageError> {
+        match self.engine.db.get_pinned_cf(self.engine.indexes_family(entry)?, full_key)? {
+            Some(value) => Ok(Some(keys::read_i64(&value)?)),
+            None => Ok(None),
+        }
     }
 
     fn duplicate_key(entry: &CollectionEntry, position: usize, key: &IndexKey) -> StorageError {
@@ -405,13 +417,16 @@ impl<'e> WriteTransaction<'e> {
         full_keys.dedup();
         let values = self.engine.db.batched_multi_get_cf(self.engine.indexes_family(&entry)?, &full_keys, true);
         assert_eq!(values.len(), full_keys.len(), "a batched read answers every key it was given");
+        let mut owners = Vec::with_capacity(full_keys.len());
         for (full_key, value) in full_keys.into_iter().zip(values) {
             let owner = match value? {
                 Some(value) => Some(keys::read_i64(&value)?),
                 None => None,
             };
-            self.unique_owners_read.insert(full_key, owner);
+            owners.push((full_key, owner));
         }
+        // Sorted and without repeats, as `read_ahead_owner`'s binary search needs.
+        self.unique_owners_read = owners;
         Ok(())
     }
 
