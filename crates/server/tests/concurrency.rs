@@ -1,7 +1,8 @@
 //! Many clients at once through the official driver, each workload checked exactly against a
 //! model: concurrent `$inc` on one field and on different fields, compare-and-set, a
 //! findAndModify queue with and without a sort, upserts on a unique key, deletes racing
-//! deletes and updates, inserts racing drops.
+//! deletes and updates, inserts racing drops, insertMany batches racing each other and index
+//! changes.
 
 mod common;
 
@@ -279,6 +280,83 @@ async fn inserts_racing_drops_are_never_refused() {
     dropper.await.expect("dropper");
     let remaining = target.count_documents(doc! {}).await.expect("count");
     assert!(remaining <= INSERTS as u64);
+}
+
+/// Unordered insertMany batches from 4 clients that all insert the same keys (unique `_id` and
+/// unique `u`), in different orders, while another client creates and drops an index over and
+/// over: a batch's documents are prepared before its collection's lock stripe is taken and its
+/// unique keys read in one batch under it, so every key must still be inserted exactly once,
+/// every other attempt refused with 11000, and the indexes must match the records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_insert_many_batches_insert_each_key_once_while_indexes_change() {
+    const CLIENTS: usize = 4;
+    const ROUNDS: usize = 6;
+    const BATCH: usize = 300;
+    let server = TestServer::start();
+    let client = server.client().await;
+    let batches = collection(&client, "batches");
+    let unique = mongodb::options::IndexOptions::builder().unique(true).build();
+    batches.create_index(mongodb::IndexModel::builder().keys(doc! { "u": 1 }).options(unique).build()).await.expect("unique index");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let index_changer = {
+        let (batches, stop) = (batches.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut changes = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                batches.create_index(mongodb::IndexModel::builder().keys(doc! { "k": 1 }).build()).await.expect("create k_1");
+                batches.drop_index("k_1").await.expect("drop k_1");
+                changes += 1;
+            }
+            changes
+        })
+    };
+    let mut tasks = Vec::new();
+    for client_number in 0..CLIENTS {
+        let client: Client = server.client().await;
+        tasks.push(tokio::spawn(async move {
+            let batches = collection(&client, "batches");
+            let (mut inserted, mut duplicates) = (0usize, 0usize);
+            for round in 0..ROUNDS {
+                let documents: Vec<Document> = (0..BATCH)
+                    .map(|slot| {
+                        let id = (round * BATCH + (slot + client_number * 37) % BATCH) as i32;
+                        doc! { "_id": id, "u": id, "k": id % 7, "by": client_number as i32 }
+                    })
+                    .collect();
+                match batches.insert_many(documents).ordered(false).await {
+                    Ok(result) => inserted += result.inserted_ids.len(),
+                    Err(error) => match error.kind.as_ref() {
+                        mongodb::error::ErrorKind::InsertMany(failure) => {
+                            let errors = failure.write_errors.as_ref().expect("write errors");
+                            assert!(errors.iter().all(|error| error.code == 11000), "{errors:?}");
+                            duplicates += errors.len();
+                            inserted += BATCH - errors.len();
+                        }
+                        other => panic!("unexpected error {other:?}"),
+                    },
+                }
+            }
+            (inserted, duplicates)
+        }));
+    }
+    let (mut inserted, mut duplicates) = (0usize, 0usize);
+    for task in tasks {
+        let (task_inserted, task_duplicates) = task.await.expect("client task");
+        inserted += task_inserted;
+        duplicates += task_duplicates;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let changes = index_changer.await.expect("index changer");
+    let keys = ROUNDS * BATCH;
+    assert!(changes > 0, "the index set changed while the batches ran");
+    assert_eq!(inserted, keys, "each key inserted once");
+    assert_eq!(duplicates, keys * (CLIENTS - 1), "every other attempt refused once");
+    assert_eq!(batches.count_documents(doc! {}).await.expect("count"), keys as u64);
+    let result = client.database("concurrency").run_command(doc! { "validate": "batches" }).await.expect("validate");
+    assert_eq!(result.get_bool("valid"), Ok(true), "{result}");
+    let per_index = result.get_document("keysPerIndex").expect("keysPerIndex");
+    assert_eq!(per_index.get_i32("_id_").map(|count| count as usize), Ok(keys), "{result}");
+    assert_eq!(per_index.get_i32("u_1").map(|count| count as usize), Ok(keys), "{result}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
