@@ -27,7 +27,7 @@ use bson::{Bson, Document};
 use myriad_storage::{CollectionHandle, Durability, PreparedInsert};
 
 use crate::error::{CommandError, CommandResult};
-use crate::write::{begin_write_creating, prepare_for_insert};
+use crate::write::{begin_write_on, prepare_for_insert};
 use crate::ServerContext;
 
 /// At most this many documents per insert slice.
@@ -70,14 +70,13 @@ pub fn insert_in_slices<'a>(
         crate::operation::check_interrupt()?;
         let handle = context.backend.get_or_create_collection(db, collection)?;
         let slice = prepare_slice(&handle, &mut statements, ordered);
-        let mut transaction = begin_write_creating(context.backend.as_ref(), db, collection)?;
+        let mut transaction = begin_write_on(context.backend.as_ref(), db, collection, handle)?;
         let validator = crate::validation::for_write(transaction.as_ref(), bypass_validation)?;
         let inserts: Vec<&PreparedInsert> = slice.iter().filter_map(|(_, prepared)| prepared.as_ref().ok().map(|(_, insert)| insert)).collect();
         // One document gains nothing from a batched read (its check reads its keys itself).
         if inserts.len() > 1 {
             transaction.read_unique_owners(&inserts)?;
         }
-        drop(inserts);
         let (mut inserted, mut stop) = (0i64, false);
         for (index, prepared) in slice {
             let outcome = prepared.and_then(|(document, prepared)| {

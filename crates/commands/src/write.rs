@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use bson::{doc, oid::ObjectId, Bson, Document};
-use myriad_storage::{Durability, StorageError};
+use myriad_storage::{CollectionHandle, Durability, StorageError};
 
 use crate::backend::{Backend, WriteSession};
 
@@ -74,14 +74,23 @@ const MAX_CREATE_ATTEMPTS: usize = 16;
 /// creates it on first write. A collection dropped between its creation and the write lock is
 /// created again (insert and upsert racing a drop), at most [`MAX_CREATE_ATTEMPTS`] times.
 pub fn begin_write_creating<'b>(backend: &'b dyn Backend, db: &str, collection: &str) -> CommandResult<Box<dyn WriteSession + 'b>> {
+    let handle = backend.get_or_create_collection(db, collection)?;
+    begin_write_on(backend, db, collection, handle)
+}
+
+/// [`begin_write_creating`] for a collection already looked up (or created) as `handle`.
+pub fn begin_write_on<'b>(backend: &'b dyn Backend, db: &str, collection: &str, mut handle: CollectionHandle) -> CommandResult<Box<dyn WriteSession + 'b>> {
     for _ in 0..MAX_CREATE_ATTEMPTS {
-        let handle = backend.get_or_create_collection(db, collection)?;
         let transaction = backend.begin_write(&handle);
         match transaction.handle() {
             Ok(_) => return Ok(transaction),
-            Err(StorageError::NamespaceNotFound(_)) => continue,
+            Err(StorageError::NamespaceNotFound(_)) => {}
             Err(error) => return Err(error.into()),
         }
+        // Its lock stripe is released before the collection is created again (the creation
+        // waits for the DDL mutex, which is never taken under a stripe).
+        drop(transaction);
+        handle = backend.get_or_create_collection(db, collection)?;
     }
     Err(CommandError::new(crate::error::WRITE_CONFLICT, format!("{db}.{collection} was dropped repeatedly while writing to it")))
 }
