@@ -705,3 +705,16 @@ fn run_inline(context: &Arc<ServerContext>, request: &CommandRequest) -> Reply {
         Err(_) => CommandError::internal(format!("command {} failed", request.name)).to_reply().into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_inline_write_slot_exists_at_a_time() {
+        let first = InlineWriteSlot::take().expect("the slot is free when nothing runs");
+        assert!(InlineWriteSlot::take().is_none(), "a second point write goes to the pool");
+        drop(first);
+        assert!(InlineWriteSlot::take().is_some(), "dropping the slot frees it");
+    }
+}

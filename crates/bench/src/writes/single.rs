@@ -1,6 +1,7 @@
 //! The insert_one part: one small document per command, `w: 1` and `j: true`, at each
-//! connection count, against ping's round trip at the same count. The three are measured in
-//! interleaved slices (ping, w:1, j:true, ping, ...) so background load falls on all alike.
+//! connection count, against ping's round trip at the same count. Every operation at every
+//! count is measured in interleaved slices (1 connection: ping, w:1, j:true; 16 connections:
+//! ping, w:1, j:true; then the next round) so background load falls on all alike.
 //! Each task has its own connection from a pool of that size and issues one command at a time.
 
 use std::time::{Duration, Instant};
@@ -64,22 +65,29 @@ impl SingleFigures {
     }
 }
 
-/// Every operation at every connection count.
+/// Every operation at every connection count. Each round runs one slice of every operation
+/// at every count in turn (1 connection: ping, w:1, j:true; 16 connections: ping, ...), so
+/// that a change in the disk's sync latency or in background load falls on both sides of the
+/// j:true 16/1 comparison, as on both sides of each ratio to ping.
 pub(crate) async fn measure(fresh: &FreshServer, settings: &Settings) -> BenchResult<Vec<SingleFigures>> {
-    let mut figures = Vec::new();
-    let mut next_id: i64 = 0;
+    let mut clients = Vec::with_capacity(settings.connections.len());
     for &connections in &settings.connections {
-        let client = fresh.client(settings, connections).await?;
-        let mut totals: Vec<Option<SingleFigures>> = vec![None; Operation::ALL.len()];
-        let mut group_commit = GroupCommit::default();
-        for round in 0..settings.rounds {
-            for (total, operation) in totals.iter_mut().zip(Operation::ALL) {
+        clients.push(fresh.client(settings, connections).await?);
+    }
+    let counts = settings.connections.len();
+    let mut totals: Vec<Vec<Option<SingleFigures>>> = vec![vec![None; Operation::ALL.len()]; counts];
+    let mut group_commits: Vec<GroupCommit> = (0..counts).map(|_| GroupCommit::default()).collect();
+    let mut next_id: i64 = 0;
+    for round in 0..settings.rounds {
+        for (position, &connections) in settings.connections.iter().enumerate() {
+            let client = &clients[position];
+            for (total, operation) in totals[position].iter_mut().zip(Operation::ALL) {
                 // The first slice of each opens the pool's connections unmeasured.
                 let warmup = if round == 0 { Duration::from_millis(200) } else { Duration::ZERO };
-                let before = journal_counters(&client, settings).await?;
-                let slice = run_slice(&client, settings, operation, connections, warmup, &mut next_id).await?;
+                let before = journal_counters(client, settings).await?;
+                let slice = run_slice(client, settings, operation, connections, warmup, &mut next_id).await?;
                 if operation == Operation::InsertOneJournaled {
-                    group_commit.add(before, journal_counters(&client, settings).await?, slice.elapsed + warmup);
+                    group_commits[position].add(before, journal_counters(client, settings).await?, slice.elapsed + warmup);
                 }
                 match total {
                     Some(total) => {
@@ -91,7 +99,12 @@ pub(crate) async fn measure(fresh: &FreshServer, settings: &Settings) -> BenchRe
                 }
             }
         }
+    }
+    for client in clients {
         crate::client::close(client).await;
+    }
+    let mut figures = Vec::new();
+    for ((totals, group_commit), connections) in totals.into_iter().zip(group_commits).zip(&settings.connections) {
         for total in totals.into_iter().flatten() {
             eprintln!("writes: {:<18} {connections:>4} connections {:>9.0} ops/s", total.operation.name(), total.operations_per_second());
             figures.push(total);
