@@ -58,6 +58,38 @@ def test_journaled_inserts_from_many_threads_are_all_there(server):
     client.close()
 
 
+def test_journaled_point_updates_and_find_and_modify_from_many_threads_count_exactly(server):
+    """Journaled writes by _id (their sync waited for on the connection task, not a thread):
+    $inc from every thread adds up exactly, findAndModify hands out each ticket once, and a
+    journaled delete of each thread's own document leaves exactly the others."""
+    per_thread = 30
+    client = pymongo.MongoClient(server.uri(), maxPoolSize=THREADS)
+    database = client.group_commit_points
+    counters = database.get_collection("counters", write_concern=WriteConcern(j=True))
+    counters.drop()
+    counters.insert_many([{"_id": "total", "value": 0}, {"_id": "ticket", "value": 0}])
+    counters.insert_many([{"_id": f"own_{number}"} for number in range(THREADS)])
+    tickets = []
+    lock = threading.Lock()
+
+    def work(number):
+        taken = []
+        for _ in range(per_thread):
+            result = counters.update_one({"_id": "total"}, {"$inc": {"value": 1}})
+            assert result.modified_count == 1
+            before = counters.find_one_and_update({"_id": "ticket"}, {"$inc": {"value": 1}})
+            taken.append(before["value"])
+        assert counters.delete_one({"_id": f"own_{number}"}).deleted_count == 1
+        with lock:
+            tickets.extend(taken)
+
+    run_threads(work)
+    assert counters.find_one({"_id": "total"})["value"] == THREADS * per_thread
+    assert sorted(tickets) == list(range(THREADS * per_thread)), "every ticket handed out once"
+    assert counters.count_documents({"_id": {"$regex": "^own_"}}) == 0
+    client.close()
+
+
 def test_concurrent_creations_create_each_name_once_and_survive_a_restart():
     """Explicit creates of one name with different options: exactly one wins, the others get
     NamespaceExists (48); with the same options every create succeeds (MongoDB 7.0's idempotent

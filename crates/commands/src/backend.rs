@@ -118,6 +118,11 @@ pub trait Backend: Send + Sync {
     fn status(&self) -> Document;
     fn compact(&self) -> BackendResult<()>;
     fn sync_wal(&self) -> BackendResult<()>;
+    /// For a journal wait deferred by `myriad_storage::defer_journal_waits`: whether a WAL
+    /// sync covers `sequence`, is running, or must be led.
+    fn journal_progress(&self, sequence: u64) -> myriad_storage::JournalProgress;
+    /// Blocks until a WAL sync covers `sequence`, leading one if none runs.
+    fn sync_journal_through(&self, sequence: u64) -> BackendResult<()>;
     fn flush(&self) -> BackendResult<()>;
 }
 
@@ -258,6 +263,12 @@ impl Backend for Engine {
     }
     fn sync_wal(&self) -> BackendResult<()> {
         Engine::sync_wal(self)
+    }
+    fn journal_progress(&self, sequence: u64) -> myriad_storage::JournalProgress {
+        Engine::journal_progress(self, sequence)
+    }
+    fn sync_journal_through(&self, sequence: u64) -> BackendResult<()> {
+        Ok(Engine::sync_journal_through(self, sequence)?)
     }
     fn flush(&self) -> BackendResult<()> {
         Engine::flush(self)
@@ -452,6 +463,12 @@ impl<B: Backend> Backend for ContractBackend<B> {
     }
     fn sync_wal(&self) -> BackendResult<()> {
         self.inner.sync_wal()
+    }
+    fn journal_progress(&self, sequence: u64) -> myriad_storage::JournalProgress {
+        self.inner.journal_progress(sequence)
+    }
+    fn sync_journal_through(&self, sequence: u64) -> BackendResult<()> {
+        self.inner.sync_journal_through(sequence)
     }
     fn flush(&self) -> BackendResult<()> {
         self.inner.flush()

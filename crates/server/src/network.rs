@@ -602,21 +602,65 @@ fn legacy_command(full_collection_name: &str, query: Document, connection: Conne
 /// the connection task, so they never queue behind slow commands for a blocking-pool thread;
 /// so do point reads, and a point write when no other runs inline (see [`InlineWriteSlot`]).
 /// Everything else runs on the blocking pool (storage calls are synchronous). A panic becomes
-/// InternalError, not a crash.
+/// InternalError, not a crash. A data write's journal waits (`j: true`) are deferred to the
+/// end and waited for here, without holding a thread ([`after_journal`]).
 async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) -> Reply {
     let point = point_operation(&request);
     if INLINE_COMMANDS.contains(&request.name.as_str()) || point == Some(PointOperation::Read) {
         return run_inline(context, &request);
     }
     if point == Some(PointOperation::Write) {
-        if let Some(_slot) = InlineWriteSlot::take() {
-            return run_inline(context, &request);
+        if let Some(slot) = InlineWriteSlot::take() {
+            let (reply, sequence) = run_inline_deferring(context, &request);
+            drop(slot);
+            return after_journal(context, reply, sequence).await;
         }
     }
-    let context = Arc::clone(context);
-    match tokio::task::spawn_blocking(move || dispatch(&context, &request)).await {
-        Ok(reply) => reply,
+    let pool_context = Arc::clone(context);
+    let ran = tokio::task::spawn_blocking(move || {
+        if DEFERRED_JOURNAL_COMMANDS.contains(&request.name.as_str()) {
+            myriad_storage::defer_journal_waits(|| dispatch(&pool_context, &request))
+        } else {
+            (dispatch(&pool_context, &request), 0)
+        }
+    })
+    .await;
+    match ran {
+        Ok((reply, sequence)) => after_journal(context, reply, sequence).await,
         Err(error) => CommandError::internal(format!("command failed: {error}")).to_reply().into(),
+    }
+}
+
+/// Data writes whose only step after their journal waits is the reply: they run with those
+/// waits deferred ([`after_journal`]).
+const DEFERRED_JOURNAL_COMMANDS: &[&str] = &["insert", "update", "delete", "findAndModify", "findandmodify", "bulkWrite"];
+
+/// Sends nothing before it is durable: waits for a WAL sync covering `sequence` (0: the
+/// command wrote nothing journaled), then returns `reply`, or the sync's error in its place.
+/// A sync in progress is followed on this task; only when none runs does a blocking-pool
+/// thread lead one. Bounded: the loop waits through at most the sync in progress and the
+/// next, which began after the write was published and so covers it.
+async fn after_journal(context: &Arc<ServerContext>, reply: Reply, sequence: u64) -> Reply {
+    if sequence == 0 {
+        return reply;
+    }
+    loop {
+        match context.backend.journal_progress(sequence) {
+            myriad_storage::JournalProgress::Durable => return reply,
+            myriad_storage::JournalProgress::Syncing(mut finished) => {
+                if finished.changed().await.is_err() {
+                    return CommandError::internal("the journal closed before the write was durable").to_reply().into();
+                }
+            }
+            myriad_storage::JournalProgress::Idle => {
+                let backend = Arc::clone(&context.backend);
+                return match tokio::task::spawn_blocking(move || backend.sync_journal_through(sequence)).await {
+                    Ok(Ok(())) => reply,
+                    Ok(Err(error)) => CommandError::from(error).to_reply().into(),
+                    Err(error) => CommandError::internal(format!("journal sync failed: {error}")).to_reply().into(),
+                };
+            }
+        }
     }
 }
 
@@ -661,12 +705,13 @@ const POINT_OPERATION_MAX_BYTES: usize = 64 * 1024;
 /// `_id` equality filter and one statement) or inserts a few small documents: a couple of
 /// point reads and one WriteBatch, tens of microseconds. Those run on the connection task
 /// too: handing them to the blocking pool cost more than running them (two thread wake-ups
-/// per command were most of a find by `_id`'s time). Anything that can scan stays on the pool,
-/// and so does a journaled write (`j: true`, `w: "majority"`): it waits for a WAL sync, which
-/// must not hold a runtime worker, and many waiting at once is what lets one sync serve them.
+/// per command were most of a find by `_id`'s time). Anything that can scan stays on the pool.
+/// A journaled write (`j: true`, `w: "majority"`) may run here too: its wait for a WAL sync is
+/// deferred to [`after_journal`], which holds no runtime worker. A write concern that does not
+/// parse goes to the pool, whose command reports it.
 fn point_operation(request: &CommandRequest) -> Option<PointOperation> {
     let body = &request.body;
-    if !matches!(myriad_commands::write::durability(request), Ok(myriad_storage::Durability::Default)) {
+    if myriad_commands::write::durability(request).is_err() {
         return None;
     }
     let single_statement_by_id = |field: &str, filter_field: &str| match body.get(field) {
@@ -704,6 +749,13 @@ fn run_inline(context: &Arc<ServerContext>, request: &CommandRequest) -> Reply {
         Ok(reply) => reply,
         Err(_) => CommandError::internal(format!("command {} failed", request.name)).to_reply().into(),
     }
+}
+
+/// [`run_inline`] for a point write, with its journal waits deferred: returns the reply and
+/// the sequence number [`after_journal`] must see durable first (0 for none).
+fn run_inline_deferring(context: &Arc<ServerContext>, request: &CommandRequest) -> (Reply, u64) {
+    let (reply, sequence) = myriad_storage::defer_journal_waits(|| run_inline(context, request));
+    (reply, sequence)
 }
 
 #[cfg(test)]

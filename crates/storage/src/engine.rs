@@ -1234,6 +1234,18 @@ impl Engine {
         self.journal.sync_published(&self.db)
     }
 
+    /// For a wait deferred by [`crate::defer_journal_waits`]: whether a WAL sync covers
+    /// `sequence`, is running, or must be led.
+    pub fn journal_progress(&self, sequence: u64) -> crate::JournalProgress {
+        self.journal.progress(sequence)
+    }
+
+    /// Blocks until a WAL sync covers `sequence` (a published sequence number), leading one
+    /// if none runs.
+    pub fn sync_journal_through(&self, sequence: u64) -> Result<(), StorageError> {
+        self.journal.sync_through(&self.db, sequence)
+    }
+
     /// Bytes of every file in the engine's directory (SST files, WAL, manifest, logs): what the
     /// disk really holds, so it drops once compaction has deleted the files of dropped ranges.
     pub fn disk_usage_bytes(&self) -> Result<i64, StorageError> {

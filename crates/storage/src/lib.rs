@@ -74,6 +74,7 @@ pub use ttl::{expire_after_seconds_number, TtlIndex};
 pub use storage_size::{CollectionStorage, DatabaseStorage};
 pub use validate::{IndexValidation, ValidationReport};
 pub use write::{PreparedInsert, WriteTransaction};
+pub use journal::{defer_waits as defer_journal_waits, JournalProgress};
 
 /// Identifier of a record within its collection: positive, allocated in increasing order.
 pub type RecordId = i64;

@@ -222,6 +222,12 @@ impl<B: Backend> Backend for FilteringBackend<B> {
     fn sync_wal(&self) -> BackendResult<()> {
         self.inner.sync_wal()
     }
+    fn journal_progress(&self, sequence: u64) -> myriad_storage::JournalProgress {
+        self.inner.journal_progress(sequence)
+    }
+    fn sync_journal_through(&self, sequence: u64) -> BackendResult<()> {
+        self.inner.sync_journal_through(sequence)
+    }
     fn flush(&self) -> BackendResult<()> {
         self.inner.flush()
     }
