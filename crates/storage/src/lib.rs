@@ -17,7 +17,8 @@
 //!   Concurrent collection creations share one batch and one publication (`creation.rs`).
 //! - No fsync runs under a lock stripe: a journaled write is written unsynced under its stripe,
 //!   then waits outside it for a WAL sync shared with concurrent journaled writes
-//!   (`journal.rs`); it returns only once that sync covers it.
+//!   (`journal.rs`); it returns only once that sync covers it, or, with its thread's waits
+//!   deferred (`defer_journal_waits`), its caller waits for that sync before acknowledging.
 //! - Writers of one collection are serialised by one of a fixed array of lock stripes; DDL on a
 //!   collection takes its stripe too, so writes always maintain the current index set.
 //! - Index builds run without the DDL mutex, taking the stripe per chunk of records; a writer
