@@ -339,7 +339,7 @@ mod tests {
         db.put(b"a", b"1").unwrap();
         let sequence = db.latest_sequence_number();
         journal.state.lock().syncing = true;
-        let JournalProgress::Syncing(mut finished) = journal.progress(sequence) else { panic!("a sync runs") };
+        let JournalProgress::Syncing(finished) = journal.progress(sequence) else { panic!("a sync runs") };
         assert!(!finished.has_changed().unwrap());
         // The leader ends as LeaderGuard does, covering the sequence.
         drop(LeaderGuard { journal: &journal, covered: Some(sequence) });
