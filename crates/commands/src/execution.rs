@@ -391,6 +391,18 @@ impl Execution {
         Ok(matches)
     }
 
+    /// The record ids of the next `max_documents` matches, for writers, which read each match
+    /// again under their lock: nothing is decoded that the filter does not need (an `_id`
+    /// lookup decodes nothing).
+    pub fn next_match_ids(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<Vec<RecordId>> {
+        let mut matches = Vec::new();
+        while matches.len() < max_documents {
+            let Some(row) = self.next_match(backend)? else { break };
+            matches.push(row.record_id);
+        }
+        Ok(matches)
+    }
+
     /// How many of the next `max_documents` matches there are (count: nothing is decoded
     /// that the filter does not need).
     pub fn count_matches(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<usize> {

@@ -73,7 +73,7 @@ pub fn for_each_current_match(
         let chunk = if scope == Scope::One { 1 } else { WRITE_CHUNK_DOCUMENTS };
         loop {
             check_interrupt()?;
-            let candidates = crate::operation::note_examined_during(&mut execution, |execution| execution.next_matches(backend, chunk))?;
+            let candidates = crate::operation::note_examined_during(&mut execution, |execution| execution.next_match_ids(backend, chunk))?;
             if candidates.is_empty() {
                 break;
             }
@@ -102,12 +102,12 @@ pub fn for_each_current_match(
 fn write_chunk(
     transaction: &mut dyn WriteSession,
     filter: &Filter,
-    candidates: Vec<(RecordId, Document)>,
+    candidates: Vec<RecordId>,
     scope: Scope,
     written: &mut u64,
     write: &mut impl FnMut(&mut dyn WriteSession, RecordId, Document) -> CommandResult<()>,
 ) -> CommandResult<()> {
-    for (record_id, _read_without_lock) in candidates {
+    for record_id in candidates {
         let Some(raw) = transaction.get_record(record_id)? else { continue };
         let current = to_document(&raw)?;
         if !filter.matches(&current) {

@@ -88,18 +88,21 @@ pub fn apply_statement(
         let mut outcome = StatementOutcome::default();
         let now = DateTime::now();
         let matched = for_each_current_match(context.backend.as_ref(), collection, &spec, scope, durability, |transaction, record_id, old| {
-            let mut new = old.clone();
             let position = spec.filter.matches_with_position(&old).and_then(|details| details.array_position);
             let update_context = UpdateContext { is_upsert_insert: false, matched_array_position: position, now };
-            let changed = statement.update.apply(&mut new, &update_context)?;
-            if changed {
-                check_id_unchanged(&old, &new)?;
-                crate::validation::check_update(context, transaction, &old, &new, statement.bypass_document_validation)?;
-                transaction.update(record_id, &old, &new)?;
+            let updated = statement.update.apply_to(&old, &update_context)?;
+            if let Some(new) = &updated {
+                check_id_unchanged(&old, new)?;
+                crate::validation::check_update(context, transaction, &old, new, statement.bypass_document_validation)?;
+                transaction.update(record_id, &old, new)?;
                 outcome.modified += 1;
             }
             if outcome.document.is_none() {
-                outcome.document = Some(if statement.return_new { new } else { old });
+                // Unchanged, the new document is the old one.
+                outcome.document = Some(match updated {
+                    Some(new) if statement.return_new => new,
+                    _ => old,
+                });
             }
             Ok(())
         })?;

@@ -174,6 +174,19 @@ impl Update {
     /// Applies the update. Returns whether the document changed (byte for byte). On error the
     /// document is left untouched.
     pub fn apply(&self, document: &mut Document, context: &UpdateContext) -> QueryResult<bool> {
+        match self.apply_to(document, context)? {
+            Some(updated) => {
+                *document = updated;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// What [`Update::apply`] makes of `document`, leaving it as it is: the new document, or
+    /// `None` when the update leaves its bytes unchanged (no copy of the old one is made for
+    /// the caller that keeps it).
+    pub fn apply_to(&self, document: &Document, context: &UpdateContext) -> QueryResult<Option<Document>> {
         let updated = match &self.kind {
             UpdateKind::Replacement(replacement) => fields::replace(document, replacement)?,
             UpdateKind::Operators(modifications) => {
@@ -191,11 +204,7 @@ impl Update {
         // A result deeper than MongoDB stores could never be written (MongoDB reports the same
         // Overflow); checked iteratively before the recursive encoder in `same_bytes` sees it.
         crate::limits::check_storage_depth(&updated)?;
-        let changed = !same_bytes(document, &updated);
-        if changed {
-            *document = updated;
-        }
-        Ok(changed)
+        Ok((!same_bytes(document, &updated)).then_some(updated))
     }
 
     fn apply_modification(&self, working: &mut Document, modification: &Modification, context: &UpdateContext) -> QueryResult<()> {
