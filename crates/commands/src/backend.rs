@@ -268,7 +268,7 @@ impl Backend for Engine {
         Engine::journal_progress(self, sequence)
     }
     fn sync_journal_through(&self, sequence: u64) -> BackendResult<()> {
-        Ok(Engine::sync_journal_through(self, sequence)?)
+        Engine::sync_journal_through(self, sequence)
     }
     fn flush(&self) -> BackendResult<()> {
         Engine::flush(self)
