@@ -108,15 +108,15 @@ thread_local! {
 /// none), which the caller must wait for before it acknowledges anything `run` did.
 pub fn defer_waits<R>(run: impl FnOnce() -> R) -> (R, u64) {
     /// Ends the deferral even when `run` unwinds.
-    struct Deferral(Option<u64>);
+    struct Deferral;
     impl Drop for Deferral {
         fn drop(&mut self) {
-            DEFERRED.with(|deferred| deferred.set(self.0));
+            DEFERRED.with(|deferred| deferred.set(None));
         }
     }
     let outer = DEFERRED.with(|deferred| deferred.replace(Some(0)));
     assert!(outer.is_none(), "journal waits are deferred twice on one thread");
-    let guard = Deferral(None);
+    let guard = Deferral;
     let result = run();
     let recorded = DEFERRED.with(|deferred| deferred.get()).unwrap_or(0);
     drop(guard);
@@ -167,11 +167,12 @@ impl JournalSync {
         if deferred(sequence) {
             return Ok(());
         }
-        self.lead_or_follow(db, sequence)
+        self.sync_through(db, sequence)
     }
 
-    /// [`Self::wait_durable`] without counting a wait (a deferred wait counted already).
-    fn lead_or_follow(&self, db: &DB, sequence: u64) -> Result<(), StorageError> {
+    /// [`Self::wait_durable`] without counting a wait: also for a deferred wait (counted
+    /// already) that found the journal idle, on a thread that may block.
+    pub(crate) fn sync_through(&self, db: &DB, sequence: u64) -> Result<(), StorageError> {
         let mut state = self.state.lock();
         loop {
             if state.durable_sequence >= sequence {
@@ -228,12 +229,6 @@ impl JournalSync {
         } else {
             JournalProgress::Idle
         }
-    }
-
-    /// Blocks until `sequence` is durable, leading a sync if none runs: a deferred wait
-    /// that found the journal idle, on a thread that may block.
-    pub(crate) fn sync_through(&self, db: &DB, sequence: u64) -> Result<(), StorageError> {
-        self.lead_or_follow(db, sequence)
     }
 
     /// Makes every write published so far durable (journaled DDL, `Engine::sync_wal`).
