@@ -196,7 +196,8 @@ proptest! {
     #[test]
     fn long_update_paths_fail_with_overflow_and_deep_results_are_not_storable(components in path_length(), operator in prop::sample::select(vec!["$set", "$inc", "$unset", "$max", "$push"])) {
         let (parse_code, storage_code) = on_normal_stack(move || {
-            let update = Update::parse(&doc! {operator: {dotted(components): 1}}, &[]);
+            let specification = doc! {operator: {dotted(components): 1}};
+            let update = Update::parse(&specification, &[]);
             let mut storage_code = None;
             if let Ok(update) = &update {
                 let context = UpdateContext { is_upsert_insert: false, matched_array_position: None, now: DateTime::from_millis(0) };

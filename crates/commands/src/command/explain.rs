@@ -49,11 +49,11 @@ impl Verbosity {
 }
 
 /// What wraps the query's stages for the explained command.
-enum Wrapper {
+enum Wrapper<'a> {
     None,
     Count,
     /// With the parsed update, to count what it would change.
-    Update(Option<myriad_query::Update>),
+    Update(Option<myriad_query::Update<'a>>),
     Delete,
 }
 
@@ -104,10 +104,10 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
 }
 
 /// The query of an update's or delete's first statement (MongoDB explains one statement).
-fn first_statement_spec(inner: &CommandRequest) -> CommandResult<(QuerySpec, Wrapper)> {
+fn first_statement_spec(inner: &CommandRequest) -> CommandResult<(QuerySpec, Wrapper<'_>)> {
     let (field, filter_field) = if inner.name == "update" { ("updates", "q") } else { ("deletes", "q") };
     let statement = match inner.optional_array(field)?.and_then(|statements| statements.first()) {
-        Some(Bson::Document(statement)) => statement.clone(),
+        Some(Bson::Document(statement)) => statement,
         _ => return Err(CommandError::bad_value(format!("explain of {} needs one statement in '{field}'", inner.name))),
     };
     let mut body = doc! { "statement": 1, "filter": statement.get(filter_field).cloned().unwrap_or(Bson::Document(Document::new())) };
@@ -151,7 +151,7 @@ fn explain_query(
     collection_name: &str,
     inner: &CommandRequest,
     spec: QuerySpec,
-    wrapper: &Wrapper,
+    wrapper: &Wrapper<'_>,
     verbosity: Verbosity,
 ) -> CommandResult<Document> {
     let backend = context.backend.as_ref();
@@ -211,7 +211,7 @@ fn explain_query(
 
 /// Runs the winning plan to its end a bounded batch at a time, counting its results (and, for
 /// an update, how many documents the update would change, applied to copies).
-fn drain(execution: &mut Execution, context: &ServerContext, wrapper: &Wrapper) -> CommandResult<Drained> {
+fn drain(execution: &mut Execution, context: &ServerContext, wrapper: &Wrapper<'_>) -> CommandResult<Drained> {
     let backend = context.backend.as_ref();
     let mut drained = Drained::default();
     let Wrapper::Update(Some(update)) = wrapper else {
@@ -278,7 +278,7 @@ fn execution_stats(
 
 /// Wraps the query's stage tree in the explained command's own stage (COUNT, UPDATE, DELETE).
 /// With `drained` (executionStats), the stage carries its counts.
-fn wrap(stages: Document, wrapper: &Wrapper, drained: Option<&Drained>) -> Document {
+fn wrap(stages: Document, wrapper: &Wrapper<'_>, drained: Option<&Drained>) -> Document {
     let name = match wrapper {
         Wrapper::None => return stages,
         Wrapper::Count => "COUNT",

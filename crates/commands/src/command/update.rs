@@ -33,7 +33,7 @@ pub struct StatementOutcome {
 
 pub struct UpdateStatement<'a> {
     pub filter_document: &'a Document,
-    pub update: Update,
+    pub update: Update<'a>,
     pub multi: bool,
     pub upsert: bool,
     pub hint: Option<Bson>,

@@ -34,16 +34,17 @@ pub struct UpdateContext {
     pub now: DateTime,
 }
 
-/// A parsed update.
+/// A parsed update. A replacement borrows its document from the command (no copy of it is
+/// made until the new document is built).
 #[derive(Clone, Debug)]
-pub struct Update {
-    kind: UpdateKind,
+pub struct Update<'a> {
+    kind: UpdateKind<'a>,
     array_filters: Vec<(String, Filter)>,
 }
 
 #[derive(Clone, Debug)]
-enum UpdateKind {
-    Replacement(Document),
+enum UpdateKind<'a> {
+    Replacement(&'a Document),
     Operators(Vec<Modification>),
 }
 
@@ -104,9 +105,9 @@ impl Action {
 /// Bound on the number of modifications in one update document.
 const MAX_MODIFICATIONS: usize = 100_000;
 
-impl Update {
+impl<'a> Update<'a> {
     /// Parses an update document (operators or a replacement) and its array filters.
-    pub fn parse(specification: &Document, array_filters: &[Document]) -> QueryResult<Update> {
+    pub fn parse(specification: &'a Document, array_filters: &[Document]) -> QueryResult<Update<'a>> {
         let filters = parse_array_filters(array_filters)?;
         let first_is_operator = specification.keys().next().is_some_and(|key| key.starts_with('$'));
         if !first_is_operator {
@@ -120,7 +121,7 @@ impl Update {
             if !filters.is_empty() {
                 return Err(QueryError::FailedToParse("arrayFilters may not be specified for a replacement-style update".into()));
             }
-            return Ok(Update { kind: UpdateKind::Replacement(specification.clone()), array_filters: filters });
+            return Ok(Update { kind: UpdateKind::Replacement(specification), array_filters: filters });
         }
         let mut modifications = Vec::new();
         for (operator, argument) in specification {

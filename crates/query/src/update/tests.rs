@@ -205,7 +205,8 @@ fn errors_match_mongodb() {
 #[test]
 fn failed_update_leaves_document_untouched() {
     let original = doc! {"_id": 1, "a": 1, "b": "x"};
-    let update = Update::parse(&doc! {"$set": {"a": 2}, "$inc": {"b": 1}}, &[]);
+    let specification = doc! {"$set": {"a": 2}, "$inc": {"b": 1}};
+    let update = Update::parse(&specification, &[]);
     assert!(update.is_ok());
     if let Ok(update) = update {
         let mut document = original.clone();
@@ -216,7 +217,8 @@ fn failed_update_leaves_document_untouched() {
 
 #[test]
 fn replacement_keeps_id() {
-    let update = Update::parse(&doc! {"b": 2, "c": 3}, &[]);
+    let specification = doc! {"b": 2, "c": 3};
+    let update = Update::parse(&specification, &[]);
     assert!(update.as_ref().is_ok_and(Update::is_replacement));
     if let Ok(update) = update {
         let mut document = doc! {"_id": 7, "a": 1};
@@ -248,9 +250,11 @@ fn upserts() {
 
 #[test]
 fn positional_flag() {
-    let update = Update::parse(&doc! {"$set": {"a.$": 1}}, &[]);
+    let positional = doc! {"$set": {"a.$": 1}};
+    let update = Update::parse(&positional, &[]);
     assert!(update.is_ok_and(|update| update.uses_positional_operator()));
-    let update = Update::parse(&doc! {"$set": {"a.$[]": 1}}, &[]);
+    let all_positional = doc! {"$set": {"a.$[]": 1}};
+    let update = Update::parse(&all_positional, &[]);
     assert!(update.is_ok_and(|update| !update.uses_positional_operator()));
     assert!(Update::parse(&doc! {"$set": {"a.$.b.$": 1}}, &[]).is_err());
     assert_eq!(Bson::Null, Bson::Null);
