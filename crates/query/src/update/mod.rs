@@ -455,12 +455,31 @@ pub fn check_id_type(document: &Document) -> QueryResult<()> {
     Err(QueryError::InvalidIdField(format!("The '_id' value cannot be of type {kind}")))
 }
 
+/// Whether `left` and `right` encode to the same bytes, decided without encoding either: the
+/// same fields in the same order, values of the same types, numbers equal bit for bit (so -0.0
+/// differs from 0.0, and a NaN from a NaN of other bits, as their bytes do). Stops at the first
+/// difference. The recursion only descends where both hold a container, so it is bounded by
+/// the depth of the updated document, which the caller checked first.
 fn same_bytes(left: &Document, right: &Document) -> bool {
-    let mut left_bytes = Vec::new();
-    let mut right_bytes = Vec::new();
-    match (left.to_writer(&mut left_bytes), right.to_writer(&mut right_bytes)) {
-        (Ok(()), Ok(())) => left_bytes == right_bytes,
-        _ => false,
+    left.len() == right.len()
+        && left
+            .iter()
+            .zip(right)
+            .all(|((left_key, left_value), (right_key, right_value))| left_key == right_key && same_value_bytes(left_value, right_value))
+}
+
+fn same_value_bytes(left: &Bson, right: &Bson) -> bool {
+    match (left, right) {
+        (Bson::Document(left), Bson::Document(right)) => same_bytes(left, right),
+        (Bson::Array(left), Bson::Array(right)) => {
+            left.len() == right.len() && left.iter().zip(right).all(|(left, right)| same_value_bytes(left, right))
+        }
+        (Bson::Double(left), Bson::Double(right)) => left.to_bits() == right.to_bits(),
+        (Bson::JavaScriptCodeWithScope(left), Bson::JavaScriptCodeWithScope(right)) => {
+            left.code == right.code && same_bytes(&left.scope, &right.scope)
+        }
+        // Every other type: equal values of one variant have equal encodings.
+        _ => left == right,
     }
 }
 

@@ -259,3 +259,38 @@ fn positional_flag() {
     assert!(Update::parse(&doc! {"$set": {"a.$.b.$": 1}}, &[]).is_err());
     assert_eq!(Bson::Null, Bson::Null);
 }
+
+/// `same_bytes` decides exactly what comparing the two encodings decides.
+#[test]
+fn same_bytes_agrees_with_the_encodings() {
+    let encoded = |document: &Document| {
+        let mut bytes = Vec::new();
+        document.to_writer(&mut bytes).map(|_| bytes).ok()
+    };
+    let nan_other_bits = f64::from_bits(f64::NAN.to_bits() ^ 1);
+    let cases = [
+        (doc! {"_id": 1, "a": {"b": [1, 2.5, "x"]}}, doc! {"_id": 1, "a": {"b": [1, 2.5, "x"]}}),
+        (doc! {"_id": 1, "a": 1, "b": 2}, doc! {"_id": 1, "b": 2, "a": 1}),
+        (doc! {"a": 1}, doc! {"a": 1.0}),
+        (doc! {"a": 1_i32}, doc! {"a": 1_i64}),
+        (doc! {"a": 0.0}, doc! {"a": -0.0}),
+        (doc! {"a": f64::NAN}, doc! {"a": f64::NAN}),
+        (doc! {"a": f64::NAN}, doc! {"a": nan_other_bits}),
+        (doc! {"a": [1, 2]}, doc! {"a": {"0": 1, "1": 2}}),
+        (doc! {"a": [[1], {"b": [Bson::Null]}]}, doc! {"a": [[1], {"b": [Bson::Null]}]}),
+        (doc! {"a": [[1], {"b": [Bson::Null]}]}, doc! {"a": [[1], {"b": [Bson::Undefined]}]}),
+        (doc! {"a": "x"}, doc! {"a": "x", "b": "y"}),
+        (doc! {"a": DateTime::from_millis(5)}, doc! {"a": DateTime::from_millis(5)}),
+        (doc! {"a": Timestamp { time: 1, increment: 2 }}, doc! {"a": Timestamp { time: 1, increment: 3 }}),
+        (
+            doc! {"a": Bson::JavaScriptCodeWithScope(bson::JavaScriptCodeWithScope { code: "f".into(), scope: doc! {"x": 1, "y": 2} })},
+            doc! {"a": Bson::JavaScriptCodeWithScope(bson::JavaScriptCodeWithScope { code: "f".into(), scope: doc! {"y": 2, "x": 1} })},
+        ),
+    ];
+    for (left, right) in &cases {
+        let bytes_equal = encoded(left).is_some() && encoded(left) == encoded(right);
+        assert_eq!(same_bytes(left, right), bytes_equal, "{left} against {right}");
+        assert_eq!(same_bytes(right, left), bytes_equal, "{right} against {left}");
+    }
+    assert!(cases.iter().any(|(left, right)| same_bytes(left, right)), "some cases are equal");
+}
