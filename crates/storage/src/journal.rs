@@ -255,17 +255,18 @@ impl JournalSync {
 mod tests {
     use super::*;
 
-    fn open(directory: &std::path::Path) -> DB {
+    /// A journal over a fresh database (the directory lives as long as the returned guard).
+    fn fresh() -> (tempfile::TempDir, DB, JournalSync) {
+        let directory = tempfile::tempdir().unwrap();
         let mut options = rocksdb::Options::default();
         options.create_if_missing(true);
-        DB::open(&options, directory).unwrap()
+        let db = DB::open(&options, directory.path()).unwrap();
+        (directory, db, JournalSync::default())
     }
 
     #[test]
     fn a_leader_gives_writers_under_a_stripe_a_bounded_time_and_then_syncs() {
-        let directory = tempfile::tempdir().unwrap();
-        let db = open(directory.path());
-        let journal = JournalSync::default();
+        let (_directory, db, journal) = fresh();
         db.put(b"a", b"1").unwrap();
         journal.wait_durable(&db, db.latest_sequence_number()).unwrap();
         assert_eq!(journal.gathered_syncs(), 0, "nobody holds a stripe: no gathering");
@@ -281,9 +282,7 @@ mod tests {
 
     #[test]
     fn a_published_write_is_durable_after_the_wait_and_later_waits_are_covered() {
-        let directory = tempfile::tempdir().unwrap();
-        let db = open(directory.path());
-        let journal = JournalSync::default();
+        let (_directory, db, journal) = fresh();
         db.put(b"a", b"1").unwrap();
         let first = db.latest_sequence_number();
         journal.wait_durable(&db, first).unwrap();
@@ -300,9 +299,7 @@ mod tests {
 
     #[test]
     fn deferred_waits_record_the_highest_sequence_and_sync_nothing() {
-        let directory = tempfile::tempdir().unwrap();
-        let db = open(directory.path());
-        let journal = JournalSync::default();
+        let (_directory, db, journal) = fresh();
         db.put(b"a", b"1").unwrap();
         let first = db.latest_sequence_number();
         db.put(b"b", b"2").unwrap();
@@ -328,9 +325,7 @@ mod tests {
     /// finds its write covered or the journal idle (it leads the next sync itself).
     #[test]
     fn a_follower_subscribed_during_a_sync_sees_its_end() {
-        let directory = tempfile::tempdir().unwrap();
-        let db = open(directory.path());
-        let journal = JournalSync::default();
+        let (_directory, db, journal) = fresh();
         db.put(b"a", b"1").unwrap();
         let sequence = db.latest_sequence_number();
         journal.state.lock().syncing = true;
@@ -355,9 +350,7 @@ mod tests {
     /// are shared (fewer syncs than waits is allowed, never more).
     #[test]
     fn concurrent_waiters_each_end_covered() {
-        let directory = tempfile::tempdir().unwrap();
-        let db = open(directory.path());
-        let journal = JournalSync::default();
+        let (_directory, db, journal) = fresh();
         const THREADS: usize = 8;
         const WRITES: usize = 50;
         std::thread::scope(|scope| {
