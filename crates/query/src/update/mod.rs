@@ -203,7 +203,8 @@ impl<'a> Update<'a> {
         };
         check_id_type(&updated)?;
         // A result deeper than MongoDB stores could never be written (MongoDB reports the same
-        // Overflow); checked iteratively before the recursive encoder in `same_bytes` sees it.
+        // Overflow); checked iteratively before the recursive walk in `same_bytes` (and later
+        // the storage encoder) sees it.
         crate::limits::check_storage_depth(&updated)?;
         Ok((!same_bytes(document, &updated)).then_some(updated))
     }
