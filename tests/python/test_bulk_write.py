@@ -3,33 +3,18 @@ over mixed namespaces, ordered and unordered failures with statement indexes, up
 bulks, errorsOnly and a results cursor read with getMore, 100,000 statements through
 insert_many and bulk_write, maxTimeMS between slices, and many clients against an exact model."""
 
-import threading
-
 import pymongo
 import pytest
 from pymongo import DeleteMany, DeleteOne, InsertOne, ReplaceOne, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError, ClientBulkWriteException, ExecutionTimeout, OperationFailure
 
+import many_clients
+
 CLIENTS = 8
 
 
 def run_threads(target, count=CLIENTS):
-    results = [None] * count
-    errors = []
-
-    def wrapped(index):
-        try:
-            results[index] = target(index)
-        except Exception as error:  # reported below, so a failing thread fails the test
-            errors.append(error)
-
-    threads = [threading.Thread(target=wrapped, args=(index,)) for index in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
-    return results
+    return many_clients.run_threads(target, count)
 
 
 def test_wire_version_25_enables_client_bulk_write(client):

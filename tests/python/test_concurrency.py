@@ -8,26 +8,13 @@ import pytest
 from pymongo import ReturnDocument
 from pymongo.errors import ExecutionTimeout, OperationFailure
 
+import many_clients
+
 THREADS = 8
 
 
 def run_threads(target, count=THREADS):
-    results = [None] * count
-    errors = []
-
-    def wrapped(index):
-        try:
-            results[index] = target(index)
-        except Exception as error:  # reported below, so a failing thread fails the test
-            errors.append(error)
-
-    threads = [threading.Thread(target=wrapped, args=(index,)) for index in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
-    return results
+    return many_clients.run_threads(target, count)
 
 
 def test_concurrent_increments_are_never_lost(server, db):

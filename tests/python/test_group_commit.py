@@ -10,28 +10,14 @@ import pytest
 from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
 
+import many_clients
 from conftest import Server
 
 THREADS = 12
 
 
 def run_threads(target, count=THREADS):
-    errors = []
-
-    def guarded(number):
-        try:
-            target(number)
-        except BaseException as error:  # re-raised in the main thread below
-            errors.append(error)
-
-    threads = [threading.Thread(target=guarded, args=(number,)) for number in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert not any(thread.is_alive() for thread in threads), "a thread did not finish"
-    if errors:
-        raise errors[0]
+    return many_clients.run_threads(target, count)
 
 
 def test_journaled_inserts_from_many_threads_are_all_there(server):
