@@ -92,7 +92,7 @@ pub(crate) fn database_options(options: &EngineOptions) -> Options {
     database.set_max_file_opening_threads(2);
     // The `stats` family's hash memtable cannot take concurrent inserts. Writers to one
     // collection are serialized by its lock stripe anyway, and a write group's leader then
-    // inserts the group's batches itself.
+    // inserts the group's batches itself (measured on 2 cores: docs/design.md, options).
     database.set_allow_concurrent_memtable_write(false);
     if options.enable_statistics {
         database.enable_statistics();
@@ -194,10 +194,11 @@ pub(crate) fn family_options(kind: FamilyKind, cache: &Cache, options: &EngineOp
         // operand count searched the whole list (about 18% of a single insert's server CPU); hashed
         // by whole key (the no-op prefix), each key's operands sit in a small list of their
         // own, which a new operand enters at its head (insert_one w:1 at 16 connections,
-        // 0.45 -> 0.50 of ping). The family is only read by key (get, multi-get), never
+        // 0.45 -> 0.50-0.56 of ping). The family is only read by key (get, multi-get), never
         // iterated, so the hash memtable's slow full-order iteration only costs its flush (an
         // iterator over it would need `total_order_seek`, or it sees one key's bucket only).
-        // Every key is read, so its memtable needs no bloom filter.
+        // A read finds its key (every collection, index and database has counters), so a
+        // memtable bloom filter would skip nothing.
         family.set_prefix_extractor(rocksdb::SliceTransform::create_noop());
         family.set_memtable_factory(rocksdb::MemtableFactory::HashSkipList { bucket_count: 1 << 16, height: 4, branching_factor: 4 });
         family.set_memtable_prefix_bloom_ratio(0.0);
