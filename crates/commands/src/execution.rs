@@ -382,23 +382,30 @@ impl Execution {
     /// Matching documents with their record ids, unprojected, in sort order when sorted, with
     /// skip and limit applied: the input of update, delete, findAndModify and count.
     pub fn next_matches(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<Vec<(RecordId, Document)>> {
-        let mut matches = Vec::new();
-        while matches.len() < max_documents {
-            let Some(row) = self.next_match(backend)? else { break };
+        self.collect_matches(backend, max_documents, |row| {
             let record_id = row.record_id;
-            matches.push((record_id, row.into_document()?));
-        }
-        Ok(matches)
+            Ok((record_id, row.into_document()?))
+        })
     }
 
     /// The record ids of the next `max_documents` matches, for writers, which read each match
     /// again under their lock: nothing is decoded that the filter does not need (an `_id`
     /// lookup decodes nothing).
     pub fn next_match_ids(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<Vec<RecordId>> {
+        self.collect_matches(backend, max_documents, |row| Ok(row.record_id))
+    }
+
+    /// What `keep` makes of each of the next `max_documents` matches.
+    fn collect_matches<T>(
+        &mut self,
+        backend: &dyn Backend,
+        max_documents: usize,
+        mut keep: impl FnMut(Row) -> CommandResult<T>,
+    ) -> CommandResult<Vec<T>> {
         let mut matches = Vec::new();
         while matches.len() < max_documents {
             let Some(row) = self.next_match(backend)? else { break };
-            matches.push(row.record_id);
+            matches.push(keep(row)?);
         }
         Ok(matches)
     }
