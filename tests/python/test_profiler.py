@@ -199,20 +199,24 @@ def test_system_profile_stays_within_its_cap(profiled):
     profiled.command("profile", 2)
     padding = "p" * 40_000
     for index in range(40):
-        profiled.big.insert_one({"_id": index, "pad": padding})
+        # The inserted documents travel as a document sequence, which MongoDB's profiler
+        # leaves out of `command` (it shows the OP_MSG body): the comment makes entries large.
+        profiled.big.insert_one({"_id": index}, comment={"index": index, "pad": padding})
     stats = profiled.command("collStats", "system.profile")
     assert 0 < stats["count"] < 40
     assert stats["size"] <= PROFILE_SIZE
     # The newest entries survive and the oldest went (ts has millisecond resolution, so
     # entries are compared by what they inserted, not sorted by time).
-    inserted = [entry["command"]["documents"][0]["_id"] for entry in profiled.system.profile.find({"op": "insert"})]
+    entries = list(profiled.system.profile.find({"op": "insert"}))
+    assert all("documents" not in entry["command"] for entry in entries), "sequence documents are not shown"
+    inserted = [entry["command"]["comment"]["index"] for entry in entries]
     assert 39 in inserted and 0 not in inserted, inserted
     assert inserted == sorted(inserted), "a capped collection keeps insertion order"
 
 
 def test_large_commands_are_cut_in_profile_documents(profiled):
     profiled.command("profile", 2)
-    profiled.big.insert_one({"pad": "q" * 200_000})
+    profiled.big.insert_one({"_id": 1}, comment="q" * 200_000)
     (entry,) = profile_entries(profiled, op="insert")
     assert set(entry["command"]) == {"$truncated"}
     assert entry["command"]["$truncated"].startswith("{ insert: \"big\"")

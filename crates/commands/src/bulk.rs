@@ -23,8 +23,10 @@
 
 use std::borrow::Cow;
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawDocument};
 use myriad_storage::{CollectionHandle, Durability, PreparedInsert};
+
+pub use crate::request::InsertDocument;
 
 use crate::error::{CommandError, CommandResult};
 use crate::write::{begin_write_on, prepare_for_insert};
@@ -45,8 +47,56 @@ pub fn is_interruption(error: &CommandError) -> bool {
 /// before storage sees it (a repeated field name).
 pub struct InsertStatement<'a> {
     pub index: usize,
-    pub document: &'a Document,
+    pub document: InsertDocument<'a>,
     pub refused: Option<CommandError>,
+}
+
+/// A statement's document as it is stored: decoded (with its `_id` first), or BSON bytes
+/// whose first field is a valid `_id`, decoded only if a validator must see it.
+enum StoredDocument<'a> {
+    Decoded(Cow<'a, Document>),
+    Raw(&'a RawDocument),
+}
+
+impl StoredDocument<'_> {
+    fn decoded(&self) -> CommandResult<Cow<'_, Document>> {
+        match self {
+            StoredDocument::Decoded(document) => Ok(Cow::Borrowed(document.as_ref())),
+            StoredDocument::Raw(raw) => decode(raw).map(Cow::Owned),
+        }
+    }
+}
+
+/// Decodes sequence bytes (checked by the wire decoder, so this fails only on a bug).
+fn decode(raw: &RawDocument) -> CommandResult<Document> {
+    myriad_keystring::nesting::decode_document(raw, myriad_keystring::nesting::MAX_BSON_DEPTH)
+        .map_err(|error| CommandError::bad_value(format!("invalid BSON in an inserted document: {error}")))
+}
+
+/// True when `raw` can be stored as it is: its first field is an `_id` that
+/// [`prepare_for_insert`] would accept where it is.
+fn id_first(raw: &RawDocument) -> bool {
+    use bson::spec::ElementType;
+    match raw.iter_elements().next() {
+        Some(Ok(element)) => {
+            element.key() == "_id"
+                && !matches!(element.element_type(), ElementType::Array | ElementType::RegularExpression | ElementType::Undefined)
+        }
+        _ => false,
+    }
+}
+
+/// Prepares one statement's document for `handle`: its stored form and storage work.
+fn prepare_statement<'a>(handle: &CollectionHandle, document: InsertDocument<'a>) -> CommandResult<(StoredDocument<'a>, PreparedInsert)> {
+    let decoded = match document {
+        InsertDocument::Raw { document, within_storage_depth } if id_first(document) => {
+            return Ok((StoredDocument::Raw(document), handle.prepare_raw_insert(document, within_storage_depth)?));
+        }
+        InsertDocument::Raw { document, .. } => Cow::Owned(prepare_for_insert(&decode(document)?)?.into_owned()),
+        InsertDocument::Decoded(document) => prepare_for_insert(document)?,
+    };
+    let prepared = handle.prepare_insert(&decoded)?;
+    Ok((StoredDocument::Decoded(decoded), prepared))
 }
 
 /// Inserts `statements` into `db.collection` in slices (created on first write). Each
@@ -80,7 +130,9 @@ pub fn insert_in_slices<'a>(
         let (mut inserted, mut stop) = (0i64, false);
         for (index, prepared) in slice {
             let outcome = prepared.and_then(|(document, prepared)| {
-                crate::validation::check_with(context, validator.as_deref(), transaction.as_ref(), &document)?;
+                if let Some(validator) = validator.as_deref() {
+                    validator.check(context, transaction.as_ref(), None, document.decoded()?.as_ref())?;
+                }
                 Ok(transaction.insert_prepared(prepared)?)
             });
             match outcome {
@@ -109,7 +161,7 @@ pub fn insert_in_slices<'a>(
 
 /// One statement of a slice, prepared: the document to store and its storage work, or the
 /// statement's error.
-type PreparedStatement<'a> = (usize, CommandResult<(Cow<'a, Document>, PreparedInsert)>);
+type PreparedStatement<'a> = (usize, CommandResult<(StoredDocument<'a>, PreparedInsert)>);
 
 /// Takes the next slice's statements (at most [`SLICE_MAX_STATEMENTS`], closed once their
 /// records reach [`SLICE_MAX_BYTES`]) and prepares each for `handle`, without any lock. An
@@ -124,10 +176,7 @@ fn prepare_slice<'a>(
         let Some(statement) = statements.next() else { break };
         let prepared = match statement.refused {
             Some(error) => Err(error),
-            None => prepare_for_insert(statement.document).and_then(|document| {
-                let prepared = handle.prepare_insert(&document)?;
-                Ok((document, prepared))
-            }),
+            None => prepare_statement(handle, statement.document),
         };
         let failed = match &prepared {
             Ok((_, prepared)) => {

@@ -1,7 +1,10 @@
 //! A decoded command: its database, body (with OP_MSG document sequences folded in) and typed
 //! accessors that reply with MongoDB's errors for wrongly typed fields.
 
-use bson::{Bson, Document};
+use std::sync::Arc;
+
+use bson::{Bson, Document, RawDocument, RawDocumentBuf};
+use myriad_wire::DocumentSequence;
 
 use crate::context::ConnectionInfo;
 use crate::error::{CommandError, CommandResult, INVALID_NAMESPACE, TYPE_MISMATCH};
@@ -12,7 +15,12 @@ pub struct CommandRequest {
     /// The command name as sent (its first key).
     pub name: String,
     /// Shared, so the operation table can show the command without copying it.
-    pub body: std::sync::Arc<Document>,
+    pub body: Arc<Document>,
+    /// An insert's `documents` when they came as an OP_MSG document sequence: kept as the
+    /// BSON bytes they came as (checked by the wire decoder), not in `body`, so that they go
+    /// to storage without being decoded and encoded again. MongoDB's logs and profiler do not
+    /// show sequence documents either.
+    pub raw_documents: Option<RawDocuments>,
     pub connection: ConnectionInfo,
     /// Field names that occurred twice in one document of the message (the decoder keeps the
     /// last value; see [`myriad_wire::DuplicateFields`]), as paths from the body, sequence
@@ -22,20 +30,31 @@ pub struct CommandRequest {
 
 impl CommandRequest {
     /// Builds a request from an OP_MSG body and its kind-1 sequences, which become arrays
-    /// under their identifiers (`documents`, `updates`, `deletes`), as MongoDB treats them.
+    /// under their identifiers (`updates`, `deletes`, `ops`), as MongoDB treats them; an
+    /// insert's `documents` stay bytes ([`CommandRequest::raw_documents`]).
     pub fn from_op_msg(
         mut body: Document,
-        sequences: Vec<(String, Vec<Document>)>,
+        sequences: Vec<DocumentSequence>,
         duplicate_fields: myriad_wire::DuplicateFields,
         connection: ConnectionInfo,
     ) -> CommandResult<CommandRequest> {
-        for (identifier, documents) in sequences {
-            if body.contains_key(&identifier) {
+        let mut raw_documents = None;
+        let is_insert = body.keys().next().is_some_and(|name| name == "insert");
+        for sequence in sequences {
+            if body.contains_key(&sequence.identifier) {
                 return Err(CommandError::bad_value(format!(
-                    "Duplicate field {identifier} in both the command body and a document sequence"
+                    "Duplicate field {} in both the command body and a document sequence",
+                    sequence.identifier
                 )));
             }
-            body.insert(identifier, Bson::Array(documents.into_iter().map(Bson::Document).collect()));
+            if is_insert && sequence.identifier == "documents" {
+                let storage_depth = myriad_keystring::nesting::MAX_USER_STORAGE_DEPTH;
+                let within_storage_depth = sequence.deepest_nesting <= storage_depth;
+                raw_documents = Some(RawDocuments { documents: Arc::from(sequence.documents), within_storage_depth });
+                continue;
+            }
+            let documents = sequence.to_documents()?;
+            body.insert(sequence.identifier, Bson::Array(documents.into_iter().map(Bson::Document).collect()));
         }
         let db = match body.get("$db") {
             Some(Bson::String(db)) => db.clone(),
@@ -43,6 +62,7 @@ impl CommandRequest {
             None => return Err(CommandError::bad_value("OP_MSG requests require a $db argument")),
         };
         let mut request = CommandRequest::new(db, body, connection)?;
+        request.raw_documents = raw_documents;
         if !duplicate_fields.is_empty() {
             request.duplicate_fields = duplicate_fields.paths().to_vec();
             crate::duplicates::check_command(&request)?;
@@ -61,7 +81,37 @@ impl CommandRequest {
         if db != crate::command::authenticate::EXTERNAL {
             validate_database_name(&db)?;
         }
-        Ok(CommandRequest { db, name, body: std::sync::Arc::new(body), connection, duplicate_fields: Vec::new() })
+        Ok(CommandRequest { db, name, body: Arc::new(body), connection, raw_documents: None, duplicate_fields: Vec::new() })
+    }
+
+    /// This request with another body (fields removed or changed), all else the same.
+    pub fn with_body(&self, body: Document) -> CommandRequest {
+        CommandRequest {
+            db: self.db.clone(),
+            name: self.name.clone(),
+            body: Arc::new(body),
+            connection: self.connection.clone(),
+            raw_documents: self.raw_documents.clone(),
+            duplicate_fields: self.duplicate_fields.clone(),
+        }
+    }
+
+    /// An insert's documents: the raw sequence when one came, else the body's `documents`
+    /// array (each element required to be a document).
+    pub fn insert_documents(&self) -> CommandResult<Vec<InsertDocument<'_>>> {
+        match &self.raw_documents {
+            Some(raw) => Ok(raw
+                .documents
+                .iter()
+                .map(|document| InsertDocument::Raw { document, within_storage_depth: raw.within_storage_depth })
+                .collect()),
+            None => Ok(self.document_array("documents")?.into_iter().map(InsertDocument::Decoded).collect()),
+        }
+    }
+
+    /// The bytes of the insert documents kept raw (0 when none were).
+    pub fn raw_documents_size_bytes(&self) -> usize {
+        self.raw_documents.as_ref().map_or(0, |raw| raw.documents.iter().map(|document| document.as_bytes().len()).sum())
     }
 
     /// The value of the command's first field (the collection name for most commands).
@@ -148,6 +198,24 @@ impl CommandRequest {
     pub fn wrong_type(&self, field: &str, expected: &str, actual: &Bson) -> CommandError {
         field_type_error(&format!("{}.{field}", self.name), expected, actual)
     }
+}
+
+/// One document of an insert, as it came: decoded in the command body, or BSON bytes from a
+/// document sequence.
+#[derive(Clone, Copy)]
+pub enum InsertDocument<'a> {
+    Decoded(&'a Document),
+    /// `within_storage_depth`: the wire decoder found it nests no deeper than MongoDB stores,
+    /// so storage need not walk it again.
+    Raw { document: &'a RawDocument, within_storage_depth: bool },
+}
+
+/// An insert's `documents` as they came in an OP_MSG document sequence.
+#[derive(Clone)]
+pub struct RawDocuments {
+    pub documents: Arc<[RawDocumentBuf]>,
+    /// Every document nests at most `MAX_USER_STORAGE_DEPTH` levels.
+    pub within_storage_depth: bool,
 }
 
 pub fn truthy(value: &Bson) -> Option<bool> {

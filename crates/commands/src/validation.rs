@@ -192,14 +192,6 @@ pub fn bypass_requested(request: &CommandRequest) -> CommandResult<bool> {
     }
 }
 
-/// Checks an inserted document against a validator [`for_write`] returned.
-pub fn check_with(context: &ServerContext, validator: Option<&Validator>, transaction: &dyn WriteSession, document: &Document) -> CommandResult<()> {
-    match validator {
-        Some(validator) => validator.check(context, transaction, None, document),
-        None => Ok(()),
-    }
-}
-
 /// Checks an inserted document (or an upsert's new document).
 pub fn check_insert(context: &ServerContext, transaction: &dyn WriteSession, document: &Document, bypass: bool) -> CommandResult<()> {
     match for_write(transaction, bypass)? {

@@ -409,8 +409,7 @@ impl ConnectionTask<'_> {
         };
         let more_to_come = op_msg.more_to_come();
         let exhaust_allowed = op_msg.exhaust_allowed();
-        let sequences = op_msg.sequences.into_iter().map(|sequence| (sequence.identifier, sequence.documents)).collect();
-        let request = match CommandRequest::from_op_msg(op_msg.body, sequences, op_msg.duplicate_fields, self.connection.clone()) {
+        let request = match CommandRequest::from_op_msg(op_msg.body, op_msg.sequences, op_msg.duplicate_fields, self.connection.clone()) {
             Ok(request) => request,
             Err(error) => return self.reply_unless_more_to_come(more_to_come, &error.to_reply().into(), request_id, reply_id, None),
         };
@@ -743,15 +742,19 @@ fn point_operation(request: &CommandRequest) -> Option<PointOperation> {
         Some(bson::Bson::Document(filter)) => myriad_commands::plan::id_equality(filter).is_some(),
         _ => false,
     };
-    let small = || myriad_commands::execution::bson_size_bytes(body) <= POINT_OPERATION_MAX_BYTES;
+    let small = || myriad_commands::execution::bson_size_bytes(body) + request.raw_documents_size_bytes() <= POINT_OPERATION_MAX_BYTES;
     let point = match request.name.as_str() {
         "find" => return (filter_by_id("filter") && small()).then_some(PointOperation::Read),
         "findAndModify" | "findandmodify" => filter_by_id("query") && !body.contains_key("sort") && small(),
         "update" => single_statement_by_id("updates", "q") && small(),
         "delete" => single_statement_by_id("deletes", "q") && small(),
         "insert" => {
-            matches!(body.get("documents"), Some(bson::Bson::Array(documents)) if documents.len() <= POINT_INSERT_MAX_DOCUMENTS)
-                && small()
+            let count = match (&request.raw_documents, body.get("documents")) {
+                (Some(raw), _) => Some(raw.documents.len()),
+                (None, Some(bson::Bson::Array(documents))) => Some(documents.len()),
+                _ => None,
+            };
+            count.is_some_and(|count| count <= POINT_INSERT_MAX_DOCUMENTS) && small()
         }
         _ => false,
     };

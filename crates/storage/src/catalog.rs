@@ -193,6 +193,12 @@ impl IndexEntry {
         crate::index::generate_keys(fields, self.sparse, document)
     }
 
+    /// True when a document's keys in this index depend on its `_id` alone: every key field
+    /// is `_id` or under it, and no partial filter looks at other fields.
+    pub(crate) fn keys_from_id_alone(&self, fields: &[IndexField<'_>]) -> bool {
+        !self.is_partial() && fields.iter().all(|field| field.path == "_id" || field.path.starts_with("_id."))
+    }
+
     pub(crate) fn is_partial(&self) -> bool {
         self.layout().partial_filter.is_some()
     }

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{Bson, Document, RawDocument, RawDocumentBuf};
 
 use crate::catalog::{CollectionEntry, CollectionHandle, IndexEntry};
 use crate::engine::{Engine, StripeGuard};
@@ -105,6 +105,48 @@ impl PreparedInsert {
         })
     }
 
+    /// [`PreparedInsert::new`] for a document received as BSON bytes whose first field is a
+    /// valid `_id` (callers decode any other document and move its `_id` first): the bytes are
+    /// stored as they are, and the document is decoded only for an index that needs more than
+    /// its `_id` (a secondary or partial index). `within_storage_depth`: the caller knows it
+    /// nests at most [`myriad_keystring::nesting::MAX_USER_STORAGE_DEPTH`] levels.
+    fn from_raw(entry: &CollectionEntry, raw: &RawDocument, within_storage_depth: bool) -> Result<PreparedInsert, StorageError> {
+        let invalid = |error: &dyn std::fmt::Display| StorageError::InvalidDocument(format!("invalid BSON: {error}"));
+        let id = match raw.iter().next() {
+            Some(Ok(("_id", id))) => Bson::try_from(id).map_err(|error| invalid(&error))?,
+            Some(Err(error)) => return Err(invalid(&error)),
+            _ => return Err(StorageError::InvalidDocument("a raw insert needs its _id first".to_string())),
+        };
+        let id_alone = bson::doc! { "_id": id };
+        validate_id(&id_alone)?;
+        let limit = myriad_keystring::nesting::MAX_USER_STORAGE_DEPTH;
+        if !within_storage_depth {
+            match myriad_keystring::nesting::check_document(raw, limit) {
+                Ok(()) => {}
+                Err(myriad_keystring::nesting::NestingError::TooDeep { .. }) => return Err(StorageError::DocumentTooDeep),
+                Err(error) => return Err(invalid(&error)),
+            }
+        }
+        if raw.as_bytes().len() > MAX_DOCUMENT_SIZE_BYTES {
+            return Err(StorageError::DocumentTooLarge);
+        }
+        let mut whole: Option<Document> = None;
+        let mut keys = Vec::with_capacity(entry.indexes.len());
+        for index in &entry.indexes {
+            let fields = index.fields()?;
+            let source = if index.keys_from_id_alone(&fields) {
+                &id_alone
+            } else if let Some(document) = &whole {
+                document
+            } else {
+                let decoded = myriad_keystring::nesting::decode_document(raw, limit).map_err(|error| invalid(&error))?;
+                whole.insert(decoded)
+            };
+            keys.push(index.document_keys(&fields, source));
+        }
+        Ok(PreparedInsert { bytes: raw.as_bytes().to_vec(), index_prefixes: entry.indexes.iter().map(|index| index.prefix).collect(), keys })
+    }
+
     /// Bytes of the record this insert stores.
     pub fn size_bytes(&self) -> usize {
         self.bytes.len()
@@ -133,6 +175,12 @@ impl CollectionHandle {
     /// transaction that inserts it may hold a newer version of the collection.
     pub fn prepare_insert(&self, document: &Document) -> Result<PreparedInsert, StorageError> {
         PreparedInsert::new(&self.entry, document)
+    }
+
+    /// [`CollectionHandle::prepare_insert`] of BSON bytes whose first field is a valid `_id`,
+    /// stored as they are (see [`PreparedInsert`]).
+    pub fn prepare_raw_insert(&self, document: &RawDocument, within_storage_depth: bool) -> Result<PreparedInsert, StorageError> {
+        PreparedInsert::from_raw(&self.entry, document, within_storage_depth)
     }
 }
 

@@ -5,11 +5,11 @@
 //! documents until `size` is used up. The optional trailing checksum is a CRC-32C over every
 //! byte of the message before it, header included.
 
-use bson::Document;
+use bson::{Document, RawDocumentBuf};
 
 use crate::duplicates::DuplicateFields;
 use crate::header::{MessageHeader, OP_CODE_MSG};
-use crate::reader::ByteReader;
+use crate::reader::{parse_document, ByteReader};
 use crate::{WireError, HEADER_SIZE_BYTES, MAX_MESSAGE_SIZE_BYTES};
 
 /// Flag bit 0: a CRC-32C checksum follows the sections.
@@ -63,10 +63,40 @@ impl OpMsg {
 
 /// A kind-1 section: documents that belong in the body's `identifier` field (e.g. `documents`
 /// of an insert), sent outside it so the body need not be rebuilt.
+///
+/// The documents stay BSON bytes: a decoded sequence's were checked as the body is (well
+/// formed, nesting within [`crate::MAX_BSON_NESTING_DEPTH`], repeated names recorded), so an
+/// insert can store them as they came and other commands decode them with
+/// [`DocumentSequence::to_documents`], which cannot then fail.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DocumentSequence {
     pub identifier: String,
-    pub documents: Vec<Document>,
+    pub documents: Vec<RawDocumentBuf>,
+    /// The deepest nesting of any of the documents, counting the document itself and empty
+    /// containers: an upper bound on MongoDB's depth (which does not count empty ones), so a
+    /// receiver can skip its own depth check when this is within its limit.
+    pub deepest_nesting: usize,
+}
+
+impl DocumentSequence {
+    /// A sequence of `documents` (for a sender).
+    pub fn from_documents(identifier: &str, documents: &[Document]) -> Result<DocumentSequence, WireError> {
+        let documents: Vec<RawDocumentBuf> = documents
+            .iter()
+            .map(|document| RawDocumentBuf::from_document(document).map_err(|error| WireError::InvalidBson(error.to_string())))
+            .collect::<Result<_, _>>()?;
+        let mut deepest_nesting = 0;
+        for document in &documents {
+            let walked = crate::reader::walk_document(document.as_bytes(), None, false)?;
+            deepest_nesting = deepest_nesting.max(walked.deepest);
+        }
+        Ok(DocumentSequence { identifier: identifier.to_string(), documents, deepest_nesting })
+    }
+
+    /// The documents decoded, without recursion (see [`crate::reader::parse_document`]).
+    pub fn to_documents(&self) -> Result<Vec<Document>, WireError> {
+        self.documents.iter().map(|document| parse_document(document.as_bytes())).collect()
+    }
 }
 
 /// Decodes a whole uncompressed OP_MSG message (header included).
@@ -168,14 +198,25 @@ fn read_document_sequence(
     let mut sequence_reader = ByteReader::new(content);
     let identifier = sequence_reader.read_cstring()?.to_string();
     let mut documents = Vec::new();
+    let mut deepest_nesting = 0;
     // Bounded: each document consumes at least 5 bytes of the finite `content` slice.
     while !sequence_reader.is_at_end() {
         let position = Some((identifier.as_str(), documents.len()));
-        documents.push(sequence_reader.read_document_noting_duplicates(duplicate_fields, position)?);
+        let (bytes, walked) = sequence_reader.read_checked_document_bytes(duplicate_fields, position)?;
+        deepest_nesting = deepest_nesting.max(walked.deepest);
+        // Kept as they came when canonical (almost always: drivers write arrays keyed by
+        // position), so that what is stored is what decoding and encoding would give.
+        let document = if walked.canonical {
+            RawDocumentBuf::from_bytes(bytes.to_vec())
+        } else {
+            RawDocumentBuf::from_document(&parse_document(bytes)?)
+        };
+        documents.push(document.map_err(|error| WireError::InvalidBson(error.to_string()))?);
     }
     Ok(DocumentSequence {
         identifier,
         documents,
+        deepest_nesting,
     })
 }
 
@@ -376,7 +417,10 @@ pub(crate) fn encode_op_msg_uncompressed(
         buffer.extend_from_slice(sequence.identifier.as_bytes());
         buffer.push(0);
         for document in &sequence.documents {
-            append_document(&mut buffer, document)?;
+            if document.as_bytes().len() > crate::MAX_BSON_OBJECT_INTERNAL_SIZE_BYTES {
+                return Err(WireError::DocumentTooLarge);
+            }
+            buffer.extend_from_slice(document.as_bytes());
             if buffer.len() > MAX_MESSAGE_SIZE_BYTES {
                 return Err(WireError::MessageTooLarge { size: buffer.len() });
             }

@@ -97,6 +97,20 @@ impl<'a> ByteReader<'a> {
         parse_document_noting_duplicates(document_bytes, Some((duplicates, position)))
     }
 
+    /// Reads one BSON document and checks it as [`parse_document`] would (well-formed,
+    /// nesting within the bound), recording repeated field names as
+    /// [`ByteReader::read_document_noting_duplicates`] does, without building it: the
+    /// document sequences of a message stay bytes until a command needs them decoded.
+    pub(crate) fn read_checked_document_bytes(
+        &mut self,
+        duplicates: &mut DuplicateFields,
+        position: SequencePosition<'_>,
+    ) -> Result<(&'a [u8], Walked), WireError> {
+        let document_bytes = self.read_document_bytes()?;
+        let walked = walk_document(document_bytes, Some((duplicates, position)), false)?;
+        Ok((document_bytes, walked))
+    }
+
     /// Reads the bytes of one BSON document (validating only its declared length).
     pub(crate) fn read_document_bytes(&mut self) -> Result<&'a [u8], WireError> {
         let rest = self
@@ -139,14 +153,38 @@ pub(crate) fn parse_document(document_bytes: &[u8]) -> Result<Document, WireErro
 /// already in the document being built, under the given path prefix.
 pub(crate) fn parse_document_noting_duplicates(
     document_bytes: &[u8],
-    mut duplicates: Option<(&mut DuplicateFields, SequencePosition<'_>)>,
+    duplicates: Option<(&mut DuplicateFields, SequencePosition<'_>)>,
 ) -> Result<Document, WireError> {
+    match walk_document(document_bytes, duplicates, true)?.document {
+        Some(document) => Ok(document),
+        None => Err(WireError::InvalidBson("root is not a document".to_string())),
+    }
+}
+
+/// The walk behind [`parse_document_noting_duplicates`] (`build`) and
+/// [`ByteReader::read_checked_document_bytes`]: both accept and refuse exactly the same
+/// bytes, and note the same duplicates.
+pub(crate) fn walk_document<'a>(
+    document_bytes: &'a [u8],
+    mut duplicates: Option<(&mut DuplicateFields, SequencePosition<'_>)>,
+    build: bool,
+) -> Result<Walked, WireError> {
     let root = RawDocument::from_bytes(document_bytes).map_err(invalid_bson)?;
-    let mut stack: Vec<Frame<'_>> = Vec::with_capacity(8);
+    let container = |built: Container<'a>, checked: Checked<'a>| -> Container<'a> {
+        if build {
+            built
+        } else {
+            Container::Checked(checked)
+        }
+    };
+    let document = || Checked::Document(SeenNames::default());
+    let mut canonical = true;
+    let mut deepest = 1;
+    let mut stack: Vec<Frame<'a>> = Vec::with_capacity(8);
     stack.push(Frame {
         elements: root.iter_elements(),
-        container: Container::Document(Document::new()),
-        key_in_parent: String::new(),
+        container: container(Container::Document(Document::new()), document()),
+        key_in_parent: "",
     });
     // Bounded: every iteration either consumes one element of a finite slice or pops a frame,
     // and the stack never exceeds MAX_BSON_NESTING_DEPTH frames.
@@ -159,6 +197,10 @@ pub(crate) fn parse_document_noting_duplicates(
             Some(element) => {
                 let element = element.map_err(invalid_bson)?;
                 let key = element.key();
+                if let Container::Checked(Checked::Array { next }) = &mut frame.container {
+                    canonical &= is_position(key, *next);
+                    *next += 1;
+                }
                 let nested = match element.element_type() {
                     ElementType::EmbeddedDocument
                     | ElementType::Array
@@ -168,8 +210,16 @@ pub(crate) fn parse_document_noting_duplicates(
                     _ => None,
                 };
                 let Some(nested) = nested else {
-                    let value = Bson::try_from(element.value().map_err(invalid_bson)?)
-                        .map_err(invalid_bson)?;
+                    let value = element.value().map_err(invalid_bson)?;
+                    let value = match &frame.container {
+                        Container::Checked(_) => {
+                            if let RawBsonRef::RegularExpression(regex) = value {
+                                canonical &= regex.options.as_bytes().is_sorted();
+                            }
+                            Bson::Null
+                        }
+                        _ => Bson::try_from(value).map_err(invalid_bson)?,
+                    };
                     if frame.container.insert(key, value) {
                         if let Some((duplicates, prefix)) = duplicates.as_mut() {
                             duplicates.record(*prefix, parent_keys(&stack), key);
@@ -178,20 +228,24 @@ pub(crate) fn parse_document_noting_duplicates(
                     continue;
                 };
                 let (elements, container) = match nested {
-                    RawBsonRef::Document(inner) => {
-                        (inner.iter_elements(), Container::Document(Document::new()))
-                    }
+                    RawBsonRef::Document(inner) => (
+                        inner.iter_elements(),
+                        container(Container::Document(Document::new()), document()),
+                    ),
                     RawBsonRef::Array(inner) => {
                         let as_document =
                             RawDocument::from_bytes(inner.as_bytes()).map_err(invalid_bson)?;
-                        (as_document.iter_elements(), Container::Array(Vec::new()))
+                        (as_document.iter_elements(), container(Container::Array(Vec::new()), Checked::Array { next: 0 }))
                     }
                     RawBsonRef::JavaScriptCodeWithScope(code_with_scope) => (
                         code_with_scope.scope.iter_elements(),
-                        Container::CodeWithScope {
-                            code: code_with_scope.code.to_string(),
-                            scope: Document::new(),
-                        },
+                        container(
+                            Container::CodeWithScope {
+                                code: code_with_scope.code.to_string(),
+                                scope: Document::new(),
+                            },
+                            document(),
+                        ),
                     ),
                     other => {
                         debug_assert!(false, "element type and value disagree: {other:?}");
@@ -204,8 +258,9 @@ pub(crate) fn parse_document_noting_duplicates(
                 stack.push(Frame {
                     elements,
                     container,
-                    key_in_parent: key.to_string(),
+                    key_in_parent: key,
                 });
+                deepest = deepest.max(stack.len());
             }
             None => {
                 let Some(finished) = stack.pop() else {
@@ -214,15 +269,16 @@ pub(crate) fn parse_document_noting_duplicates(
                 let value = finished.container.into_bson();
                 match stack.last_mut() {
                     Some(parent) => {
-                        if parent.container.insert(&finished.key_in_parent, value) {
+                        if parent.container.insert(finished.key_in_parent, value) {
                             if let Some((duplicates, prefix)) = duplicates.as_mut() {
-                                duplicates.record(*prefix, parent_keys(&stack), &finished.key_in_parent);
+                                duplicates.record(*prefix, parent_keys(&stack), finished.key_in_parent);
                             }
                         }
                     }
                     None => {
                         return match value {
-                            Bson::Document(document) => Ok(document),
+                            Bson::Document(document) => Ok(Walked { document: Some(document), canonical, deepest }),
+                            _ if !build => Ok(Walked { document: None, canonical, deepest }),
                             other => {
                                 debug_assert!(false, "root frame is a document, got {other:?}");
                                 Err(WireError::InvalidBson("root is not a document".to_string()))
@@ -237,32 +293,94 @@ pub(crate) fn parse_document_noting_duplicates(
 
 /// The names of the open containers below the root (the root frame has none).
 fn parent_keys<'s>(stack: &'s [Frame<'_>]) -> impl Iterator<Item = &'s str> {
-    stack.iter().skip(1).map(|frame| frame.key_in_parent.as_str())
+    stack.iter().skip(1).map(|frame| frame.key_in_parent)
 }
 
 fn invalid_bson(error: bson::raw::Error) -> WireError {
     WireError::InvalidBson(error.to_string())
 }
 
-/// One level of the document being built by [`parse_document`].
-struct Frame<'a> {
-    elements: RawIter<'a>,
-    container: Container,
-    /// The field name under which the finished container goes into its parent.
-    key_in_parent: String,
+/// What [`walk_document`] found.
+pub(crate) struct Walked {
+    /// The document, when built.
+    pub(crate) document: Option<Document>,
+    /// Whether the bytes are canonical: what decoding and encoding them again gives (arrays
+    /// keyed "0", "1"..., regular expression options sorted), repeated names aside. Only
+    /// known when checking (building makes them canonical anyway).
+    pub(crate) canonical: bool,
+    /// The most containers open at once, the document itself and empty ones included: never
+    /// less than MongoDB's depth, which leaves empty containers out.
+    pub(crate) deepest: usize,
 }
 
-enum Container {
+/// One level of the document being built (or checked) by [`walk_document`].
+struct Frame<'a> {
+    elements: RawIter<'a>,
+    container: Container<'a>,
+    /// The field name under which the finished container goes into its parent.
+    key_in_parent: &'a str,
+}
+
+enum Container<'a> {
     Document(Document),
     Array(Vec<Bson>),
     CodeWithScope { code: String, scope: Document },
+    /// Checked, not built.
+    Checked(Checked<'a>),
 }
 
-impl Container {
+enum Checked<'a> {
+    /// The names seen so far in a document.
+    Document(SeenNames<'a>),
+    /// The position the array's next element has.
+    Array { next: usize },
+}
+
+/// True when `key` is `position` written as BSON writes an array's keys (no sign, no
+/// leading zero).
+fn is_position(key: &str, position: usize) -> bool {
+    let digits = key.as_bytes();
+    !digits.is_empty()
+        && digits.iter().all(u8::is_ascii_digit)
+        && (digits.len() == 1 || digits[0] != b'0')
+        && key.parse::<usize>() == Ok(position)
+}
+
+/// The field names of one document being checked. A short document is searched in order;
+/// past [`SEEN_NAMES_LINEAR_MAX`] names they go into a hash set, so that a document with a
+/// million fields costs a million lookups, not a trillion comparisons.
+#[derive(Default)]
+struct SeenNames<'a> {
+    names: Vec<&'a str>,
+    set: Option<std::collections::HashSet<&'a str>>,
+}
+
+const SEEN_NAMES_LINEAR_MAX: usize = 16;
+
+impl<'a> SeenNames<'a> {
+    /// Notes `name`; true when it was seen before.
+    fn repeated(&mut self, name: &'a str) -> bool {
+        if let Some(set) = self.set.as_mut() {
+            return !set.insert(name);
+        }
+        if self.names.contains(&name) {
+            return true;
+        }
+        self.names.push(name);
+        if self.names.len() > SEEN_NAMES_LINEAR_MAX {
+            self.set = Some(self.names.drain(..).collect());
+        }
+        false
+    }
+}
+
+impl<'a> Container<'a> {
     /// Adds a field; true when a document already had a field of that name (the `bson`
     /// crate's insert reports the value it replaced, so noticing costs nothing).
-    fn insert(&mut self, key: &str, value: Bson) -> bool {
+    fn insert(&mut self, key: &'a str, value: Bson) -> bool {
         match self {
+            Container::Checked(Checked::Document(names)) => names.repeated(key),
+            Container::Checked(Checked::Array { .. }) => false,
             Container::Document(document)
             | Container::CodeWithScope {
                 scope: document, ..
@@ -278,6 +396,7 @@ impl Container {
 
     fn into_bson(self) -> Bson {
         match self {
+            Container::Checked(_) => Bson::Null,
             Container::Document(document) => Bson::Document(document),
             Container::Array(values) => Bson::Array(values),
             Container::CodeWithScope { code, scope } => {

@@ -7,12 +7,13 @@ fn insert_message(checksum_present: bool, flags: u32) -> OpMsg {
     OpMsg {
         flags,
         body: doc! { "insert": "people", "$db": "test", "ordered": true },
-        sequences: vec![DocumentSequence {
-            identifier: "documents".to_string(),
-            documents: (0..5)
+        sequences: vec![DocumentSequence::from_documents(
+            "documents",
+            &(0..5)
                 .map(|index| doc! { "_id": index, "name": format!("person {index}"), "tags": ["a", "b"] })
-                .collect(),
-        }],
+                .collect::<Vec<_>>(),
+        )
+        .expect("encodes")],
         checksum_present,
         duplicate_fields: Default::default(),
     }
@@ -100,14 +101,8 @@ fn two_document_sequences_round_trip() {
         flags: 0,
         body: doc! { "bulkWrite": 1, "$db": "admin" },
         sequences: vec![
-            DocumentSequence {
-                identifier: "ops".to_string(),
-                documents: vec![doc! { "insert": 0, "document": { "x": 1 } }],
-            },
-            DocumentSequence {
-                identifier: "nsInfo".to_string(),
-                documents: vec![doc! { "ns": "test.c" }],
-            },
+            DocumentSequence::from_documents("ops", &[doc! { "insert": 0, "document": { "x": 1 } }]).expect("encodes"),
+            DocumentSequence::from_documents("nsInfo", &[doc! { "ns": "test.c" }]).expect("encodes"),
         ],
         checksum_present: true,
         duplicate_fields: Default::default(),
@@ -128,10 +123,7 @@ fn empty_document_sequence_round_trips() {
     let message = OpMsg {
         flags: 0,
         body: doc! { "insert": "c" },
-        sequences: vec![DocumentSequence {
-            identifier: "documents".to_string(),
-            documents: vec![],
-        }],
+        sequences: vec![DocumentSequence::from_documents("documents", &[]).expect("encodes")],
         checksum_present: false,
         duplicate_fields: Default::default(),
     };
@@ -359,7 +351,7 @@ fn hand_built_message_with_sequence_before_body_decodes() {
     let message = expect_msg(&decoded);
     assert_eq!(message.body, doc! { "insert": "c" });
     assert_eq!(
-        message.sequences[0].documents,
+        message.sequences[0].to_documents().expect("decodes"),
         vec![doc! { "a": 1 }, doc! { "a": 2 }]
     );
 }
@@ -561,10 +553,11 @@ fn messages_over_the_size_limit_are_refused_on_encode() {
     let message = OpMsg {
         flags: 0,
         body: doc! { "insert": "c" },
-        sequences: vec![DocumentSequence {
-            identifier: "documents".to_string(),
-            documents: (0..3).map(|_| doc! { "b": blob.clone() }).collect(),
-        }],
+        sequences: vec![DocumentSequence::from_documents(
+            "documents",
+            &(0..3).map(|_| doc! { "b": blob.clone() }).collect::<Vec<_>>(),
+        )
+        .expect("encodes")],
         checksum_present: false,
         duplicate_fields: Default::default(),
     };
@@ -869,10 +862,7 @@ fn encoder_refuses_messages_the_decoder_would_refuse() {
         ),
         Err(WireError::InvalidFlags(1 << 3))
     );
-    let sequence = |identifier: &str| DocumentSequence {
-        identifier: identifier.to_string(),
-        documents: vec![doc! {}],
-    };
+    let sequence = |identifier: &str| DocumentSequence::from_documents(identifier, &[doc! {}]).expect("encodes");
     let three = OpMsg {
         sequences: vec![sequence("a"), sequence("b"), sequence("c")],
         ..base.clone()
@@ -961,4 +951,35 @@ fn repeated_field_names_are_noted_where_they_occur() {
     // A message without repeats notes nothing.
     let clean = encode_op_msg(1, 0, &insert_message(false, 0), None).expect("encodes");
     assert!(expect_msg(&decode_message(&clean).expect("decodes")).duplicate_fields.is_empty());
+}
+
+#[test]
+fn sequence_documents_stay_bytes_and_are_made_canonical_when_not() {
+    // As a driver sends them: kept byte for byte.
+    let plain = [doc! { "_id": 1, "a": [1, { "b": [] }] }, doc! { "_id": 2 }];
+    let mut sections = body_section(&doc! { "insert": "c", "$db": "test" });
+    sections.extend(sequence_section("documents", &plain));
+    let decoded = decode_message(&raw_op_msg(0, &sections)).expect("decodes");
+    let sequence = &expect_msg(&decoded).sequences[0];
+    let sent: Vec<Vec<u8>> = plain.iter().map(document_bytes).collect();
+    let kept: Vec<Vec<u8>> = sequence.documents.iter().map(|document| document.as_bytes().to_vec()).collect();
+    assert_eq!(kept, sent);
+    // The document, `a`, its embedded document and the empty array under it.
+    assert_eq!(sequence.deepest_nesting, 4);
+
+    // An array keyed "5", "7" (what a document with those names becomes when its type byte
+    // says array) is stored as decoding and encoding it would store it: keyed "0", "1".
+    let mut odd_keys = document_bytes(&doc! { "_id": 1, "a": { "5": 10, "7": 20 } });
+    let position = odd_keys.windows(3).position(|window| window == [0x03, b'a', 0]).expect("a");
+    odd_keys[position] = 0x04;
+    let mut content = b"documents\0".to_vec();
+    content.extend(&odd_keys);
+    let mut sections = body_section(&doc! { "insert": "c", "$db": "test" });
+    sections.push(1);
+    sections.extend_from_slice(&((content.len() + 4) as i32).to_le_bytes());
+    sections.extend(content);
+    let decoded = decode_message(&raw_op_msg(0, &sections)).expect("decodes");
+    let sequence = &expect_msg(&decoded).sequences[0];
+    assert_eq!(sequence.documents[0].as_bytes(), document_bytes(&doc! { "_id": 1, "a": [10, 20] }).as_slice());
+    assert_eq!(sequence.to_documents().expect("decodes"), vec![doc! { "_id": 1, "a": [10, 20] }]);
 }

@@ -15,13 +15,11 @@ fn build_seed_messages() -> Vec<Vec<u8>> {
     let insert = OpMsg {
         flags: 0,
         body: doc! { "insert": "c", "$db": "test", "lsid": { "id": 1 } },
-        sequences: vec![DocumentSequence {
-            identifier: "documents".to_string(),
-            documents: vec![
-                doc! { "_id": 1, "a": [1, 2, { "b": "c" }] },
-                doc! { "_id": 2, "s": "text", "f": 1.5 },
-            ],
-        }],
+        sequences: vec![DocumentSequence::from_documents(
+            "documents",
+            &[doc! { "_id": 1, "a": [1, 2, { "b": "c" }] }, doc! { "_id": 2, "s": "text", "f": 1.5 }],
+        )
+        .expect("encodes")],
         checksum_present: false,
         duplicate_fields: Default::default(),
     };
@@ -293,10 +291,7 @@ proptest! {
         let sequences: Vec<DocumentSequence> = sequence_documents
             .into_iter()
             .enumerate()
-            .map(|(index, documents)| DocumentSequence {
-                identifier: format!("sequence{index}"),
-                documents,
-            })
+            .map(|(index, documents)| DocumentSequence::from_documents(&format!("sequence{index}"), &documents).expect("encodes"))
             .filter(|sequence| !body.contains_key(&sequence.identifier))
             .collect();
         let mut flags = 0;

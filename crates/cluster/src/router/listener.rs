@@ -113,12 +113,19 @@ async fn handle_message(context: &Arc<RouterContext>, message: &[u8], request_id
         Request::Msg(op_msg) => {
             let more_to_come = op_msg.more_to_come();
             let mut body = op_msg.body;
+            let mut refused = None;
             for sequence in op_msg.sequences {
-                body.insert(sequence.identifier, Bson::Array(sequence.documents.into_iter().map(Bson::Document).collect()));
+                match sequence.to_documents() {
+                    Ok(documents) => {
+                        body.insert(sequence.identifier, Bson::Array(documents.into_iter().map(Bson::Document).collect()));
+                    }
+                    Err(error) => refused = Some(ClusterError::from(error).to_reply()),
+                }
             }
-            let reply = match body.get_str("$db") {
-                Ok(db) => run(context, db.to_string(), body, connection_id, remote).await,
-                Err(_) => ClusterError::bad_value("OP_MSG requests require a $db argument").to_reply(),
+            let reply = match (refused, body.get_str("$db")) {
+                (Some(reply), _) => reply,
+                (None, Ok(db)) => run(context, db.to_string(), body, connection_id, remote).await,
+                (None, Err(_)) => ClusterError::bad_value("OP_MSG requests require a $db argument").to_reply(),
             };
             if more_to_come {
                 return None;

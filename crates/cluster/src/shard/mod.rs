@@ -113,13 +113,7 @@ fn strip_routing_fields(request: &CommandRequest) -> CommandRequest {
     let mut body = (*request.body).clone();
     body.remove("shardVersion");
     body.remove("databaseVersion");
-    CommandRequest {
-        db: request.db.clone(),
-        name: request.name.clone(),
-        body: Arc::new(body),
-        connection: request.connection.clone(),
-        duplicate_fields: request.duplicate_fields.clone(),
-    }
+    request.with_body(body)
 }
 
 /// `{ns, vReceived, vWanted?, shardId}`: what a StaleConfig reply carries.

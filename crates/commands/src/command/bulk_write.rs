@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 
 use bson::{doc, Bson, Document, RawArrayBuf, RawDocumentBuf};
 
-use crate::bulk::{insert_in_slices, is_interruption, InsertStatement, WriteErrors};
+use crate::bulk::{insert_in_slices, is_interruption, InsertDocument, InsertStatement, WriteErrors};
 use crate::command::update::{parse_statement, update_statement, StatementOutcome};
 use crate::cursor::{take_batch, Cursor, CursorSource};
 use crate::error::{CommandError, CommandResult, ErrorCode};
@@ -70,7 +70,7 @@ fn execute(context: &ServerContext, request: &CommandRequest, bulk: &BulkRequest
                 let statements = bulk.operations[position..end].iter().enumerate().filter_map(|(offset, operation)| match operation {
                     Operation::Insert { document, .. } => Some(InsertStatement {
                         index: position + offset,
-                        document,
+                        document: InsertDocument::Decoded(document),
                         refused: if request.duplicate_fields.is_empty() {
                             None
                         } else {

@@ -209,13 +209,7 @@ fn run_tailable(
 fn parse_tailable_spec(request: &CommandRequest) -> CommandResult<QuerySpec> {
     let mut body = (*request.body).clone();
     body.remove("sort");
-    let unsorted = CommandRequest {
-        db: request.db.clone(),
-        name: request.name.clone(),
-        body: Arc::new(body),
-        connection: request.connection.clone(),
-        duplicate_fields: request.duplicate_fields.clone(),
-    };
+    let unsorted = request.with_body(body);
     parse_query_spec(&unsorted, "filter")
 }
 

@@ -10,7 +10,7 @@ use crate::write::{check_batch_size, durability, ordered, write_reply};
 use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
-    let documents = request.document_array("documents")?;
+    let documents = request.insert_documents()?;
     check_batch_size(documents.len())?;
     let ordered = ordered(request)?;
     let durability = durability(request)?;
