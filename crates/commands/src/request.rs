@@ -1,5 +1,6 @@
-//! A decoded command: its database, body (with OP_MSG document sequences folded in) and typed
-//! accessors that reply with MongoDB's errors for wrongly typed fields.
+//! A decoded command: its database, body (with OP_MSG document sequences folded in, but for
+//! an insert's `documents`, kept as bytes) and typed accessors that reply with MongoDB's
+//! errors for wrongly typed fields.
 
 use std::sync::Arc;
 

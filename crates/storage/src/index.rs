@@ -474,6 +474,43 @@ pub(crate) fn generate_keys(
     sparse: bool,
     document: &Document,
 ) -> Result<Vec<IndexKey>, StorageError> {
+    // The common case, a one-field index and a value under no array (an `_id`), needs none of
+    // the general case's bookkeeping.
+    if let [field] = fields {
+        let found = values_at_path(document, &field.path);
+        if found.first_array_path.is_none() {
+            return Ok(single_value_keys(field, sparse, found.values.first().map(Cow::as_ref)));
+        }
+    }
+    cartesian_keys(fields, sparse, document)
+}
+
+/// What [`generate_keys`] gives for a one-field index whose value (None: missing) is not an
+/// array and lies under none: one key, or none for a sparse index and a missing field.
+pub(crate) fn single_value_keys(field: &IndexField<'_>, sparse: bool, value: Option<&Bson>) -> Vec<IndexKey> {
+    let (value, recoverable) = match value {
+        None if sparse => return Vec::new(),
+        // A missing field is keyed (and hashed) as null, and its type bits stay empty.
+        None => (&NULL_VALUE, false),
+        Some(value) => (value, field.kind != FieldKind::Hashed),
+    };
+    let value = match field.kind {
+        FieldKind::Hashed => Cow::Owned(Bson::Int64(hashed_index_value(value))),
+        _ => Cow::Borrowed(value),
+    };
+    let mut bytes = encode_key(std::iter::once((value.as_ref(), field.kind.direction())));
+    let keystring_length = bytes.len();
+    append_type_bits(&mut bytes, &[recoverable.then_some(value.as_ref())]);
+    vec![IndexKey { bytes, keystring_length }]
+}
+
+/// [`generate_keys`] in general: every combination of the fields' values (only fields sharing
+/// one array have several).
+fn cartesian_keys(
+    fields: &[IndexField<'_>],
+    sparse: bool,
+    document: &Document,
+) -> Result<Vec<IndexKey>, StorageError> {
     let mut per_field: Vec<Vec<Cow<'_, Bson>>> = Vec::with_capacity(fields.len());
     // Per field: whether the key's value is the document's value (not a hash, an array element
     // or the null of a missing field), so that type bits can restore it.
@@ -615,6 +652,29 @@ mod tests {
     /// The keystrings of generated keys.
     fn keystrings(keys: Vec<IndexKey>) -> Vec<Vec<u8>> {
         keys.iter().map(|key| key.keystring().to_vec()).collect()
+    }
+
+    #[test]
+    fn the_one_field_shortcut_gives_what_the_general_case_gives() {
+        let values = [
+            Bson::Int32(7), Bson::Double(7.0), Bson::Int64(-3), Bson::String("x".into()), Bson::Null, Bson::Boolean(true),
+            Bson::Document(doc! {"b": 1, "c": {"d": "e"}}), Bson::Document(doc! {}), Bson::Decimal128(bson::Decimal128::from_bytes([1; 16])),
+            Bson::ObjectId(bson::oid::ObjectId::from_bytes([5; 12])), Bson::DateTime(bson::DateTime::from_millis(-1)),
+        ];
+        let documents = values
+            .iter()
+            .flat_map(|value| [doc! {"a": value.clone()}, doc! {"a": {"b": value.clone()}}, doc! {"z": value.clone()}])
+            .collect::<Vec<_>>();
+        for pattern in [doc! {"a": 1}, doc! {"a": -1}, doc! {"a": "hashed"}, doc! {"a.b": 1}, doc! {"a.b": "hashed"}] {
+            let pattern = fields(pattern);
+            for sparse in [false, true] {
+                for document in &documents {
+                    let shortcut = generate_keys(&pattern, sparse, document).unwrap();
+                    let general = cartesian_keys(&pattern, sparse, document).unwrap();
+                    assert_eq!(shortcut, general, "{pattern:?} sparse {sparse} on {document}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -117,8 +117,7 @@ impl PreparedInsert {
             Some(Err(error)) => return Err(invalid(&error)),
             _ => return Err(StorageError::InvalidDocument("a raw insert needs its _id first".to_string())),
         };
-        let id_alone = bson::doc! { "_id": id };
-        validate_id(&id_alone)?;
+        validate_id_value(Some(&id))?;
         let limit = myriad_keystring::nesting::MAX_USER_STORAGE_DEPTH;
         if !within_storage_depth {
             match myriad_keystring::nesting::check_document(raw, limit) {
@@ -130,12 +129,20 @@ impl PreparedInsert {
         if raw.as_bytes().len() > MAX_DOCUMENT_SIZE_BYTES {
             return Err(StorageError::DocumentTooLarge);
         }
-        let mut whole: Option<Document> = None;
+        let (mut id_alone, mut whole): (Option<Document>, Option<Document>) = (None, None);
         let mut keys = Vec::with_capacity(entry.indexes.len());
         for index in &entry.indexes {
             let fields = index.fields()?;
-            let source = if index.keys_from_id_alone(&fields) {
-                &id_alone
+            let from_id = index.keys_from_id_alone(&fields);
+            if let [field] = fields.as_slice() {
+                if from_id && field.path == "_id" {
+                    // The `_id` index: its key is the `_id` value's, no document needed.
+                    keys.push(Ok(crate::index::single_value_keys(field, index.sparse, Some(&id))));
+                    continue;
+                }
+            }
+            let source = if from_id {
+                &*id_alone.get_or_insert_with(|| bson::doc! { "_id": id.clone() })
             } else if let Some(document) = &whole {
                 document
             } else {
@@ -238,7 +245,11 @@ fn serialize(document: &Document) -> Result<Vec<u8>, StorageError> {
 }
 
 fn validate_id(document: &Document) -> Result<(), StorageError> {
-    match document.get("_id") {
+    validate_id_value(document.get("_id"))
+}
+
+fn validate_id_value(id: Option<&Bson>) -> Result<(), StorageError> {
+    match id {
         None => Err(StorageError::InvalidDocument("document has no _id".to_string())),
         Some(Bson::Array(_)) => Err(StorageError::InvalidDocument("_id cannot be an array".to_string())),
         Some(Bson::RegularExpression(_)) => {
