@@ -6,7 +6,6 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 
 use bson::{doc, Bson, Document};
 use myriad_storage::{Durability, Engine, RecordId};
@@ -72,16 +71,6 @@ fn id_key(document: &Document) -> Vec<u8> {
     common::keystring(document.get("_id").cloned().unwrap_or(Bson::Null))
 }
 
-fn shared_engine() -> &'static Engine {
-    static ENGINE: OnceLock<(tempfile::TempDir, Engine)> = OnceLock::new();
-    let (_, engine) = ENGINE.get_or_init(|| {
-        let directory = tempfile::tempdir().expect("temp dir");
-        let engine = common::open(directory.path());
-        (directory, engine)
-    });
-    engine
-}
-
 /// True when `document` may join `others` (documents other than the one being replaced).
 fn fits(document: &Document, others: &BTreeMap<RecordId, Document>, except: Option<RecordId>) -> bool {
     others.iter().filter(|(record_id, _)| Some(**record_id) != except).all(|(_, other)| {
@@ -89,9 +78,8 @@ fn fits(document: &Document, others: &BTreeMap<RecordId, Document>, except: Opti
     })
 }
 
-fn run_case(operations: Vec<Operation>) -> Result<(), TestCaseError> {
+fn run_case(engine: &Engine, operations: Vec<Operation>) -> Result<(), TestCaseError> {
     static CASE: AtomicUsize = AtomicUsize::new(0);
-    let engine = shared_engine();
     let name = format!("case{}", CASE.fetch_add(1, Ordering::Relaxed));
     engine
         .create_indexes(
@@ -209,11 +197,17 @@ fn run_case(operations: Vec<Operation>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
-
-    #[test]
-    fn writes_match_the_model(operations in proptest::collection::vec(operation_strategy(), 0..40)) {
-        run_case(operations)?;
+/// Every case writes its own collection of one engine, owned here so that its directory is
+/// removed when the test ends (an engine in a static was never dropped, and its directory
+/// was left behind by every run).
+#[test]
+fn writes_match_the_model() {
+    let directory = tempfile::tempdir().expect("temp dir");
+    let engine = common::open(directory.path());
+    let config = ProptestConfig { cases: 256, source_file: Some(file!()), ..ProptestConfig::default() };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let strategy = proptest::collection::vec(operation_strategy(), 0..40);
+    if let Err(error) = runner.run(&strategy, |operations| run_case(&engine, operations)) {
+        panic!("{error}");
     }
 }
