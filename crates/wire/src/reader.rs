@@ -170,20 +170,23 @@ pub(crate) fn walk_document<'a>(
     build: bool,
 ) -> Result<Walked, WireError> {
     let root = RawDocument::from_bytes(document_bytes).map_err(invalid_bson)?;
-    let container = |built: Container<'a>, checked: Checked<'a>| -> Container<'a> {
-        if build {
-            built
-        } else {
-            Container::Checked(checked)
+    // Only what the mode needs is made: checking builds no document (whose map would draw a
+    // hash seed) and copies no code.
+    let open = |kind: Opened<'a>| -> Container<'a> {
+        match (build, kind) {
+            (false, Opened::Array) => Container::Checked(Checked::Array { next: 0 }),
+            (false, _) => Container::Checked(Checked::Document(SeenNames::default())),
+            (true, Opened::Document) => Container::Document(Document::new()),
+            (true, Opened::Array) => Container::Array(Vec::new()),
+            (true, Opened::CodeWithScope(code)) => Container::CodeWithScope { code: code.to_string(), scope: Document::new() },
         }
     };
-    let document = || Checked::Document(SeenNames::default());
     let mut canonical = true;
     let mut deepest = 1;
     let mut stack: Vec<Frame<'a>> = Vec::with_capacity(8);
     stack.push(Frame {
         elements: root.iter_elements(),
-        container: container(Container::Document(Document::new()), document()),
+        container: open(Opened::Document),
         key_in_parent: "",
     });
     // Bounded: every iteration either consumes one element of a finite slice or pops a frame,
@@ -228,25 +231,15 @@ pub(crate) fn walk_document<'a>(
                     continue;
                 };
                 let (elements, container) = match nested {
-                    RawBsonRef::Document(inner) => (
-                        inner.iter_elements(),
-                        container(Container::Document(Document::new()), document()),
-                    ),
+                    RawBsonRef::Document(inner) => (inner.iter_elements(), open(Opened::Document)),
                     RawBsonRef::Array(inner) => {
                         let as_document =
                             RawDocument::from_bytes(inner.as_bytes()).map_err(invalid_bson)?;
-                        (as_document.iter_elements(), container(Container::Array(Vec::new()), Checked::Array { next: 0 }))
+                        (as_document.iter_elements(), open(Opened::Array))
                     }
-                    RawBsonRef::JavaScriptCodeWithScope(code_with_scope) => (
-                        code_with_scope.scope.iter_elements(),
-                        container(
-                            Container::CodeWithScope {
-                                code: code_with_scope.code.to_string(),
-                                scope: Document::new(),
-                            },
-                            document(),
-                        ),
-                    ),
+                    RawBsonRef::JavaScriptCodeWithScope(code_with_scope) => {
+                        (code_with_scope.scope.iter_elements(), open(Opened::CodeWithScope(code_with_scope.code)))
+                    }
                     other => {
                         debug_assert!(false, "element type and value disagree: {other:?}");
                         return Err(WireError::InvalidBson("element type mismatch".to_string()));
@@ -327,6 +320,13 @@ enum Container<'a> {
     CodeWithScope { code: String, scope: Document },
     /// Checked, not built.
     Checked(Checked<'a>),
+}
+
+/// The kind of container [`walk_document`] opens.
+enum Opened<'a> {
+    Document,
+    Array,
+    CodeWithScope(&'a str),
 }
 
 enum Checked<'a> {
