@@ -58,31 +58,33 @@ fn document(number: u64) -> Document {
     doc! { "_id": number as i64, "a": (number % 1000) as i32, "b": format!("b-{number:010}"), "payload": PAYLOAD }
 }
 
-/// Both phases, each ceiling measured right before its driver phase.
+/// Both phases at every `--bulk-connections` count, each ceiling measured right before its
+/// driver phase.
 pub(crate) fn measure(runtime: &tokio::runtime::Runtime, settings: &Settings) -> BenchResult<Vec<BulkFigures>> {
-    let mut figures = Vec::with_capacity(2);
+    let mut figures = Vec::with_capacity(2 * settings.bulk_connections.len());
     for secondary_indexes in [0, SECONDARY_INDEXES.len()] {
-        let ceiling = ceiling(settings, secondary_indexes)?;
-        let fresh = FreshServer::start(settings, "bulk")?;
-        let driver = runtime.block_on(insert_many(&fresh, settings, secondary_indexes)).inspect_err(|_| {
-            eprintln!("writes: last server log lines:\n{}", fresh.server.log_tail_text());
-        })?;
-        fresh.stop(settings)?;
-        let phase = BulkFigures {
-            secondary_indexes,
-            connections: settings.bulk_connections,
-            documents: settings.documents,
-            driver_seconds: driver.as_secs_f64(),
-            ceiling_seconds: ceiling.as_secs_f64(),
-        };
-        eprintln!(
-            "writes: insertMany with {secondary_indexes} secondary indexes over {} connection(s): {:.0} documents/s, ceiling {:.0}/s ({:.2})",
-            phase.connections,
-            phase.driver_documents_per_second(),
-            phase.ceiling_documents_per_second(),
-            phase.ratio_to_ceiling()
-        );
-        figures.push(phase);
+        for &connections in &settings.bulk_connections {
+            let ceiling = ceiling(settings, secondary_indexes)?;
+            let fresh = FreshServer::start(settings, "bulk")?;
+            let driver = runtime.block_on(insert_many(&fresh, settings, secondary_indexes, connections)).inspect_err(|_| {
+                eprintln!("writes: last server log lines:\n{}", fresh.server.log_tail_text());
+            })?;
+            fresh.stop(settings)?;
+            let phase = BulkFigures {
+                secondary_indexes,
+                connections,
+                documents: settings.documents,
+                driver_seconds: driver.as_secs_f64(),
+                ceiling_seconds: ceiling.as_secs_f64(),
+            };
+            eprintln!(
+                "writes: insertMany with {secondary_indexes} secondary indexes over {connections} connection(s): {:.0} documents/s, ceiling {:.0}/s ({:.2})",
+                phase.driver_documents_per_second(),
+                phase.ceiling_documents_per_second(),
+                phase.ratio_to_ceiling()
+            );
+            figures.push(phase);
+        }
     }
     Ok(figures)
 }
@@ -94,8 +96,8 @@ fn batches(settings: &Settings) -> impl Iterator<Item = (u64, u64)> + '_ {
 }
 
 /// insertMany of every batch into a new collection; returns the time spent in the calls.
-async fn insert_many(fresh: &FreshServer, settings: &Settings, secondary_indexes: usize) -> BenchResult<Duration> {
-    let client = fresh.client(settings, settings.bulk_connections).await?;
+async fn insert_many(fresh: &FreshServer, settings: &Settings, secondary_indexes: usize, connections: usize) -> BenchResult<Duration> {
+    let client = fresh.client(settings, connections).await?;
     let timeout = settings.operation_timeout;
     let name = format!("bulk_{secondary_indexes}");
     let indexes: Vec<Document> = SECONDARY_INDEXES[..secondary_indexes]
@@ -109,10 +111,10 @@ async fn insert_many(fresh: &FreshServer, settings: &Settings, secondary_indexes
     };
     client::required_command(&client, DATABASE, create, timeout, "creating the bulk collection").await?;
     let collection = client.database(DATABASE).collection::<Document>(&name);
-    let elapsed = if settings.bulk_connections == 1 {
+    let elapsed = if connections == 1 {
         insert_batches_in_turn(&collection, settings).await?
     } else {
-        insert_batches_concurrently(&collection, settings).await?
+        insert_batches_concurrently(&collection, settings, connections).await?
     };
     let counted = client::bounded(timeout, collection.estimated_document_count())
         .await
@@ -135,10 +137,9 @@ async fn insert_batch(collection: &mongodb::Collection<Document>, batch: Vec<Doc
     Ok(())
 }
 
-/// Every batch over `--bulk-connections` concurrent tasks (all built first): the wall time.
-async fn insert_batches_concurrently(collection: &mongodb::Collection<Document>, settings: &Settings) -> BenchResult<Duration> {
+/// Every batch over `streams` concurrent tasks (all built first): the wall time.
+async fn insert_batches_concurrently(collection: &mongodb::Collection<Document>, settings: &Settings, streams: usize) -> BenchResult<Duration> {
     let timeout = settings.operation_timeout;
-    let streams = settings.bulk_connections;
     let mut work: Vec<Vec<(u64, u64, Vec<Document>)>> = (0..streams).map(|_| Vec::new()).collect();
     for (position, (start, end)) in batches(settings).enumerate() {
         work[position % streams].push((start, end, (start..end).map(document).collect()));

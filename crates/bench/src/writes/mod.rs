@@ -61,11 +61,12 @@ pub struct WritesArgs {
     /// Documents per insertMany command and per ceiling WriteBatch.
     #[arg(long = "batch-documents", default_value_t = 1000)]
     pub batch_documents: usize,
-    /// Connections the insertMany batches are spread over, each sending its batches one after
-    /// another (1: the driver's round trips and the server's work never overlap; more: as a
-    /// bulk loader with several insertion workers, such as mongorestore's, sends them).
-    #[arg(long = "bulk-connections", default_value_t = 1)]
-    pub bulk_connections: usize,
+    /// Connection counts the insertMany part is measured at (comma-separated), each with its own
+    /// ceiling. Each connection sends its batches one after another. At 1, the driver's work,
+    /// the round trip and the server's work never overlap; at more, they do, as with a bulk
+    /// loader's several insertion workers (mongorestore restores 4 collections at once).
+    #[arg(long = "bulk-connections", value_delimiter = ',', default_values_t = [1_usize, 4])]
+    pub bulk_connections: Vec<usize>,
     /// Measured time of each insert_one and ping measurement, over all its rounds.
     #[arg(long = "duration-seconds", default_value_t = 6.0)]
     pub duration_seconds: f64,
@@ -120,7 +121,7 @@ pub struct WritesArgs {
 pub(crate) struct Settings {
     documents: u64,
     batch_documents: usize,
-    bulk_connections: usize,
+    bulk_connections: Vec<usize>,
     duration: Duration,
     rounds: u32,
     connections: Vec<usize>,
@@ -160,8 +161,8 @@ impl Settings {
         if arguments.batch_documents == 0 || arguments.batch_documents > MAX_WRITE_BATCH_DOCUMENTS {
             return invalid(format!("--batch-documents must be in 1..={MAX_WRITE_BATCH_DOCUMENTS}"));
         }
-        if arguments.bulk_connections == 0 || arguments.bulk_connections > CONNECTIONS_LIMIT {
-            return invalid(format!("--bulk-connections must be in 1..={CONNECTIONS_LIMIT}"));
+        if arguments.bulk_connections.is_empty() || arguments.bulk_connections.iter().any(|&count| count == 0 || count > CONNECTIONS_LIMIT) {
+            return invalid(format!("--bulk-connections takes counts in 1..={CONNECTIONS_LIMIT}"));
         }
         if arguments.connections.is_empty() || arguments.connections.iter().any(|&count| count == 0 || count > CONNECTIONS_LIMIT) {
             return invalid(format!("--connections takes counts in 1..={CONNECTIONS_LIMIT}"));
@@ -180,10 +181,12 @@ impl Settings {
         }
         let mut connections = arguments.connections.clone();
         connections.dedup();
+        let mut bulk_connections = arguments.bulk_connections.clone();
+        bulk_connections.dedup();
         Ok(Settings {
             documents: arguments.documents,
             batch_documents: arguments.batch_documents,
-            bulk_connections: arguments.bulk_connections,
+            bulk_connections,
             duration: seconds_flag("duration-seconds", arguments.duration_seconds)?,
             rounds: arguments.rounds,
             connections,
