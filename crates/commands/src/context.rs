@@ -49,6 +49,8 @@ pub struct ServerContext {
     pub cursors: CursorManager,
     pub logger: Logger,
     pub operation_counters: OperationCounters,
+    /// serverStatus.opLatencies (see [`crate::latency`]).
+    pub operation_latencies: crate::latency::OperationLatencies,
     pub connection_counters: ConnectionCounters,
     pub started_at: Instant,
     pub started_at_wall: SystemTime,
@@ -120,6 +122,7 @@ impl ServerContext {
             cursors: CursorManager::new(),
             logger,
             operation_counters: OperationCounters::default(),
+            operation_latencies: crate::latency::OperationLatencies::default(),
             connection_counters: ConnectionCounters::default(),
             started_at: Instant::now(),
             started_at_wall: SystemTime::now(),

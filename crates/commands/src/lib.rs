@@ -27,6 +27,7 @@ pub mod cursor;
 pub mod error;
 pub mod execution;
 pub mod knobs;
+pub mod latency;
 pub mod log;
 pub mod modify;
 pub mod operation;

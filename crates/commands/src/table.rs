@@ -135,6 +135,7 @@ pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Reply {
         .and_then(|()| run(context, request))
         .and_then(|reply| sync_journal_for_ddl(context, request).map(|()| reply));
     let elapsed = started.elapsed();
+    context.operation_latencies.record(crate::latency::LatencyKind::of_command(&request.name), elapsed);
     let (reply, error) = match outcome {
         Ok(reply) => (reply, None),
         Err(error) => (error.to_reply().into(), Some(error)),

@@ -605,6 +605,7 @@ fn legacy_command(full_collection_name: &str, query: Document, connection: Conne
 /// end and waited for here, without holding a thread ([`after_journal`]).
 async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) -> Reply {
     let point = point_operation(&request);
+    let latency_kind = myriad_commands::latency::LatencyKind::of_command(&request.name);
     if INLINE_COMMANDS.contains(&request.name.as_str()) || point == Some(PointOperation::Read) {
         return run_inline(context, &request);
     }
@@ -612,7 +613,7 @@ async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) -> R
         if let Some(turn) = inline_write_turn().await {
             let (reply, sequence) = run_inline_deferring(context, &request);
             drop(turn);
-            return after_journal(context, reply, sequence).await;
+            return after_journal(context, reply, sequence, latency_kind).await;
         }
     }
     let pool_context = Arc::clone(context);
@@ -625,7 +626,7 @@ async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) -> R
     })
     .await;
     match ran {
-        Ok((reply, sequence)) => after_journal(context, reply, sequence).await,
+        Ok((reply, sequence)) => after_journal(context, reply, sequence, latency_kind).await,
         Err(error) => CommandError::internal(format!("command failed: {error}")).to_reply().into(),
     }
 }
@@ -638,11 +639,20 @@ const DEFERRED_JOURNAL_COMMANDS: &[&str] = &["insert", "update", "delete", "find
 /// command wrote nothing journaled), then returns `reply`, or the sync's error in its place.
 /// A sync in progress is followed on this task; only when none runs does a blocking-pool
 /// thread lead one. Bounded: the loop waits through at most the sync in progress and the
-/// next, which began after the write was published and so covers it.
-async fn after_journal(context: &Arc<ServerContext>, reply: Reply, sequence: u64) -> Reply {
+/// next, which began after the write was published and so covers it. The wait counts in the
+/// command's `opLatencies` (`latency_kind`), as mongod's write concern wait does.
+async fn after_journal(context: &Arc<ServerContext>, reply: Reply, sequence: u64, latency_kind: myriad_commands::latency::LatencyKind) -> Reply {
     if sequence == 0 {
         return reply;
     }
+    let waiting_since = std::time::Instant::now();
+    let reply = wait_durable_then(context, reply, sequence).await;
+    context.operation_latencies.add_wait(latency_kind, waiting_since.elapsed());
+    reply
+}
+
+/// [`after_journal`]'s wait: `reply` once `sequence` is durable, or the sync's error.
+async fn wait_durable_then(context: &Arc<ServerContext>, reply: Reply, sequence: u64) -> Reply {
     loop {
         match context.backend.journal_progress(sequence) {
             myriad_storage::JournalProgress::Durable => return reply,

@@ -2,7 +2,7 @@
 //! model: concurrent `$inc` on one field and on different fields, compare-and-set, a
 //! findAndModify queue with and without a sort, upserts on a unique key, deletes racing
 //! deletes and updates, inserts racing drops, insertMany batches racing each other and index
-//! changes.
+//! changes, and serverStatus.opLatencies counting each of many concurrent operations once.
 
 mod common;
 
@@ -390,4 +390,46 @@ async fn validate_reads_one_snapshot_while_writes_run() {
     for writer in writers {
         writer.await.expect("writer");
     }
+}
+
+/// serverStatus.opLatencies: `(reads, writes)` operation counts and their latency totals.
+async fn operation_latencies(client: &Client) -> ([i64; 2], [i64; 2]) {
+    let status = client.database("admin").run_command(doc! { "serverStatus": 1 }).await.expect("serverStatus");
+    let latencies = status.get_document("opLatencies").expect("opLatencies");
+    let figure = |kind: &str, field: &str| latencies.get_document(kind).and_then(|entry| entry.get_i64(field)).expect("figure");
+    ([figure("reads", "ops"), figure("writes", "ops")], [figure("reads", "latency"), figure("writes", "latency")])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operation_latencies_count_every_concurrent_operation_once() {
+    const OPERATIONS: usize = 50;
+    let server = TestServer::start();
+    let client = server.client().await;
+    let documents = collection(&client, "latencies");
+    let (operations_before, latency_before) = operation_latencies(&client).await;
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let documents = documents.clone();
+        tasks.push(tokio::spawn(async move {
+            for step in 0..OPERATIONS {
+                let key = (task * OPERATIONS + step) as i64;
+                documents.insert_one(doc! { "_id": key }).await.expect("insert");
+                let found = documents.find_one(doc! { "_id": key }).await.expect("find");
+                assert_eq!(found, Some(doc! { "_id": key }));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    // One journaled insertMany: its journal wait is part of its latency.
+    let journaled = mongodb::options::WriteConcern::builder().journal(true).build();
+    let batch: Vec<Document> = (0..10).map(|number| doc! { "_id": -1 - number }).collect();
+    documents.insert_many(batch).write_concern(journaled).await.expect("journaled insertMany");
+    let (operations_after, latency_after) = operation_latencies(&client).await;
+    let total = (TASKS * OPERATIONS) as i64;
+    assert_eq!(operations_after[0] - operations_before[0], total, "reads");
+    assert_eq!(operations_after[1] - operations_before[1], total + 1, "writes");
+    assert!(latency_after[0] > latency_before[0] && latency_after[1] > latency_before[1]);
+    assert_eq!(documents.count_documents(doc! {}).await.expect("count"), total as u64 + 10);
 }

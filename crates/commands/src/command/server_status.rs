@@ -94,7 +94,15 @@ fn catalog_stats(context: &ServerContext) -> CommandResult<Document> {
     })
 }
 
-pub fn run(context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
+/// True for `opLatencies: {histograms: <true>}`: the latency histograms are included.
+fn latency_histograms_asked(request: &CommandRequest) -> bool {
+    match request.body.get("opLatencies") {
+        Some(bson::Bson::Document(options)) => options.get("histograms").and_then(crate::request::truthy).unwrap_or(false),
+        _ => false,
+    }
+}
+
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let uptime = context.started_at.elapsed();
     let counters = &context.operation_counters;
     let connections = &context.connection_counters;
@@ -123,6 +131,7 @@ pub fn run(context: &ServerContext, _request: &CommandRequest) -> CommandResult<
             "numRequests": context.network_requests.load(Ordering::Relaxed),
             "compression": compression(context),
         },
+        "opLatencies": context.operation_latencies.to_document(latency_histograms_asked(request)),
         "opcounters": {
             "insert": counters.insert.load(Ordering::Relaxed),
             "query": counters.query.load(Ordering::Relaxed),
