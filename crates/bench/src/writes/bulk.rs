@@ -38,6 +38,15 @@ pub(crate) struct BulkFigures {
     pub(crate) documents: u64,
     pub(crate) driver_seconds: f64,
     pub(crate) ceiling_seconds: f64,
+    /// The insert commands and their summed latency, by the server's opLatencies.writes.
+    pub(crate) server: ServerShare,
+}
+
+/// What the server itself reported for a phase's insert commands (serverStatus.opLatencies).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ServerShare {
+    pub(crate) commands: u64,
+    pub(crate) seconds: f64,
 }
 
 impl BulkFigures {
@@ -51,6 +60,27 @@ impl BulkFigures {
 
     pub(crate) fn ratio_to_ceiling(&self) -> f64 {
         self.driver_documents_per_second() / self.ceiling_documents_per_second().max(1e-9)
+    }
+
+    /// The server's handling of one insert command, in ms (summed over concurrent ones).
+    pub(crate) fn server_milliseconds_per_batch(&self) -> f64 {
+        self.server.seconds * 1000.0 / self.server.commands.max(1) as f64
+    }
+
+    /// At 1 connection: the rest of each batch's time, in ms (the driver, the round trip, the
+    /// server reading the message and writing its reply). None at more connections, where the
+    /// two overlap.
+    pub(crate) fn client_milliseconds_per_batch(&self) -> Option<f64> {
+        (self.connections == 1).then(|| (self.driver_seconds - self.server.seconds).max(0.0) * 1000.0 / self.server.commands.max(1) as f64)
+    }
+
+    /// At 1 connection: the ratio to the ceiling if the server handled each batch in no more
+    /// time than the ceiling takes to write it, the rest of the batch's time unchanged: what
+    /// the driver and the round trip leave reachable.
+    pub(crate) fn ratio_bound(&self) -> Option<f64> {
+        let ceiling_milliseconds_per_batch = self.ceiling_seconds * 1000.0 / self.server.commands.max(1) as f64;
+        self.client_milliseconds_per_batch()
+            .map(|client| ceiling_milliseconds_per_batch / (ceiling_milliseconds_per_batch + client).max(1e-9))
     }
 }
 
@@ -66,7 +96,7 @@ pub(crate) fn measure(runtime: &tokio::runtime::Runtime, settings: &Settings) ->
         for &connections in &settings.bulk_connections {
             let ceiling = ceiling(settings, secondary_indexes)?;
             let fresh = FreshServer::start(settings, "bulk")?;
-            let driver = runtime.block_on(insert_many(&fresh, settings, secondary_indexes, connections)).inspect_err(|_| {
+            let (driver, server) = runtime.block_on(insert_many(&fresh, settings, secondary_indexes, connections)).inspect_err(|_| {
                 eprintln!("writes: last server log lines:\n{}", fresh.server.log_tail_text());
             })?;
             fresh.stop(settings)?;
@@ -76,12 +106,14 @@ pub(crate) fn measure(runtime: &tokio::runtime::Runtime, settings: &Settings) ->
                 documents: settings.documents,
                 driver_seconds: driver.as_secs_f64(),
                 ceiling_seconds: ceiling.as_secs_f64(),
+                server,
             };
             eprintln!(
-                "writes: insertMany with {secondary_indexes} secondary indexes over {connections} connection(s): {:.0} documents/s, ceiling {:.0}/s ({:.2})",
+                "writes: insertMany with {secondary_indexes} secondary indexes over {connections} connection(s): {:.0} documents/s, ceiling {:.0}/s ({:.2}); server {:.2} ms per batch",
                 phase.driver_documents_per_second(),
                 phase.ceiling_documents_per_second(),
-                phase.ratio_to_ceiling()
+                phase.ratio_to_ceiling(),
+                phase.server_milliseconds_per_batch()
             );
             figures.push(phase);
         }
@@ -95,8 +127,18 @@ fn batches(settings: &Settings) -> impl Iterator<Item = (u64, u64)> + '_ {
     (0..settings.documents.div_ceil(step)).map(move |batch| (batch * step, ((batch + 1) * step).min(settings.documents)))
 }
 
-/// insertMany of every batch into a new collection; returns the time spent in the calls.
-async fn insert_many(fresh: &FreshServer, settings: &Settings, secondary_indexes: usize, connections: usize) -> BenchResult<Duration> {
+/// `opLatencies.writes` of serverStatus: (operations, total latency in µs).
+async fn write_latencies(client: &mongodb::Client, settings: &Settings) -> BenchResult<(i64, i64)> {
+    let status = super::server_status(client, settings).await?;
+    let missing = |field: &str, error: bson::document::ValueAccessError| BenchError::Server(format!("serverStatus opLatencies.writes{field}: {error}"));
+    let writes = status.get_document("opLatencies").and_then(|latencies| latencies.get_document("writes")).map_err(|error| missing("", error))?;
+    let figure = |field: &str| writes.get_i64(field).map_err(|error| missing(&format!(".{field}"), error));
+    Ok((figure("ops")?, figure("latency")?))
+}
+
+/// insertMany of every batch into a new collection; returns the time spent in the calls and
+/// what the server reports of the insert commands.
+async fn insert_many(fresh: &FreshServer, settings: &Settings, secondary_indexes: usize, connections: usize) -> BenchResult<(Duration, ServerShare)> {
     let client = fresh.client(settings, connections).await?;
     let timeout = settings.operation_timeout;
     let name = format!("bulk_{secondary_indexes}");
@@ -111,11 +153,21 @@ async fn insert_many(fresh: &FreshServer, settings: &Settings, secondary_indexes
     };
     client::required_command(&client, DATABASE, create, timeout, "creating the bulk collection").await?;
     let collection = client.database(DATABASE).collection::<Document>(&name);
+    let (operations_before, latency_before) = write_latencies(&client, settings).await?;
     let elapsed = if connections == 1 {
         insert_batches_in_turn(&collection, settings).await?
     } else {
         insert_batches_concurrently(&collection, settings, connections).await?
     };
+    let (operations_after, latency_after) = write_latencies(&client, settings).await?;
+    let server = ServerShare {
+        commands: u64::try_from(operations_after - operations_before).unwrap_or(0),
+        seconds: (latency_after - latency_before).max(0) as f64 / 1e6,
+    };
+    let batches = batches(settings).count() as u64;
+    if server.commands != batches {
+        return Err(BenchError::Server(format!("the server counted {} insert commands for {batches} batches", server.commands)));
+    }
     let counted = client::bounded(timeout, collection.estimated_document_count())
         .await
         .map_err(|error| error.into_bench_error("counting the bulk collection", timeout))?;
@@ -123,7 +175,7 @@ async fn insert_many(fresh: &FreshServer, settings: &Settings, secondary_indexes
         return Err(BenchError::Server(format!("the bulk collection holds {counted} documents, not {}", settings.documents)));
     }
     client::close(client).await;
-    Ok(elapsed)
+    Ok((elapsed, server))
 }
 
 /// One insertMany of documents `[start, end)`, checked.
