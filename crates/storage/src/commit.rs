@@ -23,7 +23,7 @@
 use bson::{doc, spec::BinarySubtype, Binary, Bson, Document, RawDocument, RawDocumentBuf};
 use rocksdb::{WriteBatch, WriteOptions};
 
-use crate::engine::{Durability, FAMILY_STATS};
+use crate::engine::{Durability, WriteInFlight, FAMILY_STATS};
 use crate::keys;
 use crate::stats::{self, encode_counters};
 use crate::write::WriteTransaction;
@@ -214,6 +214,9 @@ impl WriteTransaction<'_> {
         if self.operations == 0 {
             return Ok(Vec::new());
         }
+        if self.releases_stripe_before_writing(&prepared) {
+            return self.apply_in_flight(prepared, durability);
+        }
         let engine = self.engine;
         engine.db.write_opt(prepared.batch, &WriteOptions::default())?;
         // Published once write_opt returned: at least this write's own sequence number.
@@ -241,6 +244,53 @@ impl WriteTransaction<'_> {
         Ok(prepared.operations)
     }
 
+    /// True for a write that may release the stripe before its RocksDB write: only inserts
+    /// (no update, delete or capped trimming; not into a capped collection), at least
+    /// [`RELEASE_BEFORE_WRITE_MIN_OPERATIONS`] of them, and nobody observing operation records
+    /// (an observer must see one collection's writes in commit order).
+    fn releases_stripe_before_writing(&self, prepared: &PreparedWrite) -> bool {
+        self.operations >= RELEASE_BEFORE_WRITE_MIN_OPERATIONS
+            && self.inserted.len() == self.records.len()
+            && self.deleted_ids.is_empty()
+            && self.capped_trim.is_none()
+            && prepared.capped_inserted.is_none()
+            && prepared.capped_trimmed_through.is_none()
+            && !self.engine.has_observer()
+    }
+
+    /// [`Self::apply`] of an insert-only write that lets the collection's next writer in while
+    /// RocksDB writes it: under the stripe, the record-id counter moves past the write's ids and
+    /// the write's unique keys are registered as in flight; then the stripe is released, the
+    /// batch written, and the registration marked done (`engine.rs`, [`WriteInFlight`]).
+    fn apply_in_flight(mut self, prepared: PreparedWrite, durability: Durability) -> Result<Vec<OperationRecord>, StorageError> {
+        let engine = self.engine;
+        let entry = self.entry.clone()?;
+        let unique_prefixes: Vec<[u8; 8]> = entry.indexes.iter().filter(|index| index.unique).map(|index| index.prefix.to_be_bytes()).collect();
+        // Sorted: the pending entries are ordered by full key.
+        let unique_keys: Vec<Vec<u8>> = self
+            .index_entries
+            .iter()
+            .filter(|(key, value)| value.is_some() && unique_prefixes.iter().any(|prefix| key.starts_with(prefix)))
+            .map(|(key, _)| key.clone())
+            .collect();
+        let write = std::sync::Arc::new(WriteInFlight::new(unique_keys));
+        if let Some((prefix, allocated)) = prepared.allocated {
+            let counter = self.stripe.last_record_ids.entry(prefix).or_insert(allocated);
+            assert!(*counter <= allocated, "record ids go backwards: counter {counter}, allocated {allocated}");
+            *counter = allocated;
+        }
+        self.stripe.writes_in_flight.push(std::sync::Arc::clone(&write));
+        drop(self);
+        let written = engine.db.write_opt(prepared.batch, &WriteOptions::default());
+        write.mark_done();
+        engine.forget_finished_writes(entry.prefix);
+        written?;
+        if durability == Durability::Journaled {
+            engine.journal.wait_durable(&engine.db, engine.db.latest_sequence_number())?;
+        }
+        Ok(prepared.operations)
+    }
+
     /// Prepares and applies: one atomic WriteBatch, counter merges included.
     pub fn commit(self, durability: Durability) -> Result<(), StorageError> {
         self.entry.clone()?;
@@ -253,6 +303,10 @@ impl WriteTransaction<'_> {
         self.apply(prepared, durability).map(drop)
     }
 }
+
+/// Fewer inserts than this write under the stripe: their write is short, and releasing the
+/// stripe first would only cost a second acquisition (to forget the write in flight).
+pub const RELEASE_BEFORE_WRITE_MIN_OPERATIONS: usize = 64;
 
 /// Receives the operation records of every write and catalog change once applied: where
 /// replication and change streams plug in.

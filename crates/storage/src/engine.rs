@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -157,12 +157,104 @@ impl IndexKeyRange {
 }
 
 /// State guarded by one lock stripe: the last record id handed out per collection prefix (loaded
-/// from disk on first use). Writers of a collection hold its stripe from `begin_write` to commit.
+/// from disk on first use). Writers of a collection hold its stripe from `begin_write` to commit;
+/// a large insert-only write releases it just before its RocksDB write ([`WriteInFlight`]).
 #[derive(Default)]
 pub(crate) struct StripeState {
     pub(crate) last_record_ids: HashMap<u64, RecordId>,
     /// Per capped collection: every record below this id is gone (`capped.rs`).
     pub(crate) oldest_record_ids: HashMap<u64, RecordId>,
+    /// Insert-only writes of this stripe's collections that released the stripe before their
+    /// RocksDB write, registered under it; removed (under it) once done.
+    pub(crate) writes_in_flight: Vec<Arc<WriteInFlight>>,
+}
+
+/// An insert-only write between releasing its stripe and the end of its RocksDB write
+/// (docs/design.md, "Writers and lock stripes"). Its record ids are already counted in the
+/// stripe; its unique index keys are listed here, so the next writer of the stripe finds them
+/// taken before the database shows them.
+pub(crate) struct WriteInFlight {
+    /// Full keys (index prefix included) of the unique index entries the write puts, sorted.
+    unique_keys: Vec<Vec<u8>>,
+    /// Set once the write returned (written, so visible to every read, or failed).
+    done: AtomicBool,
+}
+
+impl WriteInFlight {
+    pub(crate) fn new(unique_keys: Vec<Vec<u8>>) -> WriteInFlight {
+        assert!(unique_keys.windows(2).all(|pair| pair[0] < pair[1]), "in-flight unique keys are sorted and distinct");
+        WriteInFlight { unique_keys, done: AtomicBool::new(false) }
+    }
+
+    pub(crate) fn puts_unique_key(&self, full_key: &[u8]) -> bool {
+        self.unique_keys.binary_search_by(|key| key.as_slice().cmp(full_key)).is_ok()
+    }
+
+    /// The keys of `read` (sorted by key, distinct) that this write puts: one merge of the two
+    /// sorted lists, cheaper than a search per key for a slice's worth of keys.
+    pub(crate) fn unique_keys_among<T>(&self, read: &[(Vec<u8>, T)]) -> Vec<Vec<u8>> {
+        let (mut mine, mut theirs) = (self.unique_keys.iter().peekable(), read.iter().peekable());
+        let mut common = Vec::new();
+        while let (Some(key), Some((other, _))) = (mine.peek(), theirs.peek()) {
+            match key.as_slice().cmp(other.as_slice()) {
+                std::cmp::Ordering::Less => {
+                    mine.next();
+                }
+                std::cmp::Ordering::Greater => {
+                    theirs.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    common.push(key.to_vec());
+                    mine.next();
+                    theirs.next();
+                }
+            }
+        }
+        common
+    }
+
+    pub(crate) fn mark_done(&self) {
+        self.done.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Waits, holding whatever the caller holds, until the write has returned. Bounded by one
+    /// RocksDB write, which needs no lock to finish.
+    pub(crate) fn wait_until_done(&self) {
+        let mut polls = 0u32;
+        while !self.is_done() {
+            if polls < 16 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
+            polls = polls.saturating_add(1);
+        }
+    }
+}
+
+impl StripeState {
+    /// Waits until every write in flight on this stripe is done, then forgets them: the
+    /// database shows all the stripe's writes. Called with the stripe held, so none starts.
+    pub(crate) fn wait_for_writes_in_flight(&mut self) {
+        for write in self.writes_in_flight.drain(..) {
+            write.wait_until_done();
+        }
+    }
+
+    /// Forgets the writes in flight that are done (the database shows them).
+    pub(crate) fn forget_finished_writes(&mut self) {
+        self.writes_in_flight.retain(|write| !write.is_done());
+    }
+
+    /// The write in flight on this stripe that puts `full_key` in a unique index, if any
+    /// (done or not: a write that finished since this stripe was taken is still listed).
+    pub(crate) fn write_in_flight_putting(&self, full_key: &[u8]) -> Option<&Arc<WriteInFlight>> {
+        self.writes_in_flight.iter().find(|write| write.puts_unique_key(full_key))
+    }
 }
 
 thread_local! {
@@ -430,7 +522,17 @@ impl Engine {
         &self.stripes[stripe_index(prefix, self.stripes.len())]
     }
 
+    /// Takes `prefix`'s stripe once every write in flight on it is done, so the holder sees
+    /// all of the stripe's writes in the database (every stripe user but a write transaction).
     pub(crate) fn lock_stripe(&self, prefix: u64) -> StripeGuard<'_> {
+        let mut guard = self.lock_stripe_for_write(prefix);
+        guard.wait_for_writes_in_flight();
+        guard
+    }
+
+    /// Takes `prefix`'s stripe for a write transaction, which may start while writes are in
+    /// flight on it (their unique keys are checked through [`StripeState::writes_in_flight`]).
+    pub(crate) fn lock_stripe_for_write(&self, prefix: u64) -> StripeGuard<'_> {
         assert_eq!(stripes_held(), 0, "lock order violated: a lock stripe taken while holding another");
         self.counters.stripe_lock_acquisitions.fetch_add(1, Ordering::Relaxed);
         let stripe = self.stripe_mutex(prefix);
@@ -441,7 +543,17 @@ impl Engine {
                 stripe.lock()
             }
         };
-        StripeGuard::new(guard, &self.journal.stripe_holders)
+        let mut guard = StripeGuard::new(guard, &self.journal.stripe_holders);
+        guard.forget_finished_writes();
+        guard
+    }
+
+    /// After an in-flight write is done: forgets it and the stripe's other finished writes if
+    /// the stripe is free now (else its next holder does).
+    pub(crate) fn forget_finished_writes(&self, prefix: u64) {
+        if let Some(mut state) = self.stripe_mutex(prefix).try_lock() {
+            state.forget_finished_writes();
+        }
     }
 
     /// Locks the stripes of several prefixes, in ascending stripe order (deadlock-free: writers
@@ -465,7 +577,9 @@ impl Engine {
                         stripe.lock()
                     }
                 };
-                (index, StripeGuard::new(guard, &self.journal.stripe_holders))
+                let mut guard = StripeGuard::new(guard, &self.journal.stripe_holders);
+                guard.wait_for_writes_in_flight();
+                (index, guard)
             })
             .collect()
     }

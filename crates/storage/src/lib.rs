@@ -70,7 +70,7 @@ pub use index_scan::IndexValuesEntry;
 pub use index::{hashed_index_value, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
 pub use options::{rocksdb_options, EngineOptions, RocksDbOptions};
 pub use compression::{is_supported as is_block_compressor_supported, requested_block_compressor, BlockCompressor, DEFAULT_BLOCK_COMPRESSOR};
-pub use commit::{OperationKind, OperationObserver, OperationRecord, PreparedWrite};
+pub use commit::{OperationKind, OperationObserver, OperationRecord, PreparedWrite, RELEASE_BEFORE_WRITE_MIN_OPERATIONS};
 pub use ttl::{expire_after_seconds_number, TtlIndex};
 pub use storage_size::{CollectionStorage, DatabaseStorage};
 pub use validate::{IndexValidation, ValidationReport};

@@ -3,8 +3,12 @@
 //!
 //! Invariants: the transaction holds the collection's lock stripe from `begin_write` until it is
 //! committed or dropped, so unique checks (check-then-write) never race with another writer of
-//! the same collection, nor with DDL on it. Pending changes are kept in ordered maps that
-//! override the database (read-your-writes); an operation that fails leaves them unchanged.
+//! the same collection, nor with DDL on it. A large insert-only transaction releases it just
+//! before its RocksDB write, leaving its unique keys and record ids registered in the stripe
+//! (`commit.rs`): a later transaction checks its unique keys against those writes in flight
+//! too, and every other stripe user waits for them to finish. Pending changes are kept in
+//! ordered maps that override the database (read-your-writes); an operation that fails leaves
+//! them unchanged.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -49,6 +53,10 @@ pub struct WriteTransaction<'e> {
     /// Owners of unique index keys read ahead in one batch (`read_unique_owners`), sorted by
     /// full key: valid while the stripe is held, below the pending entries.
     unique_owners_read: Vec<(Vec<u8>, Option<RecordId>)>,
+    /// The keys of `unique_owners_read` that a write in flight on the stripe puts (found by
+    /// merging the sorted lists when they were read), sorted: what was read for them may
+    /// predate the write.
+    unique_keys_in_flight: Vec<Vec<u8>>,
 }
 
 /// Index entry changes one operation will apply, computed before anything is applied.
@@ -197,7 +205,7 @@ impl Engine {
     /// maintains exactly the current indexes; if it was dropped or renamed, every operation
     /// returns `NamespaceNotFound`.
     pub fn begin_write(&self, handle: &CollectionHandle) -> WriteTransaction<'_> {
-        let stripe = self.lock_stripe(handle.entry.prefix);
+        let stripe = self.lock_stripe_for_write(handle.entry.prefix);
         let entry = match self.collection(handle.db(), handle.name()) {
             Ok(Some(current)) if current.entry.prefix == handle.entry.prefix => Ok(current.entry),
             Ok(_) => Err(StorageError::NamespaceNotFound(handle.namespace().to_string())),
@@ -223,6 +231,7 @@ impl Engine {
             operations: 0,
             capped_trim: None,
             unique_owners_read: Vec::new(),
+            unique_keys_in_flight: Vec::new(),
         }
     }
 }
@@ -312,14 +321,22 @@ impl<'e> WriteTransaction<'e> {
         Ok(self.engine.db.get_cf(family, keys::record_key(entry.prefix, record_id))?)
     }
 
-    /// The record currently owning a unique index key, pending writes first.
+    /// The record currently owning a unique index key: this transaction's pending writes
+    /// first, then what was read ahead for it, then the database. A key that a write in flight
+    /// on the stripe puts is read from the database once that write is done (what was read
+    /// ahead for it may predate the write).
     fn unique_key_owner(&self, entry: &CollectionEntry, full_key: &[u8]) -> Result<Option<RecordId>, StorageError> {
         let value = match self.index_entries.get(full_key) {
             Some(Some(value)) => Some(keys::read_i64(value)?),
             Some(None) => None,
             None => match self.read_ahead_owner(full_key) {
-                Some(owner) => owner,
-                None => self.read_unique_owner(entry, full_key)?,
+                Some(owner) if self.unique_keys_in_flight.binary_search_by(|key| key.as_slice().cmp(full_key)).is_err() => owner,
+                _ => {
+                    if let Some(write) = self.stripe.write_in_flight_putting(full_key) {
+                        write.wait_until_done();
+                    }
+                    self.read_unique_owner(entry, full_key)?
+                }
             },
         };
         Ok(value)
@@ -485,6 +502,9 @@ impl<'e> WriteTransaction<'e> {
             owners.push((full_key, owner));
         }
         // Sorted and without repeats, as `read_ahead_owner`'s binary search needs.
+        self.unique_keys_in_flight = self.stripe.writes_in_flight.iter().flat_map(|write| write.unique_keys_among(&owners)).collect();
+        self.unique_keys_in_flight.sort_unstable();
+        self.unique_keys_in_flight.dedup();
         self.unique_owners_read = owners;
         Ok(())
     }

@@ -128,3 +128,85 @@ fn every_catalog_change_leaves_a_command_record() {
     );
     assert!(seen.lock().unwrap().iter().all(|entry| entry.get_str("op").unwrap() == "c" && entry.get_str("ns").unwrap() == "shop.$cmd"));
 }
+
+/// Inserts of at least `RELEASE_BEFORE_WRITE_MIN_OPERATIONS` documents release the stripe before
+/// their RocksDB write. Four threads insert batches of 100 into one collection: 90 `_id`s of
+/// their own and 10 that every thread tries in the same round (each with the same unique `u`),
+/// while a fifth creates and drops an index and validates. Every key is inserted exactly once,
+/// every refusal is a duplicate key, and the records, indexes and counters agree.
+#[test]
+fn inserts_writing_outside_the_stripe_insert_each_key_exactly_once() {
+    const THREADS: i64 = 4;
+    const ROUNDS: i64 = 40;
+    const OWN: i64 = 90;
+    const CONTESTED: i64 = 10;
+    const OWN_KEYS_START: i64 = 1_000_000;
+    assert!((OWN + CONTESTED) as usize >= myriad_storage::RELEASE_BEFORE_WRITE_MIN_OPERATIONS);
+    let keys_of = |thread: i64, round: i64| {
+        let own = (0..OWN).map(move |offset| OWN_KEYS_START + (thread * ROUNDS + round) * OWN + offset);
+        let contested = (0..CONTESTED).map(move |offset| round * CONTESTED + offset);
+        own.chain(contested)
+    };
+    let directory = tempfile::tempdir().unwrap();
+    let engine = common::open(directory.path());
+    engine.get_or_create_collection("inflight", "c").unwrap();
+    engine.create_indexes("inflight", "c", vec![doc! {"key": {"u": 1}, "name": "u_1", "unique": true}]).unwrap();
+    let writers_done = std::sync::atomic::AtomicBool::new(false);
+    let (inserted, refused) = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                let engine = &engine;
+                scope.spawn(move || {
+                    let (mut inserted, mut refused) = (0i64, 0i64);
+                    for round in 0..ROUNDS {
+                        let documents: Vec<bson::Document> = keys_of(thread, round).map(|id| doc! {"_id": id, "u": id * 2, "v": id % 7}).collect();
+                        let handle = engine.collection("inflight", "c").unwrap().unwrap();
+                        let prepared: Vec<_> = documents.iter().map(|document| handle.prepare_insert(document).unwrap()).collect();
+                        let mut transaction = engine.begin_write(&handle);
+                        transaction.read_unique_owners(&prepared.iter().collect::<Vec<_>>()).unwrap();
+                        for insert in prepared {
+                            match transaction.insert_prepared(insert) {
+                                Ok(_) => inserted += 1,
+                                Err(error) => {
+                                    assert_eq!(error.code(), 11000, "{error:?}");
+                                    refused += 1;
+                                }
+                            }
+                        }
+                        transaction.commit(Durability::Default).unwrap();
+                    }
+                    (inserted, refused)
+                })
+            })
+            .collect();
+        let ddl = scope.spawn(|| {
+            while !writers_done.load(std::sync::atomic::Ordering::Acquire) {
+                engine.create_indexes("inflight", "c", vec![doc! {"key": {"v": 1}, "name": "v_1"}]).unwrap();
+                let current = engine.collection("inflight", "c").unwrap().unwrap();
+                let report = engine.validate_collection(&current).unwrap();
+                assert_eq!(report.records, report.counted_records);
+                engine.drop_indexes("inflight", "c", myriad_storage::IndexSelector::Name("v_1".into())).unwrap();
+            }
+        });
+        let totals = writers.into_iter().map(|writer| writer.join().unwrap()).fold((0, 0), |sum, (inserted, refused)| (sum.0 + inserted, sum.1 + refused));
+        writers_done.store(true, std::sync::atomic::Ordering::Release);
+        ddl.join().unwrap();
+        totals
+    });
+    let attempted: std::collections::BTreeSet<i64> = (0..THREADS).flat_map(|thread| (0..ROUNDS).flat_map(move |round| keys_of(thread, round))).collect();
+    assert_eq!(attempted.len() as i64, THREADS * ROUNDS * OWN + ROUNDS * CONTESTED);
+    assert_eq!(inserted, attempted.len() as i64, "each key inserted exactly once");
+    assert_eq!(refused, (THREADS - 1) * ROUNDS * CONTESTED, "every contested key refused to all but one thread");
+    let handle = engine.collection("inflight", "c").unwrap().unwrap();
+    let documents = common::all_documents(&engine, &handle);
+    let ids: std::collections::BTreeSet<i64> = documents.iter().map(|(_, document)| document.get_i64("_id").unwrap()).collect();
+    assert_eq!(ids, attempted);
+    assert_eq!(documents.len(), attempted.len());
+    assert_eq!(common::index_entries(&engine, &handle, "_id_").len(), attempted.len());
+    assert_eq!(common::index_entries(&engine, &handle, "u_1").len(), attempted.len());
+    let report = engine.validate_collection(&handle).unwrap();
+    assert_eq!((report.records, report.counted_records, report.invalid_records), (attempted.len() as i64, attempted.len() as i64, 0));
+    for index in &report.indexes {
+        assert_eq!((index.keys, index.dangling), (attempted.len() as i64, 0), "index {}", index.name);
+    }
+}
