@@ -14,7 +14,11 @@
 //!
 //! Invariants: `prepare` reads and changes nothing; `apply` is the only place a data write
 //! reaches RocksDB and the only place the record-id counter advances; both run under the
-//! stripe, so no other writer of the collection sees a state between them. No fsync runs
+//! stripe, so no other writer of the collection sees a state between them. The one exception is
+//! a large insert-only write ([`RELEASE_BEFORE_WRITE_MIN_OPERATIONS`]): it advances the counter
+//! and registers its unique keys as a write in flight under the stripe, then writes after
+//! releasing it; the next writer sees its ids taken and its keys owned, and every other stripe
+//! user waits for it (docs/design.md, "Writers and lock stripes"). No fsync runs
 //! under a stripe: a journaled write is visible once written (as MongoDB's), and its `apply`
 //! returns only once a sync that began after the write was published has succeeded, so no
 //! reply acknowledges a journaled write before it is durable. A Raft log will carry the
@@ -221,11 +225,7 @@ impl WriteTransaction<'_> {
         engine.db.write_opt(prepared.batch, &WriteOptions::default())?;
         // Published once write_opt returned: at least this write's own sequence number.
         let written_through = engine.db.latest_sequence_number();
-        if let Some((prefix, allocated)) = prepared.allocated {
-            let counter = self.stripe.last_record_ids.entry(prefix).or_insert(allocated);
-            assert!(*counter <= allocated, "record ids go backwards: counter {counter}, allocated {allocated}");
-            *counter = allocated;
-        }
+        self.advance_record_id_counter(prepared.allocated);
         if let Some((prefix, trimmed_through)) = prepared.capped_trimmed_through {
             let oldest = self.stripe.oldest_record_ids.entry(prefix).or_insert(1);
             *oldest = (*oldest).max(trimmed_through + 1);
@@ -274,21 +274,29 @@ impl WriteTransaction<'_> {
             .map(|(key, _)| key.clone())
             .collect();
         let write = std::sync::Arc::new(WriteInFlight::new(unique_keys));
-        if let Some((prefix, allocated)) = prepared.allocated {
-            let counter = self.stripe.last_record_ids.entry(prefix).or_insert(allocated);
-            assert!(*counter <= allocated, "record ids go backwards: counter {counter}, allocated {allocated}");
-            *counter = allocated;
-        }
+        self.advance_record_id_counter(prepared.allocated);
         self.stripe.writes_in_flight.push(std::sync::Arc::clone(&write));
         drop(self);
         let written = engine.db.write_opt(prepared.batch, &WriteOptions::default());
+        // Published once write_opt returned: at least this write's own sequence number.
+        let written_through = engine.db.latest_sequence_number();
         write.mark_done();
         engine.forget_finished_writes(entry.prefix);
         written?;
         if durability == Durability::Journaled {
-            engine.journal.wait_durable(&engine.db, engine.db.latest_sequence_number())?;
+            engine.journal.wait_durable(&engine.db, written_through)?;
         }
         Ok(prepared.operations)
+    }
+
+    /// Moves the stripe's record-id counter of the collection to the highest id the write
+    /// allocated (`prepared.allocated`); it never goes back.
+    fn advance_record_id_counter(&mut self, allocated: Option<(u64, RecordId)>) {
+        if let Some((prefix, allocated)) = allocated {
+            let counter = self.stripe.last_record_ids.entry(prefix).or_insert(allocated);
+            assert!(*counter <= allocated, "record ids go backwards: counter {counter}, allocated {allocated}");
+            *counter = allocated;
+        }
     }
 
     /// Prepares and applies: one atomic WriteBatch, counter merges included.

@@ -501,10 +501,10 @@ impl<'e> WriteTransaction<'e> {
             };
             owners.push((full_key, owner));
         }
-        // Sorted and without repeats, as `read_ahead_owner`'s binary search needs.
         self.unique_keys_in_flight = self.stripe.writes_in_flight.iter().flat_map(|write| write.unique_keys_among(&owners)).collect();
         self.unique_keys_in_flight.sort_unstable();
         self.unique_keys_in_flight.dedup();
+        // Sorted and without repeats, as `read_ahead_owner`'s binary search needs.
         self.unique_owners_read = owners;
         Ok(())
     }
