@@ -534,8 +534,14 @@ impl Engine {
     /// flight on it (their unique keys are checked through [`StripeState::writes_in_flight`]).
     pub(crate) fn lock_stripe_for_write(&self, prefix: u64) -> StripeGuard<'_> {
         assert_eq!(stripes_held(), 0, "lock order violated: a lock stripe taken while holding another");
+        let mut guard = self.acquire_stripe(self.stripe_mutex(prefix));
+        guard.forget_finished_writes();
+        guard
+    }
+
+    /// Locks one stripe, counting the acquisition and whether it found the stripe taken.
+    fn acquire_stripe<'s>(&'s self, stripe: &'s Mutex<StripeState>) -> StripeGuard<'s> {
         self.counters.stripe_lock_acquisitions.fetch_add(1, Ordering::Relaxed);
-        let stripe = self.stripe_mutex(prefix);
         let guard = match stripe.try_lock() {
             Some(guard) => guard,
             None => {
@@ -543,9 +549,7 @@ impl Engine {
                 stripe.lock()
             }
         };
-        let mut guard = StripeGuard::new(guard, &self.journal.stripe_holders);
-        guard.forget_finished_writes();
-        guard
+        StripeGuard::new(guard, &self.journal.stripe_holders)
     }
 
     /// After an in-flight write is done: forgets it and the stripe's other finished writes if
@@ -569,15 +573,7 @@ impl Engine {
             .into_iter()
             .filter_map(|index| self.stripes.get(index).map(|stripe| (index, stripe)))
             .map(|(index, stripe)| {
-                self.counters.stripe_lock_acquisitions.fetch_add(1, Ordering::Relaxed);
-                let guard = match stripe.try_lock() {
-                    Some(guard) => guard,
-                    None => {
-                        self.counters.stripe_lock_contended.fetch_add(1, Ordering::Relaxed);
-                        stripe.lock()
-                    }
-                };
-                let mut guard = StripeGuard::new(guard, &self.journal.stripe_holders);
+                let mut guard = self.acquire_stripe(stripe);
                 guard.wait_for_writes_in_flight();
                 (index, guard)
             })
