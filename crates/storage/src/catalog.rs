@@ -199,6 +199,15 @@ impl IndexEntry {
         !self.is_partial() && fields.iter().all(|field| field.path == "_id" || field.path.starts_with("_id."))
     }
 
+    /// The one key field of an index keyed by the `_id` value alone (`{_id: 1}`, `{_id:
+    /// "hashed"}`, no partial filter), found without building the field list.
+    pub(crate) fn id_alone_field(&self) -> Option<IndexField<'_>> {
+        match &*self.layout().fields {
+            [(path, kind)] if !self.is_partial() && self.text(*path) == "_id" => Some(IndexField { path: self.text(*path).into(), kind: *kind }),
+            _ => None,
+        }
+    }
+
     pub(crate) fn is_partial(&self) -> bool {
         self.layout().partial_filter.is_some()
     }

@@ -127,7 +127,7 @@ impl WriteTransaction<'_> {
         let records_family = engine.records_family(&entry)?;
         for (record_id, state) in &self.records {
             let key = keys::record_key(entry.prefix, *record_id);
-            let inserted = self.inserted.contains(record_id);
+            let inserted = with_operations && self.inserted.contains(record_id);
             let (kind, id, document) = match state {
                 Some(bytes) if !with_operations => {
                     batch.put_cf(records_family, key, bytes);
@@ -266,12 +266,12 @@ impl WriteTransaction<'_> {
         let engine = self.engine;
         let entry = self.entry.clone()?;
         let unique_prefixes: Vec<[u8; 8]> = entry.indexes.iter().filter(|index| index.unique).map(|index| index.prefix.to_be_bytes()).collect();
-        // Sorted: the pending entries are ordered by full key.
-        let unique_keys: Vec<Vec<u8>> = self
-            .index_entries
-            .iter()
+        // Sorted: the pending entries are ordered by full key. Taken, not copied: the batch
+        // holds what is written, and the transaction ends here.
+        let unique_keys: Vec<Vec<u8>> = std::mem::take(&mut self.index_entries)
+            .into_iter()
             .filter(|(key, value)| value.is_some() && unique_prefixes.iter().any(|prefix| key.starts_with(prefix)))
-            .map(|(key, _)| key.clone())
+            .map(|(key, _)| key)
             .collect();
         let write = std::sync::Arc::new(WriteInFlight::new(unique_keys));
         self.advance_record_id_counter(prepared.allocated);

@@ -53,6 +53,9 @@ pub struct WriteTransaction<'e> {
     /// Owners of unique index keys read ahead in one batch (`read_unique_owners`), sorted by
     /// full key: valid while the stripe is held, below the pending entries.
     unique_owners_read: Vec<(Vec<u8>, Option<RecordId>)>,
+    /// Where in `unique_owners_read` the next lookup looks first: the entry after the last one
+    /// found (a batch's documents usually come in key order).
+    read_ahead_hint: std::cell::Cell<usize>,
     /// The keys of `unique_owners_read` that a write in flight on the stripe puts (found by
     /// merging the sorted lists when they were read), sorted: what was read for them may
     /// predate the write.
@@ -140,15 +143,13 @@ impl PreparedInsert {
         let (mut id_alone, mut whole): (Option<Document>, Option<Document>) = (None, None);
         let mut keys = Vec::with_capacity(entry.indexes.len());
         for index in &entry.indexes {
+            if let Some(field) = index.id_alone_field() {
+                // The `_id` index: its key is the `_id` value's, no document needed.
+                keys.push(Ok(crate::index::single_value_keys(&field, index.sparse, Some(&id))));
+                continue;
+            }
             let fields = index.fields()?;
             let from_id = index.keys_from_id_alone(&fields);
-            if let [field] = fields.as_slice() {
-                if from_id && field.path == "_id" {
-                    // The `_id` index: its key is the `_id` value's, no document needed.
-                    keys.push(Ok(crate::index::single_value_keys(field, index.sparse, Some(&id))));
-                    continue;
-                }
-            }
             let source = if from_id {
                 &*id_alone.get_or_insert_with(|| bson::doc! { "_id": id.clone() })
             } else if let Some(document) = &whole {
@@ -231,6 +232,7 @@ impl Engine {
             operations: 0,
             capped_trim: None,
             unique_owners_read: Vec::new(),
+            read_ahead_hint: std::cell::Cell::new(0),
             unique_keys_in_flight: Vec::new(),
         }
     }
@@ -344,7 +346,12 @@ impl<'e> WriteTransaction<'e> {
 
     /// The owner `read_unique_owners` found for `full_key`, if it read that key.
     fn read_ahead_owner(&self, full_key: &[u8]) -> Option<Option<RecordId>> {
-        let position = self.unique_owners_read.binary_search_by(|(key, _)| key.as_slice().cmp(full_key)).ok()?;
+        let hint = self.read_ahead_hint.get();
+        let position = match self.unique_owners_read.get(hint) {
+            Some((key, _)) if key.as_slice() == full_key => hint,
+            _ => self.unique_owners_read.binary_search_by(|(key, _)| key.as_slice().cmp(full_key)).ok()?,
+        };
+        self.read_ahead_hint.set(position + 1);
         self.unique_owners_read.get(position).map(|(_, owner)| *owner)
     }
 
@@ -506,6 +513,7 @@ impl<'e> WriteTransaction<'e> {
         self.unique_keys_in_flight.dedup();
         // Sorted and without repeats, as `read_ahead_owner`'s binary search needs.
         self.unique_owners_read = owners;
+        self.read_ahead_hint.set(0);
         Ok(())
     }
 
