@@ -60,10 +60,14 @@ pub struct WriteTransaction<'e> {
     /// merging the sorted lists when they were read), sorted: what was read for them may
     /// predate the write.
     unique_keys_in_flight: Vec<Vec<u8>>,
+    /// Emptied by each insert's plan and apply, and kept for the next one: an insert allocates
+    /// no plan of its own.
+    planned_inserts: PlannedEntries,
 }
 
 /// Index entry changes one operation will apply, computed before anything is applied.
-struct PlannedEntries {
+#[derive(Default)]
+pub(crate) struct PlannedEntries {
     puts: Vec<(usize, Vec<u8>, Vec<u8>)>,
     deletes: Vec<(usize, Vec<u8>, usize)>,
 }
@@ -234,6 +238,7 @@ impl Engine {
             unique_owners_read: Vec::new(),
             read_ahead_hint: std::cell::Cell::new(0),
             unique_keys_in_flight: Vec::new(),
+            planned_inserts: PlannedEntries::default(),
         }
     }
 }
@@ -392,16 +397,19 @@ impl<'e> WriteTransaction<'e> {
         }
     }
 
-    /// Plans the index entry changes from `old` to `new` for record `record_id` and checks
-    /// unique indexes (against pending writes, then the database). Applies nothing.
+    /// Plans the index entry changes from `old` to `new` for record `record_id` into `planned`
+    /// (emptied first) and checks unique indexes (against pending writes, then the database).
+    /// Applies nothing.
     fn plan_entries(
         &self,
         entry: &CollectionEntry,
         record_id: RecordId,
         old: KeySource<'_>,
         new: KeySource<'_>,
-    ) -> Result<PlannedEntries, StorageError> {
-        let mut planned = PlannedEntries { puts: Vec::new(), deletes: Vec::new() };
+        planned: &mut PlannedEntries,
+    ) -> Result<(), StorageError> {
+        planned.puts.clear();
+        planned.deletes.clear();
         for (position, index) in entry.indexes.iter().enumerate() {
             // A building index above its build's position is the builder's to fill.
             if self.index_limits.get(position).is_some_and(|limit| record_id > *limit) {
@@ -428,20 +436,21 @@ impl<'e> WriteTransaction<'e> {
                 planned.puts.push((position, key, value));
             }
         }
-        Ok(planned)
+        Ok(())
     }
 
-    fn apply_entries(&mut self, planned: PlannedEntries) {
+    /// Applies a plan, leaving `planned` empty.
+    fn apply_entries(&mut self, planned: &mut PlannedEntries) {
         // Deletes first: an update may delete and re-put keys of other positions only, but a
         // delete then insert of the same unique key in one transaction must end as a put.
-        for (position, key, size) in planned.deletes {
+        for (position, key, size) in planned.deletes.drain(..) {
             if let Some(delta) = self.index_deltas.get_mut(position) {
                 delta[stats::INDEX_SIZE_BYTES] -= size as i64;
                 delta[stats::INDEX_ENTRIES] -= 1;
             }
             self.index_entries.insert(key, None);
         }
-        for (position, key, value) in planned.puts {
+        for (position, key, value) in planned.puts.drain(..) {
             if let Some(delta) = self.index_deltas.get_mut(position) {
                 delta[stats::INDEX_SIZE_BYTES] += (key.len() + value.len()) as i64;
                 delta[stats::INDEX_ENTRIES] += 1;
@@ -453,14 +462,19 @@ impl<'e> WriteTransaction<'e> {
     /// Allocates the next record id of the collection (the stripe's counter, loaded from disk
     /// on first use, then this transaction's own allocations). The stripe's counter itself is
     /// only advanced by `apply`, from the prepared write.
-    fn next_record_id(&mut self, entry: &CollectionEntry) -> Result<RecordId, StorageError> {
-        let last = match (self.allocated_record_id, self.stripe.last_record_ids.get(&entry.prefix)) {
-            (Some(allocated), _) => allocated,
-            (None, Some(last)) => *last,
-            (None, None) => {
-                let last = self.engine.read_last_record_id(entry)?;
-                self.stripe.last_record_ids.insert(entry.prefix, last);
-                last
+    fn next_record_id(&mut self) -> Result<RecordId, StorageError> {
+        let last = match self.allocated_record_id {
+            Some(allocated) => allocated,
+            None => {
+                let entry = self.entry()?;
+                match self.stripe.last_record_ids.get(&entry.prefix) {
+                    Some(last) => *last,
+                    None => {
+                        let last = self.engine.read_last_record_id(&entry)?;
+                        self.stripe.last_record_ids.insert(entry.prefix, last);
+                        last
+                    }
+                }
             }
         };
         let next = last
@@ -521,25 +535,33 @@ impl<'e> WriteTransaction<'e> {
     /// transaction's stripe. Keys prepared for another set of indexes than the collection has
     /// now (an index was created or dropped since) are computed again from the record's bytes.
     pub fn insert_prepared(&mut self, prepared: PreparedInsert) -> Result<RecordId, StorageError> {
-        let entry = self.entry()?;
-        let prepared = prepared.for_indexes_of(&entry)?;
-        Self::check_capped_document_size(&entry, prepared.bytes.len())?;
-        let record_id = self.next_record_id(&entry)?;
-        let planned = match self.plan_entries(&entry, record_id, KeySource::None, KeySource::Prepared(&prepared.keys)) {
-            Ok(planned) => planned,
-            Err(error) => {
-                // Hand the id back: this transaction holds the stripe, so nobody allocated since.
-                self.allocated_record_id = Some(record_id - 1);
-                return Err(error);
-            }
-        };
-        self.apply_entries(planned);
+        // The entry is borrowed, not cloned: every writer of the collection shares its
+        // reference count, and a clone per document had their cores trade its cache line.
+        let entry = self.entry.as_ref().map_err(Clone::clone)?;
+        let prepared = prepared.for_indexes_of(entry)?;
+        Self::check_capped_document_size(entry, prepared.bytes.len())?;
+        let capped = entry.capped_bounds().is_some();
+        let record_id = self.next_record_id()?;
+        let entry = self.entry.as_ref().map_err(Clone::clone)?;
+        let mut planned = std::mem::take(&mut self.planned_inserts);
+        if let Err(error) = self.plan_entries(entry, record_id, KeySource::None, KeySource::Prepared(&prepared.keys), &mut planned) {
+            // Hand the id back: this transaction holds the stripe, so nobody allocated since.
+            self.allocated_record_id = Some(record_id - 1);
+            self.planned_inserts = planned;
+            return Err(error);
+        }
+        self.apply_entries(&mut planned);
+        self.planned_inserts = planned;
         let bytes = prepared.bytes;
         self.collection_delta[stats::COLLECTION_DOCUMENTS] += 1;
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64;
         self.records.insert(record_id, Some(bytes));
         self.inserted.insert(record_id);
         self.operations += 1;
+        if !capped {
+            return Ok(record_id);
+        }
+        let entry = self.entry()?;
         if let Err(error) = self.trim_capped(&entry, record_id) {
             // Half-trimmed: the transaction can no longer commit.
             self.entry = Err(error.clone());
@@ -571,8 +593,9 @@ impl<'e> WriteTransaction<'e> {
         let (old, current_len) = self.stored_document(record_id, old)?;
         validate_id(new)?;
         let bytes = serialize(new)?;
-        let planned = self.plan_entries(&entry, record_id, KeySource::Document(&old), KeySource::Document(new))?;
-        self.apply_entries(planned);
+        let mut planned = PlannedEntries::default();
+        self.plan_entries(&entry, record_id, KeySource::Document(&old), KeySource::Document(new), &mut planned)?;
+        self.apply_entries(&mut planned);
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64 - current_len as i64;
         self.records.insert(record_id, Some(bytes));
         self.operations += 1;
@@ -589,8 +612,9 @@ impl<'e> WriteTransaction<'e> {
     /// Deletes record `record_id`, whose stored content (`current_len` bytes) is `old`.
     pub(crate) fn delete_document(&mut self, record_id: RecordId, old: Document, current_len: usize) -> Result<(), StorageError> {
         let entry = self.entry()?;
-        let planned = self.plan_entries(&entry, record_id, KeySource::Document(&old), KeySource::None)?;
-        self.apply_entries(planned);
+        let mut planned = PlannedEntries::default();
+        self.plan_entries(&entry, record_id, KeySource::Document(&old), KeySource::None, &mut planned)?;
+        self.apply_entries(&mut planned);
         self.collection_delta[stats::COLLECTION_DOCUMENTS] -= 1;
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] -= current_len as i64;
         self.deleted_ids.insert(record_id, old.get("_id").cloned().unwrap_or(Bson::Null));

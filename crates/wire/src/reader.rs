@@ -349,9 +349,12 @@ fn is_position(key: &str, position: usize) -> bool {
 /// The field names of one document being checked. A short document is searched in order;
 /// past [`SEEN_NAMES_LINEAR_MAX`] names they go into a hash set, so that a document with a
 /// million fields costs a million lookups, not a trillion comparisons.
+/// The first names are kept in place, so a short document is checked without allocating.
 #[derive(Default)]
 struct SeenNames<'a> {
-    names: Vec<&'a str>,
+    first: [&'a str; SEEN_NAMES_LINEAR_MAX],
+    /// How many of `first` are names seen (the rest are unused).
+    count: usize,
     set: Option<std::collections::HashSet<&'a str>>,
 }
 
@@ -363,12 +366,17 @@ impl<'a> SeenNames<'a> {
         if let Some(set) = self.set.as_mut() {
             return !set.insert(name);
         }
-        if self.names.contains(&name) {
+        let seen = &self.first[..self.count];
+        if seen.contains(&name) {
             return true;
         }
-        self.names.push(name);
-        if self.names.len() > SEEN_NAMES_LINEAR_MAX {
-            self.set = Some(self.names.drain(..).collect());
+        if let Some(free) = self.first.get_mut(self.count) {
+            *free = name;
+            self.count += 1;
+        } else {
+            let mut set: std::collections::HashSet<&'a str> = self.first.iter().copied().collect();
+            set.insert(name);
+            self.set = Some(set);
         }
         false
     }
@@ -410,6 +418,22 @@ impl<'a> Container<'a> {
 mod tests {
     use super::*;
     use bson::doc;
+
+    #[test]
+    fn repeated_names_are_found_in_place_and_past_the_switch_to_a_set() {
+        let names: Vec<String> = (0..SEEN_NAMES_LINEAR_MAX * 3).map(|number| format!("field{number}")).collect();
+        let mut seen = SeenNames::default();
+        for (position, name) in names.iter().enumerate() {
+            assert!(!seen.repeated(name), "{name} is new");
+            // Every name seen so far is noticed again, before and after the set takes over.
+            let earlier = &names[position / 2];
+            assert!(seen.repeated(earlier), "{earlier} was seen");
+        }
+        assert_eq!(seen.set.as_ref().map(|set| set.len()), Some(names.len()));
+        let mut short = SeenNames::default();
+        assert!(!short.repeated("a") && !short.repeated("b") && short.repeated("a") && !short.repeated("c"));
+        assert_eq!(short.count, 3);
+    }
 
     #[test]
     fn cstring_without_terminator_is_truncated() {
