@@ -94,6 +94,11 @@ pub(crate) fn database_options(options: &EngineOptions) -> Options {
     // collection are serialized by its lock stripe anyway, and a write group's leader then
     // inserts the group's batches itself (measured on 2 cores: docs/design.md, options).
     database.set_allow_concurrent_memtable_write(false);
+    // Pipelined writes: a write group's WAL append no longer waits for the previous group's
+    // memtable inserts, so with several writers one core appends to the WAL while the other
+    // inserts into the memtable (bulk insert at 4 connections +3-5% docs/s in every round of an
+    // alternating A/B; a lone writer, such as the benchmark's ceiling, is unaffected).
+    database.set_enable_pipelined_write(true);
     if options.enable_statistics {
         database.enable_statistics();
     }
