@@ -86,8 +86,9 @@ impl DocumentSequence {
             .map(|document| RawDocumentBuf::from_document(document).map_err(|error| WireError::InvalidBson(error.to_string())))
             .collect::<Result<_, _>>()?;
         let mut deepest_nesting = 0;
+        let mut stack = crate::reader::WalkStack::default();
         for document in &documents {
-            let walked = crate::reader::walk_document(document.as_bytes(), None, false)?;
+            let walked = crate::reader::walk_document(document.as_bytes(), None, false, &mut stack)?;
             deepest_nesting = deepest_nesting.max(walked.deepest);
         }
         Ok(DocumentSequence { identifier: identifier.to_string(), documents, deepest_nesting })
@@ -199,10 +200,11 @@ fn read_document_sequence(
     let identifier = sequence_reader.read_cstring()?.to_string();
     let mut documents = Vec::new();
     let mut deepest_nesting = 0;
+    let mut stack = crate::reader::WalkStack::default();
     // Bounded: each document consumes at least 5 bytes of the finite `content` slice.
     while !sequence_reader.is_at_end() {
         let position = Some((identifier.as_str(), documents.len()));
-        let (bytes, walked) = sequence_reader.read_checked_document_bytes(duplicate_fields, position)?;
+        let (bytes, walked) = sequence_reader.read_checked_document_bytes(duplicate_fields, position, &mut stack)?;
         deepest_nesting = deepest_nesting.max(walked.deepest);
         // Kept as they came when canonical (almost always: drivers write arrays keyed by
         // position), so that what is stored is what decoding and encoding would give.

@@ -105,9 +105,10 @@ impl<'a> ByteReader<'a> {
         &mut self,
         duplicates: &mut DuplicateFields,
         position: SequencePosition<'_>,
+        stack: &mut WalkStack<'a>,
     ) -> Result<(&'a [u8], Walked), WireError> {
         let document_bytes = self.read_document_bytes()?;
-        let walked = walk_document(document_bytes, Some((duplicates, position)), false)?;
+        let walked = walk_document(document_bytes, Some((duplicates, position)), false, stack)?;
         Ok((document_bytes, walked))
     }
 
@@ -155,7 +156,7 @@ pub(crate) fn parse_document_noting_duplicates(
     document_bytes: &[u8],
     duplicates: Option<(&mut DuplicateFields, SequencePosition<'_>)>,
 ) -> Result<Document, WireError> {
-    match walk_document(document_bytes, duplicates, true)?.document {
+    match walk_document(document_bytes, duplicates, true, &mut WalkStack::default())?.document {
         Some(document) => Ok(document),
         None => Err(WireError::InvalidBson("root is not a document".to_string())),
     }
@@ -168,6 +169,7 @@ pub(crate) fn walk_document<'a>(
     document_bytes: &'a [u8],
     mut duplicates: Option<(&mut DuplicateFields, SequencePosition<'_>)>,
     build: bool,
+    stack: &mut WalkStack<'a>,
 ) -> Result<Walked, WireError> {
     let root = RawDocument::from_bytes(document_bytes).map_err(invalid_bson)?;
     // Only what the mode needs is made: checking builds no document (whose map would draw a
@@ -183,7 +185,8 @@ pub(crate) fn walk_document<'a>(
     };
     let mut canonical = true;
     let mut deepest = 1;
-    let mut stack: Vec<Frame<'a>> = Vec::with_capacity(8);
+    let stack = &mut stack.frames;
+    stack.clear();
     stack.push(Frame {
         elements: root.iter_elements(),
         container: open(Opened::Document),
@@ -304,6 +307,14 @@ pub(crate) struct Walked {
     /// The most containers open at once, the document itself and empty ones included: never
     /// less than MongoDB's depth, which leaves empty containers out.
     pub(crate) deepest: usize,
+}
+
+/// The frames of [`walk_document`], kept by a caller that checks many documents (a document
+/// sequence) so that each check reuses one allocation. Emptied by each walk; it holds at most
+/// [`MAX_BSON_NESTING_DEPTH`] frames.
+#[derive(Default)]
+pub(crate) struct WalkStack<'a> {
+    frames: Vec<Frame<'a>>,
 }
 
 /// One level of the document being built (or checked) by [`walk_document`].
