@@ -104,9 +104,38 @@ impl<'a> KeySource<'a> {
 pub struct PreparedInsert {
     bytes: Vec<u8>,
     /// The prefixes of the indexes `keys` were computed for, in catalog order.
-    index_prefixes: Vec<u64>,
+    index_prefixes: IndexPrefixes,
     /// Per index position: its keys, or why the document has none.
     keys: Vec<Result<Vec<IndexKey>, StorageError>>,
+}
+
+/// The prefixes of a collection's indexes, in catalog order: in place for up to
+/// [`INLINE_INDEX_PREFIXES`] indexes, so preparing an insert allocates no list for them.
+enum IndexPrefixes {
+    Inline { prefixes: [u64; INLINE_INDEX_PREFIXES], count: usize },
+    Listed(Vec<u64>),
+}
+
+const INLINE_INDEX_PREFIXES: usize = 4;
+
+impl IndexPrefixes {
+    fn of(entry: &CollectionEntry) -> IndexPrefixes {
+        if entry.indexes.len() > INLINE_INDEX_PREFIXES {
+            return IndexPrefixes::Listed(entry.indexes.iter().map(|index| index.prefix).collect());
+        }
+        let mut prefixes = [0; INLINE_INDEX_PREFIXES];
+        for (slot, index) in prefixes.iter_mut().zip(entry.indexes.iter()) {
+            *slot = index.prefix;
+        }
+        IndexPrefixes::Inline { prefixes, count: entry.indexes.len() }
+    }
+
+    fn as_slice(&self) -> &[u64] {
+        match self {
+            IndexPrefixes::Inline { prefixes, count } => &prefixes[..*count],
+            IndexPrefixes::Listed(prefixes) => prefixes,
+        }
+    }
 }
 
 impl PreparedInsert {
@@ -115,7 +144,7 @@ impl PreparedInsert {
         let bytes = serialize(document)?;
         Ok(PreparedInsert {
             bytes,
-            index_prefixes: entry.indexes.iter().map(|index| index.prefix).collect(),
+            index_prefixes: IndexPrefixes::of(entry),
             keys: entry.indexes.iter().map(|index| index.document_keys(&index.fields()?, document)).collect(),
         })
     }
@@ -164,7 +193,7 @@ impl PreparedInsert {
             };
             keys.push(index.document_keys(&fields, source));
         }
-        Ok(PreparedInsert { bytes: raw.as_bytes().to_vec(), index_prefixes: entry.indexes.iter().map(|index| index.prefix).collect(), keys })
+        Ok(PreparedInsert { bytes: raw.as_bytes().to_vec(), index_prefixes: IndexPrefixes::of(entry), keys })
     }
 
     /// Bytes of the record this insert stores.
@@ -174,7 +203,7 @@ impl PreparedInsert {
 
     /// True when the keys were computed for `entry`'s indexes.
     fn prepared_for(&self, entry: &CollectionEntry) -> bool {
-        entry.indexes.iter().map(|index| index.prefix).eq(self.index_prefixes.iter().copied())
+        entry.indexes.iter().map(|index| index.prefix).eq(self.index_prefixes.as_slice().iter().copied())
     }
 
     /// This insert with keys for `entry`'s indexes: as prepared when the index set is the

@@ -435,6 +435,27 @@ fn an_insert_prepared_before_an_index_change_gets_the_current_indexes_keys() {
     assert_valid(&engine, &after, 1);
 }
 
+#[test]
+fn a_prepared_insert_notices_an_added_index_whatever_the_number_of_indexes() {
+    // Up to four indexes the prepared insert keeps their prefixes in place, past that in a list:
+    // both sides of the boundary, before and after the added index.
+    for secondary in 1..=5usize {
+        let directory = tempfile::tempdir().unwrap();
+        let engine = common::open(directory.path());
+        let fields = ["a", "b", "c", "d", "e"];
+        let specs = fields[..secondary].iter().map(|field| doc! {"key": {*field: 1}, "name": format!("{field}_1")}).collect();
+        let before = setup(&engine, specs);
+        let prepared = before.prepare_insert(&doc! {"_id": 1, "a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "z": 26}).unwrap();
+        engine.create_indexes("test", "c", vec![doc! {"key": {"z": 1}, "name": "z_1"}]).unwrap();
+        let after = engine.collection("test", "c").unwrap().unwrap();
+        let mut transaction = engine.begin_write(&before);
+        let id = transaction.insert_prepared(prepared).unwrap();
+        transaction.commit(Durability::Default).unwrap();
+        assert_eq!(common::index_entries(&engine, &after, "z_1"), vec![(common::keystring(Bson::Int32(26)), id)], "{secondary} secondary indexes");
+        assert_valid(&engine, &after, 1);
+    }
+}
+
 /// Records, counter and every index agree on `count` documents (all indexes non-sparse).
 fn assert_valid(engine: &myriad_storage::Engine, handle: &myriad_storage::CollectionHandle, count: i64) {
     let report = engine.validate_collection(handle).unwrap();
