@@ -127,7 +127,7 @@ impl WriteTransaction<'_> {
         let records_family = engine.records_family(&entry)?;
         for (record_id, state) in &self.records {
             let key = keys::record_key(entry.prefix, *record_id);
-            let inserted = with_operations && self.inserted.contains(record_id);
+            let inserted = with_operations && self.inserted_here(*record_id);
             let (kind, id, document) = match state {
                 Some(bytes) if !with_operations => {
                     batch.put_cf(records_family, key, bytes);
@@ -172,7 +172,7 @@ impl WriteTransaction<'_> {
         self.add_counter_merges(&mut batch)?;
         let capped_trimmed_through =
             self.capped_trim.as_ref().and_then(|trim| trim.trimmed_through).map(|id| (entry.prefix, id));
-        let capped_inserted = (!self.inserted.is_empty() && entry.capped_bounds().is_some()).then_some(entry.prefix);
+        let capped_inserted = (self.first_inserted.is_some() && entry.capped_bounds().is_some()).then_some(entry.prefix);
         Ok(PreparedWrite {
             batch,
             operations,
@@ -250,7 +250,7 @@ impl WriteTransaction<'_> {
     /// (an observer must see one collection's writes in commit order).
     fn releases_stripe_before_writing(&self, prepared: &PreparedWrite) -> bool {
         self.operations >= RELEASE_BEFORE_WRITE_MIN_OPERATIONS
-            && self.inserted.len() == self.records.len()
+            && self.records.first_key_value().is_none_or(|(lowest, _)| self.inserted_here(*lowest))
             && self.deleted_ids.is_empty()
             && self.capped_trim.is_none()
             && prepared.capped_inserted.is_none()

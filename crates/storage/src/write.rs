@@ -11,7 +11,7 @@
 //! them unchanged.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bson::{Bson, Document, RawDocument, RawDocumentBuf};
@@ -31,8 +31,11 @@ pub struct WriteTransaction<'e> {
     pub(crate) entry: Result<Arc<CollectionEntry>, StorageError>,
     /// Pending record state: `Some(bytes)` put, `None` deleted.
     pub(crate) records: BTreeMap<RecordId, Option<Vec<u8>>>,
-    /// Records this transaction inserted (the others in `records` existed before it).
-    pub(crate) inserted: BTreeSet<RecordId>,
+    /// The first record this transaction inserted. Every record id from it up was allocated
+    /// by this transaction (ids come from the stripe's counter, which is above every record
+    /// that existed before), so the records in `records` from it up are exactly the ones this
+    /// transaction inserted; the others existed before it.
+    pub(crate) first_inserted: Option<RecordId>,
     /// `_id`s of the records this transaction deleted, for their operation records.
     pub(crate) deleted_ids: BTreeMap<RecordId, Bson>,
     /// The last record id this transaction allocated; the stripe's counter is advanced to it
@@ -255,7 +258,7 @@ impl Engine {
             stripe,
             entry,
             records: BTreeMap::new(),
-            inserted: BTreeSet::new(),
+            first_inserted: None,
             deleted_ids: BTreeMap::new(),
             allocated_record_id: None,
             index_entries: BTreeMap::new(),
@@ -328,6 +331,11 @@ impl<'e> WriteTransaction<'e> {
     /// The collection this transaction writes (current version).
     pub fn handle(&self) -> Result<CollectionHandle, StorageError> {
         Ok(CollectionHandle { entry: self.entry()? })
+    }
+
+    /// True when this transaction inserted record `record_id` (see `first_inserted`).
+    pub(crate) fn inserted_here(&self, record_id: RecordId) -> bool {
+        self.first_inserted.is_some_and(|first| record_id >= first)
     }
 
     /// Number of inserts, updates and deletes applied so far.
@@ -585,7 +593,8 @@ impl<'e> WriteTransaction<'e> {
         self.collection_delta[stats::COLLECTION_DOCUMENTS] += 1;
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64;
         self.records.insert(record_id, Some(bytes));
-        self.inserted.insert(record_id);
+        assert!(self.first_inserted.is_none_or(|first| first < record_id), "record ids of one transaction ascend");
+        self.first_inserted.get_or_insert(record_id);
         self.operations += 1;
         if !capped {
             return Ok(record_id);
