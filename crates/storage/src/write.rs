@@ -70,7 +70,7 @@ pub struct WriteTransaction<'e> {
 
 /// Index entry changes one operation will apply, computed before anything is applied.
 #[derive(Default)]
-pub(crate) struct PlannedEntries {
+struct PlannedEntries {
     puts: Vec<(usize, Vec<u8>, Vec<u8>)>,
     deletes: Vec<(usize, Vec<u8>, usize)>,
 }
