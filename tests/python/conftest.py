@@ -64,6 +64,54 @@ class Server:
             self.directory.cleanup()
 
 
+CLUSTER_STARTUP_TIMEOUT_SECONDS = 120
+
+
+class Cluster:
+    """`myriad cluster` (config server, shards, router as child processes) over `directory`;
+    `uri` is the router's connection string as the launcher prints it."""
+
+    def __init__(self, directory: str, extra_arguments: tuple = ()) -> None:
+        self.process = subprocess.Popen(
+            [server_binary(), "cluster", "--shards", "2", "--dir", directory, "--port", "0", "--cacheSizeMB", "64", *extra_arguments],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.uri = None
+        ready = threading.Event()
+
+        self.config_address = None
+
+        def read_stdout() -> None:
+            # The launcher prints the router's URI, then "config server HOST:PORT, shards ...".
+            for line in self.process.stdout:
+                if self.uri is None and line.startswith("mongodb://"):
+                    self.uri = line.strip()
+                elif self.config_address is None and line.startswith("config server "):
+                    self.config_address = line[len("config server "):].split(",")[0].strip()
+                    ready.set()
+
+        threading.Thread(target=read_stdout, daemon=True).start()
+        threading.Thread(target=lambda: [None for _ in self.process.stderr], daemon=True).start()
+        if not ready.wait(CLUSTER_STARTUP_TIMEOUT_SECONDS):
+            self.process.kill()
+            raise RuntimeError("myriad cluster did not print its connection string")
+
+    def client(self, **options) -> pymongo.MongoClient:
+        return pymongo.MongoClient(self.uri, serverSelectionTimeoutMS=20_000, **options)
+
+    def stop(self) -> int:
+        self.process.terminate()
+        try:
+            return self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+
+
+
 @pytest.fixture(scope="session")
 def server():
     running = Server()

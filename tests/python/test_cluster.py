@@ -2,53 +2,12 @@
 shards, a router) started from the command line, a sharded collection written and queried, and
 the cluster stopped and started again over the same directory with its data."""
 
-import subprocess
 import tempfile
-import threading
 
 import pymongo
 import pytest
 
-from conftest import server_binary
-
-STARTUP_TIMEOUT_SECONDS = 120
-
-
-class Cluster:
-    def __init__(self, directory: str) -> None:
-        self.process = subprocess.Popen(
-            [server_binary(), "cluster", "--shards", "2", "--dir", directory, "--port", "0", "--cacheSizeMB", "64"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.uri = None
-        ready = threading.Event()
-
-        def read_stdout() -> None:
-            for line in self.process.stdout:
-                if self.uri is None and line.startswith("mongodb://"):
-                    self.uri = line.strip()
-                    ready.set()
-
-        threading.Thread(target=read_stdout, daemon=True).start()
-        threading.Thread(target=lambda: [None for _ in self.process.stderr], daemon=True).start()
-        if not ready.wait(STARTUP_TIMEOUT_SECONDS):
-            self.process.kill()
-            raise RuntimeError("myriad cluster did not print its connection string")
-
-    def client(self) -> pymongo.MongoClient:
-        return pymongo.MongoClient(self.uri, serverSelectionTimeoutMS=20_000)
-
-    def stop(self) -> int:
-        self.process.terminate()
-        try:
-            return self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise
-
+from conftest import Cluster
 
 @pytest.fixture()
 def cluster_directory():

@@ -9,7 +9,7 @@ import pymongo
 import pytest
 from bson import MaxKey, MinKey
 
-from test_cluster import Cluster
+from conftest import Cluster
 
 WAIT_SECONDS = 180
 

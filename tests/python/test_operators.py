@@ -179,3 +179,15 @@ def test_pipeline_stage_errors(db, stage, code, message):
     assert error.code == code
     assert error.details["codeName"] == f"Location{code}"
     assert message in str(error)
+
+
+def test_an_empty_in_on_an_indexed_field_matches_nothing(db):
+    # `$in: []` bounds an index to no key at all: the plan scans nothing (it used to panic).
+    db.items.insert_many([{"_id": n, "tag": n % 3} for n in range(10)])
+    db.items.create_index("tag")
+    for filter_ in ({"_id": {"$in": []}}, {"tag": {"$in": []}}, {"tag": {"$in": []}, "_id": {"$gte": 0}}):
+        assert list(db.items.find(filter_)) == []
+        assert db.items.count_documents(filter_) == 0
+        assert db.items.update_many(filter_, {"$set": {"x": 1}}).modified_count == 0
+        assert db.items.delete_many(filter_).deleted_count == 0
+    assert db.items.count_documents({}) == 10

@@ -1,8 +1,6 @@
 """TLS through pymongo: a server in each TLS mode, with a CA and certificates made here (the
 cryptography package), connected with tls=true and tlsCAFile."""
 
-import datetime
-import ipaddress
 import json
 import subprocess
 import tempfile
@@ -11,10 +9,10 @@ import pathlib
 
 import pymongo
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from certificates import certificate, name, pem
 
 from conftest import STARTUP_TIMEOUT_SECONDS, server_binary
 
@@ -22,57 +20,26 @@ from conftest import STARTUP_TIMEOUT_SECONDS, server_binary
 SELECTION_TIMEOUT_MS = 3000
 
 
-def _name(common_name):
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _certificate(subject, issuer_name, public_key, signing_key, *, ca=False, names=(), purpose=None):
-    now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(subject))
-        .issuer_name(_name(issuer_name))
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if names:
-        alternatives = [x509.DNSName(n) if not n[0].isdigit() else x509.IPAddress(ipaddress.ip_address(n)) for n in names]
-        builder = builder.add_extension(x509.SubjectAlternativeName(alternatives), critical=False)
-    if purpose is not None:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([purpose]), critical=False)
-    return builder.sign(signing_key, hashes.SHA256())
-
-
-def _pem(certificate, key=None):
-    text = certificate.public_bytes(serialization.Encoding.PEM)
-    if key is not None:
-        text += key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return text
-
-
 @pytest.fixture(scope="module")
 def certificates():
     directory = tempfile.TemporaryDirectory(prefix="myriad-tls-")
     path = pathlib.Path(directory.name)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _certificate("Myriad test CA", "Myriad test CA", ca_key.public_key(), ca_key, ca=True)
+    ca = certificate(name("Myriad test CA"), name("Myriad test CA"), ca_key.public_key(), ca_key, ca=True)
     server_key = ec.generate_private_key(ec.SECP256R1())
-    server = _certificate("localhost", "Myriad test CA", server_key.public_key(), ca_key,
-                          names=("localhost", "127.0.0.1"), purpose=ExtendedKeyUsageOID.SERVER_AUTH)
+    server = certificate(name("localhost"), name("Myriad test CA"), server_key.public_key(), ca_key,
+                          names=("localhost", "127.0.0.1"), purposes=(ExtendedKeyUsageOID.SERVER_AUTH,))
     client_key = ec.generate_private_key(ec.SECP256R1())
-    client = _certificate("test client", "Myriad test CA", client_key.public_key(), ca_key,
-                          purpose=ExtendedKeyUsageOID.CLIENT_AUTH)
+    client = certificate(name("test client"), name("Myriad test CA"), client_key.public_key(), ca_key,
+                          purposes=(ExtendedKeyUsageOID.CLIENT_AUTH,))
     other_ca_key = ec.generate_private_key(ec.SECP256R1())
     untrusted_key = ec.generate_private_key(ec.SECP256R1())
-    untrusted = _certificate("stranger", "Unknown CA", untrusted_key.public_key(), other_ca_key,
-                             purpose=ExtendedKeyUsageOID.CLIENT_AUTH)
-    (path / "ca.pem").write_bytes(_pem(ca))
-    (path / "server.pem").write_bytes(_pem(server, server_key))
-    (path / "client.pem").write_bytes(_pem(client, client_key))
-    (path / "untrusted.pem").write_bytes(_pem(untrusted, untrusted_key))
+    untrusted = certificate(name("stranger"), name("Unknown CA"), untrusted_key.public_key(), other_ca_key,
+                             purposes=(ExtendedKeyUsageOID.CLIENT_AUTH,))
+    (path / "ca.pem").write_bytes(pem(ca))
+    (path / "server.pem").write_bytes(pem(server, server_key))
+    (path / "client.pem").write_bytes(pem(client, client_key))
+    (path / "untrusted.pem").write_bytes(pem(untrusted, untrusted_key))
     yield {name: str(path / f"{name}.pem") for name in ("ca", "server", "client", "untrusted")}
     directory.cleanup()
 

@@ -4,7 +4,6 @@ authMechanism=MONGODB-X509 and tlsCertificateKeyFile (and mongosh's --authentica
 a certificate without a user, a user name other than the subject, and another database are
 refused as mongod refuses them."""
 
-import datetime
 import json
 import pathlib
 import shutil
@@ -13,56 +12,15 @@ import tempfile
 
 import pymongo
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from pymongo.errors import OperationFailure
 
+from certificates import certificate, name, pem
 from test_tls import TlsServer
 
 SUBJECT = "CN=pymongo client,OU=Clients,O=Myriad Tests,C=US"
 STRANGER = "CN=stranger,OU=Clients,O=Myriad Tests,C=US"
-
-
-def _name(common_name, organisation=False):
-    attributes = []
-    if organisation:
-        attributes = [
-            x509.NameAttribute(NameOID.COUNTRY_NAME, "US"),
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Myriad Tests"),
-            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "Clients"),
-        ]
-    return x509.Name(attributes + [x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _certificate(subject, issuer, public_key, signing_key, *, ca=False, server=False):
-    now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if server:
-        import ipaddress
-        names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-    elif not ca:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-    return builder.sign(signing_key, hashes.SHA256())
-
-
-def _pem(certificate, key=None):
-    text = certificate.public_bytes(serialization.Encoding.PEM)
-    if key is not None:
-        text += key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return text
 
 
 @pytest.fixture(scope="module")
@@ -70,17 +28,17 @@ def files():
     directory = tempfile.TemporaryDirectory(prefix="myriad-x509-")
     path = pathlib.Path(directory.name)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("Myriad x509 test CA")
-    ca = _certificate(ca_name, ca_name, ca_key.public_key(), ca_key, ca=True)
-    written = {"ca": _pem(ca)}
+    ca_name = name("Myriad x509 test CA")
+    ca = certificate(ca_name, ca_name, ca_key.public_key(), ca_key, ca=True)
+    written = {"ca": pem(ca)}
     server_key = ec.generate_private_key(ec.SECP256R1())
-    written["server"] = _pem(_certificate(_name("localhost"), ca_name, server_key.public_key(), ca_key, server=True), server_key)
-    for name, common_name in (("client", "pymongo client"), ("stranger", "stranger")):
+    written["server"] = pem(certificate(name("localhost"), ca_name, server_key.public_key(), ca_key, names=("localhost", "127.0.0.1"), purposes=(ExtendedKeyUsageOID.SERVER_AUTH,)), server_key)
+    for file_name, common_name in (("client", "pymongo client"), ("stranger", "stranger")):
         key = ec.generate_private_key(ec.SECP256R1())
-        written[name] = _pem(_certificate(_name(common_name, organisation=True), ca_name, key.public_key(), ca_key), key)
-    for name, text in written.items():
-        (path / f"{name}.pem").write_bytes(text)
-    yield {name: str(path / f"{name}.pem") for name in written}
+        written[file_name] = pem(certificate(name(common_name, organisation=True), ca_name, key.public_key(), ca_key, purposes=(ExtendedKeyUsageOID.CLIENT_AUTH,)), key)
+    for file_name, text in written.items():
+        (path / f"{file_name}.pem").write_bytes(text)
+    yield {file_name: str(path / f"{file_name}.pem") for file_name in written}
     directory.cleanup()
 
 

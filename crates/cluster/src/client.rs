@@ -15,9 +15,13 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bson::{Bson, Document, RawBsonRef, RawDocumentBuf};
+use bson::spec::BinarySubtype;
+use bson::{doc, Binary, Bson, Document, RawBsonRef, RawDocumentBuf};
+use myriad_commands::auth::scram::Mechanism;
+use myriad_commands::auth::scram_client::ClientConversation;
+use myriad_commands::auth::{INTERNAL_DATABASE, INTERNAL_USER};
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use myriad_wire::{
@@ -26,6 +30,7 @@ use myriad_wire::{
 };
 
 use crate::error::{ClusterError, ClusterResult};
+use crate::member_security::{self, MemberStream};
 
 /// Idle connections kept per address; more are closed when returned.
 pub const MAX_IDLE_CONNECTIONS: usize = 64;
@@ -39,7 +44,7 @@ pub const MAX_POOLED_ADDRESSES: usize = 10_000;
 /// Calls to one node (`host:port`).
 pub struct NodeClient {
     address: String,
-    idle: Mutex<Vec<TcpStream>>,
+    idle: Mutex<Vec<MemberStream>>,
     next_request_id: AtomicI32,
     call_timeout: Duration,
 }
@@ -124,30 +129,98 @@ impl NodeClient {
         }
     }
 
-    async fn take_connection(&self) -> ClusterResult<TcpStream> {
+    async fn take_connection(&self) -> ClusterResult<MemberStream> {
         loop {
             let Some(stream) = self.idle.lock().pop() else { break };
-            if is_reusable(&stream) {
+            if is_reusable(stream.socket()) {
                 return Ok(stream);
             }
         }
-        let connecting = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.address)).await;
-        match connecting {
+        let opened = tokio::time::timeout(CONNECT_TIMEOUT, self.open_connection()).await;
+        match opened {
             Err(_) => Err(ClusterError::NetworkTimeout { host: self.address.clone() }),
-            Ok(Err(error)) => Err(ClusterError::HostUnreachable { host: self.address.clone(), reason: error.to_string() }),
-            Ok(Ok(stream)) => {
-                // Small request/reply exchanges: never wait for Nagle's timer.
-                let _ = stream.set_nodelay(true);
-                Ok(stream)
-            }
+            Ok(Err(reason)) => Err(ClusterError::HostUnreachable { host: self.address.clone(), reason }),
+            Ok(Ok(stream)) => Ok(stream),
         }
     }
 
-    fn return_connection(&self, stream: TcpStream) {
+    /// Connects, then secures and authenticates the connection as this process's
+    /// [`member_security`] asks; errors say which step failed.
+    async fn open_connection(&self) -> Result<MemberStream, String> {
+        let stream = TcpStream::connect(&self.address).await.map_err(|error| error.to_string())?;
+        // Small request/reply exchanges: never wait for Nagle's timer.
+        let _ = stream.set_nodelay(true);
+        let security = member_security::current();
+        let mut stream = member_security::secure(stream, &self.address, security).await?;
+        if let Some(key) = &security.internal_key {
+            authenticate(&mut stream, key, &self.next_request_id).await?;
+        }
+        Ok(stream)
+    }
+
+    fn return_connection(&self, stream: MemberStream) {
         let mut idle = self.idle.lock();
         if idle.len() < MAX_IDLE_CONNECTIONS {
             idle.push(stream);
         }
+    }
+}
+
+/// Sends one command on `stream` and returns its reply's body (errors: why the connection is
+/// unusable).
+async fn command_on(stream: &mut MemberStream, next_request_id: &AtomicI32, body: Document) -> Result<Document, String> {
+    let request_id = next_request_id.fetch_add(1, Ordering::Relaxed).wrapping_add(1).max(1);
+    let message = OpMsg { flags: 0, body, sequences: Vec::new(), checksum_present: false, duplicate_fields: Default::default() };
+    let encoded = encode_op_msg(request_id, 0, &message, None).map_err(|error| error.to_string())?;
+    let reply = exchange(stream, &encoded, request_id).await?;
+    match decode_message(&reply).map_err(|error| error.to_string())?.request {
+        Request::Msg(op_msg) => Ok(op_msg.body),
+        Request::Query(_) => Err("an OP_QUERY where a reply was expected".to_string()),
+    }
+}
+
+/// Authenticates a new connection as the internal user (`__system@local`) with the keyfile's
+/// secret: saslStart with the client-first message, saslContinue with the client-final one,
+/// then the server's signature is checked (and the empty last round sent if it asks for one).
+async fn authenticate(stream: &mut MemberStream, key: &str, next_request_id: &AtomicI32) -> Result<(), String> {
+    let (mut conversation, client_first) =
+        ClientConversation::start(Mechanism::Sha256, INTERNAL_USER, key).ok_or_else(|| "the keyfile's secret is not a valid password".to_string())?;
+    let start = doc! {
+        "saslStart": 1,
+        "mechanism": Mechanism::Sha256.name(),
+        "payload": sasl_binary(client_first),
+        "options": { "skipEmptyExchange": true },
+        "$db": INTERNAL_DATABASE,
+    };
+    let started = command_on(stream, next_request_id, start).await?;
+    let client_final = conversation.client_final(&sasl_payload(&started)?)?;
+    let conversation_id = started.get("conversationId").cloned().unwrap_or(Bson::Int32(1));
+    let proof = doc! { "saslContinue": 1, "conversationId": conversation_id.clone(), "payload": sasl_binary(client_final), "$db": INTERNAL_DATABASE };
+    let finished = command_on(stream, next_request_id, proof).await?;
+    conversation.verify_server_final(&sasl_payload(&finished)?)?;
+    if !finished.get_bool("done").unwrap_or(false) {
+        let close = doc! { "saslContinue": 1, "conversationId": conversation_id, "payload": sasl_binary(String::new()), "$db": INTERNAL_DATABASE };
+        let closed = command_on(stream, next_request_id, close).await?;
+        if !closed.get_bool("done").unwrap_or(false) {
+            return Err("the server did not finish the conversation".to_string());
+        }
+    }
+    Ok(())
+}
+
+fn sasl_binary(text: String) -> Binary {
+    Binary { subtype: BinarySubtype::Generic, bytes: text.into_bytes() }
+}
+
+/// The payload of a SASL reply as text; an `ok: 0` reply is its error message.
+fn sasl_payload(reply: &Document) -> Result<String, String> {
+    if ClusterError::from_reply(reply).is_some() {
+        return Err(format!("internal authentication as {INTERNAL_USER} failed: {}", reply.get_str("errmsg").unwrap_or("no message")));
+    }
+    match reply.get("payload") {
+        Some(Bson::Binary(binary)) => String::from_utf8(binary.bytes.clone()).map_err(|_| "a SASL payload that is not UTF-8".to_string()),
+        Some(Bson::String(text)) => Ok(text.clone()),
+        _ => Err("a SASL reply without a payload".to_string()),
     }
 }
 
@@ -159,8 +232,10 @@ fn is_reusable(stream: &TcpStream) -> bool {
 }
 
 /// Sends one message and reads its reply; errors are the reason the connection is unusable.
-async fn exchange(stream: &mut TcpStream, message: &[u8], request_id: i32) -> Result<Vec<u8>, String> {
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, message: &[u8], request_id: i32) -> Result<Vec<u8>, String> {
     stream.write_all(message).await.map_err(|error| error.to_string())?;
+    // A TLS stream may hold the last record until flushed.
+    stream.flush().await.map_err(|error| error.to_string())?;
     let mut header_bytes = [0u8; HEADER_SIZE_BYTES];
     stream.read_exact(&mut header_bytes).await.map_err(|error| error.to_string())?;
     let header = parse_header(&header_bytes).map_err(|error| format!("bad reply header: {error}"))?;
@@ -224,7 +299,6 @@ impl NodePool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bson::doc;
     use myriad_wire::encode_op_msg_reply;
     use tokio::net::TcpListener;
 

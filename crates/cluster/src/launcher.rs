@@ -36,8 +36,10 @@ pub struct ClusterOptions {
     pub bind_ip: String,
     /// The `myriad` executable the members run.
     pub executable: PathBuf,
-    /// Extra arguments for every member (`--cacheSizeMB`...).
+    /// Extra arguments for every config server and shard (`--cacheSizeMB`...).
     pub member_arguments: Vec<String>,
+    /// Arguments for every member, the router included: `--keyFile` and the TLS flags.
+    pub security_arguments: Vec<String>,
 }
 
 /// The members' ports, as recorded in `DIR/cluster.json`.
@@ -182,6 +184,7 @@ fn spawn(options: &ClusterOptions, name: &str, arguments: &[String]) -> Result<M
         .args(arguments)
         .args(["--bind_ip", &options.bind_ip, "--logpath", &log, "--logappend"])
         .args(if name == "router" { &[][..] } else { &options.member_arguments[..] })
+        .args(&options.security_arguments)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -239,7 +242,7 @@ mod tests {
     use super::*;
 
     fn options(port: u16, shards: usize, dir: &Path) -> ClusterOptions {
-        ClusterOptions { shards, dir: dir.to_path_buf(), port, bind_ip: "127.0.0.1".into(), executable: PathBuf::from("myriad"), member_arguments: Vec::new() }
+        ClusterOptions { shards, dir: dir.to_path_buf(), port, bind_ip: "127.0.0.1".into(), executable: PathBuf::from("myriad"), member_arguments: Vec::new(), security_arguments: Vec::new() }
     }
 
     #[test]

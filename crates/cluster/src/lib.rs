@@ -16,7 +16,7 @@
 //!   merge, shard removal);
 //! - [`launcher`]: `myriad cluster`.
 //!
-//! Invariants (docs/design.md, "Sharded cluster", has the protocol):
+//! Invariants (docs/design-cluster.md, "Sharded cluster", has the protocol):
 //! - Every versioned request from a router to a shard carries the shard version of one
 //!   routing snapshot; a shard runs it only if that is exactly its own version, and otherwise
 //!   refuses it with StaleConfig (13388) before anything runs, so retrying is always safe.
@@ -39,6 +39,7 @@ pub mod config_server;
 pub mod error;
 pub mod launcher;
 pub mod local;
+pub mod member_security;
 pub mod migration;
 pub mod router;
 pub mod shard;

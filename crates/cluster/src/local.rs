@@ -13,7 +13,7 @@ const INTERNAL_CONNECTION_ID: i64 = 0;
 
 /// Runs a command on this node's command table; `ok: 0` becomes an error.
 pub fn run(context: &ServerContext, db: &str, body: Document) -> ClusterResult<Document> {
-    let request = CommandRequest::new(db.to_string(), body, ConnectionInfo::detached(INTERNAL_CONNECTION_ID))?;
+    let request = CommandRequest::new(db.to_string(), body, ConnectionInfo::internal(INTERNAL_CONNECTION_ID))?;
     let reply = dispatch(context, &request).into_document();
     match ClusterError::from_reply(&reply) {
         Some(error) => Err(error),

@@ -1,6 +1,8 @@
 //! The seam between commands and data: [`Backend`] is everything a command handler may ask
-//! of the layer below it. The local storage engine implements it now; a router will
-//! implement it for a sharded cluster, and a replicated node will wrap it.
+//! of the layer below it. The local storage engine implements it, a shard wraps it in its
+//! orphan filter, and a replicated node will wrap it. A router holds no data: its backend
+//! (crates/cluster, `router::no_data`) refuses every data call, since the router sends data
+//! commands to the shards before they could reach one.
 //!
 //! Every backend is used through [`ContractBackend`], which checks on every call what any
 //! implementation must guarantee (after FerretDB's contract wrapper), so a bug in a backend

@@ -40,6 +40,8 @@ pub struct ConnectionCounters {
     pub current: AtomicI64,
     pub total_created: AtomicI64,
     pub rejected: AtomicI64,
+    /// `--maxConns`, set when the listener starts.
+    pub limit: AtomicI64,
 }
 
 pub struct ServerContext {
@@ -47,7 +49,7 @@ pub struct ServerContext {
     pub backend: Arc<dyn Backend>,
     pub options: ServerOptions,
     pub cursors: CursorManager,
-    pub logger: Logger,
+    pub logger: Arc<Logger>,
     pub operation_counters: OperationCounters,
     /// serverStatus.opLatencies (see [`crate::latency`]).
     pub operation_latencies: crate::latency::OperationLatencies,
@@ -68,6 +70,18 @@ pub struct ServerContext {
     /// The node's cluster role (config server, shard), set once at start-up; none on a
     /// standalone (see [`crate::role`]).
     pub role: std::sync::OnceLock<Arc<dyn crate::role::RoleHook>>,
+    /// Where users and roles are kept: this node's storage, or a router's config server.
+    pub users: Arc<dyn crate::auth::store::UserStore>,
+    /// What kind of process answers: a node (mongod) or a router (mongos).
+    pub process: Process,
+}
+
+/// The kind of process a [`ServerContext`] serves, as drivers tell them apart (a router's
+/// hello says `msg: "isdbgrid"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Process {
+    Node,
+    Router,
 }
 
 /// Bytes that crossed the wire compressed, per compressor (serverStatus.network.compression).
@@ -101,6 +115,12 @@ impl ConnectionInfo {
         ConnectionInfo { connection_id: session.connection_id, remote_address: session.remote_address, session }
     }
 
+    /// The node's own requests of itself (a config server or shard reading and writing its
+    /// catalog): no socket, trusted by authorization.
+    pub fn internal(connection_id: i64) -> ConnectionInfo {
+        ConnectionInfo::new(Arc::new(Session::internal(connection_id)))
+    }
+
     /// A connection with no socket (tests, internal callers).
     pub fn detached(connection_id: i64) -> ConnectionInfo {
         ConnectionInfo::new(Arc::new(Session::new(connection_id, None)))
@@ -108,19 +128,33 @@ impl ConnectionInfo {
 }
 
 impl ServerContext {
-    pub fn new(engine: Arc<Engine>, options: ServerOptions, logger: Logger) -> ServerContext {
+    pub fn new(engine: Arc<Engine>, options: ServerOptions, logger: impl Into<Arc<Logger>>) -> ServerContext {
         ServerContext::with_backend(Arc::new(ContractBackend::new(engine)), options, logger)
     }
 
     /// A context over any backend (a shard's wraps the engine in its orphan filter); callers
     /// wrap it in [`ContractBackend`] themselves.
-    pub fn with_backend(backend: Arc<dyn Backend>, options: ServerOptions, logger: Logger) -> ServerContext {
+    pub fn with_backend(backend: Arc<dyn Backend>, options: ServerOptions, logger: impl Into<Arc<Logger>>) -> ServerContext {
         crate::knobs::set_spill_directory(std::path::Path::new(&options.dbpath).join("_tmp"));
+        let users = Arc::new(crate::auth::store::LocalUserStore::new(Arc::clone(&backend)));
+        ServerContext::assemble(backend, users, Process::Node, options, logger)
+    }
+
+    /// A router's context: its users and roles live on the config server (`users`), and its
+    /// `backend` is `no_data`, since a router holds no data of its own (every data command is
+    /// routed before it could reach the backend; see crates/cluster's router).
+    pub fn for_router(no_data: Arc<dyn Backend>, users: Arc<dyn crate::auth::store::UserStore>, options: ServerOptions, logger: impl Into<Arc<Logger>>) -> ServerContext {
+        ServerContext::assemble(no_data, users, Process::Router, options, logger)
+    }
+
+    fn assemble(backend: Arc<dyn Backend>, users: Arc<dyn crate::auth::store::UserStore>, process: Process, options: ServerOptions, logger: impl Into<Arc<Logger>>) -> ServerContext {
         ServerContext {
+            users,
+            process,
             backend,
             options,
             cursors: CursorManager::new(),
-            logger,
+            logger: logger.into(),
             operation_counters: OperationCounters::default(),
             operation_latencies: crate::latency::OperationLatencies::default(),
             connection_counters: ConnectionCounters::default(),

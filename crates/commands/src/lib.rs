@@ -43,7 +43,7 @@ pub mod ttl;
 pub mod validation;
 pub mod write;
 
-pub use context::{ConnectionInfo, ServerContext, ServerOptions};
+pub use context::{ConnectionInfo, Process, ServerContext, ServerOptions};
 pub use error::{CommandError, CommandResult};
 pub use reply::Reply;
 pub use request::CommandRequest;

@@ -36,6 +36,9 @@ pub struct Session {
     conversation: Mutex<Option<Conversation>>,
     /// Set once, right after the TLS handshake, on connections that use TLS.
     tls: OnceLock<TlsPeer>,
+    /// A request the node makes of itself (a config server reading its catalog), never a
+    /// network connection's: authorization lets it through, as mongod's internal client.
+    internal: bool,
 }
 
 /// What the TLS layer learnt of the client.
@@ -72,7 +75,18 @@ impl Session {
             authenticated_users: RwLock::new(Vec::new()),
             conversation: Mutex::new(None),
             tls: OnceLock::new(),
+            internal: false,
         }
+    }
+
+    /// The session of the requests a node makes of itself (see [`Session::is_internal`]).
+    pub fn internal(connection_id: i64) -> Session {
+        Session { internal: true, ..Session::new(connection_id, None) }
+    }
+
+    /// Whether this is the node's own session, which authorization trusts.
+    pub fn is_internal(&self) -> bool {
+        self.internal
     }
 
     /// Records that the connection uses TLS and what its certificate says (first call wins).

@@ -25,87 +25,101 @@ pub struct CommandSpec {
     pub is_write: bool,
     /// What the command needs when authorization is on (see [`crate::auth::authorize`]).
     pub access: Access,
+    /// What a router does with it.
+    pub router: OnRouter,
+}
+
+/// What a router does with a command a node answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnRouter {
+    /// The router runs this very handler: the handshake, authentication, users and roles
+    /// (kept on the config server), sessions, parameters and the router's own operations.
+    Local,
+    /// The router's own table answers it, sending it to the shards that own the data.
+    Routed,
+    /// mongos answers it, Myriad's router does not yet: CommandNotFound.
+    NotYet,
 }
 
 macro_rules! commands {
-    ($( $name:literal $( | $alias:literal )* => $handler:path, admin: $admin:literal, write: $write:literal, access: $access:expr, $help:literal; )*) => {
+    ($( $name:literal $( | $alias:literal )* => $handler:path, admin: $admin:literal, write: $write:literal, router: $router:ident, access: $access:expr, $help:literal; )*) => {
         pub static COMMANDS: &[CommandSpec] = &[
-            $( CommandSpec { name: $name, aliases: &[$($alias),*], handler: |context, request| $handler(context, request).map(Reply::from), help: $help, admin_only: $admin, is_write: $write, access: { use Access::*; $access } }, )*
+            $( CommandSpec { name: $name, aliases: &[$($alias),*], handler: |context, request| $handler(context, request).map(Reply::from), help: $help, admin_only: $admin, is_write: $write, access: { use Access::*; $access }, router: OnRouter::$router }, )*
         ];
     };
 }
 
 commands! {
-    "hello" | "isMaster" | "ismaster" => command::hello::run, admin: false, write: false, access: Open, "Handshake: server role, limits and negotiated compression.";
-    "buildInfo" | "buildinfo" => command::build_info::run, admin: false, write: false, access: Open, "Version and build details.";
-    "ping" => command::ping::run, admin: false, write: false, access: Open, "Checks that the server answers.";
-    "getParameter" => command::parameters::get, admin: true, write: false, access: Cluster(&["getParameter"]), "Reads server parameters.";
-    "setParameter" => command::parameters::set, admin: true, write: false, access: Cluster(&["setParameter"]), "Sets server parameters.";
-    "whatsmyuri" => command::whatsmyuri::run, admin: false, write: false, access: Open, "The client's own address.";
-    "connectionStatus" => command::connection_status::run, admin: false, write: false, access: Open, "Authentication state of this connection.";
-    "hostInfo" => command::host_info::run, admin: false, write: false, access: Cluster(&["hostInfo"]), "Host operating system and hardware.";
-    "getCmdLineOpts" => command::get_cmd_line_opts::run, admin: true, write: false, access: Cluster(&["getCmdLineOpts"]), "The options the server was started with.";
-    "serverStatus" => command::server_status::run, admin: false, write: false, access: Cluster(&["serverStatus"]), "Server and storage engine figures.";
-    "listCommands" => command::list_commands::run, admin: false, write: false, access: Open, "This list.";
-    "getLog" => command::get_log::run, admin: true, write: false, access: Cluster(&["getLog"]), "Recent log lines.";
-    "startSession" => command::sessions::start, admin: false, write: false, access: Authenticated, "Starts a logical session.";
-    "endSessions" => command::sessions::end, admin: false, write: false, access: Open, "Ends logical sessions.";
-    "refreshSessions" => command::sessions::refresh, admin: false, write: false, access: Authenticated, "Keeps logical sessions alive.";
-    "killSessions" => command::sessions::end, admin: false, write: false, access: Authenticated, "Kills logical sessions.";
-    "killAllSessions" => command::sessions::end, admin: false, write: false, access: Cluster(&["killAnySession"]), "Kills all logical sessions.";
-    "commitTransaction" => command::sessions::commit_transaction, admin: true, write: false, access: Authenticated, "Commits a transaction (standalone: none can be open).";
-    "abortTransaction" => command::sessions::abort_transaction, admin: true, write: false, access: Authenticated, "Aborts a transaction (standalone: none can be open).";
-    "insert" => command::insert::run, admin: false, write: true, access: Collection(&["insert"]), "Inserts documents.";
-    "find" => command::find::run, admin: false, write: false, access: Collection(&["find"]), "Queries documents.";
-    "getMore" => command::get_more::run, admin: false, write: false, access: Authenticated, "Next batch of a cursor.";
-    "killCursors" => command::kill_cursors::run, admin: false, write: false, access: Authenticated, "Closes cursors.";
-    "update" => command::update::run, admin: false, write: true, access: Collection(&["update"]), "Updates documents.";
-    "delete" => command::delete::run, admin: false, write: true, access: Collection(&["remove"]), "Deletes documents.";
-    "bulkWrite" => command::bulk_write::run, admin: true, write: true, access: Custom(auth::requirements::bulk_write), "Inserts, updates and deletes on many collections (MongoDB 8.0).";
-    "findAndModify" | "findandmodify" => command::find_and_modify::run, admin: false, write: true, access: Custom(auth::requirements::find_and_modify), "Updates or removes one document and returns it.";
-    "count" => command::count::run, admin: false, write: false, access: Collection(&["find"]), "Counts matching documents.";
-    "distinct" => command::distinct::run, admin: false, write: false, access: Collection(&["find"]), "Distinct values of a field.";
-    "aggregate" => command::aggregate::run, admin: false, write: false, access: Custom(auth::requirements::aggregate), "Runs an aggregation pipeline.";
-    "create" => command::create::run, admin: false, write: true, access: Collection(&["createCollection"]), "Creates a collection.";
-    "collMod" => command::coll_mod::run, admin: false, write: true, access: Collection(&["collMod"]), "Changes a collection's validator, validationLevel and validationAction.";
-    "drop" => command::drop::run, admin: false, write: true, access: Collection(&["dropCollection"]), "Drops a collection.";
-    "dropDatabase" => command::drop_database::run, admin: false, write: true, access: Database(&["dropDatabase"]), "Drops a database.";
-    "listCollections" => command::list_collections::run, admin: false, write: false, access: Database(&["listCollections"]), "Lists collections.";
-    "listDatabases" => command::list_databases::run, admin: true, write: false, access: Authenticated, "Lists databases (with --auth, those the user's privileges reach unless it holds listDatabases).";
-    "renameCollection" => command::rename_collection::run, admin: true, write: true, access: Custom(auth::requirements::rename_collection), "Renames a collection.";
-    "createIndexes" => command::create_indexes::run, admin: false, write: true, access: Collection(&["createIndex"]), "Builds indexes.";
-    "listIndexes" => command::list_indexes::run, admin: false, write: false, access: Collection(&["listIndexes"]), "Lists a collection's indexes.";
-    "dropIndexes" | "deleteIndexes" => command::drop_indexes::run, admin: false, write: true, access: Collection(&["dropIndex"]), "Drops indexes.";
-    "collStats" => command::coll_stats::run, admin: false, write: false, access: Collection(&["collStats"]), "Collection statistics.";
-    "dbStats" | "dbstats" => command::db_stats::run, admin: false, write: false, access: Database(&["dbStats"]), "Database statistics.";
-    "dataSize" | "datasize" => command::data_size::run, admin: false, write: false, access: Collection(&["find"]), "Bytes and count of a collection's documents, or of a key range's.";
-    "fsync" => command::fsync::run, admin: true, write: false, access: Cluster(&["fsync"]), "Flushes every memtable to disk and syncs the WAL (lock: true is not supported).";
-    "compact" => command::compact::run, admin: false, write: true, access: Collection(&["compact"]), "Compacts the shared tablespace (returns dropped collections' disk space).";
-    "currentOp" => command::current_op::run, admin: true, write: false, access: Authenticated, "Lists the operations in progress (the user's own with $ownOps; all needs inprog).";
-    "killOp" => command::current_op::kill, admin: true, write: false, access: Authenticated, "Interrupts an operation in progress (the user's own, or any with killop).";
-    "profile" => command::profile::run, admin: false, write: false, access: Database(&["enableProfiler"]), "Reads or sets the database profiler level, slowms, sampleRate and filter.";
-    "explain" => command::explain::run, admin: false, write: false, access: Custom(auth::requirements::explain), "Explains how a query, count, distinct, update, delete, findAndModify or aggregate runs.";
-    "planCacheClear" => command::plan_cache_clear::run, admin: false, write: false, access: Collection(&["planCacheWrite"]), "Forgets a collection's cached query plans.";
-    "saslStart" => command::sasl::start, admin: false, write: false, access: Open, "Starts a SCRAM authentication conversation.";
-    "saslContinue" => command::sasl::continue_conversation, admin: false, write: false, access: Open, "Continues a SCRAM authentication conversation.";
-    "authenticate" => command::authenticate::run, admin: false, write: false, access: Open, "Authenticates with MONGODB-X509 as the subject of the TLS client certificate.";
-    "logout" => command::sasl::logout, admin: false, write: false, access: Open, "Logs the connection's user out.";
-    "createUser" => command::users::create_user, admin: false, write: true, access: Custom(auth::requirements::create_user), "Creates a user.";
-    "updateUser" => command::users::update_user, admin: false, write: true, access: Custom(auth::requirements::update_user), "Changes a user's password, custom data or roles.";
-    "dropUser" => command::users::drop_user, admin: false, write: true, access: Database(&["dropUser"]), "Removes a user.";
-    "dropAllUsersFromDatabase" => command::users::drop_all_users, admin: false, write: true, access: Database(&["dropUser"]), "Removes every user of a database.";
-    "usersInfo" => command::users::users_info, admin: false, write: false, access: Custom(auth::requirements::users_info), "Describes users.";
-    "grantRolesToUser" => command::users::grant_roles, admin: false, write: true, access: Custom(auth::requirements::grant_roles), "Grants roles to a user.";
-    "revokeRolesFromUser" => command::users::revoke_roles, admin: false, write: true, access: Custom(auth::requirements::revoke_roles), "Revokes roles from a user.";
-    "createRole" => command::roles::create_role, admin: false, write: true, access: Custom(auth::requirements::create_role), "Creates a role.";
-    "updateRole" => command::roles::update_role, admin: false, write: true, access: Database(&["grantRole", "revokeRole"]), "Replaces a role's privileges or roles.";
-    "dropRole" => command::roles::drop_role, admin: false, write: true, access: Database(&["dropRole"]), "Removes a role.";
-    "rolesInfo" => command::roles::roles_info, admin: false, write: false, access: Database(&["viewRole"]), "Describes roles.";
-    "grantPrivilegesToRole" => command::roles::grant_privileges, admin: false, write: true, access: Database(&["grantRole"]), "Adds privileges to a role.";
-    "revokePrivilegesFromRole" => command::roles::revoke_privileges, admin: false, write: true, access: Database(&["revokeRole"]), "Removes privileges from a role.";
-    "grantRolesToRole" => command::roles::grant_roles, admin: false, write: true, access: Custom(auth::requirements::grant_roles), "Makes a role inherit roles.";
-    "revokeRolesFromRole" => command::roles::revoke_roles, admin: false, write: true, access: Custom(auth::requirements::revoke_roles), "Removes inherited roles from a role.";
-    "validate" => command::validate::run, admin: false, write: false, access: Collection(&["validate"]), "Checks a collection's records, indexes and counts.";
+    "hello" | "isMaster" | "ismaster" => command::hello::run, admin: false, write: false, router: Local, access: Open, "Handshake: server role, limits and negotiated compression.";
+    "buildInfo" | "buildinfo" => command::build_info::run, admin: false, write: false, router: Local, access: Open, "Version and build details.";
+    "ping" => command::ping::run, admin: false, write: false, router: Local, access: Open, "Checks that the server answers.";
+    "getParameter" => command::parameters::get, admin: true, write: false, router: Local, access: Cluster(&["getParameter"]), "Reads server parameters.";
+    "setParameter" => command::parameters::set, admin: true, write: false, router: Local, access: Cluster(&["setParameter"]), "Sets server parameters.";
+    "whatsmyuri" => command::whatsmyuri::run, admin: false, write: false, router: Local, access: Open, "The client's own address.";
+    "connectionStatus" => command::connection_status::run, admin: false, write: false, router: Local, access: Open, "Authentication state of this connection.";
+    "hostInfo" => command::host_info::run, admin: false, write: false, router: Local, access: Cluster(&["hostInfo"]), "Host operating system and hardware.";
+    "getCmdLineOpts" => command::get_cmd_line_opts::run, admin: true, write: false, router: Routed, access: Cluster(&["getCmdLineOpts"]), "The options the server was started with.";
+    "serverStatus" => command::server_status::run, admin: false, write: false, router: Local, access: Cluster(&["serverStatus"]), "Server and storage engine figures.";
+    "listCommands" => command::list_commands::run, admin: false, write: false, router: Local, access: Open, "This list.";
+    "getLog" => command::get_log::run, admin: true, write: false, router: Local, access: Cluster(&["getLog"]), "Recent log lines.";
+    "startSession" => command::sessions::start, admin: false, write: false, router: Local, access: Authenticated, "Starts a logical session.";
+    "endSessions" => command::sessions::end, admin: false, write: false, router: Local, access: Open, "Ends logical sessions.";
+    "refreshSessions" => command::sessions::refresh, admin: false, write: false, router: Local, access: Authenticated, "Keeps logical sessions alive.";
+    "killSessions" => command::sessions::end, admin: false, write: false, router: Local, access: Authenticated, "Kills logical sessions.";
+    "killAllSessions" => command::sessions::end, admin: false, write: false, router: Local, access: Cluster(&["killAnySession"]), "Kills all logical sessions.";
+    "commitTransaction" => command::sessions::commit_transaction, admin: true, write: false, router: Local, access: Authenticated, "Commits a transaction (standalone: none can be open).";
+    "abortTransaction" => command::sessions::abort_transaction, admin: true, write: false, router: Local, access: Authenticated, "Aborts a transaction (standalone: none can be open).";
+    "insert" => command::insert::run, admin: false, write: true, router: Routed, access: Collection(&["insert"]), "Inserts documents.";
+    "find" => command::find::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Queries documents.";
+    "getMore" => command::get_more::run, admin: false, write: false, router: Routed, access: Authenticated, "Next batch of a cursor.";
+    "killCursors" => command::kill_cursors::run, admin: false, write: false, router: Routed, access: Authenticated, "Closes cursors.";
+    "update" => command::update::run, admin: false, write: true, router: Routed, access: Collection(&["update"]), "Updates documents.";
+    "delete" => command::delete::run, admin: false, write: true, router: Routed, access: Collection(&["remove"]), "Deletes documents.";
+    "bulkWrite" => command::bulk_write::run, admin: true, write: true, router: NotYet, access: Custom(auth::requirements::bulk_write), "Inserts, updates and deletes on many collections (MongoDB 8.0).";
+    "findAndModify" | "findandmodify" => command::find_and_modify::run, admin: false, write: true, router: Routed, access: Custom(auth::requirements::find_and_modify), "Updates or removes one document and returns it.";
+    "count" => command::count::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Counts matching documents.";
+    "distinct" => command::distinct::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Distinct values of a field.";
+    "aggregate" => command::aggregate::run, admin: false, write: false, router: Routed, access: Custom(auth::requirements::aggregate), "Runs an aggregation pipeline.";
+    "create" => command::create::run, admin: false, write: true, router: Routed, access: Collection(&["createCollection"]), "Creates a collection.";
+    "collMod" => command::coll_mod::run, admin: false, write: true, router: Routed, access: Collection(&["collMod"]), "Changes a collection's validator, validationLevel and validationAction.";
+    "drop" => command::drop::run, admin: false, write: true, router: Routed, access: Collection(&["dropCollection"]), "Drops a collection.";
+    "dropDatabase" => command::drop_database::run, admin: false, write: true, router: Routed, access: Database(&["dropDatabase"]), "Drops a database.";
+    "listCollections" => command::list_collections::run, admin: false, write: false, router: Routed, access: Database(&["listCollections"]), "Lists collections.";
+    "listDatabases" => command::list_databases::run, admin: true, write: false, router: Routed, access: Authenticated, "Lists databases (with --auth, those the user's privileges reach unless it holds listDatabases).";
+    "renameCollection" => command::rename_collection::run, admin: true, write: true, router: Routed, access: Custom(auth::requirements::rename_collection), "Renames a collection.";
+    "createIndexes" => command::create_indexes::run, admin: false, write: true, router: Routed, access: Collection(&["createIndex"]), "Builds indexes.";
+    "listIndexes" => command::list_indexes::run, admin: false, write: false, router: Routed, access: Collection(&["listIndexes"]), "Lists a collection's indexes.";
+    "dropIndexes" | "deleteIndexes" => command::drop_indexes::run, admin: false, write: true, router: Routed, access: Collection(&["dropIndex"]), "Drops indexes.";
+    "collStats" => command::coll_stats::run, admin: false, write: false, router: Routed, access: Collection(&["collStats"]), "Collection statistics.";
+    "dbStats" | "dbstats" => command::db_stats::run, admin: false, write: false, router: Routed, access: Database(&["dbStats"]), "Database statistics.";
+    "dataSize" | "datasize" => command::data_size::run, admin: false, write: false, router: NotYet, access: Collection(&["find"]), "Bytes and count of a collection's documents, or of a key range's.";
+    "fsync" => command::fsync::run, admin: true, write: false, router: NotYet, access: Cluster(&["fsync"]), "Flushes every memtable to disk and syncs the WAL (lock: true is not supported).";
+    "compact" => command::compact::run, admin: false, write: true, router: NotYet, access: Collection(&["compact"]), "Compacts the shared tablespace (returns dropped collections' disk space).";
+    "currentOp" => command::current_op::run, admin: true, write: false, router: Local, access: Authenticated, "Lists the operations in progress (the user's own with $ownOps; all needs inprog).";
+    "killOp" => command::current_op::kill, admin: true, write: false, router: Local, access: Authenticated, "Interrupts an operation in progress (the user's own, or any with killop).";
+    "profile" => command::profile::run, admin: false, write: false, router: NotYet, access: Database(&["enableProfiler"]), "Reads or sets the database profiler level, slowms, sampleRate and filter.";
+    "explain" => command::explain::run, admin: false, write: false, router: Routed, access: Custom(auth::requirements::explain), "Explains how a query, count, distinct, update, delete, findAndModify or aggregate runs.";
+    "planCacheClear" => command::plan_cache_clear::run, admin: false, write: false, router: NotYet, access: Collection(&["planCacheWrite"]), "Forgets a collection's cached query plans.";
+    "saslStart" => command::sasl::start, admin: false, write: false, router: Local, access: Open, "Starts a SCRAM authentication conversation.";
+    "saslContinue" => command::sasl::continue_conversation, admin: false, write: false, router: Local, access: Open, "Continues a SCRAM authentication conversation.";
+    "authenticate" => command::authenticate::run, admin: false, write: false, router: Local, access: Open, "Authenticates with MONGODB-X509 as the subject of the TLS client certificate.";
+    "logout" => command::sasl::logout, admin: false, write: false, router: Local, access: Open, "Logs the connection's user out.";
+    "createUser" => command::users::create_user, admin: false, write: true, router: Local, access: Custom(auth::requirements::create_user), "Creates a user.";
+    "updateUser" => command::users::update_user, admin: false, write: true, router: Local, access: Custom(auth::requirements::update_user), "Changes a user's password, custom data or roles.";
+    "dropUser" => command::users::drop_user, admin: false, write: true, router: Local, access: Database(&["dropUser"]), "Removes a user.";
+    "dropAllUsersFromDatabase" => command::users::drop_all_users, admin: false, write: true, router: Local, access: Database(&["dropUser"]), "Removes every user of a database.";
+    "usersInfo" => command::users::users_info, admin: false, write: false, router: Local, access: Custom(auth::requirements::users_info), "Describes users.";
+    "grantRolesToUser" => command::users::grant_roles, admin: false, write: true, router: Local, access: Custom(auth::requirements::grant_roles), "Grants roles to a user.";
+    "revokeRolesFromUser" => command::users::revoke_roles, admin: false, write: true, router: Local, access: Custom(auth::requirements::revoke_roles), "Revokes roles from a user.";
+    "createRole" => command::roles::create_role, admin: false, write: true, router: Local, access: Custom(auth::requirements::create_role), "Creates a role.";
+    "updateRole" => command::roles::update_role, admin: false, write: true, router: Local, access: Database(&["grantRole", "revokeRole"]), "Replaces a role's privileges or roles.";
+    "dropRole" => command::roles::drop_role, admin: false, write: true, router: Local, access: Database(&["dropRole"]), "Removes a role.";
+    "rolesInfo" => command::roles::roles_info, admin: false, write: false, router: Local, access: Database(&["viewRole"]), "Describes roles.";
+    "grantPrivilegesToRole" => command::roles::grant_privileges, admin: false, write: true, router: Local, access: Database(&["grantRole"]), "Adds privileges to a role.";
+    "revokePrivilegesFromRole" => command::roles::revoke_privileges, admin: false, write: true, router: Local, access: Database(&["revokeRole"]), "Removes privileges from a role.";
+    "grantRolesToRole" => command::roles::grant_roles, admin: false, write: true, router: Local, access: Custom(auth::requirements::grant_roles), "Makes a role inherit roles.";
+    "revokeRolesFromRole" => command::roles::revoke_roles, admin: false, write: true, router: Local, access: Custom(auth::requirements::revoke_roles), "Removes inherited roles from a role.";
+    "validate" => command::validate::run, admin: false, write: false, router: NotYet, access: Collection(&["validate"]), "Checks a collection's records, indexes and counts.";
 }
 
 pub fn find_command(name: &str) -> Option<&'static CommandSpec> {

@@ -1,5 +1,5 @@
 //! The TTL monitor: a background thread that deletes the documents of TTL indexes once they
-//! expired (docs/design.md, "TTL indexes").
+//! expired (docs/design-storage.md, "TTL indexes").
 //!
 //! Every `ttlMonitorSleepSecs` (while `ttlMonitorEnabled`) a pass lists the TTL indexes from the
 //! storage engine's `T` catalog entries (never a catalog scan) and, for each, walks its index

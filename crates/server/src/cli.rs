@@ -23,26 +23,35 @@ pub enum Subcommand {
     Cluster(ClusterArguments),
 }
 
+/// A router takes the node's network, security and logging flags (and `--config`), but none
+/// that concern storage: it keeps no data (see [`RouterArguments::storage_flags_given`]).
 #[derive(Args, Debug, Clone)]
 pub struct RouterArguments {
     /// The config server, as host:port (a `name/host:port` form is accepted).
     #[arg(long = "configdb")]
     pub configdb: String,
-    /// TCP port to listen on (0 picks a free port; the log line "Waiting for connections" names it).
-    #[arg(long = "port", default_value_t = 27017)]
-    pub port: u16,
-    /// Comma-separated addresses to bind.
-    #[arg(long = "bind_ip", default_value = "127.0.0.1")]
-    pub bind_ip: String,
-    /// Write the log to this file instead of stderr.
-    #[arg(long = "logpath")]
-    pub logpath: Option<String>,
-    /// Append to --logpath instead of truncating it.
-    #[arg(long = "logappend")]
-    pub logappend: bool,
-    /// Fewer log lines (connection accept/end are not printed).
-    #[arg(long = "quiet")]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub server: ServerArguments,
+}
+
+impl RouterArguments {
+    /// The flags given (on the command line) that only a node has; mongos refuses them too.
+    pub fn storage_flags_given(matches: &clap::ArgMatches) -> Vec<&'static str> {
+        let node_only = [
+            ("dbpath", "--dbpath"),
+            ("cache_size_mebibytes", "--cacheSizeMB"),
+            ("storage_block_compressor", "--storageBlockCompressor"),
+            ("profile", "--profile"),
+            ("configsvr", "--configsvr"),
+            ("shardsvr", "--shardsvr"),
+            ("auth", "--auth (a router enforces authorization with --keyFile)"),
+        ];
+        node_only
+            .into_iter()
+            .filter(|(id, _)| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+            .map(|(_, flag)| flag)
+            .collect()
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -62,6 +71,16 @@ pub struct ClusterArguments {
     /// Block cache of each config server and shard, in MiB.
     #[arg(long = "cacheSizeMB", default_value_t = 256)]
     pub cache_size_mebibytes: usize,
+    /// Members authenticate to each other with a keyfile made in --dir (or --keyFile's), and
+    /// clients must authenticate: create the first user through the router from this host.
+    #[arg(long = "auth")]
+    pub auth: bool,
+    /// The keyfile every member uses (implies --auth).
+    #[arg(long = "keyFile")]
+    pub key_file: Option<String>,
+    /// TLS for every member, the router included, and between members.
+    #[command(flatten)]
+    pub tls: TlsArguments,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -110,6 +129,28 @@ pub struct ServerArguments {
     /// the command line override it.
     #[arg(long = "config", short = 'f')]
     pub config: Option<String>,
+    #[command(flatten)]
+    pub tls: TlsArguments,
+    /// Sets a server parameter at start-up, as `name=value` (repeatable), like mongod's
+    /// `--setParameter`: any parameter `setParameter` accepts, for example
+    /// `idleConnectionTimeoutMillis=600000`.
+    #[arg(long = "setParameter", value_name = "NAME=VALUE")]
+    pub set_parameters: Vec<String>,
+    /// Members of a cluster authenticate to each other as the internal user with this file's
+    /// secret (6 to 1024 base64 characters, readable by its owner only); implies --auth.
+    #[arg(long = "keyFile")]
+    pub key_file: Option<String>,
+    /// Run as the config server of a sharded cluster (the catalog in the `config` database).
+    #[arg(long = "configsvr", conflicts_with = "shardsvr")]
+    pub configsvr: bool,
+    /// Run as a shard of a sharded cluster (a router's `addShard` gives it its identity).
+    #[arg(long = "shardsvr")]
+    pub shardsvr: bool,
+}
+
+/// The TLS flags, the same for a node, a router and `myriad cluster` (which passes them on).
+#[derive(Args, Debug, Clone, Default)]
+pub struct TlsArguments {
     /// disabled, allowTLS (plain or TLS), preferTLS (plain or TLS) or requireTLS.
     #[arg(long = "tlsMode", value_enum)]
     pub tls_mode: Option<TlsMode>,
@@ -126,22 +167,11 @@ pub struct ServerArguments {
     /// With --tlsCAFile, let clients that present no certificate connect.
     #[arg(long = "tlsAllowConnectionsWithoutCertificates")]
     pub tls_allow_connections_without_certificates: bool,
-    /// Sets a server parameter at start-up, as `name=value` (repeatable), like mongod's
-    /// `--setParameter`: any parameter `setParameter` accepts, for example
-    /// `idleConnectionTimeoutMillis=600000`.
-    #[arg(long = "setParameter", value_name = "NAME=VALUE")]
-    pub set_parameters: Vec<String>,
-    /// Run as the config server of a sharded cluster (the catalog in the `config` database).
-    #[arg(long = "configsvr", conflicts_with = "shardsvr")]
-    pub configsvr: bool,
-    /// Run as a shard of a sharded cluster (a router's `addShard` gives it its identity).
-    #[arg(long = "shardsvr")]
-    pub shardsvr: bool,
 }
 
-impl ServerArguments {
+impl TlsArguments {
     /// The TLS options, as the listener reads them.
-    pub fn tls_options(&self) -> TlsOptions {
+    pub fn options(&self) -> TlsOptions {
         TlsOptions {
             mode: self.tls_mode,
             certificate_key_file: self.tls_certificate_key_file.clone(),
@@ -149,6 +179,33 @@ impl ServerArguments {
             allow_invalid_certificates: self.tls_allow_invalid_certificates,
             allow_connections_without_certificates: self.tls_allow_connections_without_certificates,
         }
+    }
+
+    /// The flags again, as a member's command line.
+    pub fn to_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        if let Some(mode) = self.tls_mode {
+            flags.extend(["--tlsMode".to_string(), mode.name().to_string()]);
+        }
+        for (flag, value) in [("--tlsCertificateKeyFile", &self.tls_certificate_key_file), ("--tlsCAFile", &self.tls_ca_file)] {
+            if let Some(value) = value {
+                flags.extend([flag.to_string(), value.clone()]);
+            }
+        }
+        if self.tls_allow_invalid_certificates {
+            flags.push("--tlsAllowInvalidCertificates".to_string());
+        }
+        if self.tls_allow_connections_without_certificates {
+            flags.push("--tlsAllowConnectionsWithoutCertificates".to_string());
+        }
+        flags
+    }
+}
+
+impl ServerArguments {
+    /// The TLS options, as the listener reads them.
+    pub fn tls_options(&self) -> TlsOptions {
+        self.tls.options()
     }
 
     /// Makes `--profile`, `--slowms` and `--slowOpSampleRate` the server's starting settings;

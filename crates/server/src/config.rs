@@ -106,35 +106,41 @@ fn apply_option(name: &str, value: &Value, arguments: &mut ServerArguments, matc
                 arguments.max_connections = usize::try_from(count).unwrap_or(arguments.max_connections);
             }
         }
+        "security.keyFile" => {
+            let text = string(name, value)?;
+            if set("key_file") {
+                arguments.key_file = Some(text);
+            }
+        }
         "net.tls.mode" => {
             let text = string(name, value)?;
             let mode = TlsMode::parse(&text).ok_or_else(|| format!("{name}: '{text}' is not one of disabled, allowTLS, preferTLS, requireTLS"))?;
             if set("tls_mode") {
-                arguments.tls_mode = Some(mode);
+                arguments.tls.tls_mode = Some(mode);
             }
         }
         "net.tls.certificateKeyFile" => {
             let text = string(name, value)?;
             if set("tls_certificate_key_file") {
-                arguments.tls_certificate_key_file = Some(text);
+                arguments.tls.tls_certificate_key_file = Some(text);
             }
         }
         "net.tls.CAFile" => {
             let text = string(name, value)?;
             if set("tls_ca_file") {
-                arguments.tls_ca_file = Some(text);
+                arguments.tls.tls_ca_file = Some(text);
             }
         }
         "net.tls.allowInvalidCertificates" => {
             let flag = boolean(name, value)?;
             if set("tls_allow_invalid_certificates") {
-                arguments.tls_allow_invalid_certificates = flag;
+                arguments.tls.tls_allow_invalid_certificates = flag;
             }
         }
         "net.tls.allowConnectionsWithoutCertificates" => {
             let flag = boolean(name, value)?;
             if set("tls_allow_connections_without_certificates") {
-                arguments.tls_allow_connections_without_certificates = flag;
+                arguments.tls.tls_allow_connections_without_certificates = flag;
             }
         }
         "security.authorization" => {
@@ -300,8 +306,8 @@ mod tests {
         let arguments = parsed(&[], yaml).expect("parses");
         assert_eq!(arguments.dbpath, "/data/x");
         assert_eq!(arguments.port, 28000);
-        assert_eq!(arguments.tls_mode, Some(TlsMode::RequireTls));
-        assert_eq!(arguments.tls_ca_file.as_deref(), Some("ca.pem"));
+        assert_eq!(arguments.tls.tls_mode, Some(TlsMode::RequireTls));
+        assert_eq!(arguments.tls.tls_ca_file.as_deref(), Some("ca.pem"));
         assert!(arguments.auth);
         assert_eq!((arguments.profile, arguments.slowms), (1, 5));
     }

@@ -12,9 +12,13 @@
 
 mod cli;
 mod config;
+mod execution;
+mod member_tls;
 mod network;
+mod node;
 mod peer_certificate;
 mod role;
+mod router;
 mod tls;
 
 use std::process::ExitCode;
@@ -29,7 +33,10 @@ fn main() -> ExitCode {
     let matches = cli::Arguments::command().get_matches();
     let mut arguments = cli::Arguments::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
     match arguments.command.take() {
-        Some(cli::Subcommand::Router(router)) => return role::run_router(router, std::env::args().collect()),
+        Some(cli::Subcommand::Router(router)) => {
+            let router_matches = matches.subcommand_matches("router").unwrap_or(&matches);
+            return role::run_router(router, router_matches, std::env::args().collect());
+        }
         Some(cli::Subcommand::Cluster(cluster)) => return role::run_cluster(cluster),
         None => {}
     }
@@ -41,7 +48,7 @@ fn main() -> ExitCode {
         }
     }
     arguments.server.apply_profiler_settings();
-    match network::serve(arguments.server, std::env::args().collect()) {
+    match node::serve(arguments.server, std::env::args().collect()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("myriad: {message}");

@@ -7,18 +7,18 @@
 //! (server-monitoring specification) waits here, asynchronously, for a topology change or its
 //! maxAwaitTimeMS; with the exhaustAllowed flag it becomes a stream of replies with moreToCome.
 
+use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bson::{doc, Document};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore, SemaphorePermit};
+use tokio::sync::{watch, Semaphore};
 
 use myriad_commands::command::hello;
 use myriad_commands::context::compressor_slot;
@@ -26,14 +26,12 @@ use myriad_commands::error::ErrorCode;
 use myriad_commands::knobs;
 use myriad_commands::log::Logger;
 use myriad_commands::session::{Session, TlsPeer};
-use myriad_commands::{dispatch, CommandError, CommandRequest, ConnectionInfo, Reply, ServerContext, ServerOptions};
-use myriad_storage::{Engine, EngineOptions};
+use myriad_commands::{CommandError, CommandRequest, ConnectionInfo, Reply, ServerContext};
 use myriad_wire::{
     decode_message, encode_op_msg, encode_op_msg_reply, encode_op_msg_reply_raw, encode_op_reply, parse_header, Compressor, OpMsg, Request,
     HEADER_SIZE_BYTES, MAX_MESSAGE_SIZE_BYTES, OP_MSG_FLAG_MORE_TO_COME,
 };
 
-use crate::cli::ServerArguments;
 use crate::tls::{ClientStream, TlsListener};
 
 /// Commands whose replies are never compressed (the driver compression spec's list).
@@ -42,11 +40,6 @@ const NEVER_COMPRESSED: &[&str] = &[
     "copydbSaslStart", "copydbgetnonce", "copydb",
 ];
 
-/// Commands run on the connection task itself: the handshake, liveness checks and operation
-/// control must answer while every blocking-pool thread is busy with slow commands.
-const INLINE_COMMANDS: &[&str] = &[
-    "hello", "isMaster", "ismaster", "ping", "buildInfo", "buildinfo", "endSessions", "killOp", "currentOp", "whatsmyuri",
-];
 
 /// Stack for every runtime thread (virtual memory; only touched pages cost RAM).
 const COMMAND_THREAD_STACK_BYTES: usize = 16 * 1024 * 1024;
@@ -59,92 +52,82 @@ fn blocking_threads() -> usize {
     std::env::var("MYRIAD_COMMAND_THREADS").ok().and_then(|value| value.parse().ok()).unwrap_or(cores * 4).max(1)
 }
 
-pub fn serve(arguments: ServerArguments, argv: Vec<String>) -> Result<(), String> {
-    let logger = match &arguments.logpath {
-        Some(path) => Logger::file(path, arguments.logappend, arguments.quiet).map_err(|error| format!("cannot open --logpath {path}: {error}"))?,
-        None => Logger::stderr(arguments.quiet),
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// What answers the commands of a listener's connections: a node's own command table
+/// ([`crate::node::NodeService`]) or a router ([`crate::router::RouterService`]), which runs
+/// the node's handlers for the commands it answers itself and routes the rest.
+pub trait Service: Send + Sync {
+    /// Runs one command.
+    fn run<'a>(&'a self, context: &'a Arc<ServerContext>, request: CommandRequest) -> Pin<Box<dyn Future<Output = Reply> + Send + 'a>>;
+
+    /// Runs a hello of an exhaust stream.
+    fn run_hello<'a>(&'a self, context: &'a Arc<ServerContext>, request: &'a CommandRequest) -> Pin<Box<dyn Future<Output = Reply> + Send + 'a>>;
+}
+
+/// The runtime every listener runs on.
+pub fn runtime(thread_name: &str) -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .thread_name("myriad-worker")
+        .thread_name(thread_name)
         // The bson crate decodes recursively at 20-40 KiB of stack per nesting level; the wire
         // decoder admits 200 levels, so commands run on threads with room for that.
         .thread_stack_size(COMMAND_THREAD_STACK_BYTES)
         .max_blocking_threads(blocking_threads())
         .build()
-        .map_err(|error| format!("cannot start the runtime: {error}"))?;
-    runtime.block_on(run(arguments, argv, logger))
+        .map_err(|error| format!("cannot start the runtime: {error}"))
 }
 
-async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> Result<(), String> {
-    logger.info(
-        "CONTROL",
-        4615611,
-        "initandlisten",
-        "MongoDB starting",
-        json!({ "pid": std::process::id(), "port": arguments.port, "dbPath": arguments.dbpath, "architecture": "64-bit", "host": "myriad" }),
-    );
-    // TLS files are read before anything is opened: a bad certificate stops start-up at once.
-    let tls = Arc::new(TlsListener::from_options(&arguments.tls_options())?);
-    std::fs::create_dir_all(&arguments.dbpath).map_err(|error| format!("cannot create --dbpath {}: {error}", arguments.dbpath))?;
-    let engine_options = EngineOptions {
-        block_cache_size_bytes: arguments.cache_size_mebibytes.saturating_mul(1024 * 1024),
-        block_compressor: arguments.storage_block_compressor,
-        ..EngineOptions::default()
-    };
-    let engine = Arc::new(Engine::open(Path::new(&arguments.dbpath), &engine_options).map_err(|error| format!("cannot open the storage engine: {error}"))?);
-    // Index builds interrupted by a crash restart in the background: open never waits for them.
-    engine.resume_index_builds().map_err(|error| format!("cannot start the index build thread: {error}"))?;
-    // The catalog cache fills in the background, so the first operation on each collection
-    // after a restart does not pay for reading and parsing its entry (docs/design.md).
-    engine.start_catalog_warming().map_err(|error| format!("cannot start the catalog warm-up thread: {error}"))?;
+/// The log a process writes: `--logpath`, else standard error.
+pub fn logger(logpath: Option<&str>, logappend: bool, quiet: bool) -> Result<Logger, String> {
+    match logpath {
+        Some(path) => Logger::file(path, logappend, quiet).map_err(|error| format!("cannot open --logpath {path}: {error}")),
+        None => Ok(Logger::stderr(quiet)),
+    }
+}
+
+/// Binds every address of `--bind_ip` on `port` (0: a free port, the same for all after the
+/// first); returns the listeners and the port they listen on.
+pub async fn bind(bind_ip: &str, port: u16) -> Result<(Vec<TcpListener>, u16), String> {
     let mut listeners = Vec::new();
-    for address in arguments.bind_ip.split(',').map(str::trim).filter(|address| !address.is_empty()) {
-        let listener = TcpListener::bind((address, arguments.port))
-            .await
-            .map_err(|error| format!("cannot listen on {address}:{}: {error}", arguments.port))?;
+    let mut port = port;
+    for address in bind_ip.split(',').map(str::trim).filter(|address| !address.is_empty()) {
+        let listener = TcpListener::bind((address, port)).await.map_err(|error| format!("cannot listen on {address}:{port}: {error}"))?;
+        port = listener.local_addr().map(|bound| bound.port()).unwrap_or(port);
         listeners.push(listener);
     }
     if listeners.is_empty() {
         return Err("--bind_ip names no address".to_string());
     }
-    let port = listeners[0].local_addr().map(|address| address.port()).unwrap_or(arguments.port);
-    let options = ServerOptions {
-        dbpath: arguments.dbpath.clone(),
-        port,
-        bind_ip: arguments.bind_ip.clone(),
-        argv,
-        logpath: arguments.logpath.clone(),
-    };
-    let context = crate::role::context(engine, options, logger, &arguments)?;
-    if arguments.auth {
-        context.security.enable();
-    }
-    for assignment in &arguments.set_parameters {
-        myriad_commands::command::parameters::set_at_startup(&context, assignment)?;
-    }
-    // Deletes expired documents of TTL indexes in the background until shutdown.
-    let ttl_monitor = myriad_commands::ttl::TtlMonitor::start(Arc::clone(&context)).map_err(|error| format!("cannot start the TTL monitor: {error}"))?;
+    Ok((listeners, port))
+}
+
+/// What a listener serves with.
+pub struct Listening {
+    pub listeners: Vec<TcpListener>,
+    pub port: u16,
+    pub bind_ip: String,
+    pub tls: Arc<TlsListener>,
+    /// `--maxConns`: connections beyond it are closed on accept.
+    pub max_connections: usize,
+}
+
+/// Serves every connection of `listening` with `service` until SIGINT or SIGTERM, then stops
+/// accepting and tells every connection to close.
+pub async fn listen(context: Arc<ServerContext>, service: Arc<dyn Service>, listening: Listening) {
     let (shutdown_sender, shutdown_receiver) = watch::channel(false);
-    let connection_slots = Arc::new(Semaphore::new(arguments.max_connections.max(1)));
+    let connection_slots = Arc::new(Semaphore::new(listening.max_connections.max(1)));
+    context.connection_counters.limit.store(i64::try_from(listening.max_connections.max(1)).unwrap_or(i64::MAX), Ordering::Relaxed);
     let next_connection_id = Arc::new(AtomicI64::new(1));
     let mut accept_tasks = Vec::new();
-    for listener in listeners {
-        accept_tasks.push(tokio::spawn(accept_loop(
-            listener,
-            Arc::clone(&context),
-            Arc::clone(&connection_slots),
-            Arc::clone(&next_connection_id),
-            Arc::clone(&tls),
-            shutdown_receiver.clone(),
-        )));
+    for listener in listening.listeners {
+        let server = Server { context: Arc::clone(&context), service: Arc::clone(&service), tls: Arc::clone(&listening.tls) };
+        accept_tasks.push(tokio::spawn(accept_loop(listener, server, Arc::clone(&connection_slots), Arc::clone(&next_connection_id), shutdown_receiver.clone())));
     }
     context.logger.info(
         "NETWORK",
         23016,
         "listener",
         "Waiting for connections",
-        json!({ "port": port, "ssl": tls.log_state(), "bindIp": arguments.bind_ip }),
+        json!({ "port": listening.port, "ssl": listening.tls.log_state(), "bindIp": listening.bind_ip }),
     );
     wait_for_signal().await;
     context.logger.info("CONTROL", 23377, "SignalHandler", "Received signal", json!({ "signal": "shutdown" }));
@@ -152,17 +135,6 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     for task in accept_tasks {
         task.abort();
     }
-    // The TTL monitor finishes its current batch before the flush.
-    let _ = tokio::task::spawn_blocking(move || ttl_monitor.stop()).await;
-    let backend = Arc::clone(&context.backend);
-    let flushed = tokio::task::spawn_blocking(move || backend.flush()).await;
-    match flushed {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => context.logger.info("STORAGE", 22320, "SignalHandler", "Flush at shutdown failed", json!({ "error": error.to_string() })),
-        Err(error) => context.logger.info("STORAGE", 22320, "SignalHandler", "Flush at shutdown failed", json!({ "error": error.to_string() })),
-    }
-    context.logger.info("CONTROL", 20565, "SignalHandler", "Now exiting", json!(null));
-    Ok(())
 }
 
 async fn wait_for_signal() {
@@ -180,14 +152,16 @@ async fn wait_for_signal() {
     }
 }
 
-async fn accept_loop(
-    listener: TcpListener,
+/// What every connection of a listener shares.
+#[derive(Clone)]
+struct Server {
     context: Arc<ServerContext>,
-    connection_slots: Arc<Semaphore>,
-    next_connection_id: Arc<AtomicI64>,
+    service: Arc<dyn Service>,
     tls: Arc<TlsListener>,
-    shutdown: watch::Receiver<bool>,
-) {
+}
+
+async fn accept_loop(listener: TcpListener, server: Server, connection_slots: Arc<Semaphore>, next_connection_id: Arc<AtomicI64>, shutdown: watch::Receiver<bool>) {
+    let context = &server.context;
     loop {
         let (stream, remote_address) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -205,10 +179,10 @@ async fn accept_loop(
             continue;
         };
         let connection_id = next_connection_id.fetch_add(1, Ordering::Relaxed);
-        let context = Arc::clone(&context);
+        let server = server.clone();
         let shutdown = shutdown.clone();
-        let tls = Arc::clone(&tls);
         tokio::spawn(async move {
+            let context = &server.context;
             context.count(&context.connection_counters.current, 1);
             context.count(&context.connection_counters.total_created, 1);
             context.logger.info(
@@ -221,10 +195,10 @@ async fn accept_loop(
             let _ = stream.set_nodelay(true);
             // The TLS handshake (or, in the modes that allow both, the first bytes that tell a
             // plain client from a TLS one) is bounded by a timeout; a refusal ends the connection.
-            let ended = match tls.accept(stream).await {
+            let ended = match server.tls.accept(stream).await {
                 Ok(stream) => {
-                    let peer = tls.peer(&stream);
-                    serve_connection(stream, peer, &context, connection_id, remote_address, shutdown).await
+                    let peer = server.tls.peer(&stream);
+                    serve_connection(stream, peer, &server, connection_id, remote_address, shutdown).await
                 }
                 Err(reason) => {
                     context.logger.info(
@@ -255,7 +229,7 @@ async fn accept_loop(
 async fn serve_connection(
     stream: ClientStream,
     tls_peer: Option<TlsPeer>,
-    context: &Arc<ServerContext>,
+    server: &Server,
     connection_id: i64,
     remote_address: SocketAddr,
     shutdown: watch::Receiver<bool>,
@@ -264,7 +238,7 @@ async fn serve_connection(
     if let Some(peer) = tls_peer {
         session.set_tls_peer(peer);
     }
-    let mut task = ConnectionTask { stream, context, connection: ConnectionInfo::new(session), shutdown, next_reply_id: 1 };
+    let mut task = ConnectionTask { stream, context: &server.context, service: server.service.as_ref(), connection: ConnectionInfo::new(session), shutdown, next_reply_id: 1 };
     task.serve().await
 }
 
@@ -272,6 +246,7 @@ async fn serve_connection(
 struct ConnectionTask<'server> {
     stream: ClientStream,
     context: &'server Arc<ServerContext>,
+    service: &'server dyn Service,
     connection: ConnectionInfo,
     shutdown: watch::Receiver<bool>,
     next_reply_id: i32,
@@ -420,7 +395,7 @@ impl ConnectionTask<'_> {
         }
         let name = request.name.clone();
         let reply = if exhaust_allowed && hello::is_hello(&name) {
-            let reply = run_inline(self.context, &request);
+            let reply = self.service.run_hello(self.context, &request).await;
             if !reply.is_ok() {
                 reply
             } else if !matches!(hello::awaitable_fields(&request), Ok(Some(_))) {
@@ -437,7 +412,7 @@ impl ConnectionTask<'_> {
                 return Handled::Stream { reply, reply_id, request };
             }
         } else {
-            run_command(self.context, request).await
+            self.service.run(self.context, request).await
         };
         let compressor = decoded.compressor;
         if let Some(used) = compressor {
@@ -476,7 +451,7 @@ impl ConnectionTask<'_> {
                         return closing;
                     }
                 }
-                run_command(self.context, request).await
+                self.service.run(self.context, request).await
             }
             Err(error) => error.to_reply().into(),
         };
@@ -531,7 +506,7 @@ impl ConnectionTask<'_> {
                     return Some("shutdown".to_string());
                 }
             }
-            let reply = run_inline(self.context, &request);
+            let reply = self.service.run_hello(self.context, &request).await;
             let reply_id = self.take_reply_id();
             let ok = reply.is_ok();
             let encoded = if ok {
@@ -597,211 +572,3 @@ fn legacy_command(full_collection_name: &str, query: Document, connection: Conne
     CommandRequest::new(db.to_string(), body, connection)
 }
 
-/// Runs a command. The handshake, liveness and operation-control commands run right here on
-/// the connection task, so they never queue behind slow commands for a blocking-pool thread;
-/// so do point reads, and point writes, a few at a time (see [`INLINE_WRITES`]).
-/// Everything else runs on the blocking pool (storage calls are synchronous). A panic becomes
-/// InternalError, not a crash. A data write's journal waits (`j: true`) are deferred to the
-/// end and waited for here, without holding a thread ([`after_journal`]).
-async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) -> Reply {
-    let point = point_operation(&request);
-    let latency_kind = myriad_commands::latency::LatencyKind::of_command(&request.name);
-    if INLINE_COMMANDS.contains(&request.name.as_str()) || point == Some(PointOperation::Read) {
-        return run_inline(context, &request);
-    }
-    if point == Some(PointOperation::Write) {
-        if let Some(turn) = inline_write_turn().await {
-            let (reply, sequence) = run_inline_deferring(context, &request);
-            drop(turn);
-            return after_journal(context, reply, sequence, latency_kind).await;
-        }
-    }
-    let pool_context = Arc::clone(context);
-    let ran = tokio::task::spawn_blocking(move || {
-        if DEFERRED_JOURNAL_COMMANDS.contains(&request.name.as_str()) {
-            myriad_storage::defer_journal_waits(|| dispatch(&pool_context, &request))
-        } else {
-            (dispatch(&pool_context, &request), 0)
-        }
-    })
-    .await;
-    match ran {
-        Ok((reply, sequence)) => after_journal(context, reply, sequence, latency_kind).await,
-        Err(error) => CommandError::internal(format!("command failed: {error}")).to_reply().into(),
-    }
-}
-
-/// Data writes whose only step after their journal waits is the reply: they run with those
-/// waits deferred ([`after_journal`]).
-const DEFERRED_JOURNAL_COMMANDS: &[&str] = &["insert", "update", "delete", "findAndModify", "findandmodify", "bulkWrite"];
-
-/// Sends nothing before it is durable: waits for a WAL sync covering `sequence` (0: the
-/// command wrote nothing journaled), then returns `reply`, or the sync's error in its place.
-/// A sync in progress is followed on this task; only when none runs does a blocking-pool
-/// thread lead one. Bounded: the loop waits through at most the sync in progress and the
-/// next, which began after the write was published and so covers it. The wait counts in the
-/// command's `opLatencies` (`latency_kind`), as mongod's write concern wait does.
-async fn after_journal(context: &Arc<ServerContext>, reply: Reply, sequence: u64, latency_kind: myriad_commands::latency::LatencyKind) -> Reply {
-    if sequence == 0 {
-        return reply;
-    }
-    let waiting_since = std::time::Instant::now();
-    let reply = wait_durable_then(context, reply, sequence).await;
-    context.operation_latencies.add_wait(latency_kind, waiting_since.elapsed());
-    reply
-}
-
-/// [`after_journal`]'s wait: `reply` once `sequence` is durable, or the sync's error.
-async fn wait_durable_then(context: &Arc<ServerContext>, reply: Reply, sequence: u64) -> Reply {
-    loop {
-        match context.backend.journal_progress(sequence) {
-            myriad_storage::JournalProgress::Durable => return reply,
-            myriad_storage::JournalProgress::Syncing(mut finished) => {
-                if finished.changed().await.is_err() {
-                    return CommandError::internal("the journal closed before the write was durable").to_reply().into();
-                }
-            }
-            myriad_storage::JournalProgress::Idle => {
-                let backend = Arc::clone(&context.backend);
-                return match tokio::task::spawn_blocking(move || backend.sync_journal_through(sequence)).await {
-                    Ok(Ok(())) => reply,
-                    Ok(Err(error)) => CommandError::from(error).to_reply().into(),
-                    Err(error) => CommandError::internal(format!("journal sync failed: {error}")).to_reply().into(),
-                };
-            }
-        }
-    }
-}
-
-/// Point writes running on connection tasks now: one fewer than the runtime has workers (at
-/// least one), so a worker is always left for the network. A point write waits here, on its
-/// connection task, for its turn.
-///
-/// A worker running a write (or waiting for a collection's lock stripe) serves none of its
-/// other connections meanwhile. At 16 connections on 2 cores, inserts of one document each
-/// ran at 25,700/s all inline with no bound, 30,000-36,000/s when only the first ran inline
-/// and writes arriving meanwhile went to the blocking pool (two thread wake-ups each, and the
-/// pool's threads queued on the collection's stripe), and 32,600-35,700/s with p99 halved
-/// (2.5 ms to 1.3 ms) when they wait here instead: the waiters are parked tasks, not threads,
-/// and writes to one collection serialize on its stripe anyway.
-///
-/// A turn is waited for at most [`INLINE_TURN_MAX_WAIT`]: a write that holds one while it
-/// waits for a stripe that a long command holds (a bulk slice, a multi-document update chunk)
-/// would otherwise hold up the point writes to every other collection, so after that long
-/// they go to the blocking pool and run beside it.
-static INLINE_WRITES: LazyLock<Semaphore> =
-    LazyLock::new(|| Semaphore::new(inline_write_permits(std::thread::available_parallelism().map_or(2, |count| count.get()))));
-
-/// How long a point write waits for an inline turn before it goes to the blocking pool: above
-/// the waits of a busy node, where a turn comes after the writes queued before it (p99 of
-/// insert_one at 16 connections on 2 cores: 1.3-1.7 ms; with 1 ms here, writes spilled to the
-/// pool and the rate fell from 0.54-0.55 to 0.48-0.49 of ping's), and short beside a stalled
-/// turn.
-const INLINE_TURN_MAX_WAIT: Duration = Duration::from_millis(5);
-
-/// An inline turn: at once if one is free, else the first freed within
-/// [`INLINE_TURN_MAX_WAIT`]; `None` after that.
-async fn inline_write_turn() -> Option<SemaphorePermit<'static>> {
-    match INLINE_WRITES.try_acquire() {
-        Ok(turn) => Some(turn),
-        // Closed never happens: the semaphore is a static nobody closes.
-        Err(_) => tokio::time::timeout(INLINE_TURN_MAX_WAIT, INLINE_WRITES.acquire()).await.ok()?.ok(),
-    }
-}
-
-/// Point writes that run on connection tasks at once, with `workers` runtime workers.
-fn inline_write_permits(workers: usize) -> usize {
-    workers.saturating_sub(1).max(1)
-}
-
-/// What a [`point_operation`] does to its document.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PointOperation {
-    Read,
-    Write,
-}
-
-/// Largest insert (in documents, and in bytes of command) run as a point operation.
-const POINT_INSERT_MAX_DOCUMENTS: usize = 16;
-const POINT_OPERATION_MAX_BYTES: usize = 64 * 1024;
-
-/// A command that touches one document by `_id` (find, update, delete, findAndModify with an
-/// `_id` equality filter and one statement) or inserts a few small documents: a couple of
-/// point reads and one WriteBatch, tens of microseconds. Those run on the connection task
-/// too: handing them to the blocking pool cost more than running them (two thread wake-ups
-/// per command were most of a find by `_id`'s time). Anything that can scan stays on the pool.
-/// A journaled write (`j: true`, `w: "majority"`) may run here too: its wait for a WAL sync is
-/// deferred to [`after_journal`], which holds no runtime worker. A write concern that does not
-/// parse goes to the pool, whose command reports it.
-fn point_operation(request: &CommandRequest) -> Option<PointOperation> {
-    let body = &request.body;
-    if myriad_commands::write::durability(request).is_err() {
-        return None;
-    }
-    let single_statement_by_id = |field: &str, filter_field: &str| match body.get(field) {
-        Some(bson::Bson::Array(statements)) if statements.len() == 1 => match &statements[0] {
-            bson::Bson::Document(statement) => match statement.get(filter_field) {
-                Some(bson::Bson::Document(filter)) => myriad_commands::plan::id_equality(filter).is_some(),
-                _ => false,
-            },
-            _ => false,
-        },
-        _ => false,
-    };
-    let filter_by_id = |field: &str| match body.get(field) {
-        Some(bson::Bson::Document(filter)) => myriad_commands::plan::id_equality(filter).is_some(),
-        _ => false,
-    };
-    let small = || myriad_commands::execution::bson_size_bytes(body) + request.raw_documents_size_bytes() <= POINT_OPERATION_MAX_BYTES;
-    let point = match request.name.as_str() {
-        "find" => return (filter_by_id("filter") && small()).then_some(PointOperation::Read),
-        "findAndModify" | "findandmodify" => filter_by_id("query") && !body.contains_key("sort") && small(),
-        "update" => single_statement_by_id("updates", "q") && small(),
-        "delete" => single_statement_by_id("deletes", "q") && small(),
-        "insert" => {
-            let count = match (&request.raw_documents, body.get("documents")) {
-                (Some(raw), _) => Some(raw.documents.len()),
-                (None, Some(bson::Bson::Array(documents))) => Some(documents.len()),
-                _ => None,
-            };
-            count.is_some_and(|count| count <= POINT_INSERT_MAX_DOCUMENTS) && small()
-        }
-        _ => false,
-    };
-    point.then_some(PointOperation::Write)
-}
-
-/// Runs a quick command on the calling task.
-fn run_inline(context: &Arc<ServerContext>, request: &CommandRequest) -> Reply {
-    match std::panic::catch_unwind(AssertUnwindSafe(|| dispatch(context, request))) {
-        Ok(reply) => reply,
-        Err(_) => CommandError::internal(format!("command {} failed", request.name)).to_reply().into(),
-    }
-}
-
-/// [`run_inline`] for a point write, with its journal waits deferred: returns the reply and
-/// the sequence number [`after_journal`] must see durable first (0 for none).
-fn run_inline_deferring(context: &Arc<ServerContext>, request: &CommandRequest) -> (Reply, u64) {
-    myriad_storage::defer_journal_waits(|| run_inline(context, request))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_worker_is_left_for_the_network() {
-        assert_eq!(inline_write_permits(1), 1, "one worker still runs point writes");
-        assert_eq!(inline_write_permits(2), 1);
-        assert_eq!(inline_write_permits(16), 15);
-    }
-
-    #[tokio::test]
-    async fn a_point_write_waits_a_bounded_time_for_a_turn() {
-        let held: Vec<_> = std::iter::from_fn(|| INLINE_WRITES.try_acquire().ok()).collect();
-        assert!(!held.is_empty() && INLINE_WRITES.available_permits() == 0, "every turn is taken");
-        assert!(inline_write_turn().await.is_none(), "with every turn taken, the write goes to the pool");
-        drop(held);
-        assert!(inline_write_turn().await.is_some(), "a freed turn is taken at once");
-    }
-}

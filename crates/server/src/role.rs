@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use myriad_cluster::config_server::ConfigServer;
 use myriad_cluster::launcher::{self, ClusterOptions};
-use myriad_cluster::router::{self, RouterOptions};
 use myriad_cluster::shard::ShardRole;
 use myriad_commands::log::Logger;
 use myriad_commands::{ServerContext, ServerOptions};
@@ -28,20 +27,23 @@ pub fn context(engine: Arc<Engine>, options: ServerOptions, logger: Logger, argu
     Ok(context)
 }
 
-/// `myriad router ...`.
-pub fn run_router(arguments: RouterArguments, argv: Vec<String>) -> ExitCode {
+/// `myriad router ...`: `matches` are the subcommand's, for `--config` (flags given on the
+/// command line win over the file's).
+pub fn run_router(mut arguments: RouterArguments, matches: &clap::ArgMatches, argv: Vec<String>) -> ExitCode {
+    let refused = RouterArguments::storage_flags_given(matches);
+    if !refused.is_empty() {
+        eprintln!("myriad router: a router keeps no data; these flags are for nodes: {}", refused.join(", "));
+        return ExitCode::from(2);
+    }
+    if let Some(path) = arguments.server.config.clone() {
+        if let Err(message) = crate::config::apply_file(&path, &mut arguments.server, matches) {
+            eprintln!("myriad router: {message}");
+            return ExitCode::from(2);
+        }
+    }
     // mongos takes `replicaSetName/host:port,...`; a config server is one node here.
     let config_server = arguments.configdb.rsplit('/').next().unwrap_or(&arguments.configdb).to_string();
-    let options = RouterOptions {
-        config_server,
-        port: arguments.port,
-        bind_ip: arguments.bind_ip,
-        logpath: arguments.logpath,
-        logappend: arguments.logappend,
-        quiet: arguments.quiet,
-        argv,
-    };
-    match router::serve(options) {
+    match crate::router::serve(config_server, arguments.server, argv) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("myriad router: {message}");
@@ -59,7 +61,15 @@ pub fn run_cluster(arguments: ClusterArguments) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let security_arguments = match cluster_security(&arguments) {
+        Ok(security_arguments) => security_arguments,
+        Err(message) => {
+            eprintln!("myriad cluster: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
     let options = ClusterOptions {
+        security_arguments,
         shards: usize::from(arguments.shards),
         dir: arguments.dir.into(),
         port: arguments.port,
@@ -74,4 +84,43 @@ pub fn run_cluster(arguments: ClusterArguments) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The flags every member of a local cluster gets for security (`--keyFile`, TLS), with the
+/// keyfile made in `--dir` for `--auth`; this process (which adds the shards through the
+/// router) connects to the members the same way.
+fn cluster_security(arguments: &ClusterArguments) -> Result<Vec<String>, String> {
+    let key_file = match (&arguments.key_file, arguments.auth) {
+        (Some(path), _) => Some(path.clone()),
+        (None, true) => Some(make_key_file(std::path::Path::new(&arguments.dir))?),
+        (None, false) => None,
+    };
+    let key = key_file.as_deref().map(myriad_commands::auth::read_key_file).transpose()?;
+    crate::member_tls::configure_members(&arguments.tls.options(), key)?;
+    let mut flags = arguments.tls.to_flags();
+    if let Some(path) = key_file {
+        flags.extend(["--keyFile".to_string(), path]);
+    }
+    Ok(flags)
+}
+
+/// `DIR/keyfile`: made once (kept across restarts), readable by its owner only, holding 64
+/// random hexadecimal digits (base64 characters, as mongod requires).
+fn make_key_file(dir: &std::path::Path) -> Result<String, String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(dir).map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+    let path = dir.join("keyfile");
+    let shown = path.to_string_lossy().into_owned();
+    if path.exists() {
+        return Ok(shown);
+    }
+    let mut random = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut source| std::io::Read::read_exact(&mut source, &mut random))
+        .map_err(|error| format!("cannot read /dev/urandom for the keyfile: {error}"))?;
+    let secret: String = random.iter().map(|byte| format!("{byte:02x}")).collect();
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).map_err(|error| format!("cannot create {shown}: {error}"))?;
+    file.write_all(secret.as_bytes()).map_err(|error| format!("cannot write {shown}: {error}"))?;
+    Ok(shown)
 }

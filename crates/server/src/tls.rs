@@ -49,6 +49,16 @@ pub enum TlsMode {
 }
 
 impl TlsMode {
+    /// The mode as mongod spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsMode::Disabled => "disabled",
+            TlsMode::AllowTls => "allowTLS",
+            TlsMode::PreferTls => "preferTLS",
+            TlsMode::RequireTls => "requireTLS",
+        }
+    }
+
     /// Parses a mode as mongod spells it (the config file's `net.tls.mode`).
     pub fn parse(text: &str) -> Option<TlsMode> {
         match text {
@@ -190,7 +200,7 @@ pub fn is_tls_client_hello(probe: &[u8]) -> bool {
     matches!(probe, [0x16, 0x03, minor, _, _, 0x01, ..] if *minor <= 0x04)
 }
 
-fn read_certificate_and_key(path: &str) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+pub(crate) fn read_certificate_and_key(path: &str) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
     use rustls::pki_types::pem::{PemObject, SectionKind};
     let sections = <(SectionKind, Vec<u8>)>::pem_file_iter(path).map_err(|error| format!("cannot read tlsCertificateKeyFile {path}: {error}"))?;
     let mut certificates = Vec::new();
@@ -212,7 +222,7 @@ fn read_certificate_and_key(path: &str) -> Result<(Vec<CertificateDer<'static>>,
     Ok((certificates, key))
 }
 
-fn read_ca_certificates(path: &str) -> Result<RootCertStore, String> {
+pub(crate) fn read_ca_certificates(path: &str) -> Result<RootCertStore, String> {
     use rustls::pki_types::pem::PemObject;
     let mut roots = RootCertStore::empty();
     let certificates = CertificateDer::pem_file_iter(path).map_err(|error| format!("cannot read tlsCAFile {path}: {error}"))?;

@@ -116,7 +116,7 @@ pub(crate) struct IndexEntry {
     pub(crate) prefix: u64,
     pub(crate) unique: bool,
     pub(crate) sparse: bool,
-    /// True while the index is being built (docs/design.md, "Index builds"): writers maintain it
+    /// True while the index is being built (docs/design-storage.md, "Index builds"): writers maintain it
     /// only for records at or below the build's position, and it is hidden from
     /// [`CollectionHandle::indexes`] so queries never use it.
     pub(crate) building: bool,

@@ -18,7 +18,7 @@
 //! a large insert-only write ([`RELEASE_BEFORE_WRITE_MIN_OPERATIONS`]): it advances the counter
 //! and registers its unique keys as a write in flight under the stripe, then writes after
 //! releasing it; the next writer sees its ids taken and its keys owned, and every other stripe
-//! user waits for it (docs/design.md, "Writers and lock stripes"). No fsync runs
+//! user waits for it (docs/design-storage.md, "Writers and lock stripes"). No fsync runs
 //! under a stripe: a journaled write is visible once written (as MongoDB's), and its `apply`
 //! returns only once a sync that began after the write was published has succeeded, so no
 //! reply acknowledges a journaled write before it is durable. A Raft log will carry the

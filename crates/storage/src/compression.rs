@@ -1,4 +1,4 @@
-//! Block compression of collection data (docs/design.md, "Compression").
+//! Block compression of collection data (docs/design-storage.md, "Compression").
 //!
 //! A node compresses the `records` and `local_records` families with its default compressor
 //! (`EngineOptions::block_compressor`, `--storageBlockCompressor`). A collection created with

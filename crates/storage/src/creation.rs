@@ -1,4 +1,4 @@
-//! Group commit of collection creations (docs/design.md, "Creation batching").
+//! Group commit of collection creations (docs/design-storage.md, "Creation batching").
 //!
 //! Creating a collection is one catalog batch under the DDL mutex. Creations that arrive
 //! together are committed together: each creator queues its request; one of them, the leader,

@@ -170,7 +170,7 @@ pub(crate) struct StripeState {
 }
 
 /// An insert-only write between releasing its stripe and the end of its RocksDB write
-/// (docs/design.md, "Writers and lock stripes"). Its record ids are already counted in the
+/// (docs/design-storage.md, "Writers and lock stripes"). Its record ids are already counted in the
 /// stripe; its unique index keys are listed here, so the next writer of the stripe finds them
 /// taken before the database shows them.
 pub(crate) struct WriteInFlight {
@@ -341,7 +341,7 @@ pub struct Engine {
     stripes: Box<[Mutex<StripeState>]>,
     pub(crate) counters: Counters,
     pub(crate) ddl_write_options: WriteOptions,
-    /// Index builds in progress, by index prefix (docs/design.md, "Index builds").
+    /// Index builds in progress, by index prefix (docs/design-storage.md, "Index builds").
     pub(crate) index_builds: IndexBuildRegistry,
     path: std::path::PathBuf,
     /// Receives every applied write's and catalog change's operation records.

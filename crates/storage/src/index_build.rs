@@ -1,5 +1,5 @@
 //! Index DDL (createIndexes, dropIndexes) and index builds that do not block, as MongoDB's
-//! hybrid builds: docs/design.md, "Index builds".
+//! hybrid builds: docs/design-storage.md, "Index builds".
 //!
 //! Protocol. createIndexes records the new indexes in the catalog as `building` (one short DDL
 //! batch, with a `B` marker per index), then builds without the DDL mutex: it scans the records

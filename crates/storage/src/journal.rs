@@ -1,4 +1,4 @@
-//! Group commit of journaled writes (docs/design.md, "Group commit").
+//! Group commit of journaled writes (docs/design-storage.md, "Group commit").
 //!
 //! A `j: true` write is written to the WAL without a sync, under its collection's stripe, and
 //! is visible from then on (as MongoDB makes a `j: true` write visible before its journal

@@ -1,5 +1,5 @@
 //! Upgrading a node whose indexes were written in an older key format (docs/FORMAT.md,
-//! "Upgrading from version 1"; docs/design.md, "Key format upgrades").
+//! "Upgrading from version 1"; docs/design-storage.md, "Key format upgrades").
 //!
 //! Key format 2 encodes numbers that are not exactly a double by their exact value and stores
 //! type bits in every entry's value; an index written in format 1 can hold neither. Its entries

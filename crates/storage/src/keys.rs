@@ -1,4 +1,4 @@
-//! Byte layouts of every RocksDB key the engine writes (docs/design.md, "Key layouts").
+//! Byte layouts of every RocksDB key the engine writes (docs/design-storage.md, "Key layouts").
 //!
 //! All integers in keys are big-endian so that byte order equals numeric order. A prefix is a
 //! `u64` below `u64::MAX`, so `prefix + 1` always exists and `[prefix, prefix + 1)` (as 8-byte

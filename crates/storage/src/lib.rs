@@ -3,7 +3,7 @@
 //! `stats`, `local_records`, `local_indexes`, and one `records_<compressor>` per block
 //! compressor for collections created with one), told apart by a unique 8-byte key prefix, so the
 //! number of column families, open files and start-up work never grows with the number of
-//! collections. docs/design.md describes the on-disk layout.
+//! collections. docs/design-storage.md describes the on-disk layout.
 //!
 //! Invariants:
 //! - Prefixes come from one persisted counter and are never reused; a collection's records are

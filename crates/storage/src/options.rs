@@ -1,4 +1,4 @@
-//! Engine options and the RocksDB settings derived from them (docs/design.md, "RocksDB
+//! Engine options and the RocksDB settings derived from them (docs/design-storage.md, "RocksDB
 //! settings", says why each value is what it is).
 
 use rocksdb::{
@@ -92,7 +92,7 @@ pub(crate) fn database_options(options: &EngineOptions) -> Options {
     database.set_max_file_opening_threads(2);
     // The `stats` family's hash memtable cannot take concurrent inserts. Writers to one
     // collection are serialized by its lock stripe anyway, and a write group's leader then
-    // inserts the group's batches itself (measured on 2 cores: docs/design.md, options).
+    // inserts the group's batches itself (measured on 2 cores: docs/design-storage.md, options).
     database.set_allow_concurrent_memtable_write(false);
     // Pipelined writes: a write group's WAL append no longer waits for the previous group's
     // memtable inserts, so with several writers one core appends to the WAL while the other

@@ -1,6 +1,6 @@
 //! Bytes on disk of a collection, its indexes and a database (collStats' and dbStats'
 //! `storageSize`, `totalIndexSize`, `indexSize`), apart from the logical sizes the counters
-//! keep (docs/design.md, "Compression").
+//! keep (docs/design-storage.md, "Compression").
 //!
 //! Collections share their families' SST files, and the pinned `rocksdb` crate (0.20) does not
 //! expose RocksDB's `GetApproximateSizes`, so sizes are estimated from what it does expose:

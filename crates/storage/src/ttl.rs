@@ -1,6 +1,6 @@
 //! TTL indexes: the `expireAfterSeconds` option of an index spec, and the small catalog index
 //! of TTL indexes (`T` keys) through which the TTL monitor finds them without ever scanning the
-//! catalog (docs/design.md, "TTL indexes").
+//! catalog (docs/design-storage.md, "TTL indexes").
 //!
 //! Invariant: there is a `T ‖ index prefix` entry exactly for every ready index whose spec has
 //! `expireAfterSeconds`, holding its namespace, name, key pattern and value. Every catalog change

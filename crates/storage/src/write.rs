@@ -420,7 +420,7 @@ impl<'e> WriteTransaction<'e> {
         }
     }
 
-    /// The RocksDB key and value of one index entry (docs/design.md, "indexes").
+    /// The RocksDB key and value of one index entry (docs/design-storage.md, "indexes").
     fn entry_key(entry: &CollectionEntry, position: usize, key: &IndexKey, record_id: RecordId) -> (Vec<u8>, Vec<u8>) {
         match entry.indexes.get(position) {
             Some(index) => {

@@ -228,7 +228,7 @@ async fn insert_batches_in_turn(collection: &mongodb::Collection<Document>, sett
     Ok(elapsed)
 }
 
-/// The key and value of one index entry, as the engine writes them (docs/design.md, "Key
+/// The key and value of one index entry, as the engine writes them (docs/design-storage.md, "Key
 /// layouts"): prefix ‖ keystring (‖ record id when not unique) → (record id when unique) ‖
 /// type bits.
 fn index_entry(prefix: u64, value: &Bson, record_id: i64, unique: bool) -> (Vec<u8>, Vec<u8>) {

@@ -1,4 +1,4 @@
-//! The balancer and the migrations the config server starts (docs/design.md, "Balancer").
+//! The balancer and the migrations the config server starts (docs/design-cluster.md, "Balancer").
 //!
 //! It runs on the config server, next to the catalog: a background round reads the chunk
 //! counts per shard of every sharded collection, chooses moves ([`policy`]) and asks each

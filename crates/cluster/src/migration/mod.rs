@@ -1,4 +1,4 @@
-//! Chunk migration on shards (docs/design.md, "Chunk migration"): the donor's clone, capture
+//! Chunk migration on shards (docs/design-cluster.md, "Chunk migration"): the donor's clone, capture
 //! and critical section, the recipient's session, the range deleter, and recovery after a
 //! crash. [`MigrationState`] is the shard's hub: the shard role asks it to admit versioned
 //! writes (the critical section's gate) and to pin the snapshot an operation runs with, and

@@ -42,8 +42,6 @@ pub struct RouterCounters {
     pub delete: AtomicI64,
     pub getmore: AtomicI64,
     pub command: AtomicI64,
-    pub connections_current: AtomicI64,
-    pub connections_total: AtomicI64,
     /// Versioned requests a shard refused with StaleConfig.
     pub stale_config_retries: AtomicI64,
 }

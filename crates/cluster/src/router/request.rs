@@ -7,8 +7,10 @@ use bson::{Bson, Document};
 use crate::error::{ClusterError, ClusterResult, INVALID_NAMESPACE};
 
 /// Fields meaningful only between a client and the router: sessions, cluster time, read
-/// preference, transactions and API version are not forwarded to shards (the router does
-/// not offer sessions; see docs/design.md).
+/// preference, transaction numbers and API version are not forwarded to shards. The router
+/// offers sessions (its hello has `logicalSessionTimeoutMinutes`) and takes retryable writes'
+/// transaction numbers, but its shards are standalone nodes, which refuse both: a retried
+/// write is not yet recognised as a retry (that needs replica sets; docs/design-cluster.md).
 const CLIENT_ONLY_FIELDS: &[&str] = &[
     "$db", "lsid", "$clusterTime", "$readPreference", "txnNumber", "autocommit", "startTransaction", "apiVersion", "apiStrict",
     "apiDeprecationErrors", "$audit", "$client", "shardVersion", "databaseVersion",

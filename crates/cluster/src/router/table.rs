@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use bson::{doc, Document};
 
+use myriad_commands::auth::Access;
+
 use crate::error::{ClusterError, ClusterResult, COMMAND_NOT_FOUND};
 use crate::router::command;
 use crate::router::context::{RouterContext, RouterCounters};
@@ -17,42 +19,37 @@ pub struct RouterCommandSpec {
     /// Only accepted against the admin database.
     pub admin_only: bool,
     pub help: &'static str,
+    /// What a router-only command needs when authorization is on. None for the commands a
+    /// node answers too: those need what the node's table says (one description each).
+    pub access: Option<Access>,
 }
 
 macro_rules! spec {
     ($name:literal $(| $alias:literal)*, admin: $admin:literal, $help:literal) => {
-        RouterCommandSpec { name: $name, aliases: &[$($alias),*], admin_only: $admin, help: $help }
+        RouterCommandSpec { name: $name, aliases: &[$($alias),*], admin_only: $admin, help: $help, access: None }
+    };
+    ($name:literal $(| $alias:literal)*, admin: $admin:literal, access: $access:expr, $help:literal) => {
+        RouterCommandSpec { name: $name, aliases: &[$($alias),*], admin_only: $admin, help: $help, access: Some({ use Access::*; $access }) }
     };
 }
 
 pub static COMMANDS: &[RouterCommandSpec] = &[
-    spec!("hello" | "isMaster" | "ismaster", admin: false, "Handshake: a router (msg: isdbgrid) and the wire limits."),
-    spec!("ping", admin: false, "Checks that the router answers."),
-    spec!("buildInfo" | "buildinfo", admin: false, "Version and build details."),
-    spec!("isdbgrid", admin: false, "Answers that this is a router."),
-    spec!("whatsmyuri", admin: false, "The client's own address."),
-    spec!("connectionStatus", admin: false, "Authentication state of this connection."),
-    spec!("getParameter", admin: true, "Reads router parameters."),
+    spec!("isdbgrid", admin: false, access: Open, "Answers that this is a router."),
     spec!("getCmdLineOpts", admin: true, "The options the router was started with."),
-    spec!("hostInfo", admin: false, "Host operating system and hardware."),
-    spec!("getLog", admin: true, "Recent log lines."),
-    spec!("listCommands", admin: false, "This list."),
-    spec!("serverStatus", admin: false, "Router figures, routing cache refreshes included."),
-    spec!("endSessions" | "killSessions" | "killAllSessions", admin: false, "Accepted; the router offers no sessions."),
-    spec!("addShard", admin: true, "Adds a shard to the cluster."),
-    spec!("listShards", admin: true, "Lists the cluster's shards."),
-    spec!("enableSharding", admin: true, "Creates a database's entry, optionally with its primary shard."),
-    spec!("shardCollection", admin: true, "Shards a collection by a ranged or hashed key."),
-    spec!("split", admin: true, "Splits a chunk at a key (middle), at its median (find) or between bounds."),
-    spec!("flushRouterConfig", admin: true, "Forgets cached routing tables (all, a database's or a collection's)."),
-    spec!("getShardVersion", admin: true, "A collection's version as this router knows it."),
-    spec!("moveChunk" | "movechunk", admin: true, "Migrates a chunk to another shard (find or bounds, to, _waitForDelete)."),
-    spec!("moveRange", admin: true, "Migrates the chunk starting at min to another shard."),
-    spec!("mergeChunks", admin: true, "Merges contiguous chunks of one shard exactly filling the bounds."),
-    spec!("removeShard" | "removeshard", admin: true, "Drains a shard (the balancer moves its chunks off), then removes it."),
-    spec!("balancerStart", admin: true, "Turns the balancer on."),
-    spec!("balancerStop", admin: true, "Turns the balancer off (waits for its round in progress)."),
-    spec!("balancerStatus", admin: true, "The balancer's mode, and whether a round is in progress."),
+    spec!("addShard", admin: true, access: Cluster(&["addShard"]), "Adds a shard to the cluster."),
+    spec!("listShards", admin: true, access: Cluster(&["listShards"]), "Lists the cluster's shards."),
+    spec!("enableSharding", admin: true, access: Database(&["enableSharding"]), "Creates a database's entry, optionally with its primary shard."),
+    spec!("shardCollection", admin: true, access: Collection(&["enableSharding"]), "Shards a collection by a ranged or hashed key."),
+    spec!("split", admin: true, access: Collection(&["splitChunk"]), "Splits a chunk at a key (middle), at its median (find) or between bounds."),
+    spec!("flushRouterConfig", admin: true, access: Cluster(&["flushRouterConfig"]), "Forgets cached routing tables (all, a database's or a collection's)."),
+    spec!("getShardVersion", admin: true, access: Collection(&["getShardVersion"]), "A collection's version as this router knows it."),
+    spec!("moveChunk" | "movechunk", admin: true, access: Collection(&["moveChunk"]), "Migrates a chunk to another shard (find or bounds, to, _waitForDelete)."),
+    spec!("moveRange", admin: true, access: Collection(&["moveChunk"]), "Migrates the chunk starting at min to another shard."),
+    spec!("mergeChunks", admin: true, access: Collection(&["splitChunk"]), "Merges contiguous chunks of one shard exactly filling the bounds."),
+    spec!("removeShard" | "removeshard", admin: true, access: Cluster(&["removeShard"]), "Drains a shard (the balancer moves its chunks off), then removes it."),
+    spec!("balancerStart", admin: true, access: Cluster(&["balancer"]), "Turns the balancer on."),
+    spec!("balancerStop", admin: true, access: Cluster(&["balancer"]), "Turns the balancer off (waits for its round in progress)."),
+    spec!("balancerStatus", admin: true, access: Cluster(&["balancer"]), "The balancer's mode, and whether a round is in progress."),
     spec!("find", admin: false, "Queries documents on the owning shards."),
     spec!("getMore", admin: false, "Next batch of a router cursor."),
     spec!("killCursors", admin: false, "Closes router cursors and their shard cursors."),
@@ -63,6 +60,7 @@ pub static COMMANDS: &[RouterCommandSpec] = &[
     spec!("count", admin: false, "Counts matching documents over the owning shards."),
     spec!("distinct", admin: false, "Distinct values over the owning shards."),
     spec!("aggregate", admin: false, "Runs a pipeline on the shards and merges on the router."),
+    spec!("explain", admin: false, "Explains a find, count, distinct, aggregate, update, delete or findAndModify on its shards (mongos's shape)."),
     spec!("create", admin: false, "Creates a collection on its database's primary shard."),
     spec!("drop", admin: false, "Drops a collection everywhere."),
     spec!("dropDatabase", admin: false, "Drops a database everywhere."),
@@ -116,19 +114,8 @@ async fn dispatch(context: &Arc<RouterContext>, request: &RouterRequest) -> Clus
         return context.config.command("config", request.forwarded_body()).await;
     }
     match spec.name {
-        "hello" => command::handshake::hello(request),
-        "ping" => Ok(doc! {}),
-        "buildInfo" => Ok(command::handshake::build_info()),
         "isdbgrid" => Ok(doc! { "isdbgrid": 1, "hostname": &context.address }),
-        "whatsmyuri" => Ok(doc! { "you": request.remote.map(|remote| remote.to_string()).unwrap_or_default() }),
-        "connectionStatus" => Ok(doc! { "authInfo": { "authenticatedUsers": [], "authenticatedUserRoles": [] } }),
-        "getParameter" => Ok(command::handshake::get_parameter(request)),
         "getCmdLineOpts" => Ok(command::handshake::get_cmd_line_opts(context)),
-        "hostInfo" => Ok(command::handshake::host_info()),
-        "getLog" => Ok(command::handshake::get_log(context, request)),
-        "listCommands" => Ok(command::handshake::list_commands()),
-        "serverStatus" => Ok(command::handshake::server_status(context)),
-        "endSessions" => Ok(doc! {}),
         "addShard" => command::admin::add_shard(context, request).await,
         "listShards" => command::admin::list_shards(context).await,
         "enableSharding" => command::admin::enable_sharding(context, request).await,
@@ -151,6 +138,7 @@ async fn dispatch(context: &Arc<RouterContext>, request: &RouterRequest) -> Clus
         "count" => command::count::run(context, request).await,
         "distinct" => command::distinct::run(context, request).await,
         "aggregate" => command::aggregate::run(context, request).await,
+        "explain" => command::explain::run(context, request).await,
         "create" | "collMod" => command::ddl::on_holders(context, request).await,
         "drop" => command::ddl::drop(context, request).await,
         "dropDatabase" => command::ddl::drop_database(context, request).await,
@@ -166,10 +154,15 @@ async fn dispatch(context: &Arc<RouterContext>, request: &RouterRequest) -> Clus
     }
 }
 
-/// `listCommands` body.
-pub fn describe_commands() -> Document {
+/// The router-only commands as `listCommands` describes them (the router lists these after
+/// the node's commands it answers).
+pub fn describe_router_only() -> Document {
     COMMANDS
         .iter()
-        .map(|spec| (spec.name.to_string(), bson::Bson::Document(doc! { "help": spec.help, "adminOnly": spec.admin_only, "requiresAuth": false, "secondaryOk": true })))
+        .filter_map(|spec| {
+            let access = spec.access?;
+            let described = doc! { "help": spec.help, "adminOnly": spec.admin_only, "requiresAuth": !matches!(access, Access::Open), "secondaryOk": true };
+            Some((spec.name.to_string(), bson::Bson::Document(described)))
+        })
         .collect()
 }

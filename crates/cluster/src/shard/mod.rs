@@ -73,15 +73,20 @@ impl RoleHook for ShardRole {
         };
         let received = ShardVersion::parse(version)?;
         let stripped = strip_routing_fields(request);
-        let namespace = match stripped.first_value() {
-            Some(Bson::String(collection)) => format!("{}.{collection}", stripped.db),
-            _ => return table(&stripped),
-        };
+        let Some(namespace) = versioned_namespace(&stripped) else { return table(&stripped) };
         self.state.catch_up(&namespace, &received);
         let _write = self.migrations.admit(&stripped.name, &namespace, &received)?;
         let filter = self.migrations.pin(&namespace, &received, || self.state.check_version(&namespace, &received))?;
         let filter = filter.map(|filter| filter as Arc<dyn OwnershipFilter>);
-        with_ownership_filter(filter, || table(&stripped))
+        let filtered = filter.as_ref().is_some_and(|filter| {
+            let (db, collection) = crate::catalog::documents::split_namespace(&namespace);
+            filter.applies_to(db, collection)
+        });
+        let reply = with_ownership_filter(filter, || table(&stripped))?;
+        if filtered && stripped.name == "explain" {
+            return Ok(Reply::Document(with_sharding_filter(reply.into_document())));
+        }
+        Ok(reply)
     }
 }
 
@@ -105,6 +110,42 @@ impl ShardRole {
         };
         Some(result.map_err(Into::into))
     }
+}
+
+/// The namespace a versioned request names: its command's collection, or for `explain` the
+/// explained command's.
+fn versioned_namespace(request: &CommandRequest) -> Option<String> {
+    let collection = match request.first_value()? {
+        Bson::String(collection) => collection,
+        Bson::Document(explained) if request.name == "explain" => match explained.iter().next()?.1 {
+            Bson::String(collection) => collection,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(format!("{}.{collection}", request.db))
+}
+
+/// A shard's explain of a sharded collection: its winning plan (and executionStats' stages)
+/// under a SHARDING_FILTER stage, as mongod shows the orphan filter.
+fn with_sharding_filter(mut reply: Document) -> Document {
+    let wrap = |section: &mut Document, field: &str| {
+        if let Ok(stage) = section.get_document(field) {
+            let mut filter = doc! { "stage": "SHARDING_FILTER" };
+            if let Some(returned) = stage.get("nReturned") {
+                filter.insert("nReturned", returned.clone());
+            }
+            filter.insert("inputStage", stage.clone());
+            section.insert(field, filter);
+        }
+    };
+    if let Ok(planner) = reply.get_document_mut("queryPlanner") {
+        wrap(planner, "winningPlan");
+    }
+    if let Ok(stats) = reply.get_document_mut("executionStats") {
+        wrap(stats, "executionStages");
+    }
+    reply
 }
 
 /// The request without the routing fields a router adds (`shardVersion`, `databaseVersion`),

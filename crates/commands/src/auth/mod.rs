@@ -14,6 +14,7 @@ pub mod rate_limit;
 pub mod requirements;
 pub mod roles;
 pub mod scram;
+pub mod scram_client;
 pub mod store;
 
 use std::cell::RefCell;
@@ -34,6 +35,37 @@ pub const USER_NOT_FOUND: ErrorCode = ErrorCode::new(11);
 pub const ROLE_NOT_FOUND: ErrorCode = ErrorCode::new(31);
 pub const MECHANISM_UNAVAILABLE: ErrorCode = ErrorCode::new(334);
 pub const USER_ALREADY_EXISTS: ErrorCode = ErrorCode::new(51003);
+
+/// The cluster's internal user (`__system@local`), which members authenticate as with the
+/// keyfile's secret (`--keyFile`), as MongoDB's internal authentication.
+pub const INTERNAL_USER: &str = "__system";
+pub const INTERNAL_DATABASE: &str = "local";
+
+/// A keyfile's secret is 6 to 1024 base64 characters once whitespace is removed (mongod's rule).
+const KEY_FILE_MIN_CHARACTERS: usize = 6;
+const KEY_FILE_MAX_CHARACTERS: usize = 1024;
+
+/// Reads a keyfile (`--keyFile`) as mongod does: whitespace is ignored, the rest must be 6 to
+/// 1024 base64 characters, and on Unix the file must not be readable by group or others.
+pub fn read_key_file(path: &str) -> Result<String, String> {
+    let metadata = std::fs::metadata(path).map_err(|error| format!("cannot read the keyfile {path}: {error}"))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if metadata.permissions().mode() & 0o077 != 0 {
+            return Err(format!("permissions on {path} are too open"));
+        }
+    }
+    let text = std::fs::read_to_string(path).map_err(|error| format!("cannot read the keyfile {path}: {error}"))?;
+    let key: String = text.chars().filter(|character| !character.is_whitespace()).collect();
+    if !(KEY_FILE_MIN_CHARACTERS..=KEY_FILE_MAX_CHARACTERS).contains(&key.len()) {
+        return Err(format!("the keyfile {path} must hold {KEY_FILE_MIN_CHARACTERS} to {KEY_FILE_MAX_CHARACTERS} characters, not {}", key.len()));
+    }
+    if let Some(bad) = key.chars().find(|character| !(character.is_ascii_alphanumeric() || *character == '+' || *character == '/' || *character == '=')) {
+        return Err(format!("the keyfile {path} holds '{bad}', which is not a base64 character"));
+    }
+    Ok(key)
+}
 
 /// At most this many users' resolved privileges are cached.
 const MAX_CACHED_USERS: usize = 10_000;
@@ -80,6 +112,10 @@ pub struct Security {
     /// Held while users or roles change, so check-then-write sequences do not interleave.
     pub change_lock: Mutex<()>,
     pub failed_logins: rate_limit::FailedLogins,
+    /// The keyfile's secret, when the cluster authenticates its members (`--keyFile`).
+    internal_key: std::sync::OnceLock<String>,
+    /// The internal user's credentials, derived from the key on first use (SHA-1, SHA-256).
+    internal_credentials: std::sync::OnceLock<[scram::Credential; 2]>,
 }
 
 impl Security {
@@ -89,6 +125,35 @@ impl Security {
 
     pub fn is_enabled(&self) -> bool {
         self.enabled.load(Ordering::Acquire)
+    }
+
+    /// Authenticates cluster members as [`INTERNAL_USER`] with this secret, and turns
+    /// authorization on, as `--keyFile` does in mongod. The first key set stays.
+    pub fn set_internal_key(&self, key: String) {
+        let _ = self.internal_key.set(key);
+        self.enable();
+    }
+
+    /// The keyfile's secret, if members authenticate.
+    pub fn internal_key(&self) -> Option<&str> {
+        self.internal_key.get().map(String::as_str)
+    }
+
+    /// The credential `user@db` authenticates with when it is the internal user and a keyfile
+    /// is set; None otherwise (ordinary users are read from the user store).
+    pub fn internal_credential(&self, mechanism: scram::Mechanism, user: &str, db: &str) -> Option<scram::Credential> {
+        if user != INTERNAL_USER || db != INTERNAL_DATABASE {
+            return None;
+        }
+        let key = self.internal_key.get()?;
+        let credentials = self.internal_credentials.get_or_init(|| {
+            let derive = |mechanism| {
+                let secret = scram::mechanism_password(mechanism, INTERNAL_USER, key).unwrap_or_default();
+                scram::Credential::derive(mechanism, &secret, scram::iteration_count(mechanism))
+            };
+            [derive(scram::Mechanism::Sha1), derive(scram::Mechanism::Sha256)]
+        });
+        Some(credentials[usize::from(mechanism == scram::Mechanism::Sha256)].clone())
     }
 
     /// Users or roles changed: every cached resolution is stale.
@@ -101,11 +166,14 @@ impl Security {
         if let Some(cached) = self.cache.lock().get(user) {
             return Ok(Arc::clone(cached));
         }
-        let direct = match store::get(context.backend.as_ref(), store::USERS_COLLECTION, &store::document_id(&user.db, &user.user))? {
+        if self.internal_key().is_some() && user.user == INTERNAL_USER && user.db == INTERNAL_DATABASE {
+            return Ok(Arc::new(Resolved::internal_system()));
+        }
+        let direct = match context.users.get(store::USERS_COLLECTION, &store::document_id(&user.db, &user.user))? {
             Some(document) => roles::role_names(document.get_array("roles").map(|list| list.as_slice()).unwrap_or(&[]), &user.db),
             None => Vec::new(),
         };
-        let resolved = Arc::new(roles::resolve(context.backend.as_ref(), &direct)?);
+        let resolved = Arc::new(roles::resolve(context.users.as_ref(), &direct)?);
         let mut cache = self.cache.lock();
         if cache.len() >= MAX_CACHED_USERS {
             cache.clear();
@@ -180,10 +248,10 @@ pub fn check_external_database(request: &CommandRequest, name: &str) -> CommandR
 
 /// The check before every handler: refuses with Unauthorized (13) as mongod does.
 pub fn authorize(context: &ServerContext, request: &CommandRequest, name: &str, access: Access) -> CommandResult<()> {
-    if !context.security.is_enabled() || matches!(access, Access::Open) {
+    let session = &request.connection.session;
+    if !context.security.is_enabled() || matches!(access, Access::Open) || session.is_internal() {
         return Ok(());
     }
-    let session = &request.connection.session;
     let users = session.authenticated_user_names();
     if users.is_empty() {
         if localhost_exception_applies(context, request, name)? {
@@ -204,10 +272,11 @@ pub fn authorize(context: &ServerContext, request: &CommandRequest, name: &str, 
     check_cursor_owner(context, request, name, &users)
 }
 
-/// What the connection's users may do: None with enforcement off (everything), else the
+/// What the connection's users may do: None with enforcement off or for the node's own
+/// requests (everything), else the
 /// resolved privileges of each authenticated user.
 pub fn privileges_of(context: &ServerContext, request: &CommandRequest) -> CommandResult<Option<Vec<Arc<Resolved>>>> {
-    if !context.security.is_enabled() {
+    if !context.security.is_enabled() || request.connection.session.is_internal() {
         return Ok(None);
     }
     let users = request.connection.session.authenticated_user_names();
@@ -240,7 +309,7 @@ fn redacted(body: &Document) -> Document {
 
 fn localhost_exception_applies(context: &ServerContext, request: &CommandRequest, name: &str) -> CommandResult<bool> {
     let loopback = request.connection.remote_address.is_some_and(|address| address.ip().is_loopback());
-    Ok(loopback && name == "createUser" && request.db == store::ADMIN && !store::any(context.backend.as_ref(), store::USERS_COLLECTION)?)
+    Ok(loopback && name == "createUser" && request.db == store::ADMIN && !context.users.any(store::USERS_COLLECTION)?)
 }
 
 /// getMore and killCursors on a cursor another user opened answer Unauthorized.

@@ -6,7 +6,7 @@ use std::collections::{HashSet, VecDeque};
 use bson::{doc, Bson, Document};
 
 use crate::auth::store;
-use crate::backend::Backend;
+use crate::auth::store::UserStore;
 use crate::error::CommandResult;
 
 /// What a privilege applies to, as MongoDB's resource patterns.
@@ -116,12 +116,16 @@ const USER_ADMIN: &[&str] = &[
 const CLUSTER_MONITOR: &[&str] = &["connPoolStats", "getCmdLineOpts", "getLog", "getParameter", "hostInfo", "inprog", "listDatabases", "listSessions", "netstat", "serverStatus", "top"];
 const HOST_MANAGER: &[&str] = &["fsync", "killAnyCursor", "killAnySession", "killop", "logRotate", "setParameter", "shutdown", "flushRouterConfig", "invalidateUserCache"];
 
+/// The sharding actions clusterManager grants: on the cluster, and on every normal resource.
+const SHARDING_CLUSTER: &[&str] = &["addShard", "removeShard", "listShards", "balancer"];
+const SHARDING_NAMESPACES: &[&str] = &["enableSharding", "splitChunk", "moveChunk", "getShardVersion"];
+
 /// Actions outside the built-in roles' lists that custom roles may still name.
 const OTHER_ACTIONS: &[&str] = &["anyAction", "authSchemaUpgrade", "indexStats", "getShardMap", "replSetGetStatus", "replSetGetConfig", "checkFreeMonitoringStatus"];
 
 /// Whether `action` is one Myriad knows (custom roles may name only these).
 pub fn is_action(action: &str) -> bool {
-    [READ, WRITE, DB_ADMIN, USER_ADMIN, CLUSTER_MONITOR, HOST_MANAGER, OTHER_ACTIONS].iter().any(|list| list.contains(&action))
+    [READ, WRITE, DB_ADMIN, USER_ADMIN, CLUSTER_MONITOR, HOST_MANAGER, SHARDING_CLUSTER, SHARDING_NAMESPACES, OTHER_ACTIONS].iter().any(|list| list.contains(&action))
         || ["listSessions", "compact", "killCursors", "enableProfiler", "dropDatabase", "listDatabases"].contains(&action)
 }
 
@@ -158,7 +162,10 @@ fn builtin(role: &str, db: &str) -> Option<(Vec<Privilege>, Vec<&'static str>)> 
             Privilege::new(Pattern::CollectionInAnyDatabase("system.profile".into()), &["find"]),
         ], vec![]),
         "hostManager" => (vec![Privilege::new(Pattern::Cluster, HOST_MANAGER)], vec![]),
-        "clusterManager" => (vec![Privilege::new(Pattern::Cluster, &["listSessions", "killAnySession", "compact"]), Privilege::new(Pattern::AnyNormal, &["enableProfiler", "killCursors"])], vec![]),
+        "clusterManager" => (vec![
+            Privilege::new(Pattern::Cluster, &[&["listSessions", "killAnySession", "compact"], SHARDING_CLUSTER].concat()),
+            Privilege::new(Pattern::AnyNormal, &[&["enableProfiler", "killCursors"], SHARDING_NAMESPACES].concat()),
+        ], vec![]),
         "clusterAdmin" => (vec![Privilege::new(Pattern::AnyNormal, &["dropDatabase"])], vec!["clusterManager", "clusterMonitor", "hostManager"]),
         "readAnyDatabase" => (vec![Privilege::new(Pattern::AnyNormal, READ), Privilege::new(Pattern::Cluster, &["listDatabases"])], vec![]),
         "readWriteAnyDatabase" => (vec![Privilege::new(Pattern::AnyNormal, &[READ, WRITE].concat()), Privilege::new(Pattern::Cluster, &["listDatabases"])], vec![]),
@@ -210,6 +217,11 @@ pub struct Resolved {
 }
 
 impl Resolved {
+    /// The internal user's privileges (`__system`): every action on every resource.
+    pub fn internal_system() -> Resolved {
+        Resolved { roles: vec![("__system".to_string(), "admin".to_string())], privileges: vec![Privilege::new(Pattern::AnyResource, &["anyAction"])] }
+    }
+
     pub fn allows(&self, target: &Target, action: &str) -> bool {
         self.privileges.iter().any(|privilege| {
             (privilege.pattern == Pattern::AnyResource && privilege.actions.iter().any(|held| held == "anyAction")) || privilege.allows(target, action)
@@ -229,7 +241,7 @@ impl Resolved {
     }
 }
 
-pub fn resolve(backend: &dyn Backend, direct: &[(String, String)]) -> CommandResult<Resolved> {
+pub fn resolve(users: &dyn UserStore, direct: &[(String, String)]) -> CommandResult<Resolved> {
     let mut resolved = Resolved::default();
     let mut seen: HashSet<(String, String)> = HashSet::new();
     let mut pending: VecDeque<(String, String)> = direct.iter().cloned().collect();
@@ -240,7 +252,7 @@ pub fn resolve(backend: &dyn Backend, direct: &[(String, String)]) -> CommandRes
         if let Some((privileges, included)) = builtin(&role, &db) {
             resolved.privileges.extend(privileges);
             pending.extend(included.into_iter().map(|name| (name.to_string(), db.clone())));
-        } else if let Some(custom) = store::get(backend, store::ROLES_COLLECTION, &store::document_id(&db, &role))? {
+        } else if let Some(custom) = users.get(store::ROLES_COLLECTION, &store::document_id(&db, &role))? {
             let privileges = custom.get_array("privileges").map(|list| list.as_slice()).unwrap_or(&[]);
             resolved.privileges.extend(privileges.iter().filter_map(|privilege| privilege.as_document().and_then(Privilege::from_document)));
             pending.extend(role_names(custom.get_array("roles").map(|list| list.as_slice()).unwrap_or(&[]), &db));
@@ -253,8 +265,8 @@ pub fn resolve(backend: &dyn Backend, direct: &[(String, String)]) -> CommandRes
 }
 
 /// Whether a role exists (built-in or in admin.system.roles).
-pub fn exists(backend: &dyn Backend, role: &str, db: &str) -> CommandResult<bool> {
-    Ok(is_builtin(role, db) || store::get(backend, store::ROLES_COLLECTION, &store::document_id(db, role))?.is_some())
+pub fn exists(users: &dyn UserStore, role: &str, db: &str) -> CommandResult<bool> {
+    Ok(is_builtin(role, db) || users.get(store::ROLES_COLLECTION, &store::document_id(db, role))?.is_some())
 }
 
 #[cfg(test)]

@@ -70,14 +70,14 @@ impl Mechanism {
         }
     }
 
-    fn hash(self, data: &[u8]) -> Vec<u8> {
+    pub(crate) fn hash(self, data: &[u8]) -> Vec<u8> {
         match self {
             Mechanism::Sha1 => sha1::Sha1::digest(data).to_vec(),
             Mechanism::Sha256 => sha2::Sha256::digest(data).to_vec(),
         }
     }
 
-    fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
+    pub(crate) fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
         // Both HMACs accept keys of any length, so the error branch cannot be taken.
         match self {
             Mechanism::Sha1 => match hmac::Hmac::<sha1::Sha1>::new_from_slice(key) {
@@ -97,7 +97,7 @@ impl Mechanism {
         }
     }
 
-    fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
+    pub(crate) fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
         match self {
             Mechanism::Sha1 => {
                 let mut output = [0u8; 20];

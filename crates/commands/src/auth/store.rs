@@ -5,10 +5,63 @@
 //! serialised by the caller's lock ([`crate::auth::Security::change_lock`]), so a read-check-
 //! write sequence (createUser's "already exists") cannot race another.
 
+use std::sync::Arc;
+
 use bson::{Bson, Document};
 
 use crate::backend::Backend;
 use crate::error::{CommandError, CommandResult};
+
+/// Where a process keeps its users and roles: a node in its own `admin.system.users` and
+/// `admin.system.roles` ([`LocalUserStore`]); a router in the config server's, as mongos does
+/// (crates/cluster implements that one). Every user, role and authentication command reads
+/// and writes through this, so the node and the router share their code.
+pub trait UserStore: Send + Sync {
+    /// The document with `_id: id` of `collection` ([`USERS_COLLECTION`] or [`ROLES_COLLECTION`]).
+    fn get(&self, collection: &str, id: &str) -> CommandResult<Option<Document>>;
+    /// Every document of the collection (at most [`MAX_LISTED`]).
+    fn all(&self, collection: &str) -> CommandResult<Vec<Document>>;
+    /// Whether the collection holds at least one document.
+    fn any(&self, collection: &str) -> CommandResult<bool>;
+    /// Inserts a document, journaled before it returns.
+    fn insert(&self, collection: &str, document: &Document) -> CommandResult<()>;
+    /// Replaces the document with `_id: id`; false when there is none.
+    fn replace(&self, collection: &str, id: &str, new: &Document) -> CommandResult<bool>;
+    /// Deletes the documents with these `_id`s; returns how many there were.
+    fn delete(&self, collection: &str, ids: &[String]) -> CommandResult<usize>;
+}
+
+/// A node's own users and roles, in its storage engine.
+pub struct LocalUserStore {
+    backend: Arc<dyn Backend>,
+}
+
+impl LocalUserStore {
+    pub fn new(backend: Arc<dyn Backend>) -> LocalUserStore {
+        LocalUserStore { backend }
+    }
+}
+
+impl UserStore for LocalUserStore {
+    fn get(&self, collection: &str, id: &str) -> CommandResult<Option<Document>> {
+        get(self.backend.as_ref(), collection, id)
+    }
+    fn all(&self, collection: &str) -> CommandResult<Vec<Document>> {
+        all(self.backend.as_ref(), collection)
+    }
+    fn any(&self, collection: &str) -> CommandResult<bool> {
+        any(self.backend.as_ref(), collection)
+    }
+    fn insert(&self, collection: &str, document: &Document) -> CommandResult<()> {
+        insert(self.backend.as_ref(), collection, document)
+    }
+    fn replace(&self, collection: &str, id: &str, new: &Document) -> CommandResult<bool> {
+        replace(self.backend.as_ref(), collection, id, new)
+    }
+    fn delete(&self, collection: &str, ids: &[String]) -> CommandResult<usize> {
+        delete(self.backend.as_ref(), collection, ids)
+    }
+}
 
 pub const ADMIN: &str = "admin";
 pub const USERS_COLLECTION: &str = "system.users";
@@ -22,14 +75,14 @@ pub fn document_id(db: &str, name: &str) -> String {
     format!("{db}.{name}")
 }
 
-pub fn get(backend: &dyn Backend, collection: &str, id: &str) -> CommandResult<Option<Document>> {
+fn get(backend: &dyn Backend, collection: &str, id: &str) -> CommandResult<Option<Document>> {
     let Some(handle) = backend.collection(ADMIN, collection)? else { return Ok(None) };
     let Some((_, raw)) = backend.find_by_id(&handle, &Bson::String(id.to_string()))? else { return Ok(None) };
     Ok(Some(raw.to_document().map_err(|error| CommandError::new(crate::error::INTERNAL_ERROR, error.to_string()))?))
 }
 
 /// Every document of the collection (at most [`MAX_LISTED`]), in record order.
-pub fn all(backend: &dyn Backend, collection: &str) -> CommandResult<Vec<Document>> {
+fn all(backend: &dyn Backend, collection: &str) -> CommandResult<Vec<Document>> {
     let Some(handle) = backend.collection(ADMIN, collection)? else { return Ok(Vec::new()) };
     let mut documents = Vec::new();
     let mut after = None;
@@ -50,12 +103,12 @@ pub fn all(backend: &dyn Backend, collection: &str) -> CommandResult<Vec<Documen
 }
 
 /// Whether the collection holds at least one document.
-pub fn any(backend: &dyn Backend, collection: &str) -> CommandResult<bool> {
+fn any(backend: &dyn Backend, collection: &str) -> CommandResult<bool> {
     let Some(handle) = backend.collection(ADMIN, collection)? else { return Ok(false) };
     Ok(!backend.scan_records(&handle, None, 1)?.is_empty())
 }
 
-pub fn insert(backend: &dyn Backend, collection: &str, document: &Document) -> CommandResult<()> {
+fn insert(backend: &dyn Backend, collection: &str, document: &Document) -> CommandResult<()> {
     let mut session = crate::write::begin_write_creating(backend, ADMIN, collection)?;
     session.insert(document)?;
     session.commit(myriad_storage::Durability::Journaled)?;
@@ -63,7 +116,7 @@ pub fn insert(backend: &dyn Backend, collection: &str, document: &Document) -> C
 }
 
 /// Replaces the document with `_id: id`; false when there is none.
-pub fn replace(backend: &dyn Backend, collection: &str, id: &str, new: &Document) -> CommandResult<bool> {
+fn replace(backend: &dyn Backend, collection: &str, id: &str, new: &Document) -> CommandResult<bool> {
     let Some(handle) = backend.collection(ADMIN, collection)? else { return Ok(false) };
     let Some((record_id, raw)) = backend.find_by_id(&handle, &Bson::String(id.to_string()))? else { return Ok(false) };
     let old = raw.to_document().map_err(|error| CommandError::new(crate::error::INTERNAL_ERROR, error.to_string()))?;
@@ -74,7 +127,7 @@ pub fn replace(backend: &dyn Backend, collection: &str, id: &str, new: &Document
 }
 
 /// Deletes the documents with these `_id`s; returns how many there were.
-pub fn delete(backend: &dyn Backend, collection: &str, ids: &[String]) -> CommandResult<usize> {
+fn delete(backend: &dyn Backend, collection: &str, ids: &[String]) -> CommandResult<usize> {
     let Some(handle) = backend.collection(ADMIN, collection)? else { return Ok(0) };
     let mut session = backend.begin_write(&handle);
     let mut deleted = 0;

@@ -84,7 +84,7 @@ fn authenticate(context: &ServerContext, request: &CommandRequest, body: &Docume
         Err((error, reason)) => return Err(fail(named, error, &reason)),
     };
     let id = store::document_id(EXTERNAL, &subject);
-    if store::get(context.backend.as_ref(), store::USERS_COLLECTION, &id)?.is_none() {
+    if context.users.get(store::USERS_COLLECTION, &id)?.is_none() {
         let message = format!("Could not find user \"{subject}\" for db \"{EXTERNAL}\"");
         return Err(fail(&subject, CommandError::new(USER_NOT_FOUND, message.clone()), &format!("UserNotFound: {message}")));
     }

@@ -266,6 +266,10 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     reply.insert("minWireVersion", MIN_WIRE_VERSION);
     reply.insert("maxWireVersion", MAX_WIRE_VERSION);
     reply.insert("readOnly", false);
+    if context.process == crate::context::Process::Router {
+        // How drivers recognise a router (mongos).
+        reply.insert("msg", "isdbgrid");
+    }
     if let Some(Bson::Array(offered)) = request.body.get("compression") {
         let names: Vec<String> = offered.iter().filter_map(|name| name.as_str().map(str::to_string)).collect();
         let agreed = negotiate_compressors(&names);
@@ -282,7 +286,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
 fn authentication_fields(context: &ServerContext, request: &CommandRequest, reply: &mut Document) {
     if let Some(Bson::String(name)) = request.body.get("saslSupportedMechs") {
         if let Some((db, user)) = name.split_once('.') {
-            let stored = crate::auth::store::get(context.backend.as_ref(), crate::auth::store::USERS_COLLECTION, &crate::auth::store::document_id(db, user));
+            let stored = context.users.get(crate::auth::store::USERS_COLLECTION, &crate::auth::store::document_id(db, user));
             if let Ok(Some(stored)) = stored {
                 let mechanisms: Vec<Bson> = stored.get_document("credentials").map(|credentials| credentials.keys().map(|key| Bson::String(key.clone())).collect()).unwrap_or_default();
                 reply.insert("saslSupportedMechs", mechanisms);

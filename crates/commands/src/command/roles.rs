@@ -18,7 +18,7 @@ const INVALID_ROLE_MODIFICATION: ErrorCode = ErrorCode::new(49);
 fn refuse_cycle(context: &ServerContext, request: &CommandRequest, inherited: &[Bson]) -> CommandResult<()> {
     let role = role_name(request)?;
     for (name, db) in roles::role_names(inherited, &request.db) {
-        let reached = roles::resolve(context.backend.as_ref(), &[(name.clone(), db.clone())])?;
+        let reached = roles::resolve(context.users.as_ref(), &[(name.clone(), db.clone())])?;
         if reached.roles.iter().any(|(reached_name, reached_db)| *reached_name == role && *reached_db == request.db) {
             return Err(CommandError::new(
                 INVALID_ROLE_MODIFICATION,
@@ -70,7 +70,7 @@ fn parse_privileges(request: &CommandRequest, list: &[Bson]) -> CommandResult<Ve
 fn parse_roles(context: &ServerContext, request: &CommandRequest, list: &[Bson]) -> CommandResult<Vec<Bson>> {
     let mut documents = Vec::new();
     for (role, db) in roles::role_names(list, &request.db) {
-        if !roles::exists(context.backend.as_ref(), &role, &db)? {
+        if !roles::exists(context.users.as_ref(), &role, &db)? {
             return Err(CommandError::new(ROLE_NOT_FOUND, format!("Could not find role: {role}@{db}")));
         }
         let document = Bson::Document(doc! { "role": role, "db": db });
@@ -100,10 +100,10 @@ pub fn create_role(context: &ServerContext, request: &CommandRequest) -> Command
         "roles": inherited,
     };
     let _changing = context.security.change_lock.lock();
-    if store::get(context.backend.as_ref(), store::ROLES_COLLECTION, &store::document_id(&request.db, &role))?.is_some() {
+    if context.users.get(store::ROLES_COLLECTION, &store::document_id(&request.db, &role))?.is_some() {
         return Err(CommandError::new(ROLE_ALREADY_EXISTS, format!("Role \"{role}@{}\" already exists", request.db)));
     }
-    store::insert(context.backend.as_ref(), store::ROLES_COLLECTION, &document)?;
+    context.users.insert(store::ROLES_COLLECTION, &document)?;
     context.security.invalidate();
     Ok(doc! { "ok": 1.0 })
 }
@@ -116,11 +116,11 @@ fn change_role(context: &ServerContext, request: &CommandRequest, change: impl F
     }
     let id = store::document_id(&request.db, &role);
     let _changing = context.security.change_lock.lock();
-    let Some(mut document) = store::get(context.backend.as_ref(), store::ROLES_COLLECTION, &id)? else {
+    let Some(mut document) = context.users.get(store::ROLES_COLLECTION, &id)? else {
         return Err(CommandError::new(ROLE_NOT_FOUND, format!("Role '{role}@{}' not found", request.db)));
     };
     change(&mut document);
-    store::replace(context.backend.as_ref(), store::ROLES_COLLECTION, &id, &document)?;
+    context.users.replace(store::ROLES_COLLECTION, &id, &document)?;
     context.security.invalidate();
     Ok(doc! { "ok": 1.0 })
 }
@@ -211,13 +211,13 @@ pub fn revoke_roles(context: &ServerContext, request: &CommandRequest) -> Comman
 pub fn drop_role(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let role = role_name(request)?;
     let _changing = context.security.change_lock.lock();
-    let deleted = store::delete(context.backend.as_ref(), store::ROLES_COLLECTION, &[store::document_id(&request.db, &role)])?;
+    let deleted = context.users.delete(store::ROLES_COLLECTION, &[store::document_id(&request.db, &role)])?;
     if deleted == 0 {
         return Err(CommandError::new(ROLE_NOT_FOUND, format!("Role '{role}@{}' not found", request.db)));
     }
     let gone = Bson::Document(doc! { "role": &role, "db": &request.db });
     for collection in [store::USERS_COLLECTION, store::ROLES_COLLECTION] {
-        for mut holder in store::all(context.backend.as_ref(), collection)? {
+        for mut holder in context.users.all(collection)? {
             let Ok(held) = holder.get_array("roles") else { continue };
             if !held.contains(&gone) {
                 continue;
@@ -225,7 +225,7 @@ pub fn drop_role(context: &ServerContext, request: &CommandRequest) -> CommandRe
             let kept: Vec<Bson> = held.iter().filter(|entry| **entry != gone).cloned().collect();
             holder.insert("roles", kept);
             if let Ok(id) = holder.get_str("_id").map(str::to_string) {
-                store::replace(context.backend.as_ref(), collection, &id, &holder)?;
+                context.users.replace(collection, &id, &holder)?;
             }
         }
     }
@@ -249,7 +249,7 @@ pub fn roles_info(context: &ServerContext, request: &CommandRequest) -> CommandR
                 let builtins = roles::DATABASE_ROLES.iter().chain(if request.db == store::ADMIN { roles::ADMIN_ROLES } else { &[] });
                 names.extend(builtins.map(|role| (role.to_string(), request.db.clone())));
             }
-            for stored in store::all(context.backend.as_ref(), store::ROLES_COLLECTION)? {
+            for stored in context.users.all(store::ROLES_COLLECTION)? {
                 if let (Ok(role), Ok(db)) = (stored.get_str("role"), stored.get_str("db")) {
                     if db == request.db {
                         names.push((role.to_string(), db.to_string()));
@@ -271,12 +271,12 @@ pub fn roles_info(context: &ServerContext, request: &CommandRequest) -> CommandR
 /// rolesInfo's description of one role; None when it does not exist.
 fn describe_role(context: &ServerContext, role: &str, db: &str, show_privileges: bool) -> CommandResult<Option<Document>> {
     let builtin = roles::is_builtin(role, db);
-    let stored = if builtin { None } else { store::get(context.backend.as_ref(), store::ROLES_COLLECTION, &store::document_id(db, role))? };
+    let stored = if builtin { None } else { context.users.get(store::ROLES_COLLECTION, &store::document_id(db, role))? };
     if !builtin && stored.is_none() {
         return Ok(None);
     }
     let direct = stored.as_ref().and_then(|document| document.get_array("roles").ok()).cloned().unwrap_or_default();
-    let resolved = roles::resolve(context.backend.as_ref(), &[(role.to_string(), db.to_string())])?;
+    let resolved = roles::resolve(context.users.as_ref(), &[(role.to_string(), db.to_string())])?;
     let inherited: Vec<Bson> = resolved.roles.iter().filter(|(name, name_db)| name != role || name_db != db).map(|(name, name_db)| Bson::Document(doc! { "role": name, "db": name_db })).collect();
     let mut description = doc! { "_id": store::document_id(db, role), "role": role, "db": db, "isBuiltin": builtin, "roles": direct, "inheritedRoles": inherited };
     if show_privileges {

@@ -66,7 +66,10 @@ fn start_conversation(context: &ServerContext, request: &CommandRequest, body: &
 
 /// The user's credential for `mechanism`, None when the user or its credential is missing.
 fn stored_credential(context: &ServerContext, mechanism: Mechanism, user: &str, db: &str) -> CommandResult<Option<Credential>> {
-    let Some(document) = store::get(context.backend.as_ref(), store::USERS_COLLECTION, &store::document_id(db, user))? else { return Ok(None) };
+    if let Some(internal) = context.security.internal_credential(mechanism, user, db) {
+        return Ok(Some(internal));
+    }
+    let Some(document) = context.users.get(store::USERS_COLLECTION, &store::document_id(db, user))? else { return Ok(None) };
     Ok(document.get_document("credentials").ok().and_then(|credentials| credentials.get_document(mechanism.name()).ok()).and_then(Credential::from_document))
 }
 

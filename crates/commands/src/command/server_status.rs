@@ -120,7 +120,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         "catalogStats": catalog_stats(context)?,
         "connections": {
             "current": connections.current.load(Ordering::Relaxed) as i32,
-            "available": (20_000 - connections.current.load(Ordering::Relaxed)).max(0) as i32,
+            "available": (connections.limit.load(Ordering::Relaxed) - connections.current.load(Ordering::Relaxed)).clamp(0, i64::from(i32::MAX)) as i32,
             "totalCreated": connections.total_created.load(Ordering::Relaxed),
             "rejected": connections.rejected.load(Ordering::Relaxed),
             "active": connections.current.load(Ordering::Relaxed) as i32,

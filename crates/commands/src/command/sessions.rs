@@ -37,6 +37,18 @@ pub fn refuse_transactions(request: &CommandRequest) -> CommandResult<()> {
     Ok(())
 }
 
+/// The same checks on a router (mongos): a retryable write's transaction number (with its
+/// session) is taken, but a transaction (`autocommit`, `startTransaction`) is refused as its
+/// standalone shards refuse it, never run outside one.
+pub fn refuse_transactions_on_router(request: &CommandRequest) -> CommandResult<()> {
+    let body = &request.body;
+    let present = |field: &str| !matches!(body.get(field), None | Some(Bson::Null));
+    if present("autocommit") || present("startTransaction") || !present("lsid") {
+        return refuse_transactions(request);
+    }
+    Ok(())
+}
+
 /// Reached only without a transaction number (see [`refuse_transactions`]): no transaction.
 pub fn commit_transaction(_context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
     Err(CommandError::new(COMMAND_FAILED, "commitTransaction must be run within a transaction"))

@@ -34,7 +34,7 @@ fn checked_roles(context: &ServerContext, request: &CommandRequest) -> CommandRe
         }
     }
     for (role, db) in roles::role_names(list, &request.db) {
-        if !roles::exists(context.backend.as_ref(), &role, &db)? {
+        if !roles::exists(context.users.as_ref(), &role, &db)? {
             return Err(CommandError::new(ROLE_NOT_FOUND, format!("Could not find role: {role}@{db}")));
         }
         let document = doc! { "role": role, "db": db };
@@ -112,10 +112,10 @@ pub fn create_user(context: &ServerContext, request: &CommandRequest) -> Command
         document.insert("customData", custom_data.clone());
     }
     let _changing = context.security.change_lock.lock();
-    if store::get(context.backend.as_ref(), store::USERS_COLLECTION, &store::document_id(&request.db, &user))?.is_some() {
+    if context.users.get(store::USERS_COLLECTION, &store::document_id(&request.db, &user))?.is_some() {
         return Err(CommandError::new(USER_ALREADY_EXISTS, format!("User \"{user}@{}\" already exists", request.db)));
     }
-    store::insert(context.backend.as_ref(), store::USERS_COLLECTION, &document)?;
+    context.users.insert(store::USERS_COLLECTION, &document)?;
     context.security.invalidate();
     Ok(doc! { "ok": 1.0 })
 }
@@ -125,11 +125,11 @@ fn change_user(context: &ServerContext, request: &CommandRequest, change: impl F
     let user = user_name(request)?;
     let id = store::document_id(&request.db, &user);
     let _changing = context.security.change_lock.lock();
-    let Some(mut document) = store::get(context.backend.as_ref(), store::USERS_COLLECTION, &id)? else {
+    let Some(mut document) = context.users.get(store::USERS_COLLECTION, &id)? else {
         return Err(CommandError::new(USER_NOT_FOUND, format!("Could not find user \"{user}\" for db \"{}\"", request.db)));
     };
     change(&mut document)?;
-    store::replace(context.backend.as_ref(), store::USERS_COLLECTION, &id, &document)?;
+    context.users.replace(store::USERS_COLLECTION, &id, &document)?;
     context.security.invalidate();
     Ok(doc! { "ok": 1.0 })
 }
@@ -187,7 +187,7 @@ pub fn revoke_roles(context: &ServerContext, request: &CommandRequest) -> Comman
 pub fn drop_user(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let user = user_name(request)?;
     let _changing = context.security.change_lock.lock();
-    let deleted = store::delete(context.backend.as_ref(), store::USERS_COLLECTION, &[store::document_id(&request.db, &user)])?;
+    let deleted = context.users.delete(store::USERS_COLLECTION, &[store::document_id(&request.db, &user)])?;
     context.security.invalidate();
     if deleted == 0 {
         return Err(CommandError::new(USER_NOT_FOUND, format!("User '{user}@{}' not found", request.db)));
@@ -197,12 +197,12 @@ pub fn drop_user(context: &ServerContext, request: &CommandRequest) -> CommandRe
 
 pub fn drop_all_users(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let _changing = context.security.change_lock.lock();
-    let ids: Vec<String> = store::all(context.backend.as_ref(), store::USERS_COLLECTION)?
+    let ids: Vec<String> = context.users.all(store::USERS_COLLECTION)?
         .into_iter()
         .filter(|user| user.get_str("db") == Ok(request.db.as_str()))
         .filter_map(|user| user.get_str("_id").ok().map(str::to_string))
         .collect();
-    let deleted = store::delete(context.backend.as_ref(), store::USERS_COLLECTION, &ids)?;
+    let deleted = context.users.delete(store::USERS_COLLECTION, &ids)?;
     context.security.invalidate();
     Ok(doc! { "n": i32::try_from(deleted).unwrap_or(i32::MAX), "ok": 1.0 })
 }
@@ -232,7 +232,7 @@ pub fn users_info(context: &ServerContext, request: &CommandRequest) -> CommandR
     let for_all_databases = request.body.get_document("usersInfo").ok().and_then(|spec| spec.get_bool("forAllDBs").ok()) == Some(true);
     let wanted = if for_all_databases { None } else { wanted_users(request)? };
     let mut users = Vec::new();
-    for stored in store::all(context.backend.as_ref(), store::USERS_COLLECTION)? {
+    for stored in context.users.all(store::USERS_COLLECTION)? {
         let (Ok(user), Ok(db)) = (stored.get_str("user"), stored.get_str("db")) else { continue };
         let selected = match &wanted {
             Some(names) => names.iter().any(|(name, name_db)| name == user && name_db == db),
@@ -264,7 +264,7 @@ fn user_info(context: &ServerContext, stored: &Document, show_credentials: bool,
     }
     if show_privileges {
         let db = stored.get_str("db").unwrap_or_default();
-        let resolved = roles::resolve(context.backend.as_ref(), &roles::role_names(&roles, db))?;
+        let resolved = roles::resolve(context.users.as_ref(), &roles::role_names(&roles, db))?;
         info.insert("inheritedRoles", resolved.roles.iter().map(|(role, db)| Bson::Document(doc! { "role": role, "db": db })).collect::<Vec<Bson>>());
         info.insert("inheritedPrivileges", resolved.privileges.iter().map(|privilege| Bson::Document(privilege.to_document())).collect::<Vec<Bson>>());
     }

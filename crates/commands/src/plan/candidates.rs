@@ -161,6 +161,10 @@ fn key_ranges(fields: &[(&str, IndexFieldKind)], bounded: &[Vec<Interval>], reve
     if bounded.is_empty() {
         return vec![IndexKeyRange::full()];
     }
+    if bounded.iter().any(Vec::is_empty) {
+        // A field no value can satisfy (`$in: []`): nothing to scan.
+        return Vec::new();
+    }
     // Every combination of one interval per bounded field (odometer over the product).
     let mut ranges = Vec::new();
     let mut positions = vec![0usize; bounded.len()];

@@ -37,6 +37,9 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
         None => return Err(ClusterError::coded(9, "The 'cursor' option is required, except for aggregate with the explain argument")),
     };
     let Some(Bson::String(collection)) = request.body.get("aggregate").cloned() else {
+        if stages.first().is_some_and(|stage| stage.contains_key("$currentOp")) {
+            return current_operations(context, request, &stages, batch_size).await;
+        }
         return collectionless(context, request).await;
     };
     let namespace = request.namespace()?;
@@ -114,4 +117,28 @@ async fn collectionless(context: &Arc<RouterContext>, request: &RouterRequest) -
     };
     let reply = crate::router::forward::unversioned(context, &shard, &request.db, request.forwarded_body()).await?;
     passthrough_cursor(context, &shard, &request.db, "$cmd.aggregate", &reply).await
+}
+
+/// `{aggregate: 1, pipeline: [{$currentOp: {...}}, ...]}` on a router, as mongos: every shard
+/// lists its operations, each marked with `shard` and an opid of `"<shard>:<opid>"` (killOp
+/// takes that form), and the rest of the pipeline runs on the router over all of them.
+async fn current_operations(context: &Arc<RouterContext>, request: &RouterRequest, stages: &[Document], batch_size: usize) -> ClusterResult<Document> {
+    let namespace = format!("{}.$cmd.aggregate", request.db);
+    let mut requests = Vec::new();
+    for shard in context.shards.all(&context.config).await? {
+        let marked = bson::doc! { "$addFields": {
+            "shard": &shard,
+            "opid": { "$concat": [format!("{shard}:"), { "$toString": "$opid" }] },
+        } };
+        let mut body = request.forwarded_body();
+        body.insert("pipeline", vec![Bson::Document(stages[0].clone()), Bson::Document(marked)]);
+        body.insert("cursor", bson::doc! { "batchSize": SHARD_GET_MORE_BATCH_SIZE });
+        requests.push((shard, body));
+    }
+    let sources = open_sources(context, &request.db, "$cmd.aggregate", requests, &RoutingInfo::Unsharded).await?;
+    let mut cursor = RouterCursor::new(request.db.clone(), "$cmd.aggregate".to_string(), sources);
+    if stages.len() > 1 {
+        cursor.stages = Some(RouterStages::new(PipelineRun::new(router_pipeline(request, &stages[1..])?)));
+    }
+    first_batch(context, cursor, batch_size, false, &namespace).await
 }

@@ -4,9 +4,11 @@
 pub mod admin;
 pub mod aggregate;
 pub mod count;
+pub mod current_op;
 pub mod ddl;
 pub mod delete;
 pub mod distinct;
+pub mod explain;
 pub mod find;
 pub mod find_and_modify;
 pub mod handshake;

@@ -1,0 +1,97 @@
+//! A node (`myriad --dbpath DIR`): opens the storage engine, builds the command context of its
+//! role (standalone, config server or shard), serves it with the shared listener
+//! ([`crate::network`]), and flushes the engine on shutdown.
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use myriad_commands::log::Logger;
+use myriad_commands::{CommandRequest, Reply, ServerContext, ServerOptions};
+use myriad_storage::{Engine, EngineOptions};
+
+use crate::cli::ServerArguments;
+use crate::network::{self, Listening, Service};
+use crate::tls::TlsListener;
+
+/// A node's commands: its own command table (see [`crate::execution`]).
+pub struct NodeService;
+
+impl Service for NodeService {
+    fn run<'a>(&'a self, context: &'a Arc<ServerContext>, request: CommandRequest) -> Pin<Box<dyn Future<Output = Reply> + Send + 'a>> {
+        Box::pin(crate::execution::run_command(context, request))
+    }
+
+    /// A node answers it on the connection task.
+    fn run_hello<'a>(&'a self, context: &'a Arc<ServerContext>, request: &'a CommandRequest) -> Pin<Box<dyn Future<Output = Reply> + Send + 'a>> {
+        Box::pin(std::future::ready(crate::execution::run_inline(context, request)))
+    }
+}
+
+pub fn serve(arguments: ServerArguments, argv: Vec<String>) -> Result<(), String> {
+    let logger = network::logger(arguments.logpath.as_deref(), arguments.logappend, arguments.quiet)?;
+    network::runtime("myriad-worker")?.block_on(run(arguments, argv, logger))
+}
+
+async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> Result<(), String> {
+    logger.info(
+        "CONTROL",
+        4615611,
+        "initandlisten",
+        "MongoDB starting",
+        json!({ "pid": std::process::id(), "port": arguments.port, "dbPath": arguments.dbpath, "architecture": "64-bit", "host": "myriad" }),
+    );
+    // TLS and key files are read before anything is opened: a bad one stops start-up at once.
+    let tls = Arc::new(TlsListener::from_options(&arguments.tls_options())?);
+    let internal_key = arguments.key_file.as_deref().map(myriad_commands::auth::read_key_file).transpose()?;
+    crate::member_tls::configure_members(&arguments.tls_options(), internal_key.clone())?;
+    std::fs::create_dir_all(&arguments.dbpath).map_err(|error| format!("cannot create --dbpath {}: {error}", arguments.dbpath))?;
+    let engine_options = EngineOptions {
+        block_cache_size_bytes: arguments.cache_size_mebibytes.saturating_mul(1024 * 1024),
+        block_compressor: arguments.storage_block_compressor,
+        ..EngineOptions::default()
+    };
+    let engine = Arc::new(Engine::open(Path::new(&arguments.dbpath), &engine_options).map_err(|error| format!("cannot open the storage engine: {error}"))?);
+    // Index builds interrupted by a crash restart in the background: open never waits for them.
+    engine.resume_index_builds().map_err(|error| format!("cannot start the index build thread: {error}"))?;
+    // The catalog cache fills in the background, so the first operation on each collection
+    // after a restart does not pay for reading and parsing its entry (docs/design-storage.md).
+    engine.start_catalog_warming().map_err(|error| format!("cannot start the catalog warm-up thread: {error}"))?;
+    let (listeners, port) = network::bind(&arguments.bind_ip, arguments.port).await?;
+    let options = ServerOptions {
+        dbpath: arguments.dbpath.clone(),
+        port,
+        bind_ip: arguments.bind_ip.clone(),
+        argv,
+        logpath: arguments.logpath.clone(),
+    };
+    let context = crate::role::context(engine, options, logger, &arguments)?;
+    if arguments.auth {
+        context.security.enable();
+    }
+    if let Some(key) = internal_key {
+        context.security.set_internal_key(key);
+    }
+    for assignment in &arguments.set_parameters {
+        myriad_commands::command::parameters::set_at_startup(&context, assignment)?;
+    }
+    // Deletes expired documents of TTL indexes in the background until shutdown.
+    let ttl_monitor = myriad_commands::ttl::TtlMonitor::start(Arc::clone(&context)).map_err(|error| format!("cannot start the TTL monitor: {error}"))?;
+    let listening = Listening { listeners, port, bind_ip: arguments.bind_ip.clone(), tls, max_connections: arguments.max_connections };
+    network::listen(Arc::clone(&context), Arc::new(NodeService), listening).await;
+    // The TTL monitor finishes its current batch before the flush.
+    let _ = tokio::task::spawn_blocking(move || ttl_monitor.stop()).await;
+    let backend = Arc::clone(&context.backend);
+    let flushed = tokio::task::spawn_blocking(move || backend.flush()).await;
+    match flushed {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => context.logger.info("STORAGE", 22320, "SignalHandler", "Flush at shutdown failed", json!({ "error": error.to_string() })),
+        Err(error) => context.logger.info("STORAGE", 22320, "SignalHandler", "Flush at shutdown failed", json!({ "error": error.to_string() })),
+    }
+    context.logger.info("CONTROL", 20565, "SignalHandler", "Now exiting", json!(null));
+    Ok(())
+}
+
