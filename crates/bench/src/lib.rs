@@ -4,6 +4,7 @@
 
 mod cleanup;
 mod client;
+mod cluster;
 pub mod cluster_refresh;
 pub mod compression;
 mod error;

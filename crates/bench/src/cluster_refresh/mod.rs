@@ -20,7 +20,6 @@
 //! Invariants: every operation is bounded by `--operation-timeout-seconds`; every child is
 //! killed and every data directory removed on every exit path.
 
-mod cluster;
 mod report;
 mod workload;
 
@@ -33,7 +32,8 @@ use crate::cleanup;
 use crate::client;
 use crate::error::{BenchError, BenchResult};
 use crate::server::locate_server_binary;
-use cluster::{ClusterLaunch, LocalCluster};
+use crate::cluster::security::{ClusterSecurity, SecurityMode};
+use crate::cluster::{ClusterLaunch, LocalCluster};
 use workload::{ReaderLatencies, PHASE_IDLE, PHASE_QUIET, PHASE_REFRESHING};
 
 /// The driver's appName, as the members log it.
@@ -74,6 +74,10 @@ pub struct ClusterRefreshArgs {
     pub documents: u64,
     #[arg(long = "shards", default_value_t = 2)]
     pub shards: usize,
+    /// none; keyfile (members authenticate each other, the driver authenticates); tls (as
+    /// keyfile, and TLS between members and to the driver).
+    #[arg(long = "security", value_enum, default_value_t = SecurityMode::None)]
+    pub security: SecurityMode,
     /// Only splits, no moveChunk (splits alone make no other router refresh).
     #[arg(long = "splits-only")]
     pub splits_only: bool,
@@ -114,6 +118,7 @@ struct Settings {
     migrate: bool,
     pause: Duration,
     launch: ClusterLaunch,
+    security: SecurityMode,
     json: bool,
 }
 
@@ -159,11 +164,16 @@ impl Settings {
             launch: ClusterLaunch {
                 binary: locate_server_binary(arguments.server_binary.as_deref())?,
                 shards: arguments.shards,
+                // The first router makes every change; the second only routes the measured
+                // queries, so it learns of each change through StaleConfig and must refresh.
+                routers: 2,
+                application: APPLICATION_NAME,
                 cache_size_mebibytes: arguments.cache_size_mebibytes,
                 work_directory: arguments.work_directory.clone(),
                 startup_timeout: Duration::from_secs(arguments.startup_timeout_seconds),
                 operation_timeout: Duration::from_secs(arguments.operation_timeout_seconds),
             },
+            security: arguments.security,
             json: arguments.json,
         })
     }
@@ -192,7 +202,7 @@ fn run_benchmark(arguments: &ClusterRefreshArgs) -> BenchResult<()> {
     runtime.shutdown_timeout(Duration::from_secs(5));
     print!("{}", report::targets_table(&points));
     if settings.json {
-        println!("{}", report::json(&points, settings.migrate));
+        println!("{}", report::json(&points, settings.migrate, settings.security.name()));
     }
     Ok(())
 }
@@ -201,7 +211,7 @@ fn run_benchmark(arguments: &ClusterRefreshArgs) -> BenchResult<()> {
 async fn measure_point(settings: &Settings, chunks: u64) -> BenchResult<report::Point> {
     let launch = &settings.launch;
     let started = Instant::now();
-    let cluster = LocalCluster::start(launch).await?;
+    let cluster = LocalCluster::start(launch, ClusterSecurity::for_mode(settings.security)?).await?;
     eprintln!("cluster-refresh: N = {chunks}: cluster of {} shards started in {:.1} s", launch.shards, started.elapsed().as_secs_f64());
     let outcome = measure_on(&cluster, settings, chunks).await;
     if outcome.is_err() {

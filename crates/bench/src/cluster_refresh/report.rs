@@ -235,7 +235,7 @@ fn point_json(point: &Point) -> Value {
     })
 }
 
-pub fn json(points: &[Point], migrations: bool) -> Value {
+pub fn json(points: &[Point], migrations: bool, security: &str) -> Value {
     let mut targets = json!({});
     if let Some((smallest, largest)) = extremes(points) {
         let median = largest.refresh_micros_percentile(0.5);
@@ -251,6 +251,7 @@ pub fn json(points: &[Point], migrations: bool) -> Value {
     json!({
         "benchmark": "cluster-refresh",
         "changes": if migrations { "split+moveChunk" } else { "split" },
+        "security": security,
         "points": points.iter().map(point_json).collect::<Vec<_>>(),
         "targets": targets,
     })

@@ -12,6 +12,7 @@
 //! server child is killed and its data directory removed on every exit path.
 
 mod report;
+mod router;
 mod workload;
 
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use crate::cleanup;
 use crate::client;
+use crate::cluster::security::SecurityMode;
 use crate::error::{BenchError, BenchResult};
 use crate::server::{locate_server_binary, DataDirectory, ServerLaunch, ServerProcess};
 use workload::Operation;
@@ -54,6 +56,14 @@ pub struct OpsArgs {
     /// Documents loaded before the run; finds and updates pick among them uniformly at random.
     #[arg(long = "documents", default_value_t = 10_000)]
     pub documents: u64,
+    /// Measure through a router and against its shard directly, on one cluster of one shard
+    /// (each rate reported as a ratio router / direct).
+    #[arg(long = "through-router")]
+    pub through_router: bool,
+    /// With --through-router: none; keyfile (members and clients authenticate); tls (as
+    /// keyfile, and TLS between members and to the driver).
+    #[arg(long = "security", value_enum, default_value_t = SecurityMode::None, requires = "through_router")]
+    pub security: SecurityMode,
     /// The myriad server binary to start [default: `myriad` next to this executable].
     #[arg(long = "server-binary")]
     pub server_binary: Option<PathBuf>,
@@ -86,6 +96,8 @@ struct Settings {
     cache_size_mebibytes: Option<usize>,
     work_directory: Option<PathBuf>,
     json: bool,
+    through_router: bool,
+    security: SecurityMode,
     operation_timeout: Duration,
     startup_timeout: Duration,
 }
@@ -130,6 +142,8 @@ impl Settings {
             cache_size_mebibytes: arguments.cache_size_mebibytes,
             work_directory: arguments.work_directory.clone(),
             json: arguments.json,
+            through_router: arguments.through_router,
+            security: arguments.security,
             operation_timeout: Duration::from_secs(arguments.operation_timeout_seconds),
             startup_timeout: Duration::from_secs(arguments.startup_timeout_seconds),
         })
@@ -149,6 +163,17 @@ fn run_benchmark(arguments: &OpsArgs) -> BenchResult<()> {
         .build()
         .map_err(|error| BenchError::io("starting the async runtime", error))?;
     cleanup::spawn_signal_watcher(&runtime);
+    if settings.through_router {
+        let outcome = router::measure_all(&runtime, &settings);
+        runtime.shutdown_timeout(Duration::from_secs(5));
+        let measured = outcome?;
+        let results = report::router_results(&measured.direct, &measured.routed);
+        print!("{}", report::router_table(&results, &settings.connections));
+        if settings.json {
+            println!("{}", report::router_json(&results, settings.security.name()));
+        }
+        return Ok(());
+    }
     let outcome = measure_all(&runtime, &settings);
     runtime.shutdown_timeout(Duration::from_secs(5));
     let measurements = outcome?;

@@ -139,6 +139,111 @@ pub fn json(results: &[OperationResult]) -> Value {
     json!({ "mode": "ops", "results": rows, "targets": targets })
 }
 
+/// With --through-router: at 16 connections, `operation` through the router keeps at least
+/// `minimum_ratio` of its rate against the shard directly.
+const ROUTER_TARGETS: [(Operation, usize, f64); 3] =
+    [(Operation::FindById, 16, 0.5), (Operation::InsertOne, 16, 0.5), (Operation::UpdateOne, 16, 0.5)];
+
+/// One operation at one connection count, through the router and directly.
+#[derive(Debug, Clone)]
+pub struct RouterResult {
+    pub operation: Operation,
+    pub connections: usize,
+    pub direct: OperationResult,
+    pub routed: OperationResult,
+    /// Router rate over the direct rate.
+    pub ratio_to_direct: Option<f64>,
+}
+
+pub fn router_results(direct: &[Measurement], routed: &[Measurement]) -> Vec<RouterResult> {
+    let direct = results(direct);
+    let routed = results(routed);
+    direct
+        .into_iter()
+        .filter_map(|direct| {
+            let routed = find(&routed, direct.operation, direct.connections)?.clone();
+            let ratio_to_direct = (direct.operations_per_second > 0.0).then(|| routed.operations_per_second / direct.operations_per_second);
+            Some(RouterResult { operation: direct.operation, connections: direct.connections, direct, routed, ratio_to_direct })
+        })
+        .collect()
+}
+
+fn router_target_ratio(results: &[RouterResult], operation: Operation, connections: usize) -> Option<f64> {
+    results.iter().find(|result| result.operation == operation && result.connections == connections).and_then(|result| result.ratio_to_direct)
+}
+
+/// The table through the router, then one line per target.
+pub fn router_table(results: &[RouterResult], connection_counts: &[usize]) -> String {
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "{:<24} {:>11} {:>12} {:>12} {:>10} {:>13} {:>13}",
+        "operation", "connections", "direct ops/s", "router ops/s", "router/dir", "direct p99 µs", "router p99 µs"
+    );
+    for &connections in connection_counts {
+        for result in results.iter().filter(|result| result.connections == connections) {
+            let _ = writeln!(
+                text,
+                "{:<24} {:>11} {:>12.0} {:>12.0} {:>10} {:>13} {:>13}",
+                result.operation.name(),
+                result.connections,
+                result.direct.operations_per_second,
+                result.routed.operations_per_second,
+                ratio_text(result.ratio_to_direct),
+                result.direct.latency_us_p99,
+                result.routed.latency_us_p99
+            );
+        }
+    }
+    for (operation, connections, minimum) in ROUTER_TARGETS {
+        let measured = router_target_ratio(results, operation, connections);
+        let verdict = match measured {
+            Some(ratio) if ratio >= minimum => "met",
+            Some(_) => "missed",
+            None => "not measured",
+        };
+        let _ = writeln!(
+            text,
+            "target: {} through the router >= {minimum:.2} x directly at {connections} connections: {} ({verdict})",
+            operation.name(),
+            ratio_text(measured)
+        );
+    }
+    text
+}
+
+/// `{"mode":"ops-through-router","security":...,"results":[...],"targets":[...]}`.
+pub fn router_json(results: &[RouterResult], security: &str) -> Value {
+    let rows: Vec<Value> = results
+        .iter()
+        .map(|result| {
+            json!({
+                "operation": result.operation.name(),
+                "connections": result.connections,
+                "direct_operations_per_second": rounded(result.direct.operations_per_second, 1),
+                "router_operations_per_second": rounded(result.routed.operations_per_second, 1),
+                "ratio_to_direct": result.ratio_to_direct.map(|ratio| rounded(ratio, 3)),
+                "direct_latency_us_p99": result.direct.latency_us_p99,
+                "router_latency_us_p99": result.routed.latency_us_p99,
+            })
+        })
+        .collect();
+    let targets: Vec<Value> = ROUTER_TARGETS
+        .iter()
+        .map(|&(operation, connections, minimum)| {
+            let measured = router_target_ratio(results, operation, connections);
+            json!({
+                "operation": operation.name(),
+                "connections": connections,
+                "minimum_ratio_to_direct": minimum,
+                "ratio_to_direct": measured.map(|ratio| rounded(ratio, 3)),
+                "met": measured.map(|ratio| ratio >= minimum),
+            })
+        })
+        .collect();
+    json!({ "mode": "ops-through-router", "security": security, "results": rows, "targets": targets })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,5 +274,24 @@ mod tests {
         let text = table(&results, &[1, 16]);
         assert!(text.contains("find_by_id >= 0.60 x ping's rate at 1 connection(s): 0.61 (met)"), "{text}");
         assert!(text.contains("insert_one >= 0.50 x ping's rate at 1 connection(s): 0.40 (missed)"), "{text}");
+    }
+
+    #[test]
+    fn router_targets_compare_the_router_with_the_shard_at_16_connections() {
+        let pair = |operation, direct: f64, routed: f64| RouterResult {
+            operation,
+            connections: 16,
+            direct: result(operation, 16, direct),
+            routed: result(operation, 16, routed),
+            ratio_to_direct: Some(routed / direct),
+        };
+        let results = vec![pair(Operation::FindById, 1.0, 0.7), pair(Operation::InsertOne, 1.0, 0.4)];
+        let document = router_json(&results, "tls");
+        assert_eq!(document["security"], json!("tls"));
+        assert_eq!(document["targets"][0]["met"], json!(true));
+        assert_eq!(document["targets"][1]["met"], json!(false));
+        assert_eq!(document["targets"][2]["met"], json!(null), "update_one was not measured");
+        let text = router_table(&results, &[16]);
+        assert!(text.contains("insert_one through the router >= 0.50 x directly at 16 connections: 0.40 (missed)"), "{text}");
     }
 }

@@ -1,8 +1,11 @@
-//! A local sharded cluster of release binaries for the benchmark: one config server, the
-//! shards and two routers, each a child process on a free loopback port (as
-//! `crates/server/tests/cluster_support` starts them for tests), every shard added through the
-//! first router and the balancer stopped. Every child is killed and every data directory
-//! removed when the guard drops, on error paths too.
+//! A local sharded cluster of release binaries for the benchmarks: one config server, the
+//! shards and the routers, each a child process on a free loopback port, every shard added
+//! through the first router and the balancer stopped. With [`security::ClusterSecurity`] every
+//! member gets a keyfile (members authenticate to each other) and, optionally, TLS between
+//! everyone. Every child is killed and every data directory removed when the guard drops, on
+//! error paths too.
+
+pub mod security;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -13,29 +16,33 @@ use bson::doc;
 use crate::client;
 use crate::error::{BenchError, BenchResult};
 use crate::server::{DataDirectory, ServerProcess};
+use security::{ClusterSecurity, Credentials};
 
 /// How to start the members.
 #[derive(Debug, Clone)]
 pub struct ClusterLaunch {
     pub binary: PathBuf,
     pub shards: usize,
+    pub routers: usize,
     /// Passed to the config server and the shards as --cacheSizeMB.
     pub cache_size_mebibytes: Option<usize>,
     pub work_directory: Option<PathBuf>,
     pub startup_timeout: Duration,
     pub operation_timeout: Duration,
+    /// The driver's appName for the cluster's own administration.
+    pub application: &'static str,
 }
 
 /// The running members. Field order is drop order: routers first, then shards, then the
 /// config server, then the data directories.
 pub struct LocalCluster {
-    /// The first router makes every change (splits, migrations); the second only routes the
-    /// measured queries, so it learns of each change through StaleConfig and must refresh.
     pub routers: Vec<ServerProcess>,
     pub shards: Vec<ServerProcess>,
     pub config: ServerProcess,
     /// Shard names, as addShard gave them.
     pub shard_names: Vec<String>,
+    /// The keyfile and TLS files every member was started with, if any.
+    pub security: Option<ClusterSecurity>,
     _directories: Vec<DataDirectory>,
 }
 
@@ -48,7 +55,7 @@ fn member_arguments(role: &str, directory: &Path, cache_size_mebibytes: Option<u
 }
 
 impl LocalCluster {
-    pub async fn start(launch: &ClusterLaunch) -> BenchResult<LocalCluster> {
+    pub async fn start(launch: &ClusterLaunch, security: Option<ClusterSecurity>) -> BenchResult<LocalCluster> {
         let mut directories = Vec::with_capacity(launch.shards + 1);
         let mut directory = |label: &str| -> BenchResult<PathBuf> {
             let created = DataDirectory::create(launch.work_directory.as_deref(), false, label)?;
@@ -56,36 +63,63 @@ impl LocalCluster {
             directories.push(created);
             Ok(path)
         };
-        let config_directory = directory("myriad-bench-refresh-config-")?;
+        let secured = |mut arguments: Vec<OsString>| {
+            if let Some(security) = &security {
+                arguments.extend(security.member_arguments());
+            }
+            arguments
+        };
+        let config_directory = directory("myriad-bench-cluster-config-")?;
         let config = ServerProcess::start_with_arguments(
             &launch.binary,
-            &member_arguments("--configsvr", &config_directory, launch.cache_size_mebibytes),
+            &secured(member_arguments("--configsvr", &config_directory, launch.cache_size_mebibytes)),
             launch.startup_timeout,
         )?;
         let mut shards = Vec::with_capacity(launch.shards);
         for _ in 0..launch.shards {
-            let shard_directory = directory("myriad-bench-refresh-shard-")?;
-            let arguments = member_arguments("--shardsvr", &shard_directory, launch.cache_size_mebibytes);
+            let shard_directory = directory("myriad-bench-cluster-shard-")?;
+            let arguments = secured(member_arguments("--shardsvr", &shard_directory, launch.cache_size_mebibytes));
             shards.push(ServerProcess::start_with_arguments(&launch.binary, &arguments, launch.startup_timeout)?);
         }
-        let mut routers = Vec::with_capacity(2);
-        for _ in 0..2 {
-            let arguments: Vec<OsString> = vec!["router".into(), "--configdb".into(), config.address().into()];
+        let mut routers = Vec::with_capacity(launch.routers);
+        for _ in 0..launch.routers {
+            let arguments = secured(vec!["router".into(), "--configdb".into(), config.address().into()]);
             routers.push(ServerProcess::start_with_arguments(&launch.binary, &arguments, launch.startup_timeout)?);
         }
-        let mut cluster = LocalCluster { routers, shards, config, shard_names: Vec::new(), _directories: directories };
-        cluster.add_shards(launch.operation_timeout).await?;
+        let mut cluster = LocalCluster { routers, shards, config, shard_names: Vec::new(), security, _directories: directories };
+        cluster.add_shards(launch).await?;
         Ok(cluster)
     }
 
-    /// A driver URI of router `index` (0 changes the catalog, 1 is measured).
+    /// A driver URI of router `index`, as the cluster's internal user when it is secured.
     pub fn router_uri(&self, index: usize) -> String {
         let address = self.routers.get(index).map(ServerProcess::address).unwrap_or_default();
-        format!("mongodb://{address}/")
+        self.uri(&address, self.security.as_ref().map(ClusterSecurity::internal_user).as_ref(), false)
     }
 
-    async fn add_shards(&mut self, timeout: Duration) -> BenchResult<()> {
-        let admin = client::connect(&self.router_uri(0), super::APPLICATION_NAME, 1, timeout).await?;
+    /// A driver URI of `address`: with `credentials` (on a secured cluster), over TLS when the
+    /// cluster uses it, and as a direct connection when `direct`.
+    pub fn uri(&self, address: &str, credentials: Option<&Credentials>, direct: bool) -> String {
+        let mut options = Vec::new();
+        let user = match credentials {
+            Some(credentials) => {
+                options.push(format!("authSource={}&authMechanism=SCRAM-SHA-256", credentials.source));
+                format!("{}:{}@", credentials.user, credentials.password)
+            }
+            None => String::new(),
+        };
+        if let Some(ca_file) = self.security.as_ref().and_then(|security| security.ca_file()) {
+            options.push(format!("tls=true&tlsCAFile={}", ca_file.display()));
+        }
+        if direct {
+            options.push("directConnection=true".to_string());
+        }
+        format!("mongodb://{user}{address}/?{}", options.join("&"))
+    }
+
+    async fn add_shards(&mut self, launch: &ClusterLaunch) -> BenchResult<()> {
+        let timeout = launch.operation_timeout;
+        let admin = client::connect(&self.router_uri(0), launch.application, 1, timeout).await?;
         for shard in &self.shards {
             let body = doc! { "addShard": shard.address() };
             let reply = client::required_command(&admin, "admin", body, timeout, "addShard").await?;
