@@ -136,7 +136,8 @@ impl RouterService {
         let access = node_access.or(spec.access).unwrap_or(Access::Authenticated);
         let authorized = auth::check_external_database(&request, spec.name)
             .and_then(|()| auth::authorize(context, &request, spec.name, access))
-            .and_then(|()| myriad_commands::command::sessions::refuse_transactions_on_router(&request));
+            .and_then(|()| myriad_commands::command::sessions::refuse_transactions_on_router(&request))
+            .and_then(|()| check_write_arguments(&request));
         if let Err(error) = authorized {
             return error.to_reply().into();
         }
@@ -146,6 +147,19 @@ impl RouterService {
             Ok(routed) => Reply::Document(router_table::run(&self.router, routed).await),
             Err(error) => Reply::Document(error.to_reply()),
         }
+    }
+}
+
+/// A write's argument errors come from the node's own parser, before anything is routed: a
+/// bad argument fails the whole command as on a node, where the router's per-shard batches
+/// would report it per document.
+fn check_write_arguments(request: &CommandRequest) -> myriad_commands::CommandResult<()> {
+    use myriad_commands::command::{delete, insert, update};
+    match request.name.as_str() {
+        "insert" => insert::check_arguments(request),
+        "update" => update::check_arguments(request),
+        "delete" => delete::check_arguments(request),
+        _ => Ok(()),
     }
 }
 

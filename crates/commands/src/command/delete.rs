@@ -69,14 +69,31 @@ pub fn delete_statement(
     }
 }
 
-pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+/// What the command parser reads of a delete before any statement runs; a failure fails the
+/// whole command. A router runs it too before it routes the statements.
+struct Arguments<'r> {
+    statements: Vec<&'r Document>,
+    ordered: bool,
+    durability: myriad_storage::Durability,
+    name: String,
+}
+
+fn parse_arguments(request: &CommandRequest) -> CommandResult<Arguments<'_>> {
     let statements = statements(request, "deletes")?;
-    let ordered = ordered(request)?;
-    let durability = durability(request)?;
-    let name = request.collection_name()?;
-    for statement in &statements {
+    let arguments = Arguments { ordered: ordered(request)?, durability: durability(request)?, name: request.collection_name()?, statements };
+    for statement in &arguments.statements {
         check_statement_types(request, statement)?;
     }
+    Ok(arguments)
+}
+
+/// The delete's argument errors, as the node answers them (see [`Arguments`]).
+pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
+    parse_arguments(request).map(|_| ())
+}
+
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let Arguments { statements, ordered, durability, name } = parse_arguments(request)?;
     let mut deleted = 0i64;
     let mut write_errors = WriteErrors::default();
     let mut interruption = None;

@@ -9,13 +9,35 @@ use crate::error::CommandResult;
 use crate::write::{check_batch_size, durability, ordered, write_reply};
 use crate::{CommandRequest, ServerContext};
 
-pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+/// What the command parser reads of an insert before any document is written; a failure
+/// fails the whole command. A router runs it too before it routes the documents.
+struct Arguments<'r> {
+    documents: Vec<crate::request::InsertDocument<'r>>,
+    ordered: bool,
+    durability: myriad_storage::Durability,
+    bypass_validation: bool,
+    collection: String,
+}
+
+fn parse_arguments(request: &CommandRequest) -> CommandResult<Arguments<'_>> {
     let documents = request.insert_documents()?;
     check_batch_size(documents.len())?;
-    let ordered = ordered(request)?;
-    let durability = durability(request)?;
-    let bypass_validation = crate::validation::bypass_requested(request)?;
-    let collection = request.collection_name()?;
+    Ok(Arguments {
+        documents,
+        ordered: ordered(request)?,
+        durability: durability(request)?,
+        bypass_validation: crate::validation::bypass_requested(request)?,
+        collection: request.collection_name()?,
+    })
+}
+
+/// The insert's argument errors, as the node answers them (see [`Arguments`]).
+pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
+    parse_arguments(request).map(|_| ())
+}
+
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let Arguments { documents, ordered, durability, bypass_validation, collection } = parse_arguments(request)?;
     let statements = documents.into_iter().enumerate().map(|(index, document)| InsertStatement {
         index,
         document,

@@ -240,15 +240,38 @@ pub fn update_statement(context: &ServerContext, db: &str, name: &str, statement
     }
 }
 
-pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+/// What the command parser reads of an update before any statement runs; a failure fails the
+/// whole command. A router runs it too before it routes the statements.
+struct Arguments<'r> {
+    statements: Vec<&'r Document>,
+    ordered: bool,
+    durability: myriad_storage::Durability,
+    name: String,
+    bypass_validation: bool,
+}
+
+fn parse_arguments(request: &CommandRequest) -> CommandResult<Arguments<'_>> {
     let statements = statements(request, "updates")?;
-    let ordered = ordered(request)?;
-    let durability = durability(request)?;
-    let name = request.collection_name()?;
-    let bypass_validation = crate::validation::bypass_requested(request)?;
-    for statement in &statements {
+    let arguments = Arguments {
+        ordered: ordered(request)?,
+        durability: durability(request)?,
+        name: request.collection_name()?,
+        bypass_validation: crate::validation::bypass_requested(request)?,
+        statements,
+    };
+    for statement in &arguments.statements {
         check_statement_types(statement, &UPDATE_COMMAND_FIELDS)?;
     }
+    Ok(arguments)
+}
+
+/// The update's argument errors, as the node answers them (see [`Arguments`]).
+pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
+    parse_arguments(request).map(|_| ())
+}
+
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let Arguments { statements, ordered, durability, name, bypass_validation } = parse_arguments(request)?;
     let (mut matched, mut modified) = (0i64, 0i64);
     let mut upserted = Vec::new();
     let mut write_errors = WriteErrors::default();

@@ -11,7 +11,7 @@ use myriad_query::Pipeline;
 use crate::catalog::RoutingInfo;
 use crate::error::{ClusterError, ClusterResult, ILLEGAL_OPERATION};
 use crate::router::command::find::DEFAULT_FIRST_BATCH_SIZE;
-use crate::router::command::{cursor_reply, first_batch, open_sources, passthrough_cursor};
+use crate::router::command::{any_shard, first_batch, on_any_shard, open_sources, passthrough_cursor};
 use crate::router::context::RouterContext;
 use crate::router::cursor::{RouterCursor, RouterStages, SHARD_GET_MORE_BATCH_SIZE};
 use crate::router::pipeline::{split, uses_other_collections};
@@ -40,11 +40,14 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
         if stages.first().is_some_and(|stage| stage.contains_key("$currentOp")) {
             return current_operations(context, request, &stages, batch_size).await;
         }
+        if stages.first().is_some_and(|stage| stage.contains_key("$shardedDataDistribution")) {
+            return crate::router::command::data_distribution::run(context, request, &stages).await;
+        }
         return collectionless(context, request).await;
     };
     let namespace = request.namespace()?;
     let Some(database) = context.database(&request.db, false).await? else {
-        return Ok(cursor_reply(&namespace, "firstBatch", Vec::new(), 0));
+        return on_any_shard(context, request, &collection).await;
     };
     let cursor = with_routing_retries!(context, &namespace, |routing| open(context, request, &collection, &stages, &database.primary, &routing).await)?;
     first_batch(context, cursor, batch_size, false, &namespace).await
@@ -113,7 +116,7 @@ fn router_pipeline(request: &RouterRequest, stages: &[Document]) -> ClusterResul
 async fn collectionless(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
     let shard = match context.database(&request.db, false).await? {
         Some(database) => database.primary,
-        None => context.shards.all(&context.config).await?.into_iter().next().ok_or_else(|| ClusterError::coded(crate::error::SHARD_NOT_FOUND, "no shards"))?,
+        None => any_shard(context).await?,
     };
     let reply = crate::router::forward::unversioned(context, &shard, &request.db, request.forwarded_body()).await?;
     passthrough_cursor(context, &shard, &request.db, "$cmd.aggregate", &reply).await

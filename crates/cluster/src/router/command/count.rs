@@ -17,7 +17,7 @@ use crate::with_routing_retries;
 pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
     let namespace = request.namespace()?;
     let Some(database) = context.database(&request.db, false).await? else {
-        return Ok(doc! { "n": 0 });
+        return crate::router::command::on_any_shard(context, request, &request.collection()?).await;
     };
     let skip = request.optional_integer("skip")?.unwrap_or(0);
     let limit = request.optional_integer("limit")?.unwrap_or(0).unsigned_abs();

@@ -8,7 +8,7 @@ use bson::{doc, Bson, Document};
 
 use crate::catalog::RoutingInfo;
 use crate::error::{ClusterError, ClusterResult, ILLEGAL_OPERATION, NAMESPACE_NOT_FOUND};
-use crate::router::command::{cursor_reply, passthrough_cursor};
+use crate::router::command::{on_any_shard, passthrough_cursor};
 use crate::router::context::RouterContext;
 use crate::router::forward;
 use crate::router::request::RouterRequest;
@@ -20,7 +20,8 @@ const CANNOT_CREATE_INDEX: i32 = 67;
 async fn holders(context: &RouterContext, request: &RouterRequest, create: bool) -> ClusterResult<(Vec<String>, Arc<RoutingInfo>)> {
     let namespace = request.namespace()?;
     let Some(database) = context.database(&request.db, create).await? else {
-        return Err(ClusterError::coded(NAMESPACE_NOT_FOUND, format!("database {} not found", request.db)));
+        // A database the cluster does not have: some shard answers as a node would.
+        return Ok((vec![crate::router::command::any_shard(context).await?], Arc::new(RoutingInfo::Unsharded)));
     };
     let routing = context.cache.get(&namespace).await?;
     let mut shards = vec![database.primary.clone()];
@@ -82,7 +83,7 @@ pub async fn create_indexes(context: &Arc<RouterContext>, request: &RouterReques
 pub async fn drop(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
     let namespace = request.namespace()?;
     let Some(database) = context.database(&request.db, false).await? else {
-        return Ok(doc! { "ns": &namespace });
+        return on_any_shard(context, request, &request.collection()?).await;
     };
     let routing = context.cache.refresh(&namespace).await?;
     let body = request.forwarded_body();
@@ -109,7 +110,7 @@ pub async fn drop(context: &Arc<RouterContext>, request: &RouterRequest) -> Clus
 /// dropDatabase: on every shard, then the catalog's entries.
 pub async fn drop_database(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
     if context.database(&request.db, false).await?.is_none() {
-        return Ok(doc! {});
+        return on_any_shard(context, request, "$cmd").await;
     }
     let shards = context.shards.all(&context.config).await?;
     let body = request.forwarded_body();
@@ -133,7 +134,7 @@ pub async fn list_indexes(context: &Arc<RouterContext>, request: &RouterRequest)
 /// listCollections: the primary shard holds every collection of its database.
 pub async fn list_collections(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
     let Some(database) = context.database(&request.db, false).await? else {
-        return Ok(cursor_reply(&format!("{}.$cmd.listCollections", request.db), "firstBatch", Vec::new(), 0));
+        return on_any_shard(context, request, "$cmd.listCollections").await;
     };
     let reply = forward::unversioned(context, &database.primary, &request.db, request.forwarded_body()).await?;
     passthrough_cursor(context, &database.primary, &request.db, "$cmd.listCollections", &reply).await

@@ -21,7 +21,7 @@ const MAX_VALUES_BYTES: usize = 16 * 1024 * 1024 - 16 * 1024;
 pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
     let namespace = request.namespace()?;
     let Some(database) = context.database(&request.db, false).await? else {
-        return Ok(doc! { "values": [] });
+        return crate::router::command::on_any_shard(context, request, &request.collection()?).await;
     };
     let filter = request.optional_document("query")?.cloned().unwrap_or_default();
     let replies = with_routing_retries!(context, &namespace, |routing| {

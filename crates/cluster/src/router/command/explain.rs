@@ -42,7 +42,7 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
     let primary = match context.database(&request.db, false).await? {
         Some(database) => database.primary,
         // No database yet: any shard explains the empty collection (an EOF plan).
-        None => context.shards.all(&context.config).await?.into_iter().next().ok_or_else(|| ClusterError::internal("the cluster has no shard"))?,
+        None => crate::router::command::any_shard(context).await?,
     };
     let replies = with_routing_retries!(context, &namespace, |routing| explain_on_shards(context, request, &primary, &routing, &filter, &body).await)?;
     Ok(merge(context, &name, &inner, replies).await)

@@ -12,7 +12,7 @@ use myriad_query::{Projection, SortSpec};
 
 use crate::catalog::RoutingInfo;
 use crate::error::{ClusterError, ClusterResult, ILLEGAL_OPERATION};
-use crate::router::command::{cursor_reply, first_batch, open_sources};
+use crate::router::command::{cursor_reply, first_batch, on_any_shard, open_sources};
 use crate::router::context::{RouterContext, RouterCounters};
 use crate::router::cursor::RouterCursor;
 use crate::router::request::RouterRequest;
@@ -31,7 +31,7 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
         return Err(ClusterError::coded(ILLEGAL_OPERATION, "tailable cursors are not supported through the router yet"));
     }
     let Some(database) = context.database(&request.db, false).await? else {
-        return Ok(cursor_reply(&namespace, "firstBatch", Vec::new(), 0));
+        return on_any_shard(context, request, &request.collection()?).await;
     };
     let batch_size = match request.optional_integer("batchSize")? {
         Some(size) if size < 0 => return Err(ClusterError::bad_value("BatchSize value must be non-negative")),

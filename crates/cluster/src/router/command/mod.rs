@@ -5,6 +5,7 @@ pub mod admin;
 pub mod aggregate;
 pub mod count;
 pub mod current_op;
+pub mod data_distribution;
 pub mod ddl;
 pub mod delete;
 pub mod distinct;
@@ -25,6 +26,7 @@ use crate::error::ClusterResult;
 use crate::router::context::RouterContext;
 use crate::router::cursor::{RouterCursor, Source};
 use crate::router::forward;
+use crate::router::request::RouterRequest;
 
 /// `{cursor: {firstBatch|nextBatch, id, ns}}`.
 pub fn cursor_reply(namespace: &str, field: &str, batch: Vec<Document>, id: i64) -> Document {
@@ -70,6 +72,24 @@ pub async fn open_sources(
     }
 }
 
+/// Some shard (the first by name): what answers for a database the cluster does not have yet.
+pub async fn any_shard(context: &RouterContext) -> ClusterResult<String> {
+    let shards = context.shards.all(&context.config).await?;
+    shards.into_iter().next().ok_or_else(|| crate::error::ClusterError::coded(crate::error::SHARD_NOT_FOUND, "the cluster has no shard"))
+}
+
+/// A command on a database the cluster does not have: some shard, which has none either,
+/// answers it as a node does (arguments checked, then an empty answer), so the router's reply
+/// is the node's.
+pub async fn on_any_shard(context: &RouterContext, request: &RouterRequest, collection: &str) -> ClusterResult<Document> {
+    let shard = any_shard(context).await?;
+    let reply = forward::unversioned(context, &shard, &request.db, request.forwarded_body()).await?;
+    if reply.contains_key("cursor") {
+        return passthrough_cursor(context, &shard, &request.db, collection, &reply).await;
+    }
+    Ok(reply)
+}
+
 /// The first batch of a router cursor, which is parked when more remains.
 pub async fn first_batch(
     context: &RouterContext,
@@ -92,7 +112,8 @@ pub async fn first_batch(
 /// router cursor over the shard's cursor when it stays open.
 pub async fn passthrough_cursor(context: &RouterContext, shard: &str, db: &str, collection: &str, reply: &Document) -> ClusterResult<Document> {
     let (batch, remote_cursor) = crate::router::cursor::cursor_batch(reply)?;
-    let namespace = format!("{db}.{collection}");
+    // The shard's own `ns` (`db.$cmd.listIndexes.c` for listIndexes, as mongod names it).
+    let namespace = reply.get_document("cursor").ok().and_then(|cursor| cursor.get_str("ns").ok()).map_or_else(|| format!("{db}.{collection}"), str::to_string);
     if remote_cursor == 0 {
         return Ok(cursor_reply(&namespace, "firstBatch", batch, 0));
     }
