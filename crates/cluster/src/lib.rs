@@ -9,6 +9,8 @@
 //!   incremental, coalesced refreshes);
 //! - [`config_server`]: the catalog's owner and its internal `_configsvr*` commands;
 //! - [`shard`]: the version check, StaleConfig and the orphan filter of a shard;
+//! - [`shard_role`]: the shard role's command hook, which wires the shard's state, its
+//!   migrations and its auto-splitter together;
 //! - [`router`]: the router's listener, command table, targeting, forwarding and merging;
 //! - [`migration`]: chunk migration on shards (clone, capture, critical section, range
 //!   deletion, recovery), and [`auto_split`], shards splitting chunks past the chunk size;
@@ -43,6 +45,7 @@ pub mod member_security;
 pub mod migration;
 pub mod router;
 pub mod shard;
+pub mod shard_role;
 pub mod version;
 
 pub use error::{ClusterError, ClusterResult};

@@ -1,16 +1,60 @@
 //! The documents of the first-stage sources that read server state: `$collStats`,
-//! `$indexStats`, `$listSessions` and `$currentOp`, in MongoDB 7.0's shapes.
+//! `$indexStats`, `$listSessions` and `$currentOp`, in MongoDB 7.0's shapes, and the
+//! collection size figures `$collStats` shares with the collStats and dbStats commands
+//! ([`sizes`], [`compression_ratio`], [`wired_tiger_section`]).
 //!
 //! Myriad keeps no per-collection latency histograms or index access counters, so
 //! `latencyStats` and `accesses` report zeros (see the README's differences).
 
 use bson::{doc, Bson, Document};
+use myriad_storage::{CollectionHandle, CollectionStats, CollectionStorage};
 
-use crate::aggregate_sources::{empty_latency, hostname, now, CollStatsOptions};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::ServerContext;
 
 const NAMESPACE_NOT_FOUND: ErrorCode = ErrorCode::new(26);
+
+/// `$collStats`' parsed options.
+pub struct CollStatsOptions {
+    pub latency_stats: Option<bool>,
+    pub storage_stats: Option<i64>,
+    pub count: bool,
+    pub query_exec_stats: bool,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname").map(|name| name.trim().to_string()).unwrap_or_else(|_| "localhost".to_string())
+}
+
+fn now() -> Bson {
+    Bson::DateTime(bson::DateTime::now())
+}
+
+fn empty_latency() -> Document {
+    doc! { "latency": 0_i64, "ops": 0_i64 }
+}
+
+/// A collection's counters and its bytes on disk (collStats and `$collStats` storageStats).
+pub fn sizes(context: &ServerContext, collection: &CollectionHandle) -> CommandResult<(CollectionStats, CollectionStorage)> {
+    let stats = context.backend.collection_stats(collection)?;
+    let storage = context.backend.collection_storage(collection, &stats)?;
+    Ok((stats, storage))
+}
+
+/// Myriad's `compressionRatio`: logical bytes (`size`) per byte on disk (`storageSize`), so
+/// 4.0 means the documents take a quarter of their size; 1.0 for an empty collection.
+pub fn compression_ratio(size_bytes: i64, storage_size_bytes: i64) -> f64 {
+    if storage_size_bytes <= 0 {
+        return 1.0;
+    }
+    size_bytes as f64 / storage_size_bytes as f64
+}
+
+/// The `wiredTiger` section, reduced to what Myriad has: the creation string naming the
+/// collection's block compressor, where MongoDB shows it.
+pub fn wired_tiger_section(storage: &CollectionStorage) -> Document {
+    doc! { "creationString": format!("block_compressor={}", storage.block_compressor.name()) }
+}
 
 fn host(context: &ServerContext) -> String {
     format!("{}:{}", hostname(), context.options.port)
@@ -43,7 +87,7 @@ pub fn coll_stats(context: &ServerContext, db: &str, name: &str, options: &CollS
                 format!("Unable to retrieve storageStats in $collStats stage :: caused by :: Collection [{namespace}] not found."),
             ));
         };
-        let (stats, storage) = crate::command::coll_stats::sizes(context, collection)?;
+        let (stats, storage) = sizes(context, collection)?;
         let mut index_sizes = Document::new();
         for (index_name, size) in &storage.index_sizes_bytes {
             index_sizes.insert(index_name.clone(), number(size / scale));
@@ -58,9 +102,9 @@ pub fn coll_stats(context: &ServerContext, db: &str, name: &str, options: &CollS
                 "numOrphanDocs": 0,
                 "storageSize": number(storage.storage_size_bytes / scale),
                 "freeStorageSize": 0,
-                "compressionRatio": crate::command::coll_stats::compression_ratio(stats.data_size_bytes, storage.storage_size_bytes),
+                "compressionRatio": compression_ratio(stats.data_size_bytes, storage.storage_size_bytes),
                 "capped": collection.capped_bounds().is_some(),
-                "wiredTiger": crate::command::coll_stats::wired_tiger_section(&storage),
+                "wiredTiger": wired_tiger_section(&storage),
                 "nindexes": storage.index_sizes_bytes.len() as i32,
                 "indexDetails": {},
                 "indexBuilds": [],

@@ -153,7 +153,7 @@ impl ForeignSource for BackendForeignSource {
     ) -> QueryResult<()> {
         check_interrupt().map_err(query_error)?;
         let db = self.database(target).to_string();
-        let mut session = crate::write::begin_write_creating(self.backend.as_ref(), &db, &target.collection).map_err(query_error)?;
+        let mut session = crate::backend::begin_write_creating(self.backend.as_ref(), &db, &target.collection).map_err(query_error)?;
         let handle = session.handle().map_err(|error| query_error(error.into()))?;
         let existing = self.find_match(&handle, on_values)?;
         let decision = decide(existing.as_ref().map(|(_, document)| document))?;
@@ -257,7 +257,7 @@ pub fn source_documents(context: &ServerContext, request: &CommandRequest, sourc
             let name = collection.ok_or_else(|| {
                 CommandError::new(crate::error::ErrorCode::new(73), "$collStats must be run against a collection namespace")
             })?;
-            let options = CollStatsOptions { latency_stats: *latency_stats, storage_stats: *storage_stats, count: *count, query_exec_stats: *query_exec_stats };
+            let options = super::aggregate_server_state::CollStatsOptions { latency_stats: *latency_stats, storage_stats: *storage_stats, count: *count, query_exec_stats: *query_exec_stats };
             Ok(vec![super::aggregate_server_state::coll_stats(context, &request.db, name, &options)?])
         }
         SourceStage::IndexStats => {
@@ -293,24 +293,4 @@ pub fn source_documents(context: &ServerContext, request: &CommandRequest, sourc
             Ok(operations.into_iter().filter(|operation| mine(operation)).collect())
         }
     }
-}
-
-/// `$collStats`' parsed options.
-pub struct CollStatsOptions {
-    pub latency_stats: Option<bool>,
-    pub storage_stats: Option<i64>,
-    pub count: bool,
-    pub query_exec_stats: bool,
-}
-
-pub(crate) fn hostname() -> String {
-    std::fs::read_to_string("/etc/hostname").map(|name| name.trim().to_string()).unwrap_or_else(|_| "localhost".to_string())
-}
-
-pub(crate) fn now() -> Bson {
-    Bson::DateTime(bson::DateTime::now())
-}
-
-pub(crate) fn empty_latency() -> Document {
-    doc! { "latency": 0_i64, "ops": 0_i64 }
 }

@@ -24,6 +24,8 @@ use myriad_storage::{
     ValidationReport, WriteTransaction,
 };
 
+use crate::error::{CommandError, CommandResult};
+
 pub type BackendResult<T> = Result<T, StorageError>;
 
 /// One write unit on one collection, isolated from other writers of the collection until
@@ -275,6 +277,34 @@ impl Backend for Engine {
     fn flush(&self) -> BackendResult<()> {
         Engine::flush(self)
     }
+}
+
+/// Attempts to find the collection still there under its write lock before giving up.
+const MAX_CREATE_ATTEMPTS: usize = 16;
+
+/// A write session on `db.collection`, creating the collection when missing, as MongoDB
+/// creates it on first write. A collection dropped between its creation and the write lock is
+/// created again (insert and upsert racing a drop), at most [`MAX_CREATE_ATTEMPTS`] times.
+pub fn begin_write_creating<'b>(backend: &'b dyn Backend, db: &str, collection: &str) -> CommandResult<Box<dyn WriteSession + 'b>> {
+    let handle = backend.get_or_create_collection(db, collection)?;
+    begin_write_on(backend, db, collection, handle)
+}
+
+/// [`begin_write_creating`] for a collection already looked up (or created) as `handle`.
+pub fn begin_write_on<'b>(backend: &'b dyn Backend, db: &str, collection: &str, mut handle: CollectionHandle) -> CommandResult<Box<dyn WriteSession + 'b>> {
+    for _ in 0..MAX_CREATE_ATTEMPTS {
+        let transaction = backend.begin_write(&handle);
+        match transaction.handle() {
+            Ok(_) => return Ok(transaction),
+            Err(StorageError::NamespaceNotFound(_)) => {}
+            Err(error) => return Err(error.into()),
+        }
+        // Its lock stripe is released before the collection is created again (the creation
+        // waits for the DDL mutex, which is never taken under a stripe).
+        drop(transaction);
+        handle = backend.get_or_create_collection(db, collection)?;
+    }
+    Err(CommandError::new(crate::error::WRITE_CONFLICT, format!("{db}.{collection} was dropped repeatedly while writing to it")))
 }
 
 /// Checks the [`Backend`] contract around every call of the backend it wraps.

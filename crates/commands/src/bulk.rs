@@ -23,13 +23,14 @@
 
 use std::borrow::Cow;
 
-use bson::{Bson, Document, RawDocument};
+use bson::{doc, Bson, Document, RawDocument};
 use myriad_storage::{CollectionHandle, Durability, PreparedInsert};
 
 pub use crate::request::InsertDocument;
 
 use crate::error::{CommandError, CommandResult};
-use crate::write::{begin_write_on, prepare_for_insert};
+use crate::backend::begin_write_on;
+use crate::write::prepare_for_insert;
 use crate::ServerContext;
 
 /// At most this many documents per insert slice.
@@ -271,6 +272,14 @@ pub fn interrupted_with(mut error: CommandError, done: Document) -> CommandError
 /// `{n}` (and more) of what a command did before it was interrupted.
 pub fn counts(fields: &[(&str, i64)]) -> Document {
     fields.iter().map(|(name, count)| (name.to_string(), Bson::Int32(*count as i32))).collect()
+}
+
+/// `{n, ok: 1, writeErrors?}`; writeErrors never turn the reply into `ok: 0`.
+pub fn write_reply(count: i64, write_errors: WriteErrors) -> Document {
+    let mut reply = doc! { "n": count as i32 };
+    write_errors.append_to(&mut reply);
+    reply.insert("ok", 1.0);
+    reply
 }
 
 #[cfg(test)]

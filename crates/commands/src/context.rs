@@ -1,6 +1,5 @@
 //! State shared by every connection: the storage engine, cursors, counters, parameters, log.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -12,7 +11,6 @@ use crate::backend::{Backend, ContractBackend};
 
 use crate::cursor::CursorManager;
 use crate::log::Logger;
-use crate::session::Session;
 
 /// How the server was started: shown by getCmdLineOpts.
 #[derive(Clone, Debug)]
@@ -62,7 +60,7 @@ pub struct ServerContext {
     pub network_requests: AtomicI64,
     pub compression: CompressionCounters,
     /// The `topologyVersion` counter that awaitable `hello`s watch.
-    pub topology: crate::command::hello::Topology,
+    pub topology: crate::topology::Topology,
     /// Commands running now (currentOp, killOp, maxTimeMS).
     pub operations: crate::operation::OperationTable,
     /// Authentication on or off, privilege cache, failed-login limiter.
@@ -98,32 +96,6 @@ pub fn compressor_slot(compressor: myriad_wire::Compressor) -> usize {
         myriad_wire::Compressor::Snappy => 0,
         myriad_wire::Compressor::Zlib => 1,
         myriad_wire::Compressor::Zstd => 2,
-    }
-}
-
-/// What a handler knows of the connection that sent the command: its id and address (copied
-/// out of the session for cheap reads) and the connection's [`Session`] state.
-#[derive(Clone, Debug)]
-pub struct ConnectionInfo {
-    pub connection_id: i64,
-    pub remote_address: Option<SocketAddr>,
-    pub session: Arc<Session>,
-}
-
-impl ConnectionInfo {
-    pub fn new(session: Arc<Session>) -> ConnectionInfo {
-        ConnectionInfo { connection_id: session.connection_id, remote_address: session.remote_address, session }
-    }
-
-    /// The node's own requests of itself (a config server or shard reading and writing its
-    /// catalog): no socket, trusted by authorization.
-    pub fn internal(connection_id: i64) -> ConnectionInfo {
-        ConnectionInfo::new(Arc::new(Session::internal(connection_id)))
-    }
-
-    /// A connection with no socket (tests, internal callers).
-    pub fn detached(connection_id: i64) -> ConnectionInfo {
-        ConnectionInfo::new(Arc::new(Session::new(connection_id, None)))
     }
 }
 
@@ -165,7 +137,7 @@ impl ServerContext {
             network_bytes_out: AtomicI64::new(0),
             network_requests: AtomicI64::new(0),
             compression: CompressionCounters::default(),
-            topology: crate::command::hello::Topology::new(),
+            topology: crate::topology::Topology::new(),
             operations: crate::operation::OperationTable::default(),
             security: crate::auth::Security::default(),
             role: std::sync::OnceLock::new(),

@@ -1,4 +1,5 @@
-//! Open cursors: a bounded table keyed by cursor id.
+//! Open cursors: a bounded table keyed by cursor id, and what each cursor reads from (a query,
+//! materialized results, an aggregation's [`AggregationStream`], a tailable query).
 //!
 //! Invariants:
 //! - A getMore checks its cursor out of the table while it runs, so two getMores on one
@@ -22,8 +23,10 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use bson::{Bson, Document, RawDocumentBuf};
+use myriad_query::aggregate::{Pipeline, PipelineRun};
 use parking_lot::Mutex;
 
+use crate::backend::Backend;
 use crate::error::CommandResult;
 use crate::execution::{Execution, MAX_BATCH_BYTES};
 use crate::reply::encode_document;
@@ -37,7 +40,7 @@ pub enum CursorSource {
     /// A query that resumes from its position.
     Query(Box<Execution>),
     /// An aggregation pipeline that pulls from its input as batches are asked for.
-    Aggregation(Box<crate::command::aggregate::AggregationStream>),
+    Aggregation(Box<AggregationStream>),
     /// A tailable cursor on a capped collection: stays open at the end of the collection.
     Tailable(Box<tailable::TailableQuery>),
 }
@@ -87,6 +90,66 @@ pub fn take_batch(documents: &mut VecDeque<RawDocumentBuf>, retained_bytes: &mut
     }
     batch
 }
+/// An aggregation in progress: the pipeline pulls input from the execution only as far as
+/// the batch being filled needs, so a cursor holds the pipeline's state and at most one
+/// batch of results, not the whole result.
+pub struct AggregationStream {
+    /// Documents the pipeline reads before (instead of) the collection: `$planCacheStats`.
+    seed: VecDeque<Document>,
+    input: Option<Execution>,
+    run: PipelineRun,
+    /// Results produced but not yet returned, and their bytes.
+    output: VecDeque<RawDocumentBuf>,
+    output_bytes: usize,
+}
+
+impl AggregationStream {
+    /// A stream over `input` (none for a collection-less or missing input) that `pipeline`
+    /// reads after the `seed` documents.
+    pub fn new(seed: VecDeque<Document>, input: Option<Execution>, pipeline: Pipeline) -> AggregationStream {
+        AggregationStream { seed, input, run: PipelineRun::new(pipeline), output: VecDeque::new(), output_bytes: 0 }
+    }
+
+    /// Up to `max_documents` results, within the batch byte bound.
+    pub fn next_batch(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<Vec<RawDocumentBuf>> {
+        let mut produced = Vec::new();
+        while !self.run.is_finished() && self.output.len() < max_documents && self.output_bytes < MAX_BATCH_BYTES {
+            let next = match (&mut self.input, self.run.wants_input()) {
+                (_, true) if !self.seed.is_empty() => self.seed.pop_front(),
+                (Some(execution), true) => crate::execution::note_examined_during(execution, |execution| execution.next_filtered(backend))?,
+                _ => None,
+            };
+            match next {
+                Some(document) => self.run.push_input(document, &mut produced)?,
+                // A few at a time, so the batch's byte bound is checked as results arrive.
+                None => self.run.finish(&mut produced, (max_documents - self.output.len()).min(16))?,
+            }
+            for document in produced.drain(..) {
+                let encoded = encode_document(&document)?;
+                self.output_bytes += encoded.as_bytes().len();
+                self.output.push_back(encoded);
+            }
+        }
+        Ok(take_batch(&mut self.output, &mut self.output_bytes, max_documents))
+    }
+
+    pub fn is_exhausted(&self) -> bool {
+        self.run.is_finished() && self.output.is_empty()
+    }
+
+    /// Bytes kept between batches: results not yet returned and what the input retains.
+    pub fn retained_bytes(&self) -> usize {
+        self.output_bytes + self.input.as_ref().map_or(0, Execution::retained_bytes)
+    }
+
+    /// Lets the input drop what it read ahead.
+    pub fn park(&mut self) {
+        if let Some(execution) = &mut self.input {
+            execution.park();
+        }
+    }
+}
+
 
 pub struct Cursor {
     pub namespace: String,

@@ -26,7 +26,7 @@ use crate::backend::Backend;
 use crate::error::CommandResult;
 use crate::reply::encode_document;
 use crate::operation::check_interrupt;
-use crate::plan::trial::TrialOutcome;
+use crate::plan::trial::{TrialOutcome, TrialRun};
 use crate::plan::{plan_query, Access, QuerySpec};
 use crate::stages::{ExecutionCounters, StageShape};
 
@@ -153,12 +153,24 @@ impl Execution {
     /// Plans the query (trial-running candidates when several indexes qualify) and returns the
     /// execution of the winning plan, positioned at its start.
     pub fn new(backend: &dyn Backend, collection: CollectionHandle, spec: QuerySpec) -> CommandResult<Execution> {
-        let planned = plan_query(backend, &collection, &spec)?;
+        let planned = plan_query(backend, &collection, &spec, &|access, max_works, max_results| {
+            Execution::trial_run(backend, &collection, &spec, access, max_works, max_results)
+        })?;
         crate::operation::note_plan_summary(|| planned.access.describe());
         let mut execution = Execution::with_access(collection, spec, planned.access);
         execution.planning =
             Planning { rejected: planned.rejected, winner_trial: planned.winner_trial, from_plan_cache: planned.from_plan_cache };
         Ok(execution)
+    }
+
+    /// A planner's trial of `access`: the query over it from its start, for a bounded amount of
+    /// work (see [`crate::plan::trial`]).
+    fn trial_run(backend: &dyn Backend, collection: &CollectionHandle, spec: &QuerySpec, access: &Access, max_works: u64, max_results: u64) -> CommandResult<TrialRun> {
+        let mut execution = Execution::with_access(collection.clone(), spec.clone(), access.clone());
+        let (works, results, reached_end) = execution.trial(backend, max_works, max_results)?;
+        let (keys_examined, documents_examined) = (execution.counters.keys_examined, execution.counters.documents_examined);
+        let stages = execution.plan_tree();
+        Ok(TrialRun { works, results, reached_end, keys_examined, documents_examined, stages })
     }
 
     /// The execution of `spec` over a given access path.
@@ -626,6 +638,19 @@ fn covered_document(paths: &[String], values: Vec<Bson>) -> Document {
         target.insert(last, value);
     }
     document
+}
+
+/// Runs one step of an execution and adds what that step examined: for executions that
+/// outlive the operation (a cursor's, read again by getMore) or that a loop drives a chunk at
+/// a time (update, delete, aggregation input).
+pub fn note_examined_during<T>(execution: &mut Execution, step: impl FnOnce(&mut Execution) -> T) -> T {
+    let (keys_before, documents_before) = (execution.counters.keys_examined, execution.counters.documents_examined);
+    let outcome = step(execution);
+    crate::operation::note_examined_amounts(
+        execution.counters.keys_examined.saturating_sub(keys_before),
+        execution.counters.documents_examined.saturating_sub(documents_before),
+    );
+    outcome
 }
 
 /// Decodes a stored record without recursion: a record nesting deeper than any BSON document

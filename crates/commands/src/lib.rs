@@ -14,6 +14,7 @@
 // keyValue) by value, as every handler returns it; the larger `Err` is accepted, as in storage.
 #![allow(clippy::result_large_err)]
 
+pub mod access;
 pub mod aggregate_server_state;
 pub mod auth;
 pub mod aggregate_sources;
@@ -22,7 +23,6 @@ pub mod bulk;
 pub mod collation;
 pub mod command;
 pub mod context;
-pub mod duplicates;
 pub mod cursor;
 pub mod error;
 pub mod execution;
@@ -39,11 +39,13 @@ pub mod role;
 pub mod session;
 pub mod stages;
 pub mod table;
+pub mod topology;
 pub mod ttl;
 pub mod validation;
 pub mod write;
 
-pub use context::{ConnectionInfo, Process, ServerContext, ServerOptions};
+pub use context::{Process, ServerContext, ServerOptions};
+pub use session::ConnectionInfo;
 pub use error::{CommandError, CommandResult};
 pub use reply::Reply;
 pub use request::CommandRequest;

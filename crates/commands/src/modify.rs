@@ -73,7 +73,7 @@ pub fn for_each_current_match(
         let chunk = if scope == Scope::One { 1 } else { WRITE_CHUNK_DOCUMENTS };
         loop {
             check_interrupt()?;
-            let candidates = crate::operation::note_examined_during(&mut execution, |execution| execution.next_match_ids(backend, chunk))?;
+            let candidates = crate::execution::note_examined_during(&mut execution, |execution| execution.next_match_ids(backend, chunk))?;
             if candidates.is_empty() {
                 break;
             }

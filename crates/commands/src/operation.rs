@@ -15,6 +15,10 @@
 //!   inserted, deleted) is noted by the command modules through the `note_*` functions into
 //!   the thread's running operation, for the profiler and the slow-query log
 //!   ([`crate::profiler`]). Noting is a thread-local update: no lock, no allocation.
+//! - The profiling settings ([`profiling`]) are kept with the table, beside the operations
+//!   they judge.
+
+pub mod profiling;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -27,7 +31,6 @@ use bson::{doc, Bson, Document};
 use parking_lot::Mutex;
 
 use crate::error::{CommandError, CommandResult, BAD_VALUE, INTERRUPTED, MAX_TIME_MS_EXPIRED};
-use crate::execution::Execution;
 use crate::stages::ExecutionCounters;
 
 /// Commands whose body is larger than this are shown truncated by currentOp (MongoDB shows
@@ -131,8 +134,8 @@ pub struct OperationStart<'a> {
 pub struct OperationTable {
     running: Mutex<HashMap<u32, Arc<Operation>>>,
     next_opid: AtomicU32,
-    /// `profile` levels, filters, slowms and sampleRate (see [`crate::profiler`]).
-    pub profiler: crate::profiler::Profiler,
+    /// `profile` levels, filters, slowms and sampleRate (see [`profiling`] and [`crate::profiler`]).
+    pub profiler: profiling::Profiler,
 }
 
 impl Default for OperationTable {
@@ -140,7 +143,7 @@ impl Default for OperationTable {
         OperationTable {
             running: Mutex::new(HashMap::new()),
             next_opid: AtomicU32::new(1),
-            profiler: crate::profiler::Profiler::default(),
+            profiler: profiling::Profiler::default(),
         }
     }
 }
@@ -288,20 +291,8 @@ pub fn note_examined(counters: &ExecutionCounters) {
     note_examined_amounts(counters.keys_examined, counters.documents_examined);
 }
 
-/// Runs one step of an execution and adds what that step examined: for executions that
-/// outlive the operation (a cursor's, read again by getMore) or that a loop drives a chunk at
-/// a time (update, delete, aggregation input).
-pub fn note_examined_during<T>(execution: &mut Execution, step: impl FnOnce(&mut Execution) -> T) -> T {
-    let (keys_before, documents_before) = (execution.counters.keys_examined, execution.counters.documents_examined);
-    let outcome = step(execution);
-    note_examined_amounts(
-        execution.counters.keys_examined.saturating_sub(keys_before),
-        execution.counters.documents_examined.saturating_sub(documents_before),
-    );
-    outcome
-}
-
-fn note_examined_amounts(keys: u64, documents: u64) {
+/// Adds keys and documents examined to the running operation (nothing outside one).
+pub fn note_examined_amounts(keys: u64, documents: u64) {
     note(|metrics| {
         let examined = metrics.examined.get_or_insert_with(Examined::default);
         examined.keys = examined.keys.saturating_add(keys);

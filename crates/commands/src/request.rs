@@ -1,14 +1,16 @@
 //! A decoded command: its database, body (with OP_MSG document sequences folded in, but for
 //! an insert's `documents`, kept as bytes) and typed accessors that reply with MongoDB's
-//! errors for wrongly typed fields.
+//! errors for wrongly typed fields, and ([`duplicates`]) the refusal of repeated field names.
+
+pub mod duplicates;
 
 use std::sync::Arc;
 
 use bson::{Bson, Document, RawDocument, RawDocumentBuf};
 use myriad_wire::DocumentSequence;
 
-use crate::context::ConnectionInfo;
 use crate::error::{CommandError, CommandResult, INVALID_NAMESPACE, TYPE_MISMATCH};
+use crate::session::ConnectionInfo;
 
 pub struct CommandRequest {
     /// The `$db` of the command.
@@ -25,7 +27,7 @@ pub struct CommandRequest {
     pub connection: ConnectionInfo,
     /// Field names that occurred twice in one document of the message (the decoder keeps the
     /// last value; see [`myriad_wire::DuplicateFields`]), as paths from the body, sequence
-    /// documents under `[identifier, index]`. Checked by [`crate::duplicates`].
+    /// documents under `[identifier, index]`. Checked by [`crate::request::duplicates`].
     pub duplicate_fields: Vec<myriad_wire::DuplicateFieldPath>,
 }
 
@@ -66,7 +68,7 @@ impl CommandRequest {
         request.raw_documents = raw_documents;
         if !duplicate_fields.is_empty() {
             request.duplicate_fields = duplicate_fields.paths().to_vec();
-            crate::duplicates::check_command(&request)?;
+            crate::request::duplicates::check_command(&request)?;
         }
         Ok(request)
     }
@@ -78,8 +80,8 @@ impl CommandRequest {
         };
         // `$external` holds the users that authenticate outside Myriad (X.509): a command may
         // name it, and only the authentication and user commands accept it
-        // (`auth::check_external_database`); it is never a namespace's database.
-        if db != crate::command::authenticate::EXTERNAL {
+        // (`access::check_external_database`); it is never a namespace's database.
+        if db != crate::auth::EXTERNAL {
             validate_database_name(&db)?;
         }
         Ok(CommandRequest { db, name, body: Arc::new(body), connection, raw_documents: None, duplicate_fields: Vec::new() })

@@ -10,7 +10,7 @@
 //! inferred from reply documents.
 
 use std::net::SocketAddr;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bson::Document;
 use parking_lot::{Mutex, RwLock};
@@ -19,6 +19,32 @@ use myriad_wire::Compressor;
 
 use crate::auth::scram::ServerConversation;
 use crate::auth::UserName;
+
+/// What a handler knows of the connection that sent the command: its id and address (copied
+/// out of the session for cheap reads) and the connection's [`Session`] state.
+#[derive(Clone, Debug)]
+pub struct ConnectionInfo {
+    pub connection_id: i64,
+    pub remote_address: Option<SocketAddr>,
+    pub session: Arc<Session>,
+}
+
+impl ConnectionInfo {
+    pub fn new(session: Arc<Session>) -> ConnectionInfo {
+        ConnectionInfo { connection_id: session.connection_id, remote_address: session.remote_address, session }
+    }
+
+    /// The node's own requests of itself (a config server or shard reading and writing its
+    /// catalog): no socket, trusted by authorization.
+    pub fn internal(connection_id: i64) -> ConnectionInfo {
+        ConnectionInfo::new(Arc::new(Session::internal(connection_id)))
+    }
+
+    /// A connection with no socket (tests, internal callers).
+    pub fn detached(connection_id: i64) -> ConnectionInfo {
+        ConnectionInfo::new(Arc::new(Session::new(connection_id, None)))
+    }
+}
 
 pub struct Session {
     pub connection_id: i64,

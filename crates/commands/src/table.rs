@@ -1,9 +1,12 @@
 //! The command table: every command Myriad answers, with its handler and help text, and the
-//! dispatcher that turns handler results into replies.
+//! dispatcher that turns handler results into replies; [`requirements`] holds the privileges of
+//! the commands whose needs depend on the request.
+
+pub mod requirements;
 
 use bson::{doc, Document};
 
-use crate::auth::{self, Access};
+use crate::access::{self, Access};
 use crate::command;
 use crate::context::ServerContext;
 use crate::error::{CommandError, CommandResult, COMMAND_NOT_FOUND};
@@ -23,7 +26,7 @@ pub struct CommandSpec {
     pub admin_only: bool,
     /// Counted as a write for opcounters and the `w`/`j` durability options.
     pub is_write: bool,
-    /// What the command needs when authorization is on (see [`crate::auth::authorize`]).
+    /// What the command needs when authorization is on (see [`crate::access::authorize`]).
     pub access: Access,
     /// What a router does with it.
     pub router: OnRouter,
@@ -60,7 +63,7 @@ commands! {
     "hostInfo" => command::host_info::run, admin: false, write: false, router: Local, access: Cluster(&["hostInfo"]), "Host operating system and hardware.";
     "getCmdLineOpts" => command::get_cmd_line_opts::run, admin: true, write: false, router: Routed, access: Cluster(&["getCmdLineOpts"]), "The options the server was started with.";
     "serverStatus" => command::server_status::run, admin: false, write: false, router: Local, access: Cluster(&["serverStatus"]), "Server and storage engine figures.";
-    "listCommands" => command::list_commands::run, admin: false, write: false, router: Local, access: Open, "This list.";
+    "listCommands" => list_commands, admin: false, write: false, router: Local, access: Open, "This list.";
     "getLog" => command::get_log::run, admin: true, write: false, router: Local, access: Cluster(&["getLog"]), "Recent log lines.";
     "startSession" => command::sessions::start, admin: false, write: false, router: Local, access: Authenticated, "Starts a logical session.";
     "endSessions" => command::sessions::end, admin: false, write: false, router: Local, access: Open, "Ends logical sessions.";
@@ -75,18 +78,18 @@ commands! {
     "killCursors" => command::kill_cursors::run, admin: false, write: false, router: Routed, access: Authenticated, "Closes cursors.";
     "update" => command::update::run, admin: false, write: true, router: Routed, access: Collection(&["update"]), "Updates documents.";
     "delete" => command::delete::run, admin: false, write: true, router: Routed, access: Collection(&["remove"]), "Deletes documents.";
-    "bulkWrite" => command::bulk_write::run, admin: true, write: true, router: NotYet, access: Custom(auth::requirements::bulk_write), "Inserts, updates and deletes on many collections (MongoDB 8.0).";
-    "findAndModify" | "findandmodify" => command::find_and_modify::run, admin: false, write: true, router: Routed, access: Custom(auth::requirements::find_and_modify), "Updates or removes one document and returns it.";
+    "bulkWrite" => command::bulk_write::run, admin: true, write: true, router: NotYet, access: Custom(requirements::bulk_write), "Inserts, updates and deletes on many collections (MongoDB 8.0).";
+    "findAndModify" | "findandmodify" => command::find_and_modify::run, admin: false, write: true, router: Routed, access: Custom(requirements::find_and_modify), "Updates or removes one document and returns it.";
     "count" => command::count::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Counts matching documents.";
     "distinct" => command::distinct::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Distinct values of a field.";
-    "aggregate" => command::aggregate::run, admin: false, write: false, router: Routed, access: Custom(auth::requirements::aggregate), "Runs an aggregation pipeline.";
+    "aggregate" => command::aggregate::run, admin: false, write: false, router: Routed, access: Custom(requirements::aggregate), "Runs an aggregation pipeline.";
     "create" => command::create::run, admin: false, write: true, router: Routed, access: Collection(&["createCollection"]), "Creates a collection.";
     "collMod" => command::coll_mod::run, admin: false, write: true, router: Routed, access: Collection(&["collMod"]), "Changes a collection's validator, validationLevel and validationAction.";
     "drop" => command::drop::run, admin: false, write: true, router: Routed, access: Collection(&["dropCollection"]), "Drops a collection.";
     "dropDatabase" => command::drop_database::run, admin: false, write: true, router: Routed, access: Database(&["dropDatabase"]), "Drops a database.";
     "listCollections" => command::list_collections::run, admin: false, write: false, router: Routed, access: Database(&["listCollections"]), "Lists collections.";
     "listDatabases" => command::list_databases::run, admin: true, write: false, router: Routed, access: Authenticated, "Lists databases (with --auth, those the user's privileges reach unless it holds listDatabases).";
-    "renameCollection" => command::rename_collection::run, admin: true, write: true, router: Routed, access: Custom(auth::requirements::rename_collection), "Renames a collection.";
+    "renameCollection" => command::rename_collection::run, admin: true, write: true, router: Routed, access: Custom(requirements::rename_collection), "Renames a collection.";
     "createIndexes" => command::create_indexes::run, admin: false, write: true, router: Routed, access: Collection(&["createIndex"]), "Builds indexes.";
     "listIndexes" => command::list_indexes::run, admin: false, write: false, router: Routed, access: Collection(&["listIndexes"]), "Lists a collection's indexes.";
     "dropIndexes" | "deleteIndexes" => command::drop_indexes::run, admin: false, write: true, router: Routed, access: Collection(&["dropIndex"]), "Drops indexes.";
@@ -98,27 +101,27 @@ commands! {
     "currentOp" => command::current_op::run, admin: true, write: false, router: Local, access: Authenticated, "Lists the operations in progress (the user's own with $ownOps; all needs inprog).";
     "killOp" => command::current_op::kill, admin: true, write: false, router: Local, access: Authenticated, "Interrupts an operation in progress (the user's own, or any with killop).";
     "profile" => command::profile::run, admin: false, write: false, router: NotYet, access: Database(&["enableProfiler"]), "Reads or sets the database profiler level, slowms, sampleRate and filter.";
-    "explain" => command::explain::run, admin: false, write: false, router: Routed, access: Custom(auth::requirements::explain), "Explains how a query, count, distinct, update, delete, findAndModify or aggregate runs.";
+    "explain" => command::explain::run, admin: false, write: false, router: Routed, access: Custom(requirements::explain), "Explains how a query, count, distinct, update, delete, findAndModify or aggregate runs.";
     "planCacheClear" => command::plan_cache_clear::run, admin: false, write: false, router: NotYet, access: Collection(&["planCacheWrite"]), "Forgets a collection's cached query plans.";
     "saslStart" => command::sasl::start, admin: false, write: false, router: Local, access: Open, "Starts a SCRAM authentication conversation.";
     "saslContinue" => command::sasl::continue_conversation, admin: false, write: false, router: Local, access: Open, "Continues a SCRAM authentication conversation.";
     "authenticate" => command::authenticate::run, admin: false, write: false, router: Local, access: Open, "Authenticates with MONGODB-X509 as the subject of the TLS client certificate.";
     "logout" => command::sasl::logout, admin: false, write: false, router: Local, access: Open, "Logs the connection's user out.";
-    "createUser" => command::users::create_user, admin: false, write: true, router: Local, access: Custom(auth::requirements::create_user), "Creates a user.";
-    "updateUser" => command::users::update_user, admin: false, write: true, router: Local, access: Custom(auth::requirements::update_user), "Changes a user's password, custom data or roles.";
+    "createUser" => command::users::create_user, admin: false, write: true, router: Local, access: Custom(requirements::create_user), "Creates a user.";
+    "updateUser" => command::users::update_user, admin: false, write: true, router: Local, access: Custom(requirements::update_user), "Changes a user's password, custom data or roles.";
     "dropUser" => command::users::drop_user, admin: false, write: true, router: Local, access: Database(&["dropUser"]), "Removes a user.";
     "dropAllUsersFromDatabase" => command::users::drop_all_users, admin: false, write: true, router: Local, access: Database(&["dropUser"]), "Removes every user of a database.";
-    "usersInfo" => command::users::users_info, admin: false, write: false, router: Local, access: Custom(auth::requirements::users_info), "Describes users.";
-    "grantRolesToUser" => command::users::grant_roles, admin: false, write: true, router: Local, access: Custom(auth::requirements::grant_roles), "Grants roles to a user.";
-    "revokeRolesFromUser" => command::users::revoke_roles, admin: false, write: true, router: Local, access: Custom(auth::requirements::revoke_roles), "Revokes roles from a user.";
-    "createRole" => command::roles::create_role, admin: false, write: true, router: Local, access: Custom(auth::requirements::create_role), "Creates a role.";
+    "usersInfo" => command::users::users_info, admin: false, write: false, router: Local, access: Custom(requirements::users_info), "Describes users.";
+    "grantRolesToUser" => command::users::grant_roles, admin: false, write: true, router: Local, access: Custom(requirements::grant_roles), "Grants roles to a user.";
+    "revokeRolesFromUser" => command::users::revoke_roles, admin: false, write: true, router: Local, access: Custom(requirements::revoke_roles), "Revokes roles from a user.";
+    "createRole" => command::roles::create_role, admin: false, write: true, router: Local, access: Custom(requirements::create_role), "Creates a role.";
     "updateRole" => command::roles::update_role, admin: false, write: true, router: Local, access: Database(&["grantRole", "revokeRole"]), "Replaces a role's privileges or roles.";
     "dropRole" => command::roles::drop_role, admin: false, write: true, router: Local, access: Database(&["dropRole"]), "Removes a role.";
     "rolesInfo" => command::roles::roles_info, admin: false, write: false, router: Local, access: Database(&["viewRole"]), "Describes roles.";
     "grantPrivilegesToRole" => command::roles::grant_privileges, admin: false, write: true, router: Local, access: Database(&["grantRole"]), "Adds privileges to a role.";
     "revokePrivilegesFromRole" => command::roles::revoke_privileges, admin: false, write: true, router: Local, access: Database(&["revokeRole"]), "Removes privileges from a role.";
-    "grantRolesToRole" => command::roles::grant_roles, admin: false, write: true, router: Local, access: Custom(auth::requirements::grant_roles), "Makes a role inherit roles.";
-    "revokeRolesFromRole" => command::roles::revoke_roles, admin: false, write: true, router: Local, access: Custom(auth::requirements::revoke_roles), "Removes inherited roles from a role.";
+    "grantRolesToRole" => command::roles::grant_roles, admin: false, write: true, router: Local, access: Custom(requirements::grant_roles), "Makes a role inherit roles.";
+    "revokeRolesFromRole" => command::roles::revoke_roles, admin: false, write: true, router: Local, access: Custom(requirements::revoke_roles), "Removes inherited roles from a role.";
     "validate" => command::validate::run, admin: false, write: false, router: NotYet, access: Collection(&["validate"]), "Checks a collection's records, indexes and counts.";
 }
 
@@ -215,8 +218,8 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
     let Some(spec) = find_command(&request.name) else {
         return Err(CommandError::new(COMMAND_NOT_FOUND, format!("no such command: '{}'", request.name)));
     };
-    auth::check_external_database(request, spec.name)?;
-    auth::authorize(context, request, spec.name, spec.access)?;
+    access::check_external_database(request, spec.name)?;
+    access::authorize(context, request, spec.name, spec.access)?;
     // Transactions and retryable writes are refused before anything runs (standalone).
     command::sessions::refuse_transactions(request)?;
     crate::collation::refuse_non_simple(request)?;
@@ -227,7 +230,7 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
         ));
     }
     let users = request.connection.session.authenticated_users();
-    match auth::with_current_users(users, || (spec.handler)(context, request))? {
+    match crate::auth::with_current_users(users, || (spec.handler)(context, request))? {
         Reply::Document(mut reply) => {
             if !reply.contains_key("ok") {
                 reply.insert("ok", 1.0);
@@ -236,6 +239,12 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
         }
         encoded @ Reply::Encoded(_) => Ok(encoded),
     }
+}
+
+/// `listCommands`: the command table with help text (here, not in [`crate::command`], so the
+/// table never needs a handler to describe itself).
+pub fn list_commands(_context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
+    Ok(doc! { "commands": describe_commands(), "ok": 1.0 })
 }
 
 /// `listCommands` body.

@@ -1,12 +1,11 @@
-//! What insert, update, delete and findAndModify share: write concern, `_id` handling, batch
-//! limits and the write reply shape.
+//! What insert, update, delete and findAndModify share: write concern, `_id` handling and batch
+//! limits (the write reply's shape is [`crate::bulk::write_reply`], starting a write session is
+//! [`crate::backend::begin_write_creating`]).
 
 use std::borrow::Cow;
 
-use bson::{doc, oid::ObjectId, Bson, Document};
-use myriad_storage::{CollectionHandle, Durability, StorageError};
-
-use crate::backend::{Backend, WriteSession};
+use bson::{oid::ObjectId, Bson, Document};
+use myriad_storage::Durability;
 
 use crate::error::{CommandError, CommandResult, INVALID_LENGTH};
 use crate::request::CommandRequest;
@@ -65,42 +64,6 @@ pub fn prepare_for_insert(document: &Document) -> CommandResult<Cow<'_, Document
         }
     }
     Ok(Cow::Owned(prepared))
-}
-
-/// Attempts to find the collection still there under its write lock before giving up.
-const MAX_CREATE_ATTEMPTS: usize = 16;
-
-/// A write session on `db.collection`, creating the collection when missing, as MongoDB
-/// creates it on first write. A collection dropped between its creation and the write lock is
-/// created again (insert and upsert racing a drop), at most [`MAX_CREATE_ATTEMPTS`] times.
-pub fn begin_write_creating<'b>(backend: &'b dyn Backend, db: &str, collection: &str) -> CommandResult<Box<dyn WriteSession + 'b>> {
-    let handle = backend.get_or_create_collection(db, collection)?;
-    begin_write_on(backend, db, collection, handle)
-}
-
-/// [`begin_write_creating`] for a collection already looked up (or created) as `handle`.
-pub fn begin_write_on<'b>(backend: &'b dyn Backend, db: &str, collection: &str, mut handle: CollectionHandle) -> CommandResult<Box<dyn WriteSession + 'b>> {
-    for _ in 0..MAX_CREATE_ATTEMPTS {
-        let transaction = backend.begin_write(&handle);
-        match transaction.handle() {
-            Ok(_) => return Ok(transaction),
-            Err(StorageError::NamespaceNotFound(_)) => {}
-            Err(error) => return Err(error.into()),
-        }
-        // Its lock stripe is released before the collection is created again (the creation
-        // waits for the DDL mutex, which is never taken under a stripe).
-        drop(transaction);
-        handle = backend.get_or_create_collection(db, collection)?;
-    }
-    Err(CommandError::new(crate::error::WRITE_CONFLICT, format!("{db}.{collection} was dropped repeatedly while writing to it")))
-}
-
-/// `{n, ok: 1, writeErrors?}`; writeErrors never turn the reply into `ok: 0`.
-pub fn write_reply(count: i64, write_errors: crate::bulk::WriteErrors) -> Document {
-    let mut reply = doc! { "n": count as i32 };
-    write_errors.append_to(&mut reply);
-    reply.insert("ok", 1.0);
-    reply
 }
 
 /// The statement documents of a write (`updates`, `deletes`), each required to be a document.

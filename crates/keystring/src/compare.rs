@@ -9,7 +9,7 @@ use std::cmp::Ordering;
 
 use bson::{Bson, Document};
 
-use crate::exact::{compare_exact, ExactNumber};
+use crate::exact::{compare_exact, compare_integer_float, ExactNumber};
 
 /// Canonical type rank, as MongoDB's `canonicalizeBSONType`. Equal ranks compare by value.
 pub fn canonical_rank(value: &Bson) -> u8 {
@@ -65,37 +65,6 @@ impl Number {
 /// `Infinity`, `-Infinity` and `NaN`).
 pub fn decimal_to_f64(value: &bson::Decimal128) -> f64 {
     value.to_string().parse::<f64>().unwrap_or(f64::NAN)
-}
-
-/// Exact comparison of an integer against a double, with NaN below everything.
-pub(crate) fn compare_integer_float(integer: i64, float: f64) -> Ordering {
-    if float.is_nan() {
-        return Ordering::Greater;
-    }
-    // 2^63 as f64 is exact; every i64 is below it and at or above -2^63.
-    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
-    if float >= TWO_POW_63 {
-        return Ordering::Less;
-    }
-    if float < -TWO_POW_63 {
-        return Ordering::Greater;
-    }
-    let truncated = float.trunc();
-    // In range, so the cast is exact for the integral part.
-    let truncated_integer = truncated as i64;
-    match integer.cmp(&truncated_integer) {
-        Ordering::Equal => {
-            let fraction = float - truncated;
-            if fraction > 0.0 {
-                Ordering::Less
-            } else if fraction < 0.0 {
-                Ordering::Greater
-            } else {
-                Ordering::Equal
-            }
-        }
-        other => other,
-    }
 }
 
 fn compare_floats(a: f64, b: f64) -> Ordering {

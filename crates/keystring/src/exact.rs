@@ -365,13 +365,44 @@ pub(crate) fn compare_exact(left: ExactNumber, right: ExactNumber) -> Ordering {
         (_, NaN) => Ordering::Greater,
         (Integer(x), Integer(y)) => x.cmp(&y),
         (Double(x), Double(y)) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
-        (Integer(x), Double(y)) => crate::compare::compare_integer_float(x, y),
-        (Double(x), Integer(y)) => crate::compare::compare_integer_float(y, x).reverse(),
+        (Integer(x), Double(y)) => compare_integer_float(x, y),
+        (Double(x), Integer(y)) => compare_integer_float(y, x).reverse(),
         (Decimal(x), Decimal(y)) => compare_normalized(&x, &y),
         (Decimal(x), Double(y)) => compare_normalized_with_double(&x, y),
         (Double(x), Decimal(y)) => compare_normalized_with_double(&y, x).reverse(),
         (Decimal(x), Integer(y)) => compare_decimal_with_integer(&x, y),
         (Integer(x), Decimal(y)) => compare_decimal_with_integer(&y, x).reverse(),
+    }
+}
+
+/// Exact comparison of an integer against a double, with NaN below everything.
+pub(crate) fn compare_integer_float(integer: i64, float: f64) -> Ordering {
+    if float.is_nan() {
+        return Ordering::Greater;
+    }
+    // 2^63 as f64 is exact; every i64 is below it and at or above -2^63.
+    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+    if float >= TWO_POW_63 {
+        return Ordering::Less;
+    }
+    if float < -TWO_POW_63 {
+        return Ordering::Greater;
+    }
+    let truncated = float.trunc();
+    // In range, so the cast is exact for the integral part.
+    let truncated_integer = truncated as i64;
+    match integer.cmp(&truncated_integer) {
+        Ordering::Equal => {
+            let fraction = float - truncated;
+            if fraction > 0.0 {
+                Ordering::Less
+            } else if fraction < 0.0 {
+                Ordering::Greater
+            } else {
+                Ordering::Equal
+            }
+        }
+        other => other,
     }
 }
 

@@ -1,6 +1,6 @@
 //! Views of single chunks and in-order iteration over a map.
 
-use crate::map::{ChunkMap, Collection};
+use crate::collection::Collection;
 use crate::node::{Inner, Leaf, Node};
 use crate::version::{Chunk, ChunkVersion, ShardId};
 
@@ -99,8 +99,7 @@ pub struct Chunks<'a> {
 }
 
 impl<'a> Chunks<'a> {
-    pub(crate) fn new(map: &'a ChunkMap, start: Option<&'a [u8]>, end: Option<&'a [u8]>, shard: Option<u16>) -> Chunks<'a> {
-        let collection: &'a Collection = &map.collection;
+    pub(crate) fn new(root: &'a Node, collection: &'a Collection, start: Option<&'a [u8]>, end: Option<&'a [u8]>, shard: Option<u16>) -> Chunks<'a> {
         let mut chunks = Chunks { stack: Vec::new(), leaf: None, end, shard, collection, finished: false };
         if let (Some(start), Some(end)) = (start, end) {
             if start >= end || start > collection.highest.as_slice() {
@@ -109,7 +108,7 @@ impl<'a> Chunks<'a> {
             }
         }
         // Descend to the chunk containing `start` (or the first chunk).
-        let mut node: &'a Node = &map.root;
+        let mut node: &'a Node = root;
         let mut upper: &'a [u8] = &collection.highest;
         loop {
             match node {

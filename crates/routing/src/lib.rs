@@ -18,6 +18,7 @@
 //!   every node's summary (highest version per shard beneath it) matches its contents, which
 //!   keeps the collection version and the shard versions exact.
 
+mod collection;
 mod error;
 mod iter;
 mod keys;
@@ -27,9 +28,10 @@ mod parameters;
 mod shard_key;
 mod version;
 
+pub use collection::CollectionInfo;
 pub use error::RoutingError;
 pub use iter::{ChunkView, Chunks};
-pub use map::{ChunkMap, ChunkMapBuilder, CollectionInfo, RangeTarget};
+pub use map::{ChunkMap, ChunkMapBuilder, RangeTarget};
 pub use parameters::RoutingParameters;
 pub use shard_key::{hash_value, ShardKeyField, ShardKeyPattern};
 pub use version::{Chunk, ChunkVersion, ShardId, ShardNames, ShardVersionMap};

@@ -2,79 +2,11 @@
 
 use std::sync::Arc;
 
-use bson::oid::ObjectId;
-use bson::Timestamp;
-
+use crate::collection::{Collection, CollectionInfo};
 use crate::iter::{Chunks, ChunkView, Upper};
 use crate::node::{self, Edit, Node, Placement, ShardMax, Subtree, SummaryScratch, TreeContext};
-use crate::version::{Chunk, ChunkVersion, ShardId, ShardNames, ShardVersionMap};
-use crate::{RoutingError, RoutingParameters, ShardKeyPattern, MAX_BOUND_BYTES};
-
-/// What a routing table knows about its collection besides the chunks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CollectionInfo {
-    pub shard_key: ShardKeyPattern,
-    /// Names this incarnation of the collection; every chunk must carry it.
-    pub epoch: ObjectId,
-    /// The collection's creation timestamp; every chunk must carry it.
-    pub timestamp: Timestamp,
-    pub shards: ShardNames,
-    pub parameters: RoutingParameters,
-}
-
-/// `CollectionInfo` plus the shard key's global bounds, shared by every version of a map.
-#[derive(Debug)]
-pub(crate) struct Collection {
-    pub(crate) info: CollectionInfo,
-    pub(crate) lowest: Vec<u8>,
-    pub(crate) highest: Vec<u8>,
-}
-
-impl Collection {
-    fn new(info: CollectionInfo) -> Result<Collection, RoutingError> {
-        info.parameters.validate()?;
-        let lowest = info.shard_key.lowest_key();
-        let highest = info.shard_key.highest_key();
-        Ok(Collection { info, lowest, highest })
-    }
-
-    pub(crate) fn version(&self, placement: (u32, u32)) -> ChunkVersion {
-        ChunkVersion {
-            major: placement.0,
-            minor: placement.1,
-            epoch: self.info.epoch,
-            timestamp: self.info.timestamp,
-        }
-    }
-
-    /// Checks what a chunk must satisfy on its own, wherever it is.
-    fn check_chunk(&self, min: &[u8], max: &[u8], shard: ShardId, version: &ChunkVersion) -> Result<Placement, RoutingError> {
-        for bound in [min, max] {
-            if bound.len() > MAX_BOUND_BYTES {
-                return Err(RoutingError::BoundTooLong { length_bytes: bound.len() });
-            }
-        }
-        if min >= max {
-            return Err(RoutingError::InvalidRange { min: min.to_vec(), max: max.to_vec() });
-        }
-        if min < self.lowest.as_slice() {
-            return Err(RoutingError::WrongFirstBound { expected: self.lowest.clone(), found: min.to_vec() });
-        }
-        if max > self.highest.as_slice() {
-            return Err(RoutingError::WrongLastBound { expected: self.highest.clone(), found: max.to_vec() });
-        }
-        if version.epoch != self.info.epoch {
-            return Err(RoutingError::EpochMismatch { expected: self.info.epoch, found: version.epoch });
-        }
-        if version.timestamp != self.info.timestamp {
-            return Err(RoutingError::TimestampMismatch { expected: self.info.timestamp, found: version.timestamp });
-        }
-        if !self.info.shards.contains(shard) {
-            return Err(RoutingError::UnknownShard(shard));
-        }
-        Ok(Placement { major: version.major, minor: version.minor, shard: shard.0 })
-    }
-}
+use crate::version::{Chunk, ChunkVersion, ShardId, ShardVersionMap};
+use crate::RoutingError;
 
 /// The routing table of one sharded collection: which shard owns each shard-key range.
 ///
@@ -330,18 +262,18 @@ impl ChunkMap {
 
     /// Every chunk, in key order.
     pub fn iter(&self) -> Chunks<'_> {
-        Chunks::new(self, None, None, None)
+        Chunks::new(&self.root, &self.collection, None, None, None)
     }
 
     /// The chunks owning some key in `[start, end)`, in key order (the last chunk owns MaxKey
     /// itself, as in [`ChunkMap::find`]).
     pub fn chunks_in_range<'a>(&'a self, start: &'a [u8], end: &'a [u8]) -> Chunks<'a> {
-        Chunks::new(self, Some(start), Some(end), None)
+        Chunks::new(&self.root, &self.collection, Some(start), Some(end), None)
     }
 
     /// The chunks one shard owns, in key order; subtrees without the shard are skipped whole.
     pub fn chunks_of_shard(&self, shard: ShardId) -> Chunks<'_> {
-        Chunks::new(self, None, None, Some(shard.0))
+        Chunks::new(&self.root, &self.collection, None, None, Some(shard.0))
     }
 
     /// How many chunks own keys in `[start, end)` and on which shards, in O(log N) nodes whatever

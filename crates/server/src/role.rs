@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use myriad_cluster::config_server::ConfigServer;
 use myriad_cluster::launcher::{self, ClusterOptions};
-use myriad_cluster::shard::ShardRole;
+use myriad_cluster::shard_role::ShardRole;
 use myriad_commands::log::Logger;
 use myriad_commands::{ServerContext, ServerOptions};
 use myriad_storage::Engine;

@@ -25,7 +25,7 @@ use serde_json::json;
 use myriad_cluster::router::no_data::NoLocalData;
 use myriad_cluster::router::users::ConfigServerUserStore;
 use myriad_cluster::router::{self, request::RouterRequest, table as router_table, RouterContext, RouterOptions};
-use myriad_commands::auth::{self, Access};
+use myriad_commands::access::{self, Access};
 use myriad_commands::error::{CommandError, COMMAND_NOT_FOUND};
 use myriad_commands::log::Logger;
 use myriad_commands::table::{self, OnRouter};
@@ -119,7 +119,7 @@ impl RouterService {
     /// `{killOp: 1, op: "<shard>:<opid>"}`: needs the cluster's killop action (the shard cannot
     /// tell whose operation it is), then goes to the shard.
     async fn kill_on_shard(&self, context: &Arc<ServerContext>, request: &CommandRequest, shard_operation: String) -> Reply {
-        match auth::holds_cluster_action(context, request, "killop") {
+        match access::holds_cluster_action(context, request, "killop") {
             Ok(true) => {}
             Ok(false) => return CommandError::new(myriad_commands::error::UNAUTHORIZED, "Unauthorized").to_reply().into(),
             Err(error) => return error.to_reply().into(),
@@ -134,8 +134,8 @@ impl RouterService {
     async fn route(&self, context: &Arc<ServerContext>, request: CommandRequest, node_access: Option<Access>) -> Reply {
         let Some(spec) = router_table::find_command(&request.name) else { return not_found(&request.name) };
         let access = node_access.or(spec.access).unwrap_or(Access::Authenticated);
-        let authorized = auth::check_external_database(&request, spec.name)
-            .and_then(|()| auth::authorize(context, &request, spec.name, access))
+        let authorized = access::check_external_database(&request, spec.name)
+            .and_then(|()| access::authorize(context, &request, spec.name, access))
             .and_then(|()| myriad_commands::command::sessions::refuse_transactions_on_router(&request))
             .and_then(|()| check_write_arguments(&request));
         if let Err(error) = authorized {
@@ -188,7 +188,7 @@ pub fn serve(config_server: String, arguments: ServerArguments, argv: Vec<String
 async fn run(config_server: String, arguments: ServerArguments, argv: Vec<String>, logger: Arc<Logger>) -> Result<(), String> {
     logger.info("CONTROL", 4615611, "mongosMain", "MongoS starting", json!({ "pid": std::process::id(), "port": arguments.port, "configdb": config_server }));
     let tls = Arc::new(TlsListener::from_options(&arguments.tls_options())?);
-    let internal_key = arguments.key_file.as_deref().map(auth::read_key_file).transpose()?;
+    let internal_key = arguments.key_file.as_deref().map(myriad_commands::auth::read_key_file).transpose()?;
     crate::member_tls::configure_members(&arguments.tls_options(), internal_key.clone())?;
     let (listeners, port) = network::bind(&arguments.bind_ip, arguments.port).await?;
     let host = arguments.bind_ip.split(',').next().unwrap_or("127.0.0.1").trim().to_string();

@@ -27,10 +27,8 @@ use std::time::Duration;
 
 use bson::{Binary, Bson, Document};
 use myriad_commands::ServerContext;
-use myriad_storage::OperationObserver;
 use parking_lot::Mutex;
 
-use crate::auto_split::AutoSplitter;
 use crate::catalog::{CatalogCache, RoutingInfo};
 use crate::client::{NodeClient, NodePool};
 use crate::error::{ClusterError, ClusterResult, CONFLICTING_OPERATION_IN_PROGRESS, SHARDING_STATE_NOT_INITIALIZED, SHARD_NOT_FOUND};
@@ -77,7 +75,6 @@ pub struct MigrationState {
     pub gates: Gates,
     pub snapshots: SnapshotTracker,
     pub range_deleter: RangeDeleter,
-    pub auto_splitter: Arc<AutoSplitter>,
     activity: Mutex<Option<Activity>>,
     incoming: Mutex<Option<Arc<Incoming>>>,
     nodes: NodePool,
@@ -86,7 +83,6 @@ pub struct MigrationState {
 impl MigrationState {
     pub fn new(runtime: tokio::runtime::Handle, context: Weak<ServerContext>, sharding: Arc<ShardingState>) -> Arc<MigrationState> {
         Arc::new(MigrationState {
-            auto_splitter: Arc::new(AutoSplitter::new(Arc::clone(&sharding))),
             runtime,
             context,
             sharding,
@@ -100,18 +96,7 @@ impl MigrationState {
         })
     }
 
-    /// The storage engine's operation observer: feeds migration captures and the auto-splitter.
-    pub fn observer(self: &Arc<Self>) -> OperationObserver {
-        let state = Arc::downgrade(self);
-        Arc::new(move |records| {
-            if let Some(state) = state.upgrade() {
-                state.captures.observe(records);
-                state.auto_splitter.observe(records);
-            }
-        })
-    }
-
-    /// Starts recovery, the range deleter and the auto-splitter.
+    /// Starts recovery and the range deleter.
     pub fn start_background(self: &Arc<Self>) {
         let state = Arc::clone(self);
         self.runtime.spawn(async move {
@@ -121,7 +106,6 @@ impl MigrationState {
             }
         });
         self.runtime.spawn(RangeDeleter::run(Arc::clone(self)));
-        self.runtime.spawn(AutoSplitter::run(Arc::clone(&self.auto_splitter), Arc::clone(self)));
     }
 
     pub fn context(&self) -> ClusterResult<Arc<ServerContext>> {

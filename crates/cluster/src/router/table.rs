@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bson::{doc, Document};
 
-use myriad_commands::auth::Access;
+use myriad_commands::access::Access;
 
 use crate::error::{ClusterError, ClusterResult, COMMAND_NOT_FOUND};
 use crate::router::command;

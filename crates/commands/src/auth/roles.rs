@@ -139,7 +139,7 @@ pub const ADMIN_ROLES: &[&str] = &[
 
 /// `$external` holds users only: no role is built in there (mongod's RoleGraph agrees).
 pub fn is_builtin(role: &str, db: &str) -> bool {
-    db != crate::command::authenticate::EXTERNAL && (DATABASE_ROLES.contains(&role) || (db == "admin" && ADMIN_ROLES.contains(&role)))
+    db != crate::auth::EXTERNAL && (DATABASE_ROLES.contains(&role) || (db == "admin" && ADMIN_ROLES.contains(&role)))
 }
 
 /// A built-in role's own privileges and the built-in roles it includes.

@@ -109,7 +109,7 @@ fn any(backend: &dyn Backend, collection: &str) -> CommandResult<bool> {
 }
 
 fn insert(backend: &dyn Backend, collection: &str, document: &Document) -> CommandResult<()> {
-    let mut session = crate::write::begin_write_creating(backend, ADMIN, collection)?;
+    let mut session = crate::backend::begin_write_creating(backend, ADMIN, collection)?;
     session.insert(document)?;
     session.commit(myriad_storage::Durability::Journaled)?;
     Ok(())

@@ -5,19 +5,17 @@
 //! (`$collStats`, `$indexStats`, `$listSessions`, `$currentOp`) replaces the collection as the
 //! input; a pipeline ending in `$out` or `$merge` runs to completion in the command.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bson::{doc, Bson, Document, RawDocumentBuf};
-use myriad_query::aggregate::{Pipeline, PipelineRun};
-use crate::backend::Backend;
+use bson::{doc, Bson, Document};
+use myriad_query::aggregate::Pipeline;
 
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE, MISSING_FIELD};
 use crate::aggregate_sources::BackendForeignSource;
-use crate::cursor::{take_batch, Cursor, CursorSource};
-use crate::execution::{Execution, MAX_BATCH_BYTES};
+use crate::cursor::{AggregationStream, Cursor, CursorSource};
+use crate::execution::Execution;
 use crate::plan::QuerySpec;
-use crate::reply::{encode_document, Reply};
+use crate::reply::Reply;
 use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
@@ -73,8 +71,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
     let seed = plan_cache_entries.or(source_documents).unwrap_or_default().into();
     // $out and $merge run to completion in the command itself, as in MongoDB.
     let batch_size = if pipeline.writes() { usize::MAX } else { batch_size };
-    let mut stream =
-        AggregationStream { seed, input: execution, run: PipelineRun::new(pipeline), output: VecDeque::new(), output_bytes: 0 };
+    let mut stream = AggregationStream::new(seed, execution, pipeline);
     let first_batch = stream.next_batch(context.backend.as_ref(), batch_size)?;
     let cursor_id = if stream.is_exhausted() {
         0
@@ -83,60 +80,6 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         context.cursors.register(cursor)
     };
     Ok(crate::reply::cursor_reply("firstBatch", cursor_id, &namespace, first_batch))
-}
-
-/// An aggregation in progress: the pipeline pulls input from the execution only as far as
-/// the batch being filled needs, so a cursor holds the pipeline's state and at most one
-/// batch of results, not the whole result.
-pub struct AggregationStream {
-    /// Documents the pipeline reads before (instead of) the collection: `$planCacheStats`.
-    seed: VecDeque<Document>,
-    input: Option<Execution>,
-    run: PipelineRun,
-    /// Results produced but not yet returned, and their bytes.
-    output: VecDeque<RawDocumentBuf>,
-    output_bytes: usize,
-}
-
-impl AggregationStream {
-    /// Up to `max_documents` results, within the batch byte bound.
-    pub fn next_batch(&mut self, backend: &dyn Backend, max_documents: usize) -> CommandResult<Vec<RawDocumentBuf>> {
-        let mut produced = Vec::new();
-        while !self.run.is_finished() && self.output.len() < max_documents && self.output_bytes < MAX_BATCH_BYTES {
-            let next = match (&mut self.input, self.run.wants_input()) {
-                (_, true) if !self.seed.is_empty() => self.seed.pop_front(),
-                (Some(execution), true) => crate::operation::note_examined_during(execution, |execution| execution.next_filtered(backend))?,
-                _ => None,
-            };
-            match next {
-                Some(document) => self.run.push_input(document, &mut produced)?,
-                // A few at a time, so the batch's byte bound is checked as results arrive.
-                None => self.run.finish(&mut produced, (max_documents - self.output.len()).min(16))?,
-            }
-            for document in produced.drain(..) {
-                let encoded = encode_document(&document)?;
-                self.output_bytes += encoded.as_bytes().len();
-                self.output.push_back(encoded);
-            }
-        }
-        Ok(take_batch(&mut self.output, &mut self.output_bytes, max_documents))
-    }
-
-    pub fn is_exhausted(&self) -> bool {
-        self.run.is_finished() && self.output.is_empty()
-    }
-
-    /// Bytes kept between batches: results not yet returned and what the input retains.
-    pub fn retained_bytes(&self) -> usize {
-        self.output_bytes + self.input.as_ref().map_or(0, Execution::retained_bytes)
-    }
-
-    /// Lets the input drop what it read ahead.
-    pub fn park(&mut self) {
-        if let Some(execution) = &mut self.input {
-            execution.park();
-        }
-    }
 }
 
 /// Variables and their values.

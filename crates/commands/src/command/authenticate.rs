@@ -15,15 +15,13 @@
 
 use bson::{doc, Bson, Document};
 
-use crate::auth::{store, AUTHENTICATION_FAILED, USER_NOT_FOUND};
+use crate::auth::{store, AUTHENTICATION_FAILED, EXTERNAL, USER_NOT_FOUND};
 use crate::command::sasl::{log_failure, log_success, Attempt};
-use crate::duplicates::GENERIC_ARGUMENTS;
+use crate::request::duplicates::GENERIC_ARGUMENTS;
 use crate::error::{CommandError, CommandResult, MISSING_FIELD, PROTOCOL_ERROR, UNKNOWN_FIELD};
 use crate::request::field_type_error;
 use crate::{CommandRequest, ServerContext};
 
-/// The database of users that authenticate outside Myriad (X.509 certificates).
-pub const EXTERNAL: &str = "$external";
 pub const MONGODB_X509: &str = "MONGODB-X509";
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {

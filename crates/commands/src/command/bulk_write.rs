@@ -74,7 +74,7 @@ fn execute(context: &ServerContext, request: &CommandRequest, bulk: &BulkRequest
                         refused: if request.duplicate_fields.is_empty() {
                             None
                         } else {
-                            crate::duplicates::duplicate_under(request, &["ops", &(position + offset).to_string(), "document"])
+                            crate::request::duplicates::duplicate_under(request, &["ops", &(position + offset).to_string(), "document"])
                         },
                     }),
                     _ => None,

@@ -4,8 +4,8 @@
 //! `wiredTiger.creationString` names the collection's block compressor as MongoDB's does.
 
 use bson::{doc, Document};
-use myriad_storage::{CollectionHandle, CollectionStats, CollectionStorage};
 
+use crate::aggregate_server_state::{compression_ratio, sizes, wired_tiger_section};
 use crate::error::{CommandError, CommandResult};
 use crate::{CommandRequest, ServerContext};
 
@@ -64,28 +64,6 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         "ok": 1.0,
     });
     Ok(reply)
-}
-
-/// A collection's counters and its bytes on disk (collStats and `$collStats` storageStats).
-pub fn sizes(context: &ServerContext, collection: &CollectionHandle) -> CommandResult<(CollectionStats, CollectionStorage)> {
-    let stats = context.backend.collection_stats(collection)?;
-    let storage = context.backend.collection_storage(collection, &stats)?;
-    Ok((stats, storage))
-}
-
-/// Myriad's `compressionRatio`: logical bytes (`size`) per byte on disk (`storageSize`), so
-/// 4.0 means the documents take a quarter of their size; 1.0 for an empty collection.
-pub fn compression_ratio(size_bytes: i64, storage_size_bytes: i64) -> f64 {
-    if storage_size_bytes <= 0 {
-        return 1.0;
-    }
-    size_bytes as f64 / storage_size_bytes as f64
-}
-
-/// The `wiredTiger` section, reduced to what Myriad has: the creation string naming the
-/// collection's block compressor, where MongoDB shows it.
-pub fn wired_tiger_section(storage: &CollectionStorage) -> Document {
-    doc! { "creationString": format!("block_compressor={}", storage.block_compressor.name()) }
 }
 
 fn compact_number(number: i64) -> bson::Bson {

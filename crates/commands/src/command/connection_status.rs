@@ -10,7 +10,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let mut roles = Vec::new();
     let mut privileges = Vec::new();
     for user in &users {
-        let resolved = context.security.resolve(context, user)?;
+        let resolved = context.security.resolve(context.users.as_ref(), user)?;
         roles.extend(resolved.roles.iter().map(|(role, db)| Bson::Document(doc! { "role": role, "db": db })));
         privileges.extend(resolved.privileges.iter().map(|privilege| Bson::Document(privilege.to_document())));
     }

@@ -34,7 +34,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let filter = Filter::parse(&filter_document)?;
     let own_only = request.flag("$ownOps")?;
     let enforced = context.security.is_enabled();
-    if enforced && !own_only && !crate::auth::holds_cluster_action(context, request, "inprog")? {
+    if enforced && !own_only && !crate::access::holds_cluster_action(context, request, "inprog")? {
         return Err(CommandError::new(UNAUTHORIZED, "Unauthorized"));
     }
     let users = request.connection.session.authenticated_user_names();
@@ -65,7 +65,7 @@ pub fn kill(context: &ServerContext, request: &CommandRequest) -> CommandResult<
     let target = u32::try_from(opid).ok().and_then(|opid| context.operations.find(opid));
     if let Some(operation) = target {
         let users = request.connection.session.authenticated_user_names();
-        if crate::auth::holds_cluster_action(context, request, "killop")? || shares_a_user(&operation, &users) {
+        if crate::access::holds_cluster_action(context, request, "killop")? || shares_a_user(&operation, &users) {
             operation.kill();
         }
     }

@@ -27,7 +27,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         "dataSize": scaled(stats.data_size_bytes),
         "storageSize": scaled(storage.storage_size_bytes),
         // Myriad's own field, as in collStats: dataSize per byte on disk (never scaled).
-        "compressionRatio": super::coll_stats::compression_ratio(stats.data_size_bytes, storage.storage_size_bytes),
+        "compressionRatio": crate::aggregate_server_state::compression_ratio(stats.data_size_bytes, storage.storage_size_bytes),
     };
     if free_storage {
         reply.insert("freeStorageSize", scaled(0));

@@ -8,11 +8,11 @@ use bson::{Bson, Document};
 use myriad_query::filter::Filter;
 use myriad_storage::{CollectionHandle, Durability};
 
-use crate::bulk::{is_interruption, WriteErrors};
+use crate::bulk::{is_interruption, write_reply, WriteErrors};
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE, MISSING_FIELD};
 use crate::modify::{for_each_current_match, Scope};
 use crate::plan::QuerySpec;
-use crate::write::{durability, ordered, statements, write_reply};
+use crate::write::{durability, ordered, statements};
 use crate::{CommandRequest, ServerContext};
 
 /// Deletes the current matches of `filter_document` (at most one unless `multi`, the first in

@@ -16,7 +16,7 @@ use crate::command::build_info::COMPATIBLE_MONGODB_VERSION;
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
 use crate::execution::Execution;
 use crate::stages::to_count;
-use crate::plan::cache::CacheKey;
+use crate::plan::cache::{strip_statistics, CacheKey};
 use crate::plan::{MultikeyIndexes, QuerySpec};
 use crate::{CommandRequest, ServerContext};
 
@@ -301,49 +301,6 @@ fn wrap(stages: Document, wrapper: &Wrapper<'_>, drained: Option<&Drained>) -> D
     }
     stage.insert("inputStage", stages);
     stage
-}
-
-/// Statistics fields, removed for queryPlanner's plans.
-const STATISTICS_FIELDS: &[&str] = &[
-    "works", "advanced", "nReturned", "keysExamined", "docsExamined", "seeks", "dupsTested", "dupsDropped", "usedDisk",
-    "spilledDataStorageSize",
-];
-
-/// The plan tree without its counters. Iterative: the tree is a chain of `inputStage`s.
-pub fn strip_statistics(tree: &Document) -> Document {
-    let mut chain: Vec<Document> = Vec::new();
-    let mut current = Some(tree);
-    while let Some(stage) = current {
-        let mut stripped = Document::new();
-        for (key, value) in stage {
-            match (key.as_str(), value) {
-                ("inputStage", _) => {}
-                // An OR's branches: scans the planner built, one level deep.
-                ("inputStages", Bson::Array(branches)) => {
-                    let branches: Vec<Bson> = branches
-                        .iter()
-                        .map(|branch| match branch {
-                            Bson::Document(branch) => Bson::Document(strip_statistics(branch)),
-                            other => other.clone(),
-                        })
-                        .collect();
-                    stripped.insert(key.clone(), branches);
-                }
-                (name, _) if STATISTICS_FIELDS.contains(&name) => {}
-                _ => {
-                    stripped.insert(key.clone(), value.clone());
-                }
-            }
-        }
-        chain.push(stripped);
-        current = stage.get_document("inputStage").ok();
-    }
-    let mut result = chain.pop().unwrap_or_default();
-    while let Some(mut outer) = chain.pop() {
-        outer.insert("inputStage", result);
-        result = outer;
-    }
-    result
 }
 
 /// The explained command, with its `$db`, as MongoDB echoes it.

@@ -133,7 +133,7 @@ fn next_batch(
             super::find::check_collection_alive(backend, &execution.collection, "getMore")?;
             check_capped_scan_position(backend, execution)?;
             crate::operation::note_plan_summary(|| execution.access.describe());
-            let batch = crate::operation::note_examined_during(execution, |execution| execution.next_batch(backend, batch_size))?;
+            let batch = crate::execution::note_examined_during(execution, |execution| execution.next_batch(backend, batch_size))?;
             super::find::check_collection_alive(backend, &execution.collection, "getMore")?;
             (batch, execution.is_exhausted())
         }

@@ -5,18 +5,13 @@
 //! The awaitable form of the server-monitoring specification: a request carrying the server's
 //! own `topologyVersion` and `maxAwaitTimeMS` is answered only when the topology changes or
 //! `maxAwaitTimeMS` has passed. This module validates those fields and says how long to wait
-//! ([`await_time`]); the connection task does the waiting asynchronously, then runs the command.
+//! ([`await_time`]); the connection task does the waiting asynchronously (on
+//! [`crate::topology::Topology`]), then runs the command.
 
-use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bson::{doc, oid::ObjectId, Bson, DateTime, Document};
-use parking_lot::Mutex;
 use myriad_wire::{negotiate_compressors, MAX_BSON_OBJECT_SIZE_BYTES, MAX_MESSAGE_SIZE_BYTES, MAX_WRITE_BATCH_SIZE};
 
 use crate::error::{CommandError, CommandResult, ErrorCode, LOCATION_51024, TYPE_MISMATCH};
@@ -53,96 +48,6 @@ pub fn process_id() -> ObjectId {
 /// The `hello` family: the commands that take part in the awaitable protocol.
 pub fn is_hello(command_name: &str) -> bool {
     matches!(command_name, "hello" | "isMaster" | "ismaster")
-}
-
-/// The server's `topologyVersion.counter`, and the awaitable hellos waiting for it to move.
-/// A standalone never changes role, so nothing bumps it yet; replication will call
-/// [`Topology::record_change`] on every state change (election, step-down, reconfig).
-pub struct Topology {
-    counter: AtomicI64,
-    waiters: Mutex<Waiters>,
-}
-
-#[derive(Default)]
-struct Waiters {
-    next_key: u64,
-    wakers: BTreeMap<u64, Waker>,
-}
-
-impl Default for Topology {
-    fn default() -> Self {
-        Topology::new()
-    }
-}
-
-impl Topology {
-    pub fn new() -> Topology {
-        Topology { counter: AtomicI64::new(0), waiters: Mutex::new(Waiters::default()) }
-    }
-
-    pub fn counter(&self) -> i64 {
-        self.counter.load(Ordering::Acquire)
-    }
-
-    /// The server's state changed: a new counter, and every waiting hello answers now.
-    pub fn record_change(&self) {
-        let mut waiters = self.waiters.lock();
-        self.counter.fetch_add(1, Ordering::AcqRel);
-        for (_, waker) in std::mem::take(&mut waiters.wakers) {
-            waker.wake();
-        }
-    }
-
-    /// Resolves once the counter differs from `seen`. Dropping it unregisters it.
-    pub fn changed_since(&self, seen: i64) -> TopologyChanged<'_> {
-        TopologyChanged { topology: self, seen, key: None }
-    }
-
-    /// How many futures are registered for a change (for tests and diagnostics).
-    pub fn waiting(&self) -> usize {
-        self.waiters.lock().wakers.len()
-    }
-}
-
-pub struct TopologyChanged<'topology> {
-    topology: &'topology Topology,
-    seen: i64,
-    key: Option<u64>,
-}
-
-impl Future for TopologyChanged<'_> {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
-        let topology = self.topology;
-        // Checked under the lock record_change holds while bumping: no wake-up is lost.
-        let mut waiters = topology.waiters.lock();
-        if topology.counter() != self.seen {
-            if let Some(key) = self.key.take() {
-                waiters.wakers.remove(&key);
-            }
-            return Poll::Ready(());
-        }
-        let key = match self.key {
-            Some(key) => key,
-            None => {
-                let key = waiters.next_key;
-                waiters.next_key += 1;
-                self.key = Some(key);
-                key
-            }
-        };
-        waiters.wakers.insert(key, context.waker().clone());
-        Poll::Pending
-    }
-}
-
-impl Drop for TopologyChanged<'_> {
-    fn drop(&mut self) {
-        if let Some(key) = self.key {
-            self.topology.waiters.lock().wakers.remove(&key);
-        }
-    }
 }
 
 /// The awaitable fields of a hello, validated as MongoDB's IDL parser and hello command do.
@@ -321,8 +226,6 @@ fn record_client_metadata(request: &CommandRequest) -> CommandResult<()> {
 mod tests {
     use super::*;
     use crate::ConnectionInfo;
-    use std::sync::Arc;
-    use std::task::Wake;
 
     fn hello(body: Document) -> CommandRequest {
         CommandRequest::new("admin".to_string(), body, ConnectionInfo::detached(1)).expect("valid request")
@@ -348,32 +251,5 @@ mod tests {
         let parsed = awaitable_fields(&hello(doc! { "isMaster": 1, "topologyVersion": version, "maxAwaitTimeMS": 250 }));
         assert_eq!(parsed, Ok(Some(AwaitableHello { process_id: process_id(), counter: 0, max_await_time_ms: 250 })));
         assert_eq!(awaitable_fields(&hello(doc! { "hello": 1 })), Ok(None));
-    }
-
-    struct CountingWaker(AtomicI64);
-
-    impl Wake for CountingWaker {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    #[test]
-    fn a_change_wakes_waiting_hellos_and_dropped_waits_unregister() {
-        let topology = Topology::new();
-        let counting = Arc::new(CountingWaker(AtomicI64::new(0)));
-        let waker = Waker::from(Arc::clone(&counting));
-        let mut task_context = Context::from_waker(&waker);
-        let mut waiting = topology.changed_since(0);
-        assert_eq!(Pin::new(&mut waiting).poll(&mut task_context), Poll::Pending);
-        assert_eq!(topology.waiting(), 1);
-        topology.record_change();
-        assert_eq!(counting.0.load(Ordering::SeqCst), 1);
-        assert_eq!(Pin::new(&mut waiting).poll(&mut task_context), Poll::Ready(()));
-        assert_eq!(topology.counter(), 1);
-        let mut abandoned = topology.changed_since(1);
-        assert_eq!(Pin::new(&mut abandoned).poll(&mut task_context), Poll::Pending);
-        drop(abandoned);
-        assert_eq!(topology.waiting(), 0);
     }
 }

@@ -4,9 +4,9 @@
 
 use bson::Document;
 
-use crate::bulk::{insert_in_slices, is_interruption, InsertStatement, WriteErrors};
+use crate::bulk::{insert_in_slices, is_interruption, write_reply, InsertStatement, WriteErrors};
 use crate::error::CommandResult;
-use crate::write::{check_batch_size, durability, ordered, write_reply};
+use crate::write::{check_batch_size, durability, ordered};
 use crate::{CommandRequest, ServerContext};
 
 /// What the command parser reads of an insert before any document is written; a failure
@@ -41,7 +41,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let statements = documents.into_iter().enumerate().map(|(index, document)| InsertStatement {
         index,
         document,
-        refused: crate::duplicates::document_duplicate(request, index),
+        refused: crate::request::duplicates::document_duplicate(request, index),
     });
     let mut inserted = 0i64;
     let mut write_errors = WriteErrors::default();

@@ -18,7 +18,7 @@ use crate::{CommandRequest, ServerContext};
 /// The privileges that decide which databases are listed; None lists them all.
 fn authorized_only(context: &ServerContext, request: &CommandRequest) -> CommandResult<Option<Vec<Arc<Resolved>>>> {
     let asked = request.optional_flag("authorizedDatabases")?;
-    let Some(resolved) = crate::auth::privileges_of(context, request)? else { return Ok(None) };
+    let Some(resolved) = crate::access::privileges_of(context, request)? else { return Ok(None) };
     let may_list_all = resolved.iter().any(|granted| granted.allows(&Target::Cluster, "listDatabases"));
     match asked {
         Some(false) if !may_list_all => Err(CommandError::new(UNAUTHORIZED, "Insufficient permissions to list all databases")),

@@ -31,7 +31,6 @@ pub mod host_info;
 pub mod insert;
 pub mod kill_cursors;
 pub mod list_collections;
-pub mod list_commands;
 pub mod list_databases;
 pub mod list_indexes;
 pub mod parameters;

@@ -18,7 +18,8 @@ use crate::bulk::{is_interruption, WriteErrors};
 use crate::error::{CommandError, CommandResult, MISSING_FIELD};
 use crate::modify::{for_each_current_match, Scope};
 use crate::plan::QuerySpec;
-use crate::write::{begin_write_creating, durability, ordered, prepare_for_insert, statements};
+use crate::backend::begin_write_creating;
+use crate::write::{durability, ordered, prepare_for_insert, statements};
 use crate::{CommandRequest, ServerContext};
 
 /// What one statement did.

@@ -7,8 +7,7 @@
 use bson::{doc, Bson, Document};
 
 use crate::auth::scram::{self, Credential, Mechanism};
-use crate::auth::{roles, store, ROLE_NOT_FOUND, USER_ALREADY_EXISTS, USER_NOT_FOUND};
-use crate::command::authenticate::EXTERNAL;
+use crate::auth::{roles, store, EXTERNAL, ROLE_NOT_FOUND, USER_ALREADY_EXISTS, USER_NOT_FOUND};
 use crate::error::{CommandError, CommandResult, BAD_VALUE, NO_SUCH_KEY};
 use crate::request::type_name;
 use crate::{CommandRequest, ServerContext};

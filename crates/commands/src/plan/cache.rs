@@ -6,6 +6,9 @@
 //! creating or dropping an index, or dropping the collection, makes every entry of the
 //! collection unreachable, and the next query of that shape plans again. At most
 //! [`MAX_ENTRIES`] entries are kept; past it the oldest half is forgotten.
+//!
+//! A cached plan is kept, and explain shows a queryPlanner plan, without its statistics
+//! ([`strip_statistics`]).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -180,6 +183,49 @@ fn write_shape(shape: &mut String, value: &Bson, depth: usize) {
             let _ = write!(shape, "?{:?}", other.element_type());
         }
     }
+}
+
+/// Statistics fields, removed for queryPlanner's plans.
+const STATISTICS_FIELDS: &[&str] = &[
+    "works", "advanced", "nReturned", "keysExamined", "docsExamined", "seeks", "dupsTested", "dupsDropped", "usedDisk",
+    "spilledDataStorageSize",
+];
+
+/// The plan tree without its counters. Iterative: the tree is a chain of `inputStage`s.
+pub fn strip_statistics(tree: &Document) -> Document {
+    let mut chain: Vec<Document> = Vec::new();
+    let mut current = Some(tree);
+    while let Some(stage) = current {
+        let mut stripped = Document::new();
+        for (key, value) in stage {
+            match (key.as_str(), value) {
+                ("inputStage", _) => {}
+                // An OR's branches: scans the planner built, one level deep.
+                ("inputStages", Bson::Array(branches)) => {
+                    let branches: Vec<Bson> = branches
+                        .iter()
+                        .map(|branch| match branch {
+                            Bson::Document(branch) => Bson::Document(strip_statistics(branch)),
+                            other => other.clone(),
+                        })
+                        .collect();
+                    stripped.insert(key.clone(), branches);
+                }
+                (name, _) if STATISTICS_FIELDS.contains(&name) => {}
+                _ => {
+                    stripped.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        chain.push(stripped);
+        current = stage.get_document("inputStage").ok();
+    }
+    let mut result = chain.pop().unwrap_or_default();
+    while let Some(mut outer) = chain.pop() {
+        outer.insert("inputStage", result);
+        result = outer;
+    }
+    result
 }
 
 #[cfg(test)]

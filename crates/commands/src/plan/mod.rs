@@ -21,6 +21,7 @@ use myriad_storage::{CollectionHandle, IndexKeyRange, IndexView, RecordId};
 
 use crate::backend::Backend;
 use crate::error::{CommandError, CommandResult, BAD_VALUE};
+use trial::TrialRunner;
 
 /// What the client asked for, parsed.
 #[derive(Clone)]
@@ -175,7 +176,8 @@ pub struct PlannedQuery {
 /// that bounds the filter's fields (equalities, then one range) or gives the sort. One
 /// candidate is used as it is; several are trial-run and the most productive wins, cached per
 /// query shape until the collection's indexes change. No candidate: a collection scan.
-pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &QuerySpec) -> CommandResult<PlannedQuery> {
+/// Several candidates are trial-run by `run_trial`.
+pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &QuerySpec, run_trial: &TrialRunner<'_>) -> CommandResult<PlannedQuery> {
     let filter = &spec.filter_document;
     let hint = spec.hint.as_ref();
     let single = |access| Ok(PlannedQuery { access, rejected: Vec::new(), winner_trial: None, from_plan_cache: false });
@@ -227,7 +229,7 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
         )),
         0 => single(Access::CollectionScan { last_record_id: None }),
         1 => single(candidates.into_iter().next().expect("one candidate")),
-        _ => choose_among(backend, collection, spec, candidates),
+        _ => choose_among(backend, collection, spec, candidates, run_trial),
     }
 }
 
@@ -256,6 +258,7 @@ fn choose_among(
     collection: &CollectionHandle,
     spec: &QuerySpec,
     candidates: Vec<Access>,
+    run_trial: &TrialRunner<'_>,
 ) -> CommandResult<PlannedQuery> {
     let cache_key = cache::CacheKey::new(collection, spec);
     let cached = cache::lookup(&cache_key).and_then(|winner| candidates.iter().position(|candidate| candidate.describe() == winner));
@@ -269,9 +272,9 @@ fn choose_among(
     for candidate in &mut candidates {
         fill_multikey(candidate, &multikey);
     }
-    let (winner, mut outcomes) = trial::run_trials(backend, collection, spec, candidates)?;
+    let (winner, mut outcomes) = trial::run_trials(spec, candidates, run_trial)?;
     let winner_trial = outcomes.remove(winner);
-    let tree = crate::command::explain::strip_statistics(&winner_trial.stages);
+    let tree = cache::strip_statistics(&winner_trial.stages);
     cache::store(cache_key, winner_trial.access.describe(), tree, winner_trial.works);
     Ok(PlannedQuery { access: winner_trial.access.clone(), rejected: outcomes, winner_trial: Some(winner_trial), from_plan_cache: false })
 }

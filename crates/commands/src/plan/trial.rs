@@ -8,13 +8,13 @@
 //! whose order is the sort's (MongoDB's `noSortBonus`). Ties keep the earlier candidate (index
 //! creation order). The trial reads are thrown away; the winner starts again from the
 //! beginning, so a trial never changes what the query returns.
+//!
+//! The planner does not run queries: its caller passes a [`TrialRunner`] (crate::execution
+//! runs a candidate as a query), so the planner never depends on the executor.
 
 use bson::Document;
-use myriad_storage::CollectionHandle;
 
-use crate::backend::Backend;
 use crate::error::CommandResult;
-use crate::execution::Execution;
 
 use super::{Access, QuerySpec};
 
@@ -37,25 +37,32 @@ pub struct TrialOutcome {
     pub stages: Document,
 }
 
+/// What a candidate did in its trial run, as its [`TrialRunner`] measured it.
+pub struct TrialRun {
+    pub works: u64,
+    pub results: u64,
+    pub reached_end: bool,
+    pub keys_examined: u64,
+    pub documents_examined: u64,
+    /// The candidate's stage tree with its trial counters.
+    pub stages: Document,
+}
+
+/// Runs the query over one candidate access path from its start, for at most `max_works`
+/// units of work and `max_results` matches.
+pub type TrialRunner<'runner> = dyn Fn(&Access, u64, u64) -> CommandResult<TrialRun> + 'runner;
+
 /// Runs every candidate's trial; returns the winner's position and every outcome, in
 /// candidate order.
-pub fn run_trials(
-    backend: &dyn Backend,
-    collection: &CollectionHandle,
-    spec: &QuerySpec,
-    candidates: Vec<Access>,
-) -> CommandResult<(usize, Vec<TrialOutcome>)> {
+pub fn run_trials(spec: &QuerySpec, candidates: Vec<Access>, run_trial: &TrialRunner<'_>) -> CommandResult<(usize, Vec<TrialOutcome>)> {
     let mut outcomes = Vec::with_capacity(candidates.len());
     for access in candidates {
-        let mut execution = Execution::with_access(collection.clone(), spec.clone(), access.clone());
-        let (works, results, reached_end) = execution.trial(backend, TRIAL_WORKS, TRIAL_RESULTS)?;
+        let TrialRun { works, results, reached_end, keys_examined, documents_examined, stages } = run_trial(&access, TRIAL_WORKS, TRIAL_RESULTS)?;
         let blocking_sort = spec.sort.is_some() && !access.provides_sort();
         let score = 1.0
             + results as f64 / works.max(1) as f64
             + if reached_end { 1.0 } else { 0.0 }
             + if blocking_sort { 0.0 } else { 1e-4 };
-        let (keys_examined, documents_examined) = (execution.counters.keys_examined, execution.counters.documents_examined);
-        let stages = execution.plan_tree();
         outcomes.push(TrialOutcome { access, works, keys_examined, documents_examined, results, reached_end, score, stages });
     }
     let mut winner = 0;

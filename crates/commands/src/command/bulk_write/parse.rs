@@ -85,7 +85,7 @@ pub fn operation_target(operation: &Document) -> Option<(&str, usize)> {
 
 pub fn parse(request: &CommandRequest) -> CommandResult<BulkRequest<'_>> {
     if let Some(field) = request.body.keys().find(|field| {
-        !TOP_LEVEL_FIELDS.contains(&field.as_str()) && !crate::duplicates::GENERIC_ARGUMENTS.contains(&field.as_str())
+        !TOP_LEVEL_FIELDS.contains(&field.as_str()) && !crate::request::duplicates::GENERIC_ARGUMENTS.contains(&field.as_str())
     }) {
         return Err(unknown_field("bulkWrite", field));
     }

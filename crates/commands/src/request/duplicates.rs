@@ -16,7 +16,7 @@
 //! name, and refusing is better than silently keeping one.
 
 use crate::error::{CommandError, CommandResult, ErrorCode, DUPLICATE_FIELD};
-use crate::request::CommandRequest;
+use super::CommandRequest;
 
 /// MongoDB's generic command arguments: parsed apart from each command's own fields, so a
 /// repeat of one is not the command parser's duplicate (drivers may send `lsid` twice when a

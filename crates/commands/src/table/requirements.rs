@@ -1,4 +1,4 @@
-//! The privileges of commands whose needs depend on the request ([`crate::auth::Access::Custom`]).
+//! The privileges of commands whose needs depend on the request ([`crate::access::Access::Custom`]).
 
 use bson::Bson;
 
@@ -83,11 +83,11 @@ pub fn rename_collection(request: &CommandRequest) -> Vec<(Target, &'static str)
 pub fn explain(request: &CommandRequest) -> Vec<(Target, &'static str)> {
     let Some(Bson::Document(inner)) = request.body.get("explain") else { return vec![(Target::Database(request.db.clone()), "find")] };
     let Some((name, _)) = inner.iter().next() else { return vec![(Target::Database(request.db.clone()), "find")] };
-    let Some(spec) = crate::table::find_command(name) else { return vec![(Target::Database(request.db.clone()), "find")] };
+    let Some(spec) = super::find_command(name) else { return vec![(Target::Database(request.db.clone()), "find")] };
     let mut body = inner.clone();
     body.insert("$db", request.db.clone());
     match CommandRequest::new(request.db.clone(), body, request.connection.clone()) {
-        Ok(inner_request) if name != "explain" => super::requirements_of(spec.access, &inner_request),
+        Ok(inner_request) if name != "explain" => crate::access::requirements_of(spec.access, &inner_request),
         _ => vec![(Target::Database(request.db.clone()), "find")],
     }
 }
