@@ -208,6 +208,7 @@ async fn run(config_server: String, arguments: ServerArguments, argv: Vec<String
     if let Some(key) = internal_key {
         context.security.set_internal_key(key);
     }
+    context.security.set_cache_lifetime(myriad_commands::auth::ROUTER_USER_CACHE_LIFETIME);
     for assignment in &arguments.set_parameters {
         myriad_commands::command::parameters::set_at_startup(&context, assignment)?;
     }

@@ -4,7 +4,9 @@
 //! dispatcher makes before every handler is [`crate::access`].
 //!
 //! Invariants:
-//! - Resolved privileges are cached per user, bounded, and dropped on every user or role change.
+//! - Resolved privileges are cached per user, bounded, and dropped on every user or role change
+//!   made through this process; a router also re-reads them after
+//!   [`ROUTER_USER_CACHE_LIFETIME`], since another router may have changed them.
 //! - Failed logins are rate-limited per client address with a bounded table.
 
 pub mod rate_limit;
@@ -63,6 +65,11 @@ pub fn read_key_file(path: &str) -> Result<String, String> {
     Ok(key)
 }
 
+/// How long a router trusts a user's cached privileges (mongos's
+/// `userCacheInvalidationIntervalSecs` default): a change made through another router is
+/// enforced here at most this much later.
+pub const ROUTER_USER_CACHE_LIFETIME: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// At most this many users' resolved privileges are cached.
 const MAX_CACHED_USERS: usize = 10_000;
 
@@ -87,7 +94,13 @@ impl UserName {
 #[derive(Default)]
 pub struct Security {
     enabled: AtomicBool,
-    cache: Mutex<HashMap<UserName, Arc<Resolved>>>,
+    /// Each user's resolution and when it was made.
+    cache: Mutex<HashMap<UserName, (std::time::Instant, Arc<Resolved>)>>,
+    /// How long a resolution is trusted: forever on a node, whose users change only through
+    /// it (and every change clears the cache); on a router, whose users live on the config
+    /// server and may change through another router, a bounded time
+    /// ([`ROUTER_USER_CACHE_LIFETIME`]). None: forever.
+    cache_lifetime: std::sync::OnceLock<std::time::Duration>,
     /// Held while users or roles change, so check-then-write sequences do not interleave.
     pub change_lock: Mutex<()>,
     pub failed_logins: rate_limit::FailedLogins,
@@ -135,6 +148,12 @@ impl Security {
         Some(credentials[usize::from(mechanism == scram::Mechanism::Sha256)].clone())
     }
 
+    /// Bounds how long a cached resolution is trusted (a router's users change elsewhere too).
+    /// The first call wins.
+    pub fn set_cache_lifetime(&self, lifetime: std::time::Duration) {
+        let _ = self.cache_lifetime.set(lifetime);
+    }
+
     /// Users or roles changed: every cached resolution is stale.
     pub fn invalidate(&self) {
         self.cache.lock().clear();
@@ -142,8 +161,10 @@ impl Security {
 
     /// The roles and privileges of a user (empty when the user no longer exists).
     pub fn resolve(&self, users: &dyn store::UserStore, user: &UserName) -> CommandResult<Arc<Resolved>> {
-        if let Some(cached) = self.cache.lock().get(user) {
-            return Ok(Arc::clone(cached));
+        if let Some((made, cached)) = self.cache.lock().get(user) {
+            if self.cache_lifetime.get().map_or(true, |lifetime| made.elapsed() < *lifetime) {
+                return Ok(Arc::clone(cached));
+            }
         }
         if self.internal_key().is_some() && user.user == INTERNAL_USER && user.db == INTERNAL_DATABASE {
             return Ok(Arc::new(Resolved::internal_system()));
@@ -157,7 +178,7 @@ impl Security {
         if cache.len() >= MAX_CACHED_USERS {
             cache.clear();
         }
-        cache.insert(user.clone(), Arc::clone(&resolved));
+        cache.insert(user.clone(), (std::time::Instant::now(), Arc::clone(&resolved)));
         Ok(resolved)
     }
 }
@@ -194,6 +215,57 @@ pub fn current_users() -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bson::Document;
+    use roles::Target;
+
+    /// A user store holding one user whose roles a test changes, counting its reads.
+    struct ChangingUsers {
+        roles: parking_lot::Mutex<Vec<&'static str>>,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl store::UserStore for ChangingUsers {
+        fn get(&self, collection: &str, _id: &str) -> CommandResult<Option<Document>> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            Ok((collection == store::USERS_COLLECTION).then(|| bson::doc! { "roles": self.roles.lock().clone() }))
+        }
+        fn all(&self, _collection: &str) -> CommandResult<Vec<Document>> {
+            Ok(Vec::new())
+        }
+        fn any(&self, _collection: &str) -> CommandResult<bool> {
+            Ok(true)
+        }
+        fn insert(&self, _collection: &str, _document: &Document) -> CommandResult<()> {
+            Ok(())
+        }
+        fn replace(&self, _collection: &str, _id: &str, _new: &Document) -> CommandResult<bool> {
+            Ok(true)
+        }
+        fn delete(&self, _collection: &str, _ids: &[String]) -> CommandResult<usize> {
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn a_routers_cached_privileges_expire_and_a_nodes_do_not() {
+        let users = ChangingUsers { roles: parking_lot::Mutex::new(vec!["read"]), reads: Default::default() };
+        let ann = UserName::new("ann", "shop");
+        let orders = Target::Collection("shop".into(), "orders".into());
+        let node = Security::default();
+        assert!(!node.resolve(&users, &ann).expect("resolves").allows(&orders, "insert"));
+        *users.roles.lock() = vec!["readWrite"];
+        assert!(!node.resolve(&users, &ann).expect("cached").allows(&orders, "insert"), "a node trusts its cache until it changes users itself");
+        node.invalidate();
+        assert!(node.resolve(&users, &ann).expect("re-read").allows(&orders, "insert"));
+        let router = Security::default();
+        router.set_cache_lifetime(std::time::Duration::ZERO);
+        *users.roles.lock() = vec!["read"];
+        assert!(!router.resolve(&users, &ann).expect("resolves").allows(&orders, "insert"));
+        *users.roles.lock() = vec!["readWrite"];
+        let reads_before = users.reads.load(Ordering::SeqCst);
+        assert!(router.resolve(&users, &ann).expect("re-read").allows(&orders, "insert"), "a router re-reads an expired resolution");
+        assert!(users.reads.load(Ordering::SeqCst) > reads_before);
+    }
 
     #[test]
     fn current_users_are_scoped_to_the_handler_even_when_it_panics() {
