@@ -3,11 +3,10 @@
 //! an exact model; `$out` replacing its target atomically while readers count it; and
 //! maxTimeMS stopping a `$graphLookup` that loops over another collection.
 
-mod common;
 
 use std::collections::BTreeMap;
 
-use common::{error_code, TestServer};
+use myriad_testkit::{error_code, TestServer};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Document};
 

@@ -3,10 +3,9 @@
 //! commands, the localhost exception, each built-in role's allowed and refused commands,
 //! cursor ownership, and many clients logging in at once.
 
-mod common;
 
 use bson::{doc, Bson, Document};
-use common::{error_code, TestServer};
+use myriad_testkit::{error_code, TestServer};
 use mongodb::options::AuthMechanism;
 use mongodb::Client;
 

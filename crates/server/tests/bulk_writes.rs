@@ -4,11 +4,10 @@
 //! statements through insert_many and bulk_write, maxTimeMS between slices, privileges, and
 //! many clients at once against an exact model.
 
-mod common;
 
 use std::collections::{HashMap, HashSet};
 
-use common::{admin, error_code, TestServer};
+use myriad_testkit::{admin, error_code, TestServer};
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::error::ErrorKind;
 use mongodb::options::{AuthMechanism, DeleteManyModel, DeleteOneModel, UpdateManyModel, UpdateOneModel, WriteModel};

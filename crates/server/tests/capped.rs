@@ -3,12 +3,11 @@
 //! tailable and awaitData cursors, CappedPositionLost, QueryPlanKilled after a drop, and the
 //! cursor argument rules MongoDB applies.
 
-mod common;
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use common::TestServer;
+use myriad_testkit::TestServer;
 use futures_util::StreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::CursorType;

@@ -4,13 +4,11 @@
 //! another router, the StaleConfig refresh path, the orphan filter, and the admin commands'
 //! errors.
 
-mod cluster_support;
-mod common;
 
 use std::collections::HashSet;
 
-use cluster_support::{admin, error_code, TestCluster};
-use common::TestServer;
+use myriad_testkit::{admin, error_code, TestCluster};
+use myriad_testkit::TestServer;
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{Client, Collection};

@@ -5,8 +5,6 @@
 //! auto-split made on one shard, a shard drained and removed, and a donor or recipient killed
 //! in the middle of a migration.
 
-mod cluster_support;
-mod common;
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -14,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cluster_support::{admin, error_code, TestCluster};
+use myriad_testkit::{admin, error_code, TestCluster};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{Client, Collection};

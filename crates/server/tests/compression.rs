@@ -4,11 +4,10 @@
 //! `fsync`, the compressor surviving restarts and renames, MongoDB's errors for bad options,
 //! and concurrent writers into collections of every compressor against an exact model.
 
-mod common;
 
 use std::collections::BTreeMap;
 
-use common::TestServer;
+use myriad_testkit::TestServer;
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{Client, Collection, Database};

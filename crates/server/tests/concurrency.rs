@@ -4,11 +4,10 @@
 //! deletes and updates, inserts racing drops, insertMany batches racing each other and index
 //! changes, and serverStatus.opLatencies counting each of many concurrent operations once.
 
-mod common;
 
 use std::collections::HashSet;
 
-use common::TestServer;
+use myriad_testkit::TestServer;
 use mongodb::bson::{doc, Document};
 use mongodb::{Client, Collection};
 

@@ -3,11 +3,10 @@
 //! start-up naming it.
 
 mod certificates;
-mod common;
 
 use bson::doc;
 use certificates::Certificates;
-use common::TestServer;
+use myriad_testkit::TestServer;
 
 fn write_config(directory: &std::path::Path, yaml: &str) -> String {
     let path = directory.join("myriad.conf");

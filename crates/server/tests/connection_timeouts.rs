@@ -3,13 +3,12 @@
 //! clients keep working while other sockets are cut. The limits are set short through
 //! `--setParameter`; raw sockets control exactly what is sent.
 
-mod common;
 mod raw_client;
 
 use std::time::Duration;
 
 use bson::{doc, Document};
-use common::TestServer;
+use myriad_testkit::TestServer;
 use mongodb::options::AuthMechanism;
 use raw_client::{op_msg, RawConnection, ScramLogin};
 
@@ -163,7 +162,7 @@ async fn idle_connections_close_but_connections_waiting_on_the_server_do_not() {
     .await
     .expect("a silent connection under the new limit");
     let refused = client.database("admin").run_command(doc! { "setParameter": 1, "messageReadTimeoutMillis": 0 }).await;
-    assert_eq!(refused.map_err(|error| common::error_code(&error)).map(|_| ()), Err(Some(2)));
+    assert_eq!(refused.map_err(|error| myriad_testkit::error_code(&error)).map(|_| ()), Err(Some(2)));
 }
 
 #[test]

@@ -3,12 +3,11 @@
 //! clients whose syncs are grouped survive a power loss in the middle of their stream; a clean
 //! SIGTERM exits 0.
 
-mod common;
 mod power_loss;
 
 use std::collections::BTreeSet;
 
-use common::TestServer;
+use myriad_testkit::TestServer;
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Document};
 use mongodb::options::{Acknowledgment, Hint, IndexOptions, WriteConcern};

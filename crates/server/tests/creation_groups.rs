@@ -4,12 +4,11 @@
 //! options (one wins, the others get NamespaceExists), createIndexes and first inserts racing
 //! on one name (one creates it, all succeed); the catalog equals the model after a restart.
 
-mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use common::TestServer;
+use myriad_testkit::TestServer;
 use mongodb::bson::{doc, Document};
 use mongodb::Client;
 
@@ -46,7 +45,7 @@ async fn create_from_client(client: Client, number: usize, shared: Arc<Mutex<Sha
         let created = database.run_command(doc! { "create": &explicit, "capped": true, "size": 4096 * (number as i64 + 1) }).await;
         match created {
             Ok(_) => shared.lock().unwrap().explicit_winners.entry(explicit.clone()).or_default().push(number),
-            Err(error) => assert_eq!(common::error_code(&error), Some(48), "{error}"),
+            Err(error) => assert_eq!(myriad_testkit::error_code(&error), Some(48), "{error}"),
         }
         let raced = format!("raced_{index}");
         let reply = database

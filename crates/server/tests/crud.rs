@@ -1,8 +1,7 @@
 //! CRUD, indexes, namespaces and errors through the official Rust driver.
 
-mod common;
 
-use common::{error_code, TestServer};
+use myriad_testkit::{error_code, TestServer};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::{Compressor, FindOptions, IndexOptions, ReturnDocument};

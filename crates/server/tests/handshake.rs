@@ -2,14 +2,13 @@
 //! client costs the server almost nothing), transactions refused as a standalone mongod refuses
 //! them, and the exhaust wire protocol seen from a raw socket.
 
-mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
 use bson::{doc, Bson, Document};
-use common::{error_code, TestServer};
+use myriad_testkit::{error_code, TestServer};
 use myriad_wire::{decode_message, encode_op_msg, OpMsg, Request, OP_MSG_FLAG_EXHAUST_ALLOWED, OP_MSG_FLAG_MORE_TO_COME};
 
 /// How long the idle client sits connected.

@@ -11,14 +11,13 @@
 //! awaited (the replies to the hostile messages are tallied by code; see the test's output). A few lie about their length and go on a throwaway connection. A connection the
 //! server closes is reopened (and logged in again). Seeded: a failure names its seed and index.
 
-mod common;
 mod raw_client;
 
 use std::time::Duration;
 
 use bson::spec::BinarySubtype;
 use bson::{doc, Binary, Bson, Document};
-use common::TestServer;
+use myriad_testkit::TestServer;
 use futures_util::TryStreamExt;
 use mongodb::options::AuthMechanism;
 use mongodb::Client;

@@ -6,11 +6,10 @@
 //! The driver encodes commands recursively too, so the client side runs on a thread with a
 //! large stack; only the server is under test.
 
-mod common;
 
 use std::future::Future;
 
-use common::{error_code, TestServer};
+use myriad_testkit::{error_code, TestServer};
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::error::Error;
 use mongodb::{Client, Collection};

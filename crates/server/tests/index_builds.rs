@@ -2,14 +2,13 @@
 //! inserting and updating it and another client creates collections elsewhere; and a build
 //! interrupted by a crash, restarted after open.
 
-mod common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::TestServer;
+use myriad_testkit::TestServer;
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Document};
 use mongodb::{Client, Collection, IndexModel};

@@ -1,9 +1,8 @@
 //! Collections and indexes are catalog entries, not files: 10,000 collections with two
 //! secondary indexes each leave the column families and the file count as they were.
 
-mod common;
 
-use common::TestServer;
+use myriad_testkit::TestServer;
 use futures_util::future::join_all;
 use mongodb::bson::{doc, Document};
 use mongodb::IndexModel;

@@ -3,9 +3,8 @@
 //! of 100,000 regexes is refused without exhausting memory, and an `$unwind` fan-out past the
 //! limit is refused.
 
-mod common;
 
-use common::{admin, error_code, TestServer};
+use myriad_testkit::{admin, error_code, TestServer};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 

@@ -2,11 +2,10 @@
 //! killOp, ping beside slow commands, results over 16 MiB, blocking sorts over their memory
 //! limit, top-k sorts, cursor ownership and timeouts, setParameter.
 
-mod common;
 
 use std::time::Duration;
 
-use common::{admin, error_code, TestServer};
+use myriad_testkit::{admin, error_code, TestServer};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::Collection;

@@ -3,9 +3,8 @@
 //! profile command's reply. Operations are made "slow" with `--slowms -1` or level 2, never
 //! by timing.
 
-mod common;
 
-use common::{admin, error_code, TestServer};
+use myriad_testkit::{admin, error_code, TestServer};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Document};
 use mongodb::Client;

@@ -2,11 +2,10 @@
 //! certificates checked against --tlsCAFile. Certificates are made per test (rcgen).
 
 mod certificates;
-mod common;
 
 use bson::doc;
 use certificates::Certificates;
-use common::TestServer;
+use myriad_testkit::TestServer;
 use mongodb::Client;
 
 /// Short enough that a refused client fails fast; the failure, not the time, is asserted.

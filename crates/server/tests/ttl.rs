@@ -8,12 +8,11 @@
 //! what must happen with generous deadlines and assert on counts, never on how long anything
 //! took.
 
-mod common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::{admin, error_code, TestServer};
+use myriad_testkit::{admin, error_code, TestServer};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use mongodb::{Collection, Database, IndexModel};

@@ -2,11 +2,10 @@
 //! exact model: every valid insert and update lands, every invalid one answers
 //! DocumentValidationFailure (121) with its errInfo, and nothing else changes.
 
-mod common;
 
 use std::collections::BTreeMap;
 
-use common::{error_code, TestServer};
+use myriad_testkit::{error_code, TestServer};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{Client, Collection};

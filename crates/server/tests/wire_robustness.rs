@@ -1,13 +1,12 @@
 //! Malformed, truncated and oversized messages get an error reply or close only their own
 //! connection; the server keeps serving everyone else.
 
-mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::TestServer;
+use myriad_testkit::TestServer;
 use mongodb::bson::{doc, Document};
 
 fn op_msg(request_id: i32, flags: u32, body: &Document, checksum: Option<u32>) -> Vec<u8> {

@@ -4,13 +4,12 @@
 //! is not the subject, another database, an unknown user; and `$external` holding users only.
 
 mod certificates;
-mod common;
 
 use std::path::Path;
 
 use bson::{doc, Bson, Document};
 use certificates::{Certificates, OTHER_X509_SUBJECT};
-use common::{error_code, TestServer};
+use myriad_testkit::{error_code, TestServer};
 use mongodb::options::{AuthMechanism, ClientOptions, Credential, Tls, TlsOptions};
 use mongodb::Client;
 

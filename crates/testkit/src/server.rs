@@ -1,27 +1,19 @@
-//! Starts real `myriad` processes for integration tests. A [`TestServer`] owns its data
-//! directory and process; dropping it kills the process and deletes the directory.
+//! A node for a test: [`TestServer`] owns its data directory and process; dropping it kills
+//! the process and deletes the directory.
 
-#![allow(dead_code)]
-
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use mongodb::options::{ClientOptions, Compressor};
 use mongodb::Client;
 
-/// How long a server may take to print "Waiting for connections".
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+use crate::process::{libc_kill, MyriadProcess};
 
 pub struct TestServer {
-    child: Option<Child>,
+    process: MyriadProcess,
     pub port: u16,
+    // Declared after the process, so the process is killed before its directory goes.
     data_directory: tempfile::TempDir,
-    extra_arguments: Vec<String>,
-    /// Extra environment variables of the server process (kept across restarts).
-    environment: Vec<(String, String)>,
 }
 
 #[derive(Default)]
@@ -49,15 +41,10 @@ impl TestServerBuilder {
 
     pub fn start(self) -> TestServer {
         let data_directory = tempfile::tempdir().expect("temp dir");
-        let mut server = TestServer {
-            child: None,
-            port: 0,
-            data_directory,
-            extra_arguments: self.extra_arguments,
-            environment: self.environment,
-        };
-        server.launch();
-        server
+        let mut arguments = vec!["--dbpath".to_string(), data_directory.path().to_string_lossy().into_owned(), "--cacheSizeMB".to_string(), "64".to_string()];
+        arguments.extend(self.extra_arguments);
+        let process = MyriadProcess::start(arguments, self.environment, 0);
+        TestServer { port: process.port, process, data_directory }
     }
 }
 
@@ -72,38 +59,6 @@ impl TestServer {
 
     pub fn data_path(&self) -> &Path {
         self.data_directory.path()
-    }
-
-    fn launch(&mut self) {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_myriad"))
-            .arg("--dbpath")
-            .arg(self.data_directory.path())
-            .args(["--port", "0", "--bind_ip", "127.0.0.1", "--cacheSizeMB", "64"])
-            .args(&self.extra_arguments)
-            .envs(self.environment.iter().map(|(name, value)| (name, value)))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start myriad");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let (sender, receiver) = mpsc::channel();
-        // Keep draining stderr for the server's whole life so it never blocks on a full pipe.
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if !sent && line.contains("Waiting for connections") {
-                    let parsed: serde_json::Value = serde_json::from_str(&line).expect("log lines are JSON");
-                    let port = parsed["attr"]["port"].as_u64().expect("port attribute") as u16;
-                    let _ = sender.send(port);
-                    sent = true;
-                }
-                if std::env::var_os("MYRIAD_TEST_LOG").is_some() {
-                    eprintln!("{line}");
-                }
-            }
-        });
-        self.port = receiver.recv_timeout(STARTUP_TIMEOUT).expect("server did not start listening");
-        self.child = Some(child);
     }
 
     pub fn uri(&self) -> String {
@@ -136,36 +91,31 @@ impl TestServer {
         Client::with_options(options).expect("client")
     }
 
+    /// Log lines containing `text`.
+    pub fn log_lines(&self, text: &str) -> Vec<String> {
+        self.process.log_lines(text)
+    }
+
     /// SIGKILL: no shutdown work at all, as a crash.
     pub fn kill_hard(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// SIGTERM, then wait for a clean exit; returns the exit status code.
     pub fn stop(&mut self) -> Option<i32> {
-        let child = self.child.take()?;
-        let mut child = child;
-        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
-        unsafe {
-            libc_kill(child.id() as i32, 15);
-        }
-        let status = child.wait().ok()?;
-        status.code()
+        self.process.stop()
     }
 
     /// A handle that SIGKILLs the server from any task, at the very moment it is used (the
     /// process is reaped by the next `kill_hard` or `restart`).
     pub fn killer(&self) -> Option<ServerKiller> {
-        self.child.as_ref().map(|child| ServerKiller { pid: child.id() })
+        self.process.pid().map(|pid| ServerKiller { pid })
     }
 
-    /// Starts again on the same data directory.
+    /// Starts again on the same data directory and port.
     pub fn restart(&mut self) {
-        self.kill_hard();
-        self.launch();
+        self.process.restart();
+        self.port = self.process.port;
     }
 
     pub fn files_under_data_path(&self) -> usize {
@@ -189,11 +139,6 @@ impl ServerKiller {
     }
 }
 
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, signal: i32) -> i32;
-}
-
 fn count_files(path: &Path) -> usize {
     let mut count = 0;
     let mut pending: Vec<PathBuf> = vec![path.to_path_buf()];
@@ -208,28 +153,4 @@ fn count_files(path: &Path) -> usize {
         }
     }
     count
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.kill_hard();
-    }
-}
-
-/// The MongoDB code of a driver error: a command error, a write error, a write concern error,
-/// or the first write error of an insert_many.
-pub fn error_code(error: &mongodb::error::Error) -> Option<i32> {
-    use mongodb::error::{ErrorKind, WriteFailure};
-    match error.kind.as_ref() {
-        ErrorKind::Command(command) => Some(command.code),
-        ErrorKind::Write(WriteFailure::WriteError(write)) => Some(write.code),
-        ErrorKind::Write(WriteFailure::WriteConcernError(concern)) => Some(concern.code),
-        ErrorKind::InsertMany(insert_many) => insert_many.write_errors.as_ref()?.first().map(|write| write.code),
-        _ => None,
-    }
-}
-
-/// Runs a command against the admin database.
-pub async fn admin(client: &Client, command: bson::Document) -> mongodb::error::Result<bson::Document> {
-    client.database("admin").run_command(command).await
 }
