@@ -90,6 +90,7 @@ pub fn take_batch(documents: &mut VecDeque<RawDocumentBuf>, retained_bytes: &mut
     }
     batch
 }
+
 /// An aggregation in progress: the pipeline pulls input from the execution only as far as
 /// the batch being filled needs, so a cursor holds the pipeline's state and at most one
 /// batch of results, not the whole result.
@@ -149,7 +150,6 @@ impl AggregationStream {
         }
     }
 }
-
 
 pub struct Cursor {
     pub namespace: String,
