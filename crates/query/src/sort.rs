@@ -9,7 +9,7 @@ use bson::{Bson, Document};
 use myriad_keystring::compare::compare_values;
 
 use crate::error::{QueryError, QueryResult};
-use crate::expression::integral_value;
+use crate::numeric::integral_value;
 use crate::path::{split_path, visit_match_values, LeafArrays};
 
 /// A parsed sort specification.

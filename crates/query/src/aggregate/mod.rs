@@ -27,7 +27,7 @@ mod facet;
 mod graph_lookup;
 mod group;
 mod lookup;
-pub mod memory;
+pub use crate::memory;
 mod parse;
 mod redact;
 mod sample;

@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 use bson::{Bson, Document};
 use myriad_keystring::compare::{compare_values, values_equal};
 
-use super::arithmetic::integral_value;
+use crate::numeric::integral_value;
 use super::evaluate::{count_to_bson, evaluate_all, nullish, Scope};
 use super::{Expression, Operator};
 use crate::bson_types::type_name;

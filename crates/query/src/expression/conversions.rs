@@ -8,7 +8,7 @@ use std::str::FromStr;
 use bson::oid::ObjectId;
 use bson::{Bson, DateTime, Decimal128};
 
-use super::arithmetic::Numeric;
+use crate::numeric::Numeric;
 use super::evaluate::{evaluate, Scope};
 use super::strings::{coerce_to_string, format_double};
 use super::{Expression, Operator};
@@ -53,7 +53,7 @@ impl Target {
                 _ => Err(QueryError::BadValue(format!("Unknown type name: {name}"))),
             },
             number if Numeric::from_bson(number).is_some() => {
-                let code = super::arithmetic::integral_value(number)
+                let code = crate::numeric::integral_value(number)
                     .ok_or_else(|| QueryError::FailedToParse("In $convert, numeric 'to' argument is not an integer".into()))?;
                 i32::try_from(code).ok().and_then(Target::from_code).ok_or_else(|| {
                     QueryError::FailedToParse(format!("In $convert, numeric value for 'to' does not correspond to a BSON type: {code}"))

@@ -5,7 +5,7 @@
 
 use bson::{doc, Bson, DateTime, Document};
 
-use super::arithmetic::integral_value;
+use crate::numeric::integral_value;
 use super::evaluate::{evaluate, Scope};
 use super::{Expression, Operator};
 use crate::bson_types::type_name;

@@ -117,7 +117,7 @@ fn evaluate_filter(
         None => usize::MAX,
         Some(limit) => match evaluate(limit, scope)? {
             None | Some(Bson::Null) => usize::MAX,
-            Some(value) => match arithmetic::integral_value(&value) {
+            Some(value) => match crate::numeric::integral_value(&value) {
                 Some(count) if count > 0 => usize::try_from(count).unwrap_or(usize::MAX),
                 _ => return Err(QueryError::Location(327391, "$filter: limit must be a positive integer".into())),
             },
@@ -365,7 +365,7 @@ fn evaluate_array_operator(operator: Operator, arguments: &[Expression], scope: 
                     array.as_ref().map_or("missing", type_name)
                 )));
             };
-            let index = index.as_ref().and_then(arithmetic::integral_value).ok_or_else(|| {
+            let index = index.as_ref().and_then(crate::numeric::integral_value).ok_or_else(|| {
                 QueryError::Location(28691, "$arrayElemAt's second argument must be representable as a 32-bit integer".into())
             })?;
             Ok(element_at(&items, index))
@@ -433,7 +433,7 @@ fn evaluate_accumulator(operator: Operator, arguments: &[Expression], scope: &mu
         }
         O::StdDevPop | O::StdDevSamp => {
             let values = list_operands(arguments, scope)?;
-            let numbers: Vec<f64> = values.iter().filter_map(arithmetic::Numeric::from_bson).map(arithmetic::Numeric::as_f64).collect();
+            let numbers: Vec<f64> = values.iter().filter_map(crate::numeric::Numeric::from_bson).map(crate::numeric::Numeric::as_f64).collect();
             Ok(Some(math::standard_deviation(&numbers, operator == O::StdDevSamp)))
         }
         other => Err(not_in_group(other, "accumulator")),
@@ -510,7 +510,7 @@ fn evaluate_slice(arguments: &[Expression], scope: &mut Scope<'_>) -> QueryResul
     let integers: Vec<i64> = values
         .iter()
         .skip(1)
-        .map(|value| value.as_ref().and_then(arithmetic::integral_value))
+        .map(|value| value.as_ref().and_then(crate::numeric::integral_value))
         .collect::<Option<_>>()
         .ok_or_else(|| QueryError::Location(28725, "Second argument to $slice must be a numeric value".into()))?;
     let length = i64::try_from(items.len()).unwrap_or(i64::MAX);

@@ -4,7 +4,7 @@
 
 use bson::Bson;
 
-use super::arithmetic::Numeric;
+use crate::numeric::Numeric;
 use super::Operator;
 use crate::bson_types::type_name;
 use crate::error::{QueryError, QueryResult};

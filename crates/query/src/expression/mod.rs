@@ -17,7 +17,7 @@ mod regex;
 mod sets;
 mod strings;
 
-pub(crate) use arithmetic::{integral_value, Numeric};
+pub(crate) use crate::numeric::{integral_value, Numeric};
 pub(crate) use arrays::positive_count;
 pub(crate) use math::VarianceState;
 

@@ -16,7 +16,7 @@ use bson::{Bson, Document};
 
 use super::Operator;
 use crate::error::{QueryError, QueryResult};
-use crate::filter::{CompiledRegex, RegexMatch, TextPosition};
+use crate::regex::{CompiledRegex, RegexMatch, TextPosition};
 
 /// MongoDB's bound on the output of `$regexFindAll` (the 64 MB `BufferMaxSize`).
 const MAX_OUTPUT_BYTES: usize = 64 * 1024 * 1024;

@@ -2,7 +2,7 @@
 
 use bson::Bson;
 
-use super::arithmetic::integral_value;
+use crate::numeric::integral_value;
 use super::arrays::{optional_index, EXCEEDED_MEMORY_LIMIT, MAX_STRING_BYTES};
 use super::Operator;
 use crate::bson_types::type_name;

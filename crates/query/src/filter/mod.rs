@@ -6,13 +6,13 @@
 //! (`$ne`, `$nin`, `$not`, `$nor`, `$exists: false`) negate the whole path predicate, so
 //! `{a: {$ne: 5}}` does not match `a: [1, 5]`; null equality matches missing fields.
 //!
-//! What a filter keeps from its input is bounded while it is parsed (see [`regex`]): its
+//! What a filter keeps from its input is bounded while it is parsed (see `budget.rs`): its
 //! compiled regexes together and its values together, with `ExceededMemoryLimit` (146).
 
 mod bits;
+mod budget;
 mod matching;
 mod parse;
-mod regex;
 
 use bson::{Bson, Document};
 
@@ -21,7 +21,7 @@ use crate::error::QueryResult;
 use crate::expression::Expression;
 
 pub use self::bits::{BitMask, BitTest};
-pub use self::regex::{CompiledRegex, MatchLimitExceeded, RegexMatch, TextPosition};
+pub use crate::regex::{CompiledRegex, MatchLimitExceeded, RegexMatch, TextPosition};
 
 /// A parsed query filter.
 #[derive(Clone, Debug)]
@@ -82,13 +82,13 @@ pub enum Predicate {
 impl Filter {
     /// Parses a filter document, validating every operator.
     pub fn parse(filter: &Document) -> QueryResult<Filter> {
-        Ok(Filter { root: parse::parse_document(filter, 0, &mut regex::FilterBudget::default())? })
+        Ok(Filter { root: parse::parse_document(filter, 0, &mut budget::FilterBudget::default())? })
     }
 
     /// Parses a condition that applies to a bare value, such as `$pull: {a: {$gte: 5}}`'s
     /// `{$gte: 5}` (operator document) or `5` (equality) or `/re/`.
     pub fn parse_value_condition(condition: &Bson) -> QueryResult<Filter> {
-        Ok(Filter { root: parse::parse_value_condition(condition, &mut regex::FilterBudget::default())? })
+        Ok(Filter { root: parse::parse_value_condition(condition, &mut budget::FilterBudget::default())? })
     }
 
     /// Every dotted path the filter reads, or None when it reads more than named paths

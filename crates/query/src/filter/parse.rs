@@ -3,7 +3,7 @@
 
 use bson::{Bson, Document};
 
-use super::regex::FilterBudget;
+use super::budget::FilterBudget;
 use super::bits::{BitMask, BitTest};
 use super::{Comparison, Node, Predicate};
 use crate::bson_types::{type_name, TypeAlias};

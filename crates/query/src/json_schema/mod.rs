@@ -31,7 +31,7 @@ use bson::{Bson, Document};
 
 use crate::bson_types::TypeAlias;
 use crate::error::QueryResult;
-use crate::filter::CompiledRegex;
+use crate::regex::CompiledRegex;
 
 /// How deep subschemas may nest (a validator's BSON nests at most 200 levels, two per
 /// subschema).

@@ -7,7 +7,7 @@ use bson::{Bson, Document};
 use super::{Additional, Bound, Dependency, Items, PatternProperty, Schema, TypeKeyword, TypeRule, MAX_SCHEMA_DEPTH};
 use crate::bson_types::{type_name, TypeAlias};
 use crate::error::{QueryError, QueryResult};
-use crate::filter::CompiledRegex;
+use crate::regex::CompiledRegex;
 
 /// Every keyword MongoDB's `$jsonSchema` accepts.
 const KEYWORDS: &[&str] = &[

@@ -1,5 +1,7 @@
 //! A simple memory budget for blocking stages: MongoDB fails `$group`/`$sort` over 100 MiB
-//! without `allowDiskUse`, with code 292; with it, they spill to disk instead.
+//! without `allowDiskUse`, with code 292; with it, they spill to disk instead. The approximate
+//! sizes it charges also bound what a filter keeps (`crate::filter`) and what callers buffer.
+//! (Re-exported as `crate::aggregate::memory`.)
 
 use bson::Bson;
 

@@ -19,9 +19,9 @@
 //! Memory: one regex compiles to at most [`MAX_COMPILED_REGEX_BYTES`] of automata (past it,
 //! 51091, as MongoDB's PCRE answers a pattern that compiles too large), and its lazy DFA's
 //! cache grows to at most [`REGEX_CACHE_CAPACITY_BYTES`] per direction while matching. The
-//! regexes of one filter together take at most [`MAX_FILTER_REGEX_BYTES`] (their compiled
+//! regexes of one filter together take at most `MAX_FILTER_REGEX_BYTES` (their compiled
 //! size plus their first search cache), checked after each compilation and before the next
-//! one: a simple regex counts about 11 KiB, so a `$in` of some 9,000 regexes is accepted and
+//! one (`crate::filter`'s budget): a simple regex counts about 11 KiB, so a `$in` of some 9,000 regexes is accepted and
 //! one of 100,000 is refused with `ExceededMemoryLimit` (146) instead of taking gigabytes. A
 //! backtracking regex does not report its size, so it is charged an estimate that grows with
 //! its pattern ([`BACKTRACKING_BASE_BYTES`] plus [`BACKTRACKING_BYTES_PER_PATTERN_BYTE`]).
@@ -41,8 +41,6 @@ const MAX_PATTERN_BYTES: usize = 32 * 1024;
 pub(crate) const MAX_COMPILED_REGEX_BYTES: usize = 4 * 1024 * 1024;
 /// Lazy DFA cache of one regex, per search direction.
 const REGEX_CACHE_CAPACITY_BYTES: usize = 512 * 1024;
-/// Memory the compiled regexes of one filter may take.
-pub(crate) const MAX_FILTER_REGEX_BYTES: u64 = 100 * 1024 * 1024;
 /// What a compiled regex holds beyond what its automata report (its cache pool, shared
 /// strategy and allocator slack): measured as about 7 KiB per simple regex.
 const REGEX_OVERHEAD_BYTES: u64 = 8 * 1024;
@@ -60,8 +58,6 @@ pub(crate) const BACKTRACK_LIMIT: usize = 1_000_000;
 pub(crate) const BACKTRACKING_MAX_SUBJECT_BYTES: usize = 16 * 1024;
 /// Instructions a backtracking program may have (subroutine calls are inlined).
 const MAX_BACKTRACKING_PROGRAM: usize = 1 << 16;
-/// MongoDB's `ExceededMemoryLimit`.
-const EXCEEDED_MEMORY_LIMIT: i32 = 146;
 /// MongoDB's code for an invalid regular expression.
 const INVALID_REGEX: i32 = 51091;
 /// MongoDB's code for an unknown regex option.
@@ -286,54 +282,4 @@ fn find_with_backtracking(regex: &fancy_regex::Regex, text: &str, start: usize) 
 
 fn invalid(reason: &str) -> QueryError {
     QueryError::Location(INVALID_REGEX, format!("Regular expression is invalid: {reason}"))
-}
-
-/// What one filter's parse has built from the client's input, against its bounds.
-#[derive(Debug, Default)]
-pub(crate) struct FilterBudget {
-    regex_bytes: u64,
-    value_bytes: u64,
-}
-
-/// Memory the `$in`/`$nin`/`$all`/`$eq` values of one filter may take once parsed. A filter
-/// arrives in a command of at most 16 MiB, whose values are charged at most about 20 times
-/// their encoded size (a null array element: 8 encoded bytes, one `Bson` charged), so no
-/// filter from the wire reaches this; it bounds filters built elsewhere.
-pub(crate) const MAX_FILTER_VALUE_BYTES: u64 = 512 * 1024 * 1024;
-
-impl FilterBudget {
-    /// Compiles a regex of the filter, refusing once the filter's regexes hold
-    /// [`MAX_FILTER_REGEX_BYTES`]: the check comes before each compilation, so the filter
-    /// holds at most the bound plus one regex's [`MAX_COMPILED_REGEX_BYTES`] when refused.
-    pub(crate) fn compile_regex(&mut self, pattern: &str, options: &str) -> QueryResult<CompiledRegex> {
-        if self.regex_bytes > MAX_FILTER_REGEX_BYTES {
-            return Err(regex_budget_error());
-        }
-        let regex = CompiledRegex::new(pattern, options)?;
-        self.regex_bytes = self.regex_bytes.saturating_add(regex.memory_bytes());
-        if self.regex_bytes > MAX_FILTER_REGEX_BYTES {
-            return Err(regex_budget_error());
-        }
-        Ok(regex)
-    }
-
-    /// Charges a value the filter is about to keep (before it is copied).
-    pub(crate) fn charge_value(&mut self, value: &Bson) -> QueryResult<()> {
-        let size_bytes = std::mem::size_of::<Bson>() as u64 + 2 * crate::aggregate::memory::approximate_size_bytes(value);
-        self.value_bytes = self.value_bytes.saturating_add(size_bytes);
-        if self.value_bytes > MAX_FILTER_VALUE_BYTES {
-            return Err(QueryError::Location(
-                EXCEEDED_MEMORY_LIMIT,
-                format!("the values of this query's $in, $nin, $all and equality predicates need more than {MAX_FILTER_VALUE_BYTES} bytes"),
-            ));
-        }
-        Ok(())
-    }
-}
-
-fn regex_budget_error() -> QueryError {
-    QueryError::Location(
-        EXCEEDED_MEMORY_LIMIT,
-        format!("the regular expressions of this query need more than {MAX_FILTER_REGEX_BYTES} bytes of memory once compiled"),
-    )
 }
