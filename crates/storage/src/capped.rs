@@ -14,19 +14,19 @@
 //!   (`StripeState::oldest_record_ids`), so trimming seeks past the tombstones of what it
 //!   removed before instead of rescanning them. It only advances when a write is applied.
 //! - Applied inserts wake the tailable cursors waiting on the collection through a fixed array
-//!   of condition variables ([`CappedInsertNotifier`]): no per-collection object, no polling.
+//!   of condition variables (`crate::capped_inserts`): no per-collection object, no polling.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bson::{Document, RawBsonRef, RawDocument};
-use parking_lot::{Condvar, Mutex};
 use rocksdb::ReadOptions;
 
 use crate::catalog::{CollectionEntry, CollectionHandle};
-use crate::engine::{Engine, FAMILY_STATS};
+use crate::engine::Engine;
+use crate::families::FAMILY_STATS;
 use crate::keys;
 use crate::stats::{self, decode_counters};
-use crate::write::WriteTransaction;
+use crate::write::{CappedTrim, WriteTransaction};
 use crate::{RecordId, StorageError};
 
 /// The bounds of a capped collection, read from its options.
@@ -78,17 +78,6 @@ impl CollectionHandle {
     pub fn capped_bounds(&self) -> Option<CappedBounds> {
         self.entry.capped_bounds()
     }
-}
-
-/// Per-transaction trimming state, set up at the first insert into a capped collection.
-pub(crate) struct CappedTrim {
-    /// The collection's [documents, data size bytes] on disk when the transaction first needed
-    /// them (read under the stripe, so no other writer changes them until commit).
-    base: [i64; stats::COLLECTION_SLOTS],
-    /// Every record below this id is gone (removed before, or by this transaction).
-    next_oldest: RecordId,
-    /// The highest record id this transaction removed by trimming.
-    pub(crate) trimmed_through: Option<RecordId>,
 }
 
 impl WriteTransaction<'_> {
@@ -200,59 +189,6 @@ impl Engine {
     }
 }
 
-/// Wake-up slots shared by all capped collections (chosen by prefix): inserts bump a slot's
-/// generation, waiters sleep until it changes or their time runs out.
-pub(crate) struct CappedInsertNotifier {
-    slots: Box<[NotifierSlot]>,
-}
-
-struct NotifierSlot {
-    generation: Mutex<u64>,
-    changed: Condvar,
-}
-
-const NOTIFIER_SLOTS: usize = 64;
-
-impl Default for CappedInsertNotifier {
-    fn default() -> Self {
-        CappedInsertNotifier {
-            slots: (0..NOTIFIER_SLOTS).map(|_| NotifierSlot { generation: Mutex::new(0), changed: Condvar::new() }).collect(),
-        }
-    }
-}
-
-impl CappedInsertNotifier {
-    fn slot(&self, prefix: u64) -> Option<&NotifierSlot> {
-        self.slots.get((prefix % self.slots.len().max(1) as u64) as usize)
-    }
-
-    fn generation(&self, prefix: u64) -> u64 {
-        self.slot(prefix).map_or(0, |slot| *slot.generation.lock())
-    }
-
-    /// Called after an insert into a capped collection was applied.
-    pub(crate) fn notify(&self, prefix: u64) {
-        if let Some(slot) = self.slot(prefix) {
-            let mut generation = slot.generation.lock();
-            *generation = generation.wrapping_add(1);
-            slot.changed.notify_all();
-        }
-    }
-
-    /// Sleeps until the slot's generation differs from `observed` or `timeout` passed.
-    fn wait_for_change(&self, prefix: u64, observed: u64, timeout: Duration) -> bool {
-        let Some(slot) = self.slot(prefix) else { return false };
-        let deadline = Instant::now() + timeout;
-        let mut generation = slot.generation.lock();
-        while *generation == observed {
-            if slot.changed.wait_until(&mut generation, deadline).timed_out() {
-                break;
-            }
-        }
-        *generation != observed
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,19 +213,5 @@ mod tests {
         let both = CappedBounds { max_size_bytes: 100, max_documents: 2 };
         assert!(both.exceeded_by(3, 10));
         assert!(!both.exceeded_by(2, 100));
-    }
-
-    #[test]
-    fn waiters_wake_on_notify_and_time_out_without() {
-        let notifier = std::sync::Arc::new(CappedInsertNotifier::default());
-        let observed = notifier.generation(7);
-        assert!(!notifier.wait_for_change(7, observed, Duration::from_millis(5)), "nothing was inserted");
-        let waker = {
-            let notifier = notifier.clone();
-            std::thread::spawn(move || notifier.notify(7))
-        };
-        // Woken by the notify (or it ran before the wait and the generation already moved).
-        assert!(notifier.wait_for_change(7, observed, Duration::from_secs(60)));
-        waker.join().unwrap();
     }
 }

@@ -9,8 +9,9 @@ use bson::Document;
 use rocksdb::WriteBatch;
 
 use crate::catalog::{namespace_of, CollectionEntry, CollectionHandle, IndexEntry};
-use crate::commit::{command_record, CatalogEffect, PreparedCatalogChange};
-use crate::engine::{validate_namespace, Engine, IndexSelector, FAMILY_CATALOG};
+use crate::operation_record::{command_record, CatalogEffect, PreparedCatalogChange};
+use crate::engine::{validate_namespace, Engine, IndexSelector};
+use crate::families::FAMILY_CATALOG;
 use crate::index::{same_key_pattern, ID_INDEX_NAME};
 use crate::{keys, StorageError};
 
@@ -121,7 +122,7 @@ fn index_position(entry: &CollectionEntry, selector: &IndexSelector) -> Result<u
 fn changed_spec(entry: &CollectionEntry, index: &IndexEntry, spec: &mut Document, changes: &IndexOptionChanges) -> Result<IndexOptionsOutcome, StorageError> {
     let refuse = |message: &str| Err(StorageError::InvalidOptions(message.to_string()));
     let is_id = index.name() == ID_INDEX_NAME;
-    let old_seconds = spec.get("expireAfterSeconds").and_then(crate::ttl::expire_after_seconds_number);
+    let old_seconds = spec.get("expireAfterSeconds").and_then(crate::index::expire_after_seconds_number);
     let mut outcome = IndexOptionsOutcome {
         index_name: index.name().to_string(),
         expire_after_seconds_old: old_seconds.filter(|seconds| !seconds.is_nan()).map(|seconds| seconds as i64),

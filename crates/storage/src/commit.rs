@@ -24,70 +24,17 @@
 //! reply acknowledges a journaled write before it is durable. A Raft log will carry the
 //! operation records between the two steps; change streams will read them.
 
-use bson::{doc, spec::BinarySubtype, Binary, Bson, Document, RawDocument, RawDocumentBuf};
+use bson::{Bson, RawDocument, RawDocumentBuf};
 use rocksdb::{WriteBatch, WriteOptions};
 
-use crate::engine::{Durability, WriteInFlight, FAMILY_STATS};
+use crate::families::FAMILY_STATS;
+use crate::journal::Durability;
 use crate::keys;
+use crate::operation_record::{OperationKind, OperationRecord};
 use crate::stats::{self, encode_counters};
+use crate::stripes::WriteInFlight;
 use crate::write::WriteTransaction;
 use crate::{RecordId, StorageError};
-
-/// What an operation did to one document.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OperationKind {
-    Insert,
-    /// A whole-document replacement (the post-image).
-    Update,
-    Delete,
-    /// A catalog change (create, drop...): `document` is the command, on `db.$cmd`.
-    Command,
-}
-
-/// One document's change, as MongoDB's oplog describes it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct OperationRecord {
-    pub kind: OperationKind,
-    pub namespace: String,
-    pub collection_uuid: [u8; 16],
-    /// The document's `_id`.
-    pub id: Bson,
-    /// The inserted document or the update's post-image; None for a delete.
-    pub document: Option<RawDocumentBuf>,
-}
-
-impl OperationRecord {
-    /// `{op, ns, ui, o, o2?}` as in `local.oplog.rs` (updates in replacement form).
-    pub fn to_oplog_entry(&self) -> Result<Document, StorageError> {
-        let uuid = Binary { subtype: BinarySubtype::Uuid, bytes: self.collection_uuid.to_vec() };
-        let mut entry = doc! { "op": self.kind.code(), "ns": &self.namespace, "ui": uuid };
-        match (&self.document, self.kind) {
-            (Some(document), OperationKind::Insert | OperationKind::Update | OperationKind::Command) => {
-                let document = document.to_document().map_err(|error| StorageError::Corrupt(format!("operation record: {error}")))?;
-                entry.insert("o", document);
-            }
-            _ => {
-                entry.insert("o", doc! { "_id": self.id.clone() });
-            }
-        }
-        if self.kind == OperationKind::Update {
-            entry.insert("o2", doc! { "_id": self.id.clone() });
-        }
-        Ok(entry)
-    }
-}
-
-impl OperationKind {
-    /// The oplog's `op` letter.
-    pub fn code(self) -> &'static str {
-        match self {
-            OperationKind::Insert => "i",
-            OperationKind::Update => "u",
-            OperationKind::Delete => "d",
-            OperationKind::Command => "c",
-        }
-    }
-}
 
 /// A write ready to apply: its batch, its operation records, and the in-memory effect.
 pub struct PreparedWrite {
@@ -315,37 +262,3 @@ impl WriteTransaction<'_> {
 /// Fewer inserts than this write under the stripe: their write is short, and releasing the
 /// stripe first would only cost a second acquisition (to forget the write in flight).
 pub const RELEASE_BEFORE_WRITE_MIN_OPERATIONS: usize = 64;
-
-/// Receives the operation records of every write and catalog change once applied: where
-/// replication and change streams plug in.
-pub type OperationObserver = std::sync::Arc<dyn Fn(&[OperationRecord]) + Send + Sync>;
-
-/// A catalog change ready to apply: its batch, its operation record, and the in-memory
-/// changes the batch implies, which [`crate::Engine`] applies only after the batch is written.
-pub(crate) struct PreparedCatalogChange {
-    pub(crate) batch: WriteBatch,
-    pub(crate) operation: OperationRecord,
-    pub(crate) effects: Vec<CatalogEffect>,
-}
-
-/// An in-memory change derived from a catalog batch.
-pub(crate) enum CatalogEffect {
-    /// The prefix counter moves to this value (prefixes are never reused).
-    AdvancePrefixes(u64),
-    /// The entry is published in the catalog snapshot.
-    Publish(std::sync::Arc<crate::catalog::CollectionEntry>),
-    /// The namespace leaves the catalog snapshot.
-    Remove(std::sync::Arc<str>),
-}
-
-/// The `op: "c"` record of a catalog change on `db`.
-pub(crate) fn command_record(db: &str, collection_uuid: [u8; 16], command: Document) -> Result<OperationRecord, StorageError> {
-    let document = RawDocumentBuf::from_document(&command).map_err(|error| StorageError::Corrupt(format!("operation record: {error}")))?;
-    Ok(OperationRecord {
-        kind: OperationKind::Command,
-        namespace: format!("{db}.$cmd"),
-        collection_uuid,
-        id: Bson::Null,
-        document: Some(document),
-    })
-}

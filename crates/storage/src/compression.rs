@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 use bson::{Bson, Document};
 use rocksdb::{ColumnFamilyDescriptor, DBCompressionType, Env, Options, DB};
 
-use crate::engine::FAMILY_RECORDS;
+use crate::families::{EXPLICIT_RECORD_FAMILIES, FAMILY_RECORDS};
 use crate::StorageError;
 
 /// A block compressor for collection data.
@@ -35,10 +35,6 @@ pub enum BlockCompressor {
 /// The node default when none is configured: snappy, as MongoDB's (docs/benchmarks.md,
 /// "Compression", has the measurement behind keeping it).
 pub const DEFAULT_BLOCK_COMPRESSOR: BlockCompressor = BlockCompressor::Snappy;
-
-/// The families of collections created with an explicit compressor, one per compressor.
-pub(crate) const EXPLICIT_RECORD_FAMILIES: [&str; 5] =
-    ["records_none", "records_snappy", "records_zlib", "records_lz4", "records_zstd"];
 
 /// Field of a catalog entry naming its records family (absent: `records`).
 pub(crate) const ENTRY_FAMILY_FIELD: &str = "recordsFamily";
@@ -129,7 +125,7 @@ impl BlockCompressor {
 /// its explicit compressor, or `records`.
 pub(crate) fn records_family_name(local: bool, explicit: Option<BlockCompressor>) -> &'static str {
     match (local, explicit) {
-        (true, _) => crate::engine::FAMILY_LOCAL_RECORDS,
+        (true, _) => crate::families::FAMILY_LOCAL_RECORDS,
         (false, Some(compressor)) => compressor.family_name(),
         (false, None) => FAMILY_RECORDS,
     }
@@ -406,6 +402,6 @@ mod tests {
             assert_eq!(BlockCompressor::parse(compressor.name()), Some(compressor));
         }
         assert_eq!(BlockCompressor::of_family(FAMILY_RECORDS), None);
-        assert_eq!(records_family_name(true, Some(BlockCompressor::Zstd)), crate::engine::FAMILY_LOCAL_RECORDS);
+        assert_eq!(records_family_name(true, Some(BlockCompressor::Zstd)), crate::families::FAMILY_LOCAL_RECORDS);
     }
 }

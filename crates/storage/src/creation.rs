@@ -25,12 +25,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bson::Document;
-use parking_lot::{Condvar, Mutex};
 use rocksdb::WriteBatch;
 
-use crate::catalog::{namespace_of, CollectionEntry, IndexEntry};
-use crate::commit::{command_record, CatalogEffect, OperationRecord};
-use crate::engine::{database_entry_bytes, validate_namespace, DatabaseDelta, Engine, FAMILY_CATALOG, FAMILY_STATS};
+use crate::catalog::{namespace_of, CollectionEntry, CollectionHandle, IndexEntry};
+use crate::creation_queue::{Created, CreationRequest, LeaderGuard, Outcome};
+use crate::operation_record::{command_record, CatalogEffect, OperationRecord};
+use crate::engine::{database_entry_bytes, validate_namespace, DatabaseDelta, Engine};
+use crate::families::{FAMILY_CATALOG, FAMILY_STATS};
 use crate::index::{id_index_spec, ParsedIndexSpec};
 use crate::stats::{self, encode_counters};
 use crate::{keys, CreateIndexesOutcome, StorageError};
@@ -40,78 +41,6 @@ pub(crate) const MAX_CREATIONS_PER_GROUP: usize = 512;
 /// createIndexes on a missing collection tries this many times to create it or find it (it
 /// fails only if the collection is dropped again each time in between).
 pub(crate) const MAX_CREATION_ATTEMPTS: usize = 8;
-
-/// One collection to create.
-pub(crate) struct CreationRequest {
-    pub(crate) db: String,
-    pub(crate) collection: String,
-    /// The createCollection options (empty for an implicit creation).
-    pub(crate) options: Document,
-    /// Indexes created with the collection, after `_id_` (createIndexes on a new collection).
-    pub(crate) extra_indexes: Vec<ParsedIndexSpec>,
-}
-
-/// What a creation request found.
-pub(crate) enum Created {
-    /// This request created the collection.
-    New(Arc<CollectionEntry>),
-    /// The collection existed already, on disk or from an earlier request of the same group.
-    Existing(Arc<CollectionEntry>),
-}
-
-type Outcome = Result<Created, StorageError>;
-
-#[derive(Default)]
-struct QueueState {
-    pending: Vec<(u64, CreationRequest)>,
-    /// Outcomes not yet collected by their creators, by ticket.
-    outcomes: HashMap<u64, Outcome>,
-    next_ticket: u64,
-    /// A leader is committing a group now.
-    leading: bool,
-}
-
-/// The queue of pending creations and the counters serverStatus reports.
-#[derive(Default)]
-pub(crate) struct CreationQueue {
-    state: Mutex<QueueState>,
-    /// Signalled after every group.
-    group_done: Condvar,
-    groups: std::sync::atomic::AtomicU64,
-    created: std::sync::atomic::AtomicU64,
-}
-
-impl CreationQueue {
-    /// (groups committed, collections created) for serverStatus.
-    pub(crate) fn counters(&self) -> (u64, u64) {
-        use std::sync::atomic::Ordering;
-        (self.groups.load(Ordering::Relaxed), self.created.load(Ordering::Relaxed))
-    }
-}
-
-/// Clears `leading` and wakes the creators when a leader leaves, panicking included; tickets
-/// of its group left without an outcome get an error, so no creator waits forever.
-struct LeaderGuard<'q> {
-    queue: &'q CreationQueue,
-    tickets: Vec<u64>,
-    outcomes: Vec<(u64, Outcome)>,
-}
-
-impl Drop for LeaderGuard<'_> {
-    fn drop(&mut self) {
-        let mut state = self.queue.state.lock();
-        state.leading = false;
-        state.outcomes.extend(self.outcomes.drain(..));
-        for ticket in self.tickets.drain(..) {
-            state
-                .outcomes
-                .entry(ticket)
-                .or_insert_with(|| Err(StorageError::Corrupt("the collection creation group failed".to_string())));
-        }
-        drop(state);
-        self.queue.group_done.notify_all();
-    }
-}
 
 /// The batch of one group while it is built.
 struct Group {
@@ -129,11 +58,39 @@ struct Group {
 }
 
 impl Engine {
+    /// Creates a collection (NamespaceExists when it exists), committed in one group with the
+    /// creations queued at the same time (`creation.rs`).
+    pub fn create_collection(
+        &self,
+        db: &str,
+        collection: &str,
+        options: Document,
+    ) -> Result<CollectionHandle, StorageError> {
+        let request = CreationRequest { db: db.to_string(), collection: collection.to_string(), options, extra_indexes: Vec::new() };
+        match self.create_grouped(request)? {
+            Created::New(entry) => Ok(CollectionHandle { entry }),
+            Created::Existing(_) => Err(StorageError::NamespaceExists(namespace_of(db, collection))),
+        }
+    }
+
+    /// Returns the collection, creating it (with default options) when absent; a concurrent
+    /// creation of the same name makes this return that collection.
+    pub fn get_or_create_collection(&self, db: &str, collection: &str) -> Result<CollectionHandle, StorageError> {
+        if let Some(handle) = self.collection(db, collection)? {
+            return Ok(handle);
+        }
+        let request =
+            CreationRequest { db: db.to_string(), collection: collection.to_string(), options: Document::new(), extra_indexes: Vec::new() };
+        match self.create_grouped(request)? {
+            Created::New(entry) | Created::Existing(entry) => Ok(CollectionHandle { entry }),
+        }
+    }
+
     /// Creates the collection of `request` in a group with the creations queued at the same
     /// time, or finds it existing. The caller holds no lock stripe and not the DDL mutex.
     pub(crate) fn create_grouped(&self, request: CreationRequest) -> Outcome {
         validate_namespace(&request.db, &request.collection)?;
-        crate::engine::assert_no_stripes_held();
+        crate::stripes::assert_no_stripes_held();
         let queue = &self.creations;
         let mut state = queue.state.lock();
         let ticket = state.next_ticket;

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -14,53 +14,17 @@ use rocksdb::{
     FlushOptions, ReadOptions, WriteBatch, WriteOptions, DB,
 };
 
-use crate::compression::{self, BlockCompressor, EXPLICIT_RECORD_FAMILIES};
-use crate::commit::{command_record, CatalogEffect, OperationObserver, OperationRecord, PreparedCatalogChange};
-use crate::creation::{Created, CreationRequest};
+use crate::compression::{self, BlockCompressor};
+use crate::stripes::{stripes_held, StripeGuard, StripeState};
+use crate::families::{COLUMN_FAMILIES, DATA_FAMILIES, FAMILY_CATALOG, FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_STATS};
+use crate::operation_record::{command_record, CatalogEffect, OperationObserver, OperationRecord, PreparedCatalogChange};
 use crate::catalog::{entry_prefixes, namespace_of, Catalog, CollectionEntry, CollectionHandle};
 use crate::index::ID_INDEX_NAME;
 use crate::keys;
-use crate::index_build::IndexBuildRegistry;
+use crate::index_build_registry::IndexBuildRegistry;
 use crate::options::{column_families, database_options, EngineOptions};
 use crate::stats::{self, decode_counters, encode_counters};
 use crate::{RecordId, StorageError, LOCAL_DATABASE};
-
-pub(crate) const FAMILY_CATALOG: &str = "catalog";
-pub(crate) const FAMILY_RECORDS: &str = "records";
-pub(crate) const FAMILY_INDEXES: &str = "indexes";
-pub(crate) const FAMILY_STATS: &str = "stats";
-pub(crate) const FAMILY_LOCAL_RECORDS: &str = "local_records";
-pub(crate) const FAMILY_LOCAL_INDEXES: &str = "local_indexes";
-
-/// The fixed column families (besides RocksDB's own `default`, which stays empty). Their number
-/// never grows with the number of collections. The last five hold the collections created with
-/// an explicit block compressor, one family per compressor (`compression.rs`).
-pub const COLUMN_FAMILIES: [&str; 11] = [
-    FAMILY_CATALOG,
-    FAMILY_RECORDS,
-    FAMILY_INDEXES,
-    FAMILY_STATS,
-    FAMILY_LOCAL_RECORDS,
-    FAMILY_LOCAL_INDEXES,
-    EXPLICIT_RECORD_FAMILIES[0],
-    EXPLICIT_RECORD_FAMILIES[1],
-    EXPLICIT_RECORD_FAMILIES[2],
-    EXPLICIT_RECORD_FAMILIES[3],
-    EXPLICIT_RECORD_FAMILIES[4],
-];
-
-/// Every family holding collection records or index entries.
-pub(crate) const DATA_FAMILIES: [&str; 9] = [
-    FAMILY_RECORDS,
-    FAMILY_INDEXES,
-    FAMILY_LOCAL_RECORDS,
-    FAMILY_LOCAL_INDEXES,
-    EXPLICIT_RECORD_FAMILIES[0],
-    EXPLICIT_RECORD_FAMILIES[1],
-    EXPLICIT_RECORD_FAMILIES[2],
-    EXPLICIT_RECORD_FAMILIES[3],
-    EXPLICIT_RECORD_FAMILIES[4],
-];
 
 /// On-disk format version stored under catalog key `V`. Version 2 means every index is in key
 /// format 2 (exact numbers, type bits) or flagged for its rebuild; a version 1 catalog is
@@ -77,15 +41,6 @@ const MAX_PUBLISH_ATTEMPTS: usize = 16;
 const RANGE_DELETIONS_BEFORE_FLUSH: u64 = 4096;
 /// Upper bound on the entries returned by one scan call.
 pub const MAX_SCAN_BATCH: usize = 100_000;
-
-/// How durable a commit must be before it returns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Durability {
-    /// Written to the WAL (OS buffers); survives a process crash, not a power loss.
-    Default,
-    /// The WAL is fsynced before returning (j: true, w: "majority").
-    Journaled,
-}
 
 /// Counters of one collection (collStats).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -156,159 +111,6 @@ impl IndexKeyRange {
     }
 }
 
-/// State guarded by one lock stripe: the last record id handed out per collection prefix (loaded
-/// from disk on first use). Writers of a collection hold its stripe from `begin_write` to commit;
-/// a large insert-only write releases it just before its RocksDB write ([`WriteInFlight`]).
-#[derive(Default)]
-pub(crate) struct StripeState {
-    pub(crate) last_record_ids: HashMap<u64, RecordId>,
-    /// Per capped collection: every record below this id is gone (`capped.rs`).
-    pub(crate) oldest_record_ids: HashMap<u64, RecordId>,
-    /// Insert-only writes of this stripe's collections that released the stripe before their
-    /// RocksDB write, registered under it; removed (under it) once done.
-    pub(crate) writes_in_flight: Vec<Arc<WriteInFlight>>,
-}
-
-/// An insert-only write between releasing its stripe and the end of its RocksDB write
-/// (docs/design-storage.md, "Writers and lock stripes"). Its record ids are already counted in the
-/// stripe; its unique index keys are listed here, so the next writer of the stripe finds them
-/// taken before the database shows them.
-pub(crate) struct WriteInFlight {
-    /// Full keys (index prefix included) of the unique index entries the write puts, sorted.
-    unique_keys: Vec<Vec<u8>>,
-    /// Set once the write returned (written, so visible to every read, or failed).
-    done: AtomicBool,
-}
-
-impl WriteInFlight {
-    pub(crate) fn new(unique_keys: Vec<Vec<u8>>) -> WriteInFlight {
-        assert!(unique_keys.windows(2).all(|pair| pair[0] < pair[1]), "in-flight unique keys are sorted and distinct");
-        WriteInFlight { unique_keys, done: AtomicBool::new(false) }
-    }
-
-    pub(crate) fn puts_unique_key(&self, full_key: &[u8]) -> bool {
-        self.unique_keys.binary_search_by(|key| key.as_slice().cmp(full_key)).is_ok()
-    }
-
-    /// The keys of `read` (sorted by key, distinct) that this write puts: one merge of the two
-    /// sorted lists, cheaper than a search per key for a slice's worth of keys.
-    pub(crate) fn unique_keys_among<T>(&self, read: &[(Vec<u8>, T)]) -> Vec<Vec<u8>> {
-        let (mut mine, mut theirs) = (self.unique_keys.iter().peekable(), read.iter().peekable());
-        let mut common = Vec::new();
-        while let (Some(key), Some((other, _))) = (mine.peek(), theirs.peek()) {
-            match key.as_slice().cmp(other.as_slice()) {
-                std::cmp::Ordering::Less => {
-                    mine.next();
-                }
-                std::cmp::Ordering::Greater => {
-                    theirs.next();
-                }
-                std::cmp::Ordering::Equal => {
-                    common.push(key.to_vec());
-                    mine.next();
-                    theirs.next();
-                }
-            }
-        }
-        common
-    }
-
-    pub(crate) fn mark_done(&self) {
-        self.done.store(true, Ordering::Release);
-    }
-
-    pub(crate) fn is_done(&self) -> bool {
-        self.done.load(Ordering::Acquire)
-    }
-
-    /// Waits, holding whatever the caller holds, until the write has returned. Bounded by one
-    /// RocksDB write, which needs no lock to finish.
-    pub(crate) fn wait_until_done(&self) {
-        let mut polls = 0u32;
-        while !self.is_done() {
-            if polls < 16 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(20));
-            }
-            polls = polls.saturating_add(1);
-        }
-    }
-}
-
-impl StripeState {
-    /// Waits until every write in flight on this stripe is done, then forgets them: the
-    /// database shows all the stripe's writes. Called with the stripe held, so none starts.
-    pub(crate) fn wait_for_writes_in_flight(&mut self) {
-        for write in self.writes_in_flight.drain(..) {
-            write.wait_until_done();
-        }
-    }
-
-    /// Forgets the writes in flight that are done (the database shows them).
-    pub(crate) fn forget_finished_writes(&mut self) {
-        self.writes_in_flight.retain(|write| !write.is_done());
-    }
-
-    /// The write in flight on this stripe that puts `full_key` in a unique index, if any
-    /// (done or not: a write that finished since this stripe was taken is still listed).
-    pub(crate) fn write_in_flight_putting(&self, full_key: &[u8]) -> Option<&Arc<WriteInFlight>> {
-        self.writes_in_flight.iter().find(|write| write.puts_unique_key(full_key))
-    }
-}
-
-thread_local! {
-    /// Lock stripes the thread holds. Checked before taking the DDL mutex or a stripe, so the
-    /// lock order (DDL mutex, then stripes taken at once in ascending order) is asserted on
-    /// every acquisition, in release builds too.
-    static STRIPES_HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-pub(crate) fn stripes_held() -> usize {
-    STRIPES_HELD.with(std::cell::Cell::get)
-}
-
-/// Asserts the thread holds no lock stripe (before waiting on something that takes the DDL
-/// mutex, as a collection creation does).
-pub(crate) fn assert_no_stripes_held() {
-    assert_eq!(stripes_held(), 0, "lock order violated: waiting for the DDL mutex while holding a lock stripe");
-}
-
-/// A held lock stripe; the thread's count of held stripes includes it while it lives.
-pub(crate) struct StripeGuard<'e> {
-    guard: MutexGuard<'e, StripeState>,
-    /// The engine's count of held stripes (all threads), which group commit reads.
-    holders: &'e AtomicUsize,
-}
-
-impl<'e> StripeGuard<'e> {
-    fn new(guard: MutexGuard<'e, StripeState>, holders: &'e AtomicUsize) -> StripeGuard<'e> {
-        STRIPES_HELD.with(|held| held.set(held.get() + 1));
-        holders.fetch_add(1, Ordering::Relaxed);
-        StripeGuard { guard, holders }
-    }
-}
-
-impl Drop for StripeGuard<'_> {
-    fn drop(&mut self) {
-        self.holders.fetch_sub(1, Ordering::Relaxed);
-        STRIPES_HELD.with(|held| held.set(held.get() - 1));
-    }
-}
-
-impl std::ops::Deref for StripeGuard<'_> {
-    type Target = StripeState;
-    fn deref(&self) -> &StripeState {
-        &self.guard
-    }
-}
-
-impl std::ops::DerefMut for StripeGuard<'_> {
-    fn deref_mut(&mut self) -> &mut StripeState {
-        &mut self.guard
-    }
-}
-
 /// State guarded by the DDL mutex.
 pub(crate) struct DdlState {
     pub(crate) next_prefix: u64,
@@ -352,13 +154,13 @@ pub struct Engine {
     /// batch swaps do not keep losing to theirs.
     pub(crate) warming: std::sync::atomic::AtomicBool,
     /// Wakes tailable cursors waiting for inserts into capped collections.
-    pub(crate) capped_inserts: crate::capped::CappedInsertNotifier,
+    pub(crate) capped_inserts: crate::capped_inserts::CappedInsertNotifier,
     /// The compressor of `records` and `local_records` (the node default).
     pub(crate) block_compressor: BlockCompressor,
     /// Group commit of journaled writes' WAL syncs (`journal.rs`).
     pub(crate) journal: crate::journal::JournalSync,
     /// Group commit of collection creations (`creation.rs`).
-    pub(crate) creations: crate::creation::CreationQueue,
+    pub(crate) creations: crate::creation_queue::CreationQueue,
 }
 
 pub(crate) fn validate_database_name(db: &str) -> Result<(), StorageError> {
@@ -450,10 +252,10 @@ impl Engine {
             observer: arc_swap::ArcSwapOption::empty(),
             catalog_warm_up_entries: options.catalog_warm_up_entries,
             warming: std::sync::atomic::AtomicBool::new(false),
-            capped_inserts: crate::capped::CappedInsertNotifier::default(),
+            capped_inserts: crate::capped_inserts::CappedInsertNotifier::default(),
             block_compressor: options.block_compressor,
             journal: crate::journal::JournalSync::default(),
-            creations: crate::creation::CreationQueue::default(),
+            creations: crate::creation_queue::CreationQueue::default(),
         };
         let upgrade = engine.check_format()?;
         let next_prefix = match engine.db.get_cf(engine.family(FAMILY_CATALOG)?, keys::CATALOG_NEXT_PREFIX_KEY)? {
@@ -784,34 +586,6 @@ impl Engine {
             .filter(|next| *next < i64::MAX as u64)
             .ok_or_else(|| StorageError::Corrupt("prefix space exhausted".to_string()))?;
         Ok((first, next))
-    }
-
-    /// Creates a collection (NamespaceExists when it exists), committed in one group with the
-    /// creations queued at the same time (`creation.rs`).
-    pub fn create_collection(
-        &self,
-        db: &str,
-        collection: &str,
-        options: Document,
-    ) -> Result<CollectionHandle, StorageError> {
-        let request = CreationRequest { db: db.to_string(), collection: collection.to_string(), options, extra_indexes: Vec::new() };
-        match self.create_grouped(request)? {
-            Created::New(entry) => Ok(CollectionHandle { entry }),
-            Created::Existing(_) => Err(StorageError::NamespaceExists(namespace_of(db, collection))),
-        }
-    }
-
-    /// Returns the collection, creating it (with default options) when absent; a concurrent
-    /// creation of the same name makes this return that collection.
-    pub fn get_or_create_collection(&self, db: &str, collection: &str) -> Result<CollectionHandle, StorageError> {
-        if let Some(handle) = self.collection(db, collection)? {
-            return Ok(handle);
-        }
-        let request =
-            CreationRequest { db: db.to_string(), collection: collection.to_string(), options: Document::new(), extra_indexes: Vec::new() };
-        match self.create_grouped(request)? {
-            Created::New(entry) | Created::Existing(entry) => Ok(CollectionHandle { entry }),
-        }
     }
 
     /// Reads the counters of a collection and its indexes: (collection slots, per-index slots).

@@ -1,5 +1,6 @@
-//! Index specifications (parsing, validation, conflict rules) and index key generation: which
-//! keystrings a document produces for an index.
+//! Index specifications (parsing, validation, conflict rules, the TTL option
+//! `expireAfterSeconds`) and index key generation: which keystrings a document produces for an
+//! index.
 //!
 //! Key generation follows MongoDB: dotted paths traverse embedded documents and arrays of
 //! documents; a field whose value is an array yields one key per element (multikey; an empty
@@ -318,7 +319,7 @@ pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, Stora
         ));
     }
     let expire_after_seconds = match spec.get("expireAfterSeconds") {
-        Some(value) => Some(crate::ttl::validate_ttl_option(value, &fields)?),
+        Some(value) => Some(validate_ttl_option(value, &fields)?),
         None => None,
     };
     let hidden = match spec.get("hidden") {
@@ -634,6 +635,42 @@ pub(crate) fn key_value_document(fields: &[IndexField<'_>], keystring: &[u8], ty
         document.insert(field.path.to_string(), exact.unwrap_or(value));
     }
     document
+}
+
+/// A numeric `expireAfterSeconds` as MongoDB reads it: integers as they are, a double truncated
+/// toward zero, a decimal rounded half to even. None for a value that is not a number.
+pub fn expire_after_seconds_number(value: &Bson) -> Option<f64> {
+    match value {
+        Bson::Int32(seconds) => Some(f64::from(*seconds)),
+        Bson::Int64(seconds) => Some(*seconds as f64),
+        Bson::Double(seconds) => Some(seconds.trunc()),
+        Bson::Decimal128(seconds) => Some(myriad_keystring::compare::decimal_to_f64(seconds).round_ties_even()),
+        _ => None,
+    }
+}
+
+/// Validates `expireAfterSeconds` of a createIndexes spec with key `fields` (MongoDB's rules,
+/// all CannotCreateIndex) and returns it as the Int32 the spec stores.
+pub(crate) fn validate_ttl_option(value: &Bson, fields: &[IndexField<'_>]) -> Result<i32, StorageError> {
+    let refuse = |message: String| Err(StorageError::CannotCreateIndex(message));
+    let Some(seconds) = expire_after_seconds_number(value) else {
+        let type_name = myriad_query::bson_types::type_name(value);
+        return refuse(format!("TTL index 'expireAfterSeconds' option must be numeric, but received a type of '{type_name}'"));
+    };
+    if seconds.is_nan() {
+        return refuse("TTL index 'expireAfterSeconds' option must not be NaN".to_string());
+    }
+    if seconds < f64::from(i32::MIN) || seconds > f64::from(i32::MAX) {
+        return refuse("TTL index 'expireAfterSeconds' must be within the range of a 32-bit integer".to_string());
+    }
+    if seconds < 0.0 {
+        return refuse("TTL index 'expireAfterSeconds' option cannot be less than 0".to_string());
+    }
+    if fields.len() != 1 {
+        return refuse("TTL indexes are single-field indexes, compound indexes do not support TTL".to_string());
+    }
+    // Checked to be within 0..=i32::MAX just above.
+    Ok(seconds as i32)
 }
 
 #[cfg(test)]

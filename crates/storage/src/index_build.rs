@@ -20,19 +20,18 @@
 //!   chunk, never writes after the drop.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bson::{Document, RawDocumentBuf};
-use parking_lot::{Condvar, Mutex};
 use rocksdb::{ReadOptions, WriteBatch};
 
 use crate::catalog::{namespace_of, CollectionEntry, IndexEntry};
-use crate::commit::{command_record, CatalogEffect, PreparedCatalogChange};
-use crate::engine::{
-    validate_namespace, CreateIndexesOutcome, DatabaseDelta, Engine, IndexSelector, StripeGuard, FAMILY_CATALOG,
-    FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_STATS,
-};
+use crate::operation_record::{command_record, CatalogEffect, PreparedCatalogChange};
+use crate::engine::{validate_namespace, CreateIndexesOutcome, DatabaseDelta, Engine, IndexSelector};
+use crate::stripes::StripeGuard;
+use crate::families::{FAMILY_CATALOG, FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_STATS};
+use crate::index_build_registry::IndexBuild;
 use crate::index::{
     IndexField, IndexKey, key_value_document, parse_index_spec, same_key_pattern, same_options,
     ParsedIndexSpec, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION,
@@ -45,128 +44,6 @@ use crate::{RecordId, StorageError};
 /// chunk. `examples/index_build_latency.rs` (1M documents, 4 writers, 2 cores): 1,000 gave
 /// inserts p50 3.0 ms / p99 20 ms during the build, 250 gave p50 0.3 ms / p99 11 ms.
 pub(crate) const INDEX_BUILD_CHUNK_RECORDS: usize = 250;
-
-/// One build: the indexes one createIndexes call added to one collection.
-pub(crate) struct IndexBuild {
-    collection_prefix: u64,
-    db: String,
-    collection: String,
-    index_prefixes: Vec<u64>,
-    /// A rebuild of existing indexes in the current key format (docs/FORMAT.md, "Upgrading from
-    /// version 1"), not a createIndexes: on failure the indexes stay (building, with their
-    /// markers) for the next open to retry, instead of being removed.
-    rebuild: bool,
-    /// Last record id whose keys are in the indexes. Written only under the collection's stripe.
-    position: AtomicI64,
-    /// Set (under the DDL mutex and the stripe) once the build's indexes left the catalog.
-    cancelled: AtomicBool,
-    /// Set by the one thread that runs the build; others wait for `outcome`.
-    claimed: AtomicBool,
-    outcome: Mutex<Option<Result<(), StorageError>>>,
-    finished: Condvar,
-}
-
-impl IndexBuild {
-    pub(crate) fn new(collection_prefix: u64, db: &str, collection: &str, index_prefixes: Vec<u64>, rebuild: bool) -> Arc<Self> {
-        Arc::new(IndexBuild {
-            collection_prefix,
-            db: db.to_string(),
-            collection: collection.to_string(),
-            index_prefixes,
-            rebuild,
-            position: AtomicI64::new(0),
-            cancelled: AtomicBool::new(false),
-            claimed: AtomicBool::new(false),
-            outcome: Mutex::new(None),
-            finished: Condvar::new(),
-        })
-    }
-
-    fn namespace(&self) -> String {
-        namespace_of(&self.db, &self.collection)
-    }
-
-    fn aborted(&self, reason: &str) -> StorageError {
-        StorageError::IndexBuildAborted(format!("{}: {reason}", self.namespace()))
-    }
-
-    /// Records the outcome (the first one wins) and wakes every waiter.
-    fn complete(&self, result: Result<(), StorageError>) {
-        let mut outcome = self.outcome.lock();
-        if outcome.is_none() {
-            *outcome = Some(result);
-        }
-        self.finished.notify_all();
-    }
-
-    fn wait(&self) -> Result<(), StorageError> {
-        let mut outcome = self.outcome.lock();
-        loop {
-            if let Some(result) = outcome.as_ref() {
-                return result.clone();
-            }
-            self.finished.wait(&mut outcome);
-        }
-    }
-}
-
-/// The builds in progress, by index prefix. Its mutex is a leaf: nothing is locked under it.
-#[derive(Default)]
-pub(crate) struct IndexBuildRegistry {
-    builds: Mutex<HashMap<u64, Arc<IndexBuild>>>,
-}
-
-impl IndexBuildRegistry {
-    pub(crate) fn register(&self, build: &Arc<IndexBuild>) {
-        let mut builds = self.builds.lock();
-        for prefix in &build.index_prefixes {
-            builds.insert(*prefix, build.clone());
-        }
-    }
-
-    fn unregister(&self, build: &IndexBuild) {
-        let mut builds = self.builds.lock();
-        for prefix in &build.index_prefixes {
-            builds.remove(prefix);
-        }
-    }
-
-    fn get(&self, index_prefix: u64) -> Option<Arc<IndexBuild>> {
-        self.builds.lock().get(&index_prefix).cloned()
-    }
-
-    /// The builds on any of `collection_prefixes`, each once.
-    pub(crate) fn of_collections(&self, collection_prefixes: &[u64]) -> Vec<Arc<IndexBuild>> {
-        let builds = self.builds.lock();
-        let mut found: Vec<Arc<IndexBuild>> = Vec::new();
-        for build in builds.values() {
-            if collection_prefixes.contains(&build.collection_prefix) && !found.iter().any(|other| Arc::ptr_eq(other, build)) {
-                found.push(build.clone());
-            }
-        }
-        found
-    }
-
-    fn unclaimed(&self) -> Vec<Arc<IndexBuild>> {
-        let builds = self.builds.lock();
-        let mut found: Vec<Arc<IndexBuild>> = Vec::new();
-        for build in builds.values() {
-            if !build.claimed.load(Ordering::Acquire) && !found.iter().any(|other| Arc::ptr_eq(other, build)) {
-                found.push(build.clone());
-            }
-        }
-        found
-    }
-
-    /// Number of builds in progress (or waiting to be resumed after open).
-    pub(crate) fn len(&self) -> usize {
-        let builds = self.builds.lock();
-        let mut distinct: Vec<*const IndexBuild> = builds.values().map(Arc::as_ptr).collect();
-        distinct.sort_unstable();
-        distinct.dedup();
-        distinct.len()
-    }
-}
 
 /// Value of a `B` marker: `db ‖ 0x00 ‖ collection` for a createIndexes build, followed by
 /// `0x00 ‖ key format version` for a rebuild of existing indexes in a new key format (names

@@ -43,6 +43,15 @@ use tokio::sync::watch;
 
 use crate::StorageError;
 
+/// How durable a commit must be before it returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Written to the WAL (OS buffers); survives a process crash, not a power loss.
+    Default,
+    /// The WAL is fsynced before returning (j: true, w: "majority").
+    Journaled,
+}
+
 #[derive(Default)]
 struct JournalState {
     /// Every write whose sequence number is at or below this is in a synced WAL.
@@ -204,7 +213,7 @@ impl JournalSync {
     /// when they are many; a lone writer finds no stripe held and syncs at once.
     fn gather(&self) {
         // Stripes this thread holds itself (a DDL syncing under one) are not others' writes.
-        let own = crate::engine::stripes_held();
+        let own = crate::stripes::stripes_held();
         let others_active = || self.stripe_holders.load(Ordering::Relaxed) > own;
         if !others_active() {
             return;

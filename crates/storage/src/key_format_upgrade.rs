@@ -25,8 +25,10 @@ use std::sync::Arc;
 use rocksdb::{ReadOptions, WriteBatch, WriteOptions};
 
 use crate::catalog::CollectionEntry;
-use crate::engine::{Engine, FAMILY_CATALOG};
-use crate::index_build::{marker_value, IndexBuild};
+use crate::engine::Engine;
+use crate::families::FAMILY_CATALOG;
+use crate::index_build::marker_value;
+use crate::index_build_registry::IndexBuild;
 use crate::keys;
 use crate::StorageError;
 

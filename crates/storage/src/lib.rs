@@ -35,20 +35,26 @@
 #![allow(clippy::result_large_err)]
 
 mod capped;
+mod capped_inserts;
 mod catalog;
 mod coll_mod;
 mod creation;
+mod creation_queue;
 mod commit;
 mod compression;
 mod engine;
 mod error;
+mod families;
 mod index;
 mod index_build;
+mod index_build_registry;
 mod index_scan;
 mod journal;
 mod key_format_upgrade;
 mod keys;
+mod operation_record;
 mod options;
+mod stripes;
 mod partial;
 mod stats;
 mod storage_size;
@@ -61,21 +67,23 @@ pub use capped::CappedBounds;
 pub use coll_mod::{IndexOptionChanges, IndexOptionsOutcome};
 pub use catalog::{CollectionHandle, IndexFieldKind, IndexInfo, IndexView};
 pub use engine::{
-    CollectionStats, CreateIndexesOutcome, DatabaseStats, Durability, Engine, IndexKeyRange,
-    IndexSelector, COLUMN_FAMILIES, MAX_SCAN_BATCH,
+    CollectionStats, CreateIndexesOutcome, DatabaseStats, Engine, IndexKeyRange,
+    IndexSelector, MAX_SCAN_BATCH,
 };
+pub use families::COLUMN_FAMILIES;
 pub use error::StorageError;
 pub use index_build::ResumedBuilds;
 pub use index_scan::IndexValuesEntry;
-pub use index::{hashed_index_value, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
+pub use index::{expire_after_seconds_number, hashed_index_value, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
 pub use options::{rocksdb_options, EngineOptions, RocksDbOptions};
 pub use compression::{is_supported as is_block_compressor_supported, requested_block_compressor, BlockCompressor, DEFAULT_BLOCK_COMPRESSOR};
-pub use commit::{OperationKind, OperationObserver, OperationRecord, PreparedWrite, RELEASE_BEFORE_WRITE_MIN_OPERATIONS};
-pub use ttl::{expire_after_seconds_number, TtlIndex};
+pub use commit::{PreparedWrite, RELEASE_BEFORE_WRITE_MIN_OPERATIONS};
+pub use operation_record::{OperationKind, OperationObserver, OperationRecord};
+pub use ttl::TtlIndex;
 pub use storage_size::{CollectionStorage, DatabaseStorage};
 pub use validate::{IndexValidation, ValidationReport};
 pub use write::{PreparedInsert, WriteTransaction};
-pub use journal::{defer_waits as defer_journal_waits, JournalProgress};
+pub use journal::{defer_waits as defer_journal_waits, Durability, JournalProgress};
 
 /// Identifier of a record within its collection: positive, allocated in increasing order.
 pub type RecordId = i64;

@@ -213,7 +213,7 @@ pub(crate) fn family_options(kind: FamilyKind, cache: &Cache, options: &EngineOp
 
 /// Every fixed column family with its options, in the order the engine opens them.
 pub(crate) fn column_families(cache: &Cache, options: &EngineOptions) -> Vec<(&'static str, Options)> {
-    use crate::engine::{FAMILY_CATALOG, FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_LOCAL_RECORDS, FAMILY_RECORDS, FAMILY_STATS};
+    use crate::families::{FAMILY_CATALOG, FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_LOCAL_RECORDS, FAMILY_RECORDS, FAMILY_STATS};
     let kinds = [
         (FAMILY_CATALOG, FamilyKind::Catalog),
         (FAMILY_RECORDS, FamilyKind::Records),

@@ -21,7 +21,8 @@ use rocksdb::LiveFile;
 
 use crate::catalog::CollectionHandle;
 use crate::compression::BlockCompressor;
-use crate::engine::{CollectionStats, Engine, FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_RECORDS};
+use crate::engine::{CollectionStats, Engine};
+use crate::families::{FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_RECORDS};
 use crate::stats::{self, decode_counters};
 use crate::{keys, StorageError, LOCAL_DATABASE};
 
@@ -158,7 +159,7 @@ impl Engine {
     /// measured ratio. One point read and one listing of the live files.
     pub fn database_storage(&self, db: &str) -> Result<DatabaseStorage, StorageError> {
         crate::engine::validate_database_name(db)?;
-        let counters = match self.db.get_cf(self.family(crate::engine::FAMILY_STATS)?, keys::stats_database_key(db))? {
+        let counters = match self.db.get_cf(self.family(crate::families::FAMILY_STATS)?, keys::stats_database_key(db))? {
             Some(bytes) => decode_counters(&bytes, stats::DATABASE_SLOTS)?,
             None => vec![0; stats::DATABASE_SLOTS],
         };

@@ -1,5 +1,4 @@
-//! TTL indexes: the `expireAfterSeconds` option of an index spec, and the small catalog index
-//! of TTL indexes (`T` keys) through which the TTL monitor finds them without ever scanning the
+//! TTL indexes: the small catalog index of TTL indexes (`T` keys) through which the TTL monitor finds them without ever scanning the
 //! catalog (docs/design-storage.md, "TTL indexes").
 //!
 //! Invariant: there is a `T ‖ index prefix` entry exactly for every ready index whose spec has
@@ -14,8 +13,9 @@ use bson::{Bson, Document, RawDocumentBuf};
 use rocksdb::{ReadOptions, WriteBatch, WriteOptions};
 
 use crate::catalog::{namespace_of, CollectionEntry, IndexEntry};
-use crate::engine::{Engine, FAMILY_CATALOG, MAX_SCAN_BATCH};
-use crate::index::IndexField;
+use crate::engine::{Engine, MAX_SCAN_BATCH};
+use crate::families::FAMILY_CATALOG;
+use crate::index::expire_after_seconds_number;
 use crate::{keys, StorageError};
 
 /// Version written under the `t` key once the `T` entries are complete.
@@ -78,42 +78,6 @@ impl TtlIndex {
             expire_after_seconds: document.get("expireAfterSeconds").cloned().ok_or_else(|| corrupt("expireAfterSeconds"))?,
         })
     }
-}
-
-/// A numeric `expireAfterSeconds` as MongoDB reads it: integers as they are, a double truncated
-/// toward zero, a decimal rounded half to even. None for a value that is not a number.
-pub fn expire_after_seconds_number(value: &Bson) -> Option<f64> {
-    match value {
-        Bson::Int32(seconds) => Some(f64::from(*seconds)),
-        Bson::Int64(seconds) => Some(*seconds as f64),
-        Bson::Double(seconds) => Some(seconds.trunc()),
-        Bson::Decimal128(seconds) => Some(myriad_keystring::compare::decimal_to_f64(seconds).round_ties_even()),
-        _ => None,
-    }
-}
-
-/// Validates `expireAfterSeconds` of a createIndexes spec with key `fields` (MongoDB's rules,
-/// all CannotCreateIndex) and returns it as the Int32 the spec stores.
-pub(crate) fn validate_ttl_option(value: &Bson, fields: &[IndexField<'_>]) -> Result<i32, StorageError> {
-    let refuse = |message: String| Err(StorageError::CannotCreateIndex(message));
-    let Some(seconds) = expire_after_seconds_number(value) else {
-        let type_name = myriad_query::bson_types::type_name(value);
-        return refuse(format!("TTL index 'expireAfterSeconds' option must be numeric, but received a type of '{type_name}'"));
-    };
-    if seconds.is_nan() {
-        return refuse("TTL index 'expireAfterSeconds' option must not be NaN".to_string());
-    }
-    if seconds < f64::from(i32::MIN) || seconds > f64::from(i32::MAX) {
-        return refuse("TTL index 'expireAfterSeconds' must be within the range of a 32-bit integer".to_string());
-    }
-    if seconds < 0.0 {
-        return refuse("TTL index 'expireAfterSeconds' option cannot be less than 0".to_string());
-    }
-    if fields.len() != 1 {
-        return refuse("TTL indexes are single-field indexes, compound indexes do not support TTL".to_string());
-    }
-    // Checked to be within 0..=i32::MAX just above.
-    Ok(seconds as i32)
 }
 
 impl Engine {
@@ -225,7 +189,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::parse_key_pattern;
+    use crate::index::{parse_key_pattern, validate_ttl_option};
 
     #[test]
     fn expire_after_seconds_is_validated_as_mongodb_does() {

@@ -10,7 +10,8 @@ use bson::RawDocumentBuf;
 use rocksdb::ReadOptions;
 
 use crate::catalog::{CollectionHandle, IndexEntry};
-use crate::engine::{Engine, FAMILY_STATS};
+use crate::engine::Engine;
+use crate::families::FAMILY_STATS;
 use crate::keys;
 use crate::stats::{self, decode_counters};
 use crate::{RecordId, StorageError};

@@ -23,7 +23,8 @@ use std::sync::Arc;
 use rocksdb::ReadOptions;
 
 use crate::catalog::{Catalog, CollectionEntry};
-use crate::engine::{Engine, FAMILY_CATALOG};
+use crate::engine::Engine;
+use crate::families::FAMILY_CATALOG;
 use crate::keys;
 use crate::StorageError;
 

@@ -17,11 +17,24 @@ use std::sync::Arc;
 use bson::{Bson, Document, RawDocument, RawDocumentBuf};
 
 use crate::catalog::{CollectionEntry, CollectionHandle, IndexEntry};
-use crate::engine::{Engine, StripeGuard};
+use crate::engine::Engine;
+use crate::stripes::StripeGuard;
 use crate::index::{key_value_document, IndexKey};
 use crate::keys;
 use crate::stats;
 use crate::{RecordId, StorageError, MAX_DOCUMENT_SIZE_BYTES};
+
+/// Per-transaction trimming state, set up at the first insert into a capped collection
+/// (`capped.rs` trims).
+pub(crate) struct CappedTrim {
+    /// The collection's [documents, data size bytes] on disk when the transaction first needed
+    /// them (read under the stripe, so no other writer changes them until commit).
+    pub(crate) base: [i64; stats::COLLECTION_SLOTS],
+    /// Every record below this id is gone (removed before, or by this transaction).
+    pub(crate) next_oldest: RecordId,
+    /// The highest record id this transaction removed by trimming.
+    pub(crate) trimmed_through: Option<RecordId>,
+}
 
 /// An open write transaction on one collection. Dropping it without `commit` discards it.
 pub struct WriteTransaction<'e> {
@@ -52,7 +65,7 @@ pub struct WriteTransaction<'e> {
     index_limits: Vec<RecordId>,
     pub(crate) operations: usize,
     /// Trimming state of a capped collection, once an insert needed it.
-    pub(crate) capped_trim: Option<crate::capped::CappedTrim>,
+    pub(crate) capped_trim: Option<CappedTrim>,
     /// Owners of unique index keys read ahead in one batch (`read_unique_owners`), sorted by
     /// full key: valid while the stripe is held, below the pending entries.
     unique_owners_read: Vec<(Vec<u8>, Option<RecordId>)>,

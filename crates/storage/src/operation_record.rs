@@ -1,0 +1,99 @@
+//! What every applied write and catalog change reports: its operation records, shaped like
+//! MongoDB's oplog entries (`op`, `ns`, `ui`, `o`, `o2`), the observer that receives them
+//! (where replication and change streams plug in), and a catalog change prepared as one batch
+//! with the in-memory effects the engine applies once the batch is written.
+
+use bson::{doc, spec::BinarySubtype, Binary, Bson, Document, RawDocumentBuf};
+use rocksdb::WriteBatch;
+
+use crate::StorageError;
+
+/// What an operation did to one document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperationKind {
+    Insert,
+    /// A whole-document replacement (the post-image).
+    Update,
+    Delete,
+    /// A catalog change (create, drop...): `document` is the command, on `db.$cmd`.
+    Command,
+}
+
+/// One document's change, as MongoDB's oplog describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OperationRecord {
+    pub kind: OperationKind,
+    pub namespace: String,
+    pub collection_uuid: [u8; 16],
+    /// The document's `_id`.
+    pub id: Bson,
+    /// The inserted document or the update's post-image; None for a delete.
+    pub document: Option<RawDocumentBuf>,
+}
+
+impl OperationRecord {
+    /// `{op, ns, ui, o, o2?}` as in `local.oplog.rs` (updates in replacement form).
+    pub fn to_oplog_entry(&self) -> Result<Document, StorageError> {
+        let uuid = Binary { subtype: BinarySubtype::Uuid, bytes: self.collection_uuid.to_vec() };
+        let mut entry = doc! { "op": self.kind.code(), "ns": &self.namespace, "ui": uuid };
+        match (&self.document, self.kind) {
+            (Some(document), OperationKind::Insert | OperationKind::Update | OperationKind::Command) => {
+                let document = document.to_document().map_err(|error| StorageError::Corrupt(format!("operation record: {error}")))?;
+                entry.insert("o", document);
+            }
+            _ => {
+                entry.insert("o", doc! { "_id": self.id.clone() });
+            }
+        }
+        if self.kind == OperationKind::Update {
+            entry.insert("o2", doc! { "_id": self.id.clone() });
+        }
+        Ok(entry)
+    }
+}
+
+impl OperationKind {
+    /// The oplog's `op` letter.
+    pub fn code(self) -> &'static str {
+        match self {
+            OperationKind::Insert => "i",
+            OperationKind::Update => "u",
+            OperationKind::Delete => "d",
+            OperationKind::Command => "c",
+        }
+    }
+}
+
+/// Receives the operation records of every write and catalog change once applied: where
+/// replication and change streams plug in.
+pub type OperationObserver = std::sync::Arc<dyn Fn(&[OperationRecord]) + Send + Sync>;
+
+/// A catalog change ready to apply: its batch, its operation record, and the in-memory
+/// changes the batch implies, which [`crate::Engine`] applies only after the batch is written.
+pub(crate) struct PreparedCatalogChange {
+    pub(crate) batch: WriteBatch,
+    pub(crate) operation: OperationRecord,
+    pub(crate) effects: Vec<CatalogEffect>,
+}
+
+/// An in-memory change derived from a catalog batch.
+pub(crate) enum CatalogEffect {
+    /// The prefix counter moves to this value (prefixes are never reused).
+    AdvancePrefixes(u64),
+    /// The entry is published in the catalog snapshot.
+    Publish(std::sync::Arc<crate::catalog::CollectionEntry>),
+    /// The namespace leaves the catalog snapshot.
+    Remove(std::sync::Arc<str>),
+}
+
+/// The `op: "c"` record of a catalog change on `db`.
+pub(crate) fn command_record(db: &str, collection_uuid: [u8; 16], command: Document) -> Result<OperationRecord, StorageError> {
+    let document = RawDocumentBuf::from_document(&command).map_err(|error| StorageError::Corrupt(format!("operation record: {error}")))?;
+    Ok(OperationRecord {
+        kind: OperationKind::Command,
+        namespace: format!("{db}.$cmd"),
+        collection_uuid,
+        id: Bson::Null,
+        document: Some(document),
+    })
+}
