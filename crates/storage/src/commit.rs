@@ -208,7 +208,7 @@ impl WriteTransaction<'_> {
     /// [`Self::apply`] of an insert-only write that lets the collection's next writer in while
     /// RocksDB writes it: under the stripe, the record-id counter moves past the write's ids and
     /// the write's unique keys are registered as in flight; then the stripe is released, the
-    /// batch written, and the registration marked done (`engine.rs`, [`WriteInFlight`]).
+    /// batch written, and the registration marked done (`stripes.rs`, [`WriteInFlight`]).
     fn apply_in_flight(mut self, prepared: PreparedWrite, durability: Durability) -> Result<Vec<OperationRecord>, StorageError> {
         let engine = self.engine;
         let entry = self.entry.clone()?;

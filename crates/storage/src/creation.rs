@@ -59,7 +59,7 @@ struct Group {
 
 impl Engine {
     /// Creates a collection (NamespaceExists when it exists), committed in one group with the
-    /// creations queued at the same time (`creation.rs`).
+    /// creations queued at the same time.
     pub fn create_collection(
         &self,
         db: &str,
