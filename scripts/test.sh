@@ -15,6 +15,10 @@ if grep -E '^(myriad-bench|mongodb) v' <<<"$server_dependencies"; then
     exit 1
 fi
 
+echo "== module cycles"
+# No crate's top-level modules import each other in a circle (issue 22: "No knots").
+python3 scripts/check-module-cycles.py
+
 echo "== cargo test (workspace)"
 cargo build --workspace --tests --bins
 cargo test --workspace -- --test-threads=2
