@@ -23,7 +23,8 @@ def server_binary() -> str:
 
 
 class Server:
-    def __init__(self, extra_arguments: tuple = (), data_directory=None) -> None:
+    def __init__(self, extra_arguments: tuple = (), data_directory=None, selection_timeout_ms: int = 10_000) -> None:
+        self.selection_timeout_ms = selection_timeout_ms
         # A given data_directory (a TemporaryDirectory) outlives this server, so a test can
         # start another one on the same files; otherwise the server owns its directory.
         self.owns_directory = data_directory is None
@@ -53,6 +54,10 @@ class Server:
     def uri(self) -> str:
         return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
 
+    def client(self, **options) -> pymongo.MongoClient:
+        """A client of this server alone, failing after `selection_timeout_ms` when refused."""
+        return pymongo.MongoClient(self.uri(), serverSelectionTimeoutMS=self.selection_timeout_ms, **options)
+
     def stop(self) -> None:
         self.process.terminate()
         try:
@@ -71,9 +76,9 @@ class Cluster:
     """`myriad cluster` (config server, shards, router as child processes) over `directory`;
     `uri` is the router's connection string as the launcher prints it."""
 
-    def __init__(self, directory: str, extra_arguments: tuple = ()) -> None:
+    def __init__(self, directory: str, extra_arguments: tuple = (), shards: int = 2) -> None:
         self.process = subprocess.Popen(
-            [server_binary(), "cluster", "--shards", "2", "--dir", directory, "--port", "0", "--cacheSizeMB", "64", *extra_arguments],
+            [server_binary(), "cluster", "--shards", str(shards), "--dir", directory, "--port", "0", "--cacheSizeMB", "64", *extra_arguments],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

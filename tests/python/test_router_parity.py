@@ -19,9 +19,7 @@ import copy
 import hashlib
 import hmac
 import re
-import subprocess
 import tempfile
-import threading
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -114,38 +112,6 @@ SESSION_ID = Binary.from_uuid(uuid.UUID("00112233-4455-6677-8899-aabbccddeeff"))
 
 # --- Deployments -------------------------------------------------------------------------------
 
-class OneShardCluster(conftest.Cluster):
-    """conftest.Cluster with one shard. conftest.Cluster passes `--shards 2` itself, and clap
-    refuses a repeated flag ("the argument '--shards <SHARDS>' cannot be used multiple
-    times"), so `Cluster(directory, ("--shards", "1"))` cannot start; this builds the same
-    command line with one shard and keeps conftest's `client` and `stop`."""
-
-    def __init__(self, directory: str) -> None:
-        self.process = subprocess.Popen(
-            [conftest.server_binary(), "cluster", "--shards", "1", "--dir", directory, "--port", "0", "--cacheSizeMB", "64"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        self.uri = None
-        self.config_address = None
-        ready = threading.Event()
-
-        def read_stdout() -> None:
-            for line in self.process.stdout:
-                if self.uri is None and line.startswith("mongodb://"):
-                    self.uri = line.strip()
-                elif self.config_address is None and line.startswith("config server "):
-                    self.config_address = line[len("config server "):].split(",")[0].strip()
-                    ready.set()
-
-        threading.Thread(target=read_stdout, daemon=True).start()
-        if not ready.wait(conftest.CLUSTER_STARTUP_TIMEOUT_SECONDS):
-            self.process.kill()
-            self.process.wait()
-            raise RuntimeError("myriad cluster did not print its connection string")
-
-
 @dataclass
 class Deployments:
     node: pymongo.MongoClient
@@ -159,7 +125,7 @@ def deployments():
     cluster = None
     clients = []
     try:
-        cluster = OneShardCluster(directory.name)
+        cluster = conftest.Cluster(directory.name, shards=1)
         clients.append(pymongo.MongoClient(node.uri(), **CLIENT_OPTIONS))
         clients.append(pymongo.MongoClient(cluster.uri, **CLIENT_OPTIONS))
         shards = clients[1].admin.command("listShards")["shards"]

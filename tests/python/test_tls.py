@@ -1,10 +1,7 @@
 """TLS through pymongo: a server in each TLS mode, with a CA and certificates made here (the
 cryptography package), connected with tls=true and tlsCAFile."""
 
-import json
-import subprocess
 import tempfile
-import threading
 import pathlib
 
 import pymongo
@@ -14,7 +11,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from certificates import certificate, name, pem
 
-from conftest import STARTUP_TIMEOUT_SECONDS, server_binary
+from conftest import Server
 
 # A refused client fails within this; the failure is what the tests check, not the time.
 SELECTION_TIMEOUT_MS = 3000
@@ -44,40 +41,8 @@ def certificates():
     directory.cleanup()
 
 
-class TlsServer:
-    def __init__(self, arguments):
-        self.directory = tempfile.TemporaryDirectory(prefix="myriad-pytest-tls-")
-        self.process = subprocess.Popen(
-            [server_binary(), "--dbpath", self.directory.name, "--port", "0", "--bind_ip", "127.0.0.1",
-             "--cacheSizeMB", "64", *arguments],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        self.port = None
-        ready = threading.Event()
-
-        def drain():
-            for line in self.process.stderr:
-                if self.port is None and "Waiting for connections" in line:
-                    self.port = json.loads(line)["attr"]["port"]
-                    ready.set()
-
-        threading.Thread(target=drain, daemon=True).start()
-        if not ready.wait(STARTUP_TIMEOUT_SECONDS):
-            self.process.kill()
-            raise RuntimeError("myriad did not start")
-
-    def client(self, **options):
-        return pymongo.MongoClient(f"mongodb://127.0.0.1:{self.port}/?directConnection=true",
-                                   serverSelectionTimeoutMS=SELECTION_TIMEOUT_MS, **options)
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait(timeout=30)
-        self.directory.cleanup()
-
-
 def _server(certificates, mode, *extra):
-    return TlsServer(["--tlsMode", mode, "--tlsCertificateKeyFile", certificates["server"], *extra])
+    return Server(("--tlsMode", mode, "--tlsCertificateKeyFile", certificates["server"], *extra), selection_timeout_ms=SELECTION_TIMEOUT_MS)
 
 
 def _round_trip(client):
@@ -154,7 +119,7 @@ def test_certificates_optional_or_unchecked_when_the_flags_say_so(certificates):
 
 
 def test_disabled_refuses_tls(certificates):
-    server = TlsServer([])
+    server = Server(selection_timeout_ms=SELECTION_TIMEOUT_MS)
     try:
         with server.client(tls=True, tlsCAFile=certificates["ca"]) as client:
             with pytest.raises(pymongo.errors.ServerSelectionTimeoutError):

@@ -17,7 +17,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from pymongo.errors import OperationFailure
 
 from certificates import certificate, name, pem
-from test_tls import TlsServer
+from conftest import Server
+from test_tls import SELECTION_TIMEOUT_MS
 
 SUBJECT = "CN=pymongo client,OU=Clients,O=Myriad Tests,C=US"
 STRANGER = "CN=stranger,OU=Clients,O=Myriad Tests,C=US"
@@ -44,8 +45,8 @@ def files():
 
 @pytest.fixture(scope="module")
 def server(files):
-    running = TlsServer(["--auth", "--tlsMode", "requireTLS", "--tlsCertificateKeyFile", files["server"],
-                         "--tlsCAFile", files["ca"]])
+    running = Server(("--auth", "--tlsMode", "requireTLS", "--tlsCertificateKeyFile", files["server"], "--tlsCAFile", files["ca"]),
+                     selection_timeout_ms=SELECTION_TIMEOUT_MS)
     tls = {"tls": True, "tlsCAFile": files["ca"], "tlsCertificateKeyFile": files["client"]}
     with running.client(**tls) as anonymous:
         anonymous.admin.command("createUser", "root", pwd="root-secret", roles=["root"])

@@ -13,11 +13,10 @@ use std::sync::Arc;
 
 use myriad_cluster::member_security::{self, MemberSecurity};
 use tokio_rustls::rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use tokio_rustls::rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio_rustls::rustls::{self, ClientConfig, DigitallySignedStruct, SignatureScheme};
 
-use crate::tls::{read_ca_certificates, read_certificate_and_key, TlsMode, TlsOptions};
+use crate::tls::{read_ca_certificates, read_certificate_and_key, SignatureChecks, TlsMode, TlsOptions};
 
 /// Sets how this process connects to other members (see the module's documentation).
 pub fn configure_members(options: &TlsOptions, internal_key: Option<String>) -> Result<(), String> {
@@ -36,7 +35,7 @@ fn client_config(options: &TlsOptions) -> Result<Option<ClientConfig>, String> {
         .with_safe_default_protocol_versions()
         .map_err(|error| format!("cannot configure TLS: {error}"))?;
     let builder = match (&options.ca_file, options.allow_invalid_certificates) {
-        (_, true) => builder.dangerous().with_custom_certificate_verifier(Arc::new(AcceptAnyServerCertificate { provider })),
+        (_, true) => builder.dangerous().with_custom_certificate_verifier(Arc::new(AcceptAnyServerCertificate { signatures: SignatureChecks { provider } })),
         (Some(ca_file), false) => builder.with_root_certificates(read_ca_certificates(ca_file)?),
         // Nothing to verify the others against: connections to members fail their handshake
         // (a standalone node, which never connects to one, needs no CA file).
@@ -56,7 +55,7 @@ fn client_config(options: &TlsOptions) -> Result<Option<ClientConfig>, String> {
 /// handshake's signatures still are, so the peer holds its key).
 #[derive(Debug)]
 struct AcceptAnyServerCertificate {
-    provider: Arc<CryptoProvider>,
+    signatures: SignatureChecks,
 }
 
 impl ServerCertVerifier for AcceptAnyServerCertificate {
@@ -72,14 +71,14 @@ impl ServerCertVerifier for AcceptAnyServerCertificate {
     }
 
     fn verify_tls12_signature(&self, message: &[u8], certificate: &CertificateDer<'_>, signature: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, certificate, signature, &self.provider.signature_verification_algorithms)
+        self.signatures.tls12(message, certificate, signature)
     }
 
     fn verify_tls13_signature(&self, message: &[u8], certificate: &CertificateDer<'_>, signature: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, certificate, signature, &self.provider.signature_verification_algorithms)
+        self.signatures.tls13(message, certificate, signature)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.signatures.schemes()
     }
 }

@@ -242,7 +242,7 @@ pub(crate) fn read_ca_certificates(path: &str) -> Result<RootCertStore, String> 
 /// checked, so the client holds the key).
 fn client_verifier(options: &TlsOptions, provider: &Arc<CryptoProvider>) -> Result<Option<Arc<dyn ClientCertVerifier>>, String> {
     if options.allow_invalid_certificates {
-        return Ok(Some(Arc::new(AcceptAnyClientCertificate { provider: Arc::clone(provider) })));
+        return Ok(Some(Arc::new(AcceptAnyClientCertificate { signatures: SignatureChecks { provider: Arc::clone(provider) } })));
     }
     let Some(ca_file) = &options.ca_file else { return Ok(None) };
     let roots = Arc::new(read_ca_certificates(ca_file)?);
@@ -257,7 +257,7 @@ fn client_verifier(options: &TlsOptions, provider: &Arc<CryptoProvider>) -> Resu
 /// `--tlsAllowInvalidCertificates`: client certificates are optional and not validated.
 #[derive(Debug)]
 struct AcceptAnyClientCertificate {
-    provider: Arc<CryptoProvider>,
+    signatures: SignatureChecks,
 }
 
 impl ClientCertVerifier for AcceptAnyClientCertificate {
@@ -274,14 +274,35 @@ impl ClientCertVerifier for AcceptAnyClientCertificate {
     }
 
     fn verify_tls12_signature(&self, message: &[u8], certificate: &CertificateDer<'_>, signature: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, certificate, signature, &self.provider.signature_verification_algorithms)
+        self.signatures.tls12(message, certificate, signature)
     }
 
     fn verify_tls13_signature(&self, message: &[u8], certificate: &CertificateDer<'_>, signature: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, certificate, signature, &self.provider.signature_verification_algorithms)
+        self.signatures.tls13(message, certificate, signature)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.signatures.schemes()
+    }
+}
+
+/// The handshake signature checks a verifier that takes any certificate still makes (so the
+/// peer holds its certificate's key): those of the crypto provider.
+#[derive(Debug)]
+pub(crate) struct SignatureChecks {
+    pub(crate) provider: Arc<CryptoProvider>,
+}
+
+impl SignatureChecks {
+    pub(crate) fn tls12(&self, message: &[u8], certificate: &CertificateDer<'_>, signature: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(message, certificate, signature, &self.provider.signature_verification_algorithms)
+    }
+
+    pub(crate) fn tls13(&self, message: &[u8], certificate: &CertificateDer<'_>, signature: &DigitallySignedStruct) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(message, certificate, signature, &self.provider.signature_verification_algorithms)
+    }
+
+    pub(crate) fn schemes(&self) -> Vec<SignatureScheme> {
         self.provider.signature_verification_algorithms.supported_schemes()
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! Invariants:
 //! - A process is handed to a test only once it answered a `hello` over the wire (not merely
-//!   printed its port), within [`process::STARTUP_TIMEOUT`].
+//!   printed its port), within [`process::STARTUP_TIMEOUT`]; one listening with TLS, once it
+//!   logged that it listens.
 //! - Every process started is killed, and every directory removed, when its owner drops,
 //!   panics included.
 //! - A process's stderr is drained for its whole life (it never blocks on a full pipe) and its

@@ -1,5 +1,6 @@
 //! One `myriad` process: started with its arguments on a free loopback port, ready once it
-//! answers `hello`, its log drained and its last lines kept, killed on drop.
+//! answers `hello` (a TLS listener: once it says it listens), its log drained and its last
+//! lines kept, killed on drop.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -63,7 +64,8 @@ impl MyriadProcess {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if !sent && line.contains("Waiting for connections") {
                     let parsed: serde_json::Value = serde_json::from_str(&line).expect("log lines are JSON");
-                    let _ = sender.send(parsed["attr"]["port"].as_u64().expect("port attribute") as u16);
+                    let port = parsed["attr"]["port"].as_u64().expect("port attribute") as u16;
+                    let _ = sender.send((port, parsed["attr"]["ssl"] == "on"));
                     sent = true;
                 }
                 if std::env::var_os("MYRIAD_TEST_LOG").is_some() {
@@ -77,9 +79,12 @@ impl MyriadProcess {
                 }
             }
         });
-        self.port = receiver.recv_timeout(STARTUP_TIMEOUT).expect("myriad did not start listening");
+        let (port, tls) = receiver.recv_timeout(STARTUP_TIMEOUT).expect("myriad did not start listening");
+        self.port = port;
         self.child = Some(child);
-        if !self.arguments.iter().any(|argument| argument == "requireTLS") {
+        // A TLS listener (flags or config file) is taken at its word: a plain hello may be
+        // refused there by design.
+        if !tls {
             let remaining = STARTUP_TIMEOUT.saturating_sub(started.elapsed());
             answers_hello(self.port, remaining).unwrap_or_else(|reason| panic!("myriad on port {} does not answer hello: {reason}", self.port));
         }

@@ -223,26 +223,8 @@ async fn measure_at(
     settings: &Settings,
     connections: usize,
 ) -> BenchResult<Vec<workload::Measurement>> {
-    let mut totals: Vec<Option<workload::Measurement>> = vec![None; Operation::ALL.len()];
-    for round in 0..settings.rounds {
-        for (total, operation) in totals.iter_mut().zip(Operation::ALL) {
-            let phase = workload::Phase {
-                operation,
-                connections,
-                documents: settings.documents,
-                // The first slice warms the pool's connections and the caches for the rest.
-                warmup: if round == 0 { settings.warmup } else { Duration::ZERO },
-                duration: settings.duration / settings.rounds,
-                operation_timeout: settings.operation_timeout,
-            };
-            let slice = workload::measure(client, &phase).await?;
-            match total {
-                Some(total) => total.absorb(&slice)?,
-                None => *total = Some(slice),
-            }
-        }
-    }
-    let measurements: Vec<workload::Measurement> = totals.into_iter().flatten().collect();
+    let mut measured = measure_targets(&[client], settings, connections).await?;
+    let measurements = measured.pop().unwrap_or_default();
     for measurement in &measurements {
         eprintln!(
             "ops: {:<24} {connections:>4} connections {:>10.0} ops/s",
@@ -251,4 +233,35 @@ async fn measure_at(
         );
     }
     Ok(measurements)
+}
+
+/// Every operation at one concurrency against each of `clients`, in `--rounds` rounds of one
+/// slice per operation and client in turn; the measurements per client, in `clients`' order.
+async fn measure_targets(
+    clients: &[&mongodb::Client],
+    settings: &Settings,
+    connections: usize,
+) -> BenchResult<Vec<Vec<workload::Measurement>>> {
+    let mut totals: Vec<Vec<Option<workload::Measurement>>> = vec![vec![None; Operation::ALL.len()]; clients.len()];
+    for round in 0..settings.rounds {
+        for (index, operation) in Operation::ALL.into_iter().enumerate() {
+            for (client, client_totals) in clients.iter().zip(totals.iter_mut()) {
+                let phase = workload::Phase {
+                    operation,
+                    connections,
+                    documents: settings.documents,
+                    // The first slice warms the pool's connections and the caches for the rest.
+                    warmup: if round == 0 { settings.warmup } else { Duration::ZERO },
+                    duration: settings.duration / settings.rounds,
+                    operation_timeout: settings.operation_timeout,
+                };
+                let slice = workload::measure(client, &phase).await?;
+                match &mut client_totals[index] {
+                    Some(total) => total.absorb(&slice)?,
+                    slot => *slot = Some(slice),
+                }
+            }
+        }
+    }
+    Ok(totals.into_iter().map(|client_totals| client_totals.into_iter().flatten().collect()).collect())
 }

@@ -82,11 +82,7 @@ pub fn table(results: &[OperationResult], connection_counts: &[usize]) -> String
     }
     for target in &TARGETS {
         let measured = find(results, target.operation, target.connections).and_then(|result| result.ratio_to_ping);
-        let verdict = match measured {
-            Some(ratio) if ratio >= target.minimum_ratio_to_ping => "met",
-            Some(_) => "missed",
-            None => "not measured",
-        };
+        let verdict = verdict(measured, target.minimum_ratio_to_ping);
         let _ = writeln!(
             text,
             "target: {} >= {:.2} x ping's rate at {} connection(s): {} ({verdict})",
@@ -97,6 +93,15 @@ pub fn table(results: &[OperationResult], connection_counts: &[usize]) -> String
         );
     }
     text
+}
+
+/// A target's verdict: met, missed, or not measured.
+fn verdict(measured: Option<f64>, minimum: f64) -> &'static str {
+    match measured {
+        Some(ratio) if ratio >= minimum => "met",
+        Some(_) => "missed",
+        None => "not measured",
+    }
 }
 
 fn find(results: &[OperationResult], operation: Operation, connections: usize) -> Option<&OperationResult> {
@@ -197,11 +202,7 @@ pub fn router_table(results: &[RouterResult], connection_counts: &[usize]) -> St
     }
     for (operation, connections, minimum) in ROUTER_TARGETS {
         let measured = router_target_ratio(results, operation, connections);
-        let verdict = match measured {
-            Some(ratio) if ratio >= minimum => "met",
-            Some(_) => "missed",
-            None => "not measured",
-        };
+        let verdict = verdict(measured, minimum);
         let _ = writeln!(
             text,
             "target: {} through the router >= {minimum:.2} x directly at {connections} connections: {} ({verdict})",

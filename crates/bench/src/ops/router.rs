@@ -5,8 +5,6 @@
 //! clients: the router's as a user created through it, the shard's as the cluster's internal
 //! user (a shard keeps no users of its own).
 
-use std::time::Duration;
-
 use bson::doc;
 
 use crate::client;
@@ -14,7 +12,7 @@ use crate::cluster::security::{ClusterSecurity, Credentials};
 use crate::cluster::{ClusterLaunch, LocalCluster};
 use crate::error::BenchResult;
 
-use super::workload::{self, Measurement, Operation};
+use super::workload::{self, Measurement};
 use super::{Settings, APPLICATION_NAME};
 
 /// Both targets' figures at every connection count.
@@ -90,32 +88,9 @@ async fn measure_pair(
     settings: &Settings,
     connections: usize,
 ) -> BenchResult<(Vec<Measurement>, Vec<Measurement>)> {
-    let mut totals: Vec<[Option<Measurement>; 2]> = vec![[None, None]; Operation::ALL.len()];
-    for round in 0..settings.rounds {
-        for (total, operation) in totals.iter_mut().zip(Operation::ALL) {
-            for (target, client) in [direct, routed].into_iter().enumerate() {
-                let phase = workload::Phase {
-                    operation,
-                    connections,
-                    documents: settings.documents,
-                    warmup: if round == 0 { settings.warmup } else { Duration::ZERO },
-                    duration: settings.duration / settings.rounds,
-                    operation_timeout: settings.operation_timeout,
-                };
-                let slice = workload::measure(client, &phase).await?;
-                match &mut total[target] {
-                    Some(total) => total.absorb(&slice)?,
-                    slot => *slot = Some(slice),
-                }
-            }
-        }
-    }
-    let mut direct_measurements = Vec::new();
-    let mut routed_measurements = Vec::new();
-    for [direct_total, routed_total] in totals {
-        direct_measurements.extend(direct_total);
-        routed_measurements.extend(routed_total);
-    }
+    let mut measured = super::measure_targets(&[direct, routed], settings, connections).await?;
+    let routed_measurements = measured.pop().unwrap_or_default();
+    let direct_measurements = measured.pop().unwrap_or_default();
     for (direct, routed) in direct_measurements.iter().zip(&routed_measurements) {
         eprintln!(
             "ops: {:<24} {connections:>4} connections  direct {:>10.0} ops/s  router {:>10.0} ops/s",
