@@ -124,17 +124,7 @@ impl CommandRequest {
 
     /// The collection named by the command's first field.
     pub fn collection_name(&self) -> CommandResult<String> {
-        match self.first_value() {
-            Some(Bson::String(name)) => {
-                validate_collection_name(name)?;
-                Ok(name.clone())
-            }
-            Some(other) => Err(CommandError::new(
-                INVALID_NAMESPACE,
-                format!("collection name has invalid type {}", type_name(other)),
-            )),
-            None => Err(CommandError::bad_value("missing collection name")),
-        }
+        collection_name_of(self.first_value())
     }
 
     pub fn optional_document(&self, field: &str) -> CommandResult<Option<&Document>> {
@@ -283,6 +273,19 @@ pub fn validate_database_name(db: &str) -> CommandResult<()> {
 }
 
 /// Collection names: non-empty, no NUL, not starting with `$` or `.`, not ending with `.`.
+/// The collection a command names by its first field's value, checked as mongod checks it
+/// (a router's requests too).
+pub fn collection_name_of(value: Option<&Bson>) -> CommandResult<String> {
+    match value {
+        Some(Bson::String(name)) => {
+            validate_collection_name(name)?;
+            Ok(name.clone())
+        }
+        Some(other) => Err(CommandError::new(INVALID_NAMESPACE, format!("collection name has invalid type {}", type_name(other)))),
+        None => Err(CommandError::bad_value("missing collection name")),
+    }
+}
+
 pub fn validate_collection_name(name: &str) -> CommandResult<()> {
     if name.is_empty() || name.contains('\0') || name.starts_with('.') || name.ends_with('.') {
         return Err(CommandError::new(INVALID_NAMESPACE, format!("Invalid collection name: '{name}'")));

@@ -95,7 +95,7 @@ commands! {
     "dropIndexes" | "deleteIndexes" => command::drop_indexes::run, admin: false, write: true, router: Routed, access: Collection(&["dropIndex"]), "Drops indexes.";
     "collStats" => command::coll_stats::run, admin: false, write: false, router: Routed, access: Collection(&["collStats"]), "Collection statistics.";
     "dbStats" | "dbstats" => command::db_stats::run, admin: false, write: false, router: Routed, access: Database(&["dbStats"]), "Database statistics.";
-    "dataSize" | "datasize" => command::data_size::run, admin: false, write: false, router: NotYet, access: Collection(&["find"]), "Bytes and count of a collection's documents, or of a key range's.";
+    "dataSize" | "datasize" => command::data_size::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Bytes and count of a collection's documents, or of a key range's.";
     "fsync" => command::fsync::run, admin: true, write: false, router: NotYet, access: Cluster(&["fsync"]), "Flushes every memtable to disk and syncs the WAL (lock: true is not supported).";
     "compact" => command::compact::run, admin: false, write: true, router: NotYet, access: Collection(&["compact"]), "Compacts the shared tablespace (returns dropped collections' disk space).";
     "currentOp" => command::current_op::run, admin: true, write: false, router: Local, access: Authenticated, "Lists the operations in progress (the user's own with $ownOps; all needs inprog).";
@@ -122,7 +122,7 @@ commands! {
     "revokePrivilegesFromRole" => command::roles::revoke_privileges, admin: false, write: true, router: Local, access: Database(&["revokeRole"]), "Removes privileges from a role.";
     "grantRolesToRole" => command::roles::grant_roles, admin: false, write: true, router: Local, access: Custom(requirements::grant_roles), "Makes a role inherit roles.";
     "revokeRolesFromRole" => command::roles::revoke_roles, admin: false, write: true, router: Local, access: Custom(requirements::revoke_roles), "Removes inherited roles from a role.";
-    "validate" => command::validate::run, admin: false, write: false, router: NotYet, access: Collection(&["validate"]), "Checks a collection's records, indexes and counts.";
+    "validate" => command::validate::run, admin: false, write: false, router: Routed, access: Collection(&["validate"]), "Checks a collection's records, indexes and counts.";
 }
 
 pub fn find_command(name: &str) -> Option<&'static CommandSpec> {

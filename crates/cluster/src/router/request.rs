@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use bson::{Bson, Document};
 
-use crate::error::{ClusterError, ClusterResult, INVALID_NAMESPACE};
+use crate::error::{ClusterError, ClusterResult};
 
 /// Fields meaningful only between a client and the router: sessions, cluster time, read
 /// preference, transaction numbers and API version are not forwarded to shards. The router
@@ -33,13 +33,7 @@ impl RouterRequest {
 
     /// The collection named by the command's first field.
     pub fn collection(&self) -> ClusterResult<String> {
-        match self.body.get(&self.name) {
-            Some(Bson::String(name)) => {
-                myriad_commands::request::validate_collection_name(name)?;
-                Ok(name.clone())
-            }
-            _ => Err(ClusterError::coded(INVALID_NAMESPACE, format!("collection name must be a string in '{}'", self.name))),
-        }
+        Ok(myriad_commands::request::collection_name_of(self.body.get(&self.name))?)
     }
 
     pub fn namespace(&self) -> ClusterResult<String> {

@@ -73,6 +73,8 @@ pub static COMMANDS: &[RouterCommandSpec] = &[
     spec!("renameCollection", admin: true, "Renames an unsharded collection."),
     spec!("collStats", admin: false, "Collection statistics summed over shards."),
     spec!("dbStats" | "dbstats", admin: false, "Database statistics summed over shards."),
+    spec!("validate", admin: false, "Validates a collection on every shard holding it."),
+    spec!("dataSize" | "datasize", admin: false, "Bytes and count of a namespace's documents (or a key range's), summed over its shards."),
 ];
 
 pub fn find_command(name: &str) -> Option<&'static RouterCommandSpec> {
@@ -150,6 +152,8 @@ async fn dispatch(context: &Arc<RouterContext>, request: &RouterRequest) -> Clus
         "renameCollection" => command::ddl::rename_collection(context, request).await,
         "collStats" => command::ddl::coll_stats(context, request).await,
         "dbStats" => command::ddl::db_stats(context, request).await,
+        "validate" => command::ddl::validate(context, request).await,
+        "dataSize" => command::ddl::data_size(context, request).await,
         other => Err(ClusterError::internal(format!("{other} is in the table without a handler"))),
     }
 }

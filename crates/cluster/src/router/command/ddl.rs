@@ -18,12 +18,16 @@ const CANNOT_CREATE_INDEX: i32 = 67;
 
 /// The shards holding the collection, the primary first.
 async fn holders(context: &RouterContext, request: &RouterRequest, create: bool) -> ClusterResult<(Vec<String>, Arc<RoutingInfo>)> {
-    let namespace = request.namespace()?;
-    let Some(database) = context.database(&request.db, create).await? else {
+    holders_of(context, &request.db, &request.namespace()?, create).await
+}
+
+/// The shards holding `namespace` (of database `db`), the primary first.
+async fn holders_of(context: &RouterContext, db: &str, namespace: &str, create: bool) -> ClusterResult<(Vec<String>, Arc<RoutingInfo>)> {
+    let Some(database) = context.database(db, create).await? else {
         // A database the cluster does not have: some shard answers as a node would.
         return Ok((vec![crate::router::command::any_shard(context).await?], Arc::new(RoutingInfo::Unsharded)));
     };
-    let routing = context.cache.get(&namespace).await?;
+    let routing = context.cache.get(namespace).await?;
     let mut shards = vec![database.primary.clone()];
     if let RoutingInfo::Sharded(collection) = routing.as_ref() {
         shards.extend(collection.shards_owning_chunks().into_iter().filter(|shard| *shard != database.primary));
@@ -232,5 +236,53 @@ pub async fn db_stats(context: &Arc<RouterContext>, request: &RouterRequest) -> 
         merged.insert(field, total);
     }
     merged.insert("raw", replies.into_iter().map(|(shard, reply)| (shard, Bson::Document(reply))).collect::<Document>());
+    Ok(merged)
+}
+
+/// validate: every holder checks its part; valid when all are, their warnings and errors
+/// together, each shard's own reply under `raw` (as mongos).
+pub async fn validate(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    let (shards, _) = holders(context, request, false).await?;
+    let body = request.forwarded_body();
+    let requests = shards.into_iter().map(|shard| (shard, body.clone())).collect();
+    let replies = forward::all_ok(forward::scatter(context, &request.db, requests, None).await)?;
+    if replies.len() == 1 {
+        return Ok(replies.into_iter().next().map(|(_, reply)| reply).unwrap_or_default());
+    }
+    let mut merged = replies.first().map(|(_, reply)| reply.clone()).unwrap_or_default();
+    merged.insert("valid", replies.iter().all(|(_, reply)| reply.get_bool("valid").unwrap_or(false)));
+    for field in ["warnings", "errors"] {
+        let joined: Vec<Bson> = replies.iter().flat_map(|(_, reply)| reply.get_array(field).cloned().unwrap_or_default()).collect();
+        merged.insert(field, joined);
+    }
+    for field in ["nrecords", "nIndexes"] {
+        let total: i64 = replies.iter().map(|(_, reply)| reply.get(field).and_then(myriad_commands::request::integer_value).unwrap_or(0)).sum();
+        merged.insert(field, total);
+    }
+    merged.insert("raw", replies.into_iter().map(|(shard, reply)| (shard, Bson::Document(reply))).collect::<Document>());
+    Ok(merged)
+}
+
+/// dataSize: `{dataSize: "db.collection", keyPattern?, min?, max?}` on every holder of the
+/// namespace, sizes and counts summed (time: the slowest).
+pub async fn data_size(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
+    // A namespace that is no string or names no collection: a shard refuses it as a node does.
+    let Some((db, _)) = request.body.get_str("dataSize").ok().and_then(|namespace| namespace.split_once('.')) else {
+        return on_any_shard(context, request, "$cmd").await;
+    };
+    let namespace = request.body.get_str("dataSize").unwrap_or_default();
+    let (shards, _) = holders_of(context, db, namespace, false).await?;
+    let body = request.forwarded_body();
+    let requests = shards.into_iter().map(|shard| (shard, body.clone())).collect();
+    let replies = forward::all_ok(forward::scatter(context, &request.db, requests, None).await)?;
+    if replies.len() == 1 {
+        return Ok(replies.into_iter().next().map(|(_, reply)| reply).unwrap_or_default());
+    }
+    let mut merged = replies.first().map(|(_, reply)| reply.clone()).unwrap_or_default();
+    let sum = |field: &str| replies.iter().map(|(_, reply)| reply.get(field).and_then(myriad_commands::request::integer_value).unwrap_or(0)).sum::<i64>();
+    merged.insert("size", sum("size"));
+    merged.insert("numObjects", sum("numObjects"));
+    let slowest = replies.iter().map(|(_, reply)| reply.get("millis").and_then(myriad_commands::request::integer_value).unwrap_or(0)).max().unwrap_or(0);
+    merged.insert("millis", slowest);
     Ok(merged)
 }
