@@ -239,16 +239,32 @@ pub async fn db_stats(context: &Arc<RouterContext>, request: &RouterRequest) -> 
     Ok(merged)
 }
 
+/// What the shards a command was sent to answered.
+enum Replies {
+    /// The one shard's reply, which is the router's as it is.
+    One(Document),
+    Several(Vec<(String, Document)>),
+}
+
+/// Sends the command as it came to each of `shards`; their replies (the first error fails it).
+async fn on_each(context: &RouterContext, request: &RouterRequest, shards: Vec<String>) -> ClusterResult<Replies> {
+    let body = request.forwarded_body();
+    let requests = shards.into_iter().map(|shard| (shard, body.clone())).collect();
+    let mut replies = forward::all_ok(forward::scatter(context, &request.db, requests, None).await)?;
+    if replies.len() == 1 {
+        return Ok(Replies::One(replies.pop().map(|(_, reply)| reply).unwrap_or_default()));
+    }
+    Ok(Replies::Several(replies))
+}
+
 /// validate: every holder checks its part; valid when all are, their warnings and errors
 /// together, each shard's own reply under `raw` (as mongos).
 pub async fn validate(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
     let (shards, _) = holders(context, request, false).await?;
-    let body = request.forwarded_body();
-    let requests = shards.into_iter().map(|shard| (shard, body.clone())).collect();
-    let replies = forward::all_ok(forward::scatter(context, &request.db, requests, None).await)?;
-    if replies.len() == 1 {
-        return Ok(replies.into_iter().next().map(|(_, reply)| reply).unwrap_or_default());
-    }
+    let replies = match on_each(context, request, shards).await? {
+        Replies::One(reply) => return Ok(reply),
+        Replies::Several(replies) => replies,
+    };
     let mut merged = replies.first().map(|(_, reply)| reply.clone()).unwrap_or_default();
     merged.insert("valid", replies.iter().all(|(_, reply)| reply.get_bool("valid").unwrap_or(false)));
     for field in ["warnings", "errors"] {
@@ -272,12 +288,10 @@ pub async fn data_size(context: &Arc<RouterContext>, request: &RouterRequest) ->
     };
     let namespace = request.body.get_str("dataSize").unwrap_or_default();
     let (shards, _) = holders_of(context, db, namespace, false).await?;
-    let body = request.forwarded_body();
-    let requests = shards.into_iter().map(|shard| (shard, body.clone())).collect();
-    let replies = forward::all_ok(forward::scatter(context, &request.db, requests, None).await)?;
-    if replies.len() == 1 {
-        return Ok(replies.into_iter().next().map(|(_, reply)| reply).unwrap_or_default());
-    }
+    let replies = match on_each(context, request, shards).await? {
+        Replies::One(reply) => return Ok(reply),
+        Replies::Several(replies) => replies,
+    };
     let mut merged = replies.first().map(|(_, reply)| reply.clone()).unwrap_or_default();
     let sum = |field: &str| replies.iter().map(|(_, reply)| reply.get(field).and_then(myriad_commands::request::integer_value).unwrap_or(0)).sum::<i64>();
     merged.insert("size", sum("size"));
