@@ -317,9 +317,7 @@ CASES = [
     C("findAndModify", "neither-update-nor-remove", {"findAndModify": "c", "query": {"_id": 1}}, setup=(documents(),)),
     C("findAndModify", "both-update-and-remove", {"findAndModify": "c", "query": {"_id": 1}, "remove": True, "update": {"a": 1}},
       setup=(documents(),)),
-    C("findAndModify", "query-wrong-type", {"findAndModify": "c", "query": 5, "remove": True}, setup=(documents(),),
-      disagreement="errmsg: node \"BSON field 'findAndModify.query' is the wrong type 'int', expected type 'object'\", "
-                   "router \"... is the wrong type, expected type 'object'\" (no actual type; both 14 TypeMismatch)"),
+    C("findAndModify", "query-wrong-type", {"findAndModify": "c", "query": 5, "remove": True}, setup=(documents(),)),
 
     # Reads (Routed).
     C("find", "filter-sort-projection", {"find": "c", "filter": {"a": {"$gte": 1}}, "sort": {"_id": -1}, "projection": {"_id": 0}},
@@ -329,18 +327,12 @@ CASES = [
     C("find", "unknown-collection", {"find": "nope"}),
     C("find", "unknown-operator", {"find": "c", "filter": {"a": {"$bogus": 1}}}, setup=(documents(),)),
     C("find", "bad-max-time", {"find": "c", "maxTimeMS": "soon"}, setup=(documents(),)),
-    C("find", "filter-wrong-type", {"find": "c", "filter": 5}, setup=(documents(),),
-      disagreement="errmsg: node \"BSON field 'find.filter' is the wrong type 'int', expected type 'object'\", "
-                   "router \"BSON field 'find.filter' is the wrong type, expected type 'object'\" (both 14 TypeMismatch)"),
+    C("find", "filter-wrong-type", {"find": "c", "filter": 5}, setup=(documents(),)),
     C("getMore", "rest-of-cursor", lambda db: {"getMore": open_cursor(db), "collection": "c"}, setup=(documents(),)),
     C("getMore", "unknown-cursor", {"getMore": Int64(12345), "collection": "c"}, setup=(documents(),)),
     C("getMore", "missing-collection", {"getMore": Int64(12345)}),
-    C("getMore", "id-wrong-type", {"getMore": "12345", "collection": "c"},
-      disagreement="errmsg: node \"BSON field 'getMore.getMore' is the wrong type 'string', expected type 'long'\", "
-                   "router \"BSON field 'getMore.getMore' is the wrong type, expected type 'long'\" (both 14 TypeMismatch)"),
-    C("getMore", "collection-wrong-type", {"getMore": Int64(12345), "collection": 5},
-      disagreement="node: 14 TypeMismatch \"BSON field 'getMore.collection' is the wrong type 'int', expected type 'string'\"; "
-                   "router: 40414 Location40414 \"BSON field 'getMore.collection' is missing but a required field\""),
+    C("getMore", "id-wrong-type", {"getMore": "12345", "collection": "c"}),
+    C("getMore", "collection-wrong-type", {"getMore": Int64(12345), "collection": 5}),
     C("killCursors", "open-cursor", lambda db: {"killCursors": "c", "cursors": [open_cursor(db)]}, setup=(documents(),)),
     C("killCursors", "unknown-cursor", {"killCursors": "c", "cursors": [Int64(12345)]}),
     C("killCursors", "cursors-wrong-type", {"killCursors": "c", "cursors": 5},
@@ -354,11 +346,8 @@ CASES = [
                    "router 'cursor ids must be longs' (both 14 TypeMismatch)"),
     C("count", "query", {"count": "c", "query": {"a": 2}}, setup=(documents(),)),
     C("count", "unknown-collection", {"count": "nope"}),
-    C("count", "query-wrong-type", {"count": "c", "query": 5}, setup=(documents(),),
-      disagreement="errmsg: node \"BSON field 'count.query' is the wrong type 'int', expected type 'object'\", "
-                   "router \"BSON field 'count.query' is the wrong type, expected type 'object'\" (both 14 TypeMismatch)"),
-    C("count", "negative-skip", {"count": "c", "skip": -1}, setup=(documents(),),
-      disagreement="errmsg: node 'skip value must be non-negative', router 'skip value is negative in count query' (both 2 BadValue)"),
+    C("count", "query-wrong-type", {"count": "c", "query": 5}, setup=(documents(),)),
+    C("count", "negative-skip", {"count": "c", "skip": -1}, setup=(documents(),)),
     C("distinct", "key", {"distinct": "c", "key": "a"}, setup=(documents(),)),
     C("distinct", "unknown-collection", {"distinct": "nope", "key": "a"}),
     C("distinct", "missing-key", {"distinct": "c"}, setup=(documents(),)),

@@ -49,7 +49,7 @@ impl RouterRequest {
         match self.body.get(field) {
             None | Some(Bson::Null) => Ok(None),
             Some(Bson::Document(document)) => Ok(Some(document)),
-            Some(_) => Err(ClusterError::coded(crate::error::TYPE_MISMATCH, format!("BSON field '{}.{field}' is the wrong type, expected type 'object'", self.name))),
+            Some(other) => Err(myriad_commands::request::field_type_error(&format!("{}.{field}", self.name), "object", other).into()),
         }
     }
 

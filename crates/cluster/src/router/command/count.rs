@@ -22,7 +22,7 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
     let skip = request.optional_integer("skip")?.unwrap_or(0);
     let limit = request.optional_integer("limit")?.unwrap_or(0).unsigned_abs();
     if skip < 0 {
-        return Err(ClusterError::bad_value("skip value is negative in count query"));
+        return Err(ClusterError::bad_value("skip value must be non-negative"));
     }
     let filter = request.optional_document("query")?.cloned().unwrap_or_default();
     let total = with_routing_retries!(context, &namespace, |routing| count_on_shards(context, request, &database.primary, &routing, &filter, skip as u64, limit).await)?;

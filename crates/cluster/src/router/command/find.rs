@@ -108,11 +108,17 @@ impl Merge {
 
 pub async fn get_more(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
     RouterCounters::add(&context.counters.getmore, 1);
+    // The node's messages for these (myriad_commands::request::field_type_error).
     let cursor_id = match request.body.get("getMore") {
         Some(Bson::Int64(id)) => *id,
-        _ => return Err(ClusterError::coded(crate::error::TYPE_MISMATCH, "BSON field 'getMore.getMore' is the wrong type, expected type 'long'")),
+        Some(other) => return Err(myriad_commands::request::field_type_error("getMore.getMore", "long", other).into()),
+        None => return Err(ClusterError::coded(40414, "BSON field 'getMore.getMore' is missing but a required field")),
     };
-    let collection = request.body.get_str("collection").map_err(|_| ClusterError::coded(40414, "BSON field 'getMore.collection' is missing but a required field"))?;
+    let collection = match request.body.get("collection") {
+        Some(Bson::String(collection)) => collection.as_str(),
+        Some(other) => return Err(myriad_commands::request::field_type_error("getMore.collection", "string", other).into()),
+        None => return Err(ClusterError::coded(40414, "BSON field 'getMore.collection' is missing but a required field")),
+    };
     let batch_size = match request.optional_integer("batchSize")? {
         Some(size) if size > 0 => size as usize,
         _ => DEFAULT_GET_MORE_BATCH_SIZE,
