@@ -70,13 +70,7 @@ impl NodeClient {
     /// Runs a command on `db` and returns the reply as it came, `ok: 0` included.
     pub async fn command(&self, db: &str, body: Document) -> ClusterResult<Document> {
         let reply = self.exchange_message(db, body).await?;
-        match decode_message(&reply) {
-            Ok(decoded) => match decoded.request {
-                Request::Msg(op_msg) => Ok(op_msg.body),
-                Request::Query(_) => Err(self.unusable_reply("an OP_QUERY where a reply was expected".to_string())),
-            },
-            Err(error) => Err(self.unusable_reply(format!("bad reply: {error}"))),
-        }
+        reply_body(&reply).map_err(|reason| self.unusable_reply(reason))
     }
 
     /// Runs a command and returns the reply's body undecoded (fields are read in place), an
@@ -105,9 +99,7 @@ impl NodeClient {
     /// Sends one command and returns the whole reply message (header included).
     async fn exchange_message(&self, db: &str, mut body: Document) -> ClusterResult<Vec<u8>> {
         body.insert("$db", Bson::String(db.to_string()));
-        let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed).wrapping_add(1).max(1);
-        let message = OpMsg { flags: 0, body, sequences: Vec::new(), checksum_present: false, duplicate_fields: Default::default() };
-        let encoded = encode_op_msg(request_id, 0, &message, None)?;
+        let (request_id, encoded) = encode_request(&self.next_request_id, body)?;
         let mut stream = self.take_connection().await?;
         let exchange = tokio::time::timeout(self.call_timeout, exchange(&mut stream, &encoded, request_id)).await;
         match exchange {
@@ -169,11 +161,21 @@ impl NodeClient {
 /// Sends one command on `stream` and returns its reply's body (errors: why the connection is
 /// unusable).
 async fn command_on(stream: &mut MemberStream, next_request_id: &AtomicI32, body: Document) -> Result<Document, String> {
+    let (request_id, encoded) = encode_request(next_request_id, body).map_err(|error| error.to_string())?;
+    let reply = exchange(stream, &encoded, request_id).await?;
+    reply_body(&reply)
+}
+
+/// A command as an OP_MSG with the client's next request id; the id and the message.
+fn encode_request(next_request_id: &AtomicI32, body: Document) -> Result<(i32, Vec<u8>), myriad_wire::WireError> {
     let request_id = next_request_id.fetch_add(1, Ordering::Relaxed).wrapping_add(1).max(1);
     let message = OpMsg { flags: 0, body, sequences: Vec::new(), checksum_present: false, duplicate_fields: Default::default() };
-    let encoded = encode_op_msg(request_id, 0, &message, None).map_err(|error| error.to_string())?;
-    let reply = exchange(stream, &encoded, request_id).await?;
-    match decode_message(&reply).map_err(|error| error.to_string())?.request {
+    Ok((request_id, encode_op_msg(request_id, 0, &message, None)?))
+}
+
+/// The body of a reply message (errors: why the connection is unusable).
+fn reply_body(reply: &[u8]) -> Result<Document, String> {
+    match decode_message(reply).map_err(|error| format!("bad reply: {error}"))?.request {
         Request::Msg(op_msg) => Ok(op_msg.body),
         Request::Query(_) => Err("an OP_QUERY where a reply was expected".to_string()),
     }

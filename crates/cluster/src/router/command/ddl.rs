@@ -283,10 +283,9 @@ pub async fn validate(context: &Arc<RouterContext>, request: &RouterRequest) -> 
 /// namespace, sizes and counts summed (time: the slowest).
 pub async fn data_size(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
     // A namespace that is no string or names no collection: a shard refuses it as a node does.
-    let Some((db, _)) = request.body.get_str("dataSize").ok().and_then(|namespace| namespace.split_once('.')) else {
+    let Some((namespace, db)) = request.body.get_str("dataSize").ok().and_then(|namespace| Some((namespace, namespace.split_once('.')?.0))) else {
         return on_any_shard(context, request, "$cmd").await;
     };
-    let namespace = request.body.get_str("dataSize").unwrap_or_default();
     let (shards, _) = holders_of(context, db, namespace, false).await?;
     let replies = match on_each(context, request, shards).await? {
         Replies::One(reply) => return Ok(reply),
