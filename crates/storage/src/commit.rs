@@ -31,6 +31,7 @@ use crate::families::FAMILY_STATS;
 use crate::journal::Durability;
 use crate::keys;
 use crate::operation_record::{OperationKind, OperationRecord};
+use crate::replication::ReplicatedEffect;
 use crate::stats::{self, encode_counters};
 use crate::stripes::WriteInFlight;
 use crate::write::WriteTransaction;
@@ -169,8 +170,11 @@ impl WriteTransaction<'_> {
             return self.apply_in_flight(prepared, durability);
         }
         let engine = self.engine;
-        engine.db.write_opt(prepared.batch, &WriteOptions::default())?;
-        // Published once write_opt returned: at least this write's own sequence number.
+        let entry = self.entry.clone()?;
+        let (allocated, trimmed, inserted) = (prepared.allocated, prepared.capped_trimmed_through, prepared.capped_inserted);
+        let effects = move || Ok(data_effects(allocated, trimmed, inserted));
+        engine.write_logged(prepared.batch, &WriteOptions::default(), entry.db() == "local", effects, &prepared.operations)?;
+        // Published once the write returned: at least this write's own sequence number.
         let written_through = engine.db.latest_sequence_number();
         self.advance_record_id_counter(prepared.allocated);
         if let Some((prefix, trimmed_through)) = prepared.capped_trimmed_through {
@@ -203,6 +207,7 @@ impl WriteTransaction<'_> {
             && prepared.capped_inserted.is_none()
             && prepared.capped_trimmed_through.is_none()
             && !self.engine.has_observer()
+            && !self.engine.is_replicated()
     }
 
     /// [`Self::apply`] of an insert-only write that lets the collection's next writer in while
@@ -254,9 +259,29 @@ impl WriteTransaction<'_> {
         }
         // The operation records cost a copy and a parse of every document: built only when an
         // observer will receive them.
-        let prepared = self.prepare_with(self.engine.has_observer())?;
+        let prepared = self.prepare_with(self.engine.has_observer() || self.engine.is_replicated())?;
         self.apply(prepared, durability).map(drop)
     }
+}
+
+/// The in-memory effects of a prepared write, as a member that did not propose it derives them
+/// from the replication log.
+fn data_effects(
+    allocated: Option<(u64, RecordId)>,
+    capped_trimmed_through: Option<(u64, RecordId)>,
+    capped_inserted: Option<u64>,
+) -> Vec<ReplicatedEffect> {
+    let mut effects = Vec::new();
+    if let Some((prefix, through)) = allocated {
+        effects.push(ReplicatedEffect::RecordIds { prefix, through });
+    }
+    if let Some((prefix, through)) = capped_trimmed_through {
+        effects.push(ReplicatedEffect::CappedTrimmed { prefix, through });
+    }
+    if let Some(prefix) = capped_inserted {
+        effects.push(ReplicatedEffect::CappedInserted { prefix });
+    }
+    effects
 }
 
 /// Fewer inserts than this write under the stripe: their write is short, and releasing the

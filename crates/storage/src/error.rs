@@ -66,6 +66,10 @@ pub enum StorageError {
     /// A write the layer above refuses in this node's role (a shard refusing an update that
     /// would move a document to another shard): IllegalOperation.
     IllegalOperation(String),
+    /// The replication layer did not take the write (this member is not the primary, or lost
+    /// that role before the write committed): the code and name it chose (NotWritablePrimary,
+    /// InterruptedDueToReplStateChange...).
+    Replication { code: i32, code_name: &'static str, message: String },
 }
 
 impl StorageError {
@@ -96,6 +100,7 @@ impl StorageError {
             StorageError::AmbiguousIndexKeyPattern(_) => 181,
             StorageError::BadStorageOption { code, .. } => *code,
             StorageError::IllegalOperation(_) => 20,
+            StorageError::Replication { code, .. } => *code,
         }
     }
 
@@ -132,6 +137,7 @@ impl StorageError {
                 _ => "Location6627201",
             },
             StorageError::IllegalOperation(_) => "IllegalOperation",
+            StorageError::Replication { code_name, .. } => code_name,
         }
     }
 }
@@ -184,6 +190,7 @@ impl fmt::Display for StorageError {
             StorageError::AmbiguousIndexKeyPattern(what) => write!(formatter, "{what}"),
             StorageError::BadStorageOption { message, .. } => write!(formatter, "{message}"),
             StorageError::IllegalOperation(message) => write!(formatter, "{message}"),
+            StorageError::Replication { message, .. } => write!(formatter, "{message}"),
         }
     }
 }

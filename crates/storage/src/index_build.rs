@@ -26,6 +26,7 @@ use std::sync::Arc;
 use bson::{Document, RawDocumentBuf};
 use rocksdb::{ReadOptions, WriteBatch};
 
+use crate::replication::ReplicatedEffect;
 use crate::catalog::{namespace_of, CollectionEntry, IndexEntry};
 use crate::operation_record::{command_record, CatalogEffect, PreparedCatalogChange};
 use crate::engine::{validate_namespace, CreateIndexesOutcome, DatabaseDelta, Engine, IndexSelector};
@@ -197,7 +198,7 @@ impl Engine {
         let mut delta: DatabaseDelta = [0; stats::DATABASE_SLOTS];
         delta[stats::DATABASE_INDEXES] = index_prefixes.len() as i64;
         batch.merge_cf(self.family(FAMILY_STATS)?, keys::stats_database_key(db), encode_counters(&delta));
-        self.db.write_opt(batch, &self.ddl_write_options)?;
+        self.write_logged(batch, &self.ddl_write_options, false, || Ok(vec![ReplicatedEffect::Prefixes { next: next_prefix }, ReplicatedEffect::Publish { entry: updated.to_bytes()? }]), &[])?;
         ddl.next_prefix = next_prefix;
         let build = IndexBuild::new(entry.prefix, db, collection, index_prefixes, false);
         self.index_builds.register(&build);
@@ -394,7 +395,7 @@ impl Engine {
             }
         }
         self.add_build_counters(&mut batch, entry, indexes, &totals)?;
-        self.db.write_opt(batch, &self.ddl_write_options)?;
+        self.write_logged(batch, &self.ddl_write_options, false, || Ok(Vec::new()), &[])?;
         build.position.store(last, Ordering::Relaxed);
         Ok(prepared.records.len() == INDEX_BUILD_CHUNK_RECORDS)
     }
@@ -507,7 +508,7 @@ impl Engine {
             batch.delete_cf(catalog, keys::build_marker_key(*prefix));
         }
         let Some(entry) = self.read_entry(&build.db, &build.collection)?.filter(|entry| entry.prefix == build.collection_prefix) else {
-            self.db.write_opt(batch, &self.ddl_write_options)?;
+            self.write_logged(batch, &self.ddl_write_options, false, || Ok(Vec::new()), &[])?;
             return Ok(());
         };
         let (_, counters) = self.read_collection_counters(&entry)?;
@@ -523,7 +524,7 @@ impl Engine {
         let updated = Arc::new(entry.with_indexes(remaining));
         batch.put_cf(catalog, keys::collection_key(&build.db, &build.collection), updated.to_bytes()?);
         self.add_database_delta(&mut batch, &build.db, &delta, false)?;
-        self.db.write_opt(batch, &self.ddl_write_options)?;
+        self.write_logged(batch, &self.ddl_write_options, false, || Ok(vec![ReplicatedEffect::Publish { entry: updated.to_bytes()? }]), &[])?;
         self.publish_ddl(move |catalog| catalog.insert(updated.clone()));
         drop(stripe);
         self.note_range_deletions(build.index_prefixes.len() as u64)

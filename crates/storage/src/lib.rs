@@ -56,6 +56,7 @@ mod operation_record;
 mod options;
 mod stripes;
 mod partial;
+mod replication;
 mod stats;
 mod storage_size;
 mod ttl;
@@ -78,6 +79,7 @@ pub use index::{expire_after_seconds_number, hashed_index_value, ID_INDEX_NAME, 
 pub use options::{rocksdb_options, EngineOptions, RocksDbOptions};
 pub use compression::{is_supported as is_block_compressor_supported, requested_block_compressor, BlockCompressor, DEFAULT_BLOCK_COMPRESSOR};
 pub use commit::{PreparedWrite, RELEASE_BEFORE_WRITE_MIN_OPERATIONS};
+pub use replication::{ReplicatedEffect, ReplicatedWrite, WriteReplicator};
 pub use operation_record::{OperationKind, OperationObserver, OperationRecord};
 pub use ttl::TtlIndex;
 pub use storage_size::{CollectionStorage, DatabaseStorage};

@@ -106,9 +106,10 @@ impl Engine {
         self.apply_catalog_changes(ddl, prepared.batch, prepared.effects, std::slice::from_ref(&prepared.operation))
     }
 
-    /// Writes a catalog batch, then applies the in-memory changes derived from it: the prefix
-    /// counter, and every snapshot change at once, in one new snapshot (one generation); then
-    /// hands the operation records to the observer. The caller holds the DDL mutex (passed in).
+    /// Writes a catalog batch (through the replication log on a replica-set member), then
+    /// applies the in-memory changes derived from it: the prefix counter, and every snapshot
+    /// change at once, in one new snapshot (one generation); then hands the operation records to
+    /// the observer. The caller holds the DDL mutex (passed in).
     pub(crate) fn apply_catalog_changes(
         &self,
         ddl: &mut DdlState,
@@ -120,11 +121,23 @@ impl Engine {
         // Odd from before the batch is written until its effects are published (the DDL
         // mutex, held by the caller, makes changes one at a time).
         self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel);
-        let written = self.db.write_opt(batch, &self.ddl_write_options);
+        let log_effects = || crate::replication::catalog_effects_for_log(&effects);
+        let written = self.write_logged(batch, &self.ddl_write_options, false, log_effects, operations);
         if let Err(error) = written {
             self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel);
-            return Err(error.into());
+            return Err(error);
         }
+        self.apply_catalog_effects(ddl, effects);
+        let sequence = self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel) + 1;
+        assert!(sequence & 1 == 0, "catalog changes do not overlap");
+        self.observe(operations);
+        Ok(())
+    }
+
+    /// The in-memory changes a written catalog batch implies: the prefix counter, and every
+    /// snapshot change at once, in one new snapshot (one generation). The caller holds the DDL
+    /// mutex (passed in).
+    pub(crate) fn apply_catalog_effects(&self, ddl: &mut DdlState, effects: Vec<CatalogEffect>) {
         let mut snapshot_changes = Vec::with_capacity(effects.len());
         for effect in effects {
             match effect {
@@ -146,10 +159,6 @@ impl Engine {
                 }
             });
         }
-        let sequence = self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel) + 1;
-        assert!(sequence & 1 == 0, "catalog changes do not overlap");
-        self.observe(operations);
-        Ok(())
     }
 
     /// Runs `read` outside any catalog change (see `catalog_change_sequence`): again when a

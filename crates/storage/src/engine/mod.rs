@@ -139,7 +139,7 @@ pub struct Engine {
     /// Odd while a catalog change is between its batch write and its snapshot publication
     /// (a sequence lock): counter reads wait it out, so they never pair a snapshot's entry
     /// with counters the change already removed.
-    catalog_change_sequence: std::sync::atomic::AtomicU64,
+    pub(crate) catalog_change_sequence: std::sync::atomic::AtomicU64,
     ddl: Mutex<DdlState>,
     stripes: Box<[Mutex<StripeState>]>,
     pub(crate) counters: Counters,
@@ -162,6 +162,8 @@ pub struct Engine {
     pub(crate) journal: crate::journal::JournalSync,
     /// Group commit of collection creations (`creation.rs`).
     pub(crate) creations: crate::creation_queue::CreationQueue,
+    /// The replication log writes go through on a replica-set member (`replication.rs`).
+    pub(crate) replication: arc_swap::ArcSwapOption<crate::replication::Replication>,
 }
 
 pub(crate) fn validate_database_name(db: &str) -> Result<(), StorageError> {

@@ -60,6 +60,7 @@ impl Engine {
             block_compressor: options.block_compressor,
             journal: crate::journal::JournalSync::default(),
             creations: crate::creation_queue::CreationQueue::default(),
+            replication: arc_swap::ArcSwapOption::empty(),
         };
         let upgrade = engine.check_format()?;
         let next_prefix = match engine.db.get_cf(engine.family(FAMILY_CATALOG)?, keys::CATALOG_NEXT_PREFIX_KEY)? {
