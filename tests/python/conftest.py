@@ -1,5 +1,6 @@
 """Starts a real myriad server for the pymongo suite: its own temp dir, a free port, and a
-clean stop at the end of the session."""
+clean stop at the end of the session. Tests wait for a condition with `wait_until` (poll until
+it holds, fail after a deadline), never for a fixed time."""
 
 import json
 import os
@@ -7,6 +8,7 @@ import pathlib
 import subprocess
 import tempfile
 import threading
+import time
 
 import pymongo
 import pytest
@@ -20,6 +22,25 @@ def server_binary() -> str:
     if explicit:
         return explicit
     return str(ROOT / "target" / "debug" / "myriad")
+
+
+def wait_until(check, what: str, timeout: float = 60.0, interval: float = 0.02):
+    """Polls `check` until it returns something truthy, and returns that; fails naming `what`
+    after `timeout` seconds (a bound on waiting for background work, not a speed assertion)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not true after {timeout} s: {what}")
+        time.sleep(interval)
+
+
+def start_up_failure(*arguments, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    """Runs `myriad ARGUMENTS` expecting it to stop during start-up (a bad flag, file or option)."""
+    return subprocess.run([server_binary(), *arguments], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=timeout)
 
 
 class Server:

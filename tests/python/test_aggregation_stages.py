@@ -1,13 +1,12 @@
 """Aggregation stages through pymongo, with the examples of MongoDB's manual and their exact
 results: $lookup (equality, pipeline, both), $facet, $bucket, $bucketAuto, $sample, $out,
 $merge, $unionWith, $graphLookup, $setWindowFields, $densify, $fill, $redact, $collStats,
-$indexStats, $currentOp, $listSessions; argument errors with MongoDB's codes; and concurrent
-$merge clients checked against an exact model."""
+$indexStats, $currentOp, $listSessions; argument errors with MongoDB's codes; maxTimeMS
+stopping a $lookup or $graphLookup. Concurrent $merge and $out against an exact model are
+crates/server/tests/aggregation_stages.rs's (docs/testing.md)."""
 
 import datetime
-import threading
 
-import pymongo
 import pytest
 from pymongo.errors import OperationFailure
 
@@ -299,34 +298,6 @@ def test_merge_modes(db):
     assert codes(lambda: list(db.missing_on.aggregate([{"$merge": {"into": "target", "on": "a"}}]))) == 51132
 
 
-def test_concurrent_merge_into_unique_on_field(client, db):
-    db.counts.create_index("key", unique=True)
-    clients = 6
-    keys = 40
-
-    def worker(number):
-        connection = pymongo.MongoClient(client.address[0], client.address[1], directConnection=True)
-        source = connection[db.name][f"source{number}"]
-        source.insert_many([{"key": key, "from": number} for key in range(keys)])
-        source.aggregate([
-            {"$project": {"_id": 0, "key": 1, "seen": [f"c{number}"]}},
-            {"$merge": {"into": "counts", "on": "key", "whenMatched": [
-                {"$set": {"seen": {"$concatArrays": ["$seen", "$$new.seen"]}}},
-            ], "whenNotMatched": "insert"}},
-        ])
-        connection.close()
-
-    threads = [threading.Thread(target=worker, args=(number,)) for number in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    documents = list(db.counts.find({}, {"_id": 0}).sort("key", 1))
-    assert [document["key"] for document in documents] == list(range(keys))
-    for document in documents:
-        assert sorted(document["seen"]) == sorted(f"c{number}" for number in range(clients))
-
-
 def test_union_with_manual_example(db):
     db.sales_2017.insert_many([{"store": "General Store", "item": "Chocolates", "quantity": 150}, {"store": "ShopMart", "item": "Cookies", "quantity": 100}])
     db.sales_2018.insert_many([{"store": "General Store", "item": "Cookies", "quantity": 10}, {"store": "ShopMart", "item": "Chocolates", "quantity": 25}])
@@ -512,3 +483,13 @@ def test_max_time_stops_a_lookup_loop(db):
     db.inner.insert_many([{"k": index % 10, "pad": "x" * 100} for index in range(2000)])
     assert codes(lambda: list(db.outer.aggregate(
         [{"$lookup": {"from": "inner", "localField": "k", "foreignField": "k", "as": "j"}}, {"$count": "n"}], maxTimeMS=50))) == 50
+
+
+def test_max_time_stops_a_graph_lookup(db):
+    # A long chain: each node points at the next.
+    db.nodes.insert_many([{"_id": index, "next": index + 1} for index in range(3000)])
+    db.starts.insert_many([{"_id": index, "start": index} for index in range(50)])
+    graph = {"$graphLookup": {"from": "nodes", "startWith": "$start", "connectFromField": "next", "connectToField": "_id", "as": "chain"}}
+    assert codes(lambda: list(db.starts.aggregate([graph], maxTimeMS=100))) == 50
+    short = {"$graphLookup": {"from": "nodes", "startWith": 2990, "connectFromField": "next", "connectToField": "_id", "as": "chain"}}
+    assert list(db.starts.aggregate([{"$match": {"_id": 2990}}, short])) == []

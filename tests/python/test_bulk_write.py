@@ -1,20 +1,16 @@
 """Bulk writes through pymongo: MongoClient.bulk_write (the bulkWrite command of MongoDB 8.0)
 over mixed namespaces, ordered and unordered failures with statement indexes, upserts in
 bulks, errorsOnly and a results cursor read with getMore, 100,000 statements through
-insert_many and bulk_write, maxTimeMS between slices, and many clients against an exact model."""
+insert_many and bulk_write, maxTimeMS between slices, update with sort, and the privileges
+each namespace needs. Many clients against an exact model are crates/server/tests/
+bulk_writes.rs's (docs/testing.md)."""
 
 import pymongo
 import pytest
 from pymongo import DeleteMany, DeleteOne, InsertOne, ReplaceOne, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError, ClientBulkWriteException, ExecutionTimeout, OperationFailure
 
-import many_clients
-
-CLIENTS = 8
-
-
-def run_threads(target, count=CLIENTS):
-    return many_clients.run_threads(target, count)
+from conftest import Server
 
 
 def test_wire_version_25_enables_client_bulk_write(client):
@@ -71,6 +67,8 @@ def test_ordered_stops_and_unordered_goes_on_with_indexes(client, db, ordered):
     errors = raised.value.write_errors
     assert [error["idx"] for error in errors] == ([2] if ordered else [2, 4])
     assert errors[0]["code"] == 11000 and errors[0]["keyValue"] == {"_id": 1}
+    if not ordered:
+        assert errors[1]["code"] == 9, "an unknown update operator is FailedToParse"
     stored = sorted(d["_id"] for d in db.c.find())
     assert stored == ([1, 2] if ordered else [1, 2, 3, 4])
     assert raised.value.partial_result.inserted_count == (2 if ordered else 4)
@@ -125,6 +123,9 @@ def test_errors_only_and_a_results_cursor_read_with_get_more(client, db):
     assert [result["idx"] for result in results] == list(range(10))
     assert [result["ok"] for result in results] == [1.0] * 7 + [0.0] * 3
     assert all(result["code"] == 11000 and result["n"] == 0 for result in results[7:])
+    assert all(result["codeName"] == "DuplicateKey" for result in results[7:])
+    assert [result["keyValue"] for result in results[7:]] == [{"_id": 0}, {"_id": 1}, {"_id": 2}]
+    assert results[:7] == [{"ok": 1.0, "idx": index, "n": 1} for index in range(7)]
     db.d.drop()
     errors_only = client.admin.command("bulkWrite", 1, ops=ops, nsInfo=[{"ns": f"{db.name}.d"}], ordered=False, errorsOnly=True)
     assert [result["idx"] for result in errors_only["cursor"]["firstBatch"]] == [7, 8, 9]
@@ -167,6 +168,14 @@ def test_a_hundred_thousand_statements(client, db):
     result = client.bulk_write([UpdateOne({"_id": index}, {"$inc": {"v": 1}}, namespace=ns) for index in range(0, count, 10)])
     assert result.modified_count == count // 10
     assert db.bulk.count_documents({"v": 2}) == count // 10
+    # Unordered, one duplicate at the very end: one error, every other statement applied.
+    models = [InsertOne({"_id": index}, namespace=f"{db.name}.duplicate") for index in range(count)]
+    models[-1] = InsertOne({"_id": 0}, namespace=f"{db.name}.duplicate")
+    with pytest.raises(ClientBulkWriteException) as raised:
+        client.bulk_write(models, ordered=False)
+    assert [error["idx"] for error in raised.value.write_errors] == [count - 1]
+    assert raised.value.partial_result.inserted_count == count - 1
+    assert db.duplicate.count_documents({}) == count - 1
 
 
 def test_max_time_ms_stops_between_slices_and_reports_what_was_done(db):
@@ -210,40 +219,52 @@ def test_unacknowledged_bulk_write(server, db):
         assert client[db.name].unacknowledged.find_one({"_id": 1}) == {"_id": 1, "x": 1}
 
 
-def test_concurrent_clients_match_an_exact_model(server, db):
-    """8 clients each run unordered bulk writes of $inc updates on shared counters and inserts
-    of keys that every client also inserts (unique index): counters equal the increments sent,
-    and each key is inserted once, every other attempt rejected once as a duplicate."""
-    rounds, per_round, counters = 10, 40, 10
-    db.keys.create_index("k", unique=True)
-    db.counters.insert_many([{"_id": index, "n": 0} for index in range(counters)])
+def test_write_commands_report_statement_indexes_and_upserts(db):
+    db.c.insert_one({"_id": 0, "s": "text"})
+    reply = db.command("update", "c", ordered=False, updates=[
+        {"q": {"_id": 10}, "u": {"$set": {"a": 1}}, "upsert": True},
+        {"q": {"_id": 0}, "u": {"$inc": {"s": 1}}},
+        {"q": {"_id": 11}, "u": {"$set": {"a": 2}}, "upsert": True},
+        {"q": {"_id": 0}, "u": {"$set": {"b": 1}}},
+    ])
+    assert (reply["n"], reply["nModified"]) == (3, 1)
+    assert reply["upserted"] == [{"index": 0, "_id": 10}, {"index": 2, "_id": 11}]
+    assert [(error["index"], error["code"]) for error in reply["writeErrors"]] == [(1, 14)]
+    deleted = db.command("delete", "c", ordered=True, deletes=[
+        {"q": {"_id": 10}, "limit": 1},
+        {"q": {"$bogus": 1}, "limit": 1},
+        {"q": {"_id": 11}, "limit": 1},
+    ])
+    assert deleted["n"] == 1
+    assert [error["index"] for error in deleted["writeErrors"]] == [1]
+    assert sorted(d["_id"] for d in db.c.find()) == [0, 11], "ordered: the statement after the error did not run"
 
-    def work(client_number):
-        inserted = duplicates = 0
-        with pymongo.MongoClient(server.uri()) as client:
-            for round_number in range(rounds):
-                models = []
-                for slot in range(per_round):
-                    key = round_number * per_round + (slot + client_number * 7) % per_round
-                    models.append(InsertOne({"k": key, "by": client_number}, namespace=f"{db.name}.keys"))
-                    models.append(UpdateOne({"_id": slot % counters}, {"$inc": {"n": 1}}, namespace=f"{db.name}.counters"))
-                try:
-                    result = client.bulk_write(models, ordered=False)
-                    inserted += result.inserted_count
-                    assert result.modified_count == per_round
-                except ClientBulkWriteException as failure:
-                    assert all(error["code"] == 11000 and error["idx"] % 2 == 0 for error in failure.write_errors)
-                    duplicates += len(failure.write_errors)
-                    assert failure.partial_result.modified_count == per_round
-                    inserted += failure.partial_result.inserted_count
-        return inserted, duplicates
 
-    results = run_threads(work)
-    keys = rounds * per_round
-    assert sum(inserted for inserted, _ in results) == keys
-    assert sum(duplicates for _, duplicates in results) == keys * (CLIENTS - 1)
-    assert sorted(d["k"] for d in db["keys"].find()) == list(range(keys))
-    expected = {index: 0 for index in range(counters)}
-    for slot in range(per_round):
-        expected[slot % counters] += CLIENTS * rounds
-    assert {d["_id"]: d["n"] for d in db.counters.find()} == expected
+def test_update_with_sort_updates_the_first_match_in_that_order(client, db):
+    db.c.insert_many([{"_id": 1, "v": 5}, {"_id": 2, "v": 9}, {"_id": 3, "v": 1}])
+    db.c.update_one({}, {"$set": {"top": True}}, sort={"v": -1})
+    assert db.c.find_one({"top": True})["_id"] == 2
+    client.bulk_write([UpdateOne({}, {"$set": {"low": True}}, sort={"v": 1}, namespace=f"{db.name}.c")])
+    assert db.c.find_one({"low": True})["_id"] == 3
+    with pytest.raises(OperationFailure) as raised:
+        db.command("update", "c", updates=[{"q": {}, "u": {"$set": {"a": 1}}, "multi": True, "sort": {"v": 1}}])
+    assert raised.value.code == 9
+
+
+def test_each_namespace_needs_the_privileges_of_its_operations():
+    server = Server(("--auth",))
+    try:
+        with server.client() as anonymous:
+            anonymous.admin.command("createUser", "root", pwd="root-secret", roles=["root"])
+        with server.client(username="root", password="root-secret") as root:
+            root.admin.command("createUser", "writer", pwd="w",
+                               roles=[{"role": "readWrite", "db": "allowed"}, {"role": "read", "db": "readonly"}])
+        with server.client(username="writer", password="w") as writer:
+            writer.bulk_write([InsertOne({"_id": 1}, namespace="allowed.c"), UpdateOne({"_id": 1}, {"$inc": {"n": 1}}, namespace="allowed.c")])
+            with pytest.raises(ClientBulkWriteException) as refused:
+                writer.bulk_write([InsertOne({"_id": 2}, namespace="allowed.c"), InsertOne({"_id": 1}, namespace="readonly.c")])
+            # The command itself is refused, before any statement runs.
+            assert refused.value.error.code == 13
+            assert [d["_id"] for d in writer.allowed.c.find()] == [1], "a refused command runs nothing"
+    finally:
+        server.stop()

@@ -1,16 +1,17 @@
 """Block compression through pymongo: each compressor as the node default and per collection
 (MongoDB's `storageEngine.wiredTiger.configString`), storageSize well below the logical size
-after an fsync, the compressor kept across a restart, MongoDB's errors for bad options, and
-concurrent writers into collections of every compressor against an exact model."""
+after an fsync, the compressor kept across a restart and a rename, fsync's refusals, MongoDB's
+errors for bad options and an unknown node compressor. Concurrent writers into collections of
+every compressor against an exact model are crates/server/tests/compression.rs's
+(docs/testing.md)."""
 
 import tempfile
-import threading
 
 import pymongo
 import pytest
 from pymongo.errors import OperationFailure
 
-from conftest import Server
+from conftest import Server, start_up_failure
 
 COMPRESSORS = ["zstd", "lz4", "snappy", "zlib", "none"]
 
@@ -111,10 +112,17 @@ def test_each_collection_keeps_its_compressor_across_a_restart(data_directory):
     try:
         client = connect(server)
         database = client.compression
-        for name in COMPRESSORS + ["default"]:
+        client.admin.command("renameCollection", "compression.zstd", to="compression.renamed")
+        for name in ["renamed" if name == "zstd" else name for name in COMPRESSORS + ["default"]]:
             load(database[name], range(2_000, 2_300))
             assert list(database[name].find().sort("_id", 1)) == [compressible(i) for i in range(2_300)], name
-            assert compressor_of(database.command("collStats", name)) == ("snappy" if name == "default" else name)
+            expected = {"default": "snappy", "renamed": "zstd"}.get(name, name)
+            assert compressor_of(database.command("collStats", name)) == expected
+        # A recreated name is a new collection with the node default.
+        client.drop_database("compression")
+        database.zstd.insert_one({"_id": 1})
+        assert compressor_of(database.command("collStats", "zstd")) == "snappy"
+        assert database.zstd.count_documents({}) == 1
         client.close()
     finally:
         server.stop()
@@ -123,10 +131,13 @@ def test_each_collection_keeps_its_compressor_across_a_restart(data_directory):
 @pytest.mark.parametrize("storage_engine_option,code", [
     (storage_engine("block_compressor=brotli"), 2),
     (storage_engine("block_compressor=zstd,colour=blue"), 2),
+    (storage_engine("app_metadata=(formatVersion=1"), 2),
     (storage_engine("type=lsm"), 6627201),
     ({"wiredTiger": {"configString": 5}}, 14),
     ({"wiredTiger": {"configString": "block_compressor=zstd", "extra": 1}}, 72),
     ({"rocksdb": {}}, 72),
+    ({"inMemory": {}}, 72),
+    ({"wiredTiger": 1}, 2),
     ({"wiredTiger": "block_compressor=zstd"}, 2),
     ("zstd", 14),
 ])
@@ -137,49 +148,25 @@ def test_invalid_storage_engine_options_get_mongodb_errors(db, storage_engine_op
     assert "refused" not in db.list_collection_names()
 
 
-def test_concurrent_writers_into_collections_of_every_compressor_match_an_exact_model(server, db):
-    names = COMPRESSORS + ["default"]
-    for name in COMPRESSORS:
-        db.create_collection(name, storageEngine=storage_engine(f"block_compressor={name}"))
-    writers, rounds, per_round = 12, 10, 20
-    errors = []
+def test_valid_wired_tiger_keys_myriad_does_not_act_on_are_accepted(db):
+    options = storage_engine("block_compressor=zstd,leaf_page_max=64KB,app_metadata=(formatVersion=1)")
+    db.command({"create": "accepted", "storageEngine": options})
+    assert compressor_of(db.command("collStats", "accepted")) == "zstd"
 
-    def collection_of(writer, round_number):
-        return names[(writer + round_number) % len(names)]
 
-    def write(writer):
-        try:
-            client = pymongo.MongoClient(server.uri(), serverSelectionTimeoutMS=10_000)
-            database = client[db.name]
-            for round_number in range(rounds):
-                collection = database[collection_of(writer, round_number)]
-                first = (writer * rounds + round_number) * per_round
-                collection.insert_many([compressible(i) for i in range(first, first + per_round)])
-                collection.update_one({"_id": -1}, {"$inc": {"inserted": per_round}}, upsert=True)
-                deleted = collection.delete_many({"_id": {"$gte": first, "$lt": first + per_round, "$mod": [7, 0]}})
-                assert deleted.deleted_count == len([i for i in range(first, first + per_round) if i % 7 == 0])
-            client.close()
-        except Exception as error:  # reported below, with the writer's number
-            errors.append((writer, error))
+def test_fsync_flushes_and_refuses_a_lock(client, db):
+    load(db.flushed, range(1_000))
+    assert client.admin.command("fsync") == {"numFiles": 1, "ok": 1.0}
+    with pytest.raises(OperationFailure) as raised:
+        client.admin.command("fsync", lock=True)
+    assert raised.value.code == 115
+    with pytest.raises(OperationFailure) as raised:
+        db.command("fsync")
+    assert raised.value.code == 13, "admin only"
+    assert db.flushed.count_documents({}) == 1_000
 
-    threads = [threading.Thread(target=write, args=(writer,)) for writer in range(writers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-    model = {name: ([], 0) for name in names}
-    for writer in range(writers):
-        for round_number in range(rounds):
-            first = (writer * rounds + round_number) * per_round
-            documents, inserted = model[collection_of(writer, round_number)]
-            documents.extend(compressible(i) for i in range(first, first + per_round) if i % 7 != 0)
-            model[collection_of(writer, round_number)] = (documents, inserted + per_round)
-    for name, (documents, inserted) in model.items():
-        collection = db[name]
-        assert collection.find_one({"_id": -1})["inserted"] == inserted, name
-        stored = list(collection.find({"_id": {"$gte": 0}}).sort("_id", 1))
-        assert stored == sorted(documents, key=lambda document: document["_id"]), name
-        assert collection.count_documents({}) == len(documents) + 1
-        stats = db.command("collStats", name)
-        assert compressor_of(stats) == ("snappy" if name == "default" else name)
+
+def test_an_unknown_node_compressor_stops_start_up(tmp_path):
+    stopped = start_up_failure("--port", "0", "--bind_ip", "127.0.0.1", "--storageBlockCompressor", "brotli", "--dbpath", str(tmp_path))
+    assert stopped.returncode != 0
+    assert "brotli" in stopped.stderr and "zstd" in stopped.stderr, stopped.stderr

@@ -1,7 +1,9 @@
 """The database profiler and the slow-query log through pymongo: the `profile` command's
 reply and errors, `system.profile` documents (fields and BSON types) for reads, writes,
 cursors and errors, level 1 with slowms, sampleRate and filter, the capped bound, and the
-"Slow query" (51803) and "Profiler settings changed" (48742) log lines seen through getLog.
+"Slow query" (51803) and "Profiler settings changed" (48742) log lines seen through getLog;
+the `--profile`, `--slowms` and `--slowOpSampleRate` start-up options. Concurrent clients each
+getting every operation profiled are crates/server/tests/profiler.rs's (docs/testing.md).
 
 Operations are made "slow" deterministically with level 2 or `slowms: -1`, never by timing."""
 
@@ -10,6 +12,8 @@ import json
 
 import pytest
 from pymongo.errors import OperationFailure
+
+from conftest import Server
 
 APP_NAME = "profiler-test"
 PROFILE_SIZE = 1024 * 1024
@@ -258,3 +262,43 @@ def test_settings_changes_are_logged(profiled):
     assert changes and changes[-1]["msg"] == "Profiler settings changed"
     assert changes[-1]["attr"]["from"] == {"level": 0, "slowms": 100, "sampleRate": 1.0}
     assert changes[-1]["attr"]["to"] == {"level": 1, "slowms": 42, "sampleRate": 1.0}
+
+
+def test_startup_options_set_the_default_level_and_slowms():
+    server = Server(("--profile", "2", "--slowms", "-1"))
+    try:
+        with server.client() as client:
+            database = client.started_profiled
+            assert database.command("profile", -1) == {"was": 2, "slowms": -1, "sampleRate": 1.0, "ok": 1.0}
+            database.items.insert_many([{"_id": index, "k": index % 2} for index in range(5)])
+            assert len(list(database.items.find({"k": 1}))) == 2
+            # Every database is profiled at level 2, and system.profile was created on first use.
+            query = database.system.profile.find_one({"op": "query", "ns": "started_profiled.items"})
+            assert (query["nreturned"], query["docsExamined"], query["planSummary"]) == (2, 5, "COLLSCAN")
+            assert database.system.profile.find_one({"op": "insert"})["ninserted"] == 5
+            assert database.system.profile.options() == {"capped": True, "size": PROFILE_SIZE}
+            # --slowms -1 makes every operation slow: the find is logged.
+            find = [line for line in slow_query_lines(client, "started_profiled.items") if line["attr"]["command"].get("find") == "items"]
+            assert find, "a Slow query line for the find"
+            assert find[0]["c"] == "COMMAND" and find[0]["attr"]["type"] == "command"
+            assert (find[0]["attr"]["nreturned"], find[0]["attr"]["docsExamined"]) == (2, 5)
+            assert isinstance(find[0]["attr"]["durationMillis"], (int, float))
+    finally:
+        server.stop()
+
+
+def test_a_zero_sample_rate_at_start_up_logs_and_profiles_nothing_below_level_two():
+    server = Server(("--profile", "1", "--slowms", "-1", "--slowOpSampleRate", "0"))
+    try:
+        with server.client() as client:
+            database = client.unsampled
+            database.items.insert_one({"x": 1})
+            assert database.items.find_one({}) is not None
+            assert slow_query_lines(client, "unsampled.items") == []
+            assert database.system.profile.count_documents({}) == 0
+            # Level 2 ignores sampling.
+            database.command("profile", 2)
+            database.items.find_one({})
+            assert database.system.profile.count_documents({"op": "query"}) == 1
+    finally:
+        server.stop()

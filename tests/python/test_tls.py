@@ -11,7 +11,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from certificates import certificate, name, pem
 
-from conftest import Server
+from conftest import Server, start_up_failure
 
 # A refused client fails within this; the failure is what the tests check, not the time.
 SELECTION_TIMEOUT_MS = 3000
@@ -84,6 +84,9 @@ def test_a_ca_file_requires_a_client_certificate(certificates):
         with server.client(tls=True, tlsCAFile=certificates["ca"]) as anonymous:
             with pytest.raises(pymongo.errors.ServerSelectionTimeoutError):
                 anonymous.admin.command("ping")
+        with server.client(tls=True, tlsCAFile=certificates["ca"], tlsCertificateKeyFile=certificates["untrusted"]) as stranger:
+            with pytest.raises(pymongo.errors.ServerSelectionTimeoutError):
+                stranger.admin.command("ping")
     finally:
         server.stop()
 
@@ -124,5 +127,14 @@ def test_disabled_refuses_tls(certificates):
         with server.client(tls=True, tlsCAFile=certificates["ca"]) as client:
             with pytest.raises(pymongo.errors.ServerSelectionTimeoutError):
                 client.admin.command("ping")
+        with server.client() as plain:
+            _round_trip(plain)
     finally:
         server.stop()
+
+
+def test_a_missing_certificate_file_stops_start_up_with_a_message(tmp_path):
+    stopped = start_up_failure("--dbpath", str(tmp_path), "--port", "0", "--tlsMode", "requireTLS",
+                               "--tlsCertificateKeyFile", "/nonexistent/server.pem")
+    assert stopped.returncode != 0
+    assert "tlsCertificateKeyFile /nonexistent/server.pem" in stopped.stderr, stopped.stderr

@@ -1,21 +1,23 @@
 """TTL indexes through pymongo: dates and arrays of dates expire, other values stay; the throttle
 bounds deletes per second (a count bound, whatever the timing); serverStatus.metrics.ttl;
 collMod of expireAfterSeconds and hidden; hidden indexes at creation, in listIndexes, refused as
-hints and still enforced when unique; concurrent writers and a reader while the monitor deletes.
+hints and still enforced when unique; the monitor switched off and on at runtime. Concurrent
+writers against an exact model and TTL indexes across a crash restart and a rename are
+crates/server/tests/ttl.rs's (docs/testing.md).
 
 The module's server runs the TTL monitor every second (--setParameter ttlMonitorSleepSecs=1).
 Tests wait for what must happen with a generous deadline and assert on counts only."""
 
 import datetime
-import tempfile
-import threading
+import math
 import time
 
+import bson
 import pymongo
 import pytest
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
-from conftest import Server
+from conftest import Server, wait_until
 
 DEADLINE_SECONDS = 90
 PAST = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
@@ -49,13 +51,15 @@ def ttl_db(ttl_client, request):
 
 
 def wait_for_at_most(collection, expected, query=None):
-    started = time.monotonic()
-    while True:
-        count = collection.count_documents(query or {})
-        if count <= expected:
-            return count
-        assert time.monotonic() - started < DEADLINE_SECONDS, f"{count} documents left, waiting for {expected}"
-        time.sleep(0.1)
+    """Waits until at most `expected` documents match (the monitor deleted the rest); the count."""
+    counted = []
+
+    def at_most():
+        counted.append(collection.count_documents(query or {}))
+        return counted[-1] <= expected
+
+    wait_until(at_most, f"at most {expected} documents left in {collection.name}", timeout=DEADLINE_SECONDS)
+    return counted[-1]
 
 
 def ttl_metrics(client):
@@ -63,10 +67,8 @@ def ttl_metrics(client):
 
 
 def test_dates_and_arrays_of_dates_expire_and_other_values_stay(ttl_db, ttl_client):
-    collection = ttl_db.events
-    collection.create_index("at", expireAfterSeconds=0)
     deleted_before = ttl_metrics(ttl_client)["deletedDocuments"]
-    collection.insert_many([
+    documents = [
         {"_id": 1, "at": PAST},
         {"_id": 2, "at": [future(), PAST]},
         {"_id": 3, "at": [future(), future()]},
@@ -75,11 +77,23 @@ def test_dates_and_arrays_of_dates_expire_and_other_values_stay(ttl_db, ttl_clie
         {"_id": 6, "at": 946684800000},
         {"_id": 7},
         {"_id": 8, "at": None},
-    ])
-    wait_for_at_most(collection, 6)
-    assert sorted(document["_id"] for document in collection.find()) == [3, 4, 5, 6, 7, 8]
+        {"_id": 9, "at": [future(), "2000-01-01", 7]},
+        {"_id": 10, "at": {"nested": PAST}},
+        {"_id": 11, "at": []},
+        {"_id": 12, "at": bson.Timestamp(1, 1)},
+    ]
+    # Ascending and descending keys expire alike.
+    for name, direction in (("events", 1), ("descending", -1)):
+        ttl_db[name].create_index([("at", direction)], expireAfterSeconds=0)
+        ttl_db[name].insert_many(documents)
+    for name in ("events", "descending"):
+        wait_for_at_most(ttl_db[name], 10)
+        assert sorted(document["_id"] for document in ttl_db[name].find()) == list(range(3, 13))
+    # Counters follow the deletes made through the normal write path.
+    assert ttl_db.command("collStats", "events")["count"] == 10
+    assert ttl_db.command("validate", "events")["valid"] is True
     metrics = ttl_metrics(ttl_client)
-    assert metrics["deletedDocuments"] - deleted_before == 2
+    assert metrics["deletedDocuments"] - deleted_before == 4
     assert metrics["passes"] >= 1 and metrics["subPasses"] >= metrics["passes"]
     assert metrics["maxDeletesPerSecond"] == 0
 
@@ -87,6 +101,7 @@ def test_dates_and_arrays_of_dates_expire_and_other_values_stay(ttl_db, ttl_clie
 def test_the_throttle_bounds_deletes_per_second(ttl_db, ttl_client):
     documents, rate = 800, 20
     collection = ttl_db.throttled
+    deleted_before = ttl_metrics(ttl_client)["deletedDocuments"]
     collection.insert_many([{"_id": number, "at": PAST} for number in range(documents)])
     ttl_client.admin.command("setParameter", 1, ttlMonitorMaxDeletesPerSecond=rate)
     throttled_since = time.monotonic()
@@ -96,12 +111,31 @@ def test_the_throttle_bounds_deletes_per_second(ttl_db, ttl_client):
         deleted = documents - collection.count_documents({})
         # One second's worth of tokens, plus the refill of the time that passed.
         assert deleted <= rate * (1 + time.monotonic() - throttled_since), deleted
+        # Workload, not a wait: the observations are spread over 2.5 s to bound the rate.
         time.sleep(0.1)
     remaining = collection.count_documents({})
     assert remaining > 0
     wait_for_at_most(collection, remaining - 1)
     ttl_client.admin.command("setParameter", 1, ttlMonitorMaxDeletesPerSecond=0)
     assert wait_for_at_most(collection, 0) == 0
+    metrics = ttl_metrics(ttl_client)
+    assert metrics["deletedDocuments"] - deleted_before == documents
+    assert metrics["maxDeletesPerSecond"] == 0
+
+
+def test_the_monitor_can_be_disabled_and_enabled_at_runtime(ttl_db, ttl_client):
+    ttl_client.admin.command("setParameter", 1, ttlMonitorEnabled=False)
+    ttl_db.switch.create_index("at", expireAfterSeconds=0)
+    ttl_db.switch.insert_one({"_id": 1, "at": PAST})
+    # Passes happen while enabled only: none counts while disabled.
+    passes = ttl_metrics(ttl_client)["passes"]
+    # Workload, not a wait: nothing may happen, so there is no condition to poll; 2.5 s spans
+    # two monitor periods.
+    time.sleep(2.5)
+    assert ttl_metrics(ttl_client)["passes"] == passes
+    assert ttl_db.switch.count_documents({}) == 1
+    ttl_client.admin.command("setParameter", 1, ttlMonitorEnabled=True)
+    assert wait_for_at_most(ttl_db.switch, 0) == 0
 
 
 def test_coll_mod_changes_expire_after_seconds_and_hidden(ttl_db):
@@ -135,6 +169,16 @@ def test_coll_mod_changes_expire_after_seconds_and_hidden(ttl_db):
     collection.create_index("v", hidden=True)
     assert collection.index_information()["v_1"]["hidden"] is True
     with pytest.raises(OperationFailure) as refused:
+        list(collection.find({}).hint([("v", 1)]))
+    assert refused.value.code == 2
+    # Converting a plain single-field index: the TTL change and hiding in one command.
+    collection.create_index("x")
+    reply = ttl_db.command("collMod", "modified", index={"name": "x_1", "expireAfterSeconds": 5, "hidden": True})
+    assert "expireAfterSeconds_old" not in reply and reply["expireAfterSeconds_new"] == 5
+    assert (reply["hidden_old"], reply["hidden_new"]) == (False, True)
+    again = ttl_db.command("collMod", "modified", index={"name": "x_1", "hidden": True})
+    assert "hidden_old" not in again and "hidden_new" not in again
+    with pytest.raises(OperationFailure) as refused:
         collection.create_index("w", hidden="yes")
     assert refused.value.code == 14
     with pytest.raises(OperationFailure) as refused:
@@ -149,6 +193,9 @@ def test_invalid_ttl_options_get_mongodb_errors(ttl_db):
         ("a", {"expireAfterSeconds": "soon"}, 67),
         ("a", {"expireAfterSeconds": -5}, 67),
         ("a", {"expireAfterSeconds": 2**40}, 67),
+        ("a", {"expireAfterSeconds": math.nan}, 67),
+        ("a", {"expireAfterSeconds": 9_999_999_999}, 67),
+        ("_id", {"expireAfterSeconds": 1, "name": "_id_"}, 197),
     ]:
         with pytest.raises(OperationFailure) as refused:
             ttl_db.plain.create_index(keys, **options)
@@ -163,6 +210,18 @@ def test_invalid_ttl_options_get_mongodb_errors(ttl_db):
     with pytest.raises(OperationFailure) as refused:
         ttl_db.command("collMod", "plain", index={"name": "missing", "expireAfterSeconds": 5})
     assert refused.value.code == 27
+    for index, code in [({"name": "_id_", "expireAfterSeconds": 5}, 72), ({"name": "a_1_b_1"}, 72), ("a_1_b_1", 14)]:
+        with pytest.raises(OperationFailure) as refused:
+            ttl_db.command("collMod", "plain", index=index)
+        assert refused.value.code == code, index
+    ttl_db.capped.create_index("a")
+    with pytest.raises(OperationFailure) as refused:
+        ttl_db.command("collMod", "capped", index={"name": "a_1", "expireAfterSeconds": 5})
+    assert refused.value.code == 72
+    # Values MongoDB coerces: a double truncated, a value above 2^31 - 1 clamped.
+    ttl_db.plain.create_index("t", expireAfterSeconds=10.9)
+    reply = ttl_db.command("collMod", "plain", index={"name": "t_1", "expireAfterSeconds": 1e12})
+    assert (reply["expireAfterSeconds_old"], reply["expireAfterSeconds_new"]) == (10, 2**31 - 1)
 
 
 def test_parameters_are_read_and_set_at_runtime(ttl_client):
@@ -175,71 +234,3 @@ def test_parameters_are_read_and_set_at_runtime(ttl_client):
         with pytest.raises(OperationFailure) as refused:
             ttl_client.admin.command("setParameter", 1, **bad)
         assert refused.value.code == 2, bad
-
-
-def test_concurrent_writers_and_a_reader_while_the_monitor_deletes(ttl_db, ttl_client):
-    writers, per_writer = 4, 150
-    collection = ttl_db.busy
-    collection.create_index("at", expireAfterSeconds=0)
-    failures = []
-    done = threading.Event()
-
-    def write(writer):
-        try:
-            for sequence in range(per_writer):
-                number = writer * per_writer + sequence
-                collection.insert_one({"_id": number, "at": PAST if number % 2 == 0 else future()})
-        except Exception as error:  # reported by the main thread
-            failures.append(error)
-
-    def read():
-        # Documents far in the future are never deleted: their count only grows.
-        last = 0
-        try:
-            while not done.is_set():
-                count = collection.count_documents({"at": {"$gt": datetime.datetime.now(datetime.timezone.utc)}})
-                assert last <= count <= writers * per_writer // 2, (last, count)
-                last = count
-        except Exception as error:  # reported by the main thread
-            failures.append(error)
-
-    threads = [threading.Thread(target=write, args=(writer,)) for writer in range(writers)]
-    reader = threading.Thread(target=read)
-    reader.start()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    done.set()
-    reader.join()
-    assert failures == []
-    wait_for_at_most(collection, writers * per_writer // 2)
-    expected = [number for number in range(writers * per_writer) if number % 2 == 1]
-    assert sorted(document["_id"] for document in collection.find()) == expected
-
-
-def test_ttl_indexes_survive_a_restart():
-    data = tempfile.TemporaryDirectory(prefix="myriad-pytest-ttl-")
-    arguments = ("--setParameter", "ttlMonitorSleepSecs=1")
-    first = Server(arguments, data_directory=data)
-    try:
-        client = pymongo.MongoClient(first.uri(), serverSelectionTimeoutMS=10_000)
-        client.kept.sessions.create_index("at", expireAfterSeconds=0)
-        client.kept.sessions.create_index("other", expireAfterSeconds=3600, hidden=True)
-        client.kept.sessions.insert_one({"_id": 0, "at": future()})
-        client.close()
-    finally:
-        first.stop()
-    second = Server(arguments, data_directory=data)
-    try:
-        client = pymongo.MongoClient(second.uri(), serverSelectionTimeoutMS=10_000)
-        indexes = client.kept.sessions.index_information()
-        assert indexes["at_1"]["expireAfterSeconds"] == 0
-        assert indexes["other_1"]["expireAfterSeconds"] == 3600 and indexes["other_1"]["hidden"] is True
-        client.kept.sessions.insert_many([{"_id": 1, "at": PAST}, {"_id": 2, "at": [PAST, future()]}])
-        wait_for_at_most(client.kept.sessions, 1)
-        assert [document["_id"] for document in client.kept.sessions.find()] == [0]
-        client.close()
-    finally:
-        second.stop()
-        data.cleanup()

@@ -126,6 +126,10 @@ def test_levels_actions_and_coll_mod(db):
     options = db.command("listCollections", filter={"name": "people"})["cursor"]["firstBatch"][0]["options"]
     assert options == {"validator": {"age": {"$gte": 0}}, "validationLevel": "off", "validationAction": "error"}
     assert sorted(document["_id"] for document in db.people.find()) == [1, 2, 4, 5]
+    # An empty validator removes validation: the next write is not checked.
+    db.command("collMod", "people", validator={}, validationLevel="strict")
+    db.people.insert_one({"_id": 6, "age": "anything"})
+    assert db.people.count_documents({}) == 5
 
 
 def test_option_errors(db):

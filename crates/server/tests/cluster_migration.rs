@@ -7,12 +7,11 @@
 
 
 use std::collections::{BTreeMap, HashSet};
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use myriad_testkit::{admin, error_code, TestCluster};
+use myriad_testkit::{admin, error_code, eventually, TestCluster};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::{Client, Collection};
@@ -23,20 +22,6 @@ fn collection(client: &Client, db: &str, name: &str) -> Collection<Document> {
 
 async fn all(collection: &Collection<Document>, filter: Document, sort: Document) -> Vec<Document> {
     collection.find(filter).sort(sort).batch_size(5_000).await.expect("find").try_collect().await.expect("cursor")
-}
-
-/// Polls `check` until it answers true; panics with `what` after `limit` (a bound on waiting
-/// for background work, not a speed assertion).
-async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while !check().await {
-        assert!(Instant::now() < deadline, "still not true after {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Chunks per shard of a sharded collection, from `config.chunks` read through the router.

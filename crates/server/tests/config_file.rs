@@ -39,11 +39,7 @@ async fn options_come_from_the_file_and_flags_override_it() {
 fn start_up_error(yaml: &str) -> (Option<i32>, String) {
     let directory = tempfile::tempdir().expect("temp dir");
     let config = write_config(directory.path(), yaml);
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_myriad"))
-        .args(["--config", &config, "--dbpath", directory.path().to_str().expect("utf-8 path"), "--port", "0"])
-        .output()
-        .expect("run myriad");
-    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+    myriad_testkit::start_up_failure(&["--config", &config, "--dbpath", directory.path().to_str().expect("utf-8 path"), "--port", "0"])
 }
 
 #[test]

@@ -57,12 +57,15 @@ fn half_sent_and_dripping_messages_are_closed_and_silence_is_not_a_half_message(
             sent_everything = false;
             break;
         }
+        // Workload, not a wait: the drip rate is the stimulus under test.
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(!sent_everything || dripping.is_closed_by_server(), "a dripping message held the connection");
 
     // A silent connection is idle, not mid-message: the (default, 10 minute) idle limit applies.
     let mut silent = RawConnection::connect(server.port, CLOSE_WAIT);
+    // Workload, not a wait: three seconds of silence (past messageReadTimeoutMillis) is the
+    // stimulus; nothing happens that could be polled for.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(ping(&mut silent).get_f64("ok"), Ok(1.0));
 }
@@ -88,12 +91,14 @@ async fn unauthenticated_connections_get_the_shorter_limit() {
         let mut chatty = RawConnection::connect(port, CLOSE_WAIT);
         for _ in 0..35 {
             assert_eq!(ping(&mut chatty).get_f64("ok"), Ok(1.0));
+            // Workload: pacing the pings so together they outlast the short limit.
             std::thread::sleep(Duration::from_millis(100));
         }
 
         // Authenticated: the idle limit (10 minutes) applies, not the short one.
         let mut authenticated = RawConnection::connect(port, CLOSE_WAIT);
         authenticated.login(&mut ScramLogin::new("root", "root-secret")).expect("login");
+        // Workload, not a wait: a silence longer than the unauthenticated limit is the stimulus.
         std::thread::sleep(Duration::from_secs(4));
         let found = authenticated.command("shop", doc! { "find": "items" }).expect("find after a silence");
         assert_eq!(found.get_f64("ok"), Ok(1.0), "{found}");
@@ -101,6 +106,7 @@ async fn unauthenticated_connections_get_the_shorter_limit() {
     // Meanwhile the driver's pooled, authenticated connection stays usable across the silences
     // of the raw sockets.
     for _ in 0..3 {
+        // Workload: the driver's connection sits silent past the short limit between uses.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let count = root.database("shop").collection::<Document>("items").count_documents(doc! {}).await.expect("count");
         assert_eq!(count, 1);
@@ -156,6 +162,7 @@ async fn idle_connections_close_but_connections_waiting_on_the_server_do_not() {
     client.database("admin").run_command(doc! { "setParameter": 1, "idleConnectionTimeoutMillis": 600_000 }).await.expect("setParameter");
     tokio::task::spawn_blocking(move || {
         let mut silent = RawConnection::connect(port, CLOSE_WAIT);
+        // Workload, not a wait: a silence past the old limit is the stimulus.
         std::thread::sleep(Duration::from_secs(3));
         assert_eq!(ping(&mut silent).get_f64("ok"), Ok(1.0));
     })
@@ -168,12 +175,8 @@ async fn idle_connections_close_but_connections_waiting_on_the_server_do_not() {
 #[test]
 fn a_bad_startup_parameter_stops_the_server_with_a_message() {
     let directory = tempfile::tempdir().expect("temp dir");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_myriad"))
-        .args(["--dbpath", directory.path().to_str().expect("utf-8 path"), "--port", "0"])
-        .args(["--setParameter", "idleConnectionTimeoutMillis=soon"])
-        .output()
-        .expect("run myriad");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let dbpath = directory.path().to_str().expect("utf-8 path");
+    let (code, stderr) = myriad_testkit::start_up_failure(&["--dbpath", dbpath, "--port", "0", "--setParameter", "idleConnectionTimeoutMillis=soon"]);
+    assert_ne!(code, Some(0), "{stderr}");
     assert!(stderr.contains("idleConnectionTimeoutMillis"), "{stderr}");
 }

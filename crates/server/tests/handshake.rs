@@ -1,6 +1,7 @@
-//! The handshake and session behaviour drivers rely on: awaitable/streaming hello (an idle
-//! client costs the server almost nothing), transactions refused as a standalone mongod refuses
-//! them, and the exhaust wire protocol seen from a raw socket.
+//! The handshake seen from a raw socket: exhaust hello streams replies with moreToCome and
+//! shutdown ends the stream; and quick commands answer while every command thread is busy.
+//! What a driver sees of the handshake (awaitable hello's validation, an idle client's cost,
+//! transactions refused) is tests/python/test_monitoring.py's (docs/testing.md).
 
 
 use std::io::{Read, Write};
@@ -8,116 +9,8 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use bson::{doc, Bson, Document};
-use myriad_testkit::{error_code, TestServer};
+use myriad_testkit::TestServer;
 use myriad_wire::{decode_message, encode_op_msg, OpMsg, Request, OP_MSG_FLAG_EXHAUST_ALLOWED, OP_MSG_FLAG_MORE_TO_COME};
-
-/// How long the idle client sits connected.
-const IDLE_SECONDS: u64 = 5;
-/// Commands the server may run for one idle client over the idle window: its handshakes, the
-/// streaming hello and RTT checks, plus the observer's own reads. Polling hello ran thousands.
-const MAX_IDLE_COMMANDS: i64 = 30;
-
-async fn command_count(client: &mongodb::Client) -> i64 {
-    let status = client.database("admin").run_command(mongodb::bson::doc! { "serverStatus": 1 }).await.expect("serverStatus");
-    let opcounters = status.get_document("opcounters").expect("opcounters");
-    match opcounters.get("command") {
-        Some(mongodb::bson::Bson::Int64(count)) => *count,
-        Some(mongodb::bson::Bson::Int32(count)) => i64::from(*count),
-        other => panic!("opcounters.command is {other:?}"),
-    }
-}
-
-
-#[tokio::test]
-async fn an_idle_client_costs_a_few_commands_per_second() {
-    let server = TestServer::start();
-    let observer = server.client().await;
-    let before = command_count(&observer).await;
-    let idle = server.client().await;
-    idle.database("admin").run_command(mongodb::bson::doc! { "ping": 1 }).await.expect("ping");
-    tokio::time::sleep(Duration::from_secs(IDLE_SECONDS)).await;
-    let after = command_count(&observer).await;
-    // The second serverStatus counts itself.
-    let spent = after - before - 1;
-    assert!(spent <= MAX_IDLE_COMMANDS, "an idle client made the server run {spent} commands in {IDLE_SECONDS} s");
-    assert!(spent >= 1, "the idle client's ping was counted");
-}
-
-#[tokio::test]
-async fn a_transaction_is_refused_and_writes_nothing() {
-    let server = TestServer::start();
-    let client = server.client().await;
-    let collection = client.database("handshake").collection::<mongodb::bson::Document>("orders");
-    let mut session = client.start_session().await.expect("session");
-    let outcome = match session.start_transaction().await {
-        Ok(()) => collection.insert_one(mongodb::bson::doc! { "item": "apple" }).session(&mut session).await.map(|_| ()),
-        Err(error) => Err(error),
-    };
-    let error = outcome.expect_err("a standalone refuses transactions");
-    // The driver judges transaction support by wire version, so the refusal is the server's.
-    assert_eq!(error_code(&error), Some(20), "{error}");
-    let _ = session.abort_transaction().await;
-    assert_eq!(collection.count_documents(mongodb::bson::doc! {}).await.expect("count"), 0);
-}
-
-#[tokio::test]
-async fn transaction_fields_are_refused_before_anything_is_applied() {
-    let server = TestServer::start();
-    let client = server.client().await;
-    let database = client.database("handshake");
-    let session_id = mongodb::bson::doc! { "id": mongodb::bson::Uuid::new() };
-    let refused = |body: mongodb::bson::Document| {
-        let database = database.clone();
-        async move { database.run_command(body).await.expect_err("refused") }
-    };
-    let with_transaction = refused(mongodb::bson::doc! {
-        "insert": "orders", "documents": [{ "item": "apple" }], "lsid": session_id.clone(),
-        "txnNumber": 1_i64, "startTransaction": true, "autocommit": false,
-    })
-    .await;
-    assert_eq!(error_code(&with_transaction), Some(20), "{with_transaction}");
-    // (The driver rewrites code 20's message to advise retryWrites=false, as it does for mongod.)
-    let retryable = refused(mongodb::bson::doc! {
-        "insert": "orders", "documents": [{ "item": "pear" }], "lsid": session_id.clone(), "txnNumber": 2_i64,
-    })
-    .await;
-    assert_eq!(error_code(&retryable), Some(20), "{retryable}");
-    let autocommit_alone = refused(mongodb::bson::doc! { "insert": "orders", "documents": [{ "item": "kale" }], "autocommit": false }).await;
-    assert_eq!(error_code(&autocommit_alone), Some(72), "{autocommit_alone}");
-    let collection = database.collection::<mongodb::bson::Document>("orders");
-    assert_eq!(collection.count_documents(mongodb::bson::doc! {}).await.expect("count"), 0);
-    assert!(!database.list_collection_names().await.expect("list").contains(&"orders".to_string()));
-
-    let admin = client.database("admin");
-    for command in ["commitTransaction", "abortTransaction"] {
-        let error = admin.run_command(mongodb::bson::doc! { command: 1 }).await.expect_err("no transaction");
-        assert_eq!(error_code(&error), Some(125), "{error}");
-    }
-}
-
-#[tokio::test]
-async fn awaitable_hello_fields_are_validated() {
-    let server = TestServer::start();
-    let client = server.client().await;
-    let admin = client.database("admin");
-    let hello = admin.run_command(mongodb::bson::doc! { "hello": 1 }).await.expect("hello");
-    let version = hello.get_document("topologyVersion").expect("topologyVersion").clone();
-    assert_eq!(version.get_i64("counter"), Ok(0));
-    let cases = [
-        (mongodb::bson::doc! { "hello": 1, "maxAwaitTimeMS": 100 }, 31368),
-        (mongodb::bson::doc! { "isMaster": 1, "topologyVersion": version.clone() }, 31368),
-        (mongodb::bson::doc! { "hello": 1, "topologyVersion": version.clone(), "maxAwaitTimeMS": -1 }, 51024),
-        (mongodb::bson::doc! { "hello": 1, "topologyVersion": "version", "maxAwaitTimeMS": 100 }, 14),
-    ];
-    for (body, code) in cases {
-        let error = admin.run_command(body.clone()).await.expect_err("invalid");
-        assert_eq!(error_code(&error), Some(code), "{body}: {error}");
-    }
-    // Another process's topologyVersion is answered at once with the current one.
-    let other = mongodb::bson::doc! { "processId": mongodb::bson::oid::ObjectId::new(), "counter": 5_i64 };
-    let reply = admin.run_command(mongodb::bson::doc! { "hello": 1, "topologyVersion": other, "maxAwaitTimeMS": 0 }).await.expect("hello");
-    assert_eq!(reply.get_document("topologyVersion").expect("topologyVersion"), &version);
-}
 
 fn send(stream: &mut TcpStream, request_id: i32, flags: u32, body: Document) {
     let message = OpMsg { flags, body, sequences: Vec::new(), checksum_present: false, duplicate_fields: Default::default() };
@@ -255,14 +148,11 @@ async fn quick_commands_answer_while_every_command_thread_is_busy() {
         slow.push(tokio::spawn(async move { database.run_command(body).await }));
     }
     let observer = server.client().await;
-    let mut busy = Vec::new();
-    for _ in 0..2_000 {
-        busy = running_slow_counts(&observer).await;
-        if busy.len() >= threads {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let busy = myriad_testkit::eventually_some(Duration::from_secs(60), "every command thread runs a slow count", || async {
+        let busy = running_slow_counts(&observer).await;
+        (busy.len() >= threads).then_some(busy)
+    })
+    .await;
     assert_eq!(busy.len(), threads, "every command thread runs a slow count");
     let admin = observer.database("admin");
     for quick in ["ping", "hello", "buildInfo", "whatsmyuri"] {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use myriad_testkit::TestServer;
+use myriad_testkit::{eventually, TestServer};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Document};
 use mongodb::{Client, Collection, IndexModel};
@@ -49,9 +49,7 @@ async fn write_until(collection: Collection<Document>, writer: i64, stop: Arc<At
 }
 
 async fn wait_for_progress(progress: &AtomicUsize, at_least: usize) {
-    while progress.load(Ordering::Acquire) < at_least {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    eventually(Duration::from_secs(120), "the writers made progress", || async { progress.load(Ordering::Acquire) >= at_least }).await;
 }
 
 /// Every document, read through the `k_1` index (hint): exactly the model, each once.
@@ -141,25 +139,21 @@ async fn a_build_interrupted_by_a_crash_restarts_after_open() {
         tokio::spawn(async move { collection.create_index(IndexModel::builder().keys(doc! {"k": 1}).build()).await })
     };
     // Kill the server once the build is under way (the collection's stats show the new index).
-    loop {
+    eventually(Duration::from_secs(120), "the build is under way", || async {
         let stats = client.database("crash").run_command(doc! {"collStats": "c"}).await.expect("collStats");
-        if stats.get_document("indexSizes").is_ok_and(|sizes| sizes.contains_key("k_1")) || build.is_finished() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        stats.get_document("indexSizes").is_ok_and(|sizes| sizes.contains_key("k_1")) || build.is_finished()
+    })
+    .await;
     server.restart();
     let interrupted = build.await.expect("build task");
     assert!(interrupted.is_err(), "the server was killed during the build");
     let client = server.client().await;
     let collection = client.database("crash").collection::<Document>("c");
     // The build resumes in the background after open; wait for the index to be listed.
-    let mut attempts = 0;
-    while !collection.list_index_names().await.expect("list indexes").contains(&"k_1".to_string()) {
-        attempts += 1;
-        assert!(attempts < 6_000, "the interrupted build never finished");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(Duration::from_secs(120), "the interrupted build finished", || async {
+        collection.list_index_names().await.expect("list indexes").contains(&"k_1".to_string())
+    })
+    .await;
     check_through_the_index(&collection, &model).await;
     validate(&client, "crash", "c", model.len()).await;
 }

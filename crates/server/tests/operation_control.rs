@@ -5,11 +5,17 @@
 
 use std::time::Duration;
 
-use myriad_testkit::{admin, error_code, TestServer};
+use myriad_testkit::{admin, error_code, eventually, eventually_some, TestServer};
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::Collection;
 
+
+/// serverStatus' count of open cursors.
+async fn open_cursors(client: &mongodb::Client) -> i64 {
+    let status = client.database("admin").run_command(doc! { "serverStatus": 1 }).await.expect("serverStatus");
+    status.get_document("metrics").expect("metrics").get_document("cursor").expect("cursor").get_document("open").expect("open").get_i64("total").expect("total")
+}
 
 /// `count` documents of about `padding_bytes` each, inserted in bounded batches.
 async fn fill(collection: &Collection<Document>, count: i32, padding_bytes: usize) {
@@ -137,8 +143,7 @@ async fn current_op_lists_and_kill_op_interrupts_a_running_command() {
             last
         })
     };
-    let mut killed = false;
-    for _ in 0..400 {
+    let operation = eventually_some(Duration::from_secs(60), "the slow count shows in currentOp with its plan", || async {
         let listed = admin(&client, doc! { "currentOp": 1, "command.count": "victim" }).await.expect("currentOp");
         let operations = listed.get_array("inprog").expect("inprog");
         // Until the command has chosen its plan, it has no planSummary yet: look again.
@@ -146,22 +151,18 @@ async fn current_op_lists_and_kill_op_interrupts_a_running_command() {
             Bson::Document(operation) if operation.contains_key("planSummary") => Some(operation),
             _ => None,
         });
-        if let Some(operation) = planned {
-            for field in ["opid", "op", "ns", "command", "secs_running", "microsecs_running", "client", "active"] {
-                assert!(operation.contains_key(field), "currentOp has {field}: {operation}");
-            }
-            assert_eq!(operation.get_str("ns").expect("ns"), "control.victim");
-            assert!(operation.get_str("planSummary").expect("planSummary").starts_with("COLLSCAN"));
-            // ping answers while the slow command runs.
-            admin(&client, doc! { "ping": 1 }).await.expect("ping beside a slow command");
-            let opid = operation.get("opid").cloned().expect("opid");
-            admin(&client, doc! { "killOp": 1, "op": opid }).await.expect("killOp");
-            killed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        planned.cloned()
+    })
+    .await;
+    for field in ["opid", "op", "ns", "command", "secs_running", "microsecs_running", "client", "active"] {
+        assert!(operation.contains_key(field), "currentOp has {field}: {operation}");
     }
-    assert!(killed, "the slow count showed up in currentOp");
+    assert_eq!(operation.get_str("ns").expect("ns"), "control.victim");
+    assert!(operation.get_str("planSummary").expect("planSummary").starts_with("COLLSCAN"));
+    // ping answers while the slow command runs.
+    admin(&client, doc! { "ping": 1 }).await.expect("ping beside a slow command");
+    let opid = operation.get("opid").cloned().expect("opid");
+    admin(&client, doc! { "killOp": 1, "op": opid }).await.expect("killOp");
     let error = slow.await.expect("task").expect("the killed count failed");
     assert_eq!(error_code(&error), Some(11601));
 }
@@ -196,6 +197,9 @@ async fn idle_cursors_time_out_after_cursor_timeout_millis() {
     let opened = database.run_command(doc! { "find": "idle", "batchSize": 2 }).await.expect("find");
     let cursor_id = opened.get_document("cursor").expect("cursor").get_i64("id").expect("id");
     assert_ne!(cursor_id, 0);
+    // Workload, not a wait: the cursor left idle past cursorTimeoutMillis is the stimulus.
+    // Idle cursors are closed lazily, by the next cursor operation, so there is nothing to poll
+    // without touching this cursor; 1.5 s spans the timeout and the reaping interval.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let error = database
         .run_command(doc! { "getMore": cursor_id, "collection": "idle" })
@@ -231,10 +235,7 @@ async fn a_cursor_the_driver_drops_is_killed_on_the_server() {
     let client = server.client().await;
     let items = client.database("cursors").collection::<Document>("dropped");
     fill(&items, 50, 10).await;
-    let status = |client: mongodb::Client| async move {
-        let status = client.database("admin").run_command(doc! { "serverStatus": 1 }).await.expect("serverStatus");
-        status.get_document("metrics").expect("metrics").get_document("cursor").expect("cursor").get_document("open").expect("open").get_i64("total").expect("total")
-    };
+    let status = |client: mongodb::Client| async move { open_cursors(&client).await };
     let before = status(client.clone()).await;
     {
         let mut cursor = items.find(doc! {}).batch_size(2).await.expect("find");
@@ -242,15 +243,7 @@ async fn a_cursor_the_driver_drops_is_killed_on_the_server() {
         assert_eq!(status(client.clone()).await, before + 1, "the cursor is open on the server");
     }
     // The driver kills a dropped cursor in the background, outside the cursor's session.
-    let mut open = before + 1;
-    for _ in 0..100 {
-        open = status(client.clone()).await;
-        if open == before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(open, before, "the dropped cursor was killed");
+    eventually(Duration::from_secs(30), "the dropped cursor was killed", || async { status(client.clone()).await == before }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,6 +1,8 @@
 //! Collection validators through the official driver with concurrent clients, against an
 //! exact model: every valid insert and update lands, every invalid one answers
-//! DocumentValidationFailure (121) with its errInfo, and nothing else changes.
+//! DocumentValidationFailure (121) with its errInfo, and nothing else changes. Validators,
+//! levels, actions and collMod seen by one client are tests/python/test_validation.py's
+//! (docs/testing.md).
 
 
 use std::collections::BTreeMap;
@@ -105,22 +107,4 @@ async fn concurrent_valid_and_invalid_writes_match_the_model() {
         actual.insert(id, document.get_i32("n").expect("n stays an int"));
     }
     assert_eq!(actual, model);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn coll_mod_applies_to_the_next_write() {
-    let server = TestServer::start();
-    let client = server.client().await;
-    let database = client.database("validation");
-    let collection: Collection<Document> = database.collection("later");
-    collection.insert_one(doc! { "_id": 1, "n": -1 }).await.expect("no validator yet");
-    database.run_command(doc! { "collMod": "later", "validator": validator() }).await.expect("collMod");
-    let result = collection.insert_one(doc! { "_id": 2, "n": -1 }).await;
-    expect_validation_failure(result, &Bson::Int32(2)).await;
-    database.run_command(doc! { "collMod": "later", "validationLevel": "moderate" }).await.expect("moderate");
-    collection.update_one(doc! { "_id": 1 }, doc! { "$set": { "n": -2 } }).await.expect("already invalid: moderate skips it");
-    database.run_command(doc! { "collMod": "later", "validator": {} }).await.expect("remove the validator");
-    collection.insert_one(doc! { "_id": 3, "n": "anything" }).await.expect("no validator");
-    let count = collection.count_documents(doc! {}).await.expect("count");
-    assert_eq!(count, 2);
 }

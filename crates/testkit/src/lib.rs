@@ -12,13 +12,18 @@
 //!   last lines are kept, bounded, for the test to read.
 //! - The `myriad` binary is the one cargo built next to the test executable (`MYRIAD_BIN`
 //!   names another).
+//! - A test waits for a condition with [`wait`]'s helpers (poll until it holds, fail after a
+//!   deadline), never for a fixed time.
 
 pub mod cluster;
 pub mod process;
 pub mod server;
+pub mod wait;
 
 pub use cluster::TestCluster;
+pub use process::start_up_failure;
 pub use server::{ServerKiller, TestServer, TestServerBuilder};
+pub use wait::{eventually, eventually_some, wait_until};
 
 use mongodb::Client;
 

@@ -28,6 +28,13 @@ pub fn binary() -> PathBuf {
     profile_directory.join("myriad")
 }
 
+/// Runs `myriad <arguments>` expecting it to stop during start-up (a bad flag, file or
+/// option): its exit code and its stderr.
+pub fn start_up_failure(arguments: &[&str]) -> (Option<i32>, String) {
+    let output = Command::new(binary()).args(arguments).stdout(Stdio::null()).stdin(Stdio::null()).output().expect("run myriad");
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
 pub struct MyriadProcess {
     child: Option<Child>,
     /// The port it listens on (kept across restarts).
