@@ -1,0 +1,400 @@
+//! A running replica-set member: its Raft instance (made once the member knows its id: at
+//! replSetInitiate, or when a leader first contacts it), the replicator its engine writes
+//! through, and what hello, replSetGetStatus and replSetGetConfig report.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use bson::{doc, oid::ObjectId, Bson, DateTime, Document, Timestamp};
+use myriad_storage::{Engine, ReplicatedWrite, StorageError, WriteReplicator};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{Config, RaftMetrics, ServerState, SnapshotPolicy};
+use parking_lot::Mutex;
+use tokio::sync::OnceCell;
+
+use crate::config::ReplicaSetConfig;
+use crate::log_store::LogStore;
+use crate::network::{Network, APPEND, SNAPSHOT, VOTE};
+use crate::state_machine::{Optime, RecentOptimes, StateMachine};
+use crate::{decode, encode, LogPayload, Member, Raft, ReplicationError, Transport};
+
+pub(crate) const HEARTBEAT_INTERVAL_MS: u64 = 200;
+pub(crate) const ELECTION_TIMEOUT_MIN_MS: u64 = 1000;
+const ELECTION_TIMEOUT_MAX_MS: u64 = 2000;
+/// How long a writer waits for its write to commit before giving up (outcome unknown).
+const WRITE_WAIT: Duration = Duration::from_secs(30);
+
+/// A member's role, as replSetGetStatus names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberRole {
+    Startup,
+    Primary,
+    Secondary,
+}
+
+impl MemberRole {
+    pub fn state(self) -> i32 {
+        match self {
+            MemberRole::Startup => 0,
+            MemberRole::Primary => 1,
+            MemberRole::Secondary => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberRole::Startup => "STARTUP",
+            MemberRole::Primary => "PRIMARY",
+            MemberRole::Secondary => "SECONDARY",
+        }
+    }
+}
+
+/// One member's line of replSetGetStatus.
+#[derive(Clone, Debug)]
+pub struct MemberStatus {
+    pub id: u64,
+    pub host: String,
+    pub role: MemberRole,
+    pub optime: Option<Optime>,
+    pub is_self: bool,
+}
+
+/// The set as this member sees it.
+#[derive(Clone, Debug)]
+pub struct ReplicaSetStatus {
+    pub config: ReplicaSetConfig,
+    pub term: u64,
+    pub members: Vec<MemberStatus>,
+}
+
+pub struct ReplicaSetMember {
+    set_name: String,
+    me: String,
+    engine: Arc<Engine>,
+    log_store: LogStore,
+    transport: Arc<dyn Transport>,
+    runtime: tokio::runtime::Handle,
+    raft: OnceCell<Raft>,
+    recent: Arc<Mutex<RecentOptimes>>,
+    /// While set, this member does not stand for election (replSetStepDown, replSetFreeze).
+    frozen_until: Mutex<Option<Instant>>,
+}
+
+/// The engine's replicator: the member, held weakly (the member owns the engine).
+struct Replicator(Weak<ReplicaSetMember>);
+
+impl ReplicaSetMember {
+    /// Opens the member's log under `dbpath`, installs it as the engine's replicator, and
+    /// starts Raft if this member already knows its id.
+    pub async fn open(
+        set_name: &str,
+        me: &str,
+        engine: Arc<Engine>,
+        dbpath: &Path,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Arc<ReplicaSetMember>, String> {
+        let log_store = LogStore::open(&dbpath.join("replication"))?;
+        let member = Arc::new(ReplicaSetMember {
+            set_name: set_name.to_string(),
+            me: me.to_string(),
+            engine: Arc::clone(&engine),
+            log_store,
+            transport,
+            runtime: tokio::runtime::Handle::current(),
+            raft: OnceCell::new(),
+            recent: Arc::new(Mutex::new(RecentOptimes::default())),
+            frozen_until: Mutex::new(None),
+        });
+        engine.set_replicator(Some(Arc::new(Replicator(Arc::downgrade(&member)))));
+        if let Some(id) = member.log_store.member_id()? {
+            member.start(id).await.map_err(|error| error.to_string())?;
+        }
+        Ok(member)
+    }
+
+    pub fn set_name(&self) -> &str {
+        &self.set_name
+    }
+
+    async fn start(&self, id: u64) -> Result<&Raft, ReplicationError> {
+        self.raft
+            .get_or_try_init(|| async {
+                let config = Config {
+                    cluster_name: self.set_name.clone(),
+                    heartbeat_interval: HEARTBEAT_INTERVAL_MS,
+                    election_timeout_min: ELECTION_TIMEOUT_MIN_MS,
+                    election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
+                    snapshot_policy: SnapshotPolicy::Never,
+                    max_payload_entries: 64,
+                    ..Config::default()
+                };
+                let config = Arc::new(config.validate().map_err(|error| ReplicationError::Raft(error.to_string()))?);
+                let network = Network { transport: Arc::clone(&self.transport), set_name: self.set_name.clone() };
+                let state_machine = StateMachine::open(Arc::clone(&self.engine), Arc::clone(&self.recent)).map_err(ReplicationError::Raft)?;
+                self.log_store.set_member_id(id).map_err(ReplicationError::Raft)?;
+                Raft::new(id, config, network, self.log_store.clone(), state_machine)
+                    .await
+                    .map_err(|error| ReplicationError::Raft(error.to_string()))
+            })
+            .await
+    }
+
+    fn metrics(&self) -> Option<RaftMetrics<u64, Member>> {
+        self.raft.get().map(|raft| raft.metrics().borrow().clone())
+    }
+
+    /// replSetInitiate: `config` or, without one, a set of this member alone.
+    pub async fn initiate(&self, config: Option<&Document>) -> Result<(), ReplicationError> {
+        if self.metrics().is_some_and(|metrics| metrics.membership_config.membership().voter_ids().next().is_some()) {
+            return Err(ReplicationError::AlreadyInitialized);
+        }
+        let default = doc! {"_id": &self.set_name, "version": 1, "members": [{"_id": 0, "host": &self.me}]};
+        let config = ReplicaSetConfig::parse(config.unwrap_or(&default), &self.set_name)?;
+        let me = config.members.iter().find(|member| same_host(&member.host, &self.me)).ok_or_else(|| {
+            ReplicationError::InvalidConfig(format!(
+                "No host described in new configuration with {{version: {}, term: 0}} for replica set {} maps to this node",
+                config.version, self.set_name
+            ))
+        })?;
+        let raft = self.start(me.id).await?;
+        let nodes = config.nodes();
+        let voters: BTreeMap<u64, Member> = nodes.iter().filter(|(id, _)| config.voters().contains(id)).map(|(id, node)| (*id, node.clone())).collect();
+        raft.initialize(voters).await.map_err(|error| match error {
+            RaftError::APIError(openraft::error::InitializeError::NotAllowed(_)) => ReplicationError::AlreadyInitialized,
+            other => ReplicationError::Raft(other.to_string()),
+        })?;
+        for (id, node) in nodes.into_iter().filter(|(id, _)| !config.voters().contains(id)) {
+            raft.add_learner(id, node, false).await.map_err(|error| ReplicationError::Raft(error.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Answers a `replSetRaft` message addressed to member `target`.
+    pub async fn handle_raft_message(&self, kind: &str, target: u64, payload: &[u8]) -> Result<Vec<u8>, ReplicationError> {
+        let raft = match self.raft.get() {
+            Some(raft) => raft,
+            // A leader reaching a member that was never initiated: it learns its id from it.
+            None => self.start(target).await?,
+        };
+        let id = raft.metrics().borrow().id;
+        if id != target {
+            return Err(ReplicationError::Malformed(format!("a message for member {target} reached member {id}")));
+        }
+        Ok(match kind {
+            APPEND => encode(&raft.append_entries(decode(payload)?).await),
+            VOTE => encode(&raft.vote(decode(payload)?).await),
+            SNAPSHOT => encode(&raft.install_snapshot(decode(payload)?).await),
+            other => return Err(ReplicationError::Malformed(format!("unknown Raft message {other}"))),
+        })
+    }
+
+    /// True when this member is the primary and applied every entry of earlier terms.
+    pub fn is_writable_primary(&self) -> bool {
+        self.metrics().is_some_and(|metrics| {
+            metrics.state == ServerState::Leader
+                && metrics.current_leader == Some(metrics.id)
+                && metrics.last_applied.is_some_and(|applied| applied.leader_id.term == metrics.current_term)
+        })
+    }
+
+    pub fn role(&self) -> MemberRole {
+        match self.metrics() {
+            None => MemberRole::Startup,
+            Some(metrics) if metrics.membership_config.membership().nodes().next().is_none() => MemberRole::Startup,
+            Some(_) if self.is_writable_primary() => MemberRole::Primary,
+            Some(_) => MemberRole::Secondary,
+        }
+    }
+
+    pub fn config(&self) -> Result<(ReplicaSetConfig, u64), ReplicationError> {
+        let metrics = self.metrics().ok_or(ReplicationError::NotYetInitialized)?;
+        let membership = metrics.membership_config.membership();
+        if membership.nodes().next().is_none() {
+            return Err(ReplicationError::NotYetInitialized);
+        }
+        Ok((ReplicaSetConfig::from_nodes(&self.set_name, membership.nodes()), metrics.current_term))
+    }
+
+    pub fn status(&self) -> Result<ReplicaSetStatus, ReplicationError> {
+        let (config, term) = self.config()?;
+        let metrics = self.metrics().ok_or(ReplicationError::NotYetInitialized)?;
+        let recent = self.recent.lock();
+        let replication = metrics.replication.clone().unwrap_or_default();
+        let members = config
+            .members
+            .iter()
+            .map(|member| {
+                let is_self = member.id == metrics.id;
+                let role = if Some(member.id) == metrics.current_leader { MemberRole::Primary } else { MemberRole::Secondary };
+                let optime = if is_self {
+                    Some(recent.last.optime)
+                } else {
+                    replication.get(&member.id).cloned().flatten().and_then(|log_id| recent.optime_at(log_id.index))
+                };
+                MemberStatus { id: member.id, host: member.host.clone(), role, optime, is_self }
+            })
+            .collect();
+        Ok(ReplicaSetStatus { config, term, members })
+    }
+
+    /// The replica-set fields of hello (`setName`, `hosts`, `primary`...); None before the
+    /// member is part of an initiated set.
+    pub fn hello_fields(&self) -> Document {
+        let Ok((config, term)) = self.config() else {
+            return doc! {"isWritablePrimary": false, "secondary": false, "info": "Does not have a valid replica set config", "isreplicaset": true};
+        };
+        let metrics = self.metrics().expect("a configured member runs Raft");
+        let visible = |member: &&crate::MemberConfig| !member.hidden;
+        let hosts: Vec<Bson> = config.members.iter().filter(visible).filter(|member| member.priority > 0.0).map(|member| Bson::String(member.host.clone())).collect();
+        let passives: Vec<Bson> = config.members.iter().filter(visible).filter(|member| member.priority == 0.0).map(|member| Bson::String(member.host.clone())).collect();
+        let writable = self.is_writable_primary();
+        let mut fields = doc! {
+            "hosts": hosts,
+            "setName": &self.set_name,
+            "setVersion": config.version as i32,
+            "isWritablePrimary": writable,
+            "secondary": !writable,
+        };
+        if !passives.is_empty() {
+            fields.insert("passives", passives);
+        }
+        if let Some(leader) = metrics.current_leader.and_then(|leader| config.member(leader)) {
+            fields.insert("primary", &leader.host);
+        }
+        if let Some(me) = config.member(metrics.id) {
+            fields.insert("me", &me.host);
+            if me.hidden {
+                fields.insert("hidden", true);
+            }
+            if me.priority == 0.0 {
+                fields.insert("passive", true);
+            }
+            if !me.tags.is_empty() {
+                fields.insert("tags", me.tags.clone());
+            }
+        }
+        if writable {
+            fields.insert("electionId", election_id(term));
+        }
+        let last = self.recent.lock().last.clone();
+        let optime = optime_document(last.optime);
+        let date = DateTime::from_millis(last.last_write_wall_time_ms);
+        fields.insert(
+            "lastWrite",
+            doc! {"opTime": optime.clone(), "lastWriteDate": date, "majorityOpTime": optime, "majorityWriteDate": date},
+        );
+        fields
+    }
+
+    /// replSetStepDown: stops standing for election for `seconds` and lets another member win.
+    pub async fn step_down(self: &Arc<Self>, seconds: u64) -> Result<(), ReplicationError> {
+        let raft = self.raft.get().ok_or(ReplicationError::NotYetInitialized)?;
+        if !self.is_writable_primary() {
+            return Err(ReplicationError::NotPrimary("not primary so can't step down".into()));
+        }
+        self.freeze(seconds);
+        // Without heartbeats, the others' election timers fire; a newer term then demotes this one.
+        raft.runtime_config().heartbeat(false);
+        let deadline = Instant::now() + Duration::from_millis(ELECTION_TIMEOUT_MAX_MS * 5);
+        let mut metrics = raft.metrics();
+        while Instant::now() < deadline && metrics.borrow().state == ServerState::Leader {
+            let _ = tokio::time::timeout(Duration::from_millis(50), metrics.changed()).await;
+        }
+        raft.runtime_config().heartbeat(true);
+        Ok(())
+    }
+
+    /// replSetFreeze: no election bid for `seconds` (0 unfreezes).
+    pub fn freeze(self: &Arc<Self>, seconds: u64) {
+        let Some(raft) = self.raft.get() else { return };
+        let until = (seconds > 0).then(|| Instant::now() + Duration::from_secs(seconds));
+        *self.frozen_until.lock() = until;
+        raft.runtime_config().elect(until.is_none() && self.electable());
+        if let Some(until) = until {
+            let member = Arc::downgrade(self);
+            self.runtime.spawn(async move {
+                tokio::time::sleep_until(until.into()).await;
+                let Some(member) = member.upgrade() else { return };
+                let thawed = member.frozen_until.lock().is_none_or(|frozen_until| frozen_until <= Instant::now());
+                if thawed {
+                    if let Some(raft) = member.raft.get() {
+                        raft.runtime_config().elect(member.electable());
+                    }
+                }
+            });
+        }
+    }
+
+    fn electable(&self) -> bool {
+        let Ok((config, _)) = self.config() else { return true };
+        let id = self.metrics().map(|metrics| metrics.id);
+        id.and_then(|id| config.member(id)).is_none_or(|member| member.priority > 0.0)
+    }
+
+    /// Stops Raft (at shutdown).
+    pub async fn shutdown(&self) {
+        if let Some(raft) = self.raft.get() {
+            let _ = raft.shutdown().await;
+        }
+    }
+
+    fn replicate(&self, write: ReplicatedWrite) -> Result<(), StorageError> {
+        let Some(raft) = self.raft.get().filter(|_| self.is_writable_primary()).cloned() else {
+            return Err(not_writable_primary());
+        };
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        let payload = LogPayload(write.encode());
+        self.runtime.spawn(async move {
+            let _ = sender.send(raft.client_write(payload).await);
+        });
+        match receiver.recv_timeout(WRITE_WAIT) {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => Err(StorageError::Replication {
+                code: 11602,
+                code_name: "InterruptedDueToReplStateChange",
+                message: "operation was interrupted because the primary stepped down".into(),
+            }),
+            Ok(Err(error)) => Err(StorageError::Replication { code: 1, code_name: "InternalError", message: error.to_string() }),
+            Err(_) => Err(StorageError::Replication {
+                code: 64,
+                code_name: "WriteConcernFailed",
+                message: format!("waiting for replication timed out after {} s", WRITE_WAIT.as_secs()),
+            }),
+        }
+    }
+}
+
+impl WriteReplicator for Replicator {
+    fn replicate(&self, write: ReplicatedWrite) -> Result<(), StorageError> {
+        match self.0.upgrade() {
+            Some(member) => member.replicate(write),
+            None => Err(not_writable_primary()),
+        }
+    }
+}
+
+fn not_writable_primary() -> StorageError {
+    StorageError::Replication { code: 10107, code_name: "NotWritablePrimary", message: "not primary".into() }
+}
+
+/// Hosts name the same member when equal, `localhost` and `127.0.0.1` being one.
+fn same_host(left: &str, right: &str) -> bool {
+    let normal = |host: &str| host.replace("localhost:", "127.0.0.1:");
+    normal(left) == normal(right)
+}
+
+/// MongoDB's electionId: an ObjectId holding 0x7fffffff then the term.
+fn election_id(term: u64) -> ObjectId {
+    let mut bytes = [0u8; 12];
+    bytes[..4].copy_from_slice(&0x7fff_ffffu32.to_be_bytes());
+    bytes[4..].copy_from_slice(&term.to_be_bytes());
+    ObjectId::from_bytes(bytes)
+}
+
+/// `{ts, t}` of an optime.
+pub fn optime_document(optime: Optime) -> Document {
+    doc! {"ts": Timestamp { time: optime.seconds, increment: optime.increment }, "t": optime.term as i64}
+}

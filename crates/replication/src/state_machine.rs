@@ -1,0 +1,179 @@
+//! The state machine: the member's engine. Applying an entry writes its batch through
+//! [`Engine::apply_replicated`] together with the applied position (the entry's log id and the
+//! membership in force), under catalog key [`APPLIED_KEY`], in one RocksDB write; blank and
+//! membership entries write the position alone.
+//!
+//! Snapshots are not built yet: the log is never purged (`SnapshotPolicy::Never`), so a member
+//! that joins replays the log from its start. A member cannot install a snapshot.
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use myriad_storage::{Engine, ReplicatedWrite};
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError, StoredMembership};
+use serde::{Deserialize, Serialize};
+
+use crate::{decode, encode, Applied, Member, TypeConfig};
+
+/// Catalog-family key of the applied position (`R` keys belong to replication).
+pub(crate) const APPLIED_KEY: &[u8] = b"Rapplied";
+
+type Result<T> = std::result::Result<T, StorageError<u64>>;
+
+/// What the engine has applied, stored with every applied entry.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct AppliedState {
+    pub(crate) last_applied: Option<LogId<u64>>,
+    pub(crate) membership: StoredMembership<u64, Member>,
+    /// The optime of the last applied entry (MongoDB's `{ts, t}`).
+    pub(crate) optime: Optime,
+    /// The proposal time of the last applied write (the oplog's `wall`), in ms since the epoch.
+    pub(crate) last_write_wall_time_ms: i64,
+}
+
+/// MongoDB's optime: a timestamp (seconds, increment) and the term. Derived from the log alone
+/// (the seconds from each write's proposal time, never going back; the increment counting
+/// entries within one second), so every member gives an entry the same optime.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Optime {
+    pub seconds: u32,
+    pub increment: u32,
+    pub term: u64,
+}
+
+impl Optime {
+    fn next(self, wall_time_ms: Option<i64>, term: u64) -> Optime {
+        let proposed = wall_time_ms.map(|milliseconds| (milliseconds / 1000).clamp(0, i64::from(u32::MAX)) as u32).unwrap_or(0);
+        if proposed > self.seconds {
+            Optime { seconds: proposed, increment: 1, term }
+        } else {
+            Optime { seconds: self.seconds, increment: self.increment + 1, term }
+        }
+    }
+}
+
+/// Recent entries' optimes by log index (the primary reports its secondaries' optimes from the
+/// indexes they replicated), bounded.
+#[derive(Default)]
+pub(crate) struct RecentOptimes {
+    entries: std::collections::VecDeque<(u64, Optime)>,
+    pub(crate) last: AppliedState,
+}
+
+const RECENT_OPTIMES: usize = 65_536;
+
+impl RecentOptimes {
+    pub(crate) fn optime_at(&self, index: u64) -> Option<Optime> {
+        let position = self.entries.binary_search_by_key(&index, |(entry_index, _)| *entry_index).ok()?;
+        Some(self.entries[position].1)
+    }
+
+    fn record(&mut self, state: &AppliedState) {
+        if let Some(log_id) = state.last_applied {
+            if self.entries.len() == RECENT_OPTIMES {
+                self.entries.pop_front();
+            }
+            self.entries.push_back((log_id.index, state.optime));
+        }
+        self.last = state.clone();
+    }
+}
+
+pub(crate) struct StateMachine {
+    engine: Arc<Engine>,
+    state: AppliedState,
+    recent: Arc<parking_lot::Mutex<RecentOptimes>>,
+}
+
+fn apply_error(error: impl std::fmt::Display) -> StorageError<u64> {
+    StorageIOError::apply(openraft::LogId::default(), openraft::AnyError::error(error.to_string())).into()
+}
+
+impl StateMachine {
+    pub(crate) fn open(engine: Arc<Engine>, recent: Arc<parking_lot::Mutex<RecentOptimes>>) -> std::result::Result<StateMachine, String> {
+        let state: AppliedState = match engine.read_replication_state(APPLIED_KEY).map_err(|error| error.to_string())? {
+            Some(bytes) => decode(&bytes).map_err(|error| format!("applied position: {error}"))?,
+            None => AppliedState::default(),
+        };
+        recent.lock().record(&state);
+        Ok(StateMachine { engine, state, recent })
+    }
+
+    fn apply_entry(&mut self, entry: &Entry<TypeConfig>) -> Result<()> {
+        let write = match &entry.payload {
+            EntryPayload::Normal(payload) => Some(ReplicatedWrite::decode(&payload.0).map_err(apply_error)?),
+            EntryPayload::Blank | EntryPayload::Membership(_) => None,
+        };
+        let mut state = self.state.clone();
+        state.last_applied = Some(entry.log_id);
+        if let EntryPayload::Membership(membership) = &entry.payload {
+            state.membership = StoredMembership::new(Some(entry.log_id), membership.clone());
+        }
+        let wall_time_ms = write.as_ref().map(|write| write.wall_time_ms);
+        state.optime = state.optime.next(wall_time_ms, entry.log_id.leader_id.term);
+        if let Some(wall_time_ms) = wall_time_ms {
+            state.last_write_wall_time_ms = wall_time_ms;
+        }
+        let marker = encode(&state);
+        match write {
+            Some(write) => tokio::task::block_in_place(|| self.engine.apply_replicated(&write, (APPLIED_KEY, &marker))),
+            None => self.engine.write_replication_state(APPLIED_KEY, &marker),
+        }
+        .map_err(apply_error)?;
+        self.recent.lock().record(&state);
+        self.state = state;
+        Ok(())
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = NoSnapshots;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId<u64>>, StoredMembership<u64, Member>)> {
+        Ok((self.state.last_applied, self.state.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut replies = Vec::new();
+        for entry in entries {
+            if self.state.last_applied.is_some_and(|applied| applied.index >= entry.log_id.index) {
+                // Applied before a restart (its position was written with it): not again.
+                replies.push(Applied { index: entry.log_id.index });
+                continue;
+            }
+            self.apply_entry(&entry)?;
+            replies.push(Applied { index: entry.log_id.index });
+        }
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        NoSnapshots
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(&mut self, _meta: &SnapshotMeta<u64, Member>, _snapshot: Box<Cursor<Vec<u8>>>) -> Result<()> {
+        Err(StorageIOError::read_snapshot(None, openraft::AnyError::error("this member cannot install a snapshot yet; the log is never purged, so a joining member replays it")).into())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>> {
+        Ok(None)
+    }
+}
+
+/// The snapshot builder of a state machine that builds none (`SnapshotPolicy::Never`).
+pub(crate) struct NoSnapshots;
+
+impl RaftSnapshotBuilder<TypeConfig> for NoSnapshots {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>> {
+        Err(StorageIOError::write_snapshot(None, openraft::AnyError::error("snapshots are not built yet")).into())
+    }
+}
