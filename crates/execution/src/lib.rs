@@ -4,7 +4,7 @@
 //! ([`backend`]), query planning ([`plan`]) and execution ([`execution`], [`stages`]), cursors
 //! ([`cursor`]), operation control and currentOp ([`operation`]), the profiler
 //! ([`profiler`]), the write paths shared by insert, update, delete, findAndModify and
-//! bulkWrite ([`write`], [`bulk`], [`modify`], [`validation`]), TTL deletion ([`ttl`]),
+//! bulkWrite ([`write`](mod@write), [`bulk`], [`modify`], [`validation`]), TTL deletion ([`ttl`]),
 //! aggregation's server-state sources, collation, the log, knobs, latency counters and the
 //! topology version.
 //!
