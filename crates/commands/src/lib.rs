@@ -1,52 +1,35 @@
-//! MongoDB commands over Myriad's storage and query crates: one command table
-//! ([`table::COMMANDS`]), one module per command under [`command`], and one error mapping
-//! ([`error`]) from every layer's error enum to MongoDB's codes.
+//! MongoDB's commands: one command table ([`table::COMMANDS`]) with its dispatcher, and one
+//! module per command under [`command`]. Everything a handler runs on lives in the crates
+//! below this one, each depending only on those before it: myriad-reply (replies and the one
+//! error mapping), myriad-auth (identities, SCRAM, privileges), myriad-execution (requests,
+//! context, access checks, planning, execution, cursors, operations, profiler, write paths).
 //!
 //! Invariants:
 //! - Every reply is a MongoDB reply shape: `ok: 1` with the command's fields, or
 //!   `{ok: 0, errmsg, code, codeName}`. Nothing a client sends can panic a handler; unknown
 //!   errors become InternalError (1).
-//! - A command resolves namespaces through the storage engine's immutable catalog snapshot, so
-//!   readers never wait on DDL.
-//! - Every cursor, batch and log buffer is bounded.
+//! - Nothing below this crate names a handler or the table: what depends on a command's
+//!   identity (its privileges, its latency class) is decided here and passed down.
+//!
+//! Old paths: the modules that moved to the crates below are re-exported here under their old
+//! names (`myriad_commands::cursor`, `myriad_commands::error`, `myriad_commands::auth`, ...),
+//! so the handlers and the crates above (server, cluster, testkit, bench) name them as before.
+//! New code may name the owning crate directly.
 
 // `CommandError` carries MongoDB's extra reply fields (a DuplicateKey's keyPattern and
 // keyValue) by value, as every handler returns it; the larger `Err` is accepted, as in storage.
 #![allow(clippy::result_large_err)]
 
-pub mod access;
-pub mod aggregate_server_state;
-pub mod auth;
-pub mod aggregate_sources;
-pub mod backend;
-pub mod bulk;
-pub mod collation;
 pub mod command;
-pub mod context;
-pub mod cursor;
-pub mod error;
-pub mod execution;
-pub mod knobs;
-pub mod latency;
-pub mod log;
-pub mod modify;
-pub mod operation;
-pub mod plan;
-pub mod profiler;
-pub mod reply;
-pub mod request;
-pub mod role;
-pub mod session;
-pub mod stages;
 pub mod table;
-pub mod topology;
-pub mod ttl;
-pub mod validation;
-pub mod write;
 
-pub use context::{Process, ServerContext, ServerOptions};
-pub use session::ConnectionInfo;
-pub use error::{CommandError, CommandResult};
-pub use reply::Reply;
-pub use request::CommandRequest;
+pub use myriad_auth as auth;
+pub use myriad_execution::{
+    access, aggregate_server_state, aggregate_sources, backend, bulk, collation, context, cursor, execution, knobs, latency, log, modify,
+    operation, plan, profiler, request, role, session, stages, topology, ttl, validation, write,
+};
+pub use myriad_reply::{error, reply};
+
+pub use myriad_execution::{CommandRequest, ConnectionInfo, Process, ServerContext, ServerOptions};
+pub use myriad_reply::{CommandError, CommandResult, Reply};
 pub use table::dispatch;

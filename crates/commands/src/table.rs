@@ -10,6 +10,7 @@ use crate::access::{self, Access};
 use crate::command;
 use crate::context::ServerContext;
 use crate::error::{CommandError, CommandResult, COMMAND_NOT_FOUND};
+use crate::latency::LatencyKind;
 use crate::reply::Reply;
 use crate::request::CommandRequest;
 
@@ -152,7 +153,7 @@ pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Reply {
         .and_then(|()| run(context, request))
         .and_then(|reply| sync_journal_for_ddl(context, request).map(|()| reply));
     let elapsed = started.elapsed();
-    context.operation_latencies.record(crate::latency::LatencyKind::of_command(&request.name), elapsed);
+    context.operation_latencies.record(latency_kind(&request.name), elapsed);
     let (reply, error) = match outcome {
         Ok(reply) => (reply, None),
         Err(error) => (error.to_reply().into(), Some(error)),
@@ -181,6 +182,18 @@ fn sync_journal_for_ddl(context: &ServerContext, request: &CommandRequest) -> Co
         context.backend.sync_wal()?;
     }
     Ok(())
+}
+
+/// serverStatus.opLatencies' kind of the command named `name` (its canonical name or an
+/// alias), as mongod classifies it: `find`, `getMore`, `aggregate`, `count` and `distinct` are
+/// reads; `insert`, `update`, `delete`, `findAndModify` and `bulkWrite` are writes; everything
+/// else, unknown names included, is a command.
+pub fn latency_kind(name: &str) -> LatencyKind {
+    match name {
+        "find" | "getMore" | "aggregate" | "count" | "distinct" => LatencyKind::Reads,
+        "insert" | "update" | "delete" | "findAndModify" | "findandmodify" | "bulkWrite" => LatencyKind::Writes,
+        _ => LatencyKind::Commands,
+    }
 }
 
 /// currentOp's `op` for a command.
@@ -257,4 +270,22 @@ pub fn describe_commands() -> Document {
         );
     }
     commands
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_classified_as_mongod_classifies_them() {
+        for name in ["find", "getMore", "aggregate", "count", "distinct"] {
+            assert_eq!(latency_kind(name), LatencyKind::Reads, "{name}");
+        }
+        for name in ["insert", "update", "delete", "findAndModify", "findandmodify", "bulkWrite"] {
+            assert_eq!(latency_kind(name), LatencyKind::Writes, "{name}");
+        }
+        for name in ["killCursors", "createIndexes", "explain", "collStats", "serverStatus", "hello", "noSuchCommand"] {
+            assert_eq!(latency_kind(name), LatencyKind::Commands, "{name}");
+        }
+    }
 }

@@ -28,7 +28,7 @@ pub const INLINE_COMMANDS: &[&str] = &[
 /// end and waited for here, without holding a thread ([`after_journal`]).
 pub async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) -> Reply {
     let point = point_operation(&request);
-    let latency_kind = myriad_commands::latency::LatencyKind::of_command(&request.name);
+    let latency_kind = myriad_commands::table::latency_kind(&request.name);
     if INLINE_COMMANDS.contains(&request.name.as_str()) || point == Some(PointOperation::Read) {
         return run_inline(context, &request);
     }

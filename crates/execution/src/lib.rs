@@ -1,0 +1,51 @@
+//! The machinery every command handler runs on, and no handler: request parsing
+//! ([`request`]), the server's shared state ([`context`]) and connection state ([`session`]),
+//! the authorization check ([`access`]) and the server role ([`role`]), the data seam
+//! ([`backend`]), query planning ([`plan`]) and execution ([`execution`], [`stages`]), cursors
+//! ([`cursor`]), operation control and currentOp ([`operation`]), the profiler
+//! ([`profiler`]), the write paths shared by insert, update, delete, findAndModify and
+//! bulkWrite ([`write`](mod@write), [`bulk`], [`modify`], [`validation`]), TTL deletion ([`ttl`]),
+//! aggregation's server-state sources, collation, the log, knobs, latency counters and the
+//! topology version.
+//!
+//! Invariants:
+//! - Nothing here imports a command handler or the command table (myriad-commands): the
+//!   layering is myriad-reply, myriad-auth, myriad-execution, myriad-commands, each depending
+//!   only on those before it. What depends on a command's identity (its latency class, its
+//!   privileges) is passed down by the table.
+//! - A command resolves namespaces through the storage engine's immutable catalog snapshot, so
+//!   readers never wait on DDL.
+//! - Every cursor, batch and log buffer is bounded.
+
+// `CommandError` is returned by value, as everywhere in the command layers (see myriad-reply).
+#![allow(clippy::result_large_err)]
+
+pub mod access;
+pub mod aggregate_server_state;
+pub mod aggregate_sources;
+pub mod backend;
+pub mod bulk;
+pub mod collation;
+pub mod context;
+pub mod cursor;
+pub mod execution;
+pub mod knobs;
+pub mod latency;
+pub mod local_users;
+pub mod log;
+pub mod modify;
+pub mod operation;
+pub mod plan;
+pub mod profiler;
+pub mod request;
+pub mod role;
+pub mod session;
+pub mod stages;
+pub mod topology;
+pub mod ttl;
+pub mod validation;
+pub mod write;
+
+pub use context::{Process, ServerContext, ServerOptions};
+pub use request::CommandRequest;
+pub use session::ConnectionInfo;

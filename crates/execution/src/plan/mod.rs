@@ -1,0 +1,388 @@
+//! Query planning: choose an `_id` lookup, a collection scan or one index scan for a query.
+//! Execution ([`crate::execution`]) always rechecks the full filter, so index bounds only need
+//! to be a superset of the matching keys.
+//!
+//! Modules: [`candidates`] (bounds and sort order per index), [`trial`] (trial runs among
+//! several candidates), [`cache`] (the winner per query shape).
+
+pub mod cache;
+pub mod candidates;
+pub mod partial;
+pub mod trial;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use bson::{Bson, Document};
+use myriad_query::filter::Filter;
+use myriad_query::projection::Projection;
+use myriad_query::sort::SortSpec;
+use myriad_storage::{CollectionHandle, IndexKeyRange, IndexView, RecordId};
+
+use crate::backend::Backend;
+use myriad_reply::error::{CommandError, CommandResult, BAD_VALUE};
+use trial::TrialRunner;
+
+/// What the client asked for, parsed.
+#[derive(Clone)]
+pub struct QuerySpec {
+    pub filter: Arc<Filter>,
+    pub filter_document: Document,
+    pub projection: Option<Projection>,
+    pub sort: Option<SortSpec>,
+    pub skip: u64,
+    pub limit: Option<u64>,
+    pub hint: Option<Bson>,
+    /// The command's `allowDiskUse` (None: `allowDiskUseByDefault`).
+    pub allow_disk_use: Option<bool>,
+}
+
+impl QuerySpec {
+    /// A query of `filter_document` alone: no projection, sort, skip, limit or hint.
+    pub fn for_filter(filter_document: Document) -> CommandResult<QuerySpec> {
+        Ok(QuerySpec {
+            filter: Arc::new(Filter::parse(&filter_document)?),
+            filter_document,
+            projection: None,
+            sort: None,
+            skip: 0,
+            limit: None,
+            hint: None,
+            allow_disk_use: None,
+        })
+    }
+}
+
+/// How the documents are found.
+#[derive(Clone, Debug)]
+pub enum Access {
+    /// `_id` equality: one point read of the `_id` index and one of the record.
+    IdLookup { id: Bson },
+    CollectionScan { last_record_id: Option<RecordId> },
+    IndexScan(IndexScan),
+    /// A top-level `$or` whose every branch has an index: the union of their scans, each
+    /// record once.
+    Or(OrScan),
+}
+
+/// The scans of an `$or`'s branches, read one after the other.
+#[derive(Clone, Debug)]
+pub struct OrScan {
+    pub branches: Vec<IndexScan>,
+    pub current_branch: usize,
+    /// Records already returned by any branch.
+    pub seen_record_ids: HashSet<RecordId>,
+}
+
+/// A resumable scan of one index over key ranges.
+#[derive(Clone, Debug)]
+pub struct IndexScan {
+    pub index_name: String,
+    /// The key pattern and bounds, as explain shows them.
+    pub key_pattern: Document,
+    pub bounds: Document,
+    pub unique: bool,
+    pub sparse: bool,
+    pub partial: bool,
+    /// Whether some document has several keys in the index, when the planner read it (it
+    /// does for sorted queries; explain fills it in); None: unknown, shown as multikey.
+    pub multikey: Option<bool>,
+    /// Scans from the highest key down (a sort opposite to the index's directions).
+    pub reverse: bool,
+    /// The scan's order is the query's sort: no blocking sort runs.
+    pub provides_sort: bool,
+    /// In scan order.
+    pub ranges: Vec<IndexKeyRange>,
+    pub current_range: usize,
+    pub last_entry_key: Option<Vec<u8>>,
+    /// Multikey entries and overlapping intervals can name one record twice.
+    pub seen_record_ids: HashSet<RecordId>,
+    /// Entries read so far (explain's per-scan keysExamined).
+    pub keys_examined: u64,
+    /// The key fields' dotted paths, in key order.
+    pub field_paths: Vec<String>,
+    /// Filter, projection and sort read only key fields: documents are rebuilt from the
+    /// entries' exact key values instead of fetched (PROJECTION_COVERED, no FETCH).
+    pub covered: bool,
+}
+
+impl IndexScan {
+    pub fn new(index: &IndexView<'_>, ranges: Vec<IndexKeyRange>, reverse: bool, provides_sort: bool, bounds: Document) -> IndexScan {
+        IndexScan {
+            index_name: index.name().to_string(),
+            key_pattern: Document::try_from(index.key_pattern()).unwrap_or_default(),
+            bounds,
+            unique: index.unique(),
+            sparse: index.sparse(),
+            partial: index.is_partial(),
+            multikey: None,
+            reverse,
+            provides_sort,
+            ranges,
+            current_range: 0,
+            last_entry_key: None,
+            seen_record_ids: HashSet::new(),
+            keys_examined: 0,
+            field_paths: index.fields().map(|(path, _)| path.to_string()).collect(),
+            covered: false,
+        }
+    }
+
+    /// Marks the scan covered when `spec` reads nothing but this index's (non-hashed) key
+    /// fields: an inclusion projection of them, a filter on them, a sort on them.
+    fn cover(&mut self, spec: &QuerySpec, hashed: bool) {
+        let in_key = |path: &String| self.field_paths.iter().any(|field| field == path);
+        let Some(projected) = spec.projection.as_ref().and_then(Projection::included_paths) else { return };
+        let Some(filtered) = spec.filter.referenced_paths() else { return };
+        let sorted: Vec<String> = spec.sort.as_ref().map(|sort| sort.pattern().keys().cloned().collect()).unwrap_or_default();
+        self.covered = !hashed && projected.iter().chain(&filtered).chain(&sorted).all(in_key);
+    }
+
+    /// planSummary's form: `IXSCAN { a: 1, b: -1 }`.
+    pub fn describe(&self) -> String {
+        let fields: Vec<String> = self.key_pattern.iter().map(|(field, direction)| format!("{field}: {direction}")).collect();
+        format!("IXSCAN {{ {} }}", fields.join(", "))
+    }
+}
+
+impl Access {
+    pub fn describe(&self) -> String {
+        match self {
+            Access::IdLookup { .. } => "IDHACK".to_string(),
+            Access::CollectionScan { .. } => "COLLSCAN".to_string(),
+            Access::IndexScan(scan) => scan.describe(),
+            Access::Or(union) => union.branches.iter().map(IndexScan::describe).collect::<Vec<_>>().join(", "),
+        }
+    }
+
+    /// True when the access path yields documents in the query's sort order.
+    pub fn provides_sort(&self) -> bool {
+        matches!(self, Access::IndexScan(scan) if scan.provides_sort)
+    }
+
+ }
+
+/// The planner's choice for one query, and the plans it rejected with what their trial runs
+/// did (explain's `rejectedPlans` and `allPlansExecution`).
+pub struct PlannedQuery {
+    pub access: Access,
+    pub rejected: Vec<trial::TrialOutcome>,
+    /// The winner's trial, when plans were compared.
+    pub winner_trial: Option<trial::TrialOutcome>,
+    pub from_plan_cache: bool,
+}
+
+/// Picks the access path: `_id` equality by point lookup; a hinted index; else every index
+/// that bounds the filter's fields (equalities, then one range) or gives the sort. One
+/// candidate is used as it is; several are trial-run and the most productive wins, cached per
+/// query shape until the collection's indexes change. No candidate: a collection scan.
+/// Several candidates are trial-run by `run_trial`.
+pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &QuerySpec, run_trial: &TrialRunner<'_>) -> CommandResult<PlannedQuery> {
+    let filter = &spec.filter_document;
+    let hint = spec.hint.as_ref();
+    let single = |access| Ok(PlannedQuery { access, rejected: Vec::new(), winner_trial: None, from_plan_cache: false });
+    let id_hinted = match hint {
+        None => true,
+        Some(Bson::String(name)) => name == myriad_storage::ID_INDEX_NAME,
+        Some(Bson::Document(pattern)) => pattern.len() == 1 && pattern.contains_key("_id"),
+        Some(_) => false,
+    };
+    if let (true, Some(id)) = (id_hinted, id_equality(filter)) {
+        return single(Access::IdLookup { id: id.clone() });
+    }
+    let multikey = MultikeyIndexes::new(backend, collection, spec.sort.is_some());
+    if let Some(hint) = hint {
+        let index = match hint {
+            Bson::String(name) => collection.index_views().find(|index| index.name() == name),
+            Bson::Document(pattern) if pattern.contains_key("$natural") => {
+                return single(Access::CollectionScan { last_record_id: None });
+            }
+            Bson::Document(pattern) => collection.index_views().find(|index| same_key_pattern(index, pattern)),
+            _ => None,
+        };
+        // A partial index the query does not imply would miss matches: not hintable.
+        let Some(index) = index.filter(|index| index.sparse() || usable(index, filter)) else {
+            return Err(CommandError::new(BAD_VALUE, "hint provided does not correspond to an existing index"));
+        };
+        let sort_allowed = !multikey.contains(index.name());
+        let mut scan = candidates::hinted_scan(&index, &spec.filter, spec.sort.as_ref(), sort_allowed);
+        scan.multikey = multikey.known(index.name());
+        scan.cover(spec, has_hashed_field(&index));
+        return single(Access::IndexScan(scan));
+    }
+    let mut candidates: Vec<Access> = collection
+        .index_views()
+        .filter(|index| usable(index, filter))
+        .filter_map(|index| {
+            let sort_allowed = !multikey.contains(index.name());
+            let mut candidate = candidates::index_candidate(&index, &spec.filter, spec.sort.as_ref(), sort_allowed)?;
+            candidate.scan.multikey = multikey.known(index.name());
+            candidate.scan.cover(spec, has_hashed_field(&index));
+            Some(Access::IndexScan(candidate.scan))
+        })
+        .collect();
+    candidates.extend(or_candidate(collection, filter).map(Access::Or));
+    match candidates.len() {
+        0 if crate::knobs::no_table_scan() => Err(CommandError::new(
+            myriad_reply::error::NO_QUERY_EXECUTION_PLANS,
+            format!("No indexed plan found for the query (notablescan is set): {filter}"),
+        )),
+        0 => single(Access::CollectionScan { last_record_id: None }),
+        1 => single(candidates.into_iter().next().expect("one candidate")),
+        _ => choose_among(backend, collection, spec, candidates, run_trial),
+    }
+}
+
+/// The union plan of a top-level `$or`: for each branch the index that bounds most of its
+/// fields (equalities first); None when some branch has no index, since that branch would
+/// need a collection scan anyway.
+fn or_candidate(collection: &CollectionHandle, filter: &Document) -> Option<OrScan> {
+    let Some(Bson::Array(branches)) = filter.get("$or") else { return None };
+    let mut scans = Vec::with_capacity(branches.len());
+    for branch in branches {
+        let Bson::Document(branch) = branch else { return None };
+        let parsed = Filter::parse(branch).ok()?;
+        let best = collection
+            .index_views()
+            .filter(|index| usable(index, branch))
+            .filter_map(|index| candidates::index_candidate(&index, &parsed, None, false))
+            .max_by_key(|candidate| (candidate.equality_fields, candidate.bounded_fields))?;
+        scans.push(best.scan);
+    }
+    Some(OrScan { branches: scans, current_branch: 0, seen_record_ids: HashSet::new() })
+}
+
+/// Several candidates: the cached winner for this query shape, else trial runs.
+fn choose_among(
+    backend: &dyn Backend,
+    collection: &CollectionHandle,
+    spec: &QuerySpec,
+    candidates: Vec<Access>,
+    run_trial: &TrialRunner<'_>,
+) -> CommandResult<PlannedQuery> {
+    let cache_key = cache::CacheKey::new(collection, spec);
+    let cached = cache::lookup(&cache_key).and_then(|winner| candidates.iter().position(|candidate| candidate.describe() == winner));
+    if let Some(position) = cached {
+        let access = candidates.into_iter().nth(position).expect("the position was just found");
+        return Ok(PlannedQuery { access, rejected: Vec::new(), winner_trial: None, from_plan_cache: true });
+    }
+    // The trial trees go into explain's rejectedPlans: give their scans the multikey flag.
+    let multikey = MultikeyIndexes::new(backend, collection, true);
+    let mut candidates = candidates;
+    for candidate in &mut candidates {
+        fill_multikey(candidate, &multikey);
+    }
+    let (winner, mut outcomes) = trial::run_trials(spec, candidates, run_trial)?;
+    let winner_trial = outcomes.remove(winner);
+    let tree = cache::strip_statistics(&winner_trial.stages);
+    cache::store(cache_key, winner_trial.access.describe(), tree, winner_trial.works);
+    Ok(PlannedQuery { access: winner_trial.access.clone(), rejected: outcomes, winner_trial: Some(winner_trial), from_plan_cache: false })
+}
+
+/// The indexes that may hold several keys for one document (an array on a key path), whose
+/// order cannot serve a sort. Read from the counters only when the query sorts: an index with
+/// as many entries as the collection has documents has one key per document.
+pub struct MultikeyIndexes {
+    /// None when the counters were not read.
+    names: Option<Vec<String>>,
+}
+
+impl MultikeyIndexes {
+    pub fn new(backend: &dyn Backend, collection: &CollectionHandle, needed: bool) -> MultikeyIndexes {
+        if !needed {
+            return MultikeyIndexes { names: None };
+        }
+        // A sparse or partial index can be multikey with fewer entries than documents: it
+        // counts as multikey.
+        let incomplete = collection.index_views().filter(|index| index.sparse() || index.is_partial()).map(|index| index.name().to_string());
+        let names = match backend.collection_stats(collection) {
+            Ok(stats) => stats
+                .index_entries
+                .iter()
+                .filter(|(_, entries)| *entries > stats.count)
+                .map(|(name, _)| name.clone())
+                .chain(incomplete)
+                .collect(),
+            // Unknown: treat every index as multikey, so no sort relies on index order.
+            Err(_) => collection.index_names(),
+        };
+        MultikeyIndexes { names: Some(names) }
+    }
+
+    /// True when the index may be multikey (unknown counts as multikey for sorting; with the
+    /// counters unread, no sort is asked, so nothing depends on it).
+    fn contains(&self, name: &str) -> bool {
+        self.names.as_ref().map_or(true, |names| names.iter().any(|multikey| multikey == name))
+    }
+
+    /// Whether the index is multikey, when the counters were read.
+    pub fn known(&self, name: &str) -> Option<bool> {
+        self.names.as_ref().map(|names| names.iter().any(|multikey| multikey == name))
+    }
+}
+
+fn has_hashed_field(index: &IndexView<'_>) -> bool {
+    index.fields().any(|(_, kind)| kind == myriad_storage::IndexFieldKind::Hashed)
+}
+
+/// True when `index` holds every document `filter` can match: not sparse (a sparse index
+/// lacks documents missing its fields), and not partial unless the filter implies its
+/// partial filter.
+fn usable(index: &IndexView<'_>, filter: &Document) -> bool {
+    if index.sparse() {
+        return false;
+    }
+    match index.partial_filter_expression() {
+        Some(expression) => partial::implies(filter, &expression),
+        None => true,
+    }
+}
+
+/// Sets the multikey flag of every index scan of `access` that does not know it yet.
+pub fn fill_multikey(access: &mut Access, multikey: &MultikeyIndexes) {
+    let scans: Vec<&mut IndexScan> = match access {
+        Access::IndexScan(scan) => vec![scan],
+        Access::Or(union) => union.branches.iter_mut().collect(),
+        Access::IdLookup { .. } | Access::CollectionScan { .. } => Vec::new(),
+    };
+    for scan in scans {
+        if scan.multikey.is_none() {
+            scan.multikey = multikey.known(&scan.index_name);
+        }
+    }
+}
+
+/// True when `pattern` names the index's key fields in order with equal values, compared as
+/// MongoDB compares BSON (so `{a: 1}` from one driver names the index `{a: 1.0}` from another).
+fn same_key_pattern(index: &IndexView<'_>, pattern: &Document) -> bool {
+    let stored = index.key_pattern();
+    let mut stored_fields = stored.iter();
+    for (field, value) in pattern {
+        let Some(Ok((stored_field, stored_value))) = stored_fields.next() else { return false };
+        let Ok(stored_value) = Bson::try_from(stored_value) else { return false };
+        if stored_field != field || !myriad_keystring::compare::values_equal(&stored_value, value) {
+            return false;
+        }
+    }
+    stored_fields.next().is_none()
+}
+
+/// The value of a filter that is exactly `{_id: value}` or `{_id: {$eq: value}}`, where the
+/// value matches only itself (not a regex, array, document with operators, null or
+/// undefined, which match more or other documents).
+pub fn id_equality(filter: &Document) -> Option<&Bson> {
+    if filter.len() != 1 {
+        return None;
+    }
+    let value = filter.get("_id")?;
+    let value = match value {
+        Bson::Document(operators) if operators.len() == 1 => operators.get("$eq")?,
+        other => other,
+    };
+    match value {
+        Bson::String(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::ObjectId(_) | Bson::Boolean(_)
+        | Bson::DateTime(_) | Bson::Binary(_) | Bson::Decimal128(_) | Bson::Timestamp(_) => Some(value),
+        Bson::Document(document) if !document.keys().any(|key| key.starts_with('$')) => Some(value),
+        _ => None,
+    }
+}
