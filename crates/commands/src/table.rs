@@ -123,6 +123,12 @@ commands! {
     "revokePrivilegesFromRole" => command::roles::revoke_privileges, admin: false, write: true, router: Local, access: Database(&["revokeRole"]), "Removes privileges from a role.";
     "grantRolesToRole" => command::roles::grant_roles, admin: false, write: true, router: Local, access: Custom(requirements::grant_roles), "Makes a role inherit roles.";
     "revokeRolesFromRole" => command::roles::revoke_roles, admin: false, write: true, router: Local, access: Custom(requirements::revoke_roles), "Removes inherited roles from a role.";
+    "replSetInitiate" => command::replica_set::initiate, admin: true, write: false, router: NotYet, access: Cluster(&["replSetConfigure"]), "Initiates a replica set (rs.initiate()).";
+    "replSetGetStatus" => command::replica_set::get_status, admin: true, write: false, router: NotYet, access: Cluster(&["replSetGetStatus"]), "The replica set's members, roles and optimes (rs.status()).";
+    "replSetGetConfig" => command::replica_set::get_config, admin: true, write: false, router: NotYet, access: Cluster(&["replSetGetConfig"]), "The replica set's configuration (rs.conf()).";
+    "replSetStepDown" => command::replica_set::step_down, admin: true, write: false, router: NotYet, access: Cluster(&["replSetStateChange"]), "Makes the primary step down so another member is elected.";
+    "replSetFreeze" => command::replica_set::freeze, admin: true, write: false, router: NotYet, access: Cluster(&["replSetStateChange"]), "Keeps a member from standing for election for a number of seconds.";
+    "replSetRaft" => command::replica_set::raft_message, admin: true, write: false, router: NotYet, access: Cluster(&["internal"]), "Internal: one Raft message between replica-set members.";
     "validate" => command::validate::run, admin: false, write: false, router: Routed, access: Collection(&["validate"]), "Checks a collection's records, indexes and counts.";
 }
 
@@ -233,8 +239,12 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
     };
     access::check_external_database(request, spec.name)?;
     access::authorize(context, request, spec.name, spec.access)?;
-    // Transactions and retryable writes are refused before anything runs (standalone).
-    command::sessions::refuse_transactions(request)?;
+    // Transactions are refused before anything runs; retryable writes too on a standalone.
+    if context.replication.get().is_some() {
+        command::sessions::refuse_transactions_on_router(request)?;
+    } else {
+        command::sessions::refuse_transactions(request)?;
+    }
     crate::collation::refuse_non_simple(request)?;
     if spec.admin_only && request.db != "admin" {
         return Err(CommandError::new(
@@ -242,8 +252,16 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
             format!("{} may only be run against the admin database.", spec.name),
         ));
     }
+    let reads_user_data = (latency_kind(spec.name) == LatencyKind::Reads && spec.name != "getMore")
+        || ["listCollections", "listIndexes", "collStats", "dbStats", "dataSize"].contains(&spec.name);
     let users = request.connection.session.authenticated_users();
-    match crate::auth::with_current_users(users, || (spec.handler)(context, request))? {
+    let ran = command::replica_set::check_role(context, request, spec.is_write, reads_user_data)
+        .and_then(|()| crate::auth::with_current_users(users, || (spec.handler)(context, request)))
+        .map_err(|mut error| {
+        command::replica_set::label_retryable(context, request, &mut error);
+        error
+    });
+    match ran? {
         Reply::Document(mut reply) => {
             if !reply.contains_key("ok") {
                 reply.insert("ok", 1.0);

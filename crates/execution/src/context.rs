@@ -68,6 +68,9 @@ pub struct ServerContext {
     /// The node's cluster role (config server, shard), set once at start-up; none on a
     /// standalone (see [`crate::role`]).
     pub role: std::sync::OnceLock<Arc<dyn crate::role::RoleHook>>,
+    /// This node's replica-set membership (`--replSet`), set once at start-up; none on a
+    /// standalone.
+    pub replication: std::sync::OnceLock<Arc<myriad_replication::ReplicaSetMember>>,
     /// Where users and roles are kept: this node's storage, or a router's config server.
     pub users: Arc<dyn myriad_auth::store::UserStore>,
     /// What kind of process answers: a node (mongod) or a router (mongos).
@@ -141,6 +144,7 @@ impl ServerContext {
             operations: crate::operation::OperationTable::default(),
             security: myriad_auth::Security::default(),
             role: std::sync::OnceLock::new(),
+            replication: std::sync::OnceLock::new(),
         }
     }
 

@@ -115,6 +115,12 @@ impl ReplicaSetMember {
         Ok(member)
     }
 
+    /// Runs one of this member's async calls from a thread outside the runtime (a command's
+    /// blocking-pool thread).
+    pub fn block_on<T>(&self, future: impl std::future::Future<Output = T>) -> T {
+        self.runtime.block_on(future)
+    }
+
     pub fn set_name(&self) -> &str {
         &self.set_name
     }
@@ -198,6 +204,20 @@ impl ReplicaSetMember {
                 && metrics.current_leader == Some(metrics.id)
                 && metrics.last_applied.is_some_and(|applied| applied.leader_id.term == metrics.current_term)
         })
+    }
+
+    /// What hello reports that can change: writable, the primary, the term, the
+    /// configuration's log position. Equal values mean hello's replica-set fields are unchanged.
+    pub fn topology_fingerprint(&self) -> (bool, Option<u64>, u64, Option<u64>) {
+        match self.metrics() {
+            None => (false, None, 0, None),
+            Some(metrics) => (
+                self.is_writable_primary(),
+                metrics.current_leader,
+                metrics.current_term,
+                metrics.membership_config.log_id().map(|log_id| log_id.index),
+            ),
+        }
     }
 
     pub fn role(&self) -> MemberRole {

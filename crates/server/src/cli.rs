@@ -44,6 +44,7 @@ impl RouterArguments {
             ("profile", "--profile"),
             ("configsvr", "--configsvr"),
             ("shardsvr", "--shardsvr"),
+            ("replica_set", "--replSet"),
             ("auth", "--auth (a router enforces authorization with --keyFile)"),
         ];
         node_only
@@ -146,6 +147,9 @@ pub struct ServerArguments {
     /// Run as a shard of a sharded cluster (a router's `addShard` gives it its identity).
     #[arg(long = "shardsvr")]
     pub shardsvr: bool,
+    /// Run as a member of this replica set (then `rs.initiate()` on one member).
+    #[arg(long = "replSet", value_name = "NAME")]
+    pub replica_set: Option<String>,
 }
 
 /// The TLS flags, the same for a node, a router and `myriad cluster` (which passes them on).

@@ -106,6 +106,12 @@ fn apply_option(name: &str, value: &Value, arguments: &mut ServerArguments, matc
                 arguments.max_connections = usize::try_from(count).unwrap_or(arguments.max_connections);
             }
         }
+        "replication.replSetName" => {
+            let text = string(name, value)?;
+            if set("replica_set") {
+                arguments.replica_set = Some(text);
+            }
+        }
         "security.keyFile" => {
             let text = string(name, value)?;
             if set("key_file") {

@@ -17,6 +17,7 @@ mod member_tls;
 mod network;
 mod node;
 mod peer_certificate;
+mod replica_set;
 mod role;
 mod router;
 mod tls;

@@ -55,12 +55,20 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
         ..EngineOptions::default()
     };
     let engine = Arc::new(Engine::open(Path::new(&arguments.dbpath), &engine_options).map_err(|error| format!("cannot open the storage engine: {error}"))?);
+    let (listeners, port) = network::bind(&arguments.bind_ip, arguments.port).await?;
+    // A member's replicator is installed before anything writes (resumed index builds too).
+    let member = match &arguments.replica_set {
+        Some(set_name) => {
+            let host = arguments.bind_ip.split(',').next().unwrap_or("127.0.0.1").trim();
+            Some(crate::replica_set::open(set_name, &format!("{host}:{port}"), Arc::clone(&engine), &arguments.dbpath).await?)
+        }
+        None => None,
+    };
     // Index builds interrupted by a crash restart in the background: open never waits for them.
     engine.resume_index_builds().map_err(|error| format!("cannot start the index build thread: {error}"))?;
     // The catalog cache fills in the background, so the first operation on each collection
     // after a restart does not pay for reading and parsing its entry (docs/design-storage.md).
     engine.start_catalog_warming().map_err(|error| format!("cannot start the catalog warm-up thread: {error}"))?;
-    let (listeners, port) = network::bind(&arguments.bind_ip, arguments.port).await?;
     let options = ServerOptions {
         dbpath: arguments.dbpath.clone(),
         port,
@@ -69,6 +77,10 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
         logpath: arguments.logpath.clone(),
     };
     let context = crate::role::context(engine, options, logger, &arguments)?;
+    if let Some(member) = &member {
+        let _ = context.replication.set(Arc::clone(member));
+        crate::replica_set::watch_topology(&context, member);
+    }
     if arguments.auth {
         context.security.enable();
     }
@@ -84,6 +96,9 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     network::listen(Arc::clone(&context), Arc::new(NodeService), listening).await;
     // The TTL monitor finishes its current batch before the flush.
     let _ = tokio::task::spawn_blocking(move || ttl_monitor.stop()).await;
+    if let Some(member) = &member {
+        member.shutdown().await;
+    }
     let backend = Arc::clone(&context.backend);
     let flushed = tokio::task::spawn_blocking(move || backend.flush()).await;
     match flushed {

@@ -171,6 +171,11 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     reply.insert("minWireVersion", MIN_WIRE_VERSION);
     reply.insert("maxWireVersion", MAX_WIRE_VERSION);
     reply.insert("readOnly", false);
+    if let Some(fields) = super::replica_set::hello_fields(context, legacy) {
+        for (key, value) in fields {
+            reply.insert(key, value);
+        }
+    }
     if context.process == crate::context::Process::Router {
         // How drivers recognise a router (mongos).
         reply.insert("msg", "isdbgrid");

@@ -38,6 +38,7 @@ pub mod plan_cache_clear;
 pub mod ping;
 pub mod profile;
 pub mod rename_collection;
+pub mod replica_set;
 pub mod roles;
 pub mod sasl;
 pub mod server_status;
