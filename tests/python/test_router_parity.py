@@ -90,7 +90,6 @@ REPLY_DIFFERS = {
 # Commands a node answers that the router refuses with CommandNotFound for now (`router:
 # NotYet` in crates/commands/src/table.rs).
 NOT_ON_ROUTER = {
-    "bulkWrite": "not routed yet: needs splitting its ops by namespace and owning shard",
     "fsync": "not routed yet: needs sending to every shard",
     "compact": "not routed yet: needs sending to the shards holding the collection",
     "profile": "not routed yet: the profiler's settings are per shard",
@@ -368,6 +367,31 @@ CASES = [
     C("explain", "explain-wrong-type", {"explain": 5}),
     C("explain", "unknown-inner-command", {"explain": {"bogus": "c"}}),
     C("explain", "bad-verbosity", {"explain": {"find": "c"}, "verbosity": "bogus"}, setup=(documents(),)),
+
+    C("bulkWrite", "mixed", lambda db: {"bulkWrite": 1, "ops": [
+        {"insert": 0, "document": {"_id": 9, "a": 9}},
+        {"update": 0, "filter": {"_id": 1}, "updateMods": {"$set": {"b": 1}}},
+        {"update": 0, "filter": {"_id": 50}, "updateMods": {"$set": {"b": 1}}, "upsert": True},
+        {"delete": 0, "filter": {"a": 2}, "multi": True},
+        {"insert": 1, "document": {"_id": 1}}], "nsInfo": [{"ns": ns("c")(db)}, {"ns": ns("d")(db)}]},
+      database="admin", setup=(documents(),)),
+    C("bulkWrite", "duplicate-key-ordered", lambda db: {"bulkWrite": 1, "ops": [
+        {"insert": 0, "document": {"_id": 8}}, {"insert": 0, "document": {"_id": 1}}, {"insert": 0, "document": {"_id": 7}}],
+        "nsInfo": [{"ns": ns("c")(db)}]}, database="admin", setup=(documents(),)),
+    C("bulkWrite", "errors-only-unordered", lambda db: {"bulkWrite": 1, "ops": [
+        {"insert": 0, "document": {"_id": 1}}, {"update": 0, "filter": {"_id": 2}, "updateMods": {"$bogus": {"b": 1}}},
+        {"delete": 0, "filter": {"_id": 3}}], "nsInfo": [{"ns": ns("c")(db)}], "ordered": False, "errorsOnly": True},
+      database="admin", setup=(documents(),)),
+    C("bulkWrite", "results-cursor", lambda db: {"bulkWrite": 1, "ops": [{"insert": 0, "document": {"_id": n}} for n in range(4)],
+                                                 "nsInfo": [{"ns": ns("c")(db)}], "cursor": {"batchSize": 1}}, database="admin"),
+    C("bulkWrite", "missing-ops", lambda db: {"bulkWrite": 1, "nsInfo": [{"ns": ns("c")(db)}]}, database="admin"),
+    C("bulkWrite", "bad-namespace-index", lambda db: {"bulkWrite": 1, "ops": [{"insert": 1, "document": {}}],
+                                                      "nsInfo": [{"ns": ns("c")(db)}]}, database="admin"),
+    C("bulkWrite", "bad-namespace", {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": "nodot"}]},
+      database="admin"),
+    C("bulkWrite", "unknown-field", lambda db: {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}],
+                                                "nsInfo": [{"ns": ns("c")(db)}], "bogus": 1}, database="admin"),
+    C("bulkWrite", "not-admin", lambda db: {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": ns("c")(db)}]}),
 
     # Catalog (Routed).
     C("create", "plain", {"create": "d"}),

@@ -78,7 +78,7 @@ commands! {
     "killCursors" => command::kill_cursors::run, admin: false, write: false, router: Routed, access: Authenticated, "Closes cursors.";
     "update" => command::update::run, admin: false, write: true, router: Routed, access: Collection(&["update"]), "Updates documents.";
     "delete" => command::delete::run, admin: false, write: true, router: Routed, access: Collection(&["remove"]), "Deletes documents.";
-    "bulkWrite" => command::bulk_write::run, admin: true, write: true, router: NotYet, access: Custom(requirements::bulk_write), "Inserts, updates and deletes on many collections (MongoDB 8.0).";
+    "bulkWrite" => command::bulk_write::run, admin: true, write: true, router: Routed, access: Custom(requirements::bulk_write), "Inserts, updates and deletes on many collections (MongoDB 8.0).";
     "findAndModify" | "findandmodify" => command::find_and_modify::run, admin: false, write: true, router: Routed, access: Custom(requirements::find_and_modify), "Updates or removes one document and returns it.";
     "count" => command::count::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Counts matching documents.";
     "distinct" => command::distinct::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Distinct values of a field.";

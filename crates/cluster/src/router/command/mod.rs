@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod aggregate;
+pub mod bulk_write;
 pub mod count;
 pub mod current_op;
 pub mod data_distribution;
