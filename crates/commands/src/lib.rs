@@ -29,6 +29,7 @@ pub mod execution;
 pub mod knobs;
 pub mod latency;
 pub mod log;
+pub mod logical_sessions;
 pub mod modify;
 pub mod operation;
 pub mod plan;

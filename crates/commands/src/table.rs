@@ -134,6 +134,7 @@ pub fn find_command(name: &str) -> Option<&'static CommandSpec> {
 /// it finishes, the profiler logs it if it was slow and profiles it if its database says so.
 pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Reply {
     context.count(&context.operation_counters.command, 1);
+    crate::logical_sessions::note_use(context, request);
     let max_time = match crate::operation::max_time(&request.body) {
         Ok(max_time) => max_time,
         Err(error) => return error.to_reply().into(),

@@ -112,6 +112,9 @@ pub struct RouterCursor {
     pub skip_remaining: u64,
     pub limit_remaining: Option<u64>,
     pub stages: Option<RouterStages>,
+    /// The client's session (`lsid`) the shard cursors were opened in: their getMores and
+    /// killCursors carry it, as a shard refuses a getMore from another session.
+    pub session: Option<Document>,
     /// Documents to return before any other: one held back by a full batch, or the whole
     /// result of a command answered on the router (bulkWrite's results).
     ready: VecDeque<Document>,
@@ -130,10 +133,17 @@ impl RouterCursor {
             skip_remaining: 0,
             limit_remaining: None,
             stages: None,
+            session: None,
             ready: VecDeque::new(),
             ready_bytes: 0,
             last_used: Instant::now(),
         }
+    }
+
+    /// The cursor, its shard cursors opened in `session`.
+    pub fn in_session(mut self, session: Option<Document>) -> RouterCursor {
+        self.session = session;
+        self
     }
 
     /// A cursor over documents the router already holds (no shard cursor behind it).
@@ -275,9 +285,13 @@ impl RouterCursor {
     async fn fetch(&mut self, select: impl Fn(usize, &Source) -> bool) -> ClusterResult<()> {
         let collection = &self.collection;
         let db = &self.db;
+        let session = &self.session;
         let calls = self.sources.iter().enumerate().filter(|(index, source)| select(*index, source)).map(|(index, source)| {
             let client = Arc::clone(&source.client);
-            let command = doc! { "getMore": source.remote_cursor, "collection": collection, "batchSize": SHARD_GET_MORE_BATCH_SIZE };
+            let mut command = doc! { "getMore": source.remote_cursor, "collection": collection, "batchSize": SHARD_GET_MORE_BATCH_SIZE };
+            if let Some(lsid) = session {
+                command.insert("lsid", lsid.clone());
+            }
             async move { (index, client.run(db, command).await) }
         });
         let replies = futures_util::future::join_all(calls).await;
@@ -306,7 +320,10 @@ impl RouterCursor {
                 continue;
             }
             let client = Arc::clone(&source.client);
-            let command = doc! { "killCursors": &self.collection, "cursors": [source.remote_cursor] };
+            let mut command = doc! { "killCursors": &self.collection, "cursors": [source.remote_cursor] };
+            if let Some(lsid) = &self.session {
+                command.insert("lsid", lsid.clone());
+            }
             let db = self.db.clone();
             source.remote_cursor = 0;
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {

@@ -132,7 +132,7 @@ pub async fn list_indexes(context: &Arc<RouterContext>, request: &RouterRequest)
     let (shards, _) = holders(context, request, false).await?;
     let shard = shards.into_iter().next().unwrap_or_default();
     let reply = forward::unversioned(context, &shard, &request.db, request.forwarded_body()).await?;
-    passthrough_cursor(context, &shard, &request.db, &request.collection()?, &reply).await
+    passthrough_cursor(context, &shard, request, &request.collection()?, &reply).await
 }
 
 /// listCollections: the primary shard holds every collection of its database.
@@ -141,7 +141,7 @@ pub async fn list_collections(context: &Arc<RouterContext>, request: &RouterRequ
         return on_any_shard(context, request, "$cmd.listCollections").await;
     };
     let reply = forward::unversioned(context, &database.primary, &request.db, request.forwarded_body()).await?;
-    passthrough_cursor(context, &database.primary, &request.db, "$cmd.listCollections", &reply).await
+    passthrough_cursor(context, &database.primary, request, "$cmd.listCollections", &reply).await
 }
 
 /// listDatabases: every shard's, merged by name (sizes summed), and the config database.

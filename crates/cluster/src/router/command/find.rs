@@ -60,7 +60,7 @@ async fn open(context: &RouterContext, request: &RouterRequest, collection: &str
     }
     let requests = targets.into_iter().map(|shard| (shard, body.clone())).collect();
     let sources = open_sources(context, &request.db, collection, requests, routing).await?;
-    let mut cursor = RouterCursor::new(request.db.clone(), collection.to_string(), sources);
+    let mut cursor = RouterCursor::new(request.db.clone(), collection.to_string(), sources).in_session(request.session());
     cursor.sort = cursor_setup.sort;
     cursor.projection = cursor_setup.projection;
     cursor.skip_remaining = cursor_setup.skip;
