@@ -65,6 +65,7 @@ ROUTER_ADDED_FIELDS = {
     "collStats": {"sharded": "mongos says whether the collection is sharded",
                   "shards": "mongos lists each shard's own collStats"},
     "dbStats": {"raw": "mongos lists each shard's own dbStats"},
+    "fsync": {"all": "mongos lists each shard's own fsync reply"},
 }
 
 # Storage figures, compared by type only: sizes on disk depend on when each process flushed.
@@ -87,13 +88,10 @@ REPLY_DIFFERS = {
     "explain": "a router wraps each shard's plan by shard (mongos's shape); the plans are the shard's",
 }
 
-# Commands a node answers that the router refuses with CommandNotFound for now (`router:
-# NotYet` in crates/commands/src/table.rs).
+# Commands a node answers that the router refuses with CommandNotFound (`router: NotYet` in
+# crates/commands/src/table.rs).
 NOT_ON_ROUTER = {
-    "fsync": "not routed yet: needs sending to every shard",
-    "compact": "not routed yet: needs sending to the shards holding the collection",
-    "profile": "not routed yet: the profiler's settings are per shard",
-    "planCacheClear": "not routed yet: needs sending to the shards holding the collection",
+    "compact": "mongos has no compact command either (MongoDB's manual: run it on each shard), so CommandNotFound is its answer",
 }
 
 COMMAND_NOT_FOUND = 59
@@ -393,6 +391,23 @@ CASES = [
                                                 "nsInfo": [{"ns": ns("c")(db)}], "bogus": 1}, database="admin"),
     C("bulkWrite", "not-admin", lambda db: {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": ns("c")(db)}]}),
 
+    # Maintenance: fsync on every shard, planCacheClear on the holders (Routed); profile on the
+    # router itself (Local: mongos keeps slowms, sampleRate and filter for its own log).
+    C("fsync", "plain", {"fsync": 1}, database="admin"),
+    C("fsync", "lock", {"fsync": 1, "lock": True}, database="admin"),
+    C("fsync", "not-admin", {"fsync": 1}),
+    C("planCacheClear", "existing", {"planCacheClear": "c"}, setup=(documents(),)),
+    C("planCacheClear", "query-shape", {"planCacheClear": "c", "query": {"a": 1}, "sort": {"a": 1}}, setup=(documents(),)),
+    C("planCacheClear", "query-wrong-type", {"planCacheClear": "c", "query": 5}, setup=(documents(),)),
+    C("planCacheClear", "unknown-collection", {"planCacheClear": "nope"}, setup=(documents(),)),
+    C("planCacheClear", "unknown-database", {"planCacheClear": "nope"}),
+    C("planCacheClear", "name-wrong-type", {"planCacheClear": 5}, setup=(documents(),)),
+    C("profile", "read", {"profile": -1}),
+    C("profile", "level-0-same-slowms", {"profile": 0, "slowms": 100}),
+    C("profile", "sample-rate-wrong-type", {"profile": -1, "sampleRate": "often"}),
+    C("profile", "sample-rate-out-of-range", {"profile": -1, "sampleRate": 2.0}),
+    C("profile", "filter-wrong-type", {"profile": 0, "filter": 5}),
+
     # Catalog (Routed).
     C("create", "plain", {"create": "d"}),
     C("create", "again-same-options", {"create": "d"}, setup=(command_step({"create": "d"}),)),
@@ -660,6 +675,16 @@ def test_commands_not_yet_on_the_router_are_command_not_found(deployments, comma
     assert reply.get("code") == COMMAND_NOT_FOUND, (
         f"the router answers {command} now ({reply}): move it from NOT_ON_ROUTER into CASES with parity cases")
     assert reply == {"ok": 0.0, "errmsg": f"no such command: '{command}'", "code": COMMAND_NOT_FOUND, "codeName": "CommandNotFound"}
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_the_router_refuses_profiling_as_mongos(deployments, level):
+    # mongos only logs slow operations: levels 1 and 2 are refused (the node takes them).
+    with pytest.raises(OperationFailure) as refused:
+        deployments.router.parity_profile.command({"profile": level})
+    assert refused.value.code == 2
+    assert refused.value.details["errmsg"].startswith("Profiling is not permitted on mongoS")
+    assert deployments.router.parity_profile.command({"profile": -1})["was"] == 0
 
 
 def test_router_only_commands_are_command_not_found_on_a_node(deployments):

@@ -75,6 +75,8 @@ pub static COMMANDS: &[RouterCommandSpec] = &[
     spec!("collStats", admin: false, "Collection statistics summed over shards."),
     spec!("dbStats" | "dbstats", admin: false, "Database statistics summed over shards."),
     spec!("validate", admin: false, "Validates a collection on every shard holding it."),
+    spec!("fsync", admin: true, "Flushes every shard (lock: true is refused, as by the shards)."),
+    spec!("planCacheClear", admin: false, "Forgets the collection's cached plans on every shard holding it."),
     spec!("dataSize" | "datasize", admin: false, "Bytes and count of a namespace's documents (or a key range's), summed over its shards."),
 ];
 
@@ -156,6 +158,8 @@ async fn dispatch(context: &Arc<RouterContext>, request: &RouterRequest) -> Clus
         "dbStats" => command::ddl::db_stats(context, request).await,
         "validate" => command::ddl::validate(context, request).await,
         "dataSize" => command::ddl::data_size(context, request).await,
+        "fsync" => command::maintenance::fsync(context, request).await,
+        "planCacheClear" => command::maintenance::plan_cache_clear(context, request).await,
         other => Err(ClusterError::internal(format!("{other} is in the table without a handler"))),
     }
 }

@@ -17,7 +17,7 @@ use crate::router::request::RouterRequest;
 const CANNOT_CREATE_INDEX: i32 = 67;
 
 /// The shards holding the collection, the primary first.
-async fn holders(context: &RouterContext, request: &RouterRequest, create: bool) -> ClusterResult<(Vec<String>, Arc<RoutingInfo>)> {
+pub(crate) async fn holders(context: &RouterContext, request: &RouterRequest, create: bool) -> ClusterResult<(Vec<String>, Arc<RoutingInfo>)> {
     holders_of(context, &request.db, &request.namespace()?, create).await
 }
 
@@ -37,7 +37,7 @@ async fn holders_of(context: &RouterContext, db: &str, namespace: &str, create: 
 
 /// One reply from several shards: the first error, else the primary's reply with every
 /// shard's under `raw`.
-fn merge_replies(replies: Vec<(String, ClusterResult<Document>)>) -> ClusterResult<Document> {
+pub(crate) fn merge_replies(replies: Vec<(String, ClusterResult<Document>)>) -> ClusterResult<Document> {
     if replies.len() == 1 {
         return replies.into_iter().next().map_or_else(|| Ok(Document::new()), |(_, reply)| reply);
     }

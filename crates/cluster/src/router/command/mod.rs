@@ -15,6 +15,7 @@ pub mod find;
 pub mod find_and_modify;
 pub mod handshake;
 pub mod insert;
+pub mod maintenance;
 pub mod move_chunk;
 pub mod shard_collection;
 pub mod split;
