@@ -332,15 +332,9 @@ CASES = [
     C("getMore", "collection-wrong-type", {"getMore": Int64(12345), "collection": 5}),
     C("killCursors", "open-cursor", lambda db: {"killCursors": "c", "cursors": [open_cursor(db)]}, setup=(documents(),)),
     C("killCursors", "unknown-cursor", {"killCursors": "c", "cursors": [Int64(12345)]}),
-    C("killCursors", "cursors-wrong-type", {"killCursors": "c", "cursors": 5},
-      disagreement="node: 14 TypeMismatch \"BSON field 'killCursors.cursors' is the wrong type 'int', expected type 'array'\"; "
-                   "router: 2 BadValue \"killCursors needs a 'cursors' array\""),
-    C("killCursors", "missing-cursors", {"killCursors": "c"},
-      disagreement="node: 40414 Location40414 \"BSON field 'killCursors.cursors' is missing but a required field\"; "
-                   "router: 2 BadValue \"killCursors needs a 'cursors' array\""),
-    C("killCursors", "cursor-id-wrong-type", {"killCursors": "c", "cursors": [12345]},
-      disagreement="errmsg: node \"BSON field 'killCursors.cursors' is the wrong type 'int', expected type 'long'\", "
-                   "router 'cursor ids must be longs' (both 14 TypeMismatch)"),
+    C("killCursors", "cursors-wrong-type", {"killCursors": "c", "cursors": 5}),
+    C("killCursors", "missing-cursors", {"killCursors": "c"}),
+    C("killCursors", "cursor-id-wrong-type", {"killCursors": "c", "cursors": [12345]}),
     C("count", "query", {"count": "c", "query": {"a": 2}}, setup=(documents(),)),
     C("count", "unknown-collection", {"count": "nope"}),
     C("count", "query-wrong-type", {"count": "c", "query": 5}, setup=(documents(),)),
@@ -355,9 +349,7 @@ CASES = [
                                          "cursor": {"batchSize": 0}}, setup=(documents(),)),
     C("aggregate", "missing-cursor", {"aggregate": "c", "pipeline": []}, setup=(documents(),)),
     C("aggregate", "unknown-stage", {"aggregate": "c", "pipeline": [{"$bogus": 1}], "cursor": {}}, setup=(documents(),)),
-    C("aggregate", "pipeline-wrong-type", {"aggregate": "c", "pipeline": 5, "cursor": {}}, setup=(documents(),),
-      disagreement="errmsg: node \"BSON field 'aggregate.pipeline' is the wrong type 'int', expected type 'array'\", "
-                   "router \"'pipeline' option must be specified as an array\" (both 14 TypeMismatch)"),
+    C("aggregate", "pipeline-wrong-type", {"aggregate": "c", "pipeline": 5, "cursor": {}}, setup=(documents(),)),
     C("explain", "find", {"explain": {"find": "c", "filter": {"a": 1}}}, setup=(documents(),)),
     C("explain", "count-execution-stats", {"explain": {"count": "c"}, "verbosity": "executionStats"}, setup=(documents(),)),
     C("explain", "aggregate", {"explain": {"aggregate": "c", "pipeline": [{"$match": {"a": 2}}], "cursor": {}}}, setup=(documents(),)),
@@ -440,12 +432,8 @@ CASES = [
     C("renameCollection", "target-exists", lambda db: {"renameCollection": ns("c")(db), "to": ns("other")(db)}, database="admin",
       setup=(documents(), documents("other"))),
     C("renameCollection", "not-admin", lambda db: {"renameCollection": ns("c")(db), "to": ns("renamed")(db)}, setup=(documents(),)),
-    C("renameCollection", "to-wrong-type", lambda db: {"renameCollection": ns("c")(db), "to": 5}, database="admin", setup=(documents(),),
-      disagreement="node: 14 TypeMismatch \"BSON field 'renameCollection.to' is the wrong type 'int', expected type 'string'\"; "
-                   "router: 2 BadValue \"'to' must be a namespace\""),
-    C("renameCollection", "missing-to", lambda db: {"renameCollection": ns("c")(db)}, database="admin", setup=(documents(),),
-      disagreement="node: 40414 Location40414 \"BSON field 'renameCollection.to' is missing but a required field\"; "
-                   "router: 2 BadValue \"'to' must be a namespace\""),
+    C("renameCollection", "to-wrong-type", lambda db: {"renameCollection": ns("c")(db), "to": 5}, database="admin", setup=(documents(),)),
+    C("renameCollection", "missing-to", lambda db: {"renameCollection": ns("c")(db)}, database="admin", setup=(documents(),)),
     C("createIndexes", "one", {"createIndexes": "c", "indexes": [{"key": {"a": 1}, "name": "a_1"}]}, setup=(documents(),)),
     C("createIndexes", "new-collection", {"createIndexes": "new", "indexes": [{"key": {"a": 1}, "name": "a_1"}]}),
     C("createIndexes", "already-exists", {"createIndexes": "c", "indexes": [{"key": {"a": 1}, "name": "a_1"}]},

@@ -65,6 +65,13 @@ impl RouterRequest {
         }
     }
 
+    /// The command as the node's parsers read it, so the router's argument errors are the
+    /// node's own.
+    pub fn node_request(&self) -> ClusterResult<myriad_commands::CommandRequest> {
+        let connection = myriad_commands::ConnectionInfo::detached(self.connection_id);
+        Ok(myriad_commands::CommandRequest::new(self.db.clone(), self.body.clone(), connection)?)
+    }
+
     /// The client's session (`lsid`), which the shard cursors the command opens belong to.
     pub fn session(&self) -> Option<Document> {
         self.body.get_document("lsid").ok().cloned()

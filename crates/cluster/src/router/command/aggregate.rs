@@ -54,14 +54,7 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
 }
 
 fn pipeline_stages(request: &RouterRequest) -> ClusterResult<Vec<Document>> {
-    let stages = request.body.get_array("pipeline").map_err(|_| ClusterError::coded(crate::error::TYPE_MISMATCH, "'pipeline' option must be specified as an array"))?;
-    stages
-        .iter()
-        .map(|stage| match stage {
-            Bson::Document(stage) => Ok(stage.clone()),
-            _ => Err(ClusterError::coded(crate::error::TYPE_MISMATCH, "Each element of the 'pipeline' array must be an object")),
-        })
-        .collect()
+    Ok(myriad_commands::command::aggregate::pipeline_stages(&request.node_request()?)?)
 }
 
 async fn open(

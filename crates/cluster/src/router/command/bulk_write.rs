@@ -19,7 +19,6 @@ use std::sync::Arc;
 use bson::{doc, Bson, Document};
 use myriad_commands::command::bulk_write::parse::{self, BulkRequest, Operation};
 use myriad_commands::command::bulk_write::{MAX_RESULTS_BYTES, RESULTS_NAMESPACE};
-use myriad_commands::{CommandRequest, ConnectionInfo};
 
 use crate::error::{ClusterError, ClusterResult};
 use crate::router::command::{delete, insert, update};
@@ -33,7 +32,7 @@ const EXCEEDED_MEMORY_LIMIT: i32 = 146;
 const SHARED_FIELDS: &[&str] = &["bypassDocumentValidation", "writeConcern", "comment", "maxTimeMS"];
 
 pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
-    let node_request = CommandRequest::new(request.db.clone(), request.body.clone(), ConnectionInfo::detached(request.connection_id))?;
+    let node_request = request.node_request()?;
     let bulk = parse::parse(&node_request)?;
     let raw_operations = request.body.get_array("ops").map_err(|_| ClusterError::internal("parsed ops went missing"))?;
     let mut results = Results::new(bulk.errors_only);

@@ -189,8 +189,8 @@ fn size_of(database: &Document) -> i64 {
 
 /// renameCollection of an unsharded collection within one primary shard.
 pub async fn rename_collection(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
-    let from = request.body.get_str("renameCollection").map_err(|_| ClusterError::bad_value("renameCollection takes a namespace"))?;
-    let to = request.body.get_str("to").map_err(|_| ClusterError::bad_value("'to' must be a namespace"))?;
+    let (from, to) = myriad_commands::command::rename_collection::source_and_target(&request.node_request()?)?;
+    let (from, to) = (from.as_str(), to.as_str());
     for namespace in [from, to] {
         if matches!(context.cache.refresh(namespace).await?.as_ref(), RoutingInfo::Sharded(_)) {
             return Err(ClusterError::coded(ILLEGAL_OPERATION, format!("cannot rename sharded collection {namespace}")));
