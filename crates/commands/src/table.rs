@@ -41,7 +41,8 @@ pub enum OnRouter {
     Local,
     /// The router's own table answers it, sending it to the shards that own the data.
     Routed,
-    /// mongos answers it, Myriad's router does not yet: CommandNotFound.
+    /// CommandNotFound on a router: mongos answers it and Myriad's router does not yet, or
+    /// mongos has no such command either (`compact`: run it on each shard).
     NotYet,
 }
 
@@ -79,7 +80,7 @@ commands! {
     "killCursors" => command::kill_cursors::run, admin: false, write: false, router: Routed, access: Authenticated, "Closes cursors.";
     "update" => command::update::run, admin: false, write: true, router: Routed, access: Collection(&["update"]), "Updates documents.";
     "delete" => command::delete::run, admin: false, write: true, router: Routed, access: Collection(&["remove"]), "Deletes documents.";
-    "bulkWrite" => command::bulk_write::run, admin: true, write: true, router: NotYet, access: Custom(requirements::bulk_write), "Inserts, updates and deletes on many collections (MongoDB 8.0).";
+    "bulkWrite" => command::bulk_write::run, admin: true, write: true, router: Routed, access: Custom(requirements::bulk_write), "Inserts, updates and deletes on many collections (MongoDB 8.0).";
     "findAndModify" | "findandmodify" => command::find_and_modify::run, admin: false, write: true, router: Routed, access: Custom(requirements::find_and_modify), "Updates or removes one document and returns it.";
     "count" => command::count::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Counts matching documents.";
     "distinct" => command::distinct::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Distinct values of a field.";
@@ -97,13 +98,13 @@ commands! {
     "collStats" => command::coll_stats::run, admin: false, write: false, router: Routed, access: Collection(&["collStats"]), "Collection statistics.";
     "dbStats" | "dbstats" => command::db_stats::run, admin: false, write: false, router: Routed, access: Database(&["dbStats"]), "Database statistics.";
     "dataSize" | "datasize" => command::data_size::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Bytes and count of a collection's documents, or of a key range's.";
-    "fsync" => command::fsync::run, admin: true, write: false, router: NotYet, access: Cluster(&["fsync"]), "Flushes every memtable to disk and syncs the WAL (lock: true is not supported).";
+    "fsync" => command::fsync::run, admin: true, write: false, router: Routed, access: Cluster(&["fsync"]), "Flushes every memtable to disk and syncs the WAL (lock: true is not supported).";
     "compact" => command::compact::run, admin: false, write: true, router: NotYet, access: Collection(&["compact"]), "Compacts the shared tablespace (returns dropped collections' disk space).";
     "currentOp" => command::current_op::run, admin: true, write: false, router: Local, access: Authenticated, "Lists the operations in progress (the user's own with $ownOps; all needs inprog).";
     "killOp" => command::current_op::kill, admin: true, write: false, router: Local, access: Authenticated, "Interrupts an operation in progress (the user's own, or any with killop).";
-    "profile" => command::profile::run, admin: false, write: false, router: NotYet, access: Database(&["enableProfiler"]), "Reads or sets the database profiler level, slowms, sampleRate and filter.";
+    "profile" => command::profile::run, admin: false, write: false, router: Local, access: Database(&["enableProfiler"]), "Reads or sets the database profiler level, slowms, sampleRate and filter.";
     "explain" => command::explain::run, admin: false, write: false, router: Routed, access: Custom(requirements::explain), "Explains how a query, count, distinct, update, delete, findAndModify or aggregate runs.";
-    "planCacheClear" => command::plan_cache_clear::run, admin: false, write: false, router: NotYet, access: Collection(&["planCacheWrite"]), "Forgets a collection's cached query plans.";
+    "planCacheClear" => command::plan_cache_clear::run, admin: false, write: false, router: Routed, access: Collection(&["planCacheWrite"]), "Forgets a collection's cached query plans.";
     "saslStart" => command::sasl::start, admin: false, write: false, router: Local, access: Open, "Starts a SCRAM authentication conversation.";
     "saslContinue" => command::sasl::continue_conversation, admin: false, write: false, router: Local, access: Open, "Continues a SCRAM authentication conversation.";
     "authenticate" => command::authenticate::run, admin: false, write: false, router: Local, access: Open, "Authenticates with MONGODB-X509 as the subject of the TLS client certificate.";
@@ -141,6 +142,7 @@ pub fn find_command(name: &str) -> Option<&'static CommandSpec> {
 /// it finishes, the profiler logs it if it was slow and profiles it if its database says so.
 pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Reply {
     context.count(&context.operation_counters.command, 1);
+    crate::logical_sessions::note_use(context, request);
     let max_time = match crate::operation::max_time(&request.body) {
         Ok(max_time) => max_time,
         Err(error) => return error.to_reply().into(),

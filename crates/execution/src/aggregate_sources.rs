@@ -264,6 +264,15 @@ pub fn source_documents(context: &ServerContext, request: &CommandRequest, sourc
             let name = collection.ok_or_else(|| CommandError::new(myriad_reply::error::ErrorCode::new(73), "$indexStats must be run against a collection namespace"))?;
             super::aggregate_server_state::index_stats(context, &request.db, name)
         }
+        SourceStage::ListSessions { local: true, all_users, users, .. } => {
+            if request.db != "admin" || collection.is_some() {
+                return Err(CommandError::new(
+                    myriad_reply::error::ErrorCode::new(73),
+                    "$listLocalSessions must be run against the 'admin' database with {aggregate: 1}",
+                ));
+            }
+            Ok(crate::logical_sessions::list_local(context, request, *all_users, users))
+        }
         SourceStage::ListSessions { .. } => {
             if request.db != "config" || collection != Some("system.sessions") {
                 return Err(CommandError::new(myriad_reply::error::ErrorCode::new(73), "$listSessions may only be run against config.system.sessions"));

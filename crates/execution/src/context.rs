@@ -55,6 +55,8 @@ pub struct ServerContext {
     pub started_at: Instant,
     pub started_at_wall: SystemTime,
     next_session_number: AtomicU64,
+    /// The sessions `$listLocalSessions` lists (see [`crate::logical_sessions`]).
+    pub logical_sessions: crate::logical_sessions::LogicalSessions,
     pub network_bytes_in: AtomicI64,
     pub network_bytes_out: AtomicI64,
     pub network_requests: AtomicI64,
@@ -136,6 +138,7 @@ impl ServerContext {
             started_at: Instant::now(),
             started_at_wall: SystemTime::now(),
             next_session_number: AtomicU64::new(1),
+            logical_sessions: Default::default(),
             network_bytes_in: AtomicI64::new(0),
             network_bytes_out: AtomicI64::new(0),
             network_requests: AtomicI64::new(0),

@@ -33,6 +33,7 @@ pub mod knobs;
 pub mod latency;
 pub mod local_users;
 pub mod log;
+pub mod logical_sessions;
 pub mod modify;
 pub mod operation;
 pub mod plan;

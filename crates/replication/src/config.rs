@@ -9,6 +9,13 @@ use bson::{doc, Bson, Document};
 
 use crate::{Member, ReplicationError};
 
+/// Raft's timing: heartbeats, and the election timeout's range (a follower that hears no
+/// heartbeat for a random time in it stands for election). MongoDB's default election timeout
+/// is 10 s; these make a failover take about 1-2 s.
+pub(crate) const HEARTBEAT_INTERVAL_MS: u64 = 200;
+pub(crate) const ELECTION_TIMEOUT_MIN_MS: u64 = 1000;
+pub(crate) const ELECTION_TIMEOUT_MAX_MS: u64 = 2000;
+
 /// MongoDB's limits: 50 members, 7 voting.
 const MAX_MEMBERS: usize = 50;
 const MAX_VOTING_MEMBERS: usize = 7;
@@ -176,9 +183,9 @@ impl ReplicaSetConfig {
             "writeConcernMajorityJournalDefault": true,
             "settings": {
                 "chainingAllowed": false,
-                "heartbeatIntervalMillis": crate::member::HEARTBEAT_INTERVAL_MS as i32,
+                "heartbeatIntervalMillis": HEARTBEAT_INTERVAL_MS as i32,
                 "heartbeatTimeoutSecs": 10,
-                "electionTimeoutMillis": crate::member::ELECTION_TIMEOUT_MIN_MS as i32,
+                "electionTimeoutMillis": ELECTION_TIMEOUT_MIN_MS as i32,
                 "catchUpTimeoutMillis": -1,
                 "getLastErrorModes": {},
                 "getLastErrorDefaults": {"w": 1, "wtimeout": 0},

@@ -14,15 +14,12 @@ use openraft::{Config, RaftMetrics, ServerState, SnapshotPolicy};
 use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
-use crate::config::ReplicaSetConfig;
+use crate::config::{ReplicaSetConfig, ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, HEARTBEAT_INTERVAL_MS};
 use crate::log_store::LogStore;
 use crate::network::{Network, APPEND, SNAPSHOT, VOTE};
 use crate::state_machine::{Optime, RecentOptimes, StateMachine};
 use crate::{decode, encode, LogPayload, Member, Raft, ReplicationError, Transport};
 
-pub(crate) const HEARTBEAT_INTERVAL_MS: u64 = 200;
-pub(crate) const ELECTION_TIMEOUT_MIN_MS: u64 = 1000;
-const ELECTION_TIMEOUT_MAX_MS: u64 = 2000;
 /// How long a writer waits for its write to commit before giving up (outcome unknown).
 const WRITE_WAIT: Duration = Duration::from_secs(30);
 

@@ -57,6 +57,8 @@ impl RouterService {
         let node_command = table::find_command(&request.name);
         match node_command.map(|spec| spec.router) {
             Some(OnRouter::Local) => self.run_local(context, request).await,
+            // The router's own session cache, read by the node's aggregate.
+            Some(OnRouter::Routed) if lists_local_sessions(&request) => self.run_local(context, request).await,
             Some(OnRouter::NotYet) => not_found(&request.name),
             Some(OnRouter::Routed) | None => self.route(context, request, node_command.map(|spec| spec.access)).await,
         }
@@ -141,6 +143,7 @@ impl RouterService {
         if let Err(error) = authorized {
             return error.to_reply().into();
         }
+        myriad_commands::logical_sessions::note_use(context, &request);
         let connection_id = request.connection.connection_id;
         let remote = request.connection.remote_address;
         match RouterRequest::new(request.db.clone(), body_with_documents(&request), connection_id, remote) {
@@ -161,6 +164,14 @@ fn check_write_arguments(request: &CommandRequest) -> myriad_commands::CommandRe
         "delete" => delete::check_arguments(request),
         _ => Ok(()),
     }
+}
+
+/// An aggregate whose first stage is `$listLocalSessions`: it reads the process's own session
+/// cache, so the router answers it itself.
+fn lists_local_sessions(request: &CommandRequest) -> bool {
+    request.name == "aggregate"
+        && matches!(request.body.get("pipeline"), Some(Bson::Array(stages))
+            if stages.first().and_then(Bson::as_document).and_then(|stage| stage.keys().next()).is_some_and(|name| name == "$listLocalSessions"))
 }
 
 /// mongos's answer to a command it does not know.

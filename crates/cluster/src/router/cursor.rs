@@ -112,7 +112,13 @@ pub struct RouterCursor {
     pub skip_remaining: u64,
     pub limit_remaining: Option<u64>,
     pub stages: Option<RouterStages>,
-    held_back: Option<Document>,
+    /// The client's session (`lsid`) the shard cursors were opened in: their getMores and
+    /// killCursors carry it, as a shard refuses a getMore from another session.
+    pub session: Option<Document>,
+    /// Documents to return before any other: one held back by a full batch, or the whole
+    /// result of a command answered on the router (bulkWrite's results).
+    ready: VecDeque<Document>,
+    ready_bytes: usize,
     last_used: Instant,
 }
 
@@ -127,9 +133,38 @@ impl RouterCursor {
             skip_remaining: 0,
             limit_remaining: None,
             stages: None,
-            held_back: None,
+            session: None,
+            ready: VecDeque::new(),
+            ready_bytes: 0,
             last_used: Instant::now(),
         }
+    }
+
+    /// The cursor, its shard cursors opened in `session`.
+    pub fn in_session(mut self, session: Option<Document>) -> RouterCursor {
+        self.session = session;
+        self
+    }
+
+    /// A cursor over documents the router already holds (no shard cursor behind it).
+    pub fn materialized(db: String, collection: String, documents: impl IntoIterator<Item = Document>) -> RouterCursor {
+        let mut cursor = RouterCursor::new(db, collection, Vec::new());
+        for document in documents {
+            cursor.push_ready(document);
+        }
+        cursor
+    }
+
+    fn push_ready(&mut self, document: Document) {
+        self.ready_bytes += myriad_query::aggregate::memory::approximate_document_size_bytes(&document) as usize;
+        self.ready.push_back(document);
+    }
+
+    fn pop_ready(&mut self) -> Option<Document> {
+        let document = self.ready.pop_front()?;
+        let size = myriad_query::aggregate::memory::approximate_document_size_bytes(&document) as usize;
+        self.ready_bytes = self.ready_bytes.saturating_sub(size);
+        Some(document)
     }
 
     pub fn namespace(&self) -> String {
@@ -137,12 +172,12 @@ impl RouterCursor {
     }
 
     fn buffered_bytes(&self) -> usize {
-        self.sources.iter().map(|source| source.buffered_bytes).sum()
+        self.ready_bytes + self.sources.iter().map(|source| source.buffered_bytes).sum::<usize>()
     }
 
     /// True when nothing more can come out.
     pub fn is_exhausted(&self) -> bool {
-        if self.held_back.is_some() {
+        if !self.ready.is_empty() {
             return false;
         }
         if let Some(stages) = &self.stages {
@@ -161,7 +196,8 @@ impl RouterCursor {
             let Some(document) = self.next_document().await? else { break };
             let size = myriad_query::aggregate::memory::approximate_document_size_bytes(&document) as usize;
             if !batch.is_empty() && batch_bytes + size > MAX_BATCH_BYTES {
-                self.held_back = Some(document);
+                self.ready.push_front(document);
+                self.ready_bytes += size;
                 break;
             }
             batch_bytes += size;
@@ -171,8 +207,8 @@ impl RouterCursor {
     }
 
     async fn next_document(&mut self) -> ClusterResult<Option<Document>> {
-        if let Some(held) = self.held_back.take() {
-            return Ok(Some(held));
+        if let Some(ready) = self.pop_ready() {
+            return Ok(Some(ready));
         }
         if self.stages.is_some() {
             return self.next_from_stages().await;
@@ -249,9 +285,13 @@ impl RouterCursor {
     async fn fetch(&mut self, select: impl Fn(usize, &Source) -> bool) -> ClusterResult<()> {
         let collection = &self.collection;
         let db = &self.db;
+        let session = &self.session;
         let calls = self.sources.iter().enumerate().filter(|(index, source)| select(*index, source)).map(|(index, source)| {
             let client = Arc::clone(&source.client);
-            let command = doc! { "getMore": source.remote_cursor, "collection": collection, "batchSize": SHARD_GET_MORE_BATCH_SIZE };
+            let mut command = doc! { "getMore": source.remote_cursor, "collection": collection, "batchSize": SHARD_GET_MORE_BATCH_SIZE };
+            if let Some(lsid) = session {
+                command.insert("lsid", lsid.clone());
+            }
             async move { (index, client.run(db, command).await) }
         });
         let replies = futures_util::future::join_all(calls).await;
@@ -280,7 +320,10 @@ impl RouterCursor {
                 continue;
             }
             let client = Arc::clone(&source.client);
-            let command = doc! { "killCursors": &self.collection, "cursors": [source.remote_cursor] };
+            let mut command = doc! { "killCursors": &self.collection, "cursors": [source.remote_cursor] };
+            if let Some(lsid) = &self.session {
+                command.insert("lsid", lsid.clone());
+            }
             let db = self.db.clone();
             source.remote_cursor = 0;
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {

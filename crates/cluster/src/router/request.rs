@@ -6,13 +6,15 @@ use bson::{Bson, Document};
 
 use crate::error::{ClusterError, ClusterResult};
 
-/// Fields meaningful only between a client and the router: sessions, cluster time, read
-/// preference, transaction numbers and API version are not forwarded to shards. The router
-/// offers sessions (its hello has `logicalSessionTimeoutMinutes`) and takes retryable writes'
-/// transaction numbers, but its shards are standalone nodes, which refuse both: a retried
-/// write is not yet recognised as a retry (that needs replica sets; docs/design-cluster.md).
+/// Fields meaningful only between a client and the router: cluster time, read preference,
+/// transaction numbers and API version are not forwarded to shards. The session (`lsid`) is,
+/// as mongos forwards it: each shard's session cache holds it, and the shard cursors a command
+/// opens belong to it (the router's getMores carry it too). The router takes retryable
+/// writes' transaction numbers, but its shards are standalone nodes, which refuse them: a
+/// retried write is not yet recognised as a retry (that needs replica sets;
+/// docs/design-cluster.md).
 const CLIENT_ONLY_FIELDS: &[&str] = &[
-    "$db", "lsid", "$clusterTime", "$readPreference", "txnNumber", "autocommit", "startTransaction", "apiVersion", "apiStrict",
+    "$db", "$clusterTime", "$readPreference", "txnNumber", "autocommit", "startTransaction", "apiVersion", "apiStrict",
     "apiDeprecationErrors", "$audit", "$client", "shardVersion", "databaseVersion",
 ];
 
@@ -61,6 +63,18 @@ impl RouterRequest {
                 .map(Some)
                 .ok_or_else(|| ClusterError::coded(crate::error::TYPE_MISMATCH, format!("BSON field '{}.{field}' is the wrong type, expected a number", self.name))),
         }
+    }
+
+    /// The command as the node's parsers read it, so the router's argument errors are the
+    /// node's own.
+    pub fn node_request(&self) -> ClusterResult<myriad_commands::CommandRequest> {
+        let connection = myriad_commands::ConnectionInfo::detached(self.connection_id);
+        Ok(myriad_commands::CommandRequest::new(self.db.clone(), self.body.clone(), connection)?)
+    }
+
+    /// The client's session (`lsid`), which the shard cursors the command opens belong to.
+    pub fn session(&self) -> Option<Document> {
+        self.body.get_document("lsid").ok().cloned()
     }
 
     pub fn flag(&self, field: &str) -> bool {

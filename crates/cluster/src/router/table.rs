@@ -56,6 +56,7 @@ pub static COMMANDS: &[RouterCommandSpec] = &[
     spec!("insert", admin: false, "Inserts documents on their owning shards."),
     spec!("update", admin: false, "Updates documents on their owning shards."),
     spec!("delete", admin: false, "Deletes documents on their owning shards."),
+    spec!("bulkWrite", admin: true, "Inserts, updates and deletes on many collections, each routed as insert, update and delete are."),
     spec!("findAndModify" | "findandmodify", admin: false, "Updates or removes one document and returns it."),
     spec!("count", admin: false, "Counts matching documents over the owning shards."),
     spec!("distinct", admin: false, "Distinct values over the owning shards."),
@@ -74,6 +75,8 @@ pub static COMMANDS: &[RouterCommandSpec] = &[
     spec!("collStats", admin: false, "Collection statistics summed over shards."),
     spec!("dbStats" | "dbstats", admin: false, "Database statistics summed over shards."),
     spec!("validate", admin: false, "Validates a collection on every shard holding it."),
+    spec!("fsync", admin: true, "Flushes every shard (lock: true is refused, as by the shards)."),
+    spec!("planCacheClear", admin: false, "Forgets the collection's cached plans on every shard holding it."),
     spec!("dataSize" | "datasize", admin: false, "Bytes and count of a namespace's documents (or a key range's), summed over its shards."),
 ];
 
@@ -136,6 +139,7 @@ async fn dispatch(context: &Arc<RouterContext>, request: &RouterRequest) -> Clus
         "insert" => command::insert::run(context, request).await,
         "update" => command::update::run(context, request).await,
         "delete" => command::delete::run(context, request).await,
+        "bulkWrite" => command::bulk_write::run(context, request).await,
         "findAndModify" => command::find_and_modify::run(context, request).await,
         "count" => command::count::run(context, request).await,
         "distinct" => command::distinct::run(context, request).await,
@@ -154,6 +158,8 @@ async fn dispatch(context: &Arc<RouterContext>, request: &RouterRequest) -> Clus
         "dbStats" => command::ddl::db_stats(context, request).await,
         "validate" => command::ddl::validate(context, request).await,
         "dataSize" => command::ddl::data_size(context, request).await,
+        "fsync" => command::maintenance::fsync(context, request).await,
+        "planCacheClear" => command::maintenance::plan_cache_clear(context, request).await,
         other => Err(ClusterError::internal(format!("{other} is in the table without a handler"))),
     }
 }

@@ -21,6 +21,8 @@ pub struct WriteOutcome {
     pub modified: i64,
     pub upserted: Vec<(usize, Bson)>,
     pub errors: Vec<(usize, Document)>,
+    /// The first shard's `writeConcernError`, passed on as mongos does.
+    pub write_concern_error: Option<Document>,
 }
 
 impl WriteOutcome {
@@ -29,6 +31,9 @@ impl WriteOutcome {
     pub fn absorb(&mut self, reply: &Document, indexes: &[usize]) -> bool {
         self.n += reply.get("n").and_then(myriad_commands::request::integer_value).unwrap_or(0);
         self.modified += reply.get("nModified").and_then(myriad_commands::request::integer_value).unwrap_or(0);
+        if self.write_concern_error.is_none() {
+            self.write_concern_error = reply.get_document("writeConcernError").ok().cloned();
+        }
         let original = |value: Option<&Bson>| -> Option<usize> {
             let local = value.and_then(myriad_commands::request::integer_value)?;
             indexes.get(usize::try_from(local).ok()?).copied()
@@ -83,6 +88,9 @@ impl WriteOutcome {
         if !self.errors.is_empty() {
             self.errors.sort_by_key(|(index, _)| *index);
             reply.insert("writeErrors", self.errors.into_iter().map(|(_, error)| Bson::Document(error)).collect::<Vec<_>>());
+        }
+        if let Some(write_concern_error) = self.write_concern_error {
+            reply.insert("writeConcernError", write_concern_error);
         }
         reply
     }
@@ -183,6 +191,17 @@ mod tests {
         assert_eq!(merged.get_array("upserted").ok().map(|entries| entries[0].clone()), Some(Bson::Document(doc! { "index": 9, "_id": 7 })));
         let errors = merged.get_array("writeErrors").expect("errors");
         assert_eq!(errors[0].as_document().and_then(|error| error.get_i32("index").ok()), Some(4));
+    }
+
+    #[test]
+    fn a_shards_write_concern_error_is_passed_on() {
+        let mut outcome = WriteOutcome::default();
+        let concern_error = doc! { "code": 64, "codeName": "WriteConcernFailed", "errmsg": "waiting for replication timed out" };
+        outcome.absorb(&doc! { "n": 1, "writeConcernError": concern_error.clone() }, &[0]);
+        outcome.absorb(&doc! { "n": 1, "writeConcernError": { "code": 100, "errmsg": "later" } }, &[1]);
+        let merged = outcome.to_reply(false);
+        assert_eq!(merged.get_document("writeConcernError").ok(), Some(&concern_error));
+        assert_eq!(merged.get_i32("n").ok(), Some(2));
     }
 
     #[test]

@@ -99,8 +99,8 @@ fn command_variables(request: &CommandRequest) -> CommandResult<(Vec<String>, Bo
     Ok((names, values))
 }
 
-/// The `pipeline` array's stages.
-fn pipeline_stages(request: &CommandRequest) -> CommandResult<Vec<Document>> {
+/// The `pipeline` array's stages (a router checks them with this too).
+pub fn pipeline_stages(request: &CommandRequest) -> CommandResult<Vec<Document>> {
     match request.optional_array("pipeline")? {
         Some(stages) => stages
             .iter()

@@ -14,7 +14,7 @@
 //!   beyond the first batch (`cursor.batchSize`, and 16 MiB) wait in a cursor counted against
 //!   `cursorMemoryLimitBytes` like every other cursor.
 
-mod parse;
+pub mod parse;
 
 pub use parse::{namespace_index, operation_target, split_namespace};
 

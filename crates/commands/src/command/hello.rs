@@ -27,7 +27,7 @@ use crate::{CommandRequest, ServerContext};
 /// through mongos (22: no mongos here). 23 and 24 changed only server-side metrics.
 pub const MAX_WIRE_VERSION: i32 = 25;
 pub const MIN_WIRE_VERSION: i32 = 0;
-pub const LOGICAL_SESSION_TIMEOUT_MINUTES: i32 = 30;
+pub use crate::logical_sessions::LOGICAL_SESSION_TIMEOUT_MINUTES;
 
 const AWAIT_FIELDS_NOT_PAIRED: ErrorCode = ErrorCode::new(31368);
 const NEGATIVE_TOPOLOGY_COUNTER: ErrorCode = ErrorCode::new(31372);

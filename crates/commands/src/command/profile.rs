@@ -93,8 +93,15 @@ fn describe(settings: &DatabaseSettings, profiler: &Profiler) -> Document {
     described
 }
 
+/// mongos's refusal of a profiling level: a router only logs slow operations.
+const NOT_ON_ROUTER: &str = "Profiling is not permitted on mongoS: the 'profile' field should be 0 to change 'slowms', 'sampleRate', or \
+                             'filter' settings for logging, or -1 to view current values";
+
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let arguments = parse_arguments(request)?;
+    if context.process == crate::context::Process::Router && (1..=2).contains(&arguments.level) {
+        return Err(CommandError::new(BAD_VALUE, NOT_ON_ROUTER));
+    }
     let profiler = &context.operations.profiler;
     let previous = profiler.database_settings(&request.db);
     let before = describe(&previous, profiler);

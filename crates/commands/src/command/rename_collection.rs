@@ -16,7 +16,9 @@ fn split_namespace(namespace: &str) -> CommandResult<(&str, &str)> {
     Ok((db, collection))
 }
 
-pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+/// The source and target namespaces as the command names them, each a string (a router reads
+/// them with this too).
+pub fn source_and_target(request: &CommandRequest) -> CommandResult<(String, String)> {
     let source = match request.first_value() {
         Some(Bson::String(namespace)) => namespace.clone(),
         Some(other) => return Err(crate::request::field_type_error("renameCollection", "string", other)),
@@ -27,6 +29,11 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         Some(other) => return Err(request.wrong_type("to", "string", other)),
         None => return Err(CommandError::new(crate::error::MISSING_FIELD, "BSON field 'renameCollection.to' is missing but a required field")),
     };
+    Ok((source, target))
+}
+
+pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let (source, target) = source_and_target(request)?;
     let (source_db, source_collection) = split_namespace(&source)?;
     let (target_db, target_collection) = split_namespace(&target)?;
     if source == target {

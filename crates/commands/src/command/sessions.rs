@@ -58,7 +58,7 @@ pub fn abort_transaction(_context: &ServerContext, _request: &CommandRequest) ->
     Err(CommandError::new(COMMAND_FAILED, "abortTransaction must be run within a transaction"))
 }
 
-pub fn start(context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
+pub fn start(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     // A version-4-shaped UUID from a process-unique counter and the process id's bytes.
     let counter = context.next_session_number();
     let process = super::hello::process_id().bytes();
@@ -67,8 +67,10 @@ pub fn start(context: &ServerContext, _request: &CommandRequest) -> CommandResul
     bytes[8..16].copy_from_slice(&process[4..12]);
     bytes[6] = (bytes[6] & 0x0f) | 0x40;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let id = Bson::Binary(Binary { subtype: BinarySubtype::Uuid, bytes: bytes.to_vec() });
+    crate::logical_sessions::started(context, request, &id);
     Ok(doc! {
-        "id": { "id": Binary { subtype: BinarySubtype::Uuid, bytes: bytes.to_vec() } },
+        "id": { "id": id },
         "timeoutMinutes": super::hello::LOGICAL_SESSION_TIMEOUT_MINUTES,
         "ok": 1.0,
     })

@@ -10,7 +10,7 @@ use crate::error::{QueryError, QueryResult};
 
 /// The stage names handled here.
 pub fn is_source_stage(name: &str) -> bool {
-    matches!(name, "$collStats" | "$indexStats" | "$listSessions" | "$currentOp")
+    matches!(name, "$collStats" | "$indexStats" | "$listSessions" | "$listLocalSessions" | "$currentOp")
 }
 
 /// A parsed source stage.
@@ -26,7 +26,9 @@ pub enum SourceStage {
         specification: Document,
     },
     IndexStats,
+    /// `$listSessions`, or `$listLocalSessions` (`local`: the process's own session cache).
     ListSessions {
+        local: bool,
         all_users: bool,
         users: Vec<Document>,
         specification: Document,
@@ -64,7 +66,8 @@ impl SourceStage {
                 Bson::Document(empty) if empty.is_empty() => Ok(SourceStage::IndexStats),
                 _ => Err(QueryError::Location(28803, "The $indexStats stage specification must be an empty object".into())),
             },
-            "$listSessions" => parse_list_sessions(argument),
+            "$listSessions" => parse_list_sessions(argument, false),
+            "$listLocalSessions" => parse_list_sessions(argument, true),
             _ => parse_current_op(argument),
         }
     }
@@ -73,7 +76,8 @@ impl SourceStage {
         match self {
             SourceStage::CollStats { .. } => "$collStats",
             SourceStage::IndexStats => "$indexStats",
-            SourceStage::ListSessions { .. } => "$listSessions",
+            SourceStage::ListSessions { local: false, .. } => "$listSessions",
+            SourceStage::ListSessions { local: true, .. } => "$listLocalSessions",
             SourceStage::CurrentOp { .. } => "$currentOp",
         }
     }
@@ -147,30 +151,30 @@ fn parse_coll_stats(argument: &Bson) -> QueryResult<SourceStage> {
     Ok(SourceStage::CollStats { latency_stats, storage_stats, count, query_exec_stats, specification: specification.clone() })
 }
 
-fn parse_list_sessions(argument: &Bson) -> QueryResult<SourceStage> {
-    const STAGE: &str = "$listSessions";
+fn parse_list_sessions(argument: &Bson, local: bool) -> QueryResult<SourceStage> {
+    let stage = if local { "$listLocalSessions" } else { "$listSessions" };
     let Bson::Document(specification) = argument else {
-        return Err(QueryError::TypeMismatch(format!("$listSessions options must be specified in an object, but found: {}", type_name(argument))));
+        return Err(QueryError::TypeMismatch(format!("{stage} options must be specified in an object, but found: {}", type_name(argument))));
     };
     let (mut all_users, mut users) = (false, Vec::new());
     for (key, value) in specification {
         match key.as_str() {
-            "allUsers" => all_users = boolean(STAGE, key, value)?,
+            "allUsers" => all_users = boolean(stage, key, value)?,
             "users" => {
-                let Bson::Array(items) = value else { return Err(wrong_type(STAGE, key, value, "array")) };
+                let Bson::Array(items) = value else { return Err(wrong_type(stage, key, value, "array")) };
                 for item in items {
-                    let Bson::Document(user) = item else { return Err(wrong_type(STAGE, key, item, "object")) };
+                    let Bson::Document(user) = item else { return Err(wrong_type(stage, key, item, "object")) };
                     users.push(user.clone());
                 }
             }
             "$_internalPredicate" => {}
-            other => return Err(unknown_field(STAGE, other)),
+            other => return Err(unknown_field(stage, other)),
         }
     }
     if all_users && !users.is_empty() {
         return Err(QueryError::Location(ErrorCodeFor::INVALID_OPTIONS, "Must specify only one of 'allUsers' or 'users'".into()));
     }
-    Ok(SourceStage::ListSessions { all_users, users, specification: specification.clone() })
+    Ok(SourceStage::ListSessions { local, all_users, users, specification: specification.clone() })
 }
 
 /// Codes used here that have no variant of their own.

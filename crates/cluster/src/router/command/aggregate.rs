@@ -54,14 +54,7 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
 }
 
 fn pipeline_stages(request: &RouterRequest) -> ClusterResult<Vec<Document>> {
-    let stages = request.body.get_array("pipeline").map_err(|_| ClusterError::coded(crate::error::TYPE_MISMATCH, "'pipeline' option must be specified as an array"))?;
-    stages
-        .iter()
-        .map(|stage| match stage {
-            Bson::Document(stage) => Ok(stage.clone()),
-            _ => Err(ClusterError::coded(crate::error::TYPE_MISMATCH, "Each element of the 'pipeline' array must be an object")),
-        })
-        .collect()
+    Ok(myriad_commands::command::aggregate::pipeline_stages(&request.node_request()?)?)
 }
 
 async fn open(
@@ -85,14 +78,14 @@ async fn open(
         }
         let requests = targets.into_iter().map(|shard| (shard, body.clone())).collect();
         let sources = open_sources(context, &request.db, collection, requests, routing).await?;
-        return Ok(RouterCursor::new(request.db.clone(), collection.to_string(), sources));
+        return Ok(RouterCursor::new(request.db.clone(), collection.to_string(), sources).in_session(request.session()));
     }
     let parts = split(stages)?;
     body.insert("pipeline", parts.shard_stages.iter().cloned().map(Bson::Document).collect::<Vec<_>>());
     body.insert("cursor", bson::doc! { "batchSize": SHARD_GET_MORE_BATCH_SIZE });
     let requests = targets.into_iter().map(|shard| (shard, body.clone())).collect();
     let sources = open_sources(context, &request.db, collection, requests, routing).await?;
-    let mut cursor = RouterCursor::new(request.db.clone(), collection.to_string(), sources);
+    let mut cursor = RouterCursor::new(request.db.clone(), collection.to_string(), sources).in_session(request.session());
     if let Some(sort) = &parts.merge_sort {
         cursor.sort = Some(myriad_query::SortSpec::parse(sort)?);
     }
@@ -119,7 +112,7 @@ async fn collectionless(context: &Arc<RouterContext>, request: &RouterRequest) -
         None => any_shard(context).await?,
     };
     let reply = crate::router::forward::unversioned(context, &shard, &request.db, request.forwarded_body()).await?;
-    passthrough_cursor(context, &shard, &request.db, "$cmd.aggregate", &reply).await
+    passthrough_cursor(context, &shard, request, "$cmd.aggregate", &reply).await
 }
 
 /// `{aggregate: 1, pipeline: [{$currentOp: {...}}, ...]}` on a router, as mongos: every shard
@@ -139,7 +132,7 @@ async fn current_operations(context: &Arc<RouterContext>, request: &RouterReques
         requests.push((shard, body));
     }
     let sources = open_sources(context, &request.db, "$cmd.aggregate", requests, &RoutingInfo::Unsharded).await?;
-    let mut cursor = RouterCursor::new(request.db.clone(), "$cmd.aggregate".to_string(), sources);
+    let mut cursor = RouterCursor::new(request.db.clone(), "$cmd.aggregate".to_string(), sources).in_session(request.session());
     if stages.len() > 1 {
         cursor.stages = Some(RouterStages::new(PipelineRun::new(router_pipeline(request, &stages[1..])?)));
     }

@@ -17,7 +17,7 @@ use crate::router::request::RouterRequest;
 const CANNOT_CREATE_INDEX: i32 = 67;
 
 /// The shards holding the collection, the primary first.
-async fn holders(context: &RouterContext, request: &RouterRequest, create: bool) -> ClusterResult<(Vec<String>, Arc<RoutingInfo>)> {
+pub(crate) async fn holders(context: &RouterContext, request: &RouterRequest, create: bool) -> ClusterResult<(Vec<String>, Arc<RoutingInfo>)> {
     holders_of(context, &request.db, &request.namespace()?, create).await
 }
 
@@ -37,7 +37,7 @@ async fn holders_of(context: &RouterContext, db: &str, namespace: &str, create: 
 
 /// One reply from several shards: the first error, else the primary's reply with every
 /// shard's under `raw`.
-fn merge_replies(replies: Vec<(String, ClusterResult<Document>)>) -> ClusterResult<Document> {
+pub(crate) fn merge_replies(replies: Vec<(String, ClusterResult<Document>)>) -> ClusterResult<Document> {
     if replies.len() == 1 {
         return replies.into_iter().next().map_or_else(|| Ok(Document::new()), |(_, reply)| reply);
     }
@@ -132,7 +132,7 @@ pub async fn list_indexes(context: &Arc<RouterContext>, request: &RouterRequest)
     let (shards, _) = holders(context, request, false).await?;
     let shard = shards.into_iter().next().unwrap_or_default();
     let reply = forward::unversioned(context, &shard, &request.db, request.forwarded_body()).await?;
-    passthrough_cursor(context, &shard, &request.db, &request.collection()?, &reply).await
+    passthrough_cursor(context, &shard, request, &request.collection()?, &reply).await
 }
 
 /// listCollections: the primary shard holds every collection of its database.
@@ -141,7 +141,7 @@ pub async fn list_collections(context: &Arc<RouterContext>, request: &RouterRequ
         return on_any_shard(context, request, "$cmd.listCollections").await;
     };
     let reply = forward::unversioned(context, &database.primary, &request.db, request.forwarded_body()).await?;
-    passthrough_cursor(context, &database.primary, &request.db, "$cmd.listCollections", &reply).await
+    passthrough_cursor(context, &database.primary, request, "$cmd.listCollections", &reply).await
 }
 
 /// listDatabases: every shard's, merged by name (sizes summed), and the config database.
@@ -189,8 +189,8 @@ fn size_of(database: &Document) -> i64 {
 
 /// renameCollection of an unsharded collection within one primary shard.
 pub async fn rename_collection(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
-    let from = request.body.get_str("renameCollection").map_err(|_| ClusterError::bad_value("renameCollection takes a namespace"))?;
-    let to = request.body.get_str("to").map_err(|_| ClusterError::bad_value("'to' must be a namespace"))?;
+    let (from, to) = myriad_commands::command::rename_collection::source_and_target(&request.node_request()?)?;
+    let (from, to) = (from.as_str(), to.as_str());
     for namespace in [from, to] {
         if matches!(context.cache.refresh(namespace).await?.as_ref(), RoutingInfo::Sharded(_)) {
             return Err(ClusterError::coded(ILLEGAL_OPERATION, format!("cannot rename sharded collection {namespace}")));
@@ -213,15 +213,39 @@ pub async fn coll_stats(context: &Arc<RouterContext>, request: &RouterRequest) -
     let replies = forward::all_ok(forward::scatter(context, &request.db, requests, None).await)?;
     let mut merged = replies.first().map(|(_, reply)| reply.clone()).unwrap_or_default();
     for field in ["count", "size", "storageSize", "totalIndexSize", "totalSize"] {
-        let total: i64 = replies.iter().map(|(_, reply)| reply.get(field).and_then(myriad_commands::request::integer_value).unwrap_or(0)).sum();
-        merged.insert(field, total);
+        let total: f64 = replies.iter().filter_map(|(_, reply)| number(reply.get(field))).sum();
+        if let Some(first) = merged.get(field) {
+            let summed = same_type(first, total);
+            merged.insert(field, summed);
+        }
     }
-    let count = merged.get_i64("count").unwrap_or(0);
-    let size = merged.get_i64("size").unwrap_or(0);
-    merged.insert("avgObjSize", if count > 0 { size / count } else { 0 });
+    let (count, size) = (number(merged.get("count")).unwrap_or(0.0), number(merged.get("size")).unwrap_or(0.0));
+    // A collection that does not exist has no average, as on a node.
+    if let Some(first) = merged.get("avgObjSize") {
+        let average = same_type(first, if count > 0.0 { (size / count).floor() } else { 0.0 });
+        merged.insert("avgObjSize", average);
+    }
     merged.insert("sharded", matches!(routing.as_ref(), RoutingInfo::Sharded(_)));
     merged.insert("shards", replies.into_iter().map(|(shard, reply)| (shard, Bson::Document(reply))).collect::<Document>());
     Ok(merged)
+}
+
+fn number(value: Option<&Bson>) -> Option<f64> {
+    match value? {
+        Bson::Double(value) => Some(*value),
+        Bson::Int32(value) => Some(f64::from(*value)),
+        Bson::Int64(value) => Some(*value as f64),
+        _ => None,
+    }
+}
+
+/// `value` in the BSON type of `like` (an int that no longer fits becomes a long).
+fn same_type(like: &Bson, value: f64) -> Bson {
+    match like {
+        Bson::Double(_) => Bson::Double(value),
+        Bson::Int32(_) if value.abs() <= f64::from(i32::MAX) => Bson::Int32(value as i32),
+        _ => Bson::Int64(value as i64),
+    }
 }
 
 /// dbStats: every shard's, summed.
@@ -230,10 +254,23 @@ pub async fn db_stats(context: &Arc<RouterContext>, request: &RouterRequest) -> 
     let body = request.forwarded_body();
     let requests = shards.into_iter().map(|shard| (shard, body.clone())).collect();
     let replies = forward::all_ok(forward::scatter(context, &request.db, requests, None).await)?;
-    let mut merged = doc! { "db": &request.db };
-    for field in ["collections", "views", "objects", "dataSize", "storageSize", "indexes", "indexSize", "totalSize"] {
-        let total: i64 = replies.iter().map(|(_, reply)| reply.get(field).and_then(myriad_commands::request::integer_value).unwrap_or(0)).sum();
-        merged.insert(field, total);
+    // The first shard's reply, its figures summed over every shard in the node's own types.
+    let mut merged = replies.first().map(|(_, reply)| reply.clone()).unwrap_or_else(|| doc! { "db": &request.db });
+    for field in ["collections", "views", "objects", "dataSize", "storageSize", "indexes", "indexSize", "totalSize", "fsUsedSize"] {
+        let total: f64 = replies.iter().filter_map(|(_, reply)| number(reply.get(field))).sum();
+        if let Some(first) = merged.get(field) {
+            let summed = same_type(first, total);
+            merged.insert(field, summed);
+        }
+    }
+    let figure = |field: &str| number(merged.get(field)).unwrap_or(0.0);
+    let (objects, data_size, storage_size) = (figure("objects"), figure("dataSize"), figure("storageSize"));
+    if let Some(first) = merged.get("avgObjSize") {
+        let average = same_type(first, if objects > 0.0 { data_size / objects } else { 0.0 });
+        merged.insert("avgObjSize", average);
+    }
+    if merged.contains_key("compressionRatio") {
+        merged.insert("compressionRatio", myriad_commands::aggregate_server_state::compression_ratio(data_size as i64, storage_size as i64));
     }
     merged.insert("raw", replies.into_iter().map(|(shard, reply)| (shard, Bson::Document(reply))).collect::<Document>());
     Ok(merged)

@@ -60,7 +60,7 @@ async fn open(context: &RouterContext, request: &RouterRequest, collection: &str
     }
     let requests = targets.into_iter().map(|shard| (shard, body.clone())).collect();
     let sources = open_sources(context, &request.db, collection, requests, routing).await?;
-    let mut cursor = RouterCursor::new(request.db.clone(), collection.to_string(), sources);
+    let mut cursor = RouterCursor::new(request.db.clone(), collection.to_string(), sources).in_session(request.session());
     cursor.sort = cursor_setup.sort;
     cursor.projection = cursor_setup.projection;
     cursor.skip_remaining = cursor_setup.skip;
@@ -148,15 +148,14 @@ pub async fn get_more(context: &Arc<RouterContext>, request: &RouterRequest) -> 
 }
 
 pub fn kill_cursors(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
-    let ids = request.body.get_array("cursors").map_err(|_| ClusterError::bad_value("killCursors needs a 'cursors' array"))?;
+    let ids = myriad_commands::command::kill_cursors::cursor_ids(&request.node_request()?)?;
     let mut killed = Vec::new();
     let mut not_found = Vec::new();
     for id in ids {
-        let Bson::Int64(id) = id else { return Err(ClusterError::coded(crate::error::TYPE_MISMATCH, "cursor ids must be longs")) };
-        if context.cursors.kill(*id) {
-            killed.push(Bson::Int64(*id));
+        if context.cursors.kill(id) {
+            killed.push(Bson::Int64(id));
         } else {
-            not_found.push(Bson::Int64(*id));
+            not_found.push(Bson::Int64(id));
         }
     }
     Ok(doc! { "cursorsKilled": killed, "cursorsNotFound": not_found, "cursorsAlive": [], "cursorsUnknown": [] })

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod aggregate;
+pub mod bulk_write;
 pub mod count;
 pub mod current_op;
 pub mod data_distribution;
@@ -14,6 +15,7 @@ pub mod find;
 pub mod find_and_modify;
 pub mod handshake;
 pub mod insert;
+pub mod maintenance;
 pub mod move_chunk;
 pub mod shard_collection;
 pub mod split;
@@ -85,7 +87,7 @@ pub async fn on_any_shard(context: &RouterContext, request: &RouterRequest, coll
     let shard = any_shard(context).await?;
     let reply = forward::unversioned(context, &shard, &request.db, request.forwarded_body()).await?;
     if reply.contains_key("cursor") {
-        return passthrough_cursor(context, &shard, &request.db, collection, &reply).await;
+        return passthrough_cursor(context, &shard, request, collection, &reply).await;
     }
     Ok(reply)
 }
@@ -110,7 +112,8 @@ pub async fn first_batch(
 
 /// A shard's cursor reply passed on as the router's: the shard's first batch as it is, and a
 /// router cursor over the shard's cursor when it stays open.
-pub async fn passthrough_cursor(context: &RouterContext, shard: &str, db: &str, collection: &str, reply: &Document) -> ClusterResult<Document> {
+pub async fn passthrough_cursor(context: &RouterContext, shard: &str, request: &RouterRequest, collection: &str, reply: &Document) -> ClusterResult<Document> {
+    let db = request.db.as_str();
     let (batch, remote_cursor) = crate::router::cursor::cursor_batch(reply)?;
     // The shard's own `ns` (`db.$cmd.listIndexes.c` for listIndexes, as mongod names it).
     let namespace = reply.get_document("cursor").ok().and_then(|cursor| cursor.get_str("ns").ok()).map_or_else(|| format!("{db}.{collection}"), str::to_string);
@@ -119,6 +122,6 @@ pub async fn passthrough_cursor(context: &RouterContext, shard: &str, db: &str, 
     }
     let client = context.shard_client(shard).await?;
     let source = Source::from_reply(shard.to_string(), client, &doc! { "cursor": { "firstBatch": [], "id": remote_cursor } })?;
-    let id = context.cursors.register(RouterCursor::new(db.to_string(), collection.to_string(), vec![source]));
+    let id = context.cursors.register(RouterCursor::new(db.to_string(), collection.to_string(), vec![source]).in_session(request.session()));
     Ok(cursor_reply(&namespace, "firstBatch", batch, id))
 }
