@@ -367,7 +367,13 @@ impl ReplicaSetMember {
         self.runtime.spawn(async move {
             let _ = sender.send(raft.client_write(payload).await);
         });
-        match receiver.recv_timeout(WRITE_WAIT) {
+        // On a runtime worker (a write run on its connection task), the worker's queued tasks
+        // move to another thread while this one waits: the proposal's own task may be among them.
+        let received = match tokio::runtime::Handle::try_current().map(|handle| handle.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| receiver.recv_timeout(WRITE_WAIT)),
+            _ => receiver.recv_timeout(WRITE_WAIT),
+        };
+        match received {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => Err(StorageError::Replication {
                 code: 11602,

@@ -32,7 +32,8 @@ pub async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) 
     if INLINE_COMMANDS.contains(&request.name.as_str()) || point == Some(PointOperation::Read) {
         return run_inline(context, &request);
     }
-    if point == Some(PointOperation::Write) {
+    // A replica-set member's writes wait for a majority: never on a connection task.
+    if point == Some(PointOperation::Write) && context.replication.get().is_none() {
         if let Some(turn) = inline_write_turn().await {
             let (reply, sequence) = run_inline_deferring(context, &request);
             drop(turn);
