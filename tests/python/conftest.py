@@ -44,14 +44,14 @@ def start_up_failure(*arguments, timeout: float = 60.0) -> subprocess.CompletedP
 
 
 class Server:
-    def __init__(self, extra_arguments: tuple = (), data_directory=None, selection_timeout_ms: int = 10_000) -> None:
+    def __init__(self, extra_arguments: tuple = (), data_directory=None, selection_timeout_ms: int = 10_000, port: int = 0) -> None:
         self.selection_timeout_ms = selection_timeout_ms
         # A given data_directory (a TemporaryDirectory) outlives this server, so a test can
         # start another one on the same files; otherwise the server owns its directory.
         self.owns_directory = data_directory is None
         self.directory = data_directory or tempfile.TemporaryDirectory(prefix="myriad-pytest-")
         self.process = subprocess.Popen(
-            [server_binary(), "--dbpath", self.directory.name, "--port", "0", "--bind_ip", "127.0.0.1",
+            [server_binary(), "--dbpath", self.directory.name, "--port", str(port), "--bind_ip", "127.0.0.1",
              "--cacheSizeMB", "64", *extra_arguments],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -88,6 +88,68 @@ class Server:
             self.process.wait()
         if self.owns_directory:
             self.directory.cleanup()
+
+
+class ReplicaSet:
+    """`members` nodes started with `--replSet NAME`, each on its own temp dir and free port,
+    initiated as one set; a member can be killed (SIGKILL) and restarted on its port and files."""
+
+    def __init__(self, members: int = 3, name: str = "rs0", extra_arguments: tuple = ()) -> None:
+        self.name = name
+        self.extra_arguments = ("--replSet", name, *extra_arguments)
+        self.directories = [tempfile.TemporaryDirectory(prefix="myriad-rs-") for _ in range(members)]
+        self.servers = [Server(self.extra_arguments, data_directory=directory) for directory in self.directories]
+        self.ports = [member.port for member in self.servers]
+        config = {"_id": name, "members": [{"_id": index, "host": f"127.0.0.1:{port}"} for index, port in enumerate(self.ports)]}
+        self.servers[0].client().admin.command("replSetInitiate", config)
+        self.wait_for_primary()
+
+    def hosts(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    def uri(self) -> str:
+        return f"mongodb://{self.hosts()}/?replicaSet={self.name}"
+
+    def client(self, **options) -> pymongo.MongoClient:
+        return pymongo.MongoClient(self.uri(), serverSelectionTimeoutMS=30_000, **options)
+
+    def member_client(self, index: int, **options) -> pymongo.MongoClient:
+        options.setdefault("serverSelectionTimeoutMS", 10_000)
+        return pymongo.MongoClient(f"mongodb://127.0.0.1:{self.ports[index]}/?directConnection=true", **options)
+
+    def primary_index(self):
+        """The index of the member that says it is the writable primary, or None."""
+        for index, member in enumerate(self.servers):
+            if member.process.poll() is not None:
+                continue
+            try:
+                with self.member_client(index, serverSelectionTimeoutMS=2_000) as client:
+                    if client.admin.command("hello").get("isWritablePrimary"):
+                        return index
+            except pymongo.errors.PyMongoError:
+                continue
+        return None
+
+    def wait_for_primary(self, timeout: float = 60.0) -> int:
+        def found():
+            index = self.primary_index()
+            return None if index is None else (index,)
+
+        return wait_until(found, "a writable primary", timeout=timeout, interval=0.1)[0]
+
+    def kill(self, index: int) -> None:
+        self.servers[index].process.kill()
+        self.servers[index].process.wait()
+
+    def restart(self, index: int) -> None:
+        self.servers[index] = Server(self.extra_arguments, data_directory=self.directories[index], port=self.ports[index])
+
+    def stop(self) -> None:
+        for member in self.servers:
+            if member.process.poll() is None:
+                member.stop()
+        for directory in self.directories:
+            directory.cleanup()
 
 
 CLUSTER_STARTUP_TIMEOUT_SECONDS = 120

@@ -1,0 +1,215 @@
+"""Replica sets on Raft (issue 23), through pymongo: initiation, hello's replica-set fields,
+rs.status()/rs.conf(), secondaries' refusals, replication of data and indexes, concurrent
+writers against an exact model, and failover after kill -9 without losing an acknowledged
+write."""
+
+import json
+import shutil
+import subprocess
+import threading
+
+import pymongo
+import pytest
+from pymongo.errors import DuplicateKeyError, NotPrimaryError, OperationFailure, PyMongoError
+
+from conftest import ReplicaSet, Server, wait_until
+
+MONGOSH = shutil.which("mongosh")
+
+
+@pytest.fixture(scope="module")
+def replica_set():
+    running = ReplicaSet(members=3)
+    yield running
+    running.stop()
+
+
+def test_a_standalone_answers_no_replication_enabled(client):
+    with pytest.raises(OperationFailure) as refused:
+        client.admin.command("replSetGetStatus")
+    assert refused.value.code == 76 and refused.value.details["codeName"] == "NoReplicationEnabled"
+    with pytest.raises(OperationFailure) as refused:
+        client.admin.command("replSetInitiate")
+    assert refused.value.code == 76
+
+
+def test_hello_status_and_config_describe_the_set(replica_set):
+    primary = replica_set.wait_for_primary()
+    hosts = [f"127.0.0.1:{port}" for port in replica_set.ports]
+    with replica_set.member_client(primary) as client:
+        hello = client.admin.command("hello")
+        assert hello["setName"] == "rs0" and hello["isWritablePrimary"] is True and hello["secondary"] is False
+        assert sorted(hello["hosts"]) == sorted(hosts) and hello["primary"] == hosts[primary] and hello["me"] == hosts[primary]
+        assert hello["setVersion"] == 1 and "electionId" in hello and "opTime" in hello["lastWrite"]
+        legacy = client.admin.command("isMaster")
+        assert legacy["ismaster"] is True and "isWritablePrimary" not in legacy
+        status = client.admin.command("replSetGetStatus")
+        assert status["set"] == "rs0" and status["myState"] == 1
+        states = sorted(member["stateStr"] for member in status["members"])
+        assert states == ["PRIMARY", "SECONDARY", "SECONDARY"]
+        config = client.admin.command("replSetGetConfig")["config"]
+        assert config["_id"] == "rs0" and [member["host"] for member in config["members"]] == hosts
+        assert all(member["votes"] == 1 and member["priority"] == 1.0 for member in config["members"])
+        with pytest.raises(OperationFailure) as refused:
+            client.admin.command("replSetInitiate")
+        assert refused.value.code == 23
+    secondary = (primary + 1) % 3
+    with replica_set.member_client(secondary) as client:
+        hello = client.admin.command("hello")
+        assert hello["isWritablePrimary"] is False and hello["secondary"] is True and hello["primary"] == hosts[primary]
+
+
+def test_invalid_configurations_get_mongod_codes():
+    member = Server(("--replSet", "other"))
+    try:
+        with member.client() as client:
+            with pytest.raises(OperationFailure) as refused:
+                client.admin.command("replSetInitiate", {"_id": "wrong", "members": [{"_id": 0, "host": f"127.0.0.1:{member.port}"}]})
+            assert refused.value.code == 93
+            with pytest.raises(OperationFailure) as refused:
+                client.admin.command("replSetInitiate", {"_id": "other", "members": [{"_id": 0, "host": "127.0.0.1:1"}]})
+            assert refused.value.code == 93 and "maps to this node" in str(refused.value)
+            with pytest.raises(OperationFailure) as refused:
+                client.admin.command("replSetGetConfig")
+            assert refused.value.code == 94
+    finally:
+        member.stop()
+
+
+def test_secondaries_refuse_writes_and_hold_the_primary_data(replica_set):
+    with replica_set.client() as client:
+        collection = client.replication_data.items
+        collection.drop()
+        collection.insert_many([{"_id": index, "group": index % 7, "name": f"item{index}"} for index in range(500)])
+        collection.create_index([("group", 1), ("name", 1)], name="group_name")
+        collection.update_many({"group": 3}, {"$set": {"updated": True}})
+        collection.delete_many({"group": 5})
+        expected = sorted(collection.find({}, {"_id": 1, "updated": 1}), key=lambda document: document["_id"])
+        primary = replica_set.wait_for_primary()
+    for index in range(3):
+        if index == primary:
+            continue
+        with replica_set.member_client(index, readPreference="secondaryPreferred") as member:
+            items = member.replication_data.items
+            wait_until(lambda: items.count_documents({}) == len(expected), f"member {index} caught up")
+            assert sorted(items.find({}, {"_id": 1, "updated": 1}), key=lambda document: document["_id"]) == expected
+            assert [index_info["name"] for index_info in items.list_indexes()] == ["_id_", "group_name"]
+            assert items.find_one({"group": 3, "name": "item3"})["updated"] is True
+            with pytest.raises(NotPrimaryError) as refused:
+                items.insert_one({"_id": "on a secondary"})
+            assert refused.value.details["code"] == 10107
+            with pytest.raises(NotPrimaryError):
+                member.replication_data.other.drop()
+
+
+def test_concurrent_writers_match_an_exact_model_on_every_member(replica_set):
+    threads_count, rounds = 8, 40
+    with replica_set.client() as client:
+        database = client.replication_model
+        database.counters.drop()
+        database.log.drop()
+        database.counters.insert_one({"_id": "total", "value": 0})
+        errors = []
+
+        def work(thread: int) -> None:
+            try:
+                for round_number in range(rounds):
+                    database.counters.update_one({"_id": "total"}, {"$inc": {"value": 1}})
+                    database.log.insert_one({"_id": f"{thread}-{round_number}", "thread": thread})
+                    with pytest.raises(DuplicateKeyError):
+                        database.log.insert_one({"_id": f"{thread}-{round_number}"})
+            except Exception as error:  # noqa: BLE001 - reported below
+                errors.append(error)
+
+        workers = [threading.Thread(target=work, args=(thread,)) for thread in range(threads_count)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert errors == []
+        total = threads_count * rounds
+    for index in range(3):
+        with replica_set.member_client(index, readPreference="secondaryPreferred") as member:
+            database = member.replication_model
+            wait_until(lambda: database.log.count_documents({}) == total, f"member {index} has every insert")
+            wait_until(lambda: database.counters.find_one({"_id": "total"})["value"] == total, f"member {index} has every increment")
+            assert sorted(database.log.distinct("thread")) == list(range(threads_count))
+
+
+def test_failover_after_kill_keeps_every_acknowledged_write():
+    running = ReplicaSet(members=3)
+    try:
+        acknowledged = set()
+        with running.client(retryWrites=True) as client:
+            collection = client.failover.writes
+            for round_number in range(3):
+                stop = threading.Event()
+                lock = threading.Lock()
+
+                def write(thread: int) -> None:
+                    sequence = 0
+                    while not stop.is_set():
+                        identifier = f"{round_number}-{thread}-{sequence}"
+                        sequence += 1
+                        try:
+                            collection.insert_one({"_id": identifier})
+                        except DuplicateKeyError:
+                            pass  # a retry of a write that had committed: it is there
+                        except PyMongoError:
+                            continue  # outcome unknown: not acknowledged
+                        with lock:
+                            acknowledged.add(identifier)
+
+                writers = [threading.Thread(target=write, args=(thread,)) for thread in range(4)]
+                for writer in writers:
+                    writer.start()
+                wait_until(lambda: len(acknowledged) >= (round_number + 1) * 50, "writes before the kill")
+                victim = running.wait_for_primary()
+                running.kill(victim)
+                before = len(acknowledged)
+                wait_until(lambda: len(acknowledged) > before + 50, "writes acknowledged by a new primary", timeout=60)
+                stop.set()
+                for writer in writers:
+                    writer.join()
+                running.restart(victim)
+            stored = {document["_id"] for document in collection.find({}, {"_id": 1})}
+            assert acknowledged <= stored, sorted(acknowledged - stored)[:10]
+        for index in range(3):
+            with running.member_client(index, readPreference="secondaryPreferred") as member:
+                writes = member.failover.writes
+                wait_until(lambda: writes.count_documents({}) == len(stored), f"member {index} caught up after the kills")
+    finally:
+        running.stop()
+
+
+def test_step_down_elects_another_member():
+    running = ReplicaSet(members=3)
+    try:
+        first = running.wait_for_primary()
+        with running.member_client(first) as client:
+            client.admin.command("replSetStepDown", 30)
+        def other_primary():
+            index = running.primary_index()
+            return (index,) if index is not None and index != first else None
+
+        (second,) = wait_until(other_primary, "another primary")
+        with running.client() as client:
+            client.after_step_down.c.insert_one({"ok": True})
+            assert client.after_step_down.c.count_documents({}) == 1
+        with running.member_client(first) as client:
+            assert client.admin.command("hello")["secondary"] is True
+            with pytest.raises(NotPrimaryError) as refused:
+                client.admin.command("replSetStepDown", 10)
+            assert refused.value.details["code"] == 10107
+        assert second != first
+    finally:
+        running.stop()
+
+
+@pytest.mark.skipif(MONGOSH is None, reason="mongosh is optional and not installed")
+def test_mongosh_rs_helpers(replica_set):
+    script = "print(JSON.stringify({status: rs.status().members.map(m => m.stateStr).sort(), conf: rs.conf().members.length, hello: db.hello().setName}))"
+    completed = subprocess.run([MONGOSH, "--quiet", "--norc", replica_set.uri(), "--eval", script], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    results = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert results == {"status": ["PRIMARY", "SECONDARY", "SECONDARY"], "conf": 3, "hello": "rs0"}
