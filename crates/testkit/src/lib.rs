@@ -1,6 +1,7 @@
-//! Real `myriad` processes for integration tests: one [`TestServer`] (a node) and one
-//! [`TestCluster`] (config server, shards, routers) builder for every Rust test, each owning
-//! its processes, ports, data directories and logs.
+//! Real `myriad` processes for integration tests: one [`TestServer`] (a node), one
+//! [`TestReplicaSet`] (members of one `--replSet`) and one [`TestCluster`] (config server,
+//! shards, routers) builder for every Rust test, each owning its processes, ports, data
+//! directories and logs.
 //!
 //! Invariants:
 //! - A process is handed to a test only once it answered a `hello` over the wire (not merely
@@ -17,11 +18,13 @@
 
 pub mod cluster;
 pub mod process;
+pub mod replica_set;
 pub mod server;
 pub mod wait;
 
 pub use cluster::TestCluster;
 pub use process::start_up_failure;
+pub use replica_set::TestReplicaSet;
 pub use server::{ServerKiller, TestServer, TestServerBuilder};
 pub use wait::{eventually, eventually_some, wait_until};
 
