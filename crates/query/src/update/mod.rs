@@ -48,7 +48,7 @@ enum UpdateKind<'a> {
     Replacement(&'a Document),
     Operators(Vec<Modification>),
     /// A pipeline-style update (see [`pipeline`]).
-    Pipeline(crate::aggregate::Pipeline),
+    Pipeline(Box<crate::aggregate::Pipeline>),
 }
 
 /// One operator applied at one path.
@@ -158,7 +158,7 @@ impl<'a> Update<'a> {
         if !array_filters.is_empty() {
             return Err(QueryError::FailedToParse("arrayFilters may not be specified for pipeline-style updates".into()));
         }
-        Ok(Update { kind: UpdateKind::Pipeline(pipeline::parse(stages, variables)?), array_filters: Vec::new() })
+        Ok(Update { kind: UpdateKind::Pipeline(Box::new(pipeline::parse(stages, variables)?)), array_filters: Vec::new() })
     }
 
     pub fn is_replacement(&self) -> bool {
