@@ -130,11 +130,33 @@ commands! {
     "replSetStepDown" => command::replica_set::step_down, admin: true, write: false, router: NotYet, access: Cluster(&["replSetStateChange"]), "Makes the primary step down so another member is elected.";
     "replSetFreeze" => command::replica_set::freeze, admin: true, write: false, router: NotYet, access: Cluster(&["replSetStateChange"]), "Keeps a member from standing for election for a number of seconds.";
     "replSetRaft" => command::replica_set::raft_message, admin: true, write: false, router: NotYet, access: Cluster(&["internal"]), "Internal: one Raft message between replica-set members.";
+    "configureFailPoint" => command::configure_fail_point::run, admin: true, write: false, router: Local, access: Open, "Sets a fail point (a test command: only with enableTestCommands).";
     "validate" => command::validate::run, admin: false, write: false, router: Routed, access: Collection(&["validate"]), "Checks a collection's records, indexes and counts.";
 }
 
+/// Test commands: they exist only when the process started with `enableTestCommands`, as in
+/// mongod; otherwise they are unknown commands (CommandNotFound) and listCommands omits them.
+const TEST_COMMANDS: &[&str] = &["configureFailPoint"];
+
+fn is_available(spec: &CommandSpec) -> bool {
+    !TEST_COMMANDS.contains(&spec.name) || crate::knobs::test_commands_enabled()
+}
+
 pub fn find_command(name: &str) -> Option<&'static CommandSpec> {
-    COMMANDS.iter().find(|spec| spec.name == name || spec.aliases.contains(&name))
+    COMMANDS.iter().find(|spec| (spec.name == name || spec.aliases.contains(&name)) && is_available(spec))
+}
+
+/// `configureFailPoint`'s `failCommand` for a command from the network, when it fires (see
+/// [`crate::fail_point`]); one atomic load when no fail point is set. A node refuses a
+/// transaction number before the fail point sees the command, as a standalone mongod does.
+pub fn fail_command(context: &ServerContext, request: &CommandRequest) -> Option<crate::fail_point::Triggered> {
+    context.fail_points.fail_command(request, || {
+        if context.process == crate::Process::Node && command::sessions::refuse_transactions(request).is_err() {
+            return None;
+        }
+        let supports_write_concern = find_command(&request.name).is_some_and(|spec| spec.is_write);
+        Some(crate::fail_point::CommandTraits { supports_write_concern })
+    })
 }
 
 /// Runs one command and always returns a reply body (errors become `ok: 0` replies). The
@@ -283,7 +305,7 @@ pub fn list_commands(_context: &ServerContext, _request: &CommandRequest) -> Com
 /// `listCommands` body.
 pub fn describe_commands() -> Document {
     let mut commands = Document::new();
-    for spec in COMMANDS {
+    for spec in COMMANDS.iter().filter(|spec| is_available(spec)) {
         commands.insert(
             spec.name,
             doc! { "help": spec.help, "adminOnly": spec.admin_only, "requiresAuth": !matches!(spec.access, Access::Open), "secondaryOk": true },

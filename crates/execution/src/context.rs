@@ -77,6 +77,8 @@ pub struct ServerContext {
     pub users: Arc<dyn myriad_auth::store::UserStore>,
     /// What kind of process answers: a node (mongod) or a router (mongos).
     pub process: Process,
+    /// `configureFailPoint`'s fail points (see [`crate::fail_point`]).
+    pub fail_points: crate::fail_point::FailPoints,
 }
 
 /// The kind of process a [`ServerContext`] serves, as drivers tell them apart (a router's
@@ -148,6 +150,7 @@ impl ServerContext {
             security: myriad_auth::Security::default(),
             role: std::sync::OnceLock::new(),
             replication: std::sync::OnceLock::new(),
+            fail_points: crate::fail_point::FailPoints::default(),
         }
     }
 

@@ -100,3 +100,11 @@ pub fn ttl_monitor_sleep() -> std::time::Duration {
 pub fn ttl_monitor_max_deletes_per_second() -> u64 {
     TTL_MONITOR_MAX_DELETES_PER_SECOND.load(Ordering::Relaxed)
 }
+
+/// `enableTestCommands`: the test commands (`configureFailPoint`) exist. Off, as in mongod; set
+/// only at start-up (`--setParameter enableTestCommands=1`).
+pub static ENABLE_TEST_COMMANDS: AtomicBool = AtomicBool::new(false);
+
+pub fn test_commands_enabled() -> bool {
+    ENABLE_TEST_COMMANDS.load(Ordering::Relaxed)
+}

@@ -29,6 +29,7 @@ pub mod collation;
 pub mod context;
 pub mod cursor;
 pub mod execution;
+pub mod fail_point;
 pub mod knobs;
 pub mod latency;
 pub mod local_users;

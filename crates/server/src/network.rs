@@ -26,6 +26,7 @@ use myriad_commands::error::ErrorCode;
 use myriad_commands::knobs;
 use myriad_commands::log::Logger;
 use myriad_commands::session::{Session, TlsPeer};
+use myriad_commands::fail_point::BeforeCommand;
 use myriad_commands::{CommandError, CommandRequest, ConnectionInfo, Reply, ServerContext};
 use myriad_wire::{
     decode_message, encode_op_msg, encode_op_msg_reply, encode_op_msg_reply_raw, encode_op_reply, parse_header, Compressor, OpMsg, Request,
@@ -252,6 +253,9 @@ struct ConnectionTask<'server> {
     next_reply_id: i32,
 }
 
+/// Why a connection closed when `failCommand`'s `closeConnection` asked it to.
+const FAIL_POINT_CLOSE: &str = "closed by the failCommand fail point";
+
 /// What handling one message produced.
 enum Handled {
     /// The request had moreToCome: no reply.
@@ -412,7 +416,10 @@ impl ConnectionTask<'_> {
                 return Handled::Stream { reply, reply_id, request };
             }
         } else {
-            self.service.run(self.context, request).await
+            match self.run_command(request).await {
+                Some(reply) => reply,
+                None => return Handled::Close { reply: None, reason: FAIL_POINT_CLOSE.to_string() },
+            }
         };
         let compressor = decoded.compressor;
         if let Some(used) = compressor {
@@ -442,6 +449,28 @@ impl ConnectionTask<'_> {
         Handled::Reply(encoded)
     }
 
+    /// Runs a command through the service as `configureFailPoint`'s `failCommand` says, when
+    /// it is set (one atomic load when not; the node and the router share this). None: close
+    /// the connection without a reply. A `blockConnection` wait holds no thread and ends at
+    /// the command's maxTimeMS or at shutdown.
+    async fn run_command(&mut self, request: CommandRequest) -> Option<Reply> {
+        let Some(triggered) = myriad_commands::table::fail_command(self.context, &request) else {
+            return Some(self.service.run(self.context, request).await);
+        };
+        let mut expired = false;
+        if let Some((wait, ends_at_max_time)) = triggered.block(&request) {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => expired = ends_at_max_time,
+                _ = self.shutdown.changed() => return None,
+            }
+        }
+        match triggered.before(expired) {
+            BeforeCommand::CloseConnection => None,
+            BeforeCommand::Answer(reply) => Some(reply),
+            BeforeCommand::Run => Some(triggered.after(self.service.run(self.context, request).await)),
+        }
+    }
+
     /// OP_QUERY is only accepted for commands on `<db>.$cmd` (driver handshakes).
     async fn handle_legacy_command(&mut self, full_collection_name: &str, query: Document, request_id: i32, reply_id: i32) -> Handled {
         let reply = match legacy_command(full_collection_name, query, self.connection.clone()) {
@@ -451,7 +480,10 @@ impl ConnectionTask<'_> {
                         return closing;
                     }
                 }
-                self.service.run(self.context, request).await
+                match self.run_command(request).await {
+                    Some(reply) => reply,
+                    None => return Handled::Close { reply: None, reason: FAIL_POINT_CLOSE.to_string() },
+                }
             }
             Err(error) => error.to_reply().into(),
         };

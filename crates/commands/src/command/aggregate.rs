@@ -87,7 +87,7 @@ type BoundVariables = Vec<(String, Bson)>;
 
 /// The command's `let`: names usable as `$$name` in the pipeline, and their values
 /// (expressions evaluated once, without a document).
-fn command_variables(request: &CommandRequest) -> CommandResult<(Vec<String>, BoundVariables)> {
+pub fn command_variables(request: &CommandRequest) -> CommandResult<(Vec<String>, BoundVariables)> {
     let Some(variables) = request.optional_document("let")? else { return Ok((Vec::new(), Vec::new())) };
     let mut names = Vec::with_capacity(variables.len());
     let mut values = Vec::with_capacity(variables.len());

@@ -51,6 +51,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
 
 /// Runs the operations in order until the end or, ordered, the first failure.
 fn execute(context: &ServerContext, request: &CommandRequest, bulk: &BulkRequest<'_>, results: &mut Results) -> CommandResult<()> {
+    let variables = super::update::update_variables(request)?;
     let mut position = 0;
     while position < bulk.operations.len() {
         if results.bytes >= MAX_RESULTS_BYTES {
@@ -87,7 +88,7 @@ fn execute(context: &ServerContext, request: &CommandRequest, bulk: &BulkRequest
             }
             Operation::Update { statement, .. } => {
                 let outcome = crate::operation::check_interrupt()
-                    .and_then(|()| parse_statement(statement, &parse::UPDATE_FIELDS, bulk.bypass_document_validation))
+                    .and_then(|()| parse_statement(statement, &parse::UPDATE_FIELDS, bulk.bypass_document_validation, &variables))
                     .and_then(|parsed| update_statement(context, db, collection, &parsed));
                 position += 1;
                 results.updated(position - 1, outcome)? || !bulk.ordered

@@ -4,13 +4,16 @@
 use bson::{doc, Bson, Document};
 use myriad_query::projection::Projection;
 use myriad_query::sort::SortSpec;
-use myriad_query::update::Update;
 
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
 use crate::write::durability;
 use crate::{CommandRequest, ServerContext};
 
 use super::update::{apply_statement, parse_array_filters, UpdateStatement};
+
+/// Where findAndModify's fields are, for [`super::update::parse_update`].
+const FIND_AND_MODIFY_FIELDS: super::update::StatementFields =
+    super::update::StatementFields { filter: "query", update: "update", path: "findAndModify", constants: "c" };
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
@@ -30,10 +33,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let durability = durability(request)?;
     let update_document = match request.body.get("update") {
         None | Some(Bson::Null) => None,
-        Some(Bson::Document(update)) => Some(update),
-        Some(Bson::Array(_)) => {
-            return Err(CommandError::new(crate::error::ILLEGAL_OPERATION, "pipeline-style updates are not supported by Myriad yet"))
-        }
+        Some(update @ (Bson::Document(_) | Bson::Array(_))) => Some(update),
         Some(other) => return Err(request.wrong_type("update", "object", other)),
     };
     let hint = request.body.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned();
@@ -58,7 +58,13 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             context.count(&context.operation_counters.update, 1);
             let statement = UpdateStatement {
                 filter_document: filter,
-                update: Update::parse(update_document, &parse_array_filters(&request.body, "findAndModify.arrayFilters")?)?,
+                update: super::update::parse_update(
+                    update_document,
+                    &request.body,
+                    &FIND_AND_MODIFY_FIELDS,
+                    &parse_array_filters(&request.body, "findAndModify.arrayFilters")?,
+                    &super::update::update_variables(request)?,
+                )?,
                 multi: false,
                 upsert,
                 hint,

@@ -7,6 +7,7 @@ pub mod bulk_write;
 pub mod coll_mod;
 pub mod coll_stats;
 pub mod compact;
+pub mod configure_fail_point;
 pub mod fsync;
 pub mod connection_status;
 pub mod count;

@@ -14,6 +14,8 @@ use crate::{CommandRequest, ServerContext};
 enum Kind {
     ReadOnly(fn(&ServerContext) -> Bson),
     Settable { read: fn(&ServerContext) -> Bson, write: fn(&ServerContext, i64) -> CommandResult<()>, boolean: bool },
+    /// Set only by `--setParameter` (mongod's `startup` parameters); refused at runtime.
+    StartupOnly { read: fn(&ServerContext) -> Bson, write: fn(&ServerContext, i64) -> CommandResult<()>, boolean: bool },
 }
 
 struct Parameter {
@@ -24,6 +26,18 @@ struct Parameter {
 }
 
 const PARAMETERS: &[Parameter] = &[
+    Parameter {
+        name: "enableTestCommands",
+        kind: Kind::StartupOnly {
+            read: |_| Bson::Boolean(knobs::test_commands_enabled()),
+            write: |_, value| {
+                knobs::ENABLE_TEST_COMMANDS.store(value != 0, Ordering::Relaxed);
+                Ok(())
+            },
+            boolean: true,
+        },
+        startup: true,
+    },
     Parameter { name: "featureCompatibilityVersion", kind: Kind::ReadOnly(|_| Bson::Document(doc! { "version": "8.0" })), startup: false },
     Parameter { name: "authenticationMechanisms", kind: Kind::ReadOnly(|_| Bson::Array(vec![Bson::String("MONGODB-X509".into()), Bson::String("SCRAM-SHA-1".into()), Bson::String("SCRAM-SHA-256".into())])), startup: true },
     Parameter {
@@ -207,7 +221,7 @@ fn find_parameter(name: &str) -> Option<&'static Parameter> {
 
 fn read(context: &ServerContext, parameter: &Parameter) -> Bson {
     match &parameter.kind {
-        Kind::ReadOnly(read) | Kind::Settable { read, .. } => read(context),
+        Kind::ReadOnly(read) | Kind::Settable { read, .. } | Kind::StartupOnly { read, .. } => read(context),
     }
 }
 
@@ -337,7 +351,7 @@ pub fn set_at_startup(context: &ServerContext, assignment: &str) -> Result<(), S
     let Some(parameter) = find_parameter(name) else {
         return Err(format!("Unknown --setParameter '{name}'"));
     };
-    let Kind::Settable { write, boolean, .. } = &parameter.kind else {
+    let (Kind::Settable { write, boolean, .. } | Kind::StartupOnly { write, boolean, .. }) = &parameter.kind else {
         return Err(format!("--setParameter {name}: the parameter cannot be set"));
     };
     let number = match (text.trim(), boolean) {

@@ -173,39 +173,61 @@ pub struct StatementFields {
     pub filter: &'static str,
     pub update: &'static str,
     pub path: &'static str,
+    /// The statement's constants for a pipeline-style update (`c`, bulkWrite's `constants`).
+    pub constants: &'static str,
 }
 
-pub const UPDATE_COMMAND_FIELDS: StatementFields = StatementFields { filter: "q", update: "u", path: "update.updates" };
+pub const UPDATE_COMMAND_FIELDS: StatementFields = StatementFields { filter: "q", update: "u", path: "update.updates", constants: "c" };
+
+/// What a pipeline-style update may name as `$$name`: the command's `let` variables, `$$NOW`
+/// (the command's start, the same for every statement) and `$$CLUSTER_TIME`.
+pub fn update_variables(request: &CommandRequest) -> CommandResult<Vec<(String, Bson)>> {
+    let (_, mut variables) = super::aggregate::command_variables(request)?;
+    let now = bson::DateTime::now();
+    let seconds = u32::try_from(now.timestamp_millis() / 1000).unwrap_or(u32::MAX);
+    variables.push(("NOW".to_string(), Bson::DateTime(now)));
+    variables.push(("CLUSTER_TIME".to_string(), Bson::Timestamp(bson::Timestamp { time: seconds, increment: 1 })));
+    Ok(variables)
+}
+
+/// The update of a statement: a document (operators or a replacement) or a pipeline, with the
+/// statement's constants added to `variables` for a pipeline.
+pub fn parse_update<'s>(update: &'s Bson, statement: &Document, fields: &StatementFields, array_filters: &[Document], variables: &[(String, Bson)]) -> CommandResult<Update<'s>> {
+    match update {
+        Bson::Document(update) => Ok(Update::parse(update, array_filters)?),
+        Bson::Array(stages) => {
+            let mut bound = variables.to_vec();
+            match statement.get(fields.constants) {
+                None | Some(Bson::Null) => {}
+                Some(Bson::Document(constants)) => bound.extend(constants.iter().map(|(name, value)| (name.clone(), value.clone()))),
+                Some(other) => return Err(crate::request::field_type_error(&format!("{}.{}", fields.path, fields.constants), "object", other)),
+            }
+            Ok(Update::pipeline(stages, array_filters, bound)?)
+        }
+        other => Err(crate::request::field_type_error(&format!("{}.{}", fields.path, fields.update), "object", other)),
+    }
+}
 
 fn missing(fields: &StatementFields, field: &str) -> CommandError {
     CommandError::new(MISSING_FIELD, format!("BSON field '{}.{field}' is missing but a required field", fields.path))
 }
 
 /// Parses one statement whose field types [`check_statement_types`] accepted.
-pub fn parse_statement<'s>(statement: &'s Document, fields: &StatementFields, bypass_document_validation: bool) -> CommandResult<UpdateStatement<'s>> {
+pub fn parse_statement<'s>(statement: &'s Document, fields: &StatementFields, bypass_document_validation: bool, variables: &[(String, Bson)]) -> CommandResult<UpdateStatement<'s>> {
     let filter_document = match statement.get(fields.filter) {
         Some(Bson::Document(filter)) => filter,
         Some(other) => return Err(crate::request::field_type_error(&format!("{}.{}", fields.path, fields.filter), "object", other)),
         None => return Err(missing(fields, fields.filter)),
     };
-    let update_document = match statement.get(fields.update) {
-        Some(Bson::Document(update)) => update,
-        Some(Bson::Array(_)) => {
-            return Err(CommandError::new(
-                crate::error::ILLEGAL_OPERATION,
-                "pipeline-style updates are not supported by Myriad yet",
-            ))
-        }
-        Some(other) => return Err(crate::request::field_type_error(&format!("{}.{}", fields.path, fields.update), "object", other)),
-        None => return Err(missing(fields, fields.update)),
-    };
+    let Some(update_value) = statement.get(fields.update) else { return Err(missing(fields, fields.update)) };
     let flag = |name: &str| -> CommandResult<bool> {
         match statement.get(name) {
             None => Ok(false),
             Some(value) => crate::request::truthy(value).ok_or_else(|| crate::request::field_type_error(&format!("{}.{name}", fields.path), "bool", value)),
         }
     };
-    let update = Update::parse(update_document, &parse_array_filters(statement, &format!("{}.arrayFilters", fields.path))?)?;
+    let array_filters = parse_array_filters(statement, &format!("{}.arrayFilters", fields.path))?;
+    let update = parse_update(update_value, statement, fields, &array_filters, variables)?;
     let multi = flag("multi")?;
     if multi && update.is_replacement() {
         return Err(CommandError::new(crate::error::FAILED_TO_PARSE, "multi update is not supported for replacement-style update"));
@@ -273,13 +295,14 @@ pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let Arguments { statements, ordered, durability, name, bypass_validation } = parse_arguments(request)?;
+    let variables = update_variables(request)?;
     let (mut matched, mut modified) = (0i64, 0i64);
     let mut upserted = Vec::new();
     let mut write_errors = WriteErrors::default();
     let mut interruption = None;
     for (index, statement) in statements.into_iter().enumerate() {
         let result = crate::operation::check_interrupt()
-            .and_then(|()| parse_statement(statement, &UPDATE_COMMAND_FIELDS, bypass_validation))
+            .and_then(|()| parse_statement(statement, &UPDATE_COMMAND_FIELDS, bypass_validation, &variables))
             .and_then(|parsed| update_statement(context, &request.db, &name, &parsed));
         match result {
             Ok(outcome) => {

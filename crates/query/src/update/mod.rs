@@ -10,6 +10,7 @@
 mod arrays;
 mod fields;
 mod numeric;
+mod pipeline;
 mod target;
 mod upsert;
 
@@ -46,6 +47,8 @@ pub struct Update<'a> {
 enum UpdateKind<'a> {
     Replacement(&'a Document),
     Operators(Vec<Modification>),
+    /// A pipeline-style update (see [`pipeline`]).
+    Pipeline(Box<crate::aggregate::Pipeline>),
 }
 
 /// One operator applied at one path.
@@ -149,6 +152,15 @@ impl<'a> Update<'a> {
         Ok(Update { kind: UpdateKind::Operators(modifications), array_filters: filters })
     }
 
+    /// Parses a pipeline-style update (`u` given as an array of stages), with `variables`
+    /// (the command's `let`, the statement's constants, `$$NOW`) usable as `$$name`.
+    pub fn pipeline(stages: &[Bson], array_filters: &[Document], variables: Vec<(String, Bson)>) -> QueryResult<Update<'static>> {
+        if !array_filters.is_empty() {
+            return Err(QueryError::FailedToParse("arrayFilters may not be specified for pipeline-style updates".into()));
+        }
+        Ok(Update { kind: UpdateKind::Pipeline(Box::new(pipeline::parse(stages, variables)?)), array_filters: Vec::new() })
+    }
+
     pub fn is_replacement(&self) -> bool {
         matches!(self.kind, UpdateKind::Replacement(_))
     }
@@ -157,7 +169,7 @@ impl<'a> Update<'a> {
     pub fn replacement(&self) -> Option<&Document> {
         match &self.kind {
             UpdateKind::Replacement(document) => Some(document),
-            UpdateKind::Operators(_) => None,
+            UpdateKind::Operators(_) | UpdateKind::Pipeline(_) => None,
         }
     }
 
@@ -165,7 +177,7 @@ impl<'a> Update<'a> {
     /// `matched_array_position`).
     pub fn uses_positional_operator(&self) -> bool {
         match &self.kind {
-            UpdateKind::Replacement(_) => false,
+            UpdateKind::Replacement(_) | UpdateKind::Pipeline(_) => false,
             UpdateKind::Operators(modifications) => modifications
                 .iter()
                 .any(|modification| modification.path.components.contains(&target::Component::Positional)),
@@ -190,6 +202,7 @@ impl<'a> Update<'a> {
     pub fn apply_to(&self, document: &Document, context: &UpdateContext) -> QueryResult<Option<Document>> {
         let updated = match &self.kind {
             UpdateKind::Replacement(replacement) => fields::replace(document, replacement)?,
+            UpdateKind::Pipeline(stages) => fields::replace(document, &pipeline::run(stages, document)?)?,
             UpdateKind::Operators(modifications) => {
                 let mut working = document.clone();
                 for modification in modifications {

@@ -12,9 +12,9 @@ use crate::error::{
 use crate::request::{field_type_error, CommandRequest};
 
 /// Update operations' fields as the update statement parser reads them.
-pub const UPDATE_FIELDS: StatementFields = StatementFields { filter: "filter", update: "updateMods", path: "bulkWrite.ops" };
+pub const UPDATE_FIELDS: StatementFields = StatementFields { filter: "filter", update: "updateMods", path: "bulkWrite.ops", constants: "constants" };
 
-/// Constants given with a non-pipeline update (MongoDB's 51198); Myriad has no pipeline updates.
+/// Constants given with a non-pipeline update (MongoDB's 51198).
 const CONSTANTS_WITHOUT_PIPELINE: ErrorCode = ErrorCode::new(51198);
 
 const TOP_LEVEL_FIELDS: &[&str] =
@@ -180,7 +180,8 @@ fn parse_operation(operation: &Bson, namespace_count: usize) -> CommandResult<Op
         },
         "update" => {
             check_statement_types(operation, &UPDATE_FIELDS)?;
-            if !matches!(operation.get("constants"), None | Some(Bson::Null)) {
+            let pipeline = matches!(operation.get("updateMods"), Some(Bson::Array(_)));
+            if !pipeline && !matches!(operation.get("constants"), None | Some(Bson::Null)) {
                 return Err(CommandError::new(CONSTANTS_WITHOUT_PIPELINE, "Constant values may only be specified for pipeline updates"));
             }
             Ok(Operation::Update { namespace, statement: operation })
