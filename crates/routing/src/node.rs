@@ -634,6 +634,12 @@ pub(crate) fn edit<'a>(
                     }
                 }
             }
+            // Every unchanged child is cloned below: one atomic increment each, on a line that
+            // in a large map is cold. Locked increments do not overlap their misses; plain loads
+            // do, so load every child's count first and the increments then hit the cache.
+            for child in inner.children.iter() {
+                std::hint::black_box(Arc::strong_count(child));
+            }
             let mut items: Vec<Subtree<'a>> = Vec::with_capacity(count + 4);
             let mut removed: Vec<&[ShardMax]> = Vec::with_capacity(plan.len());
             let mut step = 0;
