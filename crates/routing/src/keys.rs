@@ -84,6 +84,19 @@ fn line_bytes_mut(lines: &mut [Line]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(lines)) }
 }
 
+/// The heads of `lines`, in order.
+fn heads_flat(lines: &[Line]) -> &[u64] {
+    // SAFETY: `Line` is `repr(C)` over `[u64; 8]` with no padding, so `lines` is exactly
+    // `8 * lines.len()` initialised, aligned `u64`s; the view borrows the slice immutably.
+    unsafe { std::slice::from_raw_parts(lines.as_ptr().cast::<u64>(), lines.len() * LINE_WIDTH) }
+}
+
+/// The heads of `lines`, writable.
+fn heads_flat_mut(lines: &mut [Line]) -> &mut [u64] {
+    // SAFETY: as in `heads_flat`; the view borrows the slice mutably (exclusively).
+    unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<u64>(), lines.len() * LINE_WIDTH) }
+}
+
 #[inline]
 fn head_of(key: &[u8], start: usize) -> u64 {
     if let Some(window) = key.get(start..start + 8) {
@@ -241,10 +254,13 @@ fn copy_run(
     let source_rests = block.rests_offset();
     raw[regions.rests_at + written..regions.rests_at + written + (to - from)]
         .copy_from_slice(&block.raw()[source_rests + from..source_rests + to]);
-    for (offset, source) in (start..end).enumerate() {
-        let at = regions.ends_at + 4 * (index + offset);
-        let key_end = (block.end(source) - from + written) as u32;
-        raw[at..at + 4].copy_from_slice(&key_end.to_le_bytes());
+    // Ends move by a constant; written over whole slices so the loop vectorises.
+    let shift = (written as u32).wrapping_sub(from as u32);
+    let source_ends = block.ends_offset as usize;
+    let target_ends = &mut raw[regions.ends_at + 4 * index..regions.ends_at + 4 * (index + end - start)];
+    for (target, source) in target_ends.chunks_exact_mut(4).zip(block.raw()[source_ends + 4 * start..source_ends + 4 * end].chunks_exact(4)) {
+        let key_end = u32::from_le_bytes([source[0], source[1], source[2], source[3]]).wrapping_add(shift);
+        target.copy_from_slice(&key_end.to_le_bytes());
     }
     let width = regions.payload_width;
     if width > 0 {
@@ -253,12 +269,15 @@ fn copy_run(
         raw[regions.payload_at + width * index..regions.payload_at + width * (index + end - start)]
             .copy_from_slice(&block.raw()[source_payload + width * start..source_payload + width * end]);
     }
-    let same_prefix = block.prefix_length as usize == prefix_length;
-    for (offset, source) in (start..end).enumerate() {
-        let position = index + offset;
-        // Only a block of whole keys can differ in prefix length here, and its keys borrow.
-        let head = if same_prefix { block.head(source) } else { head_of(block.key(source), prefix_length) };
-        heads[position / LINE_WIDTH].0[position % LINE_WIDTH] = head;
+    if block.prefix_length as usize == prefix_length {
+        // Level 0 of the head lines is the heads in key order: one copy.
+        heads_flat_mut(heads)[index..index + end - start].copy_from_slice(&heads_flat(&block.data)[start..end]);
+    } else {
+        for (offset, source) in (start..end).enumerate() {
+            let position = index + offset;
+            // Only a block of whole keys can differ in prefix length here, and its keys borrow.
+            heads[position / LINE_WIDTH].0[position % LINE_WIDTH] = head_of(block.key(source), prefix_length);
+        }
     }
     to - from
 }
