@@ -37,16 +37,23 @@ impl<'a> ChunkView<'a> {
         ChunkView { leaf, index, upper, collection }
     }
 
-    pub fn min(&self) -> &'a [u8] {
-        self.leaf.keys.key(self.index)
+    /// The chunk's min bound, copied: a leaf stores its keys compressed (see `keys.rs`).
+    pub fn min(&self) -> Vec<u8> {
+        self.leaf.keys.key_vec(self.index)
     }
 
-    pub fn max(&self) -> &'a [u8] {
+    /// The chunk's max bound (the next chunk's min), copied.
+    pub fn max(&self) -> Vec<u8> {
         if self.index + 1 < self.leaf.keys.len() {
-            self.leaf.keys.key(self.index + 1)
+            self.leaf.keys.key_vec(self.index + 1)
         } else {
-            self.upper.bytes()
+            self.upper.bytes().to_vec()
         }
+    }
+
+    /// The chunk's min compared with `key`, without copying the min.
+    pub fn compare_min(&self, key: &[u8]) -> std::cmp::Ordering {
+        self.leaf.keys.compare_key(self.index, key)
     }
 
     pub fn shard(&self) -> ShardId {
@@ -63,7 +70,7 @@ impl<'a> ChunkView<'a> {
     }
 
     pub fn to_chunk(&self) -> Chunk {
-        Chunk { min: self.min().to_vec(), max: self.max().to_vec(), shard: self.shard(), version: self.version() }
+        Chunk { min: self.min(), max: self.max(), shard: self.shard(), version: self.version() }
     }
 }
 
@@ -171,7 +178,7 @@ impl<'a> Iterator for Chunks<'a> {
                     let current = *index;
                     *index += 1;
                     let view = ChunkView::new(leaf, current, Upper::Key(upper), self.collection);
-                    if self.end.is_some_and(|end| view.min() >= end) {
+                    if self.end.is_some_and(|end| view.compare_min(end) != std::cmp::Ordering::Less) {
                         self.finished = true;
                         return None;
                     }

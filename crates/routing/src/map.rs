@@ -363,7 +363,7 @@ impl ChunkMap {
         if newest != self.collection_version {
             return Err(RoutingError::Internal("collection version differs from the tree"));
         }
-        if self.root.keys().key(0) != self.collection.lowest.as_slice() {
+        if !self.root.keys().key_equals(0, &self.collection.lowest) {
             return Err(RoutingError::Internal("first chunk does not start at MinKey"));
         }
         Ok(())
@@ -429,7 +429,7 @@ fn verify_node(
     let parameters = &collection.info.parameters;
     let keys = node.keys();
     for index in 1..keys.len() {
-        if keys.key(index - 1) >= keys.key(index) {
+        if keys.compare_key(index - 1, &keys.key_vec(index)) != std::cmp::Ordering::Less {
             return Err(RoutingError::Internal("keys out of order"));
         }
     }
@@ -446,8 +446,9 @@ fn verify_node(
             if !is_root && size < parameters.leaf_minimum() {
                 return Err(RoutingError::Internal("leaf too small"));
             }
+            let owned_keys: Vec<Vec<u8>> = (0..size).map(|index| keys.key_vec(index)).collect();
             let entries: Vec<(&[u8], Placement)> =
-                (0..size).map(|index| (keys.key(index), leaf.placement(index))).collect();
+                owned_keys.iter().enumerate().map(|(index, key)| (key.as_slice(), leaf.placement(index))).collect();
             let rebuilt = node::make_leaf(&entries, &mut context)?;
             if rebuilt.node.summary() != node.summary() {
                 return Err(RoutingError::Internal("stale leaf summary"));
@@ -467,7 +468,7 @@ fn verify_node(
             }
             let mut total = 0;
             for (index, child) in inner.children.iter().enumerate() {
-                if child.keys().key(0) != keys.key(index) {
+                if !child.keys().key_equals(0, keys.key(index)) {
                     return Err(RoutingError::Internal("separator differs from the child's first key"));
                 }
                 let count = verify_node(child, collection, false, depth + 1, leaf_depth)?;
@@ -479,7 +480,7 @@ fn verify_node(
             let rebuilt = node::make_inner(
                 (0..size)
                     .map(|index| Subtree {
-                        first_key: Some(keys.key(index)),
+                        first_key: node::FirstKey::Parent(keys.key(index)),
                         node: Arc::clone(&inner.children[index]),
                         chunk_count: inner.chunk_counts[index],
                         fresh: false,

@@ -104,7 +104,7 @@ impl Inner {
     /// Child `index` as a subtree that a rebuilt parent can take over unchanged.
     fn subtree(&self, index: usize) -> Subtree<'_> {
         Subtree {
-            first_key: Some(self.keys.key(index)),
+            first_key: FirstKey::Parent(self.keys.key(index)),
             node: Arc::clone(&self.children[index]),
             chunk_count: self.chunk_counts[index],
             fresh: false,
@@ -152,11 +152,19 @@ impl Node {
     }
 }
 
+/// Where a subtree's first key is read from when a parent is built over it.
+pub(crate) enum FirstKey<'a> {
+    /// As its old parent holds it, so an unchanged child is not read.
+    Parent(&'a [u8]),
+    /// Copied when a fresh leaf was built (a leaf's keys are stored stripped).
+    Owned(Box<[u8]>),
+    /// From the node itself: a fresh inner node, in cache, whose keys are stored whole.
+    OfNode,
+}
+
 /// A subtree ready to be placed in a parent: the parent stores these fields per child.
 pub(crate) struct Subtree<'a> {
-    /// The subtree's first key as its old parent holds it (so an unchanged child is not read);
-    /// `None` means read it from the node, which a fresh node has in cache.
-    pub(crate) first_key: Option<&'a [u8]>,
+    pub(crate) first_key: FirstKey<'a>,
     pub(crate) node: Arc<Node>,
     pub(crate) chunk_count: u64,
     /// Built by this refresh (so possibly below the minimum size); unchanged subtrees are not.
@@ -165,9 +173,10 @@ pub(crate) struct Subtree<'a> {
 
 impl Subtree<'_> {
     fn first_key(&self) -> &[u8] {
-        match self.first_key {
-            Some(key) => key,
-            None => self.node.keys().key(0),
+        match &self.first_key {
+            FirstKey::Parent(key) => key,
+            FirstKey::Owned(key) => key,
+            FirstKey::OfNode => self.node.keys().key(0),
         }
     }
 }
@@ -319,7 +328,8 @@ fn make_leaf_from_parts(
             }
         }
     }
-    let keys = KeyBlock::build_from_parts(&key_parts, PLACEMENT_BYTES);
+    let keys = KeyBlock::build_from_parts(&key_parts, PLACEMENT_BYTES, true);
+    let first_key = FirstKey::Owned(keys.key_vec(0).into_boxed_slice());
     let summary = match known_summary {
         Some(summary) => summary,
         None => {
@@ -342,7 +352,7 @@ fn make_leaf_from_parts(
         }
     };
     Ok(Subtree {
-        first_key: None,
+        first_key,
         node: Arc::new(Node::Leaf(Leaf { keys, summary: summary.into_boxed_slice() })),
         chunk_count: count as u64,
         fresh: true,
@@ -416,7 +426,7 @@ fn make_inner_with(
         chunk_counts: chunk_counts.into_boxed_slice(),
         summary: summary.into_boxed_slice(),
     };
-    Ok(Subtree { first_key: None, node: Arc::new(Node::Inner(inner)), chunk_count, fresh: true })
+    Ok(Subtree { first_key: FirstKey::OfNode, node: Arc::new(Node::Inner(inner)), chunk_count, fresh: true })
 }
 
 /// Two adjacent subtrees of the same height repacked into one or two fresh ones.
@@ -551,14 +561,14 @@ pub(crate) fn edit<'a>(
                 // run must start and end on existing chunk boundaries, or part of a chunk it
                 // replaces would be left without an owner.
                 let start = leaf.keys.rank(edit.start, false);
-                if start >= count || leaf.keys.key(start) != edit.start {
-                    let owner_min = if start > 0 { leaf.keys.key(start - 1) } else { edit.start };
-                    return Err(RoutingError::Gap { from: owner_min.to_vec(), to: edit.start.to_vec() });
+                if start >= count || !leaf.keys.key_equals(start, edit.start) {
+                    let owner_min = if start > 0 { leaf.keys.key_vec(start - 1) } else { edit.start.to_vec() };
+                    return Err(RoutingError::Gap { from: owner_min, to: edit.start.to_vec() });
                 }
                 let end = leaf.keys.rank(edit.end, false);
-                if edit.end < upper && (end >= count || leaf.keys.key(end) != edit.end) {
-                    let owner_max = if end < count { leaf.keys.key(end) } else { upper };
-                    return Err(RoutingError::Gap { from: edit.end.to_vec(), to: owner_max.to_vec() });
+                if edit.end < upper && (end >= count || !leaf.keys.key_equals(end, edit.end)) {
+                    let owner_max = if end < count { leaf.keys.key_vec(end) } else { upper.to_vec() };
+                    return Err(RoutingError::Gap { from: edit.end.to_vec(), to: owner_max });
                 }
                 let start = start.max(position);
                 if start > position {
@@ -623,6 +633,12 @@ pub(crate) fn edit<'a>(
                         plan.push((child, Some(Edit { start, end, entries: &[] })));
                     }
                 }
+            }
+            // Every unchanged child is cloned below: one atomic increment each, on a line that
+            // in a large map is cold. Locked increments do not overlap their misses; plain loads
+            // do, so load every child's count first and the increments then hit the cache.
+            for child in inner.children.iter() {
+                std::hint::black_box(Arc::strong_count(child));
             }
             let mut items: Vec<Subtree<'a>> = Vec::with_capacity(count + 4);
             let mut removed: Vec<&[ShardMax]> = Vec::with_capacity(plan.len());
