@@ -25,12 +25,60 @@ pub struct CommandSpec {
     pub help: &'static str,
     /// Only accepted against the admin database.
     pub admin_only: bool,
-    /// Counted as a write for opcounters and the `w`/`j` durability options.
-    pub is_write: bool,
+    /// What the command does: its latency class, whether it writes, where it may run.
+    pub class: CommandClass,
     /// What the command needs when authorization is on (see [`crate::access::authorize`]).
     pub access: Access,
     /// What a router does with it.
     pub router: OnRouter,
+}
+
+/// What a command does. Every per-command property that follows from it is derived here, once:
+/// [`CommandClass::is_write`], [`CommandClass::latency_kind`],
+/// [`CommandClass::needs_secondary_read_preference`] and [`CommandClass::is_ddl`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandClass {
+    /// Reads documents (find, aggregate, count, distinct): a read in opLatencies; on a
+    /// replica-set secondary only with a read preference that allows it.
+    Read,
+    /// Continues a cursor (getMore): a read, wherever its cursor was opened.
+    Continue,
+    /// Reads a catalog or statistics of user data (listCollections, collStats...): a command
+    /// in opLatencies; on a secondary only with a read preference that allows it.
+    CatalogRead,
+    /// Writes documents: a write in opLatencies and opcounters; takes `w`/`j`; primary only.
+    DataWrite,
+    /// Changes the catalog: takes `w`/`j` (a journaled one syncs the WAL after it); primary only.
+    Ddl,
+    /// Any other write (users, roles, compact): takes `w`/`j`; primary only.
+    OtherWrite,
+    /// Everything else: the handshake, diagnostics, sessions, settings.
+    Command,
+}
+
+impl CommandClass {
+    pub fn is_write(self) -> bool {
+        matches!(self, CommandClass::DataWrite | CommandClass::Ddl | CommandClass::OtherWrite)
+    }
+
+    pub fn is_ddl(self) -> bool {
+        self == CommandClass::Ddl
+    }
+
+    /// serverStatus.opLatencies' kind, as mongod classifies commands.
+    pub fn latency_kind(self) -> LatencyKind {
+        match self {
+            CommandClass::Read | CommandClass::Continue => LatencyKind::Reads,
+            CommandClass::DataWrite => LatencyKind::Writes,
+            _ => LatencyKind::Commands,
+        }
+    }
+
+    /// On a member that is not the primary, it runs only when the request's read preference
+    /// allows a secondary.
+    pub fn needs_secondary_read_preference(self) -> bool {
+        matches!(self, CommandClass::Read | CommandClass::CatalogRead)
+    }
 }
 
 /// What a router does with a command a node answers.
@@ -47,91 +95,91 @@ pub enum OnRouter {
 }
 
 macro_rules! commands {
-    ($( $name:literal $( | $alias:literal )* => $handler:path, admin: $admin:literal, write: $write:literal, router: $router:ident, access: $access:expr, $help:literal; )*) => {
+    ($( $name:literal $( | $alias:literal )* => $handler:path, admin: $admin:literal, class: $class:ident, router: $router:ident, access: $access:expr, $help:literal; )*) => {
         pub static COMMANDS: &[CommandSpec] = &[
-            $( CommandSpec { name: $name, aliases: &[$($alias),*], handler: |context, request| $handler(context, request).map(Reply::from), help: $help, admin_only: $admin, is_write: $write, access: { use Access::*; $access }, router: OnRouter::$router }, )*
+            $( CommandSpec { name: $name, aliases: &[$($alias),*], handler: |context, request| $handler(context, request).map(Reply::from), help: $help, admin_only: $admin, class: CommandClass::$class, access: { use Access::*; $access }, router: OnRouter::$router }, )*
         ];
     };
 }
 
 commands! {
-    "hello" | "isMaster" | "ismaster" => command::hello::run, admin: false, write: false, router: Local, access: Open, "Handshake: server role, limits and negotiated compression.";
-    "buildInfo" | "buildinfo" => command::build_info::run, admin: false, write: false, router: Local, access: Open, "Version and build details.";
-    "ping" => command::ping::run, admin: false, write: false, router: Local, access: Open, "Checks that the server answers.";
-    "getParameter" => command::parameters::get, admin: true, write: false, router: Local, access: Cluster(&["getParameter"]), "Reads server parameters.";
-    "setParameter" => command::parameters::set, admin: true, write: false, router: Local, access: Cluster(&["setParameter"]), "Sets server parameters.";
-    "whatsmyuri" => command::whatsmyuri::run, admin: false, write: false, router: Local, access: Open, "The client's own address.";
-    "connectionStatus" => command::connection_status::run, admin: false, write: false, router: Local, access: Open, "Authentication state of this connection.";
-    "hostInfo" => command::host_info::run, admin: false, write: false, router: Local, access: Cluster(&["hostInfo"]), "Host operating system and hardware.";
-    "getCmdLineOpts" => command::get_cmd_line_opts::run, admin: true, write: false, router: Routed, access: Cluster(&["getCmdLineOpts"]), "The options the server was started with.";
-    "serverStatus" => command::server_status::run, admin: false, write: false, router: Local, access: Cluster(&["serverStatus"]), "Server and storage engine figures.";
-    "listCommands" => list_commands, admin: false, write: false, router: Local, access: Open, "This list.";
-    "getLog" => command::get_log::run, admin: true, write: false, router: Local, access: Cluster(&["getLog"]), "Recent log lines.";
-    "startSession" => command::sessions::start, admin: false, write: false, router: Local, access: Authenticated, "Starts a logical session.";
-    "endSessions" => command::sessions::end, admin: false, write: false, router: Local, access: Open, "Ends logical sessions.";
-    "refreshSessions" => command::sessions::refresh, admin: false, write: false, router: Local, access: Authenticated, "Keeps logical sessions alive.";
-    "killSessions" => command::sessions::end, admin: false, write: false, router: Local, access: Authenticated, "Kills logical sessions.";
-    "killAllSessions" => command::sessions::end, admin: false, write: false, router: Local, access: Cluster(&["killAnySession"]), "Kills all logical sessions.";
-    "commitTransaction" => command::sessions::commit_transaction, admin: true, write: false, router: Local, access: Authenticated, "Commits a transaction (standalone: none can be open).";
-    "abortTransaction" => command::sessions::abort_transaction, admin: true, write: false, router: Local, access: Authenticated, "Aborts a transaction (standalone: none can be open).";
-    "insert" => command::insert::run, admin: false, write: true, router: Routed, access: Collection(&["insert"]), "Inserts documents.";
-    "find" => command::find::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Queries documents.";
-    "getMore" => command::get_more::run, admin: false, write: false, router: Routed, access: Authenticated, "Next batch of a cursor.";
-    "killCursors" => command::kill_cursors::run, admin: false, write: false, router: Routed, access: Authenticated, "Closes cursors.";
-    "update" => command::update::run, admin: false, write: true, router: Routed, access: Collection(&["update"]), "Updates documents.";
-    "delete" => command::delete::run, admin: false, write: true, router: Routed, access: Collection(&["remove"]), "Deletes documents.";
-    "bulkWrite" => command::bulk_write::run, admin: true, write: true, router: Routed, access: Custom(requirements::bulk_write), "Inserts, updates and deletes on many collections (MongoDB 8.0).";
-    "findAndModify" | "findandmodify" => command::find_and_modify::run, admin: false, write: true, router: Routed, access: Custom(requirements::find_and_modify), "Updates or removes one document and returns it.";
-    "count" => command::count::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Counts matching documents.";
-    "distinct" => command::distinct::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Distinct values of a field.";
-    "aggregate" => command::aggregate::run, admin: false, write: false, router: Routed, access: Custom(requirements::aggregate), "Runs an aggregation pipeline.";
-    "create" => command::create::run, admin: false, write: true, router: Routed, access: Collection(&["createCollection"]), "Creates a collection.";
-    "collMod" => command::coll_mod::run, admin: false, write: true, router: Routed, access: Collection(&["collMod"]), "Changes a collection's validator, validationLevel and validationAction.";
-    "drop" => command::drop::run, admin: false, write: true, router: Routed, access: Collection(&["dropCollection"]), "Drops a collection.";
-    "dropDatabase" => command::drop_database::run, admin: false, write: true, router: Routed, access: Database(&["dropDatabase"]), "Drops a database.";
-    "listCollections" => command::list_collections::run, admin: false, write: false, router: Routed, access: Database(&["listCollections"]), "Lists collections.";
-    "listDatabases" => command::list_databases::run, admin: true, write: false, router: Routed, access: Authenticated, "Lists databases (with --auth, those the user's privileges reach unless it holds listDatabases).";
-    "renameCollection" => command::rename_collection::run, admin: true, write: true, router: Routed, access: Custom(requirements::rename_collection), "Renames a collection.";
-    "createIndexes" => command::create_indexes::run, admin: false, write: true, router: Routed, access: Collection(&["createIndex"]), "Builds indexes.";
-    "listIndexes" => command::list_indexes::run, admin: false, write: false, router: Routed, access: Collection(&["listIndexes"]), "Lists a collection's indexes.";
-    "dropIndexes" | "deleteIndexes" => command::drop_indexes::run, admin: false, write: true, router: Routed, access: Collection(&["dropIndex"]), "Drops indexes.";
-    "collStats" => command::coll_stats::run, admin: false, write: false, router: Routed, access: Collection(&["collStats"]), "Collection statistics.";
-    "dbStats" | "dbstats" => command::db_stats::run, admin: false, write: false, router: Routed, access: Database(&["dbStats"]), "Database statistics.";
-    "dataSize" | "datasize" => command::data_size::run, admin: false, write: false, router: Routed, access: Collection(&["find"]), "Bytes and count of a collection's documents, or of a key range's.";
-    "fsync" => command::fsync::run, admin: true, write: false, router: Routed, access: Cluster(&["fsync"]), "Flushes every memtable to disk and syncs the WAL (lock: true is not supported).";
-    "compact" => command::compact::run, admin: false, write: true, router: NotYet, access: Collection(&["compact"]), "Compacts the shared tablespace (returns dropped collections' disk space).";
-    "currentOp" => command::current_op::run, admin: true, write: false, router: Local, access: Authenticated, "Lists the operations in progress (the user's own with $ownOps; all needs inprog).";
-    "killOp" => command::current_op::kill, admin: true, write: false, router: Local, access: Authenticated, "Interrupts an operation in progress (the user's own, or any with killop).";
-    "profile" => command::profile::run, admin: false, write: false, router: Local, access: Database(&["enableProfiler"]), "Reads or sets the database profiler level, slowms, sampleRate and filter.";
-    "explain" => command::explain::run, admin: false, write: false, router: Routed, access: Custom(requirements::explain), "Explains how a query, count, distinct, update, delete, findAndModify or aggregate runs.";
-    "planCacheClear" => command::plan_cache_clear::run, admin: false, write: false, router: Routed, access: Collection(&["planCacheWrite"]), "Forgets a collection's cached query plans.";
-    "saslStart" => command::sasl::start, admin: false, write: false, router: Local, access: Open, "Starts a SCRAM authentication conversation.";
-    "saslContinue" => command::sasl::continue_conversation, admin: false, write: false, router: Local, access: Open, "Continues a SCRAM authentication conversation.";
-    "authenticate" => command::authenticate::run, admin: false, write: false, router: Local, access: Open, "Authenticates with MONGODB-X509 as the subject of the TLS client certificate.";
-    "logout" => command::sasl::logout, admin: false, write: false, router: Local, access: Open, "Logs the connection's user out.";
-    "createUser" => command::users::create_user, admin: false, write: true, router: Local, access: Custom(requirements::create_user), "Creates a user.";
-    "updateUser" => command::users::update_user, admin: false, write: true, router: Local, access: Custom(requirements::update_user), "Changes a user's password, custom data or roles.";
-    "dropUser" => command::users::drop_user, admin: false, write: true, router: Local, access: Database(&["dropUser"]), "Removes a user.";
-    "dropAllUsersFromDatabase" => command::users::drop_all_users, admin: false, write: true, router: Local, access: Database(&["dropUser"]), "Removes every user of a database.";
-    "usersInfo" => command::users::users_info, admin: false, write: false, router: Local, access: Custom(requirements::users_info), "Describes users.";
-    "grantRolesToUser" => command::users::grant_roles, admin: false, write: true, router: Local, access: Custom(requirements::grant_roles), "Grants roles to a user.";
-    "revokeRolesFromUser" => command::users::revoke_roles, admin: false, write: true, router: Local, access: Custom(requirements::revoke_roles), "Revokes roles from a user.";
-    "createRole" => command::roles::create_role, admin: false, write: true, router: Local, access: Custom(requirements::create_role), "Creates a role.";
-    "updateRole" => command::roles::update_role, admin: false, write: true, router: Local, access: Database(&["grantRole", "revokeRole"]), "Replaces a role's privileges or roles.";
-    "dropRole" => command::roles::drop_role, admin: false, write: true, router: Local, access: Database(&["dropRole"]), "Removes a role.";
-    "rolesInfo" => command::roles::roles_info, admin: false, write: false, router: Local, access: Database(&["viewRole"]), "Describes roles.";
-    "grantPrivilegesToRole" => command::roles::grant_privileges, admin: false, write: true, router: Local, access: Database(&["grantRole"]), "Adds privileges to a role.";
-    "revokePrivilegesFromRole" => command::roles::revoke_privileges, admin: false, write: true, router: Local, access: Database(&["revokeRole"]), "Removes privileges from a role.";
-    "grantRolesToRole" => command::roles::grant_roles, admin: false, write: true, router: Local, access: Custom(requirements::grant_roles), "Makes a role inherit roles.";
-    "revokeRolesFromRole" => command::roles::revoke_roles, admin: false, write: true, router: Local, access: Custom(requirements::revoke_roles), "Removes inherited roles from a role.";
-    "replSetInitiate" => command::replica_set::initiate, admin: true, write: false, router: NotYet, access: Cluster(&["replSetConfigure"]), "Initiates a replica set (rs.initiate()).";
-    "replSetGetStatus" => command::replica_set::get_status, admin: true, write: false, router: NotYet, access: Cluster(&["replSetGetStatus"]), "The replica set's members, roles and optimes (rs.status()).";
-    "replSetGetConfig" => command::replica_set::get_config, admin: true, write: false, router: NotYet, access: Cluster(&["replSetGetConfig"]), "The replica set's configuration (rs.conf()).";
-    "replSetStepDown" => command::replica_set::step_down, admin: true, write: false, router: NotYet, access: Cluster(&["replSetStateChange"]), "Makes the primary step down so another member is elected.";
-    "replSetFreeze" => command::replica_set::freeze, admin: true, write: false, router: NotYet, access: Cluster(&["replSetStateChange"]), "Keeps a member from standing for election for a number of seconds.";
-    "replSetRaft" => command::replica_set::raft_message, admin: true, write: false, router: NotYet, access: Cluster(&["internal"]), "Internal: one Raft message between replica-set members.";
-    "configureFailPoint" => command::configure_fail_point::run, admin: true, write: false, router: Local, access: Open, "Sets a fail point (a test command: only with enableTestCommands).";
-    "validate" => command::validate::run, admin: false, write: false, router: Routed, access: Collection(&["validate"]), "Checks a collection's records, indexes and counts.";
+    "hello" | "isMaster" | "ismaster" => command::hello::run, admin: false, class: Command, router: Local, access: Open, "Handshake: server role, limits and negotiated compression.";
+    "buildInfo" | "buildinfo" => command::build_info::run, admin: false, class: Command, router: Local, access: Open, "Version and build details.";
+    "ping" => command::ping::run, admin: false, class: Command, router: Local, access: Open, "Checks that the server answers.";
+    "getParameter" => command::parameters::get, admin: true, class: Command, router: Local, access: Cluster(&["getParameter"]), "Reads server parameters.";
+    "setParameter" => command::parameters::set, admin: true, class: Command, router: Local, access: Cluster(&["setParameter"]), "Sets server parameters.";
+    "whatsmyuri" => command::whatsmyuri::run, admin: false, class: Command, router: Local, access: Open, "The client's own address.";
+    "connectionStatus" => command::connection_status::run, admin: false, class: Command, router: Local, access: Open, "Authentication state of this connection.";
+    "hostInfo" => command::host_info::run, admin: false, class: Command, router: Local, access: Cluster(&["hostInfo"]), "Host operating system and hardware.";
+    "getCmdLineOpts" => command::get_cmd_line_opts::run, admin: true, class: Command, router: Routed, access: Cluster(&["getCmdLineOpts"]), "The options the server was started with.";
+    "serverStatus" => command::server_status::run, admin: false, class: Command, router: Local, access: Cluster(&["serverStatus"]), "Server and storage engine figures.";
+    "listCommands" => list_commands, admin: false, class: Command, router: Local, access: Open, "This list.";
+    "getLog" => command::get_log::run, admin: true, class: Command, router: Local, access: Cluster(&["getLog"]), "Recent log lines.";
+    "startSession" => command::sessions::start, admin: false, class: Command, router: Local, access: Authenticated, "Starts a logical session.";
+    "endSessions" => command::sessions::end, admin: false, class: Command, router: Local, access: Open, "Ends logical sessions.";
+    "refreshSessions" => command::sessions::refresh, admin: false, class: Command, router: Local, access: Authenticated, "Keeps logical sessions alive.";
+    "killSessions" => command::sessions::end, admin: false, class: Command, router: Local, access: Authenticated, "Kills logical sessions.";
+    "killAllSessions" => command::sessions::end, admin: false, class: Command, router: Local, access: Cluster(&["killAnySession"]), "Kills all logical sessions.";
+    "commitTransaction" => command::sessions::commit_transaction, admin: true, class: Command, router: Local, access: Authenticated, "Commits a transaction (standalone: none can be open).";
+    "abortTransaction" => command::sessions::abort_transaction, admin: true, class: Command, router: Local, access: Authenticated, "Aborts a transaction (standalone: none can be open).";
+    "insert" => command::insert::run, admin: false, class: DataWrite, router: Routed, access: Collection(&["insert"]), "Inserts documents.";
+    "find" => command::find::run, admin: false, class: Read, router: Routed, access: Collection(&["find"]), "Queries documents.";
+    "getMore" => command::get_more::run, admin: false, class: Continue, router: Routed, access: Authenticated, "Next batch of a cursor.";
+    "killCursors" => command::kill_cursors::run, admin: false, class: Command, router: Routed, access: Authenticated, "Closes cursors.";
+    "update" => command::update::run, admin: false, class: DataWrite, router: Routed, access: Collection(&["update"]), "Updates documents.";
+    "delete" => command::delete::run, admin: false, class: DataWrite, router: Routed, access: Collection(&["remove"]), "Deletes documents.";
+    "bulkWrite" => command::bulk_write::run, admin: true, class: DataWrite, router: Routed, access: Custom(requirements::bulk_write), "Inserts, updates and deletes on many collections (MongoDB 8.0).";
+    "findAndModify" | "findandmodify" => command::find_and_modify::run, admin: false, class: DataWrite, router: Routed, access: Custom(requirements::find_and_modify), "Updates or removes one document and returns it.";
+    "count" => command::count::run, admin: false, class: Read, router: Routed, access: Collection(&["find"]), "Counts matching documents.";
+    "distinct" => command::distinct::run, admin: false, class: Read, router: Routed, access: Collection(&["find"]), "Distinct values of a field.";
+    "aggregate" => command::aggregate::run, admin: false, class: Read, router: Routed, access: Custom(requirements::aggregate), "Runs an aggregation pipeline.";
+    "create" => command::create::run, admin: false, class: Ddl, router: Routed, access: Collection(&["createCollection"]), "Creates a collection.";
+    "collMod" => command::coll_mod::run, admin: false, class: Ddl, router: Routed, access: Collection(&["collMod"]), "Changes a collection's validator, validationLevel and validationAction.";
+    "drop" => command::drop::run, admin: false, class: Ddl, router: Routed, access: Collection(&["dropCollection"]), "Drops a collection.";
+    "dropDatabase" => command::drop_database::run, admin: false, class: Ddl, router: Routed, access: Database(&["dropDatabase"]), "Drops a database.";
+    "listCollections" => command::list_collections::run, admin: false, class: CatalogRead, router: Routed, access: Database(&["listCollections"]), "Lists collections.";
+    "listDatabases" => command::list_databases::run, admin: true, class: Command, router: Routed, access: Authenticated, "Lists databases (with --auth, those the user's privileges reach unless it holds listDatabases).";
+    "renameCollection" => command::rename_collection::run, admin: true, class: Ddl, router: Routed, access: Custom(requirements::rename_collection), "Renames a collection.";
+    "createIndexes" => command::create_indexes::run, admin: false, class: Ddl, router: Routed, access: Collection(&["createIndex"]), "Builds indexes.";
+    "listIndexes" => command::list_indexes::run, admin: false, class: CatalogRead, router: Routed, access: Collection(&["listIndexes"]), "Lists a collection's indexes.";
+    "dropIndexes" | "deleteIndexes" => command::drop_indexes::run, admin: false, class: Ddl, router: Routed, access: Collection(&["dropIndex"]), "Drops indexes.";
+    "collStats" => command::coll_stats::run, admin: false, class: CatalogRead, router: Routed, access: Collection(&["collStats"]), "Collection statistics.";
+    "dbStats" | "dbstats" => command::db_stats::run, admin: false, class: CatalogRead, router: Routed, access: Database(&["dbStats"]), "Database statistics.";
+    "dataSize" | "datasize" => command::data_size::run, admin: false, class: CatalogRead, router: Routed, access: Collection(&["find"]), "Bytes and count of a collection's documents, or of a key range's.";
+    "fsync" => command::fsync::run, admin: true, class: Command, router: Routed, access: Cluster(&["fsync"]), "Flushes every memtable to disk and syncs the WAL (lock: true is not supported).";
+    "compact" => command::compact::run, admin: false, class: OtherWrite, router: NotYet, access: Collection(&["compact"]), "Compacts the shared tablespace (returns dropped collections' disk space).";
+    "currentOp" => command::current_op::run, admin: true, class: Command, router: Local, access: Authenticated, "Lists the operations in progress (the user's own with $ownOps; all needs inprog).";
+    "killOp" => command::current_op::kill, admin: true, class: Command, router: Local, access: Authenticated, "Interrupts an operation in progress (the user's own, or any with killop).";
+    "profile" => command::profile::run, admin: false, class: Command, router: Local, access: Database(&["enableProfiler"]), "Reads or sets the database profiler level, slowms, sampleRate and filter.";
+    "explain" => command::explain::run, admin: false, class: Command, router: Routed, access: Custom(requirements::explain), "Explains how a query, count, distinct, update, delete, findAndModify or aggregate runs.";
+    "planCacheClear" => command::plan_cache_clear::run, admin: false, class: Command, router: Routed, access: Collection(&["planCacheWrite"]), "Forgets a collection's cached query plans.";
+    "saslStart" => command::sasl::start, admin: false, class: Command, router: Local, access: Open, "Starts a SCRAM authentication conversation.";
+    "saslContinue" => command::sasl::continue_conversation, admin: false, class: Command, router: Local, access: Open, "Continues a SCRAM authentication conversation.";
+    "authenticate" => command::authenticate::run, admin: false, class: Command, router: Local, access: Open, "Authenticates with MONGODB-X509 as the subject of the TLS client certificate.";
+    "logout" => command::sasl::logout, admin: false, class: Command, router: Local, access: Open, "Logs the connection's user out.";
+    "createUser" => command::users::create_user, admin: false, class: OtherWrite, router: Local, access: Custom(requirements::create_user), "Creates a user.";
+    "updateUser" => command::users::update_user, admin: false, class: OtherWrite, router: Local, access: Custom(requirements::update_user), "Changes a user's password, custom data or roles.";
+    "dropUser" => command::users::drop_user, admin: false, class: OtherWrite, router: Local, access: Database(&["dropUser"]), "Removes a user.";
+    "dropAllUsersFromDatabase" => command::users::drop_all_users, admin: false, class: OtherWrite, router: Local, access: Database(&["dropUser"]), "Removes every user of a database.";
+    "usersInfo" => command::users::users_info, admin: false, class: Command, router: Local, access: Custom(requirements::users_info), "Describes users.";
+    "grantRolesToUser" => command::users::grant_roles, admin: false, class: OtherWrite, router: Local, access: Custom(requirements::grant_roles), "Grants roles to a user.";
+    "revokeRolesFromUser" => command::users::revoke_roles, admin: false, class: OtherWrite, router: Local, access: Custom(requirements::revoke_roles), "Revokes roles from a user.";
+    "createRole" => command::roles::create_role, admin: false, class: OtherWrite, router: Local, access: Custom(requirements::create_role), "Creates a role.";
+    "updateRole" => command::roles::update_role, admin: false, class: OtherWrite, router: Local, access: Database(&["grantRole", "revokeRole"]), "Replaces a role's privileges or roles.";
+    "dropRole" => command::roles::drop_role, admin: false, class: OtherWrite, router: Local, access: Database(&["dropRole"]), "Removes a role.";
+    "rolesInfo" => command::roles::roles_info, admin: false, class: Command, router: Local, access: Database(&["viewRole"]), "Describes roles.";
+    "grantPrivilegesToRole" => command::roles::grant_privileges, admin: false, class: OtherWrite, router: Local, access: Database(&["grantRole"]), "Adds privileges to a role.";
+    "revokePrivilegesFromRole" => command::roles::revoke_privileges, admin: false, class: OtherWrite, router: Local, access: Database(&["revokeRole"]), "Removes privileges from a role.";
+    "grantRolesToRole" => command::roles::grant_roles, admin: false, class: OtherWrite, router: Local, access: Custom(requirements::grant_roles), "Makes a role inherit roles.";
+    "revokeRolesFromRole" => command::roles::revoke_roles, admin: false, class: OtherWrite, router: Local, access: Custom(requirements::revoke_roles), "Removes inherited roles from a role.";
+    "replSetInitiate" => command::replica_set::initiate, admin: true, class: Command, router: NotYet, access: Cluster(&["replSetConfigure"]), "Initiates a replica set (rs.initiate()).";
+    "replSetGetStatus" => command::replica_set::get_status, admin: true, class: Command, router: NotYet, access: Cluster(&["replSetGetStatus"]), "The replica set's members, roles and optimes (rs.status()).";
+    "replSetGetConfig" => command::replica_set::get_config, admin: true, class: Command, router: NotYet, access: Cluster(&["replSetGetConfig"]), "The replica set's configuration (rs.conf()).";
+    "replSetStepDown" => command::replica_set::step_down, admin: true, class: Command, router: NotYet, access: Cluster(&["replSetStateChange"]), "Makes the primary step down so another member is elected.";
+    "replSetFreeze" => command::replica_set::freeze, admin: true, class: Command, router: NotYet, access: Cluster(&["replSetStateChange"]), "Keeps a member from standing for election for a number of seconds.";
+    "replSetRaft" => command::replica_set::raft_message, admin: true, class: Command, router: NotYet, access: Cluster(&["internal"]), "Internal: one Raft message between replica-set members.";
+    "configureFailPoint" => command::configure_fail_point::run, admin: true, class: Command, router: Local, access: Open, "Sets a fail point (a test command: only with enableTestCommands).";
+    "validate" => command::validate::run, admin: false, class: Command, router: Routed, access: Collection(&["validate"]), "Checks a collection's records, indexes and counts.";
 }
 
 /// Test commands: they exist only when the process started with `enableTestCommands`, as in
@@ -154,7 +202,7 @@ pub fn fail_command(context: &ServerContext, request: &CommandRequest) -> Option
         if context.process == crate::Process::Node && command::sessions::refuse_transactions(request).is_err() {
             return None;
         }
-        let supports_write_concern = find_command(&request.name).is_some_and(|spec| spec.is_write);
+        let supports_write_concern = find_command(&request.name).is_some_and(|spec| spec.class.is_write());
         Some(crate::fail_point::CommandTraits { supports_write_concern })
     })
 }
@@ -203,27 +251,20 @@ pub fn dispatch(context: &ServerContext, request: &CommandRequest) -> Reply {
     reply
 }
 
-/// Commands that change the catalog; their batches are written without a sync, so
-/// `j: true` (or `w: "majority"`) syncs the WAL after them. Data writes sync in their commit.
-const DDL_COMMANDS: &[&str] = &["create", "collMod", "drop", "dropDatabase", "renameCollection", "createIndexes", "dropIndexes", "deleteIndexes"];
-
+/// Catalog changes' batches are written without a sync, so `j: true` (or `w: "majority"`)
+/// syncs the WAL after them. Data writes sync in their commit.
 fn sync_journal_for_ddl(context: &ServerContext, request: &CommandRequest) -> CommandResult<()> {
-    if DDL_COMMANDS.contains(&request.name.as_str()) && crate::write::durability(request)? == myriad_storage::Durability::Journaled {
+    let ddl = find_command(&request.name).is_some_and(|spec| spec.class.is_ddl());
+    if ddl && crate::write::durability(request)? == myriad_storage::Durability::Journaled {
         context.backend.sync_wal()?;
     }
     Ok(())
 }
 
 /// serverStatus.opLatencies' kind of the command named `name` (its canonical name or an
-/// alias), as mongod classifies it: `find`, `getMore`, `aggregate`, `count` and `distinct` are
-/// reads; `insert`, `update`, `delete`, `findAndModify` and `bulkWrite` are writes; everything
-/// else, unknown names included, is a command.
+/// alias), from its class ([`CommandClass::latency_kind`]); unknown names are commands.
 pub fn latency_kind(name: &str) -> LatencyKind {
-    match name {
-        "find" | "getMore" | "aggregate" | "count" | "distinct" => LatencyKind::Reads,
-        "insert" | "update" | "delete" | "findAndModify" | "findandmodify" | "bulkWrite" => LatencyKind::Writes,
-        _ => LatencyKind::Commands,
-    }
+    find_command(name).map_or(LatencyKind::Commands, |spec| spec.class.latency_kind())
 }
 
 /// currentOp's `op` for a command.
@@ -276,10 +317,8 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
             format!("{} may only be run against the admin database.", spec.name),
         ));
     }
-    let reads_user_data = (latency_kind(spec.name) == LatencyKind::Reads && spec.name != "getMore")
-        || ["listCollections", "listIndexes", "collStats", "dbStats", "dataSize"].contains(&spec.name);
     let users = request.connection.session.authenticated_users();
-    let ran = command::replica_set::check_role(context, request, spec.is_write, reads_user_data)
+    let ran = command::replica_set::check_role(context, request, spec.class)
         .and_then(|()| crate::auth::with_current_users(users, || (spec.handler)(context, request)))
         .map_err(|mut error| {
         command::replica_set::label_retryable(context, request, &mut error);

@@ -154,7 +154,9 @@ fn run(context: &ServerContext, stop: &Stop) {
     let mut last_pass = Instant::now();
     while !stop.sleep_until_next_pass(last_pass) {
         last_pass = Instant::now();
-        if knobs::ttl_monitor_enabled() {
+        // On a replica set only the primary deletes (its deletes replicate), as mongod's.
+        let primary = context.replication.get().is_none_or(|member| member.is_writable_primary());
+        if knobs::ttl_monitor_enabled() && primary {
             run_pass(context, stop, &mut bucket);
         }
     }

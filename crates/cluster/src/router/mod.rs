@@ -16,6 +16,7 @@
 pub mod command;
 pub mod context;
 pub mod cursor;
+pub mod foreign;
 pub mod forward;
 pub mod no_data;
 pub mod pipeline;

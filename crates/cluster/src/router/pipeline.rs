@@ -9,8 +9,9 @@
 //! - `$count`: counted on each shard, summed on the router;
 //! - anything else runs on the router from there on.
 //!
-//! Stages that read other collections or write (`$lookup`, `$graphLookup`, `$unionWith`,
-//! `$out`, `$merge`) are not supported across several shards.
+//! `$lookup` and `$unionWith` always run on the router, reading their collections through it
+//! (`foreign.rs`), wherever those collections live; `$graphLookup`, `$out` and `$merge` are not
+//! supported across several shards.
 
 use bson::{doc, Bson, Document};
 
@@ -19,7 +20,9 @@ use crate::error::{ClusterError, ClusterResult, ILLEGAL_OPERATION};
 /// Stages a shard can run on its own documents without changing the result.
 const PER_DOCUMENT_STAGES: &[&str] = &["$match", "$project", "$addFields", "$set", "$unset", "$unwind", "$replaceRoot", "$replaceWith"];
 /// Stages that need other collections or write: not run across shards.
-const UNSUPPORTED_ACROSS_SHARDS: &[&str] = &["$lookup", "$graphLookup", "$unionWith", "$out", "$merge"];
+const UNSUPPORTED_ACROSS_SHARDS: &[&str] = &["$graphLookup", "$out", "$merge"];
+/// Stages the router runs itself, reading other collections through its own routing.
+const READ_THROUGH_ROUTER: &[&str] = &["$lookup", "$unionWith"];
 
 /// Where each part of a pipeline runs.
 #[derive(Debug, Default, PartialEq)]
@@ -32,6 +35,11 @@ pub struct SplitPipeline {
 
 fn stage_name(stage: &Document) -> &str {
     stage.keys().next().map(String::as_str).unwrap_or_default()
+}
+
+/// True when a top-level stage reads another collection through the router.
+pub fn reads_through_router(stages: &[Document]) -> bool {
+    stages.iter().any(|stage| READ_THROUGH_ROUTER.contains(&stage_name(stage)))
 }
 
 /// True when any stage (at the top level) needs other collections or writes.
@@ -179,9 +187,15 @@ mod tests {
     }
 
     #[test]
-    fn foreign_stages_are_refused() {
-        let stages = vec![doc! { "$lookup": { "from": "x", "localField": "a", "foreignField": "b", "as": "c" } }];
-        assert!(split(&stages).is_err());
-        assert!(uses_other_collections(&stages));
+    fn lookups_run_on_the_router_and_writing_stages_are_refused() {
+        let lookup = doc! { "$lookup": { "from": "x", "localField": "a", "foreignField": "b", "as": "c" } };
+        let stages = vec![doc! { "$match": { "a": 1 } }, lookup.clone()];
+        let parts = split(&stages).unwrap();
+        assert_eq!((parts.shard_stages, parts.router_stages), (vec![doc! { "$match": { "a": 1 } }], vec![lookup]));
+        assert!(reads_through_router(&stages) && !uses_other_collections(&stages));
+        for writing in [doc! { "$out": "y" }, doc! { "$merge": { "into": "y" } }, doc! { "$graphLookup": { "from": "x" } }] {
+            assert!(split(&[writing.clone()]).is_err());
+            assert!(uses_other_collections(&[writing]));
+        }
     }
 }

@@ -31,15 +31,15 @@ fn member(context: &ServerContext) -> CommandResult<&Arc<ReplicaSetMember>> {
 
 /// Before a command runs on a member: a write needs the writable primary; a read of user data
 /// on a member that is not needs a read preference other than `primary`.
-pub fn check_role(context: &ServerContext, request: &CommandRequest, is_write: bool, reads_user_data: bool) -> CommandResult<()> {
+pub fn check_role(context: &ServerContext, request: &CommandRequest, class: crate::table::CommandClass) -> CommandResult<()> {
     let Some(member) = context.replication.get() else { return Ok(()) };
     if request.db == "local" || member.is_writable_primary() {
         return Ok(());
     }
-    if is_write {
+    if class.is_write() {
         return Err(CommandError::new(NOT_WRITABLE_PRIMARY, "not primary"));
     }
-    if reads_user_data && !secondary_allowed(&request.body) {
+    if class.needs_secondary_read_preference() && !secondary_allowed(&request.body) {
         return Err(CommandError::new(NOT_PRIMARY_NO_SECONDARY_OK, "not primary and secondaryOk=false"));
     }
     Ok(())

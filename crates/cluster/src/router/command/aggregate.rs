@@ -14,7 +14,8 @@ use crate::router::command::find::DEFAULT_FIRST_BATCH_SIZE;
 use crate::router::command::{any_shard, first_batch, on_any_shard, open_sources, passthrough_cursor};
 use crate::router::context::RouterContext;
 use crate::router::cursor::{RouterCursor, RouterStages, SHARD_GET_MORE_BATCH_SIZE};
-use crate::router::pipeline::{split, uses_other_collections};
+use crate::router::foreign::RouterForeignSource;
+use crate::router::pipeline::{reads_through_router, split, uses_other_collections};
 use crate::router::request::RouterRequest;
 use crate::router::targeting::shards_for_filter;
 use crate::with_routing_retries;
@@ -58,7 +59,7 @@ fn pipeline_stages(request: &RouterRequest) -> ClusterResult<Vec<Document>> {
 }
 
 async fn open(
-    context: &RouterContext,
+    context: &Arc<RouterContext>,
     request: &RouterRequest,
     collection: &str,
     stages: &[Document],
@@ -72,7 +73,7 @@ async fn open(
     };
     let mut body = request.forwarded_body();
     let source_stage = stages.first().is_some_and(|stage| stage.keys().next().is_some_and(|name| SOURCE_STAGES.contains(&name.as_str())));
-    if targets.len() == 1 || source_stage {
+    if (targets.len() == 1 || source_stage) && !reads_through_router(stages) {
         if targets.len() > 1 && uses_other_collections(stages) {
             return Err(ClusterError::coded(ILLEGAL_OPERATION, "this pipeline reads other collections and is not supported over several shards yet"));
         }
@@ -90,7 +91,8 @@ async fn open(
         cursor.sort = Some(myriad_query::SortSpec::parse(sort)?);
     }
     if !parts.router_stages.is_empty() {
-        cursor.stages = Some(RouterStages::new(PipelineRun::new(router_pipeline(request, &parts.router_stages)?)));
+        let pipeline = router_pipeline(request, &parts.router_stages)?.with_foreign_source(Arc::new(RouterForeignSource::new(context, request)));
+        cursor.stages = Some(RouterStages::new(PipelineRun::new(pipeline)));
     }
     Ok(cursor)
 }
