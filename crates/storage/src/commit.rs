@@ -197,17 +197,21 @@ impl WriteTransaction<'_> {
 
     /// True for a write that may release the stripe before its RocksDB write: only inserts
     /// (no update, delete or capped trimming; not into a capped collection), at least
-    /// [`RELEASE_BEFORE_WRITE_MIN_OPERATIONS`] of them, and nobody observing operation records
-    /// (an observer must see one collection's writes in commit order).
+    /// [`RELEASE_BEFORE_WRITE_MIN_OPERATIONS`] of them (any number on a replica-set member),
+    /// and nobody observing operation records (an observer must see one collection's writes in
+    /// commit order).
     fn releases_stripe_before_writing(&self, prepared: &PreparedWrite) -> bool {
-        self.operations >= RELEASE_BEFORE_WRITE_MIN_OPERATIONS
+        // Through a replication log every insert-only write goes this way: its wait for a
+        // majority is far longer than a second stripe acquisition, and the next inserts into the
+        // collection are proposed meanwhile, so one log append carries many of them.
+        let minimum = if self.engine.is_replicated() { 1 } else { RELEASE_BEFORE_WRITE_MIN_OPERATIONS };
+        self.operations >= minimum
             && self.records.first_key_value().is_none_or(|(lowest, _)| self.inserted_here(*lowest))
             && self.deleted_ids.is_empty()
             && self.capped_trim.is_none()
             && prepared.capped_inserted.is_none()
             && prepared.capped_trimmed_through.is_none()
             && !self.engine.has_observer()
-            && !self.engine.is_replicated()
     }
 
     /// [`Self::apply`] of an insert-only write that lets the collection's next writer in while
@@ -229,8 +233,10 @@ impl WriteTransaction<'_> {
         self.advance_record_id_counter(prepared.allocated);
         self.stripe.writes_in_flight.push(std::sync::Arc::clone(&write));
         drop(self);
-        let written = engine.db.write_opt(prepared.batch, &WriteOptions::default());
-        // Published once write_opt returned: at least this write's own sequence number.
+        let allocated = prepared.allocated;
+        let effects = move || Ok(data_effects(allocated, None, None));
+        let written = engine.write_logged(prepared.batch, &WriteOptions::default(), entry.db() == "local", effects, &prepared.operations);
+        // Published once the write returned: at least this write's own sequence number.
         let written_through = engine.db.latest_sequence_number();
         write.mark_done();
         engine.forget_finished_writes(entry.prefix);
