@@ -117,6 +117,26 @@ def test_a_priority_zero_member_is_never_elected():
         running.stop()
 
 
+def test_step_down_without_an_electable_member_keeps_the_primary():
+    running = ReplicaSet(members=2)
+    try:
+        primary = running.wait_for_primary()
+        passive = 1 - primary
+        with running.client() as client:
+            reconfigure(client, lambda config: config["members"][passive].update(priority=0))
+        with running.member_client(passive) as client:
+            wait_until(lambda: client.admin.command("hello").get("passive"), "the member knows it is passive")
+        with running.member_client(primary) as client:
+            with pytest.raises(OperationFailure) as refused:
+                client.admin.command("replSetStepDown", 60)
+            assert refused.value.code == 262 and refused.value.details["codeName"] == "ExceededTimeLimit"
+            assert "No electable secondaries caught up" in str(refused.value)
+            assert client.admin.command("hello")["isWritablePrimary"] is True
+            client.still.items.insert_one({"primary": "kept"})
+    finally:
+        running.stop()
+
+
 def test_votes_zero_is_a_learner_with_the_data_and_hidden_is_not_in_hello():
     running = ReplicaSet(members=3)
     learner, hidden = Server(("--replSet", running.name)), Server(("--replSet", running.name))

@@ -116,6 +116,8 @@ pub enum ReplicationError {
     NodeNotElectable(String),
     /// Another reconfiguration is still being made (ConfigurationInProgress, 109).
     ConfigurationInProgress(String),
+    /// replSetStepDown found no electable member to take over (ExceededTimeLimit, 262).
+    NoElectableSecondary(String),
 }
 
 impl ReplicationError {
@@ -132,6 +134,7 @@ impl ReplicationError {
             ReplicationError::NodeNotFound(_) => 74,
             ReplicationError::NodeNotElectable(_) => 104,
             ReplicationError::ConfigurationInProgress(_) => 109,
+            ReplicationError::NoElectableSecondary(_) => 262,
         }
     }
 
@@ -148,6 +151,7 @@ impl ReplicationError {
             ReplicationError::NodeNotFound(_) => "NodeNotFound",
             ReplicationError::NodeNotElectable(_) => "NodeNotElectable",
             ReplicationError::ConfigurationInProgress(_) => "ConfigurationInProgress",
+            ReplicationError::NoElectableSecondary(_) => "ExceededTimeLimit",
         }
     }
 }
@@ -165,7 +169,8 @@ impl std::fmt::Display for ReplicationError {
             ReplicationError::Incompatible(message)
             | ReplicationError::NodeNotFound(message)
             | ReplicationError::NodeNotElectable(message)
-            | ReplicationError::ConfigurationInProgress(message) => formatter.write_str(message),
+            | ReplicationError::ConfigurationInProgress(message)
+            | ReplicationError::NoElectableSecondary(message) => formatter.write_str(message),
         }
     }
 }

@@ -341,6 +341,14 @@ impl ReplicaSetMember {
             let _ = tokio::time::timeout(Duration::from_millis(50), metrics.changed()).await;
         }
         raft.runtime_config().heartbeat(true);
+        if metrics.borrow().state == ServerState::Leader {
+            // Still the primary: no member could take over (none electable, or none caught up).
+            self.freeze(0);
+            return Err(ReplicationError::NoElectableSecondary(format!(
+                "No electable secondaries caught up as of {}. Please use the replSetStepDown command with the argument {{force: true}} to force node to step down.",
+                DateTime::now().try_to_rfc3339_string().unwrap_or_default()
+            )));
+        }
         Ok(())
     }
 
