@@ -93,7 +93,7 @@ REPLY_DIFFERS = {
 NOT_ON_ROUTER = {
     "compact": "mongos has no compact command either (MongoDB's manual: run it on each shard), so CommandNotFound is its answer",
     **{name: "a replica-set member's command: mongos has none (rs.* helpers run on members), so CommandNotFound is its answer"
-       for name in ("replSetInitiate", "replSetGetStatus", "replSetGetConfig", "replSetStepDown", "replSetFreeze", "replSetRaft")},
+       for name in ("replSetInitiate", "replSetReconfig", "replSetGetStatus", "replSetGetConfig", "replSetStepDown", "replSetFreeze", "replSetRaft")},
 }
 
 COMMAND_NOT_FOUND = 59

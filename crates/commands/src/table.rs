@@ -173,6 +173,7 @@ commands! {
     "grantRolesToRole" => command::roles::grant_roles, admin: false, class: OtherWrite, router: Local, access: Custom(requirements::grant_roles), "Makes a role inherit roles.";
     "revokeRolesFromRole" => command::roles::revoke_roles, admin: false, class: OtherWrite, router: Local, access: Custom(requirements::revoke_roles), "Removes inherited roles from a role.";
     "replSetInitiate" => command::replica_set::initiate, admin: true, class: Command, router: NotYet, access: Cluster(&["replSetConfigure"]), "Initiates a replica set (rs.initiate()).";
+    "replSetReconfig" => command::replica_set::reconfig, admin: true, class: Command, router: NotYet, access: Cluster(&["replSetConfigure"]), "Changes the replica set's configuration: members, priorities, votes, hidden (rs.reconfig(), rs.add(), rs.remove()).";
     "replSetGetStatus" => command::replica_set::get_status, admin: true, class: Command, router: NotYet, access: Cluster(&["replSetGetStatus"]), "The replica set's members, roles and optimes (rs.status()).";
     "replSetGetConfig" => command::replica_set::get_config, admin: true, class: Command, router: NotYet, access: Cluster(&["replSetGetConfig"]), "The replica set's configuration (rs.conf()).";
     "replSetStepDown" => command::replica_set::step_down, admin: true, class: Command, router: NotYet, access: Cluster(&["replSetStateChange"]), "Makes the primary step down so another member is elected.";
@@ -321,7 +322,7 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
     let ran = command::replica_set::check_role(context, request, spec.class)
         .and_then(|()| crate::auth::with_current_users(users, || (spec.handler)(context, request)))
         .map_err(|mut error| {
-        command::replica_set::label_retryable(context, request, &mut error);
+        command::replica_set::annotate_member_error(context, request, &mut error);
         error
     });
     match ran? {

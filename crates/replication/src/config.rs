@@ -84,6 +84,19 @@ impl MemberConfig {
         Ok(MemberConfig { id, host, priority, votes, hidden, tags })
     }
 
+    /// A member's entry as its Raft node record carries it.
+    pub(crate) fn from_node(id: u64, node: &Member) -> MemberConfig {
+        let document: Document = bson::from_slice(&node.configuration).unwrap_or_default();
+        MemberConfig::parse(&document).unwrap_or(MemberConfig {
+            id,
+            host: node.host.clone(),
+            priority: 1.0,
+            votes: 1,
+            hidden: false,
+            tags: Document::new(),
+        })
+    }
+
     pub fn to_document(&self) -> Document {
         doc! {
             "_id": self.id as i32,
@@ -100,14 +113,53 @@ impl MemberConfig {
 }
 
 impl ReplicaSetConfig {
-    /// Parses a replSetInitiate or replSetReconfig document for the set `set_name`.
+    /// Parses a replSetInitiate document for the set `set_name`.
     pub fn parse(document: &Document, set_name: &str) -> Result<ReplicaSetConfig, ReplicationError> {
-        let name = document.get_str("_id").map_err(|_| invalid("replica set configuration needs an _id string"))?;
-        if name != set_name {
+        let config = ReplicaSetConfig::parse_document(document)?;
+        if config.name != set_name {
             return Err(invalid(format!(
-                "Attempting to initiate a replica set with name {name}, but command line reports {set_name}; rejecting"
+                "Attempting to initiate a replica set with name {}, but command line reports {set_name}; rejecting",
+                config.name
             )));
         }
+        Ok(config)
+    }
+
+    /// Parses a replSetReconfig document and checks, as mongod's `validateConfigForReconfig`
+    /// does, that it may follow `self` (the configuration of term `term`): a greater version,
+    /// the same set name, no host moved to another `_id`, and (unless `force`) at most one
+    /// voting member added or removed, so every quorum of the new configuration overlaps every
+    /// quorum of the old one.
+    pub fn parse_successor(&self, document: &Document, term: u64, force: bool) -> Result<ReplicaSetConfig, ReplicationError> {
+        let successor = ReplicaSetConfig::parse_document(document)?;
+        if successor.version <= self.version {
+            return Err(ReplicationError::Incompatible(format!(
+                "New replica set configuration version and term must be greater than old, but {{version: {}, term: {term}}} is not greater than {{version: {}, term: {term}}} for replica set {}",
+                successor.version, self.version, self.name
+            )));
+        }
+        if successor.name != self.name {
+            return Err(ReplicationError::Incompatible(format!(
+                "New and old configurations differ in replica set name; old was {}, and new is {}",
+                self.name, successor.name
+            )));
+        }
+        for member in &successor.members {
+            if let Some(old) = self.members.iter().find(|old| old.host == member.host && old.id != member.id) {
+                return Err(ReplicationError::Incompatible(format!(
+                    "New and old configurations both have members with host of {} but in the new configuration the _id field is {} and in the old configuration it is {} for replica set {}",
+                    member.host, member.id, old.id, self.name
+                )));
+            }
+        }
+        if !force && self.voters().symmetric_difference(&successor.voters()).count() > 1 {
+            return Err(invalid("Non force replica set reconfig can only add or remove at most 1 voting member."));
+        }
+        Ok(successor)
+    }
+
+    fn parse_document(document: &Document) -> Result<ReplicaSetConfig, ReplicationError> {
+        let name = document.get_str("_id").map_err(|_| invalid("replica set configuration needs an _id string"))?;
         let version = document.get("version").and_then(number).map(|version| version as i64).unwrap_or(1);
         let members = document.get_array("members").map_err(|_| invalid("replica set configuration needs a members array"))?;
         if members.is_empty() || members.len() > MAX_MEMBERS {
@@ -148,21 +200,14 @@ impl ReplicaSetConfig {
         self.members.iter().filter(|member| member.votes == 1).map(|member| member.id).collect()
     }
 
-    /// The configuration a Raft membership carries.
+    /// The configuration a Raft membership carries. While a reconfiguration is being made, its
+    /// members' records carry two versions; the configuration is the newer one's.
     pub(crate) fn from_nodes<'a>(name: &str, nodes: impl Iterator<Item = (&'a u64, &'a Member)>) -> ReplicaSetConfig {
         let mut version = 1;
         let members = nodes
             .map(|(id, node)| {
-                version = node.config_version;
-                let document: Document = bson::from_slice(&node.configuration).unwrap_or_default();
-                MemberConfig::parse(&document).unwrap_or(MemberConfig {
-                    id: *id,
-                    host: node.host.clone(),
-                    priority: 1.0,
-                    votes: 1,
-                    hidden: false,
-                    tags: Document::new(),
-                })
+                version = version.max(node.config_version);
+                MemberConfig::from_node(*id, node)
             })
             .collect();
         ReplicaSetConfig { name: name.to_string(), version, members }
@@ -209,6 +254,33 @@ mod tests {
         assert_eq!(config.voters(), BTreeSet::from([0, 1]));
         let nodes = config.nodes();
         assert_eq!(ReplicaSetConfig::from_nodes("rs", nodes.iter()), config);
+    }
+
+    #[test]
+    fn a_successor_configuration_is_checked_as_mongod_checks_it() {
+        let current = ReplicaSetConfig::parse(
+            &doc! {"_id": "rs", "version": 2, "members": [{"_id": 0, "host": "a:1"}, {"_id": 1, "host": "b:1"}, {"_id": 2, "host": "c:1"}]},
+            "rs",
+        )
+        .unwrap();
+        let with = |version: i32, members: Vec<Document>| doc! {"_id": "rs", "version": version, "members": members};
+        let member = |id: i32, host: &str| doc! {"_id": id, "host": host};
+        let three = vec![member(0, "a:1"), member(1, "b:1"), member(2, "c:1")];
+        let refused = |document: Document, force: bool| current.parse_successor(&document, 4, force).unwrap_err();
+        let stale = refused(with(2, three.clone()), false);
+        assert_eq!((stale.code(), stale.to_string().contains("{version: 2, term: 4} is not greater than {version: 2, term: 4}")), (103, true));
+        let renamed = refused(doc! {"_id": "other", "version": 3, "members": three.clone()}, false);
+        assert_eq!(renamed.code(), 103);
+        let moved = refused(with(3, vec![member(0, "a:1"), member(1, "b:1"), member(3, "c:1")]), false);
+        assert_eq!((moved.code(), moved.to_string().contains("the _id field is 3")), (103, true));
+        let five = vec![member(0, "a:1"), member(1, "b:1"), member(2, "c:1"), member(3, "d:1"), member(4, "e:1")];
+        assert_eq!(refused(with(3, five.clone()), false).code(), 93);
+        assert_eq!(current.parse_successor(&with(3, five), 4, true).unwrap().voters().len(), 5);
+        let mut learner = three.clone();
+        learner.push(doc! {"_id": 3, "host": "d:1", "votes": 0, "priority": 0});
+        learner[2] = doc! {"_id": 2, "host": "c:1", "priority": 0, "hidden": true};
+        let successor = current.parse_successor(&with(3, learner), 4, false).unwrap();
+        assert_eq!((successor.version, successor.voters()), (3, BTreeSet::from([0, 1, 2])));
     }
 
     #[test]

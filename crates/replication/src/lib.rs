@@ -107,6 +107,17 @@ pub enum ReplicationError {
     Raft(String),
     /// A malformed internal message (FailedToParse, 9).
     Malformed(String),
+    /// A reconfiguration the current configuration cannot change to
+    /// (NewReplicaSetConfigurationIncompatible, 103).
+    Incompatible(String),
+    /// The new configuration does not name this member (NodeNotFound, 74).
+    NodeNotFound(String),
+    /// The new configuration makes the primary that runs it unelectable (NodeNotElectable, 104).
+    NodeNotElectable(String),
+    /// Another reconfiguration is still being made (ConfigurationInProgress, 109).
+    ConfigurationInProgress(String),
+    /// replSetStepDown found no electable member to take over (ExceededTimeLimit, 262).
+    NoElectableSecondary(String),
 }
 
 impl ReplicationError {
@@ -119,6 +130,11 @@ impl ReplicationError {
             ReplicationError::NotPrimary(_) => 10107,
             ReplicationError::Raft(_) => 1,
             ReplicationError::Malformed(_) => 9,
+            ReplicationError::Incompatible(_) => 103,
+            ReplicationError::NodeNotFound(_) => 74,
+            ReplicationError::NodeNotElectable(_) => 104,
+            ReplicationError::ConfigurationInProgress(_) => 109,
+            ReplicationError::NoElectableSecondary(_) => 262,
         }
     }
 
@@ -131,6 +147,11 @@ impl ReplicationError {
             ReplicationError::NotPrimary(_) => "NotWritablePrimary",
             ReplicationError::Raft(_) => "InternalError",
             ReplicationError::Malformed(_) => "FailedToParse",
+            ReplicationError::Incompatible(_) => "NewReplicaSetConfigurationIncompatible",
+            ReplicationError::NodeNotFound(_) => "NodeNotFound",
+            ReplicationError::NodeNotElectable(_) => "NodeNotElectable",
+            ReplicationError::ConfigurationInProgress(_) => "ConfigurationInProgress",
+            ReplicationError::NoElectableSecondary(_) => "ExceededTimeLimit",
         }
     }
 }
@@ -145,6 +166,11 @@ impl std::fmt::Display for ReplicationError {
             ReplicationError::NotPrimary(message) => formatter.write_str(message),
             ReplicationError::Raft(message) => write!(formatter, "replication: {message}"),
             ReplicationError::Malformed(message) => write!(formatter, "malformed replication message: {message}"),
+            ReplicationError::Incompatible(message)
+            | ReplicationError::NodeNotFound(message)
+            | ReplicationError::NodeNotElectable(message)
+            | ReplicationError::ConfigurationInProgress(message)
+            | ReplicationError::NoElectableSecondary(message) => formatter.write_str(message),
         }
     }
 }

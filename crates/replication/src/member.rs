@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use bson::{doc, oid::ObjectId, Bson, DateTime, Document, Timestamp};
 use myriad_storage::{Engine, ReplicatedWrite, StorageError, WriteReplicator};
-use openraft::error::{ClientWriteError, RaftError};
-use openraft::{Config, RaftMetrics, ServerState, SnapshotPolicy};
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
+use openraft::{ChangeMembers, Config, RaftMetrics, ServerState, SnapshotPolicy};
 use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
-use crate::config::{ReplicaSetConfig, ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, HEARTBEAT_INTERVAL_MS};
+use crate::config::{MemberConfig, ReplicaSetConfig, ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, HEARTBEAT_INTERVAL_MS};
 use crate::log_store::LogStore;
 use crate::network::{Network, APPEND, SNAPSHOT, VOTE};
 use crate::state_machine::{Optime, RecentOptimes, StateMachine};
@@ -22,6 +22,10 @@ use crate::{decode, encode, LogPayload, Member, Raft, ReplicationError, Transpor
 
 /// How long a writer waits for its write to commit before giving up (outcome unknown).
 const WRITE_WAIT: Duration = Duration::from_secs(30);
+
+/// How long replSetReconfig waits for the members it adds to catch up before they count in
+/// quorums (after it, they become voters anyway, and catch up as voters).
+const CATCH_UP_WAIT: Duration = Duration::from_secs(60);
 
 /// A member's role, as replSetGetStatus names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +69,9 @@ pub struct ReplicaSetStatus {
     pub config: ReplicaSetConfig,
     pub term: u64,
     pub members: Vec<MemberStatus>,
+    /// The members Raft counts in quorums (the configuration's `votes: 1` members once a
+    /// reconfiguration is complete).
+    pub voting_members: usize,
 }
 
 pub struct ReplicaSetMember {
@@ -77,7 +84,9 @@ pub struct ReplicaSetMember {
     raft: OnceCell<Raft>,
     recent: Arc<Mutex<RecentOptimes>>,
     /// While set, this member does not stand for election (replSetStepDown, replSetFreeze).
-    frozen_until: Mutex<Option<Instant>>,
+    frozen_until: Arc<Mutex<Option<Instant>>>,
+    /// Held while a replSetReconfig changes the membership (one at a time).
+    reconfiguring: tokio::sync::Mutex<()>,
 }
 
 /// The engine's replicator: the member, held weakly (the member owns the engine).
@@ -103,7 +112,8 @@ impl ReplicaSetMember {
             runtime: tokio::runtime::Handle::current(),
             raft: OnceCell::new(),
             recent: Arc::new(Mutex::new(RecentOptimes::default())),
-            frozen_until: Mutex::new(None),
+            frozen_until: Arc::new(Mutex::new(None)),
+            reconfiguring: tokio::sync::Mutex::new(()),
         });
         engine.set_replicator(Some(Arc::new(Replicator(Arc::downgrade(&member)))));
         if let Some(id) = member.log_store.member_id()? {
@@ -138,9 +148,11 @@ impl ReplicaSetMember {
                 let network = Network { transport: Arc::clone(&self.transport), set_name: self.set_name.clone() };
                 let state_machine = StateMachine::open(Arc::clone(&self.engine), Arc::clone(&self.recent)).map_err(ReplicationError::Raft)?;
                 self.log_store.set_member_id(id).map_err(ReplicationError::Raft)?;
-                Raft::new(id, config, network, self.log_store.clone(), state_machine)
+                let raft = Raft::new(id, config, network, self.log_store.clone(), state_machine)
                     .await
-                    .map_err(|error| ReplicationError::Raft(error.to_string()))
+                    .map_err(|error| ReplicationError::Raft(error.to_string()))?;
+                self.runtime.spawn(follow_priority(raft.clone(), Arc::clone(&self.frozen_until)));
+                Ok(raft)
             })
             .await
     }
@@ -238,6 +250,10 @@ impl ReplicaSetMember {
     pub fn status(&self) -> Result<ReplicaSetStatus, ReplicationError> {
         let (config, term) = self.config()?;
         let metrics = self.metrics().ok_or(ReplicationError::NotYetInitialized)?;
+        if config.member(metrics.id).is_none() {
+            return Err(ReplicationError::InvalidConfig("Our replica set config is invalid or we are not a member of it".into()));
+        }
+        let voting_members = metrics.membership_config.membership().voter_ids().count();
         let recent = self.recent.lock();
         let replication = metrics.replication.clone().unwrap_or_default();
         let members = config
@@ -254,7 +270,7 @@ impl ReplicaSetMember {
                 MemberStatus { id: member.id, host: member.host.clone(), role, optime, is_self }
             })
             .collect();
-        Ok(ReplicaSetStatus { config, term, members })
+        Ok(ReplicaSetStatus { config, term, members, voting_members })
     }
 
     /// The replica-set fields of hello (`setName`, `hosts`, `primary`...); None before the
@@ -264,6 +280,10 @@ impl ReplicaSetMember {
             return doc! {"isWritablePrimary": false, "secondary": false, "info": "Does not have a valid replica set config", "isreplicaset": true};
         };
         let metrics = self.metrics().expect("a configured member runs Raft");
+        if config.member(metrics.id).is_none() {
+            // Removed from the set by a reconfiguration, as mongod's REMOVED member answers.
+            return doc! {"isWritablePrimary": false, "secondary": false, "info": "Does not have a valid replica set config", "isreplicaset": true};
+        }
         let visible = |member: &&crate::MemberConfig| !member.hidden;
         let hosts: Vec<Bson> = config.members.iter().filter(visible).filter(|member| member.priority > 0.0).map(|member| Bson::String(member.host.clone())).collect();
         let passives: Vec<Bson> = config.members.iter().filter(visible).filter(|member| member.priority == 0.0).map(|member| Bson::String(member.host.clone())).collect();
@@ -321,6 +341,14 @@ impl ReplicaSetMember {
             let _ = tokio::time::timeout(Duration::from_millis(50), metrics.changed()).await;
         }
         raft.runtime_config().heartbeat(true);
+        if metrics.borrow().state == ServerState::Leader {
+            // Still the primary: no member could take over (none electable, or none caught up).
+            self.freeze(0);
+            return Err(ReplicationError::NoElectableSecondary(format!(
+                "No electable secondaries caught up as of {}. Please use the replSetStepDown command with the argument {{force: true}} to force node to step down.",
+                DateTime::now().try_to_rfc3339_string().unwrap_or_default()
+            )));
+        }
         Ok(())
     }
 
@@ -346,9 +374,68 @@ impl ReplicaSetMember {
     }
 
     fn electable(&self) -> bool {
-        let Ok((config, _)) = self.config() else { return true };
-        let id = self.metrics().map(|metrics| metrics.id);
-        id.and_then(|id| config.member(id)).is_none_or(|member| member.priority > 0.0)
+        self.metrics().is_none_or(|metrics| priority_allows_election(&metrics))
+    }
+
+    /// replSetReconfig: checks `document` against the current configuration as mongod does,
+    /// then changes Raft's membership to it in steps, each a membership log entry: every
+    /// member's record (new members join as learners) with the new version; once the new
+    /// members caught up (or [`CATCH_UP_WAIT`] passed), the voters; then the removed members
+    /// leave (as learners first, so a removed member never stands for election).
+    pub async fn reconfigure(&self, document: &Document, force: bool) -> Result<(), ReplicationError> {
+        let raft = self.raft.get().ok_or(ReplicationError::NotYetInitialized)?;
+        let (current, term) = self.config()?;
+        if !self.is_writable_primary() {
+            let state = self.role().name();
+            return Err(ReplicationError::NotPrimary(if force {
+                format!(
+                    "force replSetReconfig is not supported on a {state} member: a Myriad replica set's configuration is its Raft membership, \
+                     which only the primary changes (run replSetReconfig on the primary; a set without a primary needs a majority of its voting members up)"
+                )
+            } else {
+                format!("replSetReconfig should only be run on a writable PRIMARY. Current state {state};")
+            }));
+        }
+        let successor = current.parse_successor(document, term, force)?;
+        let version_and_term = format!("{{version: {}, term: {term}}}", successor.version);
+        let Some(me) = successor.members.iter().find(|member| same_host(&member.host, &self.me)) else {
+            return Err(ReplicationError::NodeNotFound(format!(
+                "No host described in new configuration with {version_and_term} for replica set {} maps to this node",
+                self.set_name
+            )));
+        };
+        if me.priority == 0.0 {
+            return Err(ReplicationError::NodeNotElectable(format!(
+                "This node, {}, with _id {} is not electable under the new configuration with {version_and_term} for replica set {}",
+                me.host, me.id, self.set_name
+            )));
+        }
+        let Ok(_reconfiguring) = self.reconfiguring.try_lock() else {
+            return Err(ReplicationError::ConfigurationInProgress(
+                "Cannot run replSetReconfig because the node is currently updating its configuration".into(),
+            ));
+        };
+        let added: Vec<u64> = successor.members.iter().map(|member| member.id).filter(|id| current.member(*id).is_none()).collect();
+        let removed: std::collections::BTreeSet<u64> =
+            current.members.iter().map(|member| member.id).filter(|id| successor.member(*id).is_none()).collect();
+        let recorded = raft.change_membership(ChangeMembers::SetNodes(successor.nodes()), true).await.map_err(membership_error)?;
+        if !added.is_empty() {
+            let index = recorded.log_id.index;
+            let caught_up = |metrics: &RaftMetrics<u64, Member>| {
+                let replication = metrics.replication.clone().unwrap_or_default();
+                added.iter().all(|id| replication.get(id).cloned().flatten().is_some_and(|matched| matched.index >= index))
+            };
+            // Past the wait, the new members become voters all the same and catch up as such.
+            let _ = raft.wait(Some(CATCH_UP_WAIT)).metrics(caught_up, "the added members caught up").await;
+        }
+        let voters = successor.voters();
+        if !raft.metrics().borrow().membership_config.membership().voter_ids().eq(voters.iter().copied()) {
+            raft.change_membership(ChangeMembers::ReplaceAllVoters(voters), true).await.map_err(membership_error)?;
+        }
+        if !removed.is_empty() {
+            raft.change_membership(ChangeMembers::RemoveNodes(removed), true).await.map_err(membership_error)?;
+        }
+        Ok(())
     }
 
     /// Stops Raft (at shutdown).
@@ -395,6 +482,47 @@ impl WriteReplicator for Replicator {
         match self.0.upgrade() {
             Some(member) => member.replicate(write),
             None => Err(not_writable_primary()),
+        }
+    }
+}
+
+/// A membership change's failure, as replSetReconfig answers it.
+fn membership_error(error: RaftError<u64, ClientWriteError<u64, Member>>) -> ReplicationError {
+    match error {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => {
+            ReplicationError::NotPrimary("replSetReconfig was interrupted because this member stepped down".into())
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(ChangeMembershipError::InProgress(_))) => {
+            ReplicationError::ConfigurationInProgress("Cannot run replSetReconfig because the node is currently updating its configuration".into())
+        }
+        other => ReplicationError::Raft(other.to_string()),
+    }
+}
+
+/// True unless this member's own entry of the membership gives it priority 0.
+fn priority_allows_election(metrics: &RaftMetrics<u64, Member>) -> bool {
+    let node = metrics.membership_config.membership().get_node(&metrics.id);
+    node.is_none_or(|node| MemberConfig::from_node(metrics.id, node).priority > 0.0)
+}
+
+/// Keeps Raft's election switch on this member's priority (a priority-0 member never stands
+/// for election) and its freeze, read again at every membership change: a member learns its
+/// own configuration from the membership log entries. Ends when Raft shuts down.
+async fn follow_priority(raft: Raft, frozen_until: Arc<Mutex<Option<Instant>>>) {
+    let mut metrics = raft.metrics();
+    let mut seen = None;
+    loop {
+        let (membership, electable) = {
+            let current = metrics.borrow_and_update();
+            (current.membership_config.log_id().clone(), priority_allows_election(&current))
+        };
+        if seen.as_ref() != Some(&membership) {
+            let frozen = frozen_until.lock().is_some_and(|until| until > Instant::now());
+            raft.runtime_config().elect(electable && !frozen);
+            seen = Some(membership);
+        }
+        if metrics.changed().await.is_err() {
+            return;
         }
     }
 }

@@ -421,6 +421,11 @@ impl ConnectionTask<'_> {
                 None => return Handled::Close { reply: None, reason: FAIL_POINT_CLOSE.to_string() },
             }
         };
+        if more_to_come && is_not_primary_error(&reply) {
+            // A fire-and-forget write cannot be told the member is not (or no longer) the
+            // primary: as mongod does, close the connection, so the driver finds the primary.
+            return Handled::Close { reply: None, reason: format!("Not-primary error while processing '{name}' via fire-and-forget command execution") };
+        }
         let compressor = decoded.compressor;
         if let Some(used) = compressor {
             self.context.count(&self.context.compression.decompressor_bytes_in[compressor_slot(used)], message.len() as i64);
@@ -555,6 +560,27 @@ impl ConnectionTask<'_> {
             previous_reply_id = reply_id;
         }
     }
+}
+
+/// The codes of mongod's not-primary errors (`ErrorCodes::isNotPrimaryError`).
+const NOT_PRIMARY_CODES: &[i32] = &[189, 10058, 10107, 11602, 13435, 13436];
+
+/// A reply that failed, or has a write error, because this member is not the primary.
+fn is_not_primary_error(reply: &Reply) -> bool {
+    let decoded;
+    let document = match reply {
+        Reply::Document(document) => document,
+        Reply::Encoded(raw) => match raw.to_document() {
+            Ok(document) => {
+                decoded = document;
+                &decoded
+            }
+            Err(_) => return false,
+        },
+    };
+    let has_not_primary_code = |entry: &Document| entry.get_i32("code").is_ok_and(|code| NOT_PRIMARY_CODES.contains(&code));
+    has_not_primary_code(document)
+        || document.get_array("writeErrors").is_ok_and(|errors| errors.iter().any(|error| error.as_document().is_some_and(has_not_primary_code)))
 }
 
 /// A reply of a streamed hello: moreToCome set, never compressed (hello replies never are).

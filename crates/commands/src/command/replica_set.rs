@@ -1,5 +1,5 @@
-//! The replica-set commands (replSetInitiate, replSetGetStatus, replSetGetConfig,
-//! replSetStepDown, replSetFreeze), the internal `replSetRaft` that carries Raft's messages
+//! The replica-set commands (replSetInitiate, replSetReconfig, replSetGetStatus,
+//! replSetGetConfig, replSetStepDown, replSetFreeze), the internal `replSetRaft` that carries Raft's messages
 //! between members, and the role checks every command passes on a member: writes only on the
 //! primary (NotWritablePrimary), reads of user data on a secondary only with a read preference
 //! that allows it (NotPrimaryNoSecondaryOk). A standalone answers NoReplicationEnabled.
@@ -15,6 +15,9 @@ use crate::{CommandRequest, ServerContext};
 const NOT_WRITABLE_PRIMARY: ErrorCode = ErrorCode::new(10107);
 const NOT_PRIMARY_NO_SECONDARY_OK: ErrorCode = ErrorCode::new(13435);
 const BAD_VALUE: ErrorCode = ErrorCode::new(2);
+
+/// mongod's not-primary errors (`ErrorCodes::isNotPrimaryError`).
+const NOT_PRIMARY_CODES: &[i32] = &[189, 10058, 10107, 11602, 13435, 13436];
 
 /// The error codes after which drivers retry a write (the retryable-writes specification);
 /// on a member, a write with a transaction number that fails with one carries the
@@ -53,14 +56,21 @@ fn secondary_allowed(body: &Document) -> bool {
     }
 }
 
-/// Adds `RetryableWriteError` to an error of a retryable write (one with a transaction number)
-/// on a member.
-pub fn label_retryable(context: &ServerContext, request: &CommandRequest, error: &mut CommandError) {
-    if context.replication.get().is_none() || !request.body.contains_key("txnNumber") || !RETRYABLE_WRITE_CODES.contains(&error.code) {
+/// On a member, what mongod adds to an error: `RetryableWriteError` to an error of a retryable
+/// write (one with a transaction number), and the member's `topologyVersion` to a not-primary
+/// error, by which drivers tell an error of the role they know (ignored) from news of a role
+/// change (the server is marked unknown and checked again at once).
+pub fn annotate_member_error(context: &ServerContext, request: &CommandRequest, error: &mut CommandError) {
+    if context.replication.get().is_none() {
         return;
     }
-    let extra = error.extra.get_or_insert_with(Document::new);
-    extra.insert("errorLabels", vec![Bson::String("RetryableWriteError".into())]);
+    if NOT_PRIMARY_CODES.contains(&error.code) {
+        let topology_version = doc! {"processId": super::hello::process_id(), "counter": context.topology.counter()};
+        error.extra.get_or_insert_with(Document::new).insert("topologyVersion", topology_version);
+    }
+    if request.body.contains_key("txnNumber") && RETRYABLE_WRITE_CODES.contains(&error.code) {
+        error.extra.get_or_insert_with(Document::new).insert("errorLabels", vec![Bson::String("RetryableWriteError".into())]);
+    }
 }
 
 /// hello's replica-set fields, merged into its reply on a member.
@@ -85,6 +95,26 @@ pub fn initiate(context: &ServerContext, request: &CommandRequest) -> CommandRes
         }
     };
     member.block_on(member.initiate(config.as_ref())).map_err(replication_error)?;
+    context.topology.record_change();
+    Ok(doc! {"ok": 1.0})
+}
+
+/// replSetReconfig: `{replSetReconfig: <config>, force: <bool>}` on the primary (mongosh's
+/// rs.reconfig, rs.add and rs.remove send the config of replSetGetConfig with its version + 1).
+pub fn reconfig(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let member = member(context)?;
+    let config = match request.body.get("replSetReconfig") {
+        Some(Bson::Document(config)) => config.clone(),
+        other => {
+            let found = other.map_or_else(|| "nothing".to_string(), |value| format!("{:?}", value.element_type()));
+            return Err(CommandError::new(ErrorCode::new(14), format!("expected an object for replSetReconfig, found {found}")));
+        }
+    };
+    let force = request.body.get("force").is_some_and(|force| match force {
+        Bson::Boolean(force) => *force,
+        other => other.as_f64().or_else(|| other.as_i32().map(f64::from)).or_else(|| other.as_i64().map(|force| force as f64)).is_some_and(|force| force != 0.0),
+    });
+    member.block_on(member.reconfigure(&config, force)).map_err(replication_error)?;
     context.topology.record_change();
     Ok(doc! {"ok": 1.0})
 }
@@ -128,6 +158,10 @@ pub fn get_status(context: &ServerContext, _request: &CommandRequest) -> Command
         "myState": my_state,
         "term": status.term as i64,
         "heartbeatIntervalMillis": 200i64,
+        "majorityVoteCount": (status.voting_members / 2 + 1) as i32,
+        "writeMajorityCount": (status.voting_members / 2 + 1) as i32,
+        "votingMembersCount": status.voting_members as i32,
+        "writableVotingMembersCount": status.voting_members as i32,
         "members": members,
         "ok": 1.0,
     })
