@@ -11,6 +11,7 @@ mod error;
 pub mod idealo;
 pub mod many_collections;
 pub mod ops;
+pub mod replication;
 pub mod routing;
 pub mod writes;
 mod server;

@@ -40,6 +40,10 @@ enum BenchCommand {
     /// queries' p99 with and without refreshes.
     #[command(name = "cluster-refresh")]
     ClusterRefresh(myriad_bench::cluster_refresh::ClusterRefreshArgs),
+    /// A 3-member replica set against a standalone node: insert_one with w:1 and w:"majority"
+    /// (ratios majority / w:1 and replica set / standalone), then failover time after kill -9
+    /// of the primary, measured to the first acknowledged majority write.
+    Replication(myriad_bench::replication::ReplicationArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +56,7 @@ fn main() -> ExitCode {
         BenchCommand::Writes(arguments) => myriad_bench::writes::run(&arguments),
         BenchCommand::Compression(arguments) => myriad_bench::compression::run(&arguments),
         BenchCommand::ClusterRefresh(arguments) => myriad_bench::cluster_refresh::run(&arguments),
+        BenchCommand::Replication(arguments) => myriad_bench::replication::run(&arguments),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -55,12 +55,23 @@ impl ServerProcess {
         arguments: &[std::ffi::OsString],
         startup_timeout: Duration,
     ) -> BenchResult<ServerProcess> {
+        ServerProcess::start_on_port(binary, arguments, 0, startup_timeout)
+    }
+
+    /// As [`ServerProcess::start_with_arguments`] on `port` (0: a free one), so a restarted
+    /// replica set member comes back on the address its set knows.
+    pub fn start_on_port(
+        binary: &Path,
+        arguments: &[std::ffi::OsString],
+        port: u16,
+        startup_timeout: Duration,
+    ) -> BenchResult<ServerProcess> {
         let mut command = Command::new(binary);
         command
             .args(arguments)
             // Not --quiet: the server's quiet mode drops every NETWORK info line, including
             // "Waiting for connections", which names the port. The reader drains the rest.
-            .args(["--port", "0", "--bind_ip", "127.0.0.1"])
+            .args(["--port", &port.to_string(), "--bind_ip", "127.0.0.1"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -156,6 +167,18 @@ impl ServerProcess {
     /// Resident memory of the server process in bytes (VmRSS), if it is still running.
     pub fn resident_bytes(&self) -> Option<u64> {
         resident_bytes_of(self.child.id())
+    }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// SIGKILL (`kill -9`: no shutdown, no flush) and reap.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        cleanup::forget_child(self.child.id());
+        let _ = self.child.wait();
     }
 
     /// SIGTERM, then wait for a clean exit (flush included); SIGKILL after `timeout`.

@@ -16,7 +16,8 @@
 //!   deletion, recovery), and [`auto_split`], shards splitting chunks past the chunk size;
 //! - [`balancer`]: the config server's balancer and its catalog changes (migration commit,
 //!   merge, shard removal);
-//! - [`launcher`]: `myriad cluster`.
+//! - [`launcher`]: `myriad cluster` and `myriad replset` (local clusters and replica sets of
+//!   child processes).
 //!
 //! Invariants (docs/design-cluster.md, "Sharded cluster", has the protocol):
 //! - Every versioned request from a router to a shard carries the shard version of one

@@ -21,6 +21,9 @@ pub enum Subcommand {
     Router(RouterArguments),
     /// Starts a local cluster of child processes: a config server, N shards and a router.
     Cluster(ClusterArguments),
+    /// Starts a local replica set of child processes, initiates it and prints its connection string.
+    #[command(name = "replset")]
+    ReplicaSet(ReplicaSetArguments),
 }
 
 /// A router takes the node's network, security and logging flags (and `--config`), but none
@@ -82,6 +85,28 @@ pub struct ClusterArguments {
     /// TLS for every member, the router included, and between members.
     #[command(flatten)]
     pub tls: TlsArguments,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReplicaSetArguments {
+    /// Number of members.
+    #[arg(long = "members", default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=7))]
+    pub members: u16,
+    /// Directory of the members' data (DIR/member<i>) and logs, kept across restarts.
+    #[arg(long = "dir")]
+    pub dir: String,
+    /// Member 0's port; member i takes P+i (0: free ports).
+    #[arg(long = "port", default_value_t = 27017)]
+    pub port: u16,
+    /// The address every member binds (and the members' hosts in the set's config).
+    #[arg(long = "bind_ip", default_value = "127.0.0.1")]
+    pub bind_ip: String,
+    /// Block cache of each member, in MiB.
+    #[arg(long = "cacheSizeMB", default_value_t = 256)]
+    pub cache_size_mebibytes: usize,
+    /// The set's name.
+    #[arg(long = "replSet", default_value = "rs0")]
+    pub replica_set: String,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             return role::run_router(router, router_matches, std::env::args().collect());
         }
         Some(cli::Subcommand::Cluster(cluster)) => return role::run_cluster(cluster),
+        Some(cli::Subcommand::ReplicaSet(replica_set)) => return role::run_replica_set(replica_set),
         None => {}
     }
     if let Some(path) = arguments.server.config.clone() {

@@ -1,17 +1,18 @@
 //! The node's cluster role: the context a standalone, config server or shard serves with, and
-//! the router and local-cluster programs (all in crates/cluster).
+//! the router, local-cluster and local-replica-set programs (all in crates/cluster).
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use myriad_cluster::config_server::ConfigServer;
+use myriad_cluster::launcher::replica_set::ReplicaSetOptions;
 use myriad_cluster::launcher::{self, ClusterOptions};
 use myriad_cluster::shard_role::ShardRole;
 use myriad_commands::log::Logger;
 use myriad_commands::{ServerContext, ServerOptions};
 use myriad_storage::Engine;
 
-use crate::cli::{ClusterArguments, RouterArguments, ServerArguments};
+use crate::cli::{ClusterArguments, ReplicaSetArguments, RouterArguments, ServerArguments};
 
 /// The context of a standalone node, or of a config server or shard (`--configsvr`,
 /// `--shardsvr`) with its role installed. Runs inside the server's runtime.
@@ -81,6 +82,33 @@ pub fn run_cluster(arguments: ClusterArguments) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("myriad cluster: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `myriad replset ...`.
+pub fn run_replica_set(arguments: ReplicaSetArguments) -> ExitCode {
+    let executable = match std::env::current_exe() {
+        Ok(path) => path,
+        Err(error) => {
+            eprintln!("myriad replset: cannot find this executable: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = ReplicaSetOptions {
+        name: arguments.replica_set,
+        members: usize::from(arguments.members),
+        dir: arguments.dir.into(),
+        port: arguments.port,
+        bind_ip: arguments.bind_ip,
+        executable,
+        member_arguments: vec!["--cacheSizeMB".to_string(), arguments.cache_size_mebibytes.to_string()],
+    };
+    match launcher::replica_set::run(options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("myriad replset: {message}");
             ExitCode::FAILURE
         }
     }

@@ -7,24 +7,19 @@
 //!   data); a restart may add shards, never remove them.
 //! - Every child started is stopped: on SIGINT or SIGTERM, or when a child exits on its own,
 //!   the router, then the shards, then the config server get SIGTERM (a clean shutdown that
-//!   flushes storage), and SIGKILL after [`STOP_TIMEOUT`].
+//!   flushes storage), and SIGKILL after [`supervision::STOP_TIMEOUT`].
 
-use std::net::TcpListener;
+pub mod replica_set;
+pub mod supervision;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use bson::doc;
 use serde_json::json;
 
 use crate::client::NodeClient;
+use supervision::{offset_port, path_argument, stop_all, wait_until_ready, watch, Member, Spawner, StopSignals};
 
-/// How long a member may take to answer after it started.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a member may take to exit after SIGTERM.
-const STOP_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often children are checked while the cluster runs.
-const WATCH_INTERVAL: Duration = Duration::from_millis(200);
 const LAYOUT_FILE: &str = "cluster.json";
 
 pub struct ClusterOptions {
@@ -73,19 +68,8 @@ impl Layout {
     }
 }
 
-/// A port nothing listens on now (the OS's choice).
-fn free_port(bind_ip: &str) -> Result<u16, String> {
-    let listener = TcpListener::bind((bind_ip, 0)).map_err(|error| format!("cannot find a free port: {error}"))?;
-    listener.local_addr().map(|address| address.port()).map_err(|error| error.to_string())
-}
-
 fn plan_layout(options: &ClusterOptions, existing: Option<Layout>) -> Result<Layout, String> {
-    let offset_port = |offset: usize| -> Result<u16, String> {
-        if options.port == 0 {
-            return free_port(&options.bind_ip);
-        }
-        u16::try_from(usize::from(options.port) + offset).map_err(|_| "ports past 65535".to_string())
-    };
+    let offset_port = |offset: usize| offset_port(options.port, offset, &options.bind_ip);
     let mut layout = match existing {
         Some(layout) => {
             if layout.shards.len() > options.shards {
@@ -102,33 +86,6 @@ fn plan_layout(options: &ClusterOptions, existing: Option<Layout>) -> Result<Lay
     Ok(layout)
 }
 
-/// One running member.
-struct Member {
-    name: String,
-    child: Child,
-}
-
-impl Member {
-    fn stop(mut self) {
-        let pid = self.child.id() as libc::pid_t;
-        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions; the pid is
-        // still ours (the child was not waited for yet).
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        eprintln!("myriad cluster: {} did not stop in time and was killed", self.name);
-    }
-}
-
 /// Starts the cluster, prints the router's connection string, and runs until a signal.
 pub fn run(options: ClusterOptions) -> Result<(), String> {
     std::fs::create_dir_all(options.dir.join("logs")).map_err(|error| format!("cannot create {}: {error}", options.dir.display()))?;
@@ -136,6 +93,7 @@ pub fn run(options: ClusterOptions) -> Result<(), String> {
     let layout = plan_layout(&options, Layout::load(&layout_path)?)?;
     layout.save(&layout_path)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|error| format!("cannot start the runtime: {error}"))?;
+    let mut signals = runtime.block_on(async { StopSignals::catch() })?;
     let mut members: Vec<Member> = Vec::new();
     let started = runtime.block_on(start_members(&options, &layout, &mut members));
     if let Err(error) = started {
@@ -146,25 +104,34 @@ pub fn run(options: ClusterOptions) -> Result<(), String> {
     println!("mongodb://{host}:{}/", layout.router);
     println!("config server {host}:{}, shards {}", layout.config, layout.shards.iter().map(|port| format!("{host}:{port}")).collect::<Vec<_>>().join(", "));
     println!("data and logs under {}; Ctrl-C stops the cluster", options.dir.display());
-    let outcome = runtime.block_on(watch(&mut members));
+    let outcome = runtime.block_on(watch(&mut members, &mut signals));
     stop_all(members);
     outcome
 }
 
 async fn start_members(options: &ClusterOptions, layout: &Layout, members: &mut Vec<Member>) -> Result<(), String> {
     let host = &options.bind_ip;
+    let spawner = Spawner {
+        executable: options.executable.clone(),
+        logs_directory: options.dir.join("logs"),
+        bind_ip: options.bind_ip.clone(),
+        common_arguments: options.security_arguments.clone(),
+    };
+    let data_member = |role: &str, name: &str, port: u16| -> Result<Member, String> {
+        let mut arguments = vec![role.to_string(), "--dbpath".into(), path_argument(&options.dir.join(name)), "--port".into(), port.to_string()];
+        arguments.extend(options.member_arguments.iter().cloned());
+        spawner.spawn(name, &arguments)
+    };
     let config_address = format!("{host}:{}", layout.config);
-    members.push(spawn(options, "config", &["--configsvr".into(), "--dbpath".into(), path_argument(&options.dir.join("config")), "--port".into(), layout.config.to_string()])?);
+    members.push(data_member("--configsvr", "config", layout.config)?);
     wait_until_ready(&config_address, members).await?;
     for (index, port) in layout.shards.iter().enumerate() {
-        let name = format!("shard{index}");
-        let dbpath = path_argument(&options.dir.join(&name));
-        members.push(spawn(options, &name, &["--shardsvr".into(), "--dbpath".into(), dbpath, "--port".into(), port.to_string()])?);
+        members.push(data_member("--shardsvr", &format!("shard{index}"), *port)?);
     }
     for port in &layout.shards {
         wait_until_ready(&format!("{host}:{port}"), members).await?;
     }
-    members.push(spawn(options, "router", &["router".into(), "--configdb".into(), config_address, "--port".into(), layout.router.to_string()])?);
+    members.push(spawner.spawn("router", &["router".into(), "--configdb".into(), config_address, "--port".into(), layout.router.to_string()])?);
     let router_address = format!("{host}:{}", layout.router);
     wait_until_ready(&router_address, members).await?;
     let router = NodeClient::new(&router_address);
@@ -172,69 +139,6 @@ async fn start_members(options: &ClusterOptions, layout: &Layout, members: &mut 
         router.run("admin", doc! { "addShard": format!("{host}:{port}") }).await.map_err(|error| format!("addShard {host}:{port} failed: {error}"))?;
     }
     Ok(())
-}
-
-fn path_argument(path: &Path) -> String {
-    path.to_string_lossy().into_owned()
-}
-
-fn spawn(options: &ClusterOptions, name: &str, arguments: &[String]) -> Result<Member, String> {
-    let log = path_argument(&options.dir.join("logs").join(format!("{name}.log")));
-    let child = Command::new(&options.executable)
-        .args(arguments)
-        .args(["--bind_ip", &options.bind_ip, "--logpath", &log, "--logappend"])
-        .args(if name == "router" { &[][..] } else { &options.member_arguments[..] })
-        .args(&options.security_arguments)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|error| format!("cannot start {name}: {error}"))?;
-    Ok(Member { name: name.to_string(), child })
-}
-
-/// Pings until the member answers (an error as soon as any member exited).
-async fn wait_until_ready(address: &str, members: &mut [Member]) -> Result<(), String> {
-    let client = NodeClient::with_timeout(address, Duration::from_secs(5));
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        for member in members.iter_mut() {
-            if let Ok(Some(status)) = member.child.try_wait() {
-                return Err(format!("{} exited ({status}) while the cluster started; see its log", member.name));
-            }
-        }
-        match client.run("admin", doc! { "ping": 1 }).await {
-            Ok(_) => return Ok(()),
-            Err(error) if Instant::now() >= deadline => return Err(format!("{address} did not start: {error}")),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
-/// Waits for SIGINT or SIGTERM, or for a member to exit on its own (an error).
-async fn watch(members: &mut [Member]) -> Result<(), String> {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|error| error.to_string())?;
-    let mut interval = tokio::time::interval(WATCH_INTERVAL);
-    loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-            _ = terminate.recv() => return Ok(()),
-            _ = interval.tick() => {
-                for member in members.iter_mut() {
-                    if let Ok(Some(status)) = member.child.try_wait() {
-                        return Err(format!("{} exited ({status}); see its log", member.name));
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Stops the router first, then the shards, then the config server.
-fn stop_all(members: Vec<Member>) {
-    for member in members.into_iter().rev() {
-        member.stop();
-    }
 }
 
 #[cfg(test)]
