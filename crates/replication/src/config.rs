@@ -9,12 +9,13 @@ use bson::{doc, Bson, Document};
 
 use crate::{Member, ReplicationError};
 
-/// Raft's timing: heartbeats, and the election timeout's range (a follower that hears no
-/// heartbeat for a random time in it stands for election). MongoDB's default election timeout
-/// is 10 s; these make a failover take about 1-2 s.
-pub(crate) const HEARTBEAT_INTERVAL_MS: u64 = 200;
-pub(crate) const ELECTION_TIMEOUT_MIN_MS: u64 = 1000;
-pub(crate) const ELECTION_TIMEOUT_MAX_MS: u64 = 2000;
+/// Raft's timing: heartbeats, and the election timeout's range. openraft keeps a leader lease of
+/// the range's maximum on top of a follower's timeout (a follower that heard from a leader
+/// grants no vote within it), so a follower stands for election 1.2-1.6 s after the last
+/// heartbeat of a dead primary. MongoDB's default election timeout alone is 10 s.
+pub const HEARTBEAT_INTERVAL_MS: u64 = 100;
+pub(crate) const ELECTION_TIMEOUT_MIN_MS: u64 = 400;
+pub(crate) const ELECTION_TIMEOUT_MAX_MS: u64 = 800;
 
 /// MongoDB's limits: 50 members, 7 voting.
 const MAX_MEMBERS: usize = 50;

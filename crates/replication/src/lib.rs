@@ -31,7 +31,7 @@ use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
-pub use config::{MemberConfig, ReplicaSetConfig};
+pub use config::{MemberConfig, ReplicaSetConfig, HEARTBEAT_INTERVAL_MS};
 pub use member::{optime_document, MemberRole, MemberStatus, ReplicaSetMember, ReplicaSetStatus};
 pub use network::RAFT_COMMAND;
 pub use state_machine::Optime;

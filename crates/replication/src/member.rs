@@ -20,6 +20,9 @@ use crate::network::{Network, APPEND, SNAPSHOT, VOTE};
 use crate::state_machine::{Optime, RecentOptimes, StateMachine};
 use crate::{decode, encode, LogPayload, Member, Raft, ReplicationError, Transport};
 
+/// How long a restarted member waits before it may stand for election
+/// ([`ReplicaSetMember::hold_elections_after_restart`]).
+const RESTART_ELECTION_GRACE: Duration = Duration::from_secs(3);
 /// How long a writer waits for its write to commit before giving up (outcome unknown).
 const WRITE_WAIT: Duration = Duration::from_secs(30);
 
@@ -118,6 +121,7 @@ impl ReplicaSetMember {
         engine.set_replicator(Some(Arc::new(Replicator(Arc::downgrade(&member)))));
         if let Some(id) = member.log_store.member_id()? {
             member.start(id).await.map_err(|error| error.to_string())?;
+            member.hold_elections_after_restart();
         }
         Ok(member)
     }
@@ -371,6 +375,33 @@ impl ReplicaSetMember {
                 }
             });
         }
+    }
+
+    /// A restarted member stands for no election for [`RESTART_ELECTION_GRACE`]: back before
+    /// the primary's replication stream to it reconnected, it would otherwise time out, call an
+    /// election with a newer term and depose a healthy primary. Implemented as a freeze that
+    /// ends by itself (an operator's replSetFreeze meanwhile wins).
+    fn hold_elections_after_restart(&self) {
+        let Some(raft) = self.raft.get().cloned() else { return };
+        let until = Instant::now() + RESTART_ELECTION_GRACE;
+        *self.frozen_until.lock() = Some(until);
+        raft.runtime_config().elect(false);
+        let frozen_until = Arc::clone(&self.frozen_until);
+        self.runtime.spawn(async move {
+            tokio::time::sleep_until(until.into()).await;
+            let still_ours = {
+                let mut frozen = frozen_until.lock();
+                let ours = *frozen == Some(until);
+                if ours {
+                    *frozen = None;
+                }
+                ours
+            };
+            if still_ours {
+                let electable = priority_allows_election(&raft.metrics().borrow());
+                raft.runtime_config().elect(electable);
+            }
+        });
     }
 
     fn electable(&self) -> bool {

@@ -157,7 +157,7 @@ pub fn get_status(context: &ServerContext, _request: &CommandRequest) -> Command
         "date": now,
         "myState": my_state,
         "term": status.term as i64,
-        "heartbeatIntervalMillis": 200i64,
+        "heartbeatIntervalMillis": myriad_replication::HEARTBEAT_INTERVAL_MS as i64,
         "majorityVoteCount": (status.voting_members / 2 + 1) as i32,
         "writeMajorityCount": (status.voting_members / 2 + 1) as i32,
         "votingMembersCount": status.voting_members as i32,
