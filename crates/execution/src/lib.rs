@@ -26,6 +26,7 @@ pub mod aggregate_sources;
 pub mod backend;
 pub mod bulk;
 pub mod collation;
+pub mod command_class;
 pub mod context;
 pub mod cursor;
 pub mod execution;

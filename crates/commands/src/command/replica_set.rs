@@ -34,7 +34,7 @@ fn member(context: &ServerContext) -> CommandResult<&Arc<ReplicaSetMember>> {
 
 /// Before a command runs on a member: a write needs the writable primary; a read of user data
 /// on a member that is not needs a read preference other than `primary`.
-pub fn check_role(context: &ServerContext, request: &CommandRequest, class: crate::table::CommandClass) -> CommandResult<()> {
+pub fn check_role(context: &ServerContext, request: &CommandRequest, class: crate::command_class::CommandClass) -> CommandResult<()> {
     let Some(member) = context.replication.get() else { return Ok(()) };
     if request.db == "local" || member.is_writable_primary() {
         return Ok(());
