@@ -14,7 +14,7 @@ const MARKER_KEY: &[u8] = b"Rtest-applied";
 /// thread of its own (as a member's state machine runs), on the follower.
 struct LogReplicator {
     primary: OnceLock<Weak<Engine>>,
-    follower: Mutex<std::sync::mpsc::Sender<(ReplicatedWrite, [u8; 8], std::sync::mpsc::Sender<Result<(), StorageError>>)>>,
+    follower: Mutex<Option<std::sync::mpsc::Sender<(ReplicatedWrite, [u8; 8], std::sync::mpsc::Sender<Result<(), StorageError>>)>>>,
     log: Mutex<Vec<ReplicatedWrite>>,
     /// When set, writes are logged but the primary's writer is told it lost its role.
     failing: std::sync::atomic::AtomicBool,
@@ -35,7 +35,9 @@ impl WriteReplicator for LogReplicator {
         let primary = self.primary.get().and_then(Weak::upgrade).expect("the primary is open");
         primary.apply_replicated(&write, (MARKER_KEY, &position))?;
         let (applied, wait) = std::sync::mpsc::channel();
-        self.follower.lock().unwrap().send((write, position, applied)).expect("the follower's applier runs");
+        let follower = self.follower.lock().unwrap();
+        follower.as_ref().expect("the follower's applier runs").send((write, position, applied)).expect("the follower's applier runs");
+        drop(follower);
         wait.recv().expect("the follower's applier answers")
     }
 }
@@ -44,26 +46,43 @@ fn options() -> EngineOptions {
     EngineOptions { block_cache_size_bytes: 8 << 20, lock_stripes: 64, ..EngineOptions::default() }
 }
 
-fn replicated_pair(directory: &tempfile::TempDir) -> (Arc<Engine>, Arc<Engine>, Arc<LogReplicator>) {
+/// Stops the follower's applier thread (closing its channel) and waits for it, so its engine
+/// is closed before the test ends, never while the process exits.
+struct Applier {
+    replicator: Arc<LogReplicator>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Applier {
+    fn drop(&mut self) {
+        self.replicator.follower.lock().unwrap().take();
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("the applier thread ends cleanly");
+        }
+    }
+}
+
+fn replicated_pair(directory: &tempfile::TempDir) -> (Arc<Engine>, Arc<Engine>, Arc<LogReplicator>, Applier) {
     let primary = Arc::new(Engine::open(&directory.path().join("primary"), &options()).unwrap());
     let follower = Arc::new(Engine::open(&directory.path().join("follower"), &options()).unwrap());
     assert_eq!(primary.family_fingerprint().unwrap(), follower.family_fingerprint().unwrap());
     let (sender, receiver) = std::sync::mpsc::channel::<(ReplicatedWrite, [u8; 8], std::sync::mpsc::Sender<_>)>();
-    let applier = Arc::clone(&follower);
-    std::thread::spawn(move || {
+    let applying = Arc::clone(&follower);
+    let thread = std::thread::spawn(move || {
         for (write, position, applied) in receiver {
-            let _ = applied.send(applier.apply_replicated(&write, (MARKER_KEY, &position)));
+            let _ = applied.send(applying.apply_replicated(&write, (MARKER_KEY, &position)));
         }
     });
     let replicator = Arc::new(LogReplicator {
         primary: OnceLock::new(),
-        follower: Mutex::new(sender),
+        follower: Mutex::new(Some(sender)),
         log: Mutex::new(Vec::new()),
         failing: Default::default(),
     });
     replicator.primary.set(Arc::downgrade(&primary)).ok().unwrap();
     primary.set_replicator(Some(replicator.clone()));
-    (primary, follower, replicator)
+    let applier = Applier { replicator: Arc::clone(&replicator), thread: Some(thread) };
+    (primary, follower, replicator, applier)
 }
 
 fn insert(engine: &Engine, collection: &str, document: Document) -> Result<(), StorageError> {
@@ -81,7 +100,7 @@ fn count(engine: &Engine, collection: &str) -> i64 {
 #[test]
 fn a_follower_applying_the_log_holds_what_the_primary_holds() {
     let directory = tempfile::tempdir().unwrap();
-    let (primary, follower, replicator) = replicated_pair(&directory);
+    let (primary, follower, replicator, _applier) = replicated_pair(&directory);
     primary.create_collection("db", "shared", Document::new()).unwrap();
     primary.create_indexes("db", "shared", vec![doc! {"key": {"owner": 1, "sequence": 1}, "name": "owner_sequence", "unique": true}]).unwrap();
     for thread in 0..4 {
@@ -124,7 +143,7 @@ fn a_follower_applying_the_log_holds_what_the_primary_holds() {
 #[test]
 fn a_write_its_writer_stopped_waiting_for_is_applied_whole_later() {
     let directory = tempfile::tempdir().unwrap();
-    let (primary, _follower, replicator) = replicated_pair(&directory);
+    let (primary, _follower, replicator, _applier) = replicated_pair(&directory);
     primary.create_collection("db", "c", Document::new()).unwrap();
     insert(&primary, "c", doc! {"_id": 1}).unwrap();
     replicator.failing.store(true, std::sync::atomic::Ordering::SeqCst);
