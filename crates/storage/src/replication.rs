@@ -254,8 +254,16 @@ impl Engine {
     }
 
     /// The numeric ids RocksDB gave this node's column families, hashed: equal on members whose
-    /// batch bytes mean the same thing.
+    /// batch bytes mean the same thing. Computed once: every family is created at open.
     pub fn family_fingerprint(&self) -> Result<u64, StorageError> {
+        if let Some(fingerprint) = self.family_fingerprint.get() {
+            return Ok(*fingerprint);
+        }
+        let fingerprint = self.compute_family_fingerprint()?;
+        Ok(*self.family_fingerprint.get_or_init(|| fingerprint))
+    }
+
+    fn compute_family_fingerprint(&self) -> Result<u64, StorageError> {
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for name in COLUMN_FAMILIES {
             let mut probe = WriteBatch::default();

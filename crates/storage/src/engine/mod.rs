@@ -164,6 +164,8 @@ pub struct Engine {
     pub(crate) creations: crate::creation_queue::CreationQueue,
     /// The replication log writes go through on a replica-set member (`replication.rs`).
     pub(crate) replication: arc_swap::ArcSwapOption<crate::replication::Replication>,
+    /// [`Engine::family_fingerprint`], computed on first use (the families are fixed at open).
+    pub(crate) family_fingerprint: std::sync::OnceLock<u64>,
 }
 
 pub(crate) fn validate_database_name(db: &str) -> Result<(), StorageError> {

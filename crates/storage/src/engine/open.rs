@@ -61,6 +61,7 @@ impl Engine {
             journal: crate::journal::JournalSync::default(),
             creations: crate::creation_queue::CreationQueue::default(),
             replication: arc_swap::ArcSwapOption::empty(),
+            family_fingerprint: std::sync::OnceLock::new(),
         };
         let upgrade = engine.check_format()?;
         let next_prefix = match engine.db.get_cf(engine.family(FAMILY_CATALOG)?, keys::CATALOG_NEXT_PREFIX_KEY)? {
