@@ -20,7 +20,7 @@ use std::sync::Arc;
 use bson::{Bson, Document, RawDocumentBuf};
 use myriad_storage::{
     CollectionHandle, CollectionStats, CollectionStorage, CreateIndexesOutcome, DatabaseStats, DatabaseStorage, Durability, Engine, IndexKeyRange,
-    IndexOptionChanges, IndexOptionsOutcome, IndexSelector, IndexValuesEntry, PreparedInsert, RecordId, StorageError, TtlIndex,
+    IndexOptionChanges, IndexOptionsOutcome, IndexSelector, IndexValuesEntry, PreparedInsert, RecordId, SessionHeader, SessionId, StatementRecord, StorageError, TtlIndex,
     ValidationReport, WriteTransaction,
 };
 
@@ -46,6 +46,8 @@ pub trait WriteSession {
     fn read_unique_owners(&mut self, prepared: &[&PreparedInsert]) -> BackendResult<()>;
     fn update(&mut self, record_id: RecordId, old: &Document, new: &Document) -> BackendResult<()>;
     fn delete(&mut self, record_id: RecordId, old: &Document) -> BackendResult<()>;
+    /// Records a retryable write's statement with this session's writes (`crate::retryable`).
+    fn record_statement(&mut self, record: StatementRecord<'_>) -> BackendResult<()>;
     /// Makes every write of the session durable as asked, atomically.
     fn commit(self: Box<Self>, durability: Durability) -> BackendResult<()>;
 }
@@ -128,6 +130,12 @@ pub trait Backend: Send + Sync {
     /// Blocks until a WAL sync covers `sequence`, leading one if none runs.
     fn sync_journal_through(&self, sequence: u64) -> BackendResult<()>;
     fn flush(&self) -> BackendResult<()>;
+
+    // ----- retryable writes (`crate::retryable`) --------------------------------------------
+    /// The session's latest recorded retryable write.
+    fn session_header(&self, session: &SessionId) -> BackendResult<Option<SessionHeader>>;
+    /// The recorded result of a statement the session executed under `transaction_number`.
+    fn executed_statement(&self, session: &SessionId, transaction_number: i64, statement_id: i32) -> BackendResult<Option<RawDocumentBuf>>;
 }
 
 impl WriteSession for WriteTransaction<'_> {
@@ -151,6 +159,9 @@ impl WriteSession for WriteTransaction<'_> {
     }
     fn delete(&mut self, record_id: RecordId, old: &Document) -> BackendResult<()> {
         WriteTransaction::delete(self, record_id, old)
+    }
+    fn record_statement(&mut self, record: StatementRecord<'_>) -> BackendResult<()> {
+        WriteTransaction::record_statement(self, record)
     }
     fn commit(self: Box<Self>, durability: Durability) -> BackendResult<()> {
         WriteTransaction::commit(*self, durability)
@@ -276,6 +287,12 @@ impl Backend for Engine {
     }
     fn flush(&self) -> BackendResult<()> {
         Engine::flush(self)
+    }
+    fn session_header(&self, session: &SessionId) -> BackendResult<Option<SessionHeader>> {
+        Engine::session_header(self, session)
+    }
+    fn executed_statement(&self, session: &SessionId, transaction_number: i64, statement_id: i32) -> BackendResult<Option<RawDocumentBuf>> {
+        Engine::executed_statement(self, session, transaction_number, statement_id)
     }
 }
 
@@ -504,6 +521,12 @@ impl<B: Backend> Backend for ContractBackend<B> {
     }
     fn flush(&self) -> BackendResult<()> {
         self.inner.flush()
+    }
+    fn session_header(&self, session: &SessionId) -> BackendResult<Option<SessionHeader>> {
+        self.inner.session_header(session)
+    }
+    fn executed_statement(&self, session: &SessionId, transaction_number: i64, statement_id: i32) -> BackendResult<Option<RawDocumentBuf>> {
+        self.inner.executed_statement(session, transaction_number, statement_id)
     }
 }
 

@@ -23,7 +23,7 @@
 
 use std::borrow::Cow;
 
-use bson::{doc, Bson, Document, RawDocument};
+use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use myriad_storage::{CollectionHandle, Durability, PreparedInsert};
 
 pub use crate::request::InsertDocument;
@@ -31,6 +31,7 @@ pub use crate::request::InsertDocument;
 use myriad_reply::error::{CommandError, CommandResult};
 use crate::backend::begin_write_on;
 use crate::write::prepare_for_insert;
+use crate::retryable::RetryableWrite;
 use crate::ServerContext;
 
 /// At most this many documents per insert slice.
@@ -114,6 +115,7 @@ pub fn insert_in_slices<'a>(
     statements: impl IntoIterator<Item = InsertStatement<'a>>,
     ordered: bool,
     bypass_validation: bool,
+    retry: Option<&RetryableWrite<'_>>,
     report: &mut dyn FnMut(usize, CommandResult<()>),
 ) -> CommandResult<bool> {
     let mut statements = statements.into_iter().peekable();
@@ -130,11 +132,24 @@ pub fn insert_in_slices<'a>(
         }
         let (mut inserted, mut stop) = (0i64, false);
         for (index, prepared) in slice {
+            let statement = retry.map(|retry| retry.statement(index));
+            if let Some(statement) = statement {
+                if statement.executed()?.is_some() {
+                    // An earlier attempt inserted it: counted, not inserted again.
+                    inserted += 1;
+                    report(index, Ok(()));
+                    continue;
+                }
+            }
             let outcome = prepared.and_then(|(document, prepared)| {
                 if let Some(validator) = validator.as_deref() {
                     validator.check(context, transaction.as_ref(), None, document.decoded()?.as_ref())?;
                 }
-                Ok(transaction.insert_prepared(prepared)?)
+                transaction.insert_prepared(prepared)?;
+                if let Some(statement) = statement {
+                    statement.record(transaction.as_mut(), &RawDocumentBuf::new())?;
+                }
+                Ok(())
             });
             match outcome {
                 Ok(_) => {

@@ -79,6 +79,8 @@ pub struct ServerContext {
     pub process: Process,
     /// `configureFailPoint`'s fail points (see [`crate::fail_point`]).
     pub fail_points: crate::fail_point::FailPoints,
+    /// Sessions whose retryable write runs now (`retryable.rs`).
+    pub retryable_writes: crate::retryable::Checkouts,
 }
 
 /// The kind of process a [`ServerContext`] serves, as drivers tell them apart (a router's
@@ -151,6 +153,7 @@ impl ServerContext {
             role: std::sync::OnceLock::new(),
             replication: std::sync::OnceLock::new(),
             fail_points: crate::fail_point::FailPoints::default(),
+            retryable_writes: crate::retryable::Checkouts::default(),
         }
     }
 

@@ -41,6 +41,7 @@ pub mod operation;
 pub mod plan;
 pub mod profiler;
 pub mod request;
+pub mod retryable;
 pub mod role;
 pub mod session;
 pub mod stages;

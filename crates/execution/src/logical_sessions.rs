@@ -58,6 +58,11 @@ fn session_bytes(id: &Bson) -> Option<Vec<u8>> {
     }
 }
 
+/// MongoDB's `uid` of the sessions `request`'s connection owns: the digest of its user.
+pub fn owner_digest(request: &CommandRequest) -> Vec<u8> {
+    user_digest(owner(request).as_deref()).bytes
+}
+
 /// `user@db` of the connection's authenticated user.
 fn owner(request: &CommandRequest) -> Option<String> {
     request.connection.session.authenticated_user_names().first().map(UserName::full_name)

@@ -27,7 +27,7 @@
 use bson::{Bson, RawDocument, RawDocumentBuf};
 use rocksdb::{WriteBatch, WriteOptions};
 
-use crate::families::FAMILY_STATS;
+use crate::families::{FAMILY_CATALOG, FAMILY_STATS};
 use crate::journal::Durability;
 use crate::keys;
 use crate::operation_record::{OperationKind, OperationRecord};
@@ -118,6 +118,12 @@ impl WriteTransaction<'_> {
             }
         }
         self.add_counter_merges(&mut batch)?;
+        if !self.session_records.is_empty() {
+            let catalog = engine.family(FAMILY_CATALOG)?;
+            for (key, value) in &self.session_records {
+                batch.put_cf(catalog, key, value);
+            }
+        }
         let capped_trimmed_through =
             self.capped_trim.as_ref().and_then(|trim| trim.trimmed_through).map(|id| (entry.prefix, id));
         let capped_inserted = (self.first_inserted.is_some() && entry.capped_bounds().is_some()).then_some(entry.prefix);

@@ -57,6 +57,7 @@ mod options;
 mod stripes;
 mod partial;
 mod replication;
+mod sessions;
 mod stats;
 mod storage_size;
 mod ttl;
@@ -79,6 +80,7 @@ pub use index::{expire_after_seconds_number, hashed_index_value, ID_INDEX_NAME, 
 pub use options::{rocksdb_options, EngineOptions, RocksDbOptions};
 pub use compression::{is_supported as is_block_compressor_supported, requested_block_compressor, BlockCompressor, DEFAULT_BLOCK_COMPRESSOR};
 pub use commit::{PreparedWrite, RELEASE_BEFORE_WRITE_MIN_OPERATIONS};
+pub use sessions::{SessionHeader, SessionId, StatementRecord, SESSION_ID_LEN};
 pub use replication::{ReplicatedEffect, ReplicatedWrite, WriteReplicator};
 pub use operation_record::{OperationKind, OperationObserver, OperationRecord};
 pub use ttl::TtlIndex;

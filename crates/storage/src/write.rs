@@ -64,6 +64,8 @@ pub struct WriteTransaction<'e> {
     /// (`RecordId::MAX` when ready; a building index's position, read under the stripe).
     index_limits: Vec<RecordId>,
     pub(crate) operations: usize,
+    /// Session records of retryable writes (`sessions.rs`), catalog keys to put.
+    pub(crate) session_records: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Trimming state of a capped collection, once an insert needed it.
     pub(crate) capped_trim: Option<CappedTrim>,
     /// Owners of unique index keys read ahead in one batch (`read_unique_owners`), sorted by
@@ -279,6 +281,7 @@ impl Engine {
             index_deltas: vec![[0; stats::INDEX_SLOTS]; index_count],
             index_limits,
             operations: 0,
+            session_records: BTreeMap::new(),
             capped_trim: None,
             unique_owners_read: Vec::new(),
             read_ahead_hint: std::cell::Cell::new(0),

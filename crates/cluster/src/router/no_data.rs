@@ -120,6 +120,12 @@ impl Backend for NoLocalData {
     fn flush(&self) -> BackendResult<()> {
         Ok(())
     }
+    fn session_header(&self, _session: &myriad_storage::SessionId) -> BackendResult<Option<myriad_storage::SessionHeader>> {
+        Ok(None)
+    }
+    fn executed_statement(&self, _session: &myriad_storage::SessionId, _transaction_number: i64, _statement_id: i32) -> BackendResult<Option<bson::RawDocumentBuf>> {
+        Ok(None)
+    }
 }
 
 /// The write session of [`NoLocalData`]: every write is refused.
@@ -142,6 +148,9 @@ impl WriteSession for NoWrites {
         refused()
     }
     fn delete(&mut self, _record_id: RecordId, _old: &Document) -> BackendResult<()> {
+        refused()
+    }
+    fn record_statement(&mut self, _record: myriad_storage::StatementRecord<'_>) -> BackendResult<()> {
         refused()
     }
     fn commit(self: Box<Self>, _durability: Durability) -> BackendResult<()> {

@@ -231,6 +231,12 @@ impl<B: Backend> Backend for FilteringBackend<B> {
     fn flush(&self) -> BackendResult<()> {
         self.inner.flush()
     }
+    fn session_header(&self, session: &myriad_storage::SessionId) -> BackendResult<Option<myriad_storage::SessionHeader>> {
+        self.inner.session_header(session)
+    }
+    fn executed_statement(&self, session: &myriad_storage::SessionId, transaction_number: i64, statement_id: i32) -> BackendResult<Option<bson::RawDocumentBuf>> {
+        self.inner.executed_statement(session, transaction_number, statement_id)
+    }
 }
 
 /// A write session of a versioned command: updates may not move documents off this shard.
@@ -276,6 +282,9 @@ impl WriteSession for OwnedWrites<'_> {
     }
     fn delete(&mut self, record_id: RecordId, old: &bson::Document) -> BackendResult<()> {
         self.inner.delete(record_id, old)
+    }
+    fn record_statement(&mut self, record: myriad_storage::StatementRecord<'_>) -> BackendResult<()> {
+        self.inner.record_statement(record)
     }
     fn commit(self: Box<Self>, durability: Durability) -> BackendResult<()> {
         self.inner.commit(durability)

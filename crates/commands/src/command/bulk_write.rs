@@ -27,6 +27,7 @@ use crate::command::update::{parse_statement, update_statement, StatementOutcome
 use crate::cursor::{take_batch, Cursor, CursorSource};
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::reply::{encode_document, Reply};
+use crate::retryable::RetryableWrite;
 use crate::{CommandRequest, ServerContext};
 use parse::{BulkRequest, Operation};
 
@@ -40,7 +41,8 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
     let bulk = parse::parse(request)?;
     let durability = crate::write::durability(request)?;
     let mut results = Results::new(bulk.errors_only);
-    let outcome = execute(context, request, &bulk, &mut results);
+    let retry = crate::retryable::begin(context, request, bulk.operations.len())?;
+    let outcome = execute(context, request, &bulk, retry.as_ref(), &mut results);
     crate::bulk::sync_journal_if_asked(context, durability)?;
     match outcome {
         Err(error) if is_interruption(&error) => Err(crate::bulk::interrupted_with(error, results.summary())),
@@ -50,7 +52,13 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
 }
 
 /// Runs the operations in order until the end or, ordered, the first failure.
-fn execute(context: &ServerContext, request: &CommandRequest, bulk: &BulkRequest<'_>, results: &mut Results) -> CommandResult<()> {
+fn execute(
+    context: &ServerContext,
+    request: &CommandRequest,
+    bulk: &BulkRequest<'_>,
+    retry: Option<&RetryableWrite<'_>>,
+    results: &mut Results,
+) -> CommandResult<()> {
     let variables = super::update::update_variables(request)?;
     let mut position = 0;
     while position < bulk.operations.len() {
@@ -80,7 +88,7 @@ fn execute(context: &ServerContext, request: &CommandRequest, bulk: &BulkRequest
                     }),
                     _ => None,
                 });
-                let go_on = insert_in_slices(context, db, collection, statements, bulk.ordered, bulk.bypass_document_validation, &mut |index, outcome| {
+                let go_on = insert_in_slices(context, db, collection, statements, bulk.ordered, bulk.bypass_document_validation, retry, &mut |index, outcome| {
                     results.inserted(index, outcome)
                 })?;
                 position = end;
@@ -89,13 +97,13 @@ fn execute(context: &ServerContext, request: &CommandRequest, bulk: &BulkRequest
             Operation::Update { statement, .. } => {
                 let outcome = crate::operation::check_interrupt()
                     .and_then(|()| parse_statement(statement, &parse::UPDATE_FIELDS, bulk.bypass_document_validation, &variables))
-                    .and_then(|parsed| update_statement(context, db, collection, &parsed));
+                    .and_then(|parsed| update_statement(context, db, collection, &parsed, retry.map(|retry| retry.statement(position))));
                 position += 1;
                 results.updated(position - 1, outcome)? || !bulk.ordered
             }
             Operation::Delete { filter, multi, hint, .. } => {
                 let outcome = crate::operation::check_interrupt()
-                    .and_then(|()| super::delete::delete_statement(context, db, collection, filter, *multi, hint.clone()));
+                    .and_then(|()| super::delete::delete_statement(context, db, collection, filter, *multi, hint.clone(), retry.map(|retry| retry.statement(position))));
                 position += 1;
                 results.deleted(position - 1, outcome)? || !bulk.ordered
             }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use bson::{Bson, Document};
+use bson::{rawdoc, Bson, Document, RawDocumentBuf};
 use myriad_query::filter::Filter;
 use myriad_storage::{CollectionHandle, Durability};
 
@@ -12,6 +12,7 @@ use crate::bulk::{is_interruption, write_reply, WriteErrors};
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE, MISSING_FIELD};
 use crate::modify::{for_each_current_match, Scope};
 use crate::plan::QuerySpec;
+use crate::retryable::{RetryStatement, RetryableWrite};
 use crate::write::{durability, ordered, statements};
 use crate::{CommandRequest, ServerContext};
 
@@ -26,7 +27,18 @@ pub fn delete_matching(
     hint: Option<Bson>,
     sort: Option<&myriad_query::sort::SortSpec>,
     durability: Durability,
+    retry: Option<RetryStatement<'_>>,
 ) -> CommandResult<(u64, Option<Document>)> {
+    if let Some(retry) = retry {
+        if multi {
+            return Err(RetryableWrite::refuse_multi("limit=0"));
+        }
+        if let Some(recorded) = retry.executed()? {
+            let document = recorded.get_document("d").ok().map(Document::try_from).transpose();
+            let document = document.map_err(|error| CommandError::new(crate::error::INTERNAL_ERROR, format!("statement record: {error}")))?;
+            return Ok((recorded.get_i64("n").unwrap_or(0) as u64, document));
+        }
+    }
     let spec = QuerySpec {
         filter: Arc::new(Filter::parse(filter_document)?),
         filter_document: filter_document.clone(),
@@ -41,6 +53,13 @@ pub fn delete_matching(
     let mut first = None;
     let deleted = for_each_current_match(context.backend.as_ref(), collection, &spec, scope, durability, |transaction, record_id, document| {
         transaction.delete(record_id, &document)?;
+        if let Some(retry) = retry {
+            let mut record = rawdoc! { "n": 1i64 };
+            if retry.keeps_document {
+                record.append("d", RawDocumentBuf::from_document(&document).expect("a stored document converts to raw BSON"));
+            }
+            retry.record(transaction, &record)?;
+        }
         if first.is_none() {
             first = Some(document);
         }
@@ -58,10 +77,11 @@ pub fn delete_statement(
     filter: &Document,
     multi: bool,
     hint: Option<Bson>,
+    retry: Option<RetryStatement<'_>>,
 ) -> CommandResult<u64> {
     context.count(&context.operation_counters.delete, 1);
     match context.backend.collection(db, name)? {
-        Some(collection) => Ok(delete_matching(context, &collection, filter, multi, hint, None, Durability::Default)?.0),
+        Some(collection) => Ok(delete_matching(context, &collection, filter, multi, hint, None, Durability::Default, retry)?.0),
         None => {
             Filter::parse(filter)?;
             Ok(0)
@@ -94,6 +114,7 @@ pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let Arguments { statements, ordered, durability, name } = parse_arguments(request)?;
+    let retry = crate::retryable::begin(context, request, statements.len())?;
     let mut deleted = 0i64;
     let mut write_errors = WriteErrors::default();
     let mut interruption = None;
@@ -104,7 +125,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             };
             let multi = statement.get("limit").and_then(crate::request::integer_value) == Some(0);
             let hint = statement.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned();
-            delete_statement(context, &request.db, &name, filter, multi, hint)
+            delete_statement(context, &request.db, &name, filter, multi, hint, retry.as_ref().map(|retry| retry.statement(index)))
         });
         match result {
             Ok(count) => deleted += count as i64,
@@ -124,7 +145,13 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     crate::bulk::sync_journal_if_asked(context, durability)?;
     match interruption {
         Some(error) => Err(crate::bulk::interrupted_with(error, crate::bulk::counts(&[("n", deleted)]))),
-        None => Ok(write_reply(deleted, write_errors)),
+        None => {
+            let mut reply = write_reply(deleted, write_errors);
+            if let Some(retry) = &retry {
+                retry.annotate_reply(&mut reply);
+            }
+            Ok(reply)
+        }
     }
 }
 

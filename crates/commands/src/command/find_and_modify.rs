@@ -37,6 +37,8 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         Some(other) => return Err(request.wrong_type("update", "object", other)),
     };
     let hint = request.body.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned();
+    let retry = crate::retryable::begin(context, request, 1)?;
+    let statement_retry = retry.as_ref().map(|retry| retry.statement(0).keeping_document());
     let (value, last_error) = match (remove, update_document) {
         (true, Some(_)) => return Err(CommandError::new(FAILED_TO_PARSE, "Cannot specify both an update and remove=true")),
         (false, None) => return Err(CommandError::new(FAILED_TO_PARSE, "Either an update or remove=true must be specified")),
@@ -47,7 +49,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             context.count(&context.operation_counters.delete, 1);
             let (count, removed) = match context.backend.collection(&request.db, &name)? {
                 Some(collection) => {
-                    super::delete::delete_matching(context, &collection, filter, false, hint, sort.as_ref(), durability)?
+                    super::delete::delete_matching(context, &collection, filter, false, hint, sort.as_ref(), durability, statement_retry)?
                 }
                 None => (0, None),
             };
@@ -79,7 +81,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             };
             match collection {
                 Some(collection) => {
-                    let outcome = apply_statement(context, &collection, &statement, durability)?;
+                    let outcome = apply_statement(context, &collection, &statement, durability, statement_retry)?;
                     crate::operation::note_updated(outcome.matched as u64, outcome.modified as u64, u64::from(outcome.upserted_id.is_some()));
                     let mut last_error = doc! {
                         "n": (outcome.matched + i64::from(outcome.upserted_id.is_some())) as i32,
@@ -99,5 +101,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         (Some(document), None) => Bson::Document(document),
         (None, _) => Bson::Null,
     };
-    Ok(doc! { "lastErrorObject": last_error, "value": value, "ok": 1.0 })
+    let mut reply = doc! { "lastErrorObject": last_error, "value": value, "ok": 1.0 };
+    if let Some(retry) = &retry {
+        retry.annotate_reply(&mut reply);
+    }
+    Ok(reply)
 }

@@ -38,6 +38,7 @@ pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let Arguments { documents, ordered, durability, bypass_validation, collection } = parse_arguments(request)?;
+    let retry = crate::retryable::begin(context, request, documents.len())?;
     let statements = documents.into_iter().enumerate().map(|(index, document)| InsertStatement {
         index,
         document,
@@ -45,7 +46,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     });
     let mut inserted = 0i64;
     let mut write_errors = WriteErrors::default();
-    let outcome = insert_in_slices(context, &request.db, &collection, statements, ordered, bypass_validation, &mut |index, result| {
+    let outcome = insert_in_slices(context, &request.db, &collection, statements, ordered, bypass_validation, retry.as_ref(), &mut |index, result| {
         match result {
             Ok(()) => inserted += 1,
             Err(error) => write_errors.push(index, error),
@@ -55,6 +56,12 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     match outcome {
         Err(error) if is_interruption(&error) => Err(crate::bulk::interrupted_with(error, crate::bulk::counts(&[("n", inserted)]))),
         Err(error) => Err(error),
-        Ok(_) => Ok(write_reply(inserted, write_errors)),
+        Ok(_) => {
+            let mut reply = write_reply(inserted, write_errors);
+            if let Some(retry) = &retry {
+                retry.annotate_reply(&mut reply);
+            }
+            Ok(reply)
+        }
     }
 }

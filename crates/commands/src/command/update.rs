@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use bson::{doc, Bson, DateTime, Document};
+use bson::{doc, rawdoc, Bson, DateTime, Document, RawDocumentBuf};
 use myriad_query::filter::Filter;
 use myriad_query::sort::SortSpec;
 use myriad_query::update::{upsert_seed, Update, UpdateContext};
@@ -18,6 +18,7 @@ use crate::bulk::{is_interruption, WriteErrors};
 use crate::error::{CommandError, CommandResult, MISSING_FIELD};
 use crate::modify::{for_each_current_match, Scope};
 use crate::plan::QuerySpec;
+use crate::retryable::{RetryStatement, RetryableWrite};
 use crate::backend::begin_write_creating;
 use crate::write::{durability, ordered, prepare_for_insert, statements};
 use crate::{CommandRequest, ServerContext};
@@ -71,7 +72,16 @@ pub fn apply_statement(
     collection: &CollectionHandle,
     statement: &UpdateStatement<'_>,
     durability: Durability,
+    retry: Option<RetryStatement<'_>>,
 ) -> CommandResult<StatementOutcome> {
+    if let Some(retry) = retry {
+        if statement.multi {
+            return Err(RetryableWrite::refuse_multi("multi=true"));
+        }
+        if let Some(recorded) = retry.executed()? {
+            return outcome_from_record(&recorded);
+        }
+    }
     let spec = QuerySpec {
         filter: Arc::new(Filter::parse(statement.filter_document)?),
         filter_document: statement.filter_document.clone(),
@@ -105,13 +115,17 @@ pub fn apply_statement(
                     _ => old,
                 });
             }
+            if let Some(retry) = retry {
+                let done = StatementOutcome { matched: 1, modified: outcome.modified, upserted_id: None, document: outcome.document.clone() };
+                retry.record(transaction, &outcome_record(&done, retry.keeps_document))?;
+            }
             Ok(())
         })?;
         outcome.matched = matched as i64;
         if matched > 0 || !statement.upsert {
             return Ok(outcome);
         }
-        match upsert(context, collection, statement, now, durability) {
+        match upsert(context, collection, statement, now, durability, retry) {
             Err(error) if error.code == crate::error::DUPLICATE_KEY.code && attempt < MAX_UPSERT_ATTEMPTS => continue,
             Err(error) => return Err(error),
             Ok(inserted) => {
@@ -132,6 +146,7 @@ fn upsert(
     statement: &UpdateStatement<'_>,
     now: DateTime,
     durability: Durability,
+    retry: Option<RetryStatement<'_>>,
 ) -> CommandResult<Document> {
     let mut seed = upsert_seed(statement.filter_document)?;
     if statement.update.is_replacement() {
@@ -148,12 +163,41 @@ fn upsert(
     let mut transaction = begin_write_creating(context.backend.as_ref(), collection.db(), collection.name())?;
     crate::validation::check_insert(context, transaction.as_ref(), &prepared, statement.bypass_document_validation)?;
     transaction.insert(&prepared)?;
+    if let Some(retry) = retry {
+        let document = statement.return_new.then(|| prepared.clone().into_owned());
+        let done = StatementOutcome { matched: 0, modified: 0, upserted_id: prepared.get("_id").cloned(), document };
+        retry.record(transaction.as_mut(), &outcome_record(&done, retry.keeps_document))?;
+    }
     transaction.commit(durability)?;
     // The seed itself when it was stored as it is (no second copy of the upserted document).
     match prepared {
         Cow::Owned(reordered) => Ok(reordered),
         Cow::Borrowed(_) => Ok(seed),
     }
+}
+
+/// A statement's outcome as a retryable write records it: `n` matched, `m` modified, `u` the
+/// upserted `_id`, `d` the document it returned (findAndModify only).
+fn outcome_record(outcome: &StatementOutcome, with_document: bool) -> RawDocumentBuf {
+    let mut record = rawdoc! { "n": outcome.matched, "m": outcome.modified };
+    if let Some(id) = &outcome.upserted_id {
+        record.append("u", bson::RawBson::try_from(id.clone()).expect("an _id converts to raw BSON"));
+    }
+    if let (true, Some(document)) = (with_document, &outcome.document) {
+        record.append("d", RawDocumentBuf::from_document(document).expect("a stored document converts to raw BSON"));
+    }
+    record
+}
+
+/// The outcome an earlier attempt recorded ([`outcome_record`]).
+fn outcome_from_record(record: &RawDocumentBuf) -> CommandResult<StatementOutcome> {
+    let record = record.to_document().map_err(|error| CommandError::new(crate::error::INTERNAL_ERROR, format!("statement record: {error}")))?;
+    Ok(StatementOutcome {
+        matched: record.get_i64("n").unwrap_or(0),
+        modified: record.get_i64("m").unwrap_or(0),
+        upserted_id: record.get("u").cloned(),
+        document: record.get_document("d").ok().cloned(),
+    })
 }
 
 fn check_id_unchanged(old: &Document, new: &Document) -> CommandResult<()> {
@@ -250,7 +294,13 @@ pub fn parse_statement<'s>(statement: &'s Document, fields: &StatementFields, by
 
 /// Runs one parsed statement on `db.name` (created by an upsert; nothing matches in a
 /// collection that does not exist). Commits without syncing (see [`crate::bulk`]).
-pub fn update_statement(context: &ServerContext, db: &str, name: &str, statement: &UpdateStatement<'_>) -> CommandResult<StatementOutcome> {
+pub fn update_statement(
+    context: &ServerContext,
+    db: &str,
+    name: &str,
+    statement: &UpdateStatement<'_>,
+    retry: Option<RetryStatement<'_>>,
+) -> CommandResult<StatementOutcome> {
     context.count(&context.operation_counters.update, 1);
     let collection = if statement.upsert {
         Some(context.backend.get_or_create_collection(db, name)?)
@@ -258,7 +308,7 @@ pub fn update_statement(context: &ServerContext, db: &str, name: &str, statement
         context.backend.collection(db, name)?
     };
     match collection {
-        Some(collection) => apply_statement(context, &collection, statement, Durability::Default),
+        Some(collection) => apply_statement(context, &collection, statement, Durability::Default, retry),
         None => Ok(StatementOutcome::default()),
     }
 }
@@ -296,6 +346,7 @@ pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let Arguments { statements, ordered, durability, name, bypass_validation } = parse_arguments(request)?;
     let variables = update_variables(request)?;
+    let retry = crate::retryable::begin(context, request, statements.len())?;
     let (mut matched, mut modified) = (0i64, 0i64);
     let mut upserted = Vec::new();
     let mut write_errors = WriteErrors::default();
@@ -303,7 +354,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     for (index, statement) in statements.into_iter().enumerate() {
         let result = crate::operation::check_interrupt()
             .and_then(|()| parse_statement(statement, &UPDATE_COMMAND_FIELDS, bypass_validation, &variables))
-            .and_then(|parsed| update_statement(context, &request.db, &name, &parsed));
+            .and_then(|parsed| update_statement(context, &request.db, &name, &parsed, retry.as_ref().map(|retry| retry.statement(index))));
         match result {
             Ok(outcome) => {
                 matched += outcome.matched;
@@ -335,6 +386,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         return Err(crate::bulk::interrupted_with(error, reply));
     }
     write_errors.append_to(&mut reply);
+    if let Some(retry) = &retry {
+        retry.annotate_reply(&mut reply);
+    }
     reply.insert("ok", 1.0);
     Ok(reply)
 }
