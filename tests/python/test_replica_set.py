@@ -9,6 +9,7 @@ import subprocess
 import threading
 
 import pymongo
+from bson import Timestamp
 import pytest
 from pymongo.errors import DuplicateKeyError, NotPrimaryError, OperationFailure, PyMongoError
 
@@ -134,6 +135,46 @@ def test_concurrent_writers_match_an_exact_model_on_every_member(replica_set):
             wait_until(lambda: database.log.count_documents({}) == total, f"member {index} has every insert")
             wait_until(lambda: database.counters.find_one({"_id": "total"})["value"] == total, f"member {index} has every increment")
             assert sorted(database.log.distinct("thread")) == list(range(threads_count))
+
+
+def test_causally_consistent_sessions_read_their_writes_on_secondaries(replica_set):
+    """Every reply carries $clusterTime and operationTime; a causally consistent session's read
+    on a secondary (afterClusterTime) sees the session's own write, from several threads at
+    once; linearizable reads run on the primary only."""
+    errors = []
+    with replica_set.client() as client:
+        database = client.causal
+
+        def work(thread: int) -> None:
+            try:
+                with client.start_session(causal_consistency=True) as session:
+                    secondary = database.get_collection("items", read_preference=pymongo.ReadPreference.SECONDARY)
+                    for number in range(15):
+                        database.items.insert_one({"_id": f"{thread}-{number}", "thread": thread}, session=session)
+                        assert session.operation_time is not None and session.cluster_time["clusterTime"] >= session.operation_time
+                        found = secondary.find_one({"_id": f"{thread}-{number}"}, session=session)
+                        assert found is not None, f"{thread}-{number} not read back on a secondary"
+                        assert secondary.count_documents({"thread": thread}, session=session) == number + 1
+            except Exception as error:  # noqa: BLE001 - reported below
+                errors.append(repr(error))
+
+        workers = [threading.Thread(target=work, args=(thread,)) for thread in range(4)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert errors == []
+        reply = database.command("find", "items", filter={"_id": "0-0"}, readConcern={"level": "linearizable"})
+        assert [document["_id"] for document in reply["cursor"]["firstBatch"]] == ["0-0"]
+        assert isinstance(reply["operationTime"], Timestamp) and reply["$clusterTime"]["signature"]["keyId"] == 0
+    secondary_index = (replica_set.wait_for_primary() + 1) % 3
+    with replica_set.member_client(secondary_index, readPreference="secondaryPreferred") as member:
+        with pytest.raises(NotPrimaryError) as refused:
+            member.causal.command("find", "items", readConcern={"level": "linearizable"})
+        assert refused.value.details["code"] == 10107
+        with pytest.raises(OperationFailure) as refused:
+            member.causal.command("find", "items", readConcern={"afterClusterTime": Timestamp(4_000_000_000, 1)}, maxTimeMS=300)
+        assert refused.value.code == 50 and "operationTime" in refused.value.details
 
 
 def test_failover_after_kill_keeps_every_acknowledged_write():

@@ -247,9 +247,20 @@ fn operation_namespace(request: &CommandRequest) -> String {
 }
 
 fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
-    match context.role.get() {
+    let ran = match context.role.get() {
         Some(role) => role.run(context, request, &|request| run_table(context, request)),
         None => run_table(context, request),
+    };
+    // A member's replies and errors carry its cluster time.
+    match ran {
+        Ok(mut reply) => {
+            crate::cluster_time::annotate_reply(context, &mut reply);
+            Ok(reply)
+        }
+        Err(mut error) => {
+            crate::cluster_time::annotate_error(context, &mut error);
+            Err(error)
+        }
     }
 }
 
@@ -274,6 +285,7 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
     }
     let users = request.connection.session.authenticated_users();
     let ran = command::replica_set::check_role(context, request, spec.class)
+        .and_then(|()| crate::cluster_time::before_command(context, request))
         .and_then(|()| crate::auth::with_current_users(users, || (spec.handler)(context, request)))
         .map_err(|mut error| {
         command::replica_set::annotate_member_error(context, request, &mut error);

@@ -210,6 +210,40 @@ impl ReplicaSetMember {
         })
     }
 
+    /// The optime of the last entry this member applied: the cluster time it reports
+    /// (`$clusterTime`, `operationTime`).
+    pub fn last_applied_optime(&self) -> Optime {
+        self.recent.lock().last.optime
+    }
+
+    /// Waits until this member applied an entry at or after `(seconds, increment)`, for at most
+    /// `timeout`; true once it has (a causally consistent read's `afterClusterTime`).
+    pub async fn wait_for_optime(&self, seconds: u32, increment: u32, timeout: std::time::Duration) -> bool {
+        let reached = move |recent: &RecentOptimes| (recent.last.optime.seconds, recent.last.optime.increment) >= (seconds, increment);
+        if reached(&self.recent.lock()) {
+            return true;
+        }
+        let Some(raft) = self.raft.get() else { return false };
+        let recent = Arc::clone(&self.recent);
+        // Metrics change with every applied entry, so the condition is checked after each.
+        let waited = raft.wait(Some(timeout)).metrics(move |_| reached(&recent.lock()), "afterClusterTime").await;
+        waited.is_ok()
+    }
+
+    /// Confirms, with a round of heartbeats, that this member is still the primary, then waits
+    /// until it applied every entry committed when the call began: a read after this sees every
+    /// write acknowledged before it (readConcern `linearizable`).
+    pub async fn ensure_linearizable(&self) -> Result<(), ReplicationError> {
+        let raft = self.raft.get().ok_or(ReplicationError::NotYetInitialized)?;
+        if !self.is_writable_primary() {
+            return Err(ReplicationError::NotPrimary("cannot satisfy linearizable read concern on non-primary node".into()));
+        }
+        raft.ensure_linearizable()
+            .await
+            .map(drop)
+            .map_err(|_| ReplicationError::NotPrimary("cannot satisfy linearizable read concern on non-primary node".into()))
+    }
+
     /// True when this member is the primary and applied every entry of earlier terms.
     pub fn is_writable_primary(&self) -> bool {
         self.metrics().is_some_and(|metrics| {

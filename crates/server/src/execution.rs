@@ -29,7 +29,9 @@ pub const INLINE_COMMANDS: &[&str] = &[
 pub async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) -> Reply {
     let point = point_operation(&request);
     let latency_kind = myriad_commands::table::latency_kind(&request.name);
-    if INLINE_COMMANDS.contains(&request.name.as_str()) || point == Some(PointOperation::Read) {
+    // A member's read with a read concern may wait for replication: never on a connection task.
+    let may_wait = context.replication.get().is_some() && request.body.contains_key("readConcern");
+    if INLINE_COMMANDS.contains(&request.name.as_str()) || (point == Some(PointOperation::Read) && !may_wait) {
         return run_inline(context, &request);
     }
     // A replica-set member's writes wait for a majority: never on a connection task.

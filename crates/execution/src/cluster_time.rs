@@ -1,0 +1,106 @@
+//! Cluster time and read concern on a replica-set member.
+//!
+//! Every reply of a member, success or error, carries `$clusterTime` (the optime of the last
+//! entry it applied, with the zero signature mongod sends when no keys sign it) and
+//! `operationTime` (the same: after a write, at least the write's own optime), so drivers can
+//! gossip cluster time and give sessions causal consistency.
+//!
+//! Read concern, checked before the command runs:
+//! - `afterClusterTime`: the command waits until the member applied an entry at or after it
+//!   (a causally consistent read on a secondary), interruptible by maxTimeMS and killOp;
+//! - `linearizable`: only on the primary, which first confirms with a round of heartbeats that
+//!   it still is, and applies everything committed by then (Raft's read index), so the read
+//!   sees every write acknowledged before it began;
+//! - `local`, `available`, `majority`, `snapshot`: a member applies only entries Raft has
+//!   committed (a majority holds them, and acknowledgements wait for that too), so what any
+//!   read sees is already majority-committed and cannot roll back.
+//!
+//! A standalone node and a router add nothing here.
+
+use std::time::Duration;
+
+use bson::{doc, spec::BinarySubtype, Binary, Bson, Document, RawBson, RawDocumentBuf, Timestamp};
+use myriad_reply::error::{CommandError, CommandResult, ErrorCode};
+use myriad_reply::Reply;
+
+use crate::{CommandRequest, ServerContext};
+
+const INVALID_OPTIONS: ErrorCode = ErrorCode::new(72);
+const NOT_WRITABLE_PRIMARY: ErrorCode = ErrorCode::new(10107);
+/// How long one wait for replication lasts before the command checks its own interruption.
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+
+/// The member's cluster time, when this process is a replica-set member.
+fn current(context: &ServerContext) -> Option<Timestamp> {
+    let member = context.replication.get()?;
+    let optime = member.last_applied_optime();
+    Some(Timestamp { time: optime.seconds, increment: optime.increment })
+}
+
+fn cluster_time_document(time: Timestamp) -> Document {
+    let signature = doc! { "hash": Binary { subtype: BinarySubtype::Generic, bytes: vec![0; 20] }, "keyId": 0i64 };
+    doc! { "clusterTime": time, "signature": signature }
+}
+
+/// Adds `$clusterTime` and `operationTime` to a member's reply.
+pub fn annotate_reply(context: &ServerContext, reply: &mut Reply) {
+    let Some(time) = current(context) else { return };
+    match reply {
+        Reply::Document(document) => {
+            document.insert("$clusterTime", cluster_time_document(time));
+            document.insert("operationTime", time);
+        }
+        Reply::Encoded(raw) => {
+            if let Ok(cluster_time) = RawDocumentBuf::from_document(&cluster_time_document(time)) {
+                raw.append("$clusterTime", cluster_time);
+                raw.append("operationTime", RawBson::Timestamp(time));
+            }
+        }
+    }
+}
+
+/// Adds `$clusterTime` and `operationTime` to a member's error reply.
+pub fn annotate_error(context: &ServerContext, error: &mut CommandError) {
+    let Some(time) = current(context) else { return };
+    let extra = error.extra.get_or_insert_with(Document::new);
+    extra.insert("$clusterTime", cluster_time_document(time));
+    extra.insert("operationTime", time);
+}
+
+/// Applies `request`'s read concern on a member before the command runs (see the module
+/// comment); nothing on a standalone or a router.
+pub fn before_command(context: &ServerContext, request: &CommandRequest) -> CommandResult<()> {
+    let Some(member) = context.replication.get() else { return Ok(()) };
+    let concern = match request.body.get("readConcern") {
+        None | Some(Bson::Null) => return Ok(()),
+        Some(Bson::Document(concern)) => concern,
+        Some(other) => return Err(crate::request::field_type_error("readConcern", "object", other)),
+    };
+    let level = match concern.get("level") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::String(level)) => Some(level.as_str()),
+        Some(other) => return Err(crate::request::field_type_error("readConcern.level", "string", other)),
+    };
+    let after = match concern.get("afterClusterTime") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::Timestamp(time)) => Some(*time),
+        Some(other) => return Err(crate::request::field_type_error("readConcern.afterClusterTime", "timestamp", other)),
+    };
+    if level == Some("linearizable") {
+        if after.is_some() {
+            return Err(CommandError::new(INVALID_OPTIONS, "afterClusterTime is not allowed for linearizable read concern"));
+        }
+        return member
+            .block_on(member.ensure_linearizable())
+            .map_err(|_| CommandError::new(NOT_WRITABLE_PRIMARY, "cannot satisfy linearizable read concern on non-primary node"));
+    }
+    if let Some(after) = after {
+        if after.time == 0 && after.increment == 0 {
+            return Err(CommandError::new(INVALID_OPTIONS, "afterClusterTime cannot be a null timestamp"));
+        }
+        while !member.block_on(member.wait_for_optime(after.time, after.increment, WAIT_SLICE)) {
+            crate::operation::check_interrupt()?;
+        }
+    }
+    Ok(())
+}
