@@ -177,6 +177,33 @@ def test_causally_consistent_sessions_read_their_writes_on_secondaries(replica_s
         assert refused.value.code == 50 and "operationTime" in refused.value.details
 
 
+def test_write_concern_w_counts_members_and_times_out_as_mongod(replica_set):
+    with replica_set.client() as client:
+        database = client["write_concern"]
+        reply = database.command("insert", "c", documents=[{"_id": 1}], writeConcern={"w": 3, "wtimeout": 10000})
+        assert reply["n"] == 1 and "writeConcernError" not in reply
+        with pytest.raises(OperationFailure) as refused:
+            database.command("insert", "c", documents=[{"_id": 2}], writeConcern={"w": 4})
+        assert refused.value.code == 100 and refused.value.details["codeName"] == "UnsatisfiableWriteConcern"
+        with pytest.raises(OperationFailure) as refused:
+            database.command("insert", "c", documents=[{"_id": 2}], writeConcern={"w": "eastCoast"})
+        assert refused.value.code == 79
+        assert database.c.count_documents({}) == 1
+        primary = replica_set.wait_for_primary()
+        secondary = (primary + 1) % 3
+        replica_set.kill(secondary)
+        try:
+            reply = database.command("insert", "c", documents=[{"_id": 3}], writeConcern={"w": 3, "wtimeout": 300})
+            assert reply["n"] == 1 and reply["writeConcernError"]["code"] == 64
+            assert reply["writeConcernError"]["errInfo"]["wtimeout"] is True
+            reply = database.command("insert", "c", documents=[{"_id": 4}], writeConcern={"w": "majority"})
+            assert reply["n"] == 1 and "writeConcernError" not in reply
+        finally:
+            replica_set.restart(secondary)
+        reply = database.command("insert", "c", documents=[{"_id": 5}], writeConcern={"w": 3, "wtimeout": 30000})
+        assert "writeConcernError" not in reply
+
+
 def test_failover_after_kill_keeps_every_acknowledged_write():
     running = ReplicaSet(members=3)
     try:

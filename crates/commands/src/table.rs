@@ -286,7 +286,14 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
     let users = request.connection.session.authenticated_users();
     let ran = command::replica_set::check_role(context, request, spec.class)
         .and_then(|()| crate::cluster_time::before_command(context, request))
+        .and_then(|()| if spec.class.is_write() { crate::member_write_concern::check_before_write(context, request) } else { Ok(()) })
         .and_then(|()| crate::auth::with_current_users(users, || (spec.handler)(context, request)))
+        .and_then(|mut reply| {
+            if spec.class.is_write() {
+                crate::member_write_concern::wait_after_write(context, request, &mut reply)?;
+            }
+            Ok(reply)
+        })
         .map_err(|mut error| {
         command::replica_set::annotate_member_error(context, request, &mut error);
         error

@@ -37,6 +37,7 @@ pub mod latency;
 pub mod local_users;
 pub mod log;
 pub mod logical_sessions;
+pub mod member_write_concern;
 pub mod modify;
 pub mod operation;
 pub mod plan;

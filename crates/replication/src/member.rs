@@ -230,6 +230,27 @@ impl ReplicaSetMember {
         waited.is_ok()
     }
 
+    /// The members that hold data (every member of the configuration: there are no arbiters).
+    pub fn data_bearing_members(&self) -> usize {
+        self.config().map(|(config, _)| config.members.len()).unwrap_or(1)
+    }
+
+    /// On the primary, waits until `members` members (itself included) hold every entry it had
+    /// applied when the call began, for at most `timeout`; true once they do (write concern
+    /// `w: N`). A majority always does once a write is acknowledged.
+    pub async fn wait_for_members(&self, members: usize, timeout: std::time::Duration) -> bool {
+        let Some(raft) = self.raft.get() else { return false };
+        // From the state machine, not the metrics (published later): at least the caller's write.
+        let Some(target) = self.recent.lock().last.last_applied.map(|log_id| log_id.index) else { return members <= 1 };
+        let holding = move |metrics: &RaftMetrics<u64, Member>| {
+            let followers = metrics.replication.as_ref().map_or(0, |replication| {
+                replication.iter().filter(|(id, matched)| **id != metrics.id && matched.is_some_and(|log_id| log_id.index >= target)).count()
+            });
+            followers + 1 >= members
+        };
+        raft.wait(Some(timeout)).metrics(holding, "write concern").await.is_ok()
+    }
+
     /// Confirms, with a round of heartbeats, that this member is still the primary, then waits
     /// until it applied every entry committed when the call began: a read after this sees every
     /// write acknowledged before it (readConcern `linearizable`).
