@@ -90,6 +90,8 @@ pub struct ReplicaSetMember {
     frozen_until: Arc<Mutex<Option<Instant>>>,
     /// Held while a replSetReconfig changes the membership (one at a time).
     reconfiguring: tokio::sync::Mutex<()>,
+    /// The oplog's cap (`--oplogSizeMB`).
+    oplog_cap_bytes: i64,
 }
 
 /// The engine's replicator: the member, held weakly (the member owns the engine).
@@ -104,6 +106,7 @@ impl ReplicaSetMember {
         engine: Arc<Engine>,
         dbpath: &Path,
         transport: Arc<dyn Transport>,
+        oplog_cap_bytes: i64,
     ) -> Result<Arc<ReplicaSetMember>, String> {
         let log_store = LogStore::open(&dbpath.join("replication"))?;
         let member = Arc::new(ReplicaSetMember {
@@ -117,6 +120,7 @@ impl ReplicaSetMember {
             recent: Arc::new(Mutex::new(RecentOptimes::default())),
             frozen_until: Arc::new(Mutex::new(None)),
             reconfiguring: tokio::sync::Mutex::new(()),
+            oplog_cap_bytes,
         });
         engine.set_replicator(Some(Arc::new(Replicator(Arc::downgrade(&member)))));
         if let Some(id) = member.log_store.member_id()? {
@@ -150,7 +154,7 @@ impl ReplicaSetMember {
                 };
                 let config = Arc::new(config.validate().map_err(|error| ReplicationError::Raft(error.to_string()))?);
                 let network = Network { transport: Arc::clone(&self.transport), set_name: self.set_name.clone() };
-                let state_machine = StateMachine::open(Arc::clone(&self.engine), Arc::clone(&self.recent)).map_err(ReplicationError::Raft)?;
+                let state_machine = StateMachine::open(Arc::clone(&self.engine), Arc::clone(&self.recent), self.oplog_cap_bytes).map_err(ReplicationError::Raft)?;
                 self.log_store.set_member_id(id).map_err(ReplicationError::Raft)?;
                 let raft = Raft::new(id, config, network, self.log_store.clone(), state_machine)
                     .await

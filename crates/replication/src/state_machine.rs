@@ -1,7 +1,9 @@
 //! The state machine: the member's engine. Applying an entry writes its batch through
 //! [`Engine::apply_replicated`] together with the applied position (the entry's log id and the
 //! membership in force), under catalog key [`APPLIED_KEY`], in one RocksDB write; blank and
-//! membership entries write the position alone.
+//! membership entries write the position alone. Each operation of a write becomes an entry of
+//! this member's oplog (`local.oplog.rs`) in the same RocksDB write, with its own timestamp: an
+//! entry's optime is that of its last operation.
 //!
 //! Snapshots are not built yet: the log is never purged (`SnapshotPolicy::Never`), so a member
 //! that joins replays the log from its start. A member cannot install a snapshot.
@@ -9,7 +11,8 @@
 use std::io::Cursor;
 use std::sync::Arc;
 
-use myriad_storage::{Engine, ReplicatedWrite};
+use bson::{RawBson, RawDocumentBuf, Timestamp};
+use myriad_storage::{oplog_record_id, Engine, Oplog, OplogAppend, ReplicatedWrite};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError, StoredMembership};
 use serde::{Deserialize, Serialize};
@@ -84,6 +87,8 @@ pub(crate) struct StateMachine {
     engine: Arc<Engine>,
     state: AppliedState,
     recent: Arc<parking_lot::Mutex<RecentOptimes>>,
+    /// This member's `local.oplog.rs`, written with every applied write.
+    oplog: Oplog,
 }
 
 fn apply_error(error: impl std::fmt::Display) -> StorageError<u64> {
@@ -91,13 +96,14 @@ fn apply_error(error: impl std::fmt::Display) -> StorageError<u64> {
 }
 
 impl StateMachine {
-    pub(crate) fn open(engine: Arc<Engine>, recent: Arc<parking_lot::Mutex<RecentOptimes>>) -> std::result::Result<StateMachine, String> {
+    pub(crate) fn open(engine: Arc<Engine>, recent: Arc<parking_lot::Mutex<RecentOptimes>>, oplog_cap_bytes: i64) -> std::result::Result<StateMachine, String> {
+        let oplog = engine.open_oplog(oplog_cap_bytes).map_err(|error| format!("the oplog: {error}"))?;
         let state: AppliedState = match engine.read_replication_state(APPLIED_KEY).map_err(|error| error.to_string())? {
             Some(bytes) => decode(&bytes).map_err(|error| format!("applied position: {error}"))?,
             None => AppliedState::default(),
         };
         recent.lock().record(&state);
-        Ok(StateMachine { engine, state, recent })
+        Ok(StateMachine { engine, state, recent, oplog })
     }
 
     fn apply_entry(&mut self, entry: &Entry<TypeConfig>) -> Result<()> {
@@ -111,13 +117,20 @@ impl StateMachine {
             state.membership = StoredMembership::new(Some(entry.log_id), membership.clone());
         }
         let wall_time_ms = write.as_ref().map(|write| write.wall_time_ms);
-        state.optime = state.optime.next(wall_time_ms, entry.log_id.leader_id.term);
+        let first = state.optime.next(wall_time_ms, entry.log_id.leader_id.term);
+        // Each operation is an oplog entry with its own timestamp: the entry's optime is the last.
+        let operations = write.as_ref().map_or(0, |write| write.operations.len() as u32);
+        state.optime = Optime { increment: first.increment + operations.saturating_sub(1), ..first };
         if let Some(wall_time_ms) = wall_time_ms {
             state.last_write_wall_time_ms = wall_time_ms;
         }
         let marker = encode(&state);
         match write {
-            Some(write) => tokio::task::block_in_place(|| self.engine.apply_replicated(&write, (APPLIED_KEY, &marker))),
+            Some(write) => {
+                let entries = oplog_entries(&write, first).map_err(apply_error)?;
+                let oplog = (!entries.is_empty()).then_some(OplogAppend { oplog: &mut self.oplog, entries });
+                tokio::task::block_in_place(|| self.engine.apply_replicated(&write, (APPLIED_KEY, &marker), oplog))
+            }
             None => self.engine.write_replication_state(APPLIED_KEY, &marker),
         }
         .map_err(apply_error)?;
@@ -125,6 +138,23 @@ impl StateMachine {
         self.state = state;
         Ok(())
     }
+}
+
+/// MongoDB's oplog entries of `write`'s operations, the first at `first`: each operation's
+/// `{op, ns, ui, o, o2}` with `ts`, `t`, `v` and `wall`.
+fn oplog_entries(write: &ReplicatedWrite, first: Optime) -> std::result::Result<Vec<(i64, RawDocumentBuf)>, String> {
+    let wall = bson::DateTime::from_millis(write.wall_time_ms);
+    let mut entries = Vec::with_capacity(write.operations.len());
+    for (offset, operation) in write.operations.iter().enumerate() {
+        let ts = Timestamp { time: first.seconds, increment: first.increment + offset as u32 };
+        let mut entry = RawDocumentBuf::from_bytes(operation.clone()).map_err(|error| format!("an operation record: {error}"))?;
+        entry.append("ts", RawBson::Timestamp(ts));
+        entry.append("t", first.term as i64);
+        entry.append("v", 2i64);
+        entry.append("wall", RawBson::DateTime(wall));
+        entries.push((oplog_record_id(ts), entry));
+    }
+    Ok(entries)
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {

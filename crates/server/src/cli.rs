@@ -175,6 +175,10 @@ pub struct ServerArguments {
     /// Run as a member of this replica set (then `rs.initiate()` on one member).
     #[arg(long = "replSet", value_name = "NAME")]
     pub replica_set: Option<String>,
+    /// A replica-set member's oplog (`local.oplog.rs`) cap, in mebibytes (mongod's smallest
+    /// default, 990).
+    #[arg(long = "oplogSizeMB", value_name = "MB", default_value_t = 990, value_parser = clap::value_parser!(u32).range(1..))]
+    pub oplog_size_mebibytes: u32,
 }
 
 /// The TLS flags, the same for a node, a router and `myriad cluster` (which passes them on).

@@ -112,6 +112,12 @@ fn apply_option(name: &str, value: &Value, arguments: &mut ServerArguments, matc
                 arguments.replica_set = Some(text);
             }
         }
+        "replication.oplogSizeMB" => {
+            let size = integer(name, value, 1, i64::from(u32::MAX))?;
+            if set("oplog_size_mebibytes") {
+                arguments.oplog_size_mebibytes = u32::try_from(size).unwrap_or(u32::MAX);
+            }
+        }
         "security.keyFile" => {
             let text = string(name, value)?;
             if set("key_file") {

@@ -60,7 +60,7 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     let member = match &arguments.replica_set {
         Some(set_name) => {
             let host = arguments.bind_ip.split(',').next().unwrap_or("127.0.0.1").trim();
-            Some(crate::replica_set::open(set_name, &format!("{host}:{port}"), Arc::clone(&engine), &arguments.dbpath).await?)
+            Some(crate::replica_set::open(set_name, &format!("{host}:{port}"), Arc::clone(&engine), &arguments.dbpath, arguments.oplog_size_mebibytes).await?)
         }
         None => None,
     };

@@ -24,9 +24,10 @@ impl Transport for MemberTransport {
 }
 
 /// Opens the member (installing its replicator on the engine before anything writes).
-pub async fn open(set_name: &str, me: &str, engine: Arc<Engine>, dbpath: &str) -> Result<Arc<ReplicaSetMember>, String> {
+pub async fn open(set_name: &str, me: &str, engine: Arc<Engine>, dbpath: &str, oplog_size_mebibytes: u32) -> Result<Arc<ReplicaSetMember>, String> {
     let transport = Arc::new(MemberTransport { pool: NodePool::default() });
-    ReplicaSetMember::open(set_name, me, engine, Path::new(dbpath), transport)
+    let oplog_cap_bytes = i64::from(oplog_size_mebibytes) * 1024 * 1024;
+    ReplicaSetMember::open(set_name, me, engine, Path::new(dbpath), transport, oplog_cap_bytes)
         .await
         .map_err(|error| format!("cannot start replica set member {me} of {set_name}: {error}"))
 }

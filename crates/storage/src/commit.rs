@@ -102,12 +102,20 @@ impl WriteTransaction<'_> {
                     (OperationKind::Delete, id, None)
                 }
             };
+            let diff = match (kind, self.pre_images.get(record_id), &document) {
+                (OperationKind::Update, Some(pre_image), Some(post_image)) => {
+                    let post_image = post_image.to_document().map_err(|error| StorageError::Corrupt(format!("record: {error}")))?;
+                    Some(crate::update_diff::update_diff(pre_image, &post_image))
+                }
+                _ => None,
+            };
             operations.push(OperationRecord {
                 kind,
                 namespace: entry.namespace.to_string(),
                 collection_uuid: entry.uuid,
                 id,
                 document,
+                diff,
             });
         }
         let indexes_family = engine.indexes_family(&entry)?;

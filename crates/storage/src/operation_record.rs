@@ -29,14 +29,21 @@ pub struct OperationRecord {
     pub id: Bson,
     /// The inserted document or the update's post-image; None for a delete.
     pub document: Option<RawDocumentBuf>,
+    /// An update's `$v: 2` diff from its pre-image (`update_diff.rs`), when it was kept (on a
+    /// replica-set member): the oplog then logs the diff, not the post-image.
+    pub diff: Option<Document>,
 }
 
 impl OperationRecord {
-    /// `{op, ns, ui, o, o2?}` as in `local.oplog.rs` (updates in replacement form).
+    /// `{op, ns, ui, o, o2?}` as in `local.oplog.rs` (updates as their diff when kept, else in
+    /// replacement form).
     pub fn to_oplog_entry(&self) -> Result<Document, StorageError> {
         let uuid = Binary { subtype: BinarySubtype::Uuid, bytes: self.collection_uuid.to_vec() };
         let mut entry = doc! { "op": self.kind.code(), "ns": &self.namespace, "ui": uuid };
         match (&self.document, self.kind) {
+            (_, OperationKind::Update) if self.diff.is_some() => {
+                entry.insert("o", doc! { "$v": 2, "diff": self.diff.clone().unwrap_or_default() });
+            }
             (Some(document), OperationKind::Insert | OperationKind::Update | OperationKind::Command) => {
                 let document = document.to_document().map_err(|error| StorageError::Corrupt(format!("operation record: {error}")))?;
                 entry.insert("o", document);
@@ -95,5 +102,6 @@ pub(crate) fn command_record(db: &str, collection_uuid: [u8; 16], command: Docum
         collection_uuid,
         id: Bson::Null,
         document: Some(document),
+        diff: None,
     })
 }

@@ -38,6 +38,7 @@ use rocksdb::{WriteBatch, WriteOptions};
 use crate::catalog::CollectionEntry;
 use crate::families::{COLUMN_FAMILIES, FAMILY_CATALOG};
 use crate::operation_record::{CatalogEffect, OperationRecord};
+use crate::oplog::OplogAppend;
 use crate::{Engine, RecordId, StorageError};
 
 /// Appends writes to a replication log. Installed on a replica-set member's engine
@@ -324,7 +325,16 @@ impl Engine {
     /// position, a catalog-family key and value) in the same atomic write, then, unless a
     /// waiting writer of this member proposed it, derives its in-memory effects under the locks
     /// a writer would hold.
-    pub fn apply_replicated(&self, write: &ReplicatedWrite, marker: (&[u8], &[u8])) -> Result<(), StorageError> {
+    pub fn apply_replicated(&self, write: &ReplicatedWrite, marker: (&[u8], &[u8]), mut oplog: Option<OplogAppend<'_>>) -> Result<(), StorageError> {
+        self.apply_replicated_batch(write, marker, oplog.as_mut())?;
+        if let Some(oplog) = &oplog {
+            self.notify_oplog(oplog.oplog);
+        }
+        Ok(())
+    }
+
+    /// [`Self::apply_replicated`]; `oplog`'s entries go in the same RocksDB write.
+    fn apply_replicated_batch(&self, write: &ReplicatedWrite, marker: (&[u8], &[u8]), oplog: Option<&mut OplogAppend<'_>>) -> Result<(), StorageError> {
         let fingerprint = self.family_fingerprint()?;
         if write.families != fingerprint {
             return Err(StorageError::Corrupt(format!(
@@ -334,6 +344,9 @@ impl Engine {
         }
         let mut batch = WriteBatch::from_data(&write.batch);
         batch.put_cf(self.family(FAMILY_CATALOG)?, marker.0, marker.1);
+        if let Some(oplog) = oplog {
+            self.add_oplog_entries(&mut batch, oplog)?;
+        }
         if let Some(replication) = self.replication.load().as_ref() {
             let mut proposals = replication.proposals.lock();
             if let Some(state) = proposals.get_mut(&write.proposal).filter(|state| **state == ProposalState::Waiting) {

@@ -64,6 +64,9 @@ pub struct WriteTransaction<'e> {
     /// (`RecordId::MAX` when ready; a building index's position, read under the stripe).
     index_limits: Vec<RecordId>,
     pub(crate) operations: usize,
+    /// The pre-image of each record this transaction updated, kept on a replica-set member for
+    /// the oplog's update diffs (`update_diff.rs`).
+    pub(crate) pre_images: BTreeMap<RecordId, Document>,
     /// Session records of retryable writes (`sessions.rs`), catalog keys to put.
     pub(crate) session_records: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Trimming state of a capped collection, once an insert needed it.
@@ -282,6 +285,7 @@ impl Engine {
             index_limits,
             operations: 0,
             session_records: BTreeMap::new(),
+            pre_images: BTreeMap::new(),
             capped_trim: None,
             unique_owners_read: Vec::new(),
             read_ahead_hint: std::cell::Cell::new(0),
@@ -651,6 +655,9 @@ impl<'e> WriteTransaction<'e> {
         self.plan_entries(&entry, record_id, KeySource::Document(&old), KeySource::Document(new), &mut planned)?;
         self.apply_entries(&mut planned);
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64 - current_len as i64;
+        if self.engine.is_replicated() && !self.pre_images.contains_key(&record_id) {
+            self.pre_images.insert(record_id, old);
+        }
         self.records.insert(record_id, Some(bytes));
         self.operations += 1;
         Ok(())

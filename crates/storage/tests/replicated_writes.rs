@@ -33,7 +33,7 @@ impl WriteReplicator for LogReplicator {
         }
         let position = (log.len() as u64).to_be_bytes();
         let primary = self.primary.get().and_then(Weak::upgrade).expect("the primary is open");
-        primary.apply_replicated(&write, (MARKER_KEY, &position))?;
+        primary.apply_replicated(&write, (MARKER_KEY, &position), None)?;
         let (applied, wait) = std::sync::mpsc::channel();
         let follower = self.follower.lock().unwrap();
         follower.as_ref().expect("the follower's applier runs").send((write, position, applied)).expect("the follower's applier runs");
@@ -70,7 +70,7 @@ fn replicated_pair(directory: &tempfile::TempDir) -> (Arc<Engine>, Arc<Engine>, 
     let applying = Arc::clone(&follower);
     let thread = std::thread::spawn(move || {
         for (write, position, applied) in receiver {
-            let _ = applied.send(applying.apply_replicated(&write, (MARKER_KEY, &position)));
+            let _ = applied.send(applying.apply_replicated(&write, (MARKER_KEY, &position), None));
         }
     });
     let replicator = Arc::new(LogReplicator {
@@ -154,7 +154,7 @@ fn a_write_its_writer_stopped_waiting_for_is_applied_whole_later() {
     // The write committed after all (a new primary applied it): this member applies it as a
     // follower would, record-id counter included, so its next insert takes a fresh record id.
     let pending = replicator.log.lock().unwrap().last().cloned().unwrap();
-    primary.apply_replicated(&pending, (MARKER_KEY, b"late")).unwrap();
+    primary.apply_replicated(&pending, (MARKER_KEY, b"late"), None).unwrap();
     assert_eq!(count(&primary, "c"), 2);
     insert(&primary, "c", doc! {"_id": 3}).unwrap();
     assert_eq!(count(&primary, "c"), 3);
@@ -176,7 +176,7 @@ fn a_member_with_other_family_ids_refuses_the_log() {
         effects: Vec::new(),
         operations: Vec::new(),
     };
-    let refused = engine.apply_replicated(&write, (MARKER_KEY, b"x"));
+    let refused = engine.apply_replicated(&write, (MARKER_KEY, b"x"), None);
     assert!(matches!(refused, Err(StorageError::Corrupt(ref message)) if message.contains("column families")), "{refused:?}");
 }
 

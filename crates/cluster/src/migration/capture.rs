@@ -173,6 +173,7 @@ mod tests {
             collection_uuid: [0; 16],
             id: Bson::Int32(id),
             document: x.map(|x| RawDocumentBuf::from_document(&doc! { "_id": id, "x": x }).expect("raw")),
+            diff: None,
         }
     }
 
