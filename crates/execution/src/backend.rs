@@ -45,6 +45,8 @@ pub trait WriteSession {
     /// Reads ahead, in one batch, what the unique checks of `prepared` will need.
     fn read_unique_owners(&mut self, prepared: &[&PreparedInsert]) -> BackendResult<()>;
     fn update(&mut self, record_id: RecordId, old: &Document, new: &Document) -> BackendResult<()>;
+    /// An update that replaces the whole document (logged as the new document, not a diff).
+    fn replace(&mut self, record_id: RecordId, old: &Document, new: &Document) -> BackendResult<()>;
     fn delete(&mut self, record_id: RecordId, old: &Document) -> BackendResult<()>;
     /// Records a retryable write's statement with this session's writes (`crate::retryable`).
     fn record_statement(&mut self, record: StatementRecord<'_>) -> BackendResult<()>;
@@ -136,6 +138,8 @@ pub trait Backend: Send + Sync {
     fn session_header(&self, session: &SessionId) -> BackendResult<Option<SessionHeader>>;
     /// The recorded result of a statement the session executed under `transaction_number`.
     fn executed_statement(&self, session: &SessionId, transaction_number: i64, statement_id: i32) -> BackendResult<Option<RawDocumentBuf>>;
+    /// Every oplog entry at or below this record id may have been trimmed.
+    fn oplog_trimmed_through(&self) -> RecordId;
 }
 
 impl WriteSession for WriteTransaction<'_> {
@@ -156,6 +160,9 @@ impl WriteSession for WriteTransaction<'_> {
     }
     fn update(&mut self, record_id: RecordId, old: &Document, new: &Document) -> BackendResult<()> {
         WriteTransaction::update(self, record_id, old, new)
+    }
+    fn replace(&mut self, record_id: RecordId, old: &Document, new: &Document) -> BackendResult<()> {
+        WriteTransaction::replace(self, record_id, old, new)
     }
     fn delete(&mut self, record_id: RecordId, old: &Document) -> BackendResult<()> {
         WriteTransaction::delete(self, record_id, old)
@@ -293,6 +300,9 @@ impl Backend for Engine {
     }
     fn executed_statement(&self, session: &SessionId, transaction_number: i64, statement_id: i32) -> BackendResult<Option<RawDocumentBuf>> {
         Engine::executed_statement(self, session, transaction_number, statement_id)
+    }
+    fn oplog_trimmed_through(&self) -> RecordId {
+        Engine::oplog_trimmed_through(self)
     }
 }
 
@@ -527,6 +537,9 @@ impl<B: Backend> Backend for ContractBackend<B> {
     }
     fn executed_statement(&self, session: &SessionId, transaction_number: i64, statement_id: i32) -> BackendResult<Option<RawDocumentBuf>> {
         self.inner.executed_statement(session, transaction_number, statement_id)
+    }
+    fn oplog_trimmed_through(&self) -> RecordId {
+        self.inner.oplog_trimmed_through()
     }
 }
 

@@ -43,6 +43,8 @@ pub enum CursorSource {
     Aggregation(Box<AggregationStream>),
     /// A tailable cursor on a capped collection: stays open at the end of the collection.
     Tailable(Box<tailable::TailableQuery>),
+    /// A change stream: reads the oplog from its position (awaitData).
+    ChangeStream(Box<crate::change_stream::ChangeStream>),
 }
 
 impl CursorSource {
@@ -59,7 +61,7 @@ impl CursorSource {
             CursorSource::Materialized { bytes, .. } => *bytes,
             CursorSource::Query(execution) => execution.retained_bytes(),
             CursorSource::Aggregation(stream) => stream.retained_bytes(),
-            CursorSource::Tailable(_) => 0,
+            CursorSource::Tailable(_) | CursorSource::ChangeStream(_) => 0,
         }
     }
 
@@ -68,7 +70,7 @@ impl CursorSource {
         match self {
             CursorSource::Query(execution) => execution.park(),
             CursorSource::Aggregation(stream) => stream.park(),
-            CursorSource::Materialized { .. } | CursorSource::Tailable(_) => {}
+            CursorSource::Materialized { .. } | CursorSource::Tailable(_) | CursorSource::ChangeStream(_) => {}
         }
     }
 }
@@ -348,9 +350,15 @@ impl CursorManager {
     }
 
     /// Closes the cursors of a dropped collection, leaving tombstones for their next getMore.
+    /// A change stream outlives its collection: it reports the drop and then invalidates.
     fn kill_where(&self, doomed: impl Fn(&Cursor) -> bool) {
         let mut open = self.open.lock();
-        let ids: Vec<i64> = open.by_id.iter().filter(|(_, cursor)| doomed(cursor)).map(|(id, _)| *id).collect();
+        let ids: Vec<i64> = open
+            .by_id
+            .iter()
+            .filter(|(_, cursor)| doomed(cursor) && !matches!(cursor.source, CursorSource::ChangeStream(_)))
+            .map(|(id, _)| *id)
+            .collect();
         let now = Instant::now();
         for id in ids {
             open.remove(id);

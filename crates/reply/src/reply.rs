@@ -68,12 +68,26 @@ pub fn encode_documents(documents: Vec<Document>) -> CommandResult<Vec<RawDocume
 
 /// `{cursor: {firstBatch|nextBatch: [...], id, ns}, ok: 1}`, the batch copied in as encoded.
 pub fn cursor_reply(batch_field: &str, cursor_id: i64, namespace: &str, batch: Vec<RawDocumentBuf>) -> Reply {
+    cursor_reply_with_token(batch_field, cursor_id, namespace, batch, None)
+}
+
+/// [`cursor_reply`] with a change stream's `postBatchResumeToken` in the cursor document.
+pub fn cursor_reply_with_token(
+    batch_field: &str,
+    cursor_id: i64,
+    namespace: &str,
+    batch: Vec<RawDocumentBuf>,
+    post_batch_resume_token: Option<RawDocumentBuf>,
+) -> Reply {
     let mut documents = RawArrayBuf::new();
     for document in batch {
         documents.push(document);
     }
     let mut cursor = RawDocumentBuf::new();
     cursor.append(batch_field, documents);
+    if let Some(token) = post_batch_resume_token {
+        cursor.append("postBatchResumeToken", token);
+    }
     cursor.append("id", cursor_id);
     cursor.append("ns", namespace);
     let mut body = RawDocumentBuf::new();

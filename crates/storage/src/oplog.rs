@@ -60,6 +60,8 @@ pub struct Oplog {
     documents: i64,
     /// The newest entry's id (0 when empty).
     last: RecordId,
+    /// Trimmed by the batch being written: published once it is.
+    pending_trim: Option<RecordId>,
 }
 
 /// Entries to append with one replicated write: (record id, full entry), in increasing order.
@@ -83,7 +85,11 @@ impl Engine {
         };
         let stats = self.collection_stats(&handle)?;
         let last = self.last_record_id(&handle)?;
-        Ok(Oplog { handle, cap_bytes, size_bytes: stats.data_size_bytes, documents: stats.count, last })
+        // Whatever came before the oldest entry may have been trimmed before a restart.
+        if let Some((oldest, _)) = self.scan_records(&handle, None, 1)?.first() {
+            self.oplog_trimmed_through.fetch_max(oldest - 1, Ordering::AcqRel);
+        }
+        Ok(Oplog { handle, cap_bytes, size_bytes: stats.data_size_bytes, documents: stats.count, last, pending_trim: None })
     }
 
     /// Creates `local.oplog.rs` on this member alone: its catalog entry is written directly,
@@ -146,9 +152,10 @@ impl Engine {
             bytes += document.as_bytes().len() as i64;
         }
         if oplog.size_bytes + bytes > oplog.cap_bytes {
-            let (trimmed_documents, trimmed_bytes) = self.trim_oplog(batch, oplog, oplog.size_bytes + bytes - oplog.cap_bytes * 9 / 10)?;
+            let (trimmed_documents, trimmed_bytes, through) = self.trim_oplog(batch, oplog, oplog.size_bytes + bytes - oplog.cap_bytes * 9 / 10)?;
             documents -= trimmed_documents;
             bytes -= trimmed_bytes;
+            oplog.pending_trim = through;
         }
         oplog.documents += documents;
         oplog.size_bytes += bytes;
@@ -166,7 +173,7 @@ impl Engine {
 
     /// Deletes the oldest entries (already written ones, never those of this batch) until at
     /// least `excess_bytes` are gone: one range deletion. Returns what it removed.
-    fn trim_oplog(&self, batch: &mut WriteBatch, oplog: &Oplog, excess_bytes: i64) -> Result<(i64, i64), StorageError> {
+    fn trim_oplog(&self, batch: &mut WriteBatch, oplog: &Oplog, excess_bytes: i64) -> Result<(i64, i64, Option<RecordId>), StorageError> {
         let (mut documents, mut bytes, mut through) = (0i64, 0i64, None);
         let mut start_after = None;
         'scan: loop {
@@ -189,12 +196,21 @@ impl Engine {
             let end = keys::record_key(oplog.handle.entry.prefix, through + 1);
             batch.delete_range_cf(self.records_family(&oplog.handle.entry)?, start.as_slice(), end.as_slice());
         }
-        Ok((documents, bytes))
+        Ok((documents, bytes, through))
     }
 
-    /// Wakes the oplog's tailing cursors after an append was written.
-    pub(crate) fn notify_oplog(&self, oplog: &Oplog) {
+    /// After an append was written: publishes its trimming and wakes the oplog's tailers.
+    pub(crate) fn notify_oplog(&self, oplog: &mut Oplog) {
+        if let Some(through) = oplog.pending_trim.take() {
+            self.oplog_trimmed_through.fetch_max(through, Ordering::AcqRel);
+        }
         self.capped_inserts.notify(oplog.handle.entry.prefix);
+    }
+
+    /// Every oplog entry at or below this record id may be gone: a change stream positioned
+    /// below it lost its history.
+    pub fn oplog_trimmed_through(&self) -> RecordId {
+        self.oplog_trimmed_through.load(Ordering::Acquire)
     }
 }
 

@@ -327,7 +327,7 @@ impl Engine {
     /// a writer would hold.
     pub fn apply_replicated(&self, write: &ReplicatedWrite, marker: (&[u8], &[u8]), mut oplog: Option<OplogAppend<'_>>) -> Result<(), StorageError> {
         self.apply_replicated_batch(write, marker, oplog.as_mut())?;
-        if let Some(oplog) = &oplog {
+        if let Some(oplog) = oplog {
             self.notify_oplog(oplog.oplog);
         }
         Ok(())

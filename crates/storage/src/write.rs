@@ -647,6 +647,15 @@ impl<'e> WriteTransaction<'e> {
     /// Replaces record `record_id`, whose current content is `old`, with `new`. Only index
     /// entries whose keys changed are rewritten. On error the transaction is unchanged.
     pub fn update(&mut self, record_id: RecordId, old: &Document, new: &Document) -> Result<(), StorageError> {
+        self.update_keeping(record_id, old, new, true)
+    }
+
+    /// [`Self::update`] of a whole-document replacement: the oplog logs the new document.
+    pub fn replace(&mut self, record_id: RecordId, old: &Document, new: &Document) -> Result<(), StorageError> {
+        self.update_keeping(record_id, old, new, false)
+    }
+
+    fn update_keeping(&mut self, record_id: RecordId, old: &Document, new: &Document, keep_pre_image: bool) -> Result<(), StorageError> {
         let entry = self.entry()?;
         let (old, current_len) = self.stored_document(record_id, old)?;
         validate_id(new)?;
@@ -655,7 +664,7 @@ impl<'e> WriteTransaction<'e> {
         self.plan_entries(&entry, record_id, KeySource::Document(&old), KeySource::Document(new), &mut planned)?;
         self.apply_entries(&mut planned);
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64 - current_len as i64;
-        if self.engine.is_replicated() && !self.pre_images.contains_key(&record_id) {
+        if keep_pre_image && self.engine.is_replicated() && !self.pre_images.contains_key(&record_id) {
             self.pre_images.insert(record_id, old);
         }
         self.records.insert(record_id, Some(bytes));

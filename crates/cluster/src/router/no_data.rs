@@ -126,6 +126,9 @@ impl Backend for NoLocalData {
     fn executed_statement(&self, _session: &myriad_storage::SessionId, _transaction_number: i64, _statement_id: i32) -> BackendResult<Option<bson::RawDocumentBuf>> {
         Ok(None)
     }
+    fn oplog_trimmed_through(&self) -> myriad_storage::RecordId {
+        0
+    }
 }
 
 /// The write session of [`NoLocalData`]: every write is refused.
@@ -145,6 +148,9 @@ impl WriteSession for NoWrites {
         refused()
     }
     fn update(&mut self, _record_id: RecordId, _old: &Document, _new: &Document) -> BackendResult<()> {
+        refused()
+    }
+    fn replace(&mut self, _record_id: RecordId, _old: &Document, _new: &Document) -> BackendResult<()> {
         refused()
     }
     fn delete(&mut self, _record_id: RecordId, _old: &Document) -> BackendResult<()> {

@@ -237,6 +237,9 @@ impl<B: Backend> Backend for FilteringBackend<B> {
     fn executed_statement(&self, session: &myriad_storage::SessionId, transaction_number: i64, statement_id: i32) -> BackendResult<Option<bson::RawDocumentBuf>> {
         self.inner.executed_statement(session, transaction_number, statement_id)
     }
+    fn oplog_trimmed_through(&self) -> myriad_storage::RecordId {
+        self.inner.oplog_trimmed_through()
+    }
 }
 
 /// A write session of a versioned command: updates may not move documents off this shard.
@@ -253,6 +256,18 @@ impl OwnedWrites<'_> {
             Ok(raw) => self.filter.owns(&self.db, &self.collection, &raw),
             Err(_) => true,
         }
+    }
+}
+
+impl OwnedWrites<'_> {
+    /// An update may not move a document out of this shard's chunks.
+    fn check_stays_owned(&self, old: &bson::Document, new: &bson::Document) -> BackendResult<()> {
+        if self.owns(old) && !self.owns(new) {
+            return Err(StorageError::IllegalOperation(
+                "Must run update to shard key field in a multi-statement transaction or with retryWrites: true.".to_string(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -273,12 +288,12 @@ impl WriteSession for OwnedWrites<'_> {
         self.inner.read_unique_owners(prepared)
     }
     fn update(&mut self, record_id: RecordId, old: &bson::Document, new: &bson::Document) -> BackendResult<()> {
-        if self.owns(old) && !self.owns(new) {
-            return Err(StorageError::IllegalOperation(
-                "Must run update to shard key field in a multi-statement transaction or with retryWrites: true.".to_string(),
-            ));
-        }
+        self.check_stays_owned(old, new)?;
         self.inner.update(record_id, old, new)
+    }
+    fn replace(&mut self, record_id: RecordId, old: &bson::Document, new: &bson::Document) -> BackendResult<()> {
+        self.check_stays_owned(old, new)?;
+        self.inner.replace(record_id, old, new)
     }
     fn delete(&mut self, record_id: RecordId, old: &bson::Document) -> BackendResult<()> {
         self.inner.delete(record_id, old)

@@ -46,6 +46,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
     };
     let allow_disk_use = request.optional_flag("allowDiskUse")?;
     let (variable_names, variables) = command_variables(request)?;
+    if crate::change_stream::is_change_stream(&stages) {
+        return open_change_stream(context, request, collection_name.as_deref(), &stages, &variable_names, batch_size);
+    }
     // internalQueryExecMaxBlockingSortBytes bounds every stage that holds documents.
     let pipeline = Pipeline::parse_with_variables(&stages, &variable_names)?
         .with_memory_limit_bytes(crate::knobs::max_blocking_sort_bytes() as u64)
@@ -80,6 +83,32 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         context.cursors.register(cursor)
     };
     Ok(crate::reply::cursor_reply("firstBatch", cursor_id, &namespace, first_batch))
+}
+
+/// `aggregate` with `$changeStream` first: an awaitData cursor over the oplog, answered at once
+/// with what is already there (usually nothing) and the position reached.
+fn open_change_stream(
+    context: &ServerContext,
+    request: &CommandRequest,
+    collection: Option<&str>,
+    stages: &[Document],
+    variable_names: &[String],
+    batch_size: usize,
+) -> CommandResult<Reply> {
+    let mut stream = crate::change_stream::open(context, &request.db, collection, stages, variable_names)?;
+    let first_batch = stream.next_batch(context.backend.as_ref(), batch_size, crate::cursor::tailable::Deadline::Fails)?;
+    let token = crate::reply::encode_document(&stream.post_batch_resume_token())?;
+    let namespace = match collection {
+        Some(name) => format!("{}.{}", request.db, name),
+        None => format!("{}.$cmd.aggregate", request.db),
+    };
+    let cursor_id = if stream.is_finished() {
+        0
+    } else {
+        let cursor = Cursor::new(namespace.clone(), CursorSource::ChangeStream(Box::new(stream)), super::find::session_id(request));
+        context.cursors.register(cursor)
+    };
+    Ok(crate::reply::cursor_reply_with_token("firstBatch", cursor_id, &namespace, first_batch, Some(token)))
 }
 
 /// Variables and their values.

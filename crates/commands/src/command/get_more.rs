@@ -15,7 +15,7 @@ use crate::cursor::{take_batch, Cursor, CursorGone, CursorSource};
 use crate::error::{CommandError, CommandResult, ErrorCode, CURSOR_NOT_FOUND, INVALID_NAMESPACE, MISSING_FIELD, TYPE_MISMATCH, UNAUTHORIZED};
 use crate::execution::Execution;
 use crate::plan::Access;
-use crate::reply::{cursor_reply, Reply};
+use crate::reply::{cursor_reply_with_token, Reply};
 use crate::{CommandRequest, ServerContext};
 
 /// A getMore from a session other than the cursor's (MongoDB's 50738).
@@ -81,13 +81,21 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
     let filter = cursor.ownership_filter.clone();
     let (batch, exhausted) =
         crate::role::with_ownership_filter(filter, || next_batch(context.backend.as_ref(), &mut cursor.source, &arguments))?;
-    let reply_id = if cursor.query_end.stays_open(batch.len(), arguments.batch_size, exhausted) {
+    let token = match &cursor.source {
+        CursorSource::ChangeStream(stream) => Some(crate::reply::encode_document(&stream.post_batch_resume_token())?),
+        _ => None,
+    };
+    let stays_open = match &cursor.source {
+        CursorSource::ChangeStream(_) => !exhausted,
+        _ => cursor.query_end.stays_open(batch.len(), arguments.batch_size, exhausted),
+    };
+    let reply_id = if stays_open {
         context.cursors.check_in(cursor_id, cursor);
         cursor_id
     } else {
         0
     };
-    Ok(cursor_reply("nextBatch", reply_id, &arguments.namespace, batch))
+    Ok(cursor_reply_with_token("nextBatch", reply_id, &arguments.namespace, batch, token))
 }
 
 /// The checks that need the cursor: its namespace, its session, and `maxTimeMS` only for
@@ -109,7 +117,7 @@ fn check_cursor(request: &CommandRequest, arguments: &GetMoreArguments, cursor: 
             format!("Cannot run getMore on cursor {cursor_id}, which was not created in this session"),
         ));
     }
-    let awaits_data = matches!(&cursor.source, CursorSource::Tailable(query) if query.await_data);
+    let awaits_data = matches!(&cursor.source, CursorSource::Tailable(query) if query.await_data) || matches!(&cursor.source, CursorSource::ChangeStream(_));
     if arguments.max_time.is_some() && !awaits_data {
         return Err(CommandError::bad_value("cannot set maxTimeMS on getMore command for a non-awaitData cursor"));
     }
@@ -151,6 +159,14 @@ fn next_batch(
             }
             super::find::check_collection_alive(backend, &query.collection, "getMore")?;
             (batch, query.is_finished())
+        }
+        CursorSource::ChangeStream(stream) => {
+            let mut batch = stream.next_batch(backend, batch_size, Deadline::Fails)?;
+            if batch.is_empty() && !stream.is_finished() {
+                let timeout = arguments.max_time.unwrap_or(DEFAULT_AWAIT_DATA_TIMEOUT);
+                batch = crate::operation::pause_timer_during(|| stream.await_batch(backend, batch_size, timeout))?;
+            }
+            (batch, stream.is_finished())
         }
     })
 }

@@ -105,7 +105,11 @@ pub fn apply_statement(
             if let Some(new) = &updated {
                 check_id_unchanged(&old, new)?;
                 crate::validation::check_update(context, transaction, &old, new, statement.bypass_document_validation)?;
-                transaction.update(record_id, &old, new)?;
+                if statement.update.is_replacement() {
+                    transaction.replace(record_id, &old, new)?;
+                } else {
+                    transaction.update(record_id, &old, new)?;
+                }
                 outcome.modified += 1;
             }
             if outcome.document.is_none() {

@@ -58,7 +58,7 @@ pub enum Deadline {
 }
 
 /// True when the deadline passed and `deadline` says to end the batch; killOp always fails.
-fn interrupted(deadline: Deadline) -> CommandResult<bool> {
+pub(crate) fn interrupted(deadline: Deadline) -> CommandResult<bool> {
     match check_interrupt() {
         Ok(()) => Ok(false),
         Err(error) if error.code == MAX_TIME_MS_EXPIRED.code && deadline == Deadline::EndsTheBatch => Ok(true),

@@ -156,6 +156,8 @@ pub struct Engine {
     pub(crate) warming: std::sync::atomic::AtomicBool,
     /// Wakes tailable cursors waiting for inserts into capped collections.
     pub(crate) capped_inserts: crate::capped_inserts::CappedInsertNotifier,
+    /// Every oplog entry at or below this record id may have been trimmed (`oplog.rs`).
+    pub(crate) oplog_trimmed_through: std::sync::atomic::AtomicI64,
     /// The compressor of `records` and `local_records` (the node default).
     pub(crate) block_compressor: BlockCompressor,
     /// Group commit of journaled writes' WAL syncs (`journal.rs`).

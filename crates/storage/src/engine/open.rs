@@ -57,6 +57,7 @@ impl Engine {
             catalog_warm_up_entries: options.catalog_warm_up_entries,
             warming: std::sync::atomic::AtomicBool::new(false),
             capped_inserts: crate::capped_inserts::CappedInsertNotifier::default(),
+            oplog_trimmed_through: std::sync::atomic::AtomicI64::new(0),
             block_compressor: options.block_compressor,
             journal: crate::journal::JournalSync::default(),
             creations: crate::creation_queue::CreationQueue::default(),
