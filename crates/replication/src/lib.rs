@@ -23,16 +23,16 @@ mod config;
 mod log_store;
 mod member;
 mod network;
+mod snapshot;
 mod state_machine;
 
 use std::future::Future;
-use std::io::Cursor;
 use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 
 pub use config::{MemberConfig, ReplicaSetConfig, HEARTBEAT_INTERVAL_MS};
-pub use member::{optime_document, MemberRole, MemberStatus, ReplicaSetMember, ReplicaSetStatus};
+pub use member::{optime_document, MemberRole, MemberSettings, MemberStatus, ReplicaSetMember, ReplicaSetStatus};
 pub use network::RAFT_COMMAND;
 pub use state_machine::Optime;
 
@@ -75,7 +75,7 @@ openraft::declare_raft_types!(
         R = Applied,
         NodeId = u64,
         Node = Member,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
 );
 
 pub type Raft = openraft::Raft<TypeConfig>;

@@ -17,6 +17,7 @@ use tokio::sync::OnceCell;
 use crate::config::{MemberConfig, ReplicaSetConfig, ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, HEARTBEAT_INTERVAL_MS};
 use crate::log_store::LogStore;
 use crate::network::{Network, APPEND, SNAPSHOT, VOTE};
+use crate::snapshot::Snapshots;
 use crate::state_machine::{Optime, RecentOptimes, StateMachine};
 use crate::{decode, encode, LogPayload, Member, Raft, ReplicationError, Transport};
 
@@ -90,8 +91,23 @@ pub struct ReplicaSetMember {
     frozen_until: Arc<Mutex<Option<Instant>>>,
     /// Held while a replSetReconfig changes the membership (one at a time).
     reconfiguring: tokio::sync::Mutex<()>,
+    settings: MemberSettings,
+    snapshots: Arc<Snapshots>,
+}
+
+/// A member's start-up settings.
+#[derive(Clone, Copy, Debug)]
+pub struct MemberSettings {
     /// The oplog's cap (`--oplogSizeMB`).
-    oplog_cap_bytes: i64,
+    pub oplog_cap_bytes: i64,
+    /// Entries applied between snapshots; the log keeps as many before the last snapshot
+    /// (`--setParameter replicationSnapshotLogEntries`).
+    pub snapshot_log_entries: u64,
+}
+
+impl MemberSettings {
+    /// 990 MiB of oplog (mongod's smallest default) and a snapshot every 100,000 entries.
+    pub const DEFAULT: MemberSettings = MemberSettings { oplog_cap_bytes: 990 * 1024 * 1024, snapshot_log_entries: 100_000 };
 }
 
 /// The engine's replicator: the member, held weakly (the member owns the engine).
@@ -106,9 +122,10 @@ impl ReplicaSetMember {
         engine: Arc<Engine>,
         dbpath: &Path,
         transport: Arc<dyn Transport>,
-        oplog_cap_bytes: i64,
+        settings: MemberSettings,
     ) -> Result<Arc<ReplicaSetMember>, String> {
         let log_store = LogStore::open(&dbpath.join("replication"))?;
+        let snapshots = Snapshots::new(dbpath.join("replication-snapshot"), Arc::clone(&engine))?;
         let member = Arc::new(ReplicaSetMember {
             set_name: set_name.to_string(),
             me: me.to_string(),
@@ -120,7 +137,8 @@ impl ReplicaSetMember {
             recent: Arc::new(Mutex::new(RecentOptimes::default())),
             frozen_until: Arc::new(Mutex::new(None)),
             reconfiguring: tokio::sync::Mutex::new(()),
-            oplog_cap_bytes,
+            settings,
+            snapshots,
         });
         engine.set_replicator(Some(Arc::new(Replicator(Arc::downgrade(&member)))));
         if let Some(id) = member.log_store.member_id()? {
@@ -148,13 +166,14 @@ impl ReplicaSetMember {
                     heartbeat_interval: HEARTBEAT_INTERVAL_MS,
                     election_timeout_min: ELECTION_TIMEOUT_MIN_MS,
                     election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
-                    snapshot_policy: SnapshotPolicy::Never,
+                    snapshot_policy: SnapshotPolicy::LogsSinceLast(self.settings.snapshot_log_entries),
+                    max_in_snapshot_log_to_keep: self.settings.snapshot_log_entries,
                     max_payload_entries: 64,
                     ..Config::default()
                 };
                 let config = Arc::new(config.validate().map_err(|error| ReplicationError::Raft(error.to_string()))?);
                 let network = Network { transport: Arc::clone(&self.transport), set_name: self.set_name.clone() };
-                let state_machine = StateMachine::open(Arc::clone(&self.engine), Arc::clone(&self.recent), self.oplog_cap_bytes).map_err(ReplicationError::Raft)?;
+                let state_machine = StateMachine::open(Arc::clone(&self.engine), Arc::clone(&self.recent), self.settings.oplog_cap_bytes, Arc::clone(&self.snapshots)).map_err(ReplicationError::Raft)?;
                 self.log_store.set_member_id(id).map_err(ReplicationError::Raft)?;
                 let raft = Raft::new(id, config, network, self.log_store.clone(), state_machine)
                     .await

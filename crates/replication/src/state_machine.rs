@@ -5,18 +5,18 @@
 //! this member's oplog (`local.oplog.rs`) in the same RocksDB write, with its own timestamp: an
 //! entry's optime is that of its last operation.
 //!
-//! Snapshots are not built yet: the log is never purged (`SnapshotPolicy::Never`), so a member
-//! that joins replays the log from its start. A member cannot install a snapshot.
+//! Snapshots (`snapshot.rs`) are checkpoints of the engine; installing one replaces the
+//! engine's replicated state and this machine's applied state with the snapshot's.
 
-use std::io::Cursor;
 use std::sync::Arc;
 
 use bson::{RawBson, RawDocumentBuf, Timestamp};
 use myriad_storage::{oplog_record_id, Engine, Oplog, OplogAppend, ReplicatedWrite};
 use openraft::storage::{RaftStateMachine, Snapshot};
-use openraft::{Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError, StoredMembership};
+use openraft::{Entry, EntryPayload, LogId, OptionalSend, SnapshotMeta, StorageError, StorageIOError, StoredMembership};
 use serde::{Deserialize, Serialize};
 
+use crate::snapshot::{SnapshotBuilder, Snapshots};
 use crate::{decode, encode, Applied, Member, TypeConfig};
 
 /// Catalog-family key of the applied position (`R` keys belong to replication).
@@ -89,6 +89,7 @@ pub(crate) struct StateMachine {
     recent: Arc<parking_lot::Mutex<RecentOptimes>>,
     /// This member's `local.oplog.rs`, written with every applied write.
     oplog: Oplog,
+    snapshots: Arc<Snapshots>,
 }
 
 fn apply_error(error: impl std::fmt::Display) -> StorageError<u64> {
@@ -96,14 +97,19 @@ fn apply_error(error: impl std::fmt::Display) -> StorageError<u64> {
 }
 
 impl StateMachine {
-    pub(crate) fn open(engine: Arc<Engine>, recent: Arc<parking_lot::Mutex<RecentOptimes>>, oplog_cap_bytes: i64) -> std::result::Result<StateMachine, String> {
+    pub(crate) fn open(
+        engine: Arc<Engine>,
+        recent: Arc<parking_lot::Mutex<RecentOptimes>>,
+        oplog_cap_bytes: i64,
+        snapshots: Arc<Snapshots>,
+    ) -> std::result::Result<StateMachine, String> {
         let oplog = engine.open_oplog(oplog_cap_bytes).map_err(|error| format!("the oplog: {error}"))?;
         let state: AppliedState = match engine.read_replication_state(APPLIED_KEY).map_err(|error| error.to_string())? {
             Some(bytes) => decode(&bytes).map_err(|error| format!("applied position: {error}"))?,
             None => AppliedState::default(),
         };
         recent.lock().record(&state);
-        Ok(StateMachine { engine, state, recent, oplog })
+        Ok(StateMachine { engine, state, recent, oplog, snapshots })
     }
 
     fn apply_entry(&mut self, entry: &Entry<TypeConfig>) -> Result<()> {
@@ -158,7 +164,7 @@ fn oplog_entries(write: &ReplicatedWrite, first: Optime) -> std::result::Result<
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
-    type SnapshotBuilder = NoSnapshots;
+    type SnapshotBuilder = SnapshotBuilder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId<u64>>, StoredMembership<u64, Member>)> {
         Ok((self.state.last_applied, self.state.membership.clone()))
@@ -183,27 +189,27 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        NoSnapshots
+        SnapshotBuilder(Arc::clone(&self.snapshots))
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>> {
+        self.snapshots.receive()
     }
 
-    async fn install_snapshot(&mut self, _meta: &SnapshotMeta<u64, Member>, _snapshot: Box<Cursor<Vec<u8>>>) -> Result<()> {
-        Err(StorageIOError::read_snapshot(None, openraft::AnyError::error("this member cannot install a snapshot yet; the log is never purged, so a joining member replays it")).into())
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta<u64, Member>, snapshot: Box<tokio::fs::File>) -> Result<()> {
+        let state = self.snapshots.install(snapshot).await?;
+        if state.last_applied != meta.last_log_id {
+            return Err(apply_error(format!("the snapshot holds entry {:?}, its meta says {:?}", state.last_applied, meta.last_log_id)));
+        }
+        // This member's oplog has no entries between its last and the snapshot's position.
+        let optime = state.optime;
+        self.engine.forget_oplog_history_through(oplog_record_id(Timestamp { time: optime.seconds, increment: optime.increment.max(1) }));
+        self.recent.lock().record(&state);
+        self.state = state;
+        Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>> {
-        Ok(None)
-    }
-}
-
-/// The snapshot builder of a state machine that builds none (`SnapshotPolicy::Never`).
-pub(crate) struct NoSnapshots;
-
-impl RaftSnapshotBuilder<TypeConfig> for NoSnapshots {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>> {
-        Err(StorageIOError::write_snapshot(None, openraft::AnyError::error("snapshots are not built yet")).into())
+        self.snapshots.current()
     }
 }

@@ -60,7 +60,8 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     let member = match &arguments.replica_set {
         Some(set_name) => {
             let host = arguments.bind_ip.split(',').next().unwrap_or("127.0.0.1").trim();
-            Some(crate::replica_set::open(set_name, &format!("{host}:{port}"), Arc::clone(&engine), &arguments.dbpath, arguments.oplog_size_mebibytes).await?)
+            let settings = crate::replica_set::settings(&arguments)?;
+            Some(crate::replica_set::open(set_name, &format!("{host}:{port}"), Arc::clone(&engine), &arguments.dbpath, settings).await?)
         }
         None => None,
     };
@@ -87,7 +88,7 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     if let Some(key) = internal_key {
         context.security.set_internal_key(key);
     }
-    for assignment in &arguments.set_parameters {
+    for assignment in arguments.set_parameters.iter().filter(|assignment| !crate::replica_set::is_member_setting(assignment)) {
         myriad_commands::command::parameters::set_at_startup(&context, assignment)?;
     }
     // Deletes expired documents of TTL indexes in the background until shutdown.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use myriad_cluster::client::NodePool;
 use myriad_commands::ServerContext;
-use myriad_replication::{ReplicaSetMember, Transport};
+use myriad_replication::{MemberSettings, ReplicaSetMember, Transport};
 use myriad_storage::Engine;
 
 /// Raft's messages over the pooled, authenticated member connections of crates/cluster.
@@ -24,12 +24,34 @@ impl Transport for MemberTransport {
 }
 
 /// Opens the member (installing its replicator on the engine before anything writes).
-pub async fn open(set_name: &str, me: &str, engine: Arc<Engine>, dbpath: &str, oplog_size_mebibytes: u32) -> Result<Arc<ReplicaSetMember>, String> {
+pub async fn open(set_name: &str, me: &str, engine: Arc<Engine>, dbpath: &str, settings: MemberSettings) -> Result<Arc<ReplicaSetMember>, String> {
     let transport = Arc::new(MemberTransport { pool: NodePool::default() });
-    let oplog_cap_bytes = i64::from(oplog_size_mebibytes) * 1024 * 1024;
-    ReplicaSetMember::open(set_name, me, engine, Path::new(dbpath), transport, oplog_cap_bytes)
+    ReplicaSetMember::open(set_name, me, engine, Path::new(dbpath), transport, settings)
         .await
         .map_err(|error| format!("cannot start replica set member {me} of {set_name}: {error}"))
+}
+
+/// The start-up-only parameter that sets how many entries a member applies between Raft
+/// snapshots (and keeps in its log before the last one).
+const SNAPSHOT_LOG_ENTRIES_PARAMETER: &str = "replicationSnapshotLogEntries";
+
+/// True for a `--setParameter` the member takes at start-up (not a runtime parameter).
+pub fn is_member_setting(assignment: &str) -> bool {
+    assignment.split_once('=').is_some_and(|(name, _)| name == SNAPSHOT_LOG_ENTRIES_PARAMETER)
+}
+
+/// The member's settings from `--oplogSizeMB` and its start-up parameters.
+pub fn settings(arguments: &crate::cli::ServerArguments) -> Result<MemberSettings, String> {
+    let mut settings = MemberSettings { oplog_cap_bytes: i64::from(arguments.oplog_size_mebibytes) * 1024 * 1024, ..MemberSettings::DEFAULT };
+    for assignment in arguments.set_parameters.iter().filter(|assignment| is_member_setting(assignment)) {
+        let value = assignment.split_once('=').map(|(_, value)| value).unwrap_or("");
+        settings.snapshot_log_entries = value
+            .parse::<u64>()
+            .ok()
+            .filter(|entries| *entries >= 1)
+            .ok_or_else(|| format!("--setParameter {SNAPSHOT_LOG_ENTRIES_PARAMETER} needs a positive number, not '{value}'"))?;
+    }
+    Ok(settings)
 }
 
 /// Moves the hello topology counter on every change of role, primary or configuration.

@@ -38,6 +38,8 @@ pub const OPLOG_DATABASE: &str = "local";
 /// below `i64::MAX - 2`), so each member's oplog never meets a replicated collection.
 const OPLOG_PREFIX: u64 = i64::MAX as u64 - 2;
 const OPLOG_ID_INDEX_PREFIX: u64 = i64::MAX as u64 - 1;
+/// Both, for what treats the oplog's keys apart (`snapshot.rs`).
+pub(crate) const OPLOG_PREFIXES: [u64; 2] = [OPLOG_PREFIX, OPLOG_ID_INDEX_PREFIX];
 pub const OPLOG_COLLECTION: &str = "oplog.rs";
 
 /// The record id of an oplog entry at `ts`.
@@ -205,6 +207,12 @@ impl Engine {
             self.oplog_trimmed_through.fetch_max(through, Ordering::AcqRel);
         }
         self.capped_inserts.notify(oplog.handle.entry.prefix);
+    }
+
+    /// Marks the oplog's history up to `record_id` as lost (a snapshot was installed: entries
+    /// between this member's last and the snapshot's position were never written here).
+    pub fn forget_oplog_history_through(&self, record_id: RecordId) {
+        self.oplog_trimmed_through.fetch_max(record_id, Ordering::AcqRel);
     }
 
     /// Every oplog entry at or below this record id may be gone: a change stream positioned

@@ -47,7 +47,7 @@ impl Engine {
     }
 
     /// Locks one stripe, counting the acquisition and whether it found the stripe taken.
-    fn acquire_stripe<'s>(&'s self, stripe: &'s Mutex<StripeState>) -> StripeGuard<'s> {
+    pub(crate) fn acquire_stripe<'s>(&'s self, stripe: &'s Mutex<StripeState>) -> StripeGuard<'s> {
         self.counters.stripe_lock_acquisitions.fetch_add(1, Ordering::Relaxed);
         let guard = match stripe.try_lock() {
             Some(guard) => guard,

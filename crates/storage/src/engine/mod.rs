@@ -34,7 +34,7 @@ const FORMAT_VERSION: u32 = 2;
 /// The catalog format whose indexes are rebuilt at open.
 const UPGRADABLE_FORMAT_VERSION: u32 = 1;
 /// First prefix handed out (0 is never used, so an all-zero key is never valid data).
-const FIRST_PREFIX: u64 = 1;
+pub(crate) const FIRST_PREFIX: u64 = 1;
 /// Attempts to publish a lazily loaded entry before giving up (the caller still gets it).
 const MAX_PUBLISH_ATTEMPTS: usize = 16;
 /// Range deletions after which the data memtables are flushed (range tombstones in a mutable
@@ -135,13 +135,13 @@ pub struct Engine {
     database_options: rocksdb::Options,
     block_cache: Cache,
     block_cache_capacity_bytes: usize,
-    catalog: ArcSwap<Catalog>,
+    pub(crate) catalog: ArcSwap<Catalog>,
     /// Odd while a catalog change is between its batch write and its snapshot publication
     /// (a sequence lock): counter reads wait it out, so they never pair a snapshot's entry
     /// with counters the change already removed.
     pub(crate) catalog_change_sequence: std::sync::atomic::AtomicU64,
     ddl: Mutex<DdlState>,
-    stripes: Box<[Mutex<StripeState>]>,
+    pub(crate) stripes: Box<[Mutex<StripeState>]>,
     pub(crate) counters: Counters,
     pub(crate) ddl_write_options: WriteOptions,
     /// Index builds in progress, by index prefix (docs/design-storage.md, "Index builds").
