@@ -111,7 +111,8 @@ class ReplicaSet:
         return f"mongodb://{self.hosts()}/?replicaSet={self.name}"
 
     def client(self, **options) -> pymongo.MongoClient:
-        return pymongo.MongoClient(self.uri(), serverSelectionTimeoutMS=30_000, **options)
+        options.setdefault("serverSelectionTimeoutMS", 30_000)
+        return pymongo.MongoClient(self.uri(), **options)
 
     def member_client(self, index: int, **options) -> pymongo.MongoClient:
         options.setdefault("serverSelectionTimeoutMS", 10_000)

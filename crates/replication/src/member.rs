@@ -16,7 +16,7 @@ use tokio::sync::OnceCell;
 
 use crate::config::{MemberConfig, ReplicaSetConfig, ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, HEARTBEAT_INTERVAL_MS};
 use crate::log_store::LogStore;
-use crate::network::{Network, APPEND, SNAPSHOT, VOTE};
+use crate::network::{Network, Partition, APPEND, SNAPSHOT, VOTE};
 use crate::snapshot::Snapshots;
 use crate::state_machine::{Optime, RecentOptimes, StateMachine};
 use crate::{decode, encode, LogPayload, Member, Raft, ReplicationError, Transport};
@@ -93,6 +93,7 @@ pub struct ReplicaSetMember {
     reconfiguring: tokio::sync::Mutex<()>,
     settings: MemberSettings,
     snapshots: Arc<Snapshots>,
+    partition: Arc<Partition>,
 }
 
 /// A member's start-up settings.
@@ -139,6 +140,7 @@ impl ReplicaSetMember {
             reconfiguring: tokio::sync::Mutex::new(()),
             settings,
             snapshots,
+            partition: Arc::default(),
         });
         engine.set_replicator(Some(Arc::new(Replicator(Arc::downgrade(&member)))));
         if let Some(id) = member.log_store.member_id()? {
@@ -172,7 +174,7 @@ impl ReplicaSetMember {
                     ..Config::default()
                 };
                 let config = Arc::new(config.validate().map_err(|error| ReplicationError::Raft(error.to_string()))?);
-                let network = Network { transport: Arc::clone(&self.transport), set_name: self.set_name.clone() };
+                let network = Network { transport: Arc::clone(&self.transport), set_name: self.set_name.clone(), partition: Arc::clone(&self.partition) };
                 let state_machine = StateMachine::open(Arc::clone(&self.engine), Arc::clone(&self.recent), self.settings.oplog_cap_bytes, Arc::clone(&self.snapshots)).map_err(ReplicationError::Raft)?;
                 self.log_store.set_member_id(id).map_err(ReplicationError::Raft)?;
                 let raft = Raft::new(id, config, network, self.log_store.clone(), state_machine)
@@ -294,7 +296,14 @@ impl ReplicaSetMember {
             metrics.state == ServerState::Leader
                 && metrics.current_leader == Some(metrics.id)
                 && metrics.last_applied.is_some_and(|applied| applied.leader_id.term == metrics.current_term)
+                && hears_a_majority(&metrics)
         })
+    }
+
+    /// Test networking: this member sends nothing to `hosts` until called again (the
+    /// `replicationNetworkPartition` fail point; an empty list heals).
+    pub fn set_unreachable(&self, hosts: Vec<String>) {
+        self.partition.set(hosts);
     }
 
     /// What hello reports that can change: writable, the primary, the term, the
@@ -655,6 +664,19 @@ fn election_id(term: u64) -> ObjectId {
 }
 
 /// `{ts, t}` of an optime.
+/// A leader that has not heard from a majority for this long stops being the writable primary
+/// (as mongod's primary steps down when it cannot see a majority): by then a majority may have
+/// elected another, and drivers must look for it.
+const QUORUM_CONTACT_TIMEOUT_MS: u64 = 2 * ELECTION_TIMEOUT_MAX_MS;
+
+/// True when a majority acknowledged this leader recently (always for a set of one voter).
+fn hears_a_majority(metrics: &RaftMetrics<u64, Member>) -> bool {
+    if metrics.membership_config.membership().voter_ids().count() <= 1 {
+        return true;
+    }
+    metrics.millis_since_quorum_ack.is_some_and(|milliseconds| milliseconds <= QUORUM_CONTACT_TIMEOUT_MS)
+}
+
 pub fn optime_document(optime: Optime) -> Document {
     doc! {"ts": Timestamp { time: optime.seconds, increment: optime.increment }, "t": optime.term as i64}
 }

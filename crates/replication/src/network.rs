@@ -23,10 +23,27 @@ pub(crate) const APPEND: &str = "appendEntries";
 pub(crate) const VOTE: &str = "vote";
 pub(crate) const SNAPSHOT: &str = "installSnapshot";
 
+/// The members this one sends nothing to: a test's network partition (the
+/// `replicationNetworkPartition` fail point). Empty outside tests.
+#[derive(Default)]
+pub(crate) struct Partition(parking_lot::RwLock<std::collections::HashSet<String>>);
+
+impl Partition {
+    pub(crate) fn set(&self, hosts: Vec<String>) {
+        *self.0.write() = hosts.into_iter().collect();
+    }
+
+    fn cuts(&self, host: &str) -> bool {
+        let hosts = self.0.read();
+        !hosts.is_empty() && hosts.contains(host)
+    }
+}
+
 /// Makes one connection handle per target member.
 pub(crate) struct Network {
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) set_name: String,
+    pub(crate) partition: Arc<Partition>,
 }
 
 pub(crate) struct Connection {
@@ -34,13 +51,20 @@ pub(crate) struct Connection {
     set_name: String,
     target: u64,
     host: String,
+    partition: Arc<Partition>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Connection;
 
     async fn new_client(&mut self, target: u64, node: &Member) -> Connection {
-        Connection { transport: Arc::clone(&self.transport), set_name: self.set_name.clone(), target, host: node.host.clone() }
+        Connection {
+            transport: Arc::clone(&self.transport),
+            set_name: self.set_name.clone(),
+            target,
+            host: node.host.clone(),
+            partition: Arc::clone(&self.partition),
+        }
     }
 }
 
@@ -67,6 +91,11 @@ impl Connection {
         Response: DeserializeOwned,
         Error: std::error::Error + DeserializeOwned,
     {
+        if self.partition.cuts(&self.host) {
+            // As a dropped packet: the sender learns nothing until its timeout.
+            tokio::time::sleep(timeout).await;
+            return Err(RPCError::Unreachable(Unreachable::new(&TransportError(format!("{kind} to {} cut by a network partition", self.host)))));
+        }
         let command = doc! {
             RAFT_COMMAND: kind,
             "setName": &self.set_name,

@@ -14,6 +14,35 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         Some(other) => return Err(crate::request::field_type_error("configureFailPoint", "string", other)),
         None => return Err(CommandError::bad_value("configureFailPoint needs a fail point name")),
     };
+    if name == REPLICATION_NETWORK_PARTITION {
+        return partition(context, request);
+    }
     let count = context.fail_points.configure(name, &request.body)?;
     Ok(configured_reply(count))
+}
+
+/// A replica-set member's test fail point: `{mode: "alwaysOn", data: {hosts: [...]}}` makes it
+/// send nothing to those members (`mode: "off"` heals); set on both sides, a partition.
+const REPLICATION_NETWORK_PARTITION: &str = "replicationNetworkPartition";
+
+fn partition(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let Some(member) = context.replication.get() else {
+        return Err(CommandError::new(crate::error::ErrorCode::new(76), "replicationNetworkPartition needs a replica-set member"));
+    };
+    let hosts = match request.body.get("mode") {
+        Some(Bson::String(mode)) if mode == "off" => Vec::new(),
+        Some(Bson::String(mode)) if mode == "alwaysOn" => {
+            let data = request.optional_document("data")?.cloned().unwrap_or_default();
+            match data.get("hosts") {
+                Some(Bson::Array(hosts)) => hosts
+                    .iter()
+                    .map(|host| host.as_str().map(str::to_string).ok_or_else(|| CommandError::bad_value("data.hosts holds host:port strings")))
+                    .collect::<CommandResult<Vec<String>>>()?,
+                _ => return Err(CommandError::bad_value("replicationNetworkPartition needs data.hosts")),
+            }
+        }
+        _ => return Err(CommandError::bad_value("replicationNetworkPartition takes mode alwaysOn or off")),
+    };
+    member.set_unreachable(hosts);
+    Ok(configured_reply(0))
 }
