@@ -189,8 +189,10 @@ def test_a_trimmed_oplog_loses_history_and_says_so():
 
 
 def test_a_stream_resumes_across_a_failover_without_loss_or_repeat(replica_set):
-    """Last in the module: it kills the primary (and restarts it)."""
-    with replica_set.client(retryWrites=True) as client:
+    """Last in the module: it kills the primary (and restarts it). The stream's next getMore
+    is addressed to the killed member, which pymongo waits for up to its server selection
+    timeout before it resumes on the new primary (as against mongod): 3 s here."""
+    with replica_set.client(retryWrites=True, serverSelectionTimeoutMS=3000) as client:
         collection = client.streams_failover.c
         with collection.watch(max_await_time_ms=200) as stream:
             for number in range(10):
