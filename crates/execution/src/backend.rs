@@ -20,7 +20,7 @@ use std::sync::Arc;
 use bson::{Bson, Document, RawDocumentBuf};
 use myriad_storage::{
     CollectionHandle, CollectionStats, CollectionStorage, CreateIndexesOutcome, DatabaseStats, DatabaseStorage, Durability, Engine, IndexKeyRange,
-    IndexOptionChanges, IndexOptionsOutcome, IndexSelector, IndexValuesEntry, PreparedInsert, RecordId, StorageError, TtlIndex,
+    IndexOptionChanges, IndexOptionsOutcome, IndexSelector, IndexValuesEntry, MultikeyPaths, PreparedInsert, RecordId, StorageError, TtlIndex,
     ValidationReport, WriteTransaction,
 };
 
@@ -112,6 +112,12 @@ pub trait Backend: Send + Sync {
 
     // ----- statistics and maintenance --------------------------------------------------------
     fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats>;
+    /// Per ready index (catalog order), its multikey paths: one mask per key field (bit `d`:
+    /// the path's first `d + 1` components hold an array in some document), or None when not
+    /// tracked (every path may be multikey). Empty when the backend does not know.
+    fn multikey_paths(&self, _handle: &CollectionHandle) -> BackendResult<Vec<(String, Option<MultikeyPaths>)>> {
+        Ok(Vec::new())
+    }
     fn database_stats(&self, db: &str) -> BackendResult<DatabaseStats>;
     /// Bytes on disk of a collection and its indexes (collStats' storageSize, index sizes),
     /// given the counters `collection_stats` returned, and its block compressor.
@@ -246,6 +252,9 @@ impl Backend for Engine {
     }
     fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats> {
         Engine::collection_stats(self, handle)
+    }
+    fn multikey_paths(&self, handle: &CollectionHandle) -> BackendResult<Vec<(String, Option<MultikeyPaths>)>> {
+        Engine::multikey_paths(self, handle)
     }
     fn database_stats(&self, db: &str) -> BackendResult<DatabaseStats> {
         Engine::database_stats(self, db)
@@ -458,6 +467,9 @@ impl<B: Backend> Backend for ContractBackend<B> {
     }
     fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b> {
         self.inner.begin_write(handle)
+    }
+    fn multikey_paths(&self, handle: &CollectionHandle) -> BackendResult<Vec<(String, Option<MultikeyPaths>)>> {
+        self.inner.multikey_paths(handle)
     }
     fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats> {
         let stats = self.inner.collection_stats(handle)?;

@@ -581,7 +581,7 @@ impl IndexRead<'_> {
             let range = &scan.ranges[range_number];
             let start_after = scan.last_entry_key.as_deref();
             // A covered scan reads each entry's exact key values (type bits); others only ids.
-            let entries: Vec<(Vec<u8>, RecordId, Option<Vec<Bson>>)> = if scan.covered {
+            let entries: Vec<(Vec<u8>, RecordId, Option<Vec<Option<Bson>>>)> = if scan.covered {
                 self.backend.scan_index_values(self.collection, &scan.index_name, range, scan.reverse, start_after, self.wanted)?
             } else {
                 let entries = self.backend.scan_index(self.collection, &scan.index_name, range, scan.reverse, start_after, self.wanted)?;
@@ -599,10 +599,10 @@ impl IndexRead<'_> {
                     continue;
                 }
                 counters.access.advanced += 1;
-                // An entry whose values cannot all be recovered (missing or array fields,
-                // entries from before type bits) is fetched.
-                if let Some(values) = values {
-                    let raw = encode_document(&covered_document(&scan.field_paths, values))?;
+                // An entry that cannot give every coverable field (a missing field, an entry
+                // from before type bits) is fetched; multikey fields are left out.
+                if let Some(document) = values.and_then(|values| covered_document(&scan.field_paths, &scan.coverable_fields, values)) {
+                    let raw = encode_document(&document)?;
                     pending.push_back(Candidate { record_id, raw, resume });
                 } else if let Some(raw) = self.backend.get_record(self.collection, record_id)? {
                     counters.documents_examined += 1;
@@ -620,11 +620,16 @@ impl IndexRead<'_> {
     }
 }
 
-/// The document a covered index entry stands for: each key field's exact value at its dotted
-/// path (the planner covers only queries that read no other field).
-fn covered_document(paths: &[String], values: Vec<Bson>) -> Document {
+/// The document a covered index entry stands for: each coverable key field's exact value at its
+/// dotted path (the planner covers only queries that read no other field); None when one of
+/// them is not in the entry.
+fn covered_document(paths: &[String], coverable: &[bool], values: Vec<Option<Bson>>) -> Option<Document> {
     let mut document = Document::new();
-    for (path, value) in paths.iter().zip(values) {
+    for ((path, value), coverable) in paths.iter().zip(values).zip(coverable) {
+        if !coverable {
+            continue;
+        }
+        let value = value?;
         let mut components: Vec<&str> = path.split('.').collect();
         let last = components.pop().unwrap_or_default();
         let mut target = &mut document;
@@ -637,7 +642,7 @@ fn covered_document(paths: &[String], values: Vec<Bson>) -> Document {
         }
         target.insert(last, value);
     }
-    document
+    Some(document)
 }
 
 /// Runs one step of an execution and adds what that step examined: for executions that

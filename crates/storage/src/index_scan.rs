@@ -18,8 +18,9 @@ use crate::keys::{self, PREFIX_LEN, RECORD_ID_LEN};
 use crate::{RecordId, StorageError};
 
 /// One entry of [`Engine::scan_index_values`]: the entry key (keystring ‖ record id), the record
-/// id, and the key fields' exact values (None when the entry cannot give them).
-pub type IndexValuesEntry = (Vec<u8>, RecordId, Option<Vec<Bson>>);
+/// id, and the key fields' exact values (None when the entry cannot give any; a field's None
+/// when it cannot give that one).
+pub type IndexValuesEntry = (Vec<u8>, RecordId, Option<Vec<Option<Bson>>>);
 
 /// One index entry as the iterator found it.
 struct RawEntry<'a> {
@@ -52,7 +53,8 @@ impl Engine {
     /// As [`Engine::scan_index`], with each entry's key values: one exact BSON value per key
     /// field (types included: `Int32(1)`, `Int64(1)`, `1.0` and `Decimal128("1.0")` come back
     /// as they were stored), or None when the entry cannot give them (written before type bits
-    /// existed, or a field is hashed, an array element, or missing from its document). Type
+    /// existed, or a field is hashed), a field's None when it is an array element or missing
+    /// from its document. Type
     /// bits that do not fit their key are DataCorruptionDetected (301).
     pub fn scan_index_values(
         &self,

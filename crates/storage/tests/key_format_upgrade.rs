@@ -119,7 +119,7 @@ fn downgrade(path: &Path, indexes: &[(u64, bool, &str)], documents: &[(RecordId,
 fn values(engine: &Engine, index: &str) -> Vec<Bson> {
     let handle = engine.collection("db", "c").unwrap().unwrap();
     let entries = engine.scan_index_values(&handle, index, &IndexKeyRange::full(), false, None, 1000).unwrap();
-    entries.into_iter().map(|(_, _, values)| values.expect("type bits").remove(0)).collect()
+    entries.into_iter().map(|(_, _, values)| values.expect("type bits").remove(0).expect("an exact value")).collect()
 }
 
 #[test]

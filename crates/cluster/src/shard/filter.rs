@@ -207,6 +207,9 @@ impl<B: Backend> Backend for FilteringBackend<B> {
     fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats> {
         self.inner.collection_stats(handle)
     }
+    fn multikey_paths(&self, handle: &CollectionHandle) -> BackendResult<Vec<(String, Option<myriad_storage::MultikeyPaths>)>> {
+        self.inner.multikey_paths(handle)
+    }
     fn database_stats(&self, db: &str) -> BackendResult<DatabaseStats> {
         self.inner.database_stats(db)
     }

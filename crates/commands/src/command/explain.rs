@@ -169,14 +169,14 @@ fn explain_query(
     let started = Instant::now();
     let mut execution = Execution::new(backend, collection.clone(), spec)?;
     let multikey = MultikeyIndexes::new(backend, &collection, true);
-    crate::plan::fill_multikey(&mut execution.access, &multikey);
+    crate::plan::fill_multikey(&mut execution.access, &collection, &multikey);
     let winning_plan = wrap(strip_statistics(&execution.plan_tree()), wrapper, None);
     let rejected_plans: Vec<Document> = execution
         .planning
         .rejected
         .iter_mut()
         .map(|outcome| {
-            crate::plan::fill_multikey(&mut outcome.access, &multikey);
+            crate::plan::fill_multikey(&mut outcome.access, &collection, &multikey);
             wrap(strip_statistics(&outcome.stages), wrapper, None)
         })
         .collect();
