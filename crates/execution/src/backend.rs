@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{Bson, Document, RawDocument, RawDocumentBuf};
 use myriad_storage::{
     CollectionHandle, CollectionStats, CollectionStorage, CreateIndexesOutcome, DatabaseStats, DatabaseStorage, Durability, Engine, IndexKeyRange,
     IndexOptionChanges, IndexOptionsOutcome, IndexSelector, IndexValuesEntry, MultikeyPaths, PreparedInsert, RecordId, StorageError, TtlIndex,
@@ -98,6 +98,8 @@ pub trait Backend: Send + Sync {
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> BackendResult<Vec<IndexValuesEntry>>;
+    /// The keystrings `document` has in the index (as its entries hold them).
+    fn index_keystrings(&self, handle: &CollectionHandle, index_name: &str, document: &RawDocument) -> BackendResult<Vec<Vec<u8>>>;
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>>;
     fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>>;
     /// Checks a collection's records, counters and index entries, all read from one snapshot.
@@ -233,6 +235,9 @@ impl Backend for Engine {
         max_count: usize,
     ) -> BackendResult<Vec<IndexValuesEntry>> {
         Engine::scan_index_values(self, handle, index_name, range, reverse, start_after, max_count)
+    }
+    fn index_keystrings(&self, handle: &CollectionHandle, index_name: &str, document: &RawDocument) -> BackendResult<Vec<Vec<u8>>> {
+        Engine::index_keystrings(self, handle, index_name, document)
     }
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
         Engine::get_record(self, handle, record_id)
@@ -449,6 +454,9 @@ impl<B: Backend> Backend for ContractBackend<B> {
         let entries = self.inner.scan_index_values(handle, index_name, range, reverse, start_after, max_count)?;
         assert_scan_contract("scan_index_values", entries.iter().map(|(key, _, _)| key.as_slice()), start_after, reverse, max_count);
         Ok(entries)
+    }
+    fn index_keystrings(&self, handle: &CollectionHandle, index_name: &str, document: &RawDocument) -> BackendResult<Vec<Vec<u8>>> {
+        self.inner.index_keystrings(handle, index_name, document)
     }
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
         self.inner.get_record(handle, record_id)

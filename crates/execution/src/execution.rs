@@ -530,7 +530,7 @@ impl Execution {
             }
             Access::IndexScan(scan) => {
                 let mut seen = std::mem::take(&mut scan.seen_record_ids);
-                let reading = IndexRead { backend, collection: &self.collection, branch: 0, wanted };
+                let reading = IndexRead { backend, collection: &self.collection, branch: 0, wanted, earlier: &[], in_union: false };
                 let outcome = reading.next_entries(scan, &mut seen, &mut self.pending, &mut self.counters);
                 scan.seen_record_ids = seen;
                 if outcome? {
@@ -541,8 +541,9 @@ impl Execution {
                 // Bounded: each pass either yields candidates or finishes a branch.
                 while self.pending.is_empty() && union.current_branch < union.branches.len() {
                     let branch = union.current_branch;
-                    let reading = IndexRead { backend, collection: &self.collection, branch, wanted };
-                    let scan = &mut union.branches[branch];
+                    let (earlier, rest) = union.branches.split_at_mut(branch);
+                    let reading = IndexRead { backend, collection: &self.collection, branch, wanted, earlier, in_union: true };
+                    let scan = &mut rest[0];
                     if reading.next_entries(scan, &mut union.seen_record_ids, &mut self.pending, &mut self.counters)? {
                         union.current_branch += 1;
                     }
@@ -562,7 +563,14 @@ struct IndexRead<'a> {
     collection: &'a CollectionHandle,
     branch: usize,
     wanted: usize,
+    /// The OR branches read before this one (a record they returned is not returned again).
+    earlier: &'a [crate::plan::IndexScan],
+    /// A branch of an OR: every record it returns is remembered for the later branches.
+    in_union: bool,
 }
+
+/// What one remembered record id is counted as, against `indexScanDedupMaxBytes`.
+const SEEN_RECORD_ID_BYTES: usize = 16;
 
 impl IndexRead<'_> {
     /// Reads entries until some candidates are pending or the scan ends, fetching each record
@@ -592,13 +600,32 @@ impl IndexRead<'_> {
             scan.keys_examined += entries.len() as u64;
             let mut previous_key = scan.last_entry_key.take();
             let range_done = entries.len() < self.wanted;
+            let deduplicates = self.in_union || scan.may_repeat_records();
             for (key, record_id, values) in entries {
                 let resume = ResumePoint::AfterEntry(self.branch, range_number, previous_key.clone());
-                previous_key = Some(key);
-                if !seen.insert(record_id) {
+                let mut fetched = None;
+                if deduplicates && !seen.contains(&record_id) && seen.len().saturating_mul(SEEN_RECORD_ID_BYTES) >= crate::knobs::index_scan_dedup_max_bytes() {
+                    // Too many ids remembered: the record is kept at its first key only.
+                    let Some(raw) = self.backend.get_record(self.collection, record_id)? else {
+                        previous_key = Some(key);
+                        continue;
+                    };
+                    counters.documents_examined += 1;
+                    if !self.first_occurrence(scan, range_number, &key, &raw)? {
+                        previous_key = Some(key);
+                        continue;
+                    }
+                    fetched = Some(raw);
+                } else if deduplicates && !seen.insert(record_id) {
+                    previous_key = Some(key);
                     continue;
                 }
+                previous_key = Some(key);
                 counters.access.advanced += 1;
+                if let Some(raw) = fetched {
+                    pending.push_back(Candidate { record_id, raw, resume });
+                    continue;
+                }
                 // An entry that cannot give every coverable field (a missing field, an entry
                 // from before type bits) is fetched; multikey fields are left out.
                 if let Some(document) = values.and_then(|values| covered_document(&scan.field_paths, &scan.coverable_fields, values)) {
@@ -617,6 +644,31 @@ impl IndexRead<'_> {
             }
         }
         Ok(scan.current_range >= scan.ranges.len())
+    }
+}
+
+impl IndexRead<'_> {
+    /// True when the entry `entry_key` (keystring ‖ record id), read in range `range_number`
+    /// of `scan`, is the first entry of the record `raw` this scan (with the OR branches
+    /// before it) visits: no earlier branch has one of its keys in its ranges, and none of its
+    /// other keys comes first in `scan`'s order (range by range, keys in scan direction).
+    fn first_occurrence(&self, scan: &crate::plan::IndexScan, range_number: usize, entry_key: &[u8], raw: &RawDocumentBuf) -> CommandResult<bool> {
+        for branch in self.earlier {
+            let keys = self.backend.index_keystrings(self.collection, &branch.index_name, raw)?;
+            if keys.iter().any(|key| branch.ranges.iter().any(|range| range.contains(key))) {
+                return Ok(false);
+            }
+        }
+        let keystring = entry_key.get(..entry_key.len().saturating_sub(8)).unwrap_or_default();
+        let keys = self.backend.index_keystrings(self.collection, &scan.index_name, raw)?;
+        let first = keys
+            .iter()
+            .filter_map(|key| scan.ranges.iter().position(|range| range.contains(key)).map(|position| (position, key)))
+            .min_by(|(left_range, left), (right_range, right)| {
+                let within = if scan.reverse { right.cmp(left) } else { left.cmp(right) };
+                left_range.cmp(right_range).then(within)
+            });
+        Ok(first.is_some_and(|(position, key)| position == range_number && key.as_slice() == keystring))
     }
 }
 

@@ -75,6 +75,15 @@ impl Engine {
         })
     }
 
+    /// The keystrings `document` has in the ready index `index_name` (none when a partial
+    /// index's filter rejects it), as its entries hold them.
+    pub fn index_keystrings(&self, handle: &CollectionHandle, index_name: &str, document: &bson::RawDocument) -> Result<Vec<Vec<u8>>, StorageError> {
+        let index = ready_index(handle, index_name)?;
+        let document = bson::Document::try_from(document).map_err(|error| StorageError::Corrupt(format!("record: {error}")))?;
+        let keys = index.document_keys(&index.fields()?, &document)?;
+        Ok(keys.keys.iter().map(|key| key.keystring().to_vec()).collect())
+    }
+
     /// Walks the entries of `index` in `range` and maps each with `each`.
     #[allow(clippy::too_many_arguments)]
     fn scan_index_entries<T>(

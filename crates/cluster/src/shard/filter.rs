@@ -181,6 +181,9 @@ impl<B: Backend> Backend for FilteringBackend<B> {
         }
         Ok(entries.into_iter().map(|(key, record_id, _)| (key, record_id, None)).collect())
     }
+    fn index_keystrings(&self, handle: &CollectionHandle, index_name: &str, document: &bson::RawDocument) -> BackendResult<Vec<Vec<u8>>> {
+        self.inner.index_keystrings(handle, index_name, document)
+    }
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
         let record = self.inner.get_record(handle, record_id)?;
         let filter = active_filter(handle);

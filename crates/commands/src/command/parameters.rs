@@ -92,6 +92,15 @@ const PARAMETERS: &[Parameter] = &[
         startup: true,
     },
     Parameter {
+        name: "indexScanDedupMaxBytes",
+        kind: Kind::Settable {
+            read: |_| Bson::Int64(knobs::INDEX_SCAN_DEDUP_MAX_BYTES.load(Ordering::Relaxed) as i64),
+            write: |_, value| store_positive(&knobs::INDEX_SCAN_DEDUP_MAX_BYTES, "indexScanDedupMaxBytes", value),
+            boolean: false,
+        },
+        startup: true,
+    },
+    Parameter {
         name: "idleConnectionTimeoutMillis",
         kind: Kind::Settable {
             read: |_| Bson::Int64(knobs::IDLE_CONNECTION_TIMEOUT_MILLIS.load(Ordering::Relaxed) as i64),

@@ -455,4 +455,49 @@ mod tests {
         let gt = field_intervals(&filter, "b").unwrap();
         assert_eq!(describe_interval(&gt[0]), "(5, inf.0]");
     }
+
+    fn parsed(filter: Document) -> Filter {
+        Filter::parse(&filter).expect("filter")
+    }
+
+    #[test]
+    fn multikey_paths_decide_intersection_compounding_sorts_and_covering() {
+        // The seed example: {productId: 1, siteId: 1, segments: 1}, segments an array.
+        let fields = [("productId", ASCENDING), ("siteId", ASCENDING), ("segments", ASCENDING)];
+        let seed = IndexMultikey::tracked(vec![0, 0, 1]);
+        let bounded = bounded_prefix(&fields, &parsed(doc! { "productId": 42 }), &seed);
+        assert_eq!(bounded.len(), 1);
+        let sort = SortSpec::parse(&doc! { "siteId": 1 }).unwrap();
+        assert!(seed.sort_allowed(&fields, &sort), "siteId is not multikey");
+        assert_eq!(provided_sort(&fields, &bounded, &sort.pattern()), Some(false));
+        assert!(!seed.sort_allowed(&fields, &SortSpec::parse(&doc! { "segments": 1 }).unwrap()));
+        assert_eq!(seed.coverable_fields(), vec![true, true, false]);
+        assert!(seed.is_multikey());
+        assert_eq!(seed.explain_paths(&fields), Some(doc! { "productId": [], "siteId": [], "segments": ["segments"] }));
+
+        // A non-multikey field intersects its predicates; a multikey one takes one of them.
+        let range = parsed(doc! { "x": { "$gt": 5, "$lt": 10 } });
+        let single = [("x", ASCENDING)];
+        let intersected = bounded_prefix(&single, &range, &IndexMultikey::tracked(vec![0]));
+        assert_eq!(describe_interval(&intersected[0][0]), "(5, 10)");
+        let one_side = bounded_prefix(&single, &range, &IndexMultikey::tracked(vec![1]));
+        assert_ne!(describe_interval(&one_side[0][0]), "(5, 10)", "{{x: [0, 20]}} matches and is outside (5, 10)");
+
+        // Fields under one array are not compounded: their values may come from two elements.
+        let shared = [("a.b", ASCENDING), ("a.c", ASCENDING)];
+        let both = parsed(doc! { "a.b": 1, "a.c": 2 });
+        assert_eq!(bounded_prefix(&shared, &both, &IndexMultikey::tracked(vec![1, 1])).len(), 1);
+        assert_eq!(bounded_prefix(&shared, &both, &IndexMultikey::tracked(vec![0, 0])).len(), 2);
+        assert_eq!(bounded_prefix(&shared, &both, &IndexMultikey::tracked(vec![0, 0b10])).len(), 2, "only a.c's own array");
+        let nested = IndexMultikey::tracked(vec![0b11, 0]);
+        assert_eq!(nested.explain_paths(&shared), Some(doc! { "a.b": ["a", "a.b"], "a.c": [] }));
+
+        // Untracked: every path counts as multikey; sorts as the counters allow.
+        let untracked = IndexMultikey::untracked(3, false);
+        assert_eq!(bounded_prefix(&fields, &parsed(doc! { "productId": 42, "siteId": 1 }), &untracked).len(), 2, "no shared prefix");
+        assert!(!untracked.sort_allowed(&fields, &sort));
+        assert!(IndexMultikey::untracked(3, true).sort_allowed(&fields, &sort));
+        assert_eq!(untracked.coverable_fields(), vec![false; 3]);
+        assert_eq!(untracked.explain_paths(&fields), None);
+    }
 }

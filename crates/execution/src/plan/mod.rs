@@ -157,6 +157,12 @@ impl IndexScan {
         self.covered = !hashed && projected.iter().chain(&filtered).chain(&sorted).all(coverable);
     }
 
+    /// True when one record may have several entries in the scan's ranges: some path of the
+    /// index is multikey, or its paths are not tracked (the ranges themselves are disjoint).
+    pub fn may_repeat_records(&self) -> bool {
+        self.multikey_paths.is_none() || self.multikey != Some(false)
+    }
+
     /// planSummary's form: `IXSCAN { a: 1, b: -1 }`.
     pub fn describe(&self) -> String {
         let fields: Vec<String> = self.key_pattern.iter().map(|(field, direction)| format!("{field}: {direction}")).collect();
