@@ -324,7 +324,34 @@ fn validate_id_value(id: Option<&Bson>) -> Result<(), StorageError> {
             Err(StorageError::InvalidDocument("_id cannot be a regular expression".to_string()))
         }
         Some(Bson::Undefined) => Err(StorageError::InvalidDocument("_id cannot be undefined".to_string())),
+        Some(Bson::Document(document)) => match dollar_prefixed_field(document) {
+            Some(field) => Err(StorageError::DollarPrefixedField(field.to_string())),
+            None => Ok(()),
+        },
         Some(_) => Ok(()),
+    }
+}
+
+/// The first field name starting with `$` in `document`, its embedded documents and arrays
+/// (iterative: documents are depth-checked after this).
+fn dollar_prefixed_field(document: &Document) -> Option<&str> {
+    let mut pending: Vec<&Bson> = Vec::new();
+    let mut documents = vec![document];
+    loop {
+        for document in documents.drain(..) {
+            for (field, value) in document {
+                if field.starts_with('$') {
+                    return Some(field);
+                }
+                pending.push(value);
+            }
+        }
+        let value = pending.pop()?;
+        match value {
+            Bson::Document(inner) => documents.push(inner),
+            Bson::Array(items) => pending.extend(items),
+            _ => {}
+        }
     }
 }
 
@@ -696,6 +723,16 @@ impl<'e> WriteTransaction<'e> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dollar_prefixed_fields_of_an_id_are_found_at_any_depth() {
+        use bson::doc;
+        assert_eq!(dollar_prefixed_field(&doc! {"a": 1, "b": {"c": [1, {"d": 2}]}}), None);
+        assert_eq!(dollar_prefixed_field(&doc! {"$oid": "x"}), Some("$oid"));
+        assert_eq!(dollar_prefixed_field(&doc! {"a": {"b": [1, {"$c": 2}]}}), Some("$c"));
+        let error = validate_id_value(Some(&bson::Bson::Document(doc! {"x": {"$a": 1}}))).unwrap_err();
+        assert_eq!((error.code(), error.to_string().as_str()), (52, "_id fields may not contain '$'-prefixed fields: $a is not valid for storage."));
+    }
 
     #[test]
     fn sorted_difference_finds_missing_items() {

@@ -19,6 +19,8 @@ use crate::reply::Reply;
 use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
+    let bound = crate::let_variables::bound_request(request)?;
+    let request = bound.as_ref().unwrap_or(request);
     if request.flag("explain")? {
         return explain(context, request, super::explain::Verbosity::QueryPlanner).map(Reply::from);
     }
@@ -28,6 +30,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         _ => return Err(CommandError::new(FAILED_TO_PARSE, "aggregate requires a collection name or 1")),
     };
     let mut stages = pipeline_stages(request)?;
+    refuse_change_streams_on_a_standalone(context, &stages)?;
     let plan_cache_entries = take_plan_cache_stats(context, &mut stages, request)?;
     let cursor_options = match request.optional_document("cursor")? {
         Some(options) => options.clone(),
@@ -88,15 +91,17 @@ type BoundVariables = Vec<(String, Bson)>;
 /// The command's `let`: names usable as `$$name` in the pipeline, and their values
 /// (expressions evaluated once, without a document).
 pub fn command_variables(request: &CommandRequest) -> CommandResult<(Vec<String>, BoundVariables)> {
-    let Some(variables) = request.optional_document("let")? else { return Ok((Vec::new(), Vec::new())) };
-    let mut names = Vec::with_capacity(variables.len());
-    let mut values = Vec::with_capacity(variables.len());
-    for (name, expression) in variables {
-        let value = myriad_query::Expression::parse(expression)?.evaluate(&Document::new())?;
-        names.push(name.clone());
-        values.push((name.clone(), value));
+    let values = crate::let_variables::command_variables(request)?;
+    Ok((values.iter().map(|(name, _)| name.clone()).collect(), values))
+}
+
+/// `$changeStream` needs a replica set (its oplog): a standalone node refuses it as mongod does.
+fn refuse_change_streams_on_a_standalone(context: &ServerContext, stages: &[Document]) -> CommandResult<()> {
+    let standalone = context.process == crate::Process::Node && context.replication.get().is_none();
+    if standalone && stages.iter().any(|stage| stage.keys().next().is_some_and(|name| name == "$changeStream")) {
+        return Err(CommandError::new(crate::error::ErrorCode::new(40573), "The $changeStream stage is only supported on replica sets"));
     }
-    Ok((names, values))
+    Ok(())
 }
 
 /// The `pipeline` array's stages (a router checks them with this too).

@@ -93,6 +93,8 @@ pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
 }
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let bound = crate::let_variables::bound_request(request)?;
+    let request = bound.as_ref().unwrap_or(request);
     let Arguments { statements, ordered, durability, name } = parse_arguments(request)?;
     let mut deleted = 0i64;
     let mut write_errors = WriteErrors::default();

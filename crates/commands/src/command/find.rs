@@ -139,6 +139,8 @@ pub fn collection_dropped(during: &str, collection: Option<&CollectionHandle>) -
 }
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
+    let bound = crate::let_variables::bound_request(request)?;
+    let request = bound.as_ref().unwrap_or(request);
     let name = request.collection_name()?;
     let namespace = format!("{}.{}", request.db, name);
     let options = cursor_options(request)?;

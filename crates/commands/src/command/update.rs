@@ -282,8 +282,15 @@ fn parse_arguments(request: &CommandRequest) -> CommandResult<Arguments<'_>> {
         bypass_validation: crate::validation::bypass_requested(request)?,
         statements,
     };
+    let variables = update_variables(request)?;
     for statement in &arguments.statements {
         check_statement_types(statement, &UPDATE_COMMAND_FIELDS)?;
+        // A pipeline that does not parse fails the command, as mongod parses pipelines with
+        // the command (modifier documents fail their statement only).
+        if let Some(pipeline @ Bson::Array(_)) = statement.get(UPDATE_COMMAND_FIELDS.update) {
+            let array_filters = parse_array_filters(statement, &format!("{}.arrayFilters", UPDATE_COMMAND_FIELDS.path))?;
+            parse_update(pipeline, statement, &UPDATE_COMMAND_FIELDS, &array_filters, &variables)?;
+        }
     }
     Ok(arguments)
 }
@@ -294,6 +301,8 @@ pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
 }
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let bound = crate::let_variables::bound_request(request)?;
+    let request = bound.as_ref().unwrap_or(request);
     let Arguments { statements, ordered, durability, name, bypass_validation } = parse_arguments(request)?;
     let variables = update_variables(request)?;
     let (mut matched, mut modified) = (0i64, 0i64);
