@@ -138,6 +138,18 @@ pub struct Execution {
     pub counters: ExecutionCounters,
     /// How the plan was chosen, for explain.
     pub planning: Planning,
+    /// find's `returnKey` and `showRecordId`.
+    pub output: OutputOptions,
+}
+
+/// What find returns of each result besides (or instead of) the document.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OutputOptions {
+    /// `returnKey`: the index key the result was found under (`{}` without an index), instead
+    /// of the document.
+    pub return_key: bool,
+    /// `showRecordId`: the record id appended as `$recordId`.
+    pub show_record_id: bool,
 }
 
 /// How an execution's plan was chosen: the rejected candidates with their trial counters,
@@ -192,6 +204,7 @@ impl Execution {
             skip_requested: spec.skip,
             limit_requested: spec.limit.filter(|limit| *limit > 0),
             counters: ExecutionCounters::default(),
+            output: OutputOptions::default(),
             planning: Planning::default(),
         }
     }
@@ -369,13 +382,22 @@ impl Execution {
                 Some(held) => held,
                 None => {
                     let Some(row) = self.next_match(backend)? else { break };
-                    match &self.projection {
+                    let record_id = row.record_id;
+                    let result = match &self.projection {
+                        _ if self.output.return_key => encode_document(&self.returned_key(backend, &row.into_encoded()?)?)?,
                         Some(projection) => {
                             self.counters.projection.works += 1;
                             self.counters.projection.advanced += 1;
                             encode_document(&projection.apply(&row.into_document()?, None)?)?
                         }
                         None => row.into_encoded()?,
+                    };
+                    if self.output.show_record_id {
+                        let mut shown = result.to_document().map_err(|error| myriad_reply::error::CommandError::internal(error.to_string()))?;
+                        shown.insert("$recordId", Bson::Int64(record_id));
+                        encode_document(&shown)?
+                    } else {
+                        result
                     }
                 }
             };
@@ -389,6 +411,45 @@ impl Execution {
         }
         assert!(batch.len() <= 1 || batch_bytes <= MAX_BATCH_BYTES, "a reply batch exceeds its byte bound");
         Ok(batch)
+    }
+
+    /// `returnKey`'s document for the result `raw`: the key fields of the index it was found
+    /// under with its first key in the scan's order (the entry it was returned for), each
+    /// field's exact value where the document has one at its path; `{_id}` for an `_id`
+    /// lookup; `{}` for a collection scan or a union of scans.
+    fn returned_key(&self, backend: &dyn Backend, raw: &RawDocumentBuf) -> CommandResult<Document> {
+        let scan = match &self.access {
+            Access::IndexScan(scan) => scan,
+            Access::IdLookup { id } => return Ok(bson::doc! { "_id": id.clone() }),
+            Access::CollectionScan { .. } | Access::Or(_) => return Ok(Document::new()),
+        };
+        let keys = backend.index_keystrings(&self.collection, &scan.index_name, raw)?;
+        let first = keys
+            .iter()
+            .filter_map(|key| scan.ranges.iter().position(|range| range.contains(key)).map(|position| (position, key)))
+            .min_by(|(left_range, left), (right_range, right)| {
+                left_range.cmp(right_range).then(if scan.reverse { right.cmp(left) } else { left.cmp(right) })
+            });
+        let Some((_, key)) = first else { return Ok(Document::new()) };
+        let directions: Vec<myriad_keystring::Direction> = scan
+            .key_pattern
+            .values()
+            .map(|direction| match direction {
+                Bson::Int32(value) if *value < 0 => myriad_keystring::Direction::Descending,
+                Bson::Int64(value) if *value < 0 => myriad_keystring::Direction::Descending,
+                Bson::Double(value) if *value < 0.0 => myriad_keystring::Direction::Descending,
+                _ => myriad_keystring::Direction::Ascending,
+            })
+            .collect();
+        let decoded = myriad_keystring::decode_key(key, &directions)
+            .map_err(|error| myriad_reply::error::CommandError::internal(format!("index key: {error}")))?;
+        let document = raw.to_document().map_err(|error| myriad_reply::error::CommandError::internal(error.to_string()))?;
+        let mut returned = Document::new();
+        for ((path, value), coverable) in scan.field_paths.iter().zip(decoded).zip(scan.coverable_fields.iter().chain(std::iter::repeat(&false))) {
+            let exact = if *coverable { myriad_query::path::get_path(&document, path).filter(|value| !matches!(value, Bson::Array(_))).cloned() } else { None };
+            returned.insert(path.clone(), exact.unwrap_or(value));
+        }
+        Ok(returned)
     }
 
     /// Matching documents with their record ids, unprojected, in sort order when sorted, with

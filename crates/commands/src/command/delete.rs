@@ -36,6 +36,7 @@ pub fn delete_matching(
         limit: None,
         hint,
         allow_disk_use: None,
+        min_max: None,
     };
     let scope = if multi { Scope::All } else { Scope::One };
     let mut first = None;

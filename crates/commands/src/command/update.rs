@@ -81,6 +81,7 @@ pub fn apply_statement(
         limit: None,
         hint: statement.hint.clone(),
         allow_disk_use: None,
+        min_max: None,
     };
     let scope = if statement.multi { Scope::All } else { Scope::One };
     let mut attempt = 0;
@@ -282,15 +283,8 @@ fn parse_arguments(request: &CommandRequest) -> CommandResult<Arguments<'_>> {
         bypass_validation: crate::validation::bypass_requested(request)?,
         statements,
     };
-    let variables = update_variables(request)?;
     for statement in &arguments.statements {
         check_statement_types(statement, &UPDATE_COMMAND_FIELDS)?;
-        // A pipeline that does not parse fails the command, as mongod parses pipelines with
-        // the command (modifier documents fail their statement only).
-        if let Some(pipeline @ Bson::Array(_)) = statement.get(UPDATE_COMMAND_FIELDS.update) {
-            let array_filters = parse_array_filters(statement, &format!("{}.arrayFilters", UPDATE_COMMAND_FIELDS.path))?;
-            parse_update(pipeline, statement, &UPDATE_COMMAND_FIELDS, &array_filters, &variables)?;
-        }
     }
     Ok(arguments)
 }

@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod candidates;
+pub mod min_max;
 pub mod partial;
 pub mod trial;
 
@@ -35,6 +36,23 @@ pub struct QuerySpec {
     pub hint: Option<Bson>,
     /// The command's `allowDiskUse` (None: `allowDiskUseByDefault`).
     pub allow_disk_use: Option<bool>,
+    /// find's `min` and `max`: index key bounds of the hinted index.
+    pub min_max: Option<MinMax>,
+}
+
+/// find's `min` (inclusive) and `max` (exclusive) key bounds, each empty when not given.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MinMax {
+    pub min: Document,
+    pub max: Document,
+}
+
+impl MinMax {
+    /// None when neither is given (or both are empty).
+    pub fn parse(min: Option<&Document>, max: Option<&Document>) -> Option<MinMax> {
+        let (min, max) = (min.cloned().unwrap_or_default(), max.cloned().unwrap_or_default());
+        (!min.is_empty() || !max.is_empty()).then_some(MinMax { min, max })
+    }
 }
 
 impl QuerySpec {
@@ -49,6 +67,7 @@ impl QuerySpec {
             limit: None,
             hint: None,
             allow_disk_use: None,
+            min_max: None,
         })
     }
 }
@@ -212,6 +231,20 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
         Some(Bson::Document(pattern)) => pattern.len() == 1 && pattern.contains_key("_id"),
         Some(_) => false,
     };
+    if let Some(bounds) = &spec.min_max {
+        let index = min_max::hinted_index(collection, hint);
+        let natural = matches!(hint, Some(Bson::Document(pattern)) if pattern.contains_key("$natural"));
+        if index.is_none() && hint.is_some() && !natural {
+            return Err(CommandError::new(BAD_VALUE, "hint provided does not correspond to an existing index"));
+        }
+        let multikey = index.as_ref().map(|index| MultikeyIndexes::new(backend, collection, false).of(index));
+        let mut scan = min_max::min_max_scan(index, bounds)?;
+        if let (Some(index), Some(multikey)) = (min_max::hinted_index(collection, hint), multikey) {
+            scan.set_multikey(&index, &multikey);
+            scan.cover(spec, has_hashed_field(&index));
+        }
+        return single(Access::IndexScan(scan));
+    }
     if let (true, Some(id)) = (id_hinted, id_equality(filter)) {
         return single(Access::IdLookup { id: id.clone() });
     }
