@@ -27,7 +27,7 @@ pub use myriad_auth as auth;
 pub use myriad_execution::{
     access, aggregate_server_state, aggregate_sources, backend, bulk, collation, command_class, context, cursor, execution, fail_point, generic_arguments, knobs, latency, let_variables, log,
     logical_sessions, modify,
-    operation, plan, profiler, request, role, session, stages, topology, ttl, validation, write,
+    operation, plan, profiler, request, role, session, stages, system_databases, topology, ttl, validation, write,
 };
 pub use myriad_reply::{error, reply};
 

@@ -46,6 +46,7 @@ pub mod request;
 pub mod role;
 pub mod session;
 pub mod stages;
+pub mod system_databases;
 pub mod topology;
 pub mod ttl;
 pub mod validation;

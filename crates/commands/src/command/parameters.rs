@@ -38,7 +38,7 @@ const PARAMETERS: &[Parameter] = &[
         },
         startup: true,
     },
-    Parameter { name: "featureCompatibilityVersion", kind: Kind::ReadOnly(|_| Bson::Document(doc! { "version": "8.0" })), startup: false },
+    Parameter { name: "featureCompatibilityVersion", kind: Kind::ReadOnly(|_| Bson::Document(doc! { "version": crate::system_databases::FEATURE_COMPATIBILITY_VERSION })), startup: false },
     Parameter { name: "authenticationMechanisms", kind: Kind::ReadOnly(|_| Bson::Array(vec![Bson::String("MONGODB-X509".into()), Bson::String("SCRAM-SHA-1".into()), Bson::String("SCRAM-SHA-256".into())])), startup: true },
     Parameter {
         name: "scramIterationCount",
