@@ -65,3 +65,53 @@ def test_let_variables_reach_filters_of_every_command(items, db):
     with pytest.raises(OperationFailure) as failure:
         list(items.find({"$expr": {"$eq": ["$a", "$$unknown"]}}, let={"target": 1}))
     assert failure.value.code == 17276
+
+
+def op_msg(request_id, body, flags=0):
+    import struct
+    import bson
+    payload = struct.pack("<I", flags) + b"\x00" + bson.encode(body)
+    return struct.pack("<iiii", 16 + len(payload), request_id, 0, 2013) + payload
+
+
+def read_op_msg(sock):
+    """(flags, requestID, responseTo, body) of the next OP_MSG on `sock`."""
+    import struct
+    import bson
+    header = b""
+    while len(header) < 16:
+        header += sock.recv(16 - len(header))
+    length, request_id, response_to, _ = struct.unpack("<iiii", header)
+    rest = b""
+    while len(rest) < length - 16:
+        rest += sock.recv(length - 16 - len(rest))
+    (flags,) = struct.unpack("<I", rest[:4])
+    return flags, request_id, response_to, bson.decode(rest[5:])
+
+
+def test_exhaust_cursors_stream_every_batch(server, db):
+    import socket
+    from pymongo import CursorType
+    db.stream.insert_many([{"_id": i} for i in range(25)])
+    through_pymongo = [document["_id"] for document in db.stream.find(cursor_type=CursorType.EXHAUST, batch_size=4).sort("_id", 1)]
+    assert through_pymongo == list(range(25))
+    host, port = server.uri().split("//")[1].split("/")[0].split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(op_msg(1, {"find": "stream", "sort": {"_id": 1}, "batchSize": 4, "$db": db.name}))
+        first = read_op_msg(sock)[3]
+        getmore = {"getMore": first["cursor"]["id"], "collection": "stream", "batchSize": 4, "$db": db.name}
+        sock.sendall(op_msg(2, getmore, flags=1 << 16))
+        batches, more_flags, answered = [], [], 2
+        while True:
+            flags, request_id, response_to, reply = read_op_msg(sock)
+            assert response_to == answered, "each streamed reply answers the one before"
+            answered = request_id
+            batches.append([document["_id"] for document in reply["cursor"]["nextBatch"]])
+            more_flags.append(bool(flags & 2))
+            if not flags & 2:
+                assert reply["cursor"]["id"] == 0
+                break
+        assert [i for batch in batches for i in batch] == list(range(4, 25))
+        assert more_flags == [True] * (len(batches) - 1) + [False] and len(batches) == 6
+        sock.sendall(op_msg(3, {"ping": 1, "$db": "admin"}))
+        assert read_op_msg(sock)[3]["ok"] == 1.0, "the connection serves requests again"
