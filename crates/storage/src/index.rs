@@ -391,6 +391,28 @@ pub(crate) fn same_key_pattern(left: &Document, right: &Document) -> bool {
         })
 }
 
+/// Per key field, the mask of path prefixes that are arrays (see the module documentation).
+/// Empty when no field has an array.
+pub type MultikeyPaths = Vec<u64>;
+
+/// The bit of a field's mask for an array at the prefix of `components` path components.
+pub(crate) fn array_bit(components: usize) -> u64 {
+    1u64 << components.saturating_sub(1).min(63)
+}
+
+/// Widens `into` by `added`; true when a bit was new.
+pub(crate) fn merge_paths(into: &mut MultikeyPaths, added: &[u64]) -> bool {
+    if into.len() < added.len() {
+        into.resize(added.len(), 0);
+    }
+    let mut widened = false;
+    for (mask, bits) in into.iter_mut().zip(added) {
+        widened |= bits & !*mask != 0;
+        *mask |= bits;
+    }
+    widened
+}
+
 static NULL_VALUE: Bson = Bson::Null;
 static UNDEFINED_VALUE: Bson = Bson::Undefined;
 
@@ -399,7 +421,7 @@ struct PathValues<'d> {
     values: Vec<Cow<'d, Bson>>,
     /// The path components before the first array met, if any (the array's own path).
     first_array_path: Option<usize>,
-    /// Every array met, as [`crate::multikey::array_bit`]s of its path's component count.
+    /// Every array met, as [`array_bit`]s of its path's component count.
     array_bits: u64,
 }
 
@@ -410,7 +432,7 @@ fn collect_path<'d>(value: &'d Bson, components: &[&str], depth: usize, out: &mu
         match value {
             Bson::Array(items) => {
                 out.first_array_path.get_or_insert(depth);
-                out.array_bits |= crate::multikey::array_bit(depth);
+                out.array_bits |= array_bit(depth);
                 if items.is_empty() {
                     out.values.push(Cow::Borrowed(&UNDEFINED_VALUE));
                 }
@@ -428,7 +450,7 @@ fn collect_path<'d>(value: &'d Bson, components: &[&str], depth: usize, out: &mu
         }
         Bson::Array(items) => {
             out.first_array_path.get_or_insert(depth);
-            out.array_bits |= crate::multikey::array_bit(depth);
+            out.array_bits |= array_bit(depth);
             // The field applies to each embedded document; arrays of arrays and scalars are not
             // traversed (MongoDB's implicit array traversal goes one level deep).
             for item in items {
@@ -477,8 +499,8 @@ impl IndexKey {
 pub(crate) struct DocumentKeys {
     /// Sorted, without duplicate keystrings.
     pub(crate) keys: Vec<IndexKey>,
-    /// Per key field, the arrays on its path ([`crate::multikey`]); empty when there were none.
-    pub(crate) multikey_paths: crate::multikey::MultikeyPaths,
+    /// Per key field, the arrays on its path ([`array_bit`]s); empty when there were none.
+    pub(crate) multikey_paths: MultikeyPaths,
 }
 
 impl DocumentKeys {

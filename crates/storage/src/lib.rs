@@ -86,7 +86,7 @@ pub use ttl::TtlIndex;
 pub use storage_size::{CollectionStorage, DatabaseStorage};
 pub use validate::{IndexValidation, ValidationReport};
 pub use write::{PreparedInsert, WriteTransaction};
-pub use multikey::MultikeyPaths;
+pub use index::MultikeyPaths;
 pub use journal::{defer_waits as defer_journal_waits, Durability, JournalProgress};
 
 /// Identifier of a record within its collection: positive, allocated in increasing order.

@@ -21,27 +21,7 @@ use crate::families::FAMILY_CATALOG;
 use crate::index::ID_INDEX_NAME;
 use crate::{keys, Engine, StorageError};
 
-/// Per key field, the mask of path prefixes that are arrays (see the module documentation).
-/// Empty when no field has an array.
-pub type MultikeyPaths = Vec<u64>;
-
-/// The bit of a field's mask for an array at the prefix of `components` path components.
-pub(crate) fn array_bit(components: usize) -> u64 {
-    1u64 << components.saturating_sub(1).min(63)
-}
-
-/// Widens `into` by `added`; true when a bit was new.
-pub(crate) fn merge_paths(into: &mut MultikeyPaths, added: &[u64]) -> bool {
-    if into.len() < added.len() {
-        into.resize(added.len(), 0);
-    }
-    let mut widened = false;
-    for (mask, bits) in into.iter_mut().zip(added) {
-        widened |= bits & !*mask != 0;
-        *mask |= bits;
-    }
-    widened
-}
+pub(crate) use crate::index::{merge_paths, MultikeyPaths};
 
 fn encode(paths: &[u64]) -> Vec<u8> {
     paths.iter().flat_map(|mask| mask.to_be_bytes()).collect()
@@ -130,6 +110,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::array_bit;
 
     #[test]
     fn masks_widen_and_round_trip() {
