@@ -115,3 +115,8 @@ def test_exhaust_cursors_stream_every_batch(server, db):
         assert more_flags == [True] * (len(batches) - 1) + [False] and len(batches) == 6
         sock.sendall(op_msg(3, {"ping": 1, "$db": "admin"}))
         assert read_op_msg(sock)[3]["ok"] == 1.0, "the connection serves requests again"
+
+
+def test_explain_binds_let_as_the_command_does(items):
+    explained = items.database.command("explain", {"find": items.name, "filter": {"$expr": {"$eq": ["$a", "$$target"]}}, "let": {"target": 3}}, verbosity="executionStats")
+    assert explained["executionStats"]["nReturned"] == 2
