@@ -268,8 +268,13 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
     let Some(spec) = find_command(&request.name) else {
         return Err(CommandError::new(COMMAND_NOT_FOUND, format!("no such command: '{}'", request.name)));
     };
+    crate::generic_arguments::check_api_parameters(request, spec.name)?;
     access::check_external_database(request, spec.name)?;
     access::authorize(context, request, spec.name, spec.access)?;
+    crate::generic_arguments::check_read_concern(request)?;
+    if context.process == crate::Process::Node && context.replication.get().is_none() {
+        crate::generic_arguments::check_standalone_write_concern(request)?;
+    }
     // Transactions are refused before anything runs; retryable writes too on a standalone.
     if context.replication.get().is_some() {
         command::sessions::refuse_transactions_on_router(request)?;

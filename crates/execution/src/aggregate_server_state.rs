@@ -22,7 +22,8 @@ pub struct CollStatsOptions {
     pub query_exec_stats: bool,
 }
 
-fn hostname() -> String {
+/// This host's name, as `$collStats`, serverStatus and the startup log show it.
+pub fn hostname() -> String {
     std::fs::read_to_string("/etc/hostname").map(|name| name.trim().to_string()).unwrap_or_else(|_| "localhost".to_string())
 }
 

@@ -75,6 +75,7 @@ fn query_spec(filter: &Document) -> QueryResult<QuerySpec> {
         limit: None,
         hint: None,
         allow_disk_use: None,
+        min_max: None,
     })
 }
 

@@ -17,10 +17,11 @@
 
 use std::sync::Arc;
 
-use bson::{Bson, Document, RawDocumentBuf};
+use bson::{Bson, Document, RawDocument, RawDocumentBuf};
 use myriad_storage::{
     CollectionHandle, CollectionStats, CollectionStorage, CreateIndexesOutcome, DatabaseStats, DatabaseStorage, Durability, Engine, IndexKeyRange,
-    IndexOptionChanges, IndexOptionsOutcome, IndexSelector, IndexValuesEntry, PreparedInsert, RecordId, SessionHeader, SessionId, StatementRecord, StorageError, TtlIndex,
+    IndexOptionChanges, IndexOptionsOutcome, IndexSelector, IndexValuesEntry, MultikeyPaths, PreparedInsert, RecordId, SessionHeader, SessionId, StatementRecord,
+    StorageError, TtlIndex,
     ValidationReport, WriteTransaction,
 };
 
@@ -102,6 +103,8 @@ pub trait Backend: Send + Sync {
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> BackendResult<Vec<IndexValuesEntry>>;
+    /// The keystrings `document` has in the index (as its entries hold them).
+    fn index_keystrings(&self, handle: &CollectionHandle, index_name: &str, document: &RawDocument) -> BackendResult<Vec<Vec<u8>>>;
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>>;
     fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>>;
     /// Checks a collection's records, counters and index entries, all read from one snapshot.
@@ -116,6 +119,12 @@ pub trait Backend: Send + Sync {
 
     // ----- statistics and maintenance --------------------------------------------------------
     fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats>;
+    /// Per ready index (catalog order), its multikey paths: one mask per key field (bit `d`:
+    /// the path's first `d + 1` components hold an array in some document), or None when not
+    /// tracked (every path may be multikey). Empty when the backend does not know.
+    fn multikey_paths(&self, _handle: &CollectionHandle) -> BackendResult<Vec<(String, Option<MultikeyPaths>)>> {
+        Ok(Vec::new())
+    }
     fn database_stats(&self, db: &str) -> BackendResult<DatabaseStats>;
     /// Bytes on disk of a collection and its indexes (collStats' storageSize, index sizes),
     /// given the counters `collection_stats` returned, and its block compressor.
@@ -246,6 +255,9 @@ impl Backend for Engine {
     ) -> BackendResult<Vec<IndexValuesEntry>> {
         Engine::scan_index_values(self, handle, index_name, range, reverse, start_after, max_count)
     }
+    fn index_keystrings(&self, handle: &CollectionHandle, index_name: &str, document: &RawDocument) -> BackendResult<Vec<Vec<u8>>> {
+        Engine::index_keystrings(self, handle, index_name, document)
+    }
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
         Engine::get_record(self, handle, record_id)
     }
@@ -264,6 +276,9 @@ impl Backend for Engine {
     }
     fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats> {
         Engine::collection_stats(self, handle)
+    }
+    fn multikey_paths(&self, handle: &CollectionHandle) -> BackendResult<Vec<(String, Option<MultikeyPaths>)>> {
+        Engine::multikey_paths(self, handle)
     }
     fn database_stats(&self, db: &str) -> BackendResult<DatabaseStats> {
         Engine::database_stats(self, db)
@@ -468,6 +483,9 @@ impl<B: Backend> Backend for ContractBackend<B> {
         assert_scan_contract("scan_index_values", entries.iter().map(|(key, _, _)| key.as_slice()), start_after, reverse, max_count);
         Ok(entries)
     }
+    fn index_keystrings(&self, handle: &CollectionHandle, index_name: &str, document: &RawDocument) -> BackendResult<Vec<Vec<u8>>> {
+        self.inner.index_keystrings(handle, index_name, document)
+    }
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
         self.inner.get_record(handle, record_id)
     }
@@ -485,6 +503,9 @@ impl<B: Backend> Backend for ContractBackend<B> {
     }
     fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b> {
         self.inner.begin_write(handle)
+    }
+    fn multikey_paths(&self, handle: &CollectionHandle) -> BackendResult<Vec<(String, Option<MultikeyPaths>)>> {
+        self.inner.multikey_paths(handle)
     }
     fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats> {
         let stats = self.inner.collection_stats(handle)?;

@@ -138,6 +138,18 @@ pub struct Execution {
     pub counters: ExecutionCounters,
     /// How the plan was chosen, for explain.
     pub planning: Planning,
+    /// find's `returnKey` and `showRecordId`.
+    pub output: OutputOptions,
+}
+
+/// What find returns of each result besides (or instead of) the document.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OutputOptions {
+    /// `returnKey`: the index key the result was found under (`{}` without an index), instead
+    /// of the document.
+    pub return_key: bool,
+    /// `showRecordId`: the record id appended as `$recordId`.
+    pub show_record_id: bool,
 }
 
 /// How an execution's plan was chosen: the rejected candidates with their trial counters,
@@ -192,6 +204,7 @@ impl Execution {
             skip_requested: spec.skip,
             limit_requested: spec.limit.filter(|limit| *limit > 0),
             counters: ExecutionCounters::default(),
+            output: OutputOptions::default(),
             planning: Planning::default(),
         }
     }
@@ -369,13 +382,22 @@ impl Execution {
                 Some(held) => held,
                 None => {
                     let Some(row) = self.next_match(backend)? else { break };
-                    match &self.projection {
+                    let record_id = row.record_id;
+                    let result = match &self.projection {
+                        _ if self.output.return_key => encode_document(&self.returned_key(backend, &row.into_encoded()?)?)?,
                         Some(projection) => {
                             self.counters.projection.works += 1;
                             self.counters.projection.advanced += 1;
                             encode_document(&projection.apply(&row.into_document()?, None)?)?
                         }
                         None => row.into_encoded()?,
+                    };
+                    if self.output.show_record_id {
+                        let mut shown = result.to_document().map_err(|error| myriad_reply::error::CommandError::internal(error.to_string()))?;
+                        shown.insert("$recordId", Bson::Int64(record_id));
+                        encode_document(&shown)?
+                    } else {
+                        result
                     }
                 }
             };
@@ -389,6 +411,45 @@ impl Execution {
         }
         assert!(batch.len() <= 1 || batch_bytes <= MAX_BATCH_BYTES, "a reply batch exceeds its byte bound");
         Ok(batch)
+    }
+
+    /// `returnKey`'s document for the result `raw`: the key fields of the index it was found
+    /// under with its first key in the scan's order (the entry it was returned for), each
+    /// field's exact value where the document has one at its path; `{_id}` for an `_id`
+    /// lookup; `{}` for a collection scan or a union of scans.
+    fn returned_key(&self, backend: &dyn Backend, raw: &RawDocumentBuf) -> CommandResult<Document> {
+        let scan = match &self.access {
+            Access::IndexScan(scan) => scan,
+            Access::IdLookup { id } => return Ok(bson::doc! { "_id": id.clone() }),
+            Access::CollectionScan { .. } | Access::Or(_) => return Ok(Document::new()),
+        };
+        let keys = backend.index_keystrings(&self.collection, &scan.index_name, raw)?;
+        let first = keys
+            .iter()
+            .filter_map(|key| scan.ranges.iter().position(|range| range.contains(key)).map(|position| (position, key)))
+            .min_by(|(left_range, left), (right_range, right)| {
+                left_range.cmp(right_range).then(if scan.reverse { right.cmp(left) } else { left.cmp(right) })
+            });
+        let Some((_, key)) = first else { return Ok(Document::new()) };
+        let directions: Vec<myriad_keystring::Direction> = scan
+            .key_pattern
+            .values()
+            .map(|direction| match direction {
+                Bson::Int32(value) if *value < 0 => myriad_keystring::Direction::Descending,
+                Bson::Int64(value) if *value < 0 => myriad_keystring::Direction::Descending,
+                Bson::Double(value) if *value < 0.0 => myriad_keystring::Direction::Descending,
+                _ => myriad_keystring::Direction::Ascending,
+            })
+            .collect();
+        let decoded = myriad_keystring::decode_key(key, &directions)
+            .map_err(|error| myriad_reply::error::CommandError::internal(format!("index key: {error}")))?;
+        let document = raw.to_document().map_err(|error| myriad_reply::error::CommandError::internal(error.to_string()))?;
+        let mut returned = Document::new();
+        for ((path, value), coverable) in scan.field_paths.iter().zip(decoded).zip(scan.coverable_fields.iter().chain(std::iter::repeat(&false))) {
+            let exact = if *coverable { myriad_query::path::get_path(&document, path).filter(|value| !matches!(value, Bson::Array(_))).cloned() } else { None };
+            returned.insert(path.clone(), exact.unwrap_or(value));
+        }
+        Ok(returned)
     }
 
     /// Matching documents with their record ids, unprojected, in sort order when sorted, with
@@ -530,7 +591,7 @@ impl Execution {
             }
             Access::IndexScan(scan) => {
                 let mut seen = std::mem::take(&mut scan.seen_record_ids);
-                let reading = IndexRead { backend, collection: &self.collection, branch: 0, wanted };
+                let reading = IndexRead { backend, collection: &self.collection, branch: 0, wanted, earlier: &[], in_union: false };
                 let outcome = reading.next_entries(scan, &mut seen, &mut self.pending, &mut self.counters);
                 scan.seen_record_ids = seen;
                 if outcome? {
@@ -541,8 +602,9 @@ impl Execution {
                 // Bounded: each pass either yields candidates or finishes a branch.
                 while self.pending.is_empty() && union.current_branch < union.branches.len() {
                     let branch = union.current_branch;
-                    let reading = IndexRead { backend, collection: &self.collection, branch, wanted };
-                    let scan = &mut union.branches[branch];
+                    let (earlier, rest) = union.branches.split_at_mut(branch);
+                    let reading = IndexRead { backend, collection: &self.collection, branch, wanted, earlier, in_union: true };
+                    let scan = &mut rest[0];
                     if reading.next_entries(scan, &mut union.seen_record_ids, &mut self.pending, &mut self.counters)? {
                         union.current_branch += 1;
                     }
@@ -562,7 +624,14 @@ struct IndexRead<'a> {
     collection: &'a CollectionHandle,
     branch: usize,
     wanted: usize,
+    /// The OR branches read before this one (a record they returned is not returned again).
+    earlier: &'a [crate::plan::IndexScan],
+    /// A branch of an OR: every record it returns is remembered for the later branches.
+    in_union: bool,
 }
+
+/// What one remembered record id is counted as, against `indexScanDedupMaxBytes`.
+const SEEN_RECORD_ID_BYTES: usize = 16;
 
 impl IndexRead<'_> {
     /// Reads entries until some candidates are pending or the scan ends, fetching each record
@@ -581,7 +650,7 @@ impl IndexRead<'_> {
             let range = &scan.ranges[range_number];
             let start_after = scan.last_entry_key.as_deref();
             // A covered scan reads each entry's exact key values (type bits); others only ids.
-            let entries: Vec<(Vec<u8>, RecordId, Option<Vec<Bson>>)> = if scan.covered {
+            let entries: Vec<(Vec<u8>, RecordId, Option<Vec<Option<Bson>>>)> = if scan.covered {
                 self.backend.scan_index_values(self.collection, &scan.index_name, range, scan.reverse, start_after, self.wanted)?
             } else {
                 let entries = self.backend.scan_index(self.collection, &scan.index_name, range, scan.reverse, start_after, self.wanted)?;
@@ -592,17 +661,36 @@ impl IndexRead<'_> {
             scan.keys_examined += entries.len() as u64;
             let mut previous_key = scan.last_entry_key.take();
             let range_done = entries.len() < self.wanted;
+            let deduplicates = self.in_union || scan.may_repeat_records();
             for (key, record_id, values) in entries {
                 let resume = ResumePoint::AfterEntry(self.branch, range_number, previous_key.clone());
-                previous_key = Some(key);
-                if !seen.insert(record_id) {
+                let mut fetched = None;
+                if deduplicates && !seen.contains(&record_id) && seen.len().saturating_mul(SEEN_RECORD_ID_BYTES) >= crate::knobs::index_scan_dedup_max_bytes() {
+                    // Too many ids remembered: the record is kept at its first key only.
+                    let Some(raw) = self.backend.get_record(self.collection, record_id)? else {
+                        previous_key = Some(key);
+                        continue;
+                    };
+                    counters.documents_examined += 1;
+                    if !self.first_occurrence(scan, range_number, &key, &raw)? {
+                        previous_key = Some(key);
+                        continue;
+                    }
+                    fetched = Some(raw);
+                } else if deduplicates && !seen.insert(record_id) {
+                    previous_key = Some(key);
                     continue;
                 }
+                previous_key = Some(key);
                 counters.access.advanced += 1;
-                // An entry whose values cannot all be recovered (missing or array fields,
-                // entries from before type bits) is fetched.
-                if let Some(values) = values {
-                    let raw = encode_document(&covered_document(&scan.field_paths, values))?;
+                if let Some(raw) = fetched {
+                    pending.push_back(Candidate { record_id, raw, resume });
+                    continue;
+                }
+                // An entry that cannot give every coverable field (a missing field, an entry
+                // from before type bits) is fetched; multikey fields are left out.
+                if let Some(document) = values.and_then(|values| covered_document(&scan.field_paths, &scan.coverable_fields, values)) {
+                    let raw = encode_document(&document)?;
                     pending.push_back(Candidate { record_id, raw, resume });
                 } else if let Some(raw) = self.backend.get_record(self.collection, record_id)? {
                     counters.documents_examined += 1;
@@ -620,11 +708,41 @@ impl IndexRead<'_> {
     }
 }
 
-/// The document a covered index entry stands for: each key field's exact value at its dotted
-/// path (the planner covers only queries that read no other field).
-fn covered_document(paths: &[String], values: Vec<Bson>) -> Document {
+impl IndexRead<'_> {
+    /// True when the entry `entry_key` (keystring ‖ record id), read in range `range_number`
+    /// of `scan`, is the first entry of the record `raw` this scan (with the OR branches
+    /// before it) visits: no earlier branch has one of its keys in its ranges, and none of its
+    /// other keys comes first in `scan`'s order (range by range, keys in scan direction).
+    fn first_occurrence(&self, scan: &crate::plan::IndexScan, range_number: usize, entry_key: &[u8], raw: &RawDocumentBuf) -> CommandResult<bool> {
+        for branch in self.earlier {
+            let keys = self.backend.index_keystrings(self.collection, &branch.index_name, raw)?;
+            if keys.iter().any(|key| branch.ranges.iter().any(|range| range.contains(key))) {
+                return Ok(false);
+            }
+        }
+        let keystring = entry_key.get(..entry_key.len().saturating_sub(8)).unwrap_or_default();
+        let keys = self.backend.index_keystrings(self.collection, &scan.index_name, raw)?;
+        let first = keys
+            .iter()
+            .filter_map(|key| scan.ranges.iter().position(|range| range.contains(key)).map(|position| (position, key)))
+            .min_by(|(left_range, left), (right_range, right)| {
+                let within = if scan.reverse { right.cmp(left) } else { left.cmp(right) };
+                left_range.cmp(right_range).then(within)
+            });
+        Ok(first.is_some_and(|(position, key)| position == range_number && key.as_slice() == keystring))
+    }
+}
+
+/// The document a covered index entry stands for: each coverable key field's exact value at its
+/// dotted path (the planner covers only queries that read no other field); None when one of
+/// them is not in the entry.
+fn covered_document(paths: &[String], coverable: &[bool], values: Vec<Option<Bson>>) -> Option<Document> {
     let mut document = Document::new();
-    for (path, value) in paths.iter().zip(values) {
+    for ((path, value), coverable) in paths.iter().zip(values).zip(coverable) {
+        if !coverable {
+            continue;
+        }
+        let value = value?;
         let mut components: Vec<&str> = path.split('.').collect();
         let last = components.pop().unwrap_or_default();
         let mut target = &mut document;
@@ -637,7 +755,7 @@ fn covered_document(paths: &[String], values: Vec<Bson>) -> Document {
         }
         target.insert(last, value);
     }
-    document
+    Some(document)
 }
 
 /// Runs one step of an execution and adds what that step examined: for executions that

@@ -14,6 +14,10 @@ pub static CURSOR_TIMEOUT_MILLIS: AtomicU64 = AtomicU64::new(600_000);
 /// `cursorMemoryLimitBytes` (Myriad's own): what all open cursors together may retain
 /// between getMores; past it the least recently used cursors are closed.
 pub static CURSOR_MEMORY_LIMIT_BYTES: AtomicU64 = AtomicU64::new(512 * 1024 * 1024);
+/// `indexScanDedupMaxBytes` (Myriad's own): the record ids one index scan (or `$or` union)
+/// remembers to drop the duplicates of multikey entries; past it, a record is kept only at its
+/// first key within the scan's ranges, found from the fetched document's keys.
+pub static INDEX_SCAN_DEDUP_MAX_BYTES: AtomicU64 = AtomicU64::new(32 * 1024 * 1024);
 /// `allowDiskUseByDefault`: blocking sorts spill to disk past their memory limit unless a
 /// command says `allowDiskUse: false` (true, as in MongoDB 7.0).
 pub static ALLOW_DISK_USE_BY_DEFAULT: AtomicBool = AtomicBool::new(true);
@@ -43,6 +47,10 @@ pub fn max_blocking_sort_bytes() -> usize {
 
 pub fn cursor_timeout() -> std::time::Duration {
     std::time::Duration::from_millis(CURSOR_TIMEOUT_MILLIS.load(Ordering::Relaxed))
+}
+
+pub fn index_scan_dedup_max_bytes() -> usize {
+    usize::try_from(INDEX_SCAN_DEDUP_MAX_BYTES.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
 }
 
 pub fn cursor_memory_limit_bytes() -> usize {

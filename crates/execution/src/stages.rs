@@ -130,11 +130,16 @@ impl ExecutionCounters {
 
 /// An IXSCAN stage's own fields.
 fn index_scan_stage(scan: &IndexScan, keys_examined: u64) -> Document {
-    doc! {
+    let mut stage = doc! {
         "stage": "IXSCAN",
         "keyPattern": scan.key_pattern.clone(),
         "indexName": &scan.index_name,
         "isMultiKey": scan.multikey.unwrap_or(true),
+    };
+    if let Some(paths) = &scan.multikey_paths {
+        stage.insert("multiKeyPaths", paths.clone());
+    }
+    stage.extend(doc! {
         "isUnique": scan.unique,
         "isSparse": scan.sparse,
         "isPartial": scan.partial,
@@ -143,7 +148,8 @@ fn index_scan_stage(scan: &IndexScan, keys_examined: u64) -> Document {
         "indexBounds": scan.bounds.clone(),
         "keysExamined": to_count(keys_examined),
         "seeks": to_count(scan.ranges.len() as u64),
-    }
+    });
+    stage
 }
 
 /// A count as MongoDB appends numbers: int32 when it fits, else int64.

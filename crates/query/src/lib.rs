@@ -33,7 +33,7 @@ pub mod update;
 pub mod validation_error;
 
 pub use aggregate::Pipeline;
-pub use bounds::{field_intervals, field_intervals_non_multikey, parsed_field_intervals, Interval};
+pub use bounds::{field_intervals, field_intervals_non_multikey, parsed_field_intervals, parsed_field_intervals_non_multikey, Interval};
 pub use error::{QueryError, QueryResult};
 pub use expression::Expression;
 pub use filter::{Filter, MatchDetails};

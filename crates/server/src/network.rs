@@ -6,6 +6,7 @@
 //! authentication state), which handlers see through [`ConnectionInfo`]. An awaitable `hello`
 //! (server-monitoring specification) waits here, asynchronously, for a topology change or its
 //! maxAwaitTimeMS; with the exhaustAllowed flag it becomes a stream of replies with moreToCome.
+//! A getMore with exhaustAllowed streams its cursor's batches the same way (exhaust cursors).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -263,6 +264,9 @@ enum Handled {
     Reply(Vec<u8>),
     /// A streamed hello's first reply (sent with moreToCome); more follow on their own.
     Stream { reply: Vec<u8>, reply_id: i32, request: CommandRequest },
+    /// An exhaust getMore's first reply (sent with moreToCome): the next batches follow on
+    /// their own until the cursor is exhausted.
+    Exhaust { reply: Vec<u8>, reply_id: i32, request: CommandRequest },
     /// Send this last reply (if any), then close the connection.
     Close { reply: Option<Vec<u8>>, reason: String },
 }
@@ -298,6 +302,14 @@ impl ConnectionTask<'_> {
                         return "write failed".to_string();
                     }
                     if let Some(reason) = self.stream_hello(request, reply_id).await {
+                        return reason;
+                    }
+                }
+                Handled::Exhaust { reply, reply_id, request } => {
+                    if !self.write(&reply).await {
+                        return "write failed".to_string();
+                    }
+                    if let Some(reason) = self.stream_batches(request, reply_id).await {
                         return reason;
                     }
                 }
@@ -414,6 +426,16 @@ impl ConnectionTask<'_> {
             } else {
                 let reply = encode_streamed_reply(reply_id, request_id, reply.into_document());
                 return Handled::Stream { reply, reply_id, request };
+            }
+        } else if exhaust_allowed && !more_to_come && name == "getMore" {
+            let repeated = request.with_body((*request.body).clone());
+            match self.run_command(request).await {
+                Some(reply) if cursor_continues(&reply) => {
+                    let reply = encode_streamed_reply(reply_id, request_id, reply.into_document());
+                    return Handled::Exhaust { reply, reply_id, request: repeated };
+                }
+                Some(reply) => reply,
+                None => return Handled::Close { reply: None, reason: FAIL_POINT_CLOSE.to_string() },
             }
         } else {
             match self.run_command(request).await {
@@ -562,6 +584,48 @@ impl ConnectionTask<'_> {
     }
 }
 
+impl ConnectionTask<'_> {
+    /// An exhaust cursor (a getMore with exhaustAllowed): the same getMore runs again and each
+    /// batch goes out with moreToCome, answering the previous reply, until a batch ends the
+    /// cursor (or fails), which goes out without it. Bounded by the cursor's documents; stops
+    /// at shutdown. Returns why the connection must end, or None to read the next request.
+    async fn stream_batches(&mut self, request: CommandRequest, mut previous_reply_id: i32) -> Option<String> {
+        loop {
+            if *self.shutdown.borrow() {
+                return Some("shutdown".to_string());
+            }
+            let again = request.with_body((*request.body).clone());
+            let Some(reply) = self.run_command(again).await else { return Some(FAIL_POINT_CLOSE.to_string()) };
+            let reply_id = self.take_reply_id();
+            let continues = cursor_continues(&reply);
+            let encoded = if continues {
+                encode_streamed_reply(reply_id, previous_reply_id, reply.into_document())
+            } else {
+                encode_reply_or_error(reply_id, previous_reply_id, &reply, None)
+            };
+            if !self.write(&encoded).await {
+                return Some("write failed".to_string());
+            }
+            if !continues {
+                return None;
+            }
+            previous_reply_id = reply_id;
+        }
+    }
+}
+
+/// True when a getMore reply succeeded and its cursor stays open (`cursor.id` not 0).
+fn cursor_continues(reply: &Reply) -> bool {
+    if !reply.is_ok() {
+        return false;
+    }
+    let id = match reply {
+        Reply::Document(document) => document.get_document("cursor").ok().and_then(|cursor| cursor.get_i64("id").ok()),
+        Reply::Encoded(raw) => raw.get_document("cursor").ok().and_then(|cursor| cursor.get_i64("id").ok()),
+    };
+    id.is_some_and(|id| id != 0)
+}
+
 /// The codes of mongod's not-primary errors (`ErrorCodes::isNotPrimaryError`).
 const NOT_PRIMARY_CODES: &[i32] = &[189, 10058, 10107, 11602, 13435, 13436];
 
@@ -583,7 +647,7 @@ fn is_not_primary_error(reply: &Reply) -> bool {
         || document.get_array("writeErrors").is_ok_and(|errors| errors.iter().any(|error| error.as_document().is_some_and(has_not_primary_code)))
 }
 
-/// A reply of a streamed hello: moreToCome set, never compressed (hello replies never are).
+/// A reply of a stream (hello, exhaust cursor): moreToCome set, never compressed.
 fn encode_streamed_reply(reply_id: i32, response_to: i32, reply: Document) -> Vec<u8> {
     let message = OpMsg { flags: OP_MSG_FLAG_MORE_TO_COME, body: reply, sequences: Vec::new(), checksum_present: false, duplicate_fields: Default::default() };
     match encode_op_msg(reply_id, response_to, &message, None) {

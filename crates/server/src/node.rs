@@ -91,6 +91,10 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     for assignment in arguments.set_parameters.iter().filter(|assignment| !crate::replica_set::is_member_setting(assignment)) {
         myriad_commands::command::parameters::set_at_startup(&context, assignment)?;
     }
+    // A standalone node has the admin, config and local databases a fresh mongod has.
+    if member.is_none() && !arguments.shardsvr && !arguments.configsvr {
+        myriad_commands::command::get_cmd_line_opts::record_standalone_start(&context).map_err(|error| format!("cannot record the start: {}", error.message))?;
+    }
     // Deletes expired documents of TTL indexes in the background until shutdown.
     let ttl_monitor = myriad_commands::ttl::TtlMonitor::start(Arc::clone(&context)).map_err(|error| format!("cannot start the TTL monitor: {error}"))?;
     let listening = Listening { listeners, port, bind_ip: arguments.bind_ip.clone(), tls, max_connections: arguments.max_connections };

@@ -184,10 +184,10 @@ impl IndexEntry {
     }
 
     /// The keys `document` has in this index: none when a partial index's filter rejects it.
-    pub(crate) fn document_keys(&self, fields: &[IndexField<'_>], document: &Document) -> Result<Vec<crate::index::IndexKey>, StorageError> {
+    pub(crate) fn document_keys(&self, fields: &[IndexField<'_>], document: &Document) -> Result<crate::index::DocumentKeys, StorageError> {
         if let Some(filter) = &self.layout().partial_filter {
             if !filter.matches(document) {
-                return Ok(Vec::new());
+                return Ok(crate::index::DocumentKeys::default());
             }
         }
         crate::index::generate_keys(fields, self.sparse, document)

@@ -12,7 +12,9 @@
 //!   write that is never applied. For `j: true` it then releases the stripe and waits for a
 //!   WAL sync covering the write (group commit, `journal.rs`) before returning.
 //!
-//! Invariants: `prepare` reads and changes nothing; `apply` is the only place a data write
+//! Invariants: `prepare` changes nothing and reads nothing but the multikey paths of indexes the
+//! write puts array keys into (`multikey.rs`: a path that becomes multikey widens the index's
+//! `M` entry in the same batch, so no large insert-only write that does releases the stripe); `apply` is the only place a data write
 //! reaches RocksDB and the only place the record-id counter advances; both run under the
 //! stripe, so no other writer of the collection sees a state between them. The one exception is
 //! a large insert-only write ([`RELEASE_BEFORE_WRITE_MIN_OPERATIONS`]): it advances the counter
@@ -47,6 +49,8 @@ pub struct PreparedWrite {
     capped_trimmed_through: Option<(u64, RecordId)>,
     /// The prefix of a capped collection this write inserted into (its tailers are woken).
     capped_inserted: Option<u64>,
+    /// The batch widens some index's multikey paths: it is written under the stripe.
+    widens_multikey_paths: bool,
 }
 
 fn id_of(bytes: &[u8]) -> Result<Bson, StorageError> {
@@ -132,6 +136,9 @@ impl WriteTransaction<'_> {
                 batch.put_cf(catalog, key, value);
             }
         }
+        let widened = self.multikey_paths.iter().enumerate().filter(|(_, paths)| !paths.is_empty());
+        let added = widened.filter_map(|(position, paths)| Some((entry.indexes.get(position)?.prefix, paths.as_slice())));
+        let widens_multikey_paths = engine.add_multikey_widening(&mut batch, added)?;
         let capped_trimmed_through =
             self.capped_trim.as_ref().and_then(|trim| trim.trimmed_through).map(|id| (entry.prefix, id));
         let capped_inserted = (self.first_inserted.is_some() && entry.capped_bounds().is_some()).then_some(entry.prefix);
@@ -141,6 +148,7 @@ impl WriteTransaction<'_> {
             allocated: self.allocated_record_id.map(|id| (entry.prefix, id)),
             capped_trimmed_through,
             capped_inserted,
+            widens_multikey_paths,
         })
     }
 
@@ -225,6 +233,7 @@ impl WriteTransaction<'_> {
             && self.capped_trim.is_none()
             && prepared.capped_inserted.is_none()
             && prepared.capped_trimmed_through.is_none()
+            && !prepared.widens_multikey_paths
             && !self.engine.has_observer()
     }
 

@@ -215,7 +215,9 @@ impl Engine {
         let catalog = self.family(FAMILY_CATALOG)?;
         let database_missing = !group.databases_known.contains(db) && self.db.get_pinned_cf(catalog, &database_key)?.is_none();
         group.batch.put_cf(catalog, keys::collection_key(db, collection), entry_bytes);
-        if let Err(error) = self.add_ttl_entries(&mut group.batch, &entry, entry.indexes.iter()) {
+        let extra_index_prefixes = entry.indexes.iter().skip(1).map(|index| index.prefix);
+        let tracked = self.add_multikey_tracking(&mut group.batch, extra_index_prefixes);
+        if let Err(error) = tracked.and_then(|()| self.add_ttl_entries(&mut group.batch, &entry, entry.indexes.iter())) {
             // The batch holds part of this creation: the group is not written.
             group.poisoned = Some(error.clone());
             return Err(error);

@@ -63,6 +63,9 @@ pub enum StorageError {
     /// A `storageEngine` collection option MongoDB refuses, with the code MongoDB gives it
     /// (BadValue, FailedToParse, TypeMismatch, InvalidOptions or 6627201; `compression.rs`).
     BadStorageOption { code: i32, message: String },
+    /// An `_id` document holds a field name starting with `$` (at any depth): MongoDB's
+    /// DollarPrefixedFieldName.
+    DollarPrefixedField(String),
     /// A write the layer above refuses in this node's role (a shard refusing an update that
     /// would move a document to another shard): IllegalOperation.
     IllegalOperation(String),
@@ -100,6 +103,7 @@ impl StorageError {
             StorageError::AmbiguousIndexKeyPattern(_) => 181,
             StorageError::BadStorageOption { code, .. } => *code,
             StorageError::IllegalOperation(_) => 20,
+            StorageError::DollarPrefixedField(_) => 52,
             StorageError::Replication { code, .. } => *code,
         }
     }
@@ -137,6 +141,7 @@ impl StorageError {
                 _ => "Location6627201",
             },
             StorageError::IllegalOperation(_) => "IllegalOperation",
+            StorageError::DollarPrefixedField(_) => "DollarPrefixedFieldName",
             StorageError::Replication { code_name, .. } => code_name,
         }
     }
@@ -190,6 +195,9 @@ impl fmt::Display for StorageError {
             StorageError::AmbiguousIndexKeyPattern(what) => write!(formatter, "{what}"),
             StorageError::BadStorageOption { message, .. } => write!(formatter, "{message}"),
             StorageError::IllegalOperation(message) => write!(formatter, "{message}"),
+            StorageError::DollarPrefixedField(field) => {
+                write!(formatter, "_id fields may not contain '$'-prefixed fields: {field} is not valid for storage.")
+            }
             StorageError::Replication { message, .. } => write!(formatter, "{message}"),
         }
     }

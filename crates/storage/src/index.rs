@@ -391,6 +391,28 @@ pub(crate) fn same_key_pattern(left: &Document, right: &Document) -> bool {
         })
 }
 
+/// Per key field, the mask of path prefixes that are arrays (see the module documentation).
+/// Empty when no field has an array.
+pub type MultikeyPaths = Vec<u64>;
+
+/// The bit of a field's mask for an array at the prefix of `components` path components.
+pub(crate) fn array_bit(components: usize) -> u64 {
+    1u64 << components.saturating_sub(1).min(63)
+}
+
+/// Widens `into` by `added`; true when a bit was new.
+pub(crate) fn merge_paths(into: &mut MultikeyPaths, added: &[u64]) -> bool {
+    if into.len() < added.len() {
+        into.resize(added.len(), 0);
+    }
+    let mut widened = false;
+    for (mask, bits) in into.iter_mut().zip(added) {
+        widened |= bits & !*mask != 0;
+        *mask |= bits;
+    }
+    widened
+}
+
 static NULL_VALUE: Bson = Bson::Null;
 static UNDEFINED_VALUE: Bson = Bson::Undefined;
 
@@ -399,6 +421,8 @@ struct PathValues<'d> {
     values: Vec<Cow<'d, Bson>>,
     /// The path components before the first array met, if any (the array's own path).
     first_array_path: Option<usize>,
+    /// Every array met, as [`array_bit`]s of its path's component count.
+    array_bits: u64,
 }
 
 /// Collects the values at `components` under `value`. Recursion depth is bounded by the number
@@ -408,6 +432,7 @@ fn collect_path<'d>(value: &'d Bson, components: &[&str], depth: usize, out: &mu
         match value {
             Bson::Array(items) => {
                 out.first_array_path.get_or_insert(depth);
+                out.array_bits |= array_bit(depth);
                 if items.is_empty() {
                     out.values.push(Cow::Borrowed(&UNDEFINED_VALUE));
                 }
@@ -425,6 +450,7 @@ fn collect_path<'d>(value: &'d Bson, components: &[&str], depth: usize, out: &mu
         }
         Bson::Array(items) => {
             out.first_array_path.get_or_insert(depth);
+            out.array_bits |= array_bit(depth);
             // The field applies to each embedded document; arrays of arrays and scalars are not
             // traversed (MongoDB's implicit array traversal goes one level deep).
             for item in items {
@@ -441,7 +467,7 @@ fn collect_path<'d>(value: &'d Bson, components: &[&str], depth: usize, out: &mu
 
 fn values_at_path<'d>(document: &'d Document, path: &str) -> PathValues<'d> {
     let components: Vec<&str> = path.split('.').collect();
-    let mut out = PathValues { values: Vec::new(), first_array_path: None };
+    let mut out = PathValues { values: Vec::new(), first_array_path: None, array_bits: 0 };
     if let Some((first, rest)) = components.split_first() {
         if let Some(value) = document.get(*first) {
             collect_path(value, rest, 1, &mut out);
@@ -468,19 +494,34 @@ impl IndexKey {
     }
 }
 
-/// The keys `document` produces for an index, sorted and without duplicate keystrings. Empty for
-/// a sparse index when every key field is missing.
+/// The keys a document produces for an index, and the array paths met on the way.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DocumentKeys {
+    /// Sorted, without duplicate keystrings.
+    pub(crate) keys: Vec<IndexKey>,
+    /// Per key field, the arrays on its path ([`array_bit`]s); empty when there were none.
+    pub(crate) multikey_paths: MultikeyPaths,
+}
+
+impl DocumentKeys {
+    pub(crate) fn without_arrays(keys: Vec<IndexKey>) -> DocumentKeys {
+        DocumentKeys { keys, multikey_paths: Vec::new() }
+    }
+}
+
+/// The keys `document` produces for an index, sorted and without duplicate keystrings (empty for
+/// a sparse index when every key field is missing), with the array paths met.
 pub(crate) fn generate_keys(
     fields: &[IndexField<'_>],
     sparse: bool,
     document: &Document,
-) -> Result<Vec<IndexKey>, StorageError> {
+) -> Result<DocumentKeys, StorageError> {
     // The common case, a one-field index and a value under no array (an `_id`), needs none of
     // the general case's bookkeeping.
     if let [field] = fields {
         let found = values_at_path(document, &field.path);
         if found.first_array_path.is_none() {
-            return Ok(single_value_keys(field, sparse, found.values.first().map(Cow::as_ref)));
+            return Ok(DocumentKeys::without_arrays(single_value_keys(field, sparse, found.values.first().map(Cow::as_ref))));
         }
     }
     cartesian_keys(fields, sparse, document)
@@ -511,7 +552,8 @@ fn cartesian_keys(
     fields: &[IndexField<'_>],
     sparse: bool,
     document: &Document,
-) -> Result<Vec<IndexKey>, StorageError> {
+) -> Result<DocumentKeys, StorageError> {
+    let mut multikey_paths = Vec::new();
     let mut per_field: Vec<Vec<Cow<'_, Bson>>> = Vec::with_capacity(fields.len());
     // Per field: whether the key's value is the document's value (not a hash, an array element
     // or the null of a missing field), so that type bits can restore it.
@@ -533,6 +575,10 @@ fn cartesian_keys(
                     }
                 }
             }
+        }
+        if found.array_bits != 0 {
+            multikey_paths.resize(fields.len(), 0);
+            multikey_paths[per_field.len()] |= found.array_bits;
         }
         let mut values = found.values;
         recoverable.push(field.kind != FieldKind::Hashed && found.first_array_path.is_none() && !values.is_empty());
@@ -556,7 +602,7 @@ fn cartesian_keys(
         per_field.push(values);
     }
     if sparse && all_missing {
-        return Ok(Vec::new());
+        return Ok(DocumentKeys::default());
     }
     let total = per_field
         .iter()
@@ -600,18 +646,18 @@ fn cartesian_keys(
     // Two array elements that compare equal (1 and 1.0) give one entry; their type bits agree
     // (an array element's field is not recoverable), so which one stays does not matter.
     keys.dedup_by(|later, earlier| later.keystring() == earlier.keystring());
-    Ok(keys)
+    Ok(DocumentKeys { keys, multikey_paths })
 }
 
 /// The exact values of an index entry's key fields, from its keystring and type bits: None when
-/// the entry has no type bits (written before they existed), or a field is hashed, multikey or
-/// missing from its document. Bytes that do not decode, or type bits that do not fit the key,
-/// are DataCorruptionDetected.
+/// the entry has no type bits (written before they existed) or a field is hashed; a field's None
+/// when it is an array element or missing from its document. Bytes that do not decode, or type
+/// bits that do not fit the key, are DataCorruptionDetected.
 pub(crate) fn entry_values(
     fields: &[IndexField<'_>],
     keystring: &[u8],
     type_bits: Option<&[u8]>,
-) -> Result<Option<Vec<Bson>>, StorageError> {
+) -> Result<Option<Vec<Option<Bson>>>, StorageError> {
     let corrupt = |error: myriad_keystring::KeyStringError| StorageError::DataCorruption(format!("index entry: {error}"));
     let directions: Vec<Direction> = fields.iter().map(|field| field.kind.direction()).collect();
     let decoded = myriad_keystring::decode_key(keystring, &directions).map_err(corrupt)?;
@@ -620,7 +666,7 @@ pub(crate) fn entry_values(
     if fields.iter().any(|field| field.kind == FieldKind::Hashed) {
         return Ok(None);
     }
-    Ok(restored.into_iter().collect())
+    Ok(Some(restored))
 }
 
 /// The `{field: value}` document MongoDB shows for a duplicate key: the exact values when the
@@ -687,8 +733,8 @@ mod tests {
     }
 
     /// The keystrings of generated keys.
-    fn keystrings(keys: Vec<IndexKey>) -> Vec<Vec<u8>> {
-        keys.iter().map(|key| key.keystring().to_vec()).collect()
+    fn keystrings(keys: DocumentKeys) -> Vec<Vec<u8>> {
+        keys.keys.iter().map(|key| key.keystring().to_vec()).collect()
     }
 
     #[test]
@@ -724,7 +770,7 @@ mod tests {
     fn missing_fields_index_as_null_unless_sparse() {
         let pattern = fields(doc! {"a": 1});
         assert_eq!(keystrings(generate_keys(&pattern, false, &doc! {"b": 1}).unwrap()), vec![single(Bson::Null)]);
-        assert!(generate_keys(&pattern, true, &doc! {"b": 1}).unwrap().is_empty());
+        assert!(generate_keys(&pattern, true, &doc! {"b": 1}).unwrap().keys.is_empty());
         assert_eq!(keystrings(generate_keys(&pattern, true, &doc! {"a": null}).unwrap()), vec![single(Bson::Null)]);
     }
 
@@ -742,7 +788,21 @@ mod tests {
         assert_eq!(error.code(), 171);
         let shared = fields(doc! {"a.x": 1, "a.y": 1});
         let keys = generate_keys(&shared, false, &doc! {"a": [{"x": 1, "y": 2}]}).unwrap();
-        assert_eq!(keys.len(), 1);
+        assert_eq!(keys.keys.len(), 1);
+        assert_eq!(keys.multikey_paths, vec![1, 1], "both paths run through the array a");
+    }
+
+    #[test]
+    fn array_paths_are_recorded_per_field_and_prefix() {
+        let pattern = fields(doc! {"p": 1, "a.b": 1, "s": 1});
+        let keys = generate_keys(&pattern, false, &doc! {"p": 1, "a": {"b": 2}, "s": [1, 2]}).unwrap();
+        assert_eq!(keys.multikey_paths, vec![0, 0, 0b1]);
+        let nested = generate_keys(&fields(doc! {"a.b": 1}), false, &doc! {"a": [{"b": [1]}, {"b": 3}]}).unwrap();
+        assert_eq!(nested.multikey_paths, vec![0b11], "a and a.b are both arrays");
+        let plain = generate_keys(&pattern, false, &doc! {"p": 1, "a": {"b": 2}, "s": 3}).unwrap();
+        assert!(plain.multikey_paths.is_empty());
+        let empty = generate_keys(&fields(doc! {"s": 1}), false, &doc! {"s": []}).unwrap();
+        assert_eq!(empty.multikey_paths, vec![1], "an empty array makes its path multikey");
     }
 
     #[test]
@@ -771,10 +831,10 @@ mod tests {
     #[test]
     fn duplicate_key_documents_decode_the_values() {
         let pattern = fields(doc! {"a": 1, "b": -1});
-        let keys = generate_keys(&pattern, false, &doc! {"a": "x", "b": true}).unwrap();
+        let keys = generate_keys(&pattern, false, &doc! {"a": "x", "b": true}).unwrap().keys;
         assert_eq!(key_value_document(&pattern, keys[0].keystring(), keys[0].type_bits()), doc! {"a": "x", "b": true});
         let exact = doc! {"a": 2.0, "b": Bson::Int64(3)};
-        let keys = generate_keys(&pattern, false, &exact).unwrap();
+        let keys = generate_keys(&pattern, false, &exact).unwrap().keys;
         assert_eq!(key_value_document(&pattern, keys[0].keystring(), keys[0].type_bits()), exact);
     }
 
@@ -782,19 +842,20 @@ mod tests {
     fn entry_values_are_exact_or_absent() {
         let pattern = fields(doc! {"a": 1, "b.c": -1});
         let values = |document: Document| {
-            let keys = generate_keys(&pattern, false, &document).unwrap();
+            let keys = generate_keys(&pattern, false, &document).unwrap().keys;
             keys.iter().map(|key| entry_values(&pattern, key.keystring(), Some(key.type_bits())).unwrap()).collect::<Vec<_>>()
         };
-        assert_eq!(values(doc! {"a": 1.0, "b": {"c": "x"}}), vec![Some(vec![Bson::Double(1.0), Bson::String("x".into())])]);
-        // Missing and multikey fields are not recoverable.
-        assert_eq!(values(doc! {"a": 1}), vec![None]);
-        assert_eq!(values(doc! {"a": [1, 2], "b": {"c": 1}}), vec![None, None]);
-        let key = &generate_keys(&pattern, false, &doc! {"a": 1, "b": {"c": 2}}).unwrap()[0];
+        assert_eq!(values(doc! {"a": 1.0, "b": {"c": "x"}}), vec![Some(vec![Some(Bson::Double(1.0)), Some(Bson::String("x".into()))])]);
+        // Missing and multikey fields are not recoverable; the others still are.
+        assert_eq!(values(doc! {"a": 1}), vec![Some(vec![Some(Bson::Int32(1)), None])]);
+        let one = Some(Bson::Int32(1));
+        assert_eq!(values(doc! {"a": [1, 2], "b": {"c": 1}}), vec![Some(vec![None, one.clone()]), Some(vec![None, one])]);
+        let key = &generate_keys(&pattern, false, &doc! {"a": 1, "b": {"c": 2}}).unwrap().keys[0];
         assert_eq!(entry_values(&pattern, key.keystring(), None), Ok(None));
         let error = entry_values(&pattern, key.keystring(), Some(&[1, 1, 9])).unwrap_err();
         assert_eq!(error.code(), 301);
         let hashed = fields(doc! {"h": "hashed"});
-        let key = &generate_keys(&hashed, false, &doc! {"h": 5}).unwrap()[0];
+        let key = &generate_keys(&hashed, false, &doc! {"h": 5}).unwrap().keys[0];
         assert_eq!(entry_values(&hashed, key.keystring(), Some(key.type_bits())), Ok(None));
     }
 }

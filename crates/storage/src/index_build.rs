@@ -34,10 +34,11 @@ use crate::stripes::StripeGuard;
 use crate::families::{FAMILY_CATALOG, FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_STATS};
 use crate::index_build_registry::IndexBuild;
 use crate::index::{
-    IndexField, IndexKey, key_value_document, parse_index_spec, same_key_pattern, same_options,
+    DocumentKeys, IndexField, key_value_document, parse_index_spec, same_key_pattern, same_options,
     ParsedIndexSpec, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION,
 };
 use crate::keys;
+use crate::multikey::MultikeyPaths;
 use crate::stats::{self, decode_counters, encode_counters};
 use crate::{RecordId, StorageError};
 
@@ -85,11 +86,11 @@ struct PreparedChunk {
     position: RecordId,
     records: Vec<(RecordId, RawDocumentBuf)>,
     /// Per record, per index of the build: its keys.
-    keys: Vec<Vec<Vec<IndexKey>>>,
+    keys: Vec<Vec<DocumentKeys>>,
 }
 
 /// Per index, the keys of one record.
-fn record_keys(indexes: &[IndexEntry], fields: &[Vec<IndexField<'_>>], record_id: RecordId, raw: &RawDocumentBuf) -> Result<Vec<Vec<IndexKey>>, StorageError> {
+fn record_keys(indexes: &[IndexEntry], fields: &[Vec<IndexField<'_>>], record_id: RecordId, raw: &RawDocumentBuf) -> Result<Vec<DocumentKeys>, StorageError> {
     let document = raw.to_document().map_err(|error| StorageError::Corrupt(format!("record {record_id}: {error}")))?;
     let mut keys = Vec::with_capacity(indexes.len());
     for (index, fields) in indexes.iter().zip(fields) {
@@ -191,6 +192,7 @@ impl Engine {
         for prefix in &index_prefixes {
             batch.put_cf(catalog, keys::build_marker_key(*prefix), marker_value(db, collection, false));
         }
+        self.add_multikey_tracking(&mut batch, index_prefixes.iter().copied())?;
         let mut all_indexes = entry.indexes_cloned()?;
         all_indexes.extend(new_indexes);
         let updated = Arc::new(entry.with_indexes(all_indexes));
@@ -348,6 +350,7 @@ impl Engine {
         let fields: Vec<_> = indexes.iter().map(IndexEntry::fields).collect::<Result<_, _>>()?;
         let mut batch = WriteBatch::default();
         let mut totals = vec![[0i64; stats::INDEX_SLOTS]; indexes.len()];
+        let mut multikey_paths: Vec<MultikeyPaths> = vec![Vec::new(); indexes.len()];
         let mut chunk_unique_owners: HashMap<Vec<u8>, RecordId> = HashMap::new();
         let mut prepared_position = 0;
         for (record_id, raw) in current.iter().take_while(|(record_id, _)| *record_id <= last) {
@@ -362,8 +365,9 @@ impl Engine {
                     &regenerated
                 }
             };
-            for (((index, fields), index_keys), total) in indexes.iter().zip(&fields).zip(keys).zip(totals.iter_mut()) {
-                for index_key in index_keys {
+            for ((((index, fields), index_keys), total), paths) in indexes.iter().zip(&fields).zip(keys).zip(totals.iter_mut()).zip(multikey_paths.iter_mut()) {
+                crate::multikey::merge_paths(paths, &index_keys.multikey_paths);
+                for index_key in &index_keys.keys {
                     let keystring = index_key.keystring();
                     let value = keys::index_entry_value(index.unique, *record_id, index_key.type_bits());
                     let key = if index.unique {
@@ -395,6 +399,7 @@ impl Engine {
             }
         }
         self.add_build_counters(&mut batch, entry, indexes, &totals)?;
+        self.add_multikey_widening(&mut batch, indexes.iter().zip(&multikey_paths).map(|(index, paths)| (index.prefix, paths.as_slice())))?;
         self.write_logged(batch, &self.ddl_write_options, false, || Ok(Vec::new()), &[])?;
         build.position.store(last, Ordering::Relaxed);
         Ok(prepared.records.len() == INDEX_BUILD_CHUNK_RECORDS)
@@ -490,6 +495,7 @@ impl Engine {
         let (start, end) = keys::prefix_range(index.prefix);
         batch.delete_range_cf(self.indexes_family(entry)?, start, end);
         batch.delete_cf(self.family(FAMILY_STATS)?, keys::stats_prefix_key(index.prefix));
+        self.add_multikey_removal(batch, index.prefix)?;
         delta[stats::DATABASE_INDEXES] -= 1;
         delta[stats::DATABASE_INDEX_SIZE_BYTES] -= counters.get(stats::INDEX_SIZE_BYTES).copied().unwrap_or(0);
         Ok(())

@@ -18,8 +18,9 @@ use crate::keys::{self, PREFIX_LEN, RECORD_ID_LEN};
 use crate::{RecordId, StorageError};
 
 /// One entry of [`Engine::scan_index_values`]: the entry key (keystring ‖ record id), the record
-/// id, and the key fields' exact values (None when the entry cannot give them).
-pub type IndexValuesEntry = (Vec<u8>, RecordId, Option<Vec<Bson>>);
+/// id, and the key fields' exact values (None when the entry cannot give any; a field's None
+/// when it cannot give that one).
+pub type IndexValuesEntry = (Vec<u8>, RecordId, Option<Vec<Option<Bson>>>);
 
 /// One index entry as the iterator found it.
 struct RawEntry<'a> {
@@ -52,7 +53,8 @@ impl Engine {
     /// As [`Engine::scan_index`], with each entry's key values: one exact BSON value per key
     /// field (types included: `Int32(1)`, `Int64(1)`, `1.0` and `Decimal128("1.0")` come back
     /// as they were stored), or None when the entry cannot give them (written before type bits
-    /// existed, or a field is hashed, an array element, or missing from its document). Type
+    /// existed, or a field is hashed), a field's None when it is an array element or missing
+    /// from its document. Type
     /// bits that do not fit their key are DataCorruptionDetected (301).
     pub fn scan_index_values(
         &self,
@@ -71,6 +73,15 @@ impl Engine {
             let values = entry_values(&fields, keystring, type_bits)?;
             Ok((entry.entry_key, entry.record_id, values))
         })
+    }
+
+    /// The keystrings `document` has in the ready index `index_name` (none when a partial
+    /// index's filter rejects it), as its entries hold them.
+    pub fn index_keystrings(&self, handle: &CollectionHandle, index_name: &str, document: &bson::RawDocument) -> Result<Vec<Vec<u8>>, StorageError> {
+        let index = ready_index(handle, index_name)?;
+        let document = bson::Document::try_from(document).map_err(|error| StorageError::Corrupt(format!("record: {error}")))?;
+        let keys = index.document_keys(&index.fields()?, &document)?;
+        Ok(keys.keys.iter().map(|key| key.keystring().to_vec()).collect())
     }
 
     /// Walks the entries of `index` in `range` and maps each with `each`.

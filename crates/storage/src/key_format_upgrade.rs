@@ -59,6 +59,8 @@ impl Engine {
                     batch.put_cf(catalog, keys::build_marker_key(prefix), marker_value(entry.db(), entry.collection(), true));
                     // A building index has no `T` entry (`ttl.rs`); its rebuild's commit writes it.
                     batch.delete_cf(catalog, keys::ttl_index_key(prefix));
+                    // Rebuilt from its first key: its multikey paths are tracked from there.
+                    batch.put_cf(catalog, keys::multikey_paths_key(prefix), []);
                 }
                 pending += 1;
             }

@@ -23,6 +23,8 @@ const CATALOG_DATABASE_TAG: u8 = b'D';
 const CATALOG_BUILD_TAG: u8 = b'B';
 /// Tag of the TTL index catalog: `T` index prefix (`ttl_catalog.rs`).
 const CATALOG_TTL_TAG: u8 = b'T';
+/// Tag of an index's multikey paths entry (`multikey.rs`).
+const CATALOG_MULTIKEY_TAG: u8 = b'M';
 /// Catalog key whose presence says the `T` entries are complete (value: u32 BE version).
 pub(crate) const CATALOG_TTL_COMPLETE_KEY: &[u8] = b"t";
 
@@ -108,6 +110,14 @@ pub(crate) fn prefix_from_build_marker_key(key: &[u8]) -> Result<u64, StorageErr
 pub(crate) fn ttl_index_key(prefix: u64) -> [u8; 1 + PREFIX_LEN] {
     let mut key = [0u8; 1 + PREFIX_LEN];
     key[0] = CATALOG_TTL_TAG;
+    key[1..].copy_from_slice(&prefix.to_be_bytes());
+    key
+}
+
+/// The `M` entry of an index: `M` ‖ index prefix (8), its multikey paths (`multikey.rs`).
+pub(crate) fn multikey_paths_key(prefix: u64) -> [u8; 1 + PREFIX_LEN] {
+    let mut key = [0u8; 1 + PREFIX_LEN];
+    key[0] = CATALOG_MULTIKEY_TAG;
     key[1..].copy_from_slice(&prefix.to_be_bytes());
     key
 }

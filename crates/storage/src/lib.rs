@@ -52,6 +52,7 @@ mod index_scan;
 mod journal;
 mod key_format_upgrade;
 mod keys;
+mod multikey;
 mod operation_record;
 mod oplog;
 mod options;
@@ -92,6 +93,7 @@ pub use ttl::TtlIndex;
 pub use storage_size::{CollectionStorage, DatabaseStorage};
 pub use validate::{IndexValidation, ValidationReport};
 pub use write::{PreparedInsert, WriteTransaction};
+pub use index::MultikeyPaths;
 pub use journal::{defer_waits as defer_journal_waits, Durability, JournalProgress};
 
 /// Identifier of a record within its collection: positive, allocated in increasing order.

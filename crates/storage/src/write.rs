@@ -19,7 +19,8 @@ use bson::{Bson, Document, RawDocument, RawDocumentBuf};
 use crate::catalog::{CollectionEntry, CollectionHandle, IndexEntry};
 use crate::engine::Engine;
 use crate::stripes::StripeGuard;
-use crate::index::{key_value_document, IndexKey};
+use crate::index::{key_value_document, DocumentKeys, IndexKey};
+use crate::multikey::MultikeyPaths;
 use crate::keys;
 use crate::stats;
 use crate::{RecordId, StorageError, MAX_DOCUMENT_SIZE_BYTES};
@@ -84,6 +85,9 @@ pub struct WriteTransaction<'e> {
     /// Emptied by each insert's plan and apply, and kept for the next one: an insert allocates
     /// no plan of its own.
     planned_inserts: PlannedEntries,
+    /// Per index position, the array paths of the keys this transaction put (empty when none):
+    /// `prepare` widens the indexes' stored multikey paths with them (`multikey.rs`).
+    pub(crate) multikey_paths: Vec<MultikeyPaths>,
 }
 
 /// Index entry changes one operation will apply, computed before anything is applied.
@@ -91,6 +95,8 @@ pub struct WriteTransaction<'e> {
 struct PlannedEntries {
     puts: Vec<(usize, Vec<u8>, Vec<u8>)>,
     deletes: Vec<(usize, Vec<u8>, usize)>,
+    /// Per index position, the array paths of the new keys (`multikey.rs`).
+    multikey_paths: Vec<(usize, MultikeyPaths)>,
 }
 
 /// Where `plan_entries` takes one side's index keys from.
@@ -102,13 +108,13 @@ enum KeySource<'a> {
     Document(&'a Document),
     /// Computed before the stripe was taken, per index position (an error is only raised for
     /// an index the write maintains, as when computed now).
-    Prepared(&'a [Result<Vec<IndexKey>, StorageError>]),
+    Prepared(&'a [Result<DocumentKeys, StorageError>]),
 }
 
 impl<'a> KeySource<'a> {
-    fn keys(self, position: usize, index: &IndexEntry) -> Result<Cow<'a, [IndexKey]>, StorageError> {
+    fn keys(self, position: usize, index: &IndexEntry) -> Result<Cow<'a, DocumentKeys>, StorageError> {
         match self {
-            KeySource::None => Ok(Cow::Borrowed(&[])),
+            KeySource::None => Ok(Cow::Owned(DocumentKeys::default())),
             KeySource::Document(document) => Ok(Cow::Owned(index.document_keys(&index.fields()?, document)?)),
             KeySource::Prepared(keys) => match keys.get(position) {
                 Some(Ok(keys)) => Ok(Cow::Borrowed(keys)),
@@ -127,7 +133,7 @@ pub struct PreparedInsert {
     /// The prefixes of the indexes `keys` were computed for, in catalog order.
     index_prefixes: IndexPrefixes,
     /// Per index position: its keys, or why the document has none.
-    keys: Vec<Result<Vec<IndexKey>, StorageError>>,
+    keys: Vec<Result<DocumentKeys, StorageError>>,
 }
 
 /// The prefixes of a collection's indexes, in catalog order: in place for up to
@@ -199,7 +205,7 @@ impl PreparedInsert {
         for index in &entry.indexes {
             if let Some(field) = index.id_alone_field() {
                 // The `_id` index: its key is the `_id` value's, no document needed.
-                keys.push(Ok(crate::index::single_value_keys(&field, index.sparse, Some(&id))));
+                keys.push(Ok(DocumentKeys::without_arrays(crate::index::single_value_keys(&field, index.sparse, Some(&id)))));
                 continue;
             }
             let fields = index.fields()?;
@@ -291,6 +297,7 @@ impl Engine {
             read_ahead_hint: std::cell::Cell::new(0),
             unique_keys_in_flight: Vec::new(),
             planned_inserts: PlannedEntries::default(),
+            multikey_paths: Vec::new(),
         }
     }
 }
@@ -324,7 +331,34 @@ fn validate_id_value(id: Option<&Bson>) -> Result<(), StorageError> {
             Err(StorageError::InvalidDocument("_id cannot be a regular expression".to_string()))
         }
         Some(Bson::Undefined) => Err(StorageError::InvalidDocument("_id cannot be undefined".to_string())),
+        Some(Bson::Document(document)) => match dollar_prefixed_field(document) {
+            Some(field) => Err(StorageError::DollarPrefixedField(field.to_string())),
+            None => Ok(()),
+        },
         Some(_) => Ok(()),
+    }
+}
+
+/// The first field name starting with `$` in `document`, its embedded documents and arrays
+/// (iterative: documents are depth-checked after this).
+fn dollar_prefixed_field(document: &Document) -> Option<&str> {
+    let mut pending: Vec<&Bson> = Vec::new();
+    let mut documents = vec![document];
+    loop {
+        for document in documents.drain(..) {
+            for (field, value) in document {
+                if field.starts_with('$') {
+                    return Some(field);
+                }
+                pending.push(value);
+            }
+        }
+        let value = pending.pop()?;
+        match value {
+            Bson::Document(inner) => documents.push(inner),
+            Bson::Array(items) => pending.extend(items),
+            _ => {}
+        }
     }
 }
 
@@ -467,6 +501,7 @@ impl<'e> WriteTransaction<'e> {
     ) -> Result<(), StorageError> {
         planned.puts.clear();
         planned.deletes.clear();
+        planned.multikey_paths.clear();
         for (position, index) in entry.indexes.iter().enumerate() {
             // A building index above its build's position is the builder's to fill.
             if self.index_limits.get(position).is_some_and(|limit| record_id > *limit) {
@@ -474,14 +509,18 @@ impl<'e> WriteTransaction<'e> {
             }
             let old_keys = old.keys(position, index)?;
             let new_keys = new.keys(position, index)?;
+            if !new_keys.multikey_paths.is_empty() {
+                planned.multikey_paths.push((position, new_keys.multikey_paths.clone()));
+            }
+            let (old_keys, new_keys) = (&old_keys.keys, &new_keys.keys);
             // A key whose keystring stays but whose type bits change (1 becomes 1.0) is deleted
             // and put again: the put wins (apply_entries), and the counters see both sizes.
-            for index_key in sorted_difference(&old_keys, &new_keys) {
+            for index_key in sorted_difference(old_keys, new_keys) {
                 let (key, value) = Self::entry_key(entry, position, index_key, record_id);
                 let size = key.len() + value.len();
                 planned.deletes.push((position, key, size));
             }
-            for index_key in sorted_difference(&new_keys, &old_keys) {
+            for index_key in sorted_difference(new_keys, old_keys) {
                 let (key, value) = Self::entry_key(entry, position, index_key, record_id);
                 if index.unique {
                     if let Some(owner) = self.unique_key_owner(entry, &key)? {
@@ -498,6 +537,12 @@ impl<'e> WriteTransaction<'e> {
 
     /// Applies a plan, leaving `planned` empty.
     fn apply_entries(&mut self, planned: &mut PlannedEntries) {
+        for (position, paths) in planned.multikey_paths.drain(..) {
+            if self.multikey_paths.len() <= position {
+                self.multikey_paths.resize_with(position + 1, Vec::new);
+            }
+            crate::multikey::merge_paths(&mut self.multikey_paths[position], &paths);
+        }
         // Deletes first: an update may delete and re-put keys of other positions only, but a
         // delete then insert of the same unique key in one transaction must end as a put.
         for (position, key, size) in planned.deletes.drain(..) {
@@ -563,7 +608,7 @@ impl<'e> WriteTransaction<'e> {
                     continue;
                 }
                 if let Some(Ok(index_keys)) = insert.keys.get(position) {
-                    full_keys.extend(index_keys.iter().map(|key| keys::index_entry_key(index.prefix, key.keystring(), None)));
+                    full_keys.extend(index_keys.keys.iter().map(|key| keys::index_entry_key(index.prefix, key.keystring(), None)));
                 }
             }
         }
@@ -697,6 +742,16 @@ impl<'e> WriteTransaction<'e> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dollar_prefixed_fields_of_an_id_are_found_at_any_depth() {
+        use bson::doc;
+        assert_eq!(dollar_prefixed_field(&doc! {"a": 1, "b": {"c": [1, {"d": 2}]}}), None);
+        assert_eq!(dollar_prefixed_field(&doc! {"$oid": "x"}), Some("$oid"));
+        assert_eq!(dollar_prefixed_field(&doc! {"a": {"b": [1, {"$c": 2}]}}), Some("$c"));
+        let error = validate_id_value(Some(&bson::Bson::Document(doc! {"x": {"$a": 1}}))).unwrap_err();
+        assert_eq!((error.code(), error.to_string().as_str()), (52, "_id fields may not contain '$'-prefixed fields: $a is not valid for storage."));
+    }
 
     #[test]
     fn sorted_difference_finds_missing_items() {

@@ -99,6 +99,12 @@ fn downgrade(path: &Path, indexes: &[(u64, bool, &str)], documents: &[(RecordId,
     entry.to_writer(&mut bytes).unwrap();
     raw.put_cf(catalog, &collection_key, bytes).unwrap();
     let family = raw.cf_handle("indexes").expect("indexes family");
+    for (prefix, _, _) in indexes {
+        // No index tracked its multikey paths then.
+        let mut multikey_key = vec![b'M'];
+        multikey_key.extend_from_slice(&prefix.to_be_bytes());
+        raw.delete_cf(catalog, multikey_key).unwrap();
+    }
     for (prefix, unique, path) in indexes {
         raw.delete_range_cf(family, prefix.to_be_bytes(), (prefix + 1).to_be_bytes()).unwrap();
         for (record_id, document) in documents {
@@ -119,7 +125,7 @@ fn downgrade(path: &Path, indexes: &[(u64, bool, &str)], documents: &[(RecordId,
 fn values(engine: &Engine, index: &str) -> Vec<Bson> {
     let handle = engine.collection("db", "c").unwrap().unwrap();
     let entries = engine.scan_index_values(&handle, index, &IndexKeyRange::full(), false, None, 1000).unwrap();
-    entries.into_iter().map(|(_, _, values)| values.expect("type bits").remove(0)).collect()
+    entries.into_iter().map(|(_, _, values)| values.expect("type bits").remove(0).expect("an exact value")).collect()
 }
 
 #[test]
@@ -158,6 +164,9 @@ fn format_one_indexes_are_rebuilt_at_open() {
     expected.sort_by(myriad_keystring::compare_values);
     assert_eq!(values(&engine, "k_1"), expected);
     let handle = engine.collection("db", "c").unwrap().unwrap();
+    // Rebuilt indexes track their multikey paths from their first key.
+    let tracked: Vec<(String, Option<Vec<u64>>)> = engine.multikey_paths(&handle).unwrap();
+    assert_eq!(tracked, vec![("_id_".to_string(), Some(vec![0])), ("k_1".to_string(), Some(vec![0])), ("u_1".to_string(), Some(vec![0]))]);
     let stats = engine.collection_stats(&handle).unwrap();
     assert_eq!(engine.database_stats("db").unwrap().index_size_bytes, stats.total_index_size_bytes);
     assert!(engine.validate_collection(&handle).unwrap().indexes.iter().all(|index| index.keys == 4 && index.dangling == 0));

@@ -71,6 +71,9 @@ impl Backend for NoLocalData {
         -> BackendResult<Vec<IndexValuesEntry>> {
         refused()
     }
+    fn index_keystrings(&self, _handle: &CollectionHandle, _index: &str, _document: &bson::RawDocument) -> BackendResult<Vec<Vec<u8>>> {
+        refused()
+    }
     fn get_record(&self, _handle: &CollectionHandle, _record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
         refused()
     }

@@ -181,6 +181,9 @@ impl<B: Backend> Backend for FilteringBackend<B> {
         }
         Ok(entries.into_iter().map(|(key, record_id, _)| (key, record_id, None)).collect())
     }
+    fn index_keystrings(&self, handle: &CollectionHandle, index_name: &str, document: &bson::RawDocument) -> BackendResult<Vec<Vec<u8>>> {
+        self.inner.index_keystrings(handle, index_name, document)
+    }
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
         let record = self.inner.get_record(handle, record_id)?;
         let filter = active_filter(handle);
@@ -206,6 +209,9 @@ impl<B: Backend> Backend for FilteringBackend<B> {
     }
     fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats> {
         self.inner.collection_stats(handle)
+    }
+    fn multikey_paths(&self, handle: &CollectionHandle) -> BackendResult<Vec<(String, Option<myriad_storage::MultikeyPaths>)>> {
+        self.inner.multikey_paths(handle)
     }
     fn database_stats(&self, db: &str) -> BackendResult<DatabaseStats> {
         self.inner.database_stats(db)

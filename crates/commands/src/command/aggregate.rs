@@ -19,6 +19,8 @@ use crate::reply::Reply;
 use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
+    let bound = crate::let_variables::bound_request(request)?;
+    let request = bound.as_ref().unwrap_or(request);
     if request.flag("explain")? {
         return explain(context, request, super::explain::Verbosity::QueryPlanner).map(Reply::from);
     }
@@ -117,15 +119,8 @@ type BoundVariables = Vec<(String, Bson)>;
 /// The command's `let`: names usable as `$$name` in the pipeline, and their values
 /// (expressions evaluated once, without a document).
 pub fn command_variables(request: &CommandRequest) -> CommandResult<(Vec<String>, BoundVariables)> {
-    let Some(variables) = request.optional_document("let")? else { return Ok((Vec::new(), Vec::new())) };
-    let mut names = Vec::with_capacity(variables.len());
-    let mut values = Vec::with_capacity(variables.len());
-    for (name, expression) in variables {
-        let value = myriad_query::Expression::parse(expression)?.evaluate(&Document::new())?;
-        names.push(name.clone());
-        values.push((name.clone(), value));
-    }
-    Ok((names, values))
+    let values = crate::let_variables::command_variables(request)?;
+    Ok((values.iter().map(|(name, _)| name.clone()).collect(), values))
 }
 
 /// The `pipeline` array's stages (a router checks them with this too).

@@ -48,6 +48,7 @@ pub fn delete_matching(
         limit: None,
         hint,
         allow_disk_use: None,
+        min_max: None,
     };
     let scope = if multi { Scope::All } else { Scope::One };
     let mut first = None;
@@ -113,6 +114,8 @@ pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
 }
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let bound = crate::let_variables::bound_request(request)?;
+    let request = bound.as_ref().unwrap_or(request);
     let Arguments { statements, ordered, durability, name } = parse_arguments(request)?;
     let retry = crate::retryable::begin(context, request, statements.len())?;
     let mut deleted = 0i64;

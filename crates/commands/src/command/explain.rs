@@ -72,6 +72,8 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         None => return Err(CommandError::new(FAILED_TO_PARSE, "explain requires a command to explain")),
     };
     let inner = CommandRequest::new(request.db.clone(), inner, request.connection.clone())?;
+    // The inner command's `let` is bound in its filters as the command itself binds it.
+    let inner = crate::let_variables::bound_request(&inner)?.unwrap_or(inner);
     let name = inner.collection_name()?;
     let (spec, wrapper) = match inner.name.as_str() {
         "find" => (super::find::parse_query_spec(&inner, "filter")?, Wrapper::None),
@@ -169,14 +171,14 @@ fn explain_query(
     let started = Instant::now();
     let mut execution = Execution::new(backend, collection.clone(), spec)?;
     let multikey = MultikeyIndexes::new(backend, &collection, true);
-    crate::plan::fill_multikey(&mut execution.access, &multikey);
+    crate::plan::fill_multikey(&mut execution.access, &collection, &multikey);
     let winning_plan = wrap(strip_statistics(&execution.plan_tree()), wrapper, None);
     let rejected_plans: Vec<Document> = execution
         .planning
         .rejected
         .iter_mut()
         .map(|outcome| {
-            crate::plan::fill_multikey(&mut outcome.access, &multikey);
+            crate::plan::fill_multikey(&mut outcome.access, &collection, &multikey);
             wrap(strip_statistics(&outcome.stages), wrapper, None)
         })
         .collect();

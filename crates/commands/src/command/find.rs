@@ -53,7 +53,8 @@ pub fn parse_query_spec(request: &CommandRequest, filter_field: &str) -> Command
         Some(other) => return Err(crate::request::field_type_error("hint", "object or string", other)),
     };
     let allow_disk_use = request.optional_flag("allowDiskUse")?;
-    Ok(QuerySpec { filter: Arc::new(filter), filter_document, projection, sort, skip, limit, hint, allow_disk_use })
+    let min_max = crate::plan::MinMax::parse(request.optional_document("min")?, request.optional_document("max")?);
+    Ok(QuerySpec { filter: Arc::new(filter), filter_document, projection, sort, skip, limit, hint, allow_disk_use, min_max })
 }
 
 /// `batchSize` as MongoDB's `safeInt64` reads it: any number, a fraction truncated toward
@@ -139,6 +140,8 @@ pub fn collection_dropped(during: &str, collection: Option<&CollectionHandle>) -
 }
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
+    let bound = crate::let_variables::bound_request(request)?;
+    let request = bound.as_ref().unwrap_or(request);
     let name = request.collection_name()?;
     let namespace = format!("{}.{}", request.db, name);
     let options = cursor_options(request)?;
@@ -152,6 +155,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
     }
     let mut query_end = QueryEnd { seen_only_past_the_end: spec.sort.is_none(), limit_remaining: spec.limit };
     let mut execution = Execution::new(context.backend.as_ref(), collection.clone(), spec)?;
+    execution.output = crate::execution::OutputOptions { return_key: request.flag("returnKey")?, show_record_id: request.flag("showRecordId")? };
     if matches!(execution.access, Access::IdLookup { .. }) {
         query_end.seen_only_past_the_end = false;
     }

@@ -16,6 +16,8 @@ const FIND_AND_MODIFY_FIELDS: super::update::StatementFields =
     super::update::StatementFields { filter: "query", update: "update", path: "findAndModify", constants: "c" };
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let bound = crate::let_variables::bound_request(request)?;
+    let request = bound.as_ref().unwrap_or(request);
     let name = request.collection_name()?;
     let empty = Document::new();
     let filter = request.optional_document("query")?.unwrap_or(&empty);

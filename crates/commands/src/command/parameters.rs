@@ -38,7 +38,7 @@ const PARAMETERS: &[Parameter] = &[
         },
         startup: true,
     },
-    Parameter { name: "featureCompatibilityVersion", kind: Kind::ReadOnly(|_| Bson::Document(doc! { "version": "8.0" })), startup: false },
+    Parameter { name: "featureCompatibilityVersion", kind: Kind::ReadOnly(|_| Bson::Document(doc! { "version": crate::system_databases::FEATURE_COMPATIBILITY_VERSION })), startup: false },
     Parameter { name: "authenticationMechanisms", kind: Kind::ReadOnly(|_| Bson::Array(vec![Bson::String("MONGODB-X509".into()), Bson::String("SCRAM-SHA-1".into()), Bson::String("SCRAM-SHA-256".into())])), startup: true },
     Parameter {
         name: "scramIterationCount",
@@ -87,6 +87,15 @@ const PARAMETERS: &[Parameter] = &[
         kind: Kind::Settable {
             read: |_| Bson::Int64(knobs::CURSOR_MEMORY_LIMIT_BYTES.load(Ordering::Relaxed) as i64),
             write: |_, value| store_positive(&knobs::CURSOR_MEMORY_LIMIT_BYTES, "cursorMemoryLimitBytes", value),
+            boolean: false,
+        },
+        startup: true,
+    },
+    Parameter {
+        name: "indexScanDedupMaxBytes",
+        kind: Kind::Settable {
+            read: |_| Bson::Int64(knobs::INDEX_SCAN_DEDUP_MAX_BYTES.load(Ordering::Relaxed) as i64),
+            write: |_, value| store_positive(&knobs::INDEX_SCAN_DEDUP_MAX_BYTES, "indexScanDedupMaxBytes", value),
             boolean: false,
         },
         startup: true,

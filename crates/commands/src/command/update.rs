@@ -91,6 +91,7 @@ pub fn apply_statement(
         limit: None,
         hint: statement.hint.clone(),
         allow_disk_use: None,
+        min_max: None,
     };
     let scope = if statement.multi { Scope::All } else { Scope::One };
     let mut attempt = 0;
@@ -348,6 +349,8 @@ pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
 }
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let bound = crate::let_variables::bound_request(request)?;
+    let request = bound.as_ref().unwrap_or(request);
     let Arguments { statements, ordered, durability, name, bypass_validation } = parse_arguments(request)?;
     let variables = update_variables(request)?;
     let retry = crate::retryable::begin(context, request, statements.len())?;

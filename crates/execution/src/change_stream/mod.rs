@@ -80,9 +80,9 @@ pub struct ChangeStream {
     finished: bool,
 }
 
-/// True when `stages` starts with `$changeStream`.
+/// True when `stages` name `$changeStream` (it must be the first: [`open`] says so otherwise).
 pub fn is_change_stream(stages: &[Document]) -> bool {
-    stages.first().is_some_and(|stage| stage.contains_key("$changeStream"))
+    stages.iter().any(|stage| stage.contains_key("$changeStream"))
 }
 
 /// Opens the stream of `aggregate` on `db` (and `collection`, None for `aggregate: 1`).
@@ -93,7 +93,7 @@ pub fn open(context: &ServerContext, db: &str, collection: Option<&str>, stages:
     let specification = match stages.first().and_then(|stage| stage.get("$changeStream")) {
         Some(Bson::Document(specification)) => specification,
         Some(other) => return Err(crate::request::field_type_error("$changeStream", "object", other)),
-        None => return Err(CommandError::bad_value("a change stream starts with $changeStream")),
+        None => return Err(CommandError::new(ErrorCode::new(40602), "$changeStream is only valid as the first stage in a pipeline")),
     };
     let rest = &stages[1..];
     for stage in rest {

@@ -7,10 +7,16 @@
 //! ranges are the cartesian product of the bounded fields' intervals, encoded as keystring
 //! prefixes: keystrings of compound keys concatenate per-field encodings, so a range over a
 //! prefix covers every key that extends it (`IndexKeyRange` bounds are prefix bounds).
+//!
+//! Multikey paths ([`IndexMultikey`]), as MongoDB uses them: a field whose path holds no array
+//! in any document gets the intersection of its predicates, a multikey one a single predicate's
+//! intervals; a field is not compounded with an earlier bounded field when their paths share
+//! a prefix that is an array (their values may come from different elements); the index order
+//! gives a sort only over fields that are not multikey.
 
 use bson::{Bson, Document};
 use myriad_keystring::{encode_key, hash_value, Direction};
-use myriad_query::bounds::{parsed_field_intervals, Interval};
+use myriad_query::bounds::{parsed_field_intervals, parsed_field_intervals_non_multikey, Interval};
 use myriad_query::filter::Filter;
 use myriad_query::sort::SortSpec;
 use myriad_storage::{IndexFieldKind, IndexKeyRange, IndexView};
@@ -30,15 +36,104 @@ pub struct IndexCandidate {
     pub bounded_fields: usize,
 }
 
+/// What the planner knows of one index's multikey paths.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexMultikey {
+    /// Per key field, the mask of its path's prefixes that hold an array in some document (bit
+    /// `d`: the first `d + 1` components); every bit set when the paths are not tracked.
+    pub masks: Vec<u64>,
+    pub tracked: bool,
+    /// For an untracked index: its counters show one key per document (and it is neither
+    /// sparse nor partial), so its order gives sorts as before paths were tracked.
+    pub single_key_by_counters: bool,
+}
+
+impl IndexMultikey {
+    pub fn tracked(masks: Vec<u64>) -> IndexMultikey {
+        IndexMultikey { masks, tracked: true, single_key_by_counters: false }
+    }
+
+    pub fn untracked(field_count: usize, single_key_by_counters: bool) -> IndexMultikey {
+        IndexMultikey { masks: vec![u64::MAX; field_count], tracked: false, single_key_by_counters }
+    }
+
+    /// explain's `isMultiKey`.
+    pub fn is_multikey(&self) -> bool {
+        if self.tracked {
+            self.masks.iter().any(|mask| *mask != 0)
+        } else {
+            !self.single_key_by_counters
+        }
+    }
+
+    fn field_is_multikey(&self, position: usize) -> bool {
+        self.masks.get(position).is_none_or(|mask| *mask != 0)
+    }
+
+    /// True when the paths of the key fields at `first` and `second` share a prefix that holds
+    /// an array.
+    fn share_multikey_prefix(&self, fields: &[(&str, IndexFieldKind)], first: usize, second: usize) -> bool {
+        let common = fields[first].0.split('.').zip(fields[second].0.split('.')).take_while(|(left, right)| left == right).count();
+        let prefix_mask = if common >= 64 { u64::MAX } else { (1u64 << common) - 1 };
+        let masks = self.masks.get(first).copied().unwrap_or(u64::MAX) | self.masks.get(second).copied().unwrap_or(u64::MAX);
+        masks & prefix_mask != 0
+    }
+
+    /// True when the index order can give `sort`: none of its key fields in the sort is multikey.
+    pub fn sort_allowed(&self, fields: &[(&str, IndexFieldKind)], sort: &SortSpec) -> bool {
+        if !self.tracked {
+            return self.single_key_by_counters;
+        }
+        sort.pattern().keys().all(|path| fields.iter().position(|(field, _)| field == path).is_none_or(|position| !self.field_is_multikey(position)))
+    }
+
+    /// Per key field, whether a covered plan may read it from the index: not multikey.
+    pub fn coverable_fields(&self) -> Vec<bool> {
+        (0..self.masks.len()).map(|position| self.tracked && !self.field_is_multikey(position)).collect()
+    }
+
+    /// explain's `multiKeyPaths` (`{a: [], "b.c": ["b"]}`), for a tracked index.
+    pub fn explain_paths(&self, fields: &[(&str, IndexFieldKind)]) -> Option<Document> {
+        if !self.tracked {
+            return None;
+        }
+        let mut shown = Document::new();
+        for ((path, _), mask) in fields.iter().zip(&self.masks) {
+            let components: Vec<&str> = path.split('.').collect();
+            let prefixes: Vec<Bson> = (0..components.len().min(64))
+                .filter(|depth| mask & (1u64 << depth) != 0)
+                .map(|depth| Bson::String(components[..=depth].join(".")))
+                .collect();
+            shown.insert(*path, prefixes);
+        }
+        Some(shown)
+    }
+}
+
 /// The candidate scan of `index` for `filter` and `sort`, or None when the index bounds nothing
-/// and cannot give the sort. `sort_allowed` is false when the index may hold several keys per
-/// document (multikey), whose order is not the sort's.
-pub fn index_candidate(index: &IndexView<'_>, filter: &Filter, sort: Option<&SortSpec>, sort_allowed: bool) -> Option<IndexCandidate> {
+/// and cannot give the sort. `multikey` says which of its paths hold arrays.
+pub fn index_candidate(index: &IndexView<'_>, filter: &Filter, sort: Option<&SortSpec>, multikey: &IndexMultikey) -> Option<IndexCandidate> {
     let fields: Vec<(&str, IndexFieldKind)> = index.fields().collect();
+    let bounded = bounded_prefix(&fields, filter, multikey);
+    let sort_allowed = sort.is_some_and(|sort| multikey.sort_allowed(&fields, sort));
+    candidate_from_bounds(index, &fields, bounded, sort, sort_allowed)
+}
+
+/// The intervals of the leading key fields the filter bounds: points while it gives points,
+/// then at most one range; a field sharing a multikey prefix with an earlier bounded one ends it.
+fn bounded_prefix(fields: &[(&str, IndexFieldKind)], filter: &Filter, multikey: &IndexMultikey) -> Vec<Vec<Interval>> {
     let mut bounded: Vec<Vec<Interval>> = Vec::new();
     let mut combinations = 1usize;
-    for (path, kind) in &fields {
-        let Some(intervals) = parsed_field_intervals(filter, path) else { break };
+    for (position, (path, kind)) in fields.iter().enumerate() {
+        if (0..position).any(|earlier| multikey.share_multikey_prefix(fields, earlier, position)) {
+            break;
+        }
+        let intervals = if multikey.field_is_multikey(position) {
+            parsed_field_intervals(filter, path)
+        } else {
+            parsed_field_intervals_non_multikey(filter, path)
+        };
+        let Some(intervals) = intervals else { break };
         let intervals = if *kind == IndexFieldKind::Hashed {
             match hashed_points(&intervals) {
                 Some(points) => points,
@@ -57,17 +152,27 @@ pub fn index_candidate(index: &IndexView<'_>, filter: &Filter, sort: Option<&Sor
             break;
         }
     }
+    bounded
+}
+
+fn candidate_from_bounds(
+    index: &IndexView<'_>,
+    fields: &[(&str, IndexFieldKind)],
+    bounded: Vec<Vec<Interval>>,
+    sort: Option<&SortSpec>,
+    sort_allowed: bool,
+) -> Option<IndexCandidate> {
     let equality_fields = bounded.iter().take_while(|intervals| intervals.iter().all(Interval::is_point)).count();
     let sort_direction = match (sort, sort_allowed) {
-        (Some(sort), true) => provided_sort(&fields, &bounded, &sort.pattern()),
+        (Some(sort), true) => provided_sort(fields, &bounded, &sort.pattern()),
         _ => None,
     };
     if bounded.is_empty() && sort_direction.is_none() {
         return None;
     }
     let reverse = sort_direction == Some(true);
-    let ranges = key_ranges(&fields, &bounded, reverse);
-    let bounds = explain_bounds(&fields, &bounded);
+    let ranges = key_ranges(fields, &bounded, reverse);
+    let bounds = explain_bounds(fields, &bounded);
     let bounded_fields = bounded.len();
     let scan = IndexScan::new(index, ranges, reverse, sort_direction.is_some(), bounds);
     Some(IndexCandidate { scan, equality_fields, bounded_fields })
@@ -89,8 +194,8 @@ fn hashed_points(intervals: &[Interval]) -> Option<Vec<Interval>> {
 
 /// The scan of a hinted index: its bounds as for any candidate, or every key when the filter
 /// bounds none of its fields.
-pub fn hinted_scan(index: &IndexView<'_>, filter: &Filter, sort: Option<&SortSpec>, sort_allowed: bool) -> IndexScan {
-    match index_candidate(index, filter, sort, sort_allowed) {
+pub fn hinted_scan(index: &IndexView<'_>, filter: &Filter, sort: Option<&SortSpec>, multikey: &IndexMultikey) -> IndexScan {
+    match index_candidate(index, filter, sort, multikey) {
         Some(candidate) => candidate.scan,
         None => {
             let fields: Vec<(&str, IndexFieldKind)> = index.fields().collect();
@@ -349,5 +454,50 @@ mod tests {
         assert_eq!(shown, doc! { "a": ["[1, 1]"], "b": ["[MinKey, MaxKey]"] });
         let gt = field_intervals(&filter, "b").unwrap();
         assert_eq!(describe_interval(&gt[0]), "(5, inf.0]");
+    }
+
+    fn parsed(filter: Document) -> Filter {
+        Filter::parse(&filter).expect("filter")
+    }
+
+    #[test]
+    fn multikey_paths_decide_intersection_compounding_sorts_and_covering() {
+        // The seed example: {productId: 1, siteId: 1, segments: 1}, segments an array.
+        let fields = [("productId", ASCENDING), ("siteId", ASCENDING), ("segments", ASCENDING)];
+        let seed = IndexMultikey::tracked(vec![0, 0, 1]);
+        let bounded = bounded_prefix(&fields, &parsed(doc! { "productId": 42 }), &seed);
+        assert_eq!(bounded.len(), 1);
+        let sort = SortSpec::parse(&doc! { "siteId": 1 }).unwrap();
+        assert!(seed.sort_allowed(&fields, &sort), "siteId is not multikey");
+        assert_eq!(provided_sort(&fields, &bounded, &sort.pattern()), Some(false));
+        assert!(!seed.sort_allowed(&fields, &SortSpec::parse(&doc! { "segments": 1 }).unwrap()));
+        assert_eq!(seed.coverable_fields(), vec![true, true, false]);
+        assert!(seed.is_multikey());
+        assert_eq!(seed.explain_paths(&fields), Some(doc! { "productId": [], "siteId": [], "segments": ["segments"] }));
+
+        // A non-multikey field intersects its predicates; a multikey one takes one of them.
+        let range = parsed(doc! { "x": { "$gt": 5, "$lt": 10 } });
+        let single = [("x", ASCENDING)];
+        let intersected = bounded_prefix(&single, &range, &IndexMultikey::tracked(vec![0]));
+        assert_eq!(describe_interval(&intersected[0][0]), "(5, 10)");
+        let one_side = bounded_prefix(&single, &range, &IndexMultikey::tracked(vec![1]));
+        assert_ne!(describe_interval(&one_side[0][0]), "(5, 10)", "{{x: [0, 20]}} matches and is outside (5, 10)");
+
+        // Fields under one array are not compounded: their values may come from two elements.
+        let shared = [("a.b", ASCENDING), ("a.c", ASCENDING)];
+        let both = parsed(doc! { "a.b": 1, "a.c": 2 });
+        assert_eq!(bounded_prefix(&shared, &both, &IndexMultikey::tracked(vec![1, 1])).len(), 1);
+        assert_eq!(bounded_prefix(&shared, &both, &IndexMultikey::tracked(vec![0, 0])).len(), 2);
+        assert_eq!(bounded_prefix(&shared, &both, &IndexMultikey::tracked(vec![0, 0b10])).len(), 2, "only a.c's own array");
+        let nested = IndexMultikey::tracked(vec![0b11, 0]);
+        assert_eq!(nested.explain_paths(&shared), Some(doc! { "a.b": ["a", "a.b"], "a.c": [] }));
+
+        // Untracked: every path counts as multikey; sorts as the counters allow.
+        let untracked = IndexMultikey::untracked(3, false);
+        assert_eq!(bounded_prefix(&fields, &parsed(doc! { "productId": 42, "siteId": 1 }), &untracked).len(), 2, "no shared prefix");
+        assert!(!untracked.sort_allowed(&fields, &sort));
+        assert!(IndexMultikey::untracked(3, true).sort_allowed(&fields, &sort));
+        assert_eq!(untracked.coverable_fields(), vec![false; 3]);
+        assert_eq!(untracked.explain_paths(&fields), None);
     }
 }

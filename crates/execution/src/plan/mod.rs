@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod candidates;
+pub mod min_max;
 pub mod partial;
 pub mod trial;
 
@@ -35,6 +36,23 @@ pub struct QuerySpec {
     pub hint: Option<Bson>,
     /// The command's `allowDiskUse` (None: `allowDiskUseByDefault`).
     pub allow_disk_use: Option<bool>,
+    /// find's `min` and `max`: index key bounds of the hinted index.
+    pub min_max: Option<MinMax>,
+}
+
+/// find's `min` (inclusive) and `max` (exclusive) key bounds, each empty when not given.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MinMax {
+    pub min: Document,
+    pub max: Document,
+}
+
+impl MinMax {
+    /// None when neither is given (or both are empty).
+    pub fn parse(min: Option<&Document>, max: Option<&Document>) -> Option<MinMax> {
+        let (min, max) = (min.cloned().unwrap_or_default(), max.cloned().unwrap_or_default());
+        (!min.is_empty() || !max.is_empty()).then_some(MinMax { min, max })
+    }
 }
 
 impl QuerySpec {
@@ -49,6 +67,7 @@ impl QuerySpec {
             limit: None,
             hint: None,
             allow_disk_use: None,
+            min_max: None,
         })
     }
 }
@@ -84,9 +103,14 @@ pub struct IndexScan {
     pub unique: bool,
     pub sparse: bool,
     pub partial: bool,
-    /// Whether some document has several keys in the index, when the planner read it (it
-    /// does for sorted queries; explain fills it in); None: unknown, shown as multikey.
+    /// Whether some key path of the index holds an array (explain's `isMultiKey`); None:
+    /// unknown, shown as multikey.
     pub multikey: Option<bool>,
+    /// explain's `multiKeyPaths`, when the index tracks them.
+    pub multikey_paths: Option<Document>,
+    /// Per key field, whether a covered scan reads its value from the entry (a field that is
+    /// not multikey); the others are left out of covered documents.
+    pub coverable_fields: Vec<bool>,
     /// Scans from the highest key down (a sort opposite to the index's directions).
     pub reverse: bool,
     /// The scan's order is the query's sort: no blocking sort runs.
@@ -116,6 +140,8 @@ impl IndexScan {
             sparse: index.sparse(),
             partial: index.is_partial(),
             multikey: None,
+            multikey_paths: None,
+            coverable_fields: Vec::new(),
             reverse,
             provides_sort,
             ranges,
@@ -128,14 +154,32 @@ impl IndexScan {
         }
     }
 
+    /// Records what `multikey` says of the index (explain's fields, the coverable fields).
+    pub fn set_multikey(&mut self, index: &IndexView<'_>, multikey: &candidates::IndexMultikey) {
+        let fields: Vec<(&str, myriad_storage::IndexFieldKind)> = index.fields().collect();
+        self.multikey = Some(multikey.is_multikey());
+        self.multikey_paths = multikey.explain_paths(&fields);
+        self.coverable_fields = multikey.coverable_fields();
+    }
+
     /// Marks the scan covered when `spec` reads nothing but this index's (non-hashed) key
-    /// fields: an inclusion projection of them, a filter on them, a sort on them.
+    /// fields that are not multikey: an inclusion projection of them, a filter on them, a sort
+    /// on them.
     fn cover(&mut self, spec: &QuerySpec, hashed: bool) {
-        let in_key = |path: &String| self.field_paths.iter().any(|field| field == path);
+        let coverable = |path: &String| {
+            let position = self.field_paths.iter().position(|field| field == path);
+            position.is_some_and(|position| self.coverable_fields.get(position) == Some(&true))
+        };
         let Some(projected) = spec.projection.as_ref().and_then(Projection::included_paths) else { return };
         let Some(filtered) = spec.filter.referenced_paths() else { return };
         let sorted: Vec<String> = spec.sort.as_ref().map(|sort| sort.pattern().keys().cloned().collect()).unwrap_or_default();
-        self.covered = !hashed && projected.iter().chain(&filtered).chain(&sorted).all(in_key);
+        self.covered = !hashed && projected.iter().chain(&filtered).chain(&sorted).all(coverable);
+    }
+
+    /// True when one record may have several entries in the scan's ranges: some path of the
+    /// index is multikey, or its paths are not tracked (the ranges themselves are disjoint).
+    pub fn may_repeat_records(&self) -> bool {
+        self.multikey_paths.is_none() || self.multikey != Some(false)
     }
 
     /// planSummary's form: `IXSCAN { a: 1, b: -1 }`.
@@ -187,6 +231,20 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
         Some(Bson::Document(pattern)) => pattern.len() == 1 && pattern.contains_key("_id"),
         Some(_) => false,
     };
+    if let Some(bounds) = &spec.min_max {
+        let index = min_max::hinted_index(collection, hint);
+        let natural = matches!(hint, Some(Bson::Document(pattern)) if pattern.contains_key("$natural"));
+        if index.is_none() && hint.is_some() && !natural {
+            return Err(CommandError::new(BAD_VALUE, "hint provided does not correspond to an existing index"));
+        }
+        let multikey = index.as_ref().map(|index| MultikeyIndexes::new(backend, collection, false).of(index));
+        let mut scan = min_max::min_max_scan(index, bounds)?;
+        if let (Some(index), Some(multikey)) = (min_max::hinted_index(collection, hint), multikey) {
+            scan.set_multikey(&index, &multikey);
+            scan.cover(spec, has_hashed_field(&index));
+        }
+        return single(Access::IndexScan(scan));
+    }
     if let (true, Some(id)) = (id_hinted, id_equality(filter)) {
         return single(Access::IdLookup { id: id.clone() });
     }
@@ -204,9 +262,9 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
         let Some(index) = index.filter(|index| index.sparse() || usable(index, filter)) else {
             return Err(CommandError::new(BAD_VALUE, "hint provided does not correspond to an existing index"));
         };
-        let sort_allowed = !multikey.contains(index.name());
-        let mut scan = candidates::hinted_scan(&index, &spec.filter, spec.sort.as_ref(), sort_allowed);
-        scan.multikey = multikey.known(index.name());
+        let index_multikey = multikey.of(&index);
+        let mut scan = candidates::hinted_scan(&index, &spec.filter, spec.sort.as_ref(), &index_multikey);
+        scan.set_multikey(&index, &index_multikey);
         scan.cover(spec, has_hashed_field(&index));
         return single(Access::IndexScan(scan));
     }
@@ -214,14 +272,14 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
         .index_views()
         .filter(|index| usable(index, filter))
         .filter_map(|index| {
-            let sort_allowed = !multikey.contains(index.name());
-            let mut candidate = candidates::index_candidate(&index, &spec.filter, spec.sort.as_ref(), sort_allowed)?;
-            candidate.scan.multikey = multikey.known(index.name());
+            let index_multikey = multikey.of(&index);
+            let mut candidate = candidates::index_candidate(&index, &spec.filter, spec.sort.as_ref(), &index_multikey)?;
+            candidate.scan.set_multikey(&index, &index_multikey);
             candidate.scan.cover(spec, has_hashed_field(&index));
             Some(Access::IndexScan(candidate.scan))
         })
         .collect();
-    candidates.extend(or_candidate(collection, filter).map(Access::Or));
+    candidates.extend(or_candidate(collection, filter, &multikey).map(Access::Or));
     match candidates.len() {
         0 if crate::knobs::no_table_scan() => Err(CommandError::new(
             myriad_reply::error::NO_QUERY_EXECUTION_PLANS,
@@ -236,7 +294,7 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
 /// The union plan of a top-level `$or`: for each branch the index that bounds most of its
 /// fields (equalities first); None when some branch has no index, since that branch would
 /// need a collection scan anyway.
-fn or_candidate(collection: &CollectionHandle, filter: &Document) -> Option<OrScan> {
+fn or_candidate(collection: &CollectionHandle, filter: &Document, multikey: &MultikeyIndexes) -> Option<OrScan> {
     let Some(Bson::Array(branches)) = filter.get("$or") else { return None };
     let mut scans = Vec::with_capacity(branches.len());
     for branch in branches {
@@ -245,7 +303,12 @@ fn or_candidate(collection: &CollectionHandle, filter: &Document) -> Option<OrSc
         let best = collection
             .index_views()
             .filter(|index| usable(index, branch))
-            .filter_map(|index| candidates::index_candidate(&index, &parsed, None, false))
+            .filter_map(|index| {
+                let index_multikey = multikey.of(&index);
+                let mut candidate = candidates::index_candidate(&index, &parsed, None, &index_multikey)?;
+                candidate.scan.set_multikey(&index, &index_multikey);
+                Some(candidate)
+            })
             .max_by_key(|candidate| (candidate.equality_fields, candidate.bounded_fields))?;
         scans.push(best.scan);
     }
@@ -270,7 +333,7 @@ fn choose_among(
     let multikey = MultikeyIndexes::new(backend, collection, true);
     let mut candidates = candidates;
     for candidate in &mut candidates {
-        fill_multikey(candidate, &multikey);
+        fill_multikey(candidate, collection, &multikey);
     }
     let (winner, mut outcomes) = trial::run_trials(spec, candidates, run_trial)?;
     let winner_trial = outcomes.remove(winner);
@@ -279,45 +342,56 @@ fn choose_among(
     Ok(PlannedQuery { access: winner_trial.access.clone(), rejected: outcomes, winner_trial: Some(winner_trial), from_plan_cache: false })
 }
 
-/// The indexes that may hold several keys for one document (an array on a key path), whose
-/// order cannot serve a sort. Read from the counters only when the query sorts: an index with
-/// as many entries as the collection has documents has one key per document.
+/// What the planner knows of the collection's indexes' multikey paths: the tracked paths
+/// (`Backend::multikey_paths`), and for indexes created before paths were tracked, whether the
+/// counters show several keys per document (read only when the query sorts: an index with as
+/// many entries as the collection has documents has one key per document).
 pub struct MultikeyIndexes {
-    /// None when the counters were not read.
-    names: Option<Vec<String>>,
+    tracked: Vec<(String, Option<myriad_storage::MultikeyPaths>)>,
+    /// Untracked indexes with one key per document; None when the counters were not read.
+    single_key_by_counters: Option<Vec<String>>,
 }
 
 impl MultikeyIndexes {
-    pub fn new(backend: &dyn Backend, collection: &CollectionHandle, needed: bool) -> MultikeyIndexes {
-        if !needed {
-            return MultikeyIndexes { names: None };
+    pub fn new(backend: &dyn Backend, collection: &CollectionHandle, counters_needed: bool) -> MultikeyIndexes {
+        // Unknown paths count as multikey, so nothing relies on an index being single-key.
+        let tracked = backend.multikey_paths(collection).unwrap_or_default();
+        let untracked_exist = collection.index_views().any(|index| !tracked.iter().any(|(name, paths)| name == index.name() && paths.is_some()));
+        if !counters_needed || !untracked_exist {
+            return MultikeyIndexes { tracked, single_key_by_counters: None };
         }
         // A sparse or partial index can be multikey with fewer entries than documents: it
         // counts as multikey.
-        let incomplete = collection.index_views().filter(|index| index.sparse() || index.is_partial()).map(|index| index.name().to_string());
-        let names = match backend.collection_stats(collection) {
-            Ok(stats) => stats
-                .index_entries
-                .iter()
-                .filter(|(_, entries)| *entries > stats.count)
-                .map(|(name, _)| name.clone())
-                .chain(incomplete)
-                .collect(),
-            // Unknown: treat every index as multikey, so no sort relies on index order.
-            Err(_) => collection.index_names(),
-        };
-        MultikeyIndexes { names: Some(names) }
+        let single_key_by_counters = backend.collection_stats(collection).ok().map(|stats| {
+            collection
+                .index_views()
+                .filter(|index| !index.sparse() && !index.is_partial())
+                .filter(|index| stats.index_entries.iter().any(|(name, entries)| name == index.name() && *entries <= stats.count))
+                .map(|index| index.name().to_string())
+                .collect()
+        });
+        MultikeyIndexes { tracked, single_key_by_counters }
     }
 
-    /// True when the index may be multikey (unknown counts as multikey for sorting; with the
-    /// counters unread, no sort is asked, so nothing depends on it).
-    fn contains(&self, name: &str) -> bool {
-        self.names.as_ref().map_or(true, |names| names.iter().any(|multikey| multikey == name))
-    }
-
-    /// Whether the index is multikey, when the counters were read.
-    pub fn known(&self, name: &str) -> Option<bool> {
-        self.names.as_ref().map(|names| names.iter().any(|multikey| multikey == name))
+    /// The multikey paths of `index`.
+    pub fn of(&self, index: &IndexView<'_>) -> candidates::IndexMultikey {
+        let field_count = index.fields().count();
+        match self.tracked.iter().find(|(name, _)| name == index.name()) {
+            Some((_, Some(paths))) => {
+                let mut masks = paths.clone();
+                masks.resize(field_count, 0);
+                candidates::IndexMultikey::tracked(masks)
+            }
+            _ => {
+                let single = self.single_key_by_counters.as_ref().is_some_and(|names| names.iter().any(|name| name == index.name()));
+                let mut untracked = candidates::IndexMultikey::untracked(field_count, single);
+                if self.single_key_by_counters.is_none() {
+                    // Unknown (counters unread): shown as multikey.
+                    untracked.single_key_by_counters = false;
+                }
+                untracked
+            }
+        }
     }
 }
 
@@ -338,8 +412,8 @@ fn usable(index: &IndexView<'_>, filter: &Document) -> bool {
     }
 }
 
-/// Sets the multikey flag of every index scan of `access` that does not know it yet.
-pub fn fill_multikey(access: &mut Access, multikey: &MultikeyIndexes) {
+/// Sets the multikey fields of every index scan of `access` that does not know them yet.
+pub fn fill_multikey(access: &mut Access, collection: &CollectionHandle, multikey: &MultikeyIndexes) {
     let scans: Vec<&mut IndexScan> = match access {
         Access::IndexScan(scan) => vec![scan],
         Access::Or(union) => union.branches.iter_mut().collect(),
@@ -347,7 +421,9 @@ pub fn fill_multikey(access: &mut Access, multikey: &MultikeyIndexes) {
     };
     for scan in scans {
         if scan.multikey.is_none() {
-            scan.multikey = multikey.known(&scan.index_name);
+            if let Some(index) = collection.index_views().find(|index| index.name() == scan.index_name) {
+                scan.set_multikey(&index, &multikey.of(&index));
+            }
         }
     }
 }

@@ -87,7 +87,12 @@ pub fn parsed_field_intervals(filter: &Filter, field: &str) -> Option<Vec<Interv
 /// Intervals intersecting every predicate on `field`: valid only when no document has an
 /// array anywhere on the field's path (a non-multikey index).
 pub fn field_intervals_non_multikey(filter: &Document, field: &str) -> Option<Vec<Interval>> {
-    let candidates = candidate_sets(&Filter::parse(filter).ok()?, field)?;
+    parsed_field_intervals_non_multikey(&Filter::parse(filter).ok()?, field)
+}
+
+/// [`field_intervals_non_multikey`] of a parsed filter.
+pub fn parsed_field_intervals_non_multikey(filter: &Filter, field: &str) -> Option<Vec<Interval>> {
+    let candidates = candidate_sets(filter, field)?;
     let mut combined: Option<Vec<Interval>> = None;
     for set in candidates {
         combined = Some(match combined {

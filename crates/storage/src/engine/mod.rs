@@ -110,6 +110,22 @@ impl IndexKeyRange {
     pub fn point(key: Vec<u8>) -> Self {
         IndexKeyRange { lower: key.clone(), lower_inclusive: true, upper: key, upper_inclusive: true }
     }
+
+    /// True when a scan of this range visits the entries of `keystring` (the bounds' prefix
+    /// rule, as the scans apply it).
+    pub fn contains(&self, keystring: &[u8]) -> bool {
+        let above_lower = if self.lower_inclusive {
+            keystring >= self.lower.as_slice()
+        } else {
+            crate::keys::prefix_successor(&self.lower).is_some_and(|successor| keystring >= successor.as_slice())
+        };
+        let below_upper = if self.upper_inclusive {
+            self.upper.is_empty() || crate::keys::prefix_successor(&self.upper).is_none_or(|successor| keystring < successor.as_slice())
+        } else {
+            keystring < self.upper.as_slice()
+        };
+        above_lower && below_upper
+    }
 }
 
 /// State guarded by the DDL mutex.
@@ -228,6 +244,18 @@ mod tests {
     use crate::keys;
     use crate::options::EngineOptions;
     use crate::stripes::stripes_held;
+
+    #[test]
+    fn ranges_contain_keys_by_the_prefix_rule_of_scans() {
+        let key = |values: &[i32]| myriad_keystring::encode_key(values.iter().map(|value| (bson::Bson::Int32(*value), myriad_keystring::Direction::Ascending)).collect::<Vec<_>>().iter().map(|(value, direction)| (value, *direction)));
+        let prefix = IndexKeyRange::point(key(&[5]));
+        assert!(prefix.contains(&key(&[5])) && prefix.contains(&key(&[5, 9])), "a bound names leading fields");
+        assert!(!prefix.contains(&key(&[6])) && !prefix.contains(&key(&[4, 9])));
+        let open = IndexKeyRange { lower: key(&[5]), lower_inclusive: false, upper: key(&[8]), upper_inclusive: false };
+        assert!(!open.contains(&key(&[5, 1])), "an exclusive lower bound excludes its extensions");
+        assert!(open.contains(&key(&[6])) && !open.contains(&key(&[8])));
+        assert!(IndexKeyRange::full().contains(&key(&[1])));
+    }
 
     fn small_options() -> EngineOptions {
         EngineOptions { block_cache_size_bytes: 4 << 20, lock_stripes: 16, ..EngineOptions::default() }

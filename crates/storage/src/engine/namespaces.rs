@@ -45,6 +45,7 @@ impl Engine {
             let (start, end) = keys::prefix_range(index.prefix);
             batch.delete_range_cf(indexes_family, start, end);
             batch.delete_cf(stats_family, keys::stats_prefix_key(index.prefix));
+            self.add_multikey_removal(batch, index.prefix)?;
         }
         batch.delete_cf(self.family(FAMILY_CATALOG)?, keys::collection_key(entry.db(), entry.collection()));
         self.add_ttl_removals(batch, entry.indexes.iter().map(|index| index.prefix))?;
@@ -211,6 +212,7 @@ impl Engine {
             batch.delete_range_cf(indexes, start.to_be_bytes(), end.to_be_bytes());
             batch.delete_range_cf(stats_family, keys::stats_prefix_key(*start), keys::stats_prefix_key(*end));
             self.add_ttl_range_removal(&mut batch, *start, *end)?;
+            batch.delete_range_cf(catalog, keys::multikey_paths_key(*start), keys::multikey_paths_key(*end));
         }
         let ranges = (records.len() as u64 + 1) * runs.len() as u64;
         batch.delete_range_cf(catalog, start, end);

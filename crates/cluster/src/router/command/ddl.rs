@@ -158,8 +158,9 @@ pub async fn list_databases(context: &Arc<RouterContext>, request: &RouterReques
         for database in reply.get_array("databases").map(|databases| databases.as_slice()).unwrap_or_default() {
             let Bson::Document(database) = database else { continue };
             let Ok(name) = database.get_str("name") else { continue };
-            // The config server answers only for the catalog; shards never for it.
-            if (server == "config") != (name == "config") {
+            // The config server answers only for the catalog; shards never for it. A router
+            // has no local database (mongos lists none).
+            if (server == "config") != (name == "config") || name == "local" {
                 continue;
             }
             match merged.iter_mut().find(|entry| entry.get_str("name").ok() == Some(name)) {
