@@ -9,11 +9,14 @@
 //!    than the rates.
 //! 2. Failover: `--kills` times, kill -9 of the primary and the time until the new primary
 //!    acknowledges a w:"majority" insert; the killed member is restarted between kills.
+//! 3. Join (`--join-collections N`): the time a member added to a set holding N collections
+//!    takes to catch up, seeded from a snapshot and by replaying the log (`join.rs`).
 //!
 //! Targets are printed as met or missed, never asserted. Invariants: every child is killed
 //! and every data directory removed on every exit path (the guards, and the signal watcher).
 
 mod failover;
+mod join;
 mod replica_set;
 mod report;
 mod throughput;
@@ -33,6 +36,7 @@ const ROUNDS_LIMIT: u32 = 1000;
 const KILLS_LIMIT: u32 = 1000;
 const DURATION_LIMIT_SECONDS: f64 = 3600.0;
 const MEMBERS: usize = 3;
+const JOIN_COLLECTIONS_LIMIT: usize = 10_000_000;
 
 /// Flags of `myriad-bench replication`.
 #[derive(clap::Args, Debug, Clone)]
@@ -59,6 +63,9 @@ pub struct ReplicationArgs {
     /// Directory under which the temporary data directories are made [default: the system's].
     #[arg(long = "work-dir")]
     pub work_directory: Option<PathBuf>,
+    /// Collections on the set a new member joins (0: no join figures).
+    #[arg(long = "join-collections", default_value_t = 0)]
+    pub join_collections: usize,
     /// Print one JSON line with every figure after the tables.
     #[arg(long = "json")]
     pub json: bool,
@@ -74,6 +81,7 @@ pub struct ReplicationArgs {
 struct Settings {
     plan: throughput::Plan,
     kills: u32,
+    join_collections: usize,
     server_binary: PathBuf,
     cache_size_mebibytes: usize,
     work_directory: Option<PathBuf>,
@@ -91,6 +99,9 @@ impl Settings {
         if arguments.rounds == 0 || arguments.rounds > ROUNDS_LIMIT {
             return invalid(format!("--rounds must be in 1..={ROUNDS_LIMIT}"));
         }
+        if arguments.join_collections > JOIN_COLLECTIONS_LIMIT {
+            return invalid(format!("--join-collections must be at most {JOIN_COLLECTIONS_LIMIT}"));
+        }
         if arguments.kills > KILLS_LIMIT {
             return invalid(format!("--kills must be at most {KILLS_LIMIT}"));
         }
@@ -107,6 +118,7 @@ impl Settings {
         Ok(Settings {
             plan: throughput::Plan { connections, duration: Duration::from_secs_f64(seconds), rounds: arguments.rounds, operation_timeout },
             kills: arguments.kills,
+            join_collections: arguments.join_collections,
             server_binary: locate_server_binary(arguments.server_binary.as_deref())?,
             cache_size_mebibytes: arguments.cache_size_mebibytes,
             work_directory: arguments.work_directory.clone(),
@@ -156,6 +168,7 @@ async fn measure_all(settings: &Settings) -> BenchResult<report::Figures> {
         startup_timeout: settings.startup_timeout,
         operation_timeout: settings.operation_timeout,
         application: APPLICATION_NAME,
+        extra_arguments: Vec::new(),
     };
     let mut set = BenchReplicaSet::start(&set_launch).await?;
     eprintln!("replication: standalone {} ({}), replica set {}", standalone.address(), launch.binary.display(), set.uri());
@@ -170,7 +183,8 @@ async fn measure_all(settings: &Settings) -> BenchResult<report::Figures> {
     let _ = standalone.stop(settings.startup_timeout);
     let failovers = failover::measure(&mut set, settings.kills, settings.operation_timeout).await?;
     set.stop().await;
-    Ok(report::Figures { inserts, failovers, connections: settings.plan.connections.clone() })
+    let joins = if settings.join_collections > 0 { join::measure(settings, settings.join_collections).await? } else { Vec::new() };
+    Ok(report::Figures { inserts, failovers, connections: settings.plan.connections.clone(), joins })
 }
 
 /// One client per connection count on each side, then the interleaved slices.

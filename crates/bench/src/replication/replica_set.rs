@@ -27,6 +27,8 @@ pub struct ReplicaSetLaunch {
     pub startup_timeout: Duration,
     pub operation_timeout: Duration,
     pub application: &'static str,
+    /// Passed to every member after the standard flags.
+    pub extra_arguments: Vec<OsString>,
 }
 
 /// The running set. Field order is drop order: the members, then their directories.
@@ -40,6 +42,9 @@ pub struct BenchReplicaSet {
     cache_size_mebibytes: Option<usize>,
     startup_timeout: Duration,
     operation_timeout: Duration,
+    extra_arguments: Vec<OsString>,
+    work_directory: Option<PathBuf>,
+    application: &'static str,
     directories: Vec<DataDirectory>,
 }
 
@@ -53,6 +58,9 @@ impl BenchReplicaSet {
             cache_size_mebibytes: launch.cache_size_mebibytes,
             startup_timeout: launch.startup_timeout,
             operation_timeout: launch.operation_timeout,
+            extra_arguments: launch.extra_arguments.clone(),
+            work_directory: launch.work_directory.clone(),
+            application: launch.application,
             directories: Vec::new(),
         };
         for index in 0..launch.members {
@@ -78,7 +86,31 @@ impl BenchReplicaSet {
         if let Some(cache) = self.cache_size_mebibytes {
             arguments.extend(["--cacheSizeMB".into(), cache.to_string().into()]);
         }
+        arguments.extend(self.extra_arguments.iter().cloned());
         ServerProcess::start_on_port(&self.binary, &arguments, port, self.startup_timeout)
+    }
+
+    /// Starts a new member and adds it to the set's configuration (`rs.add`); returns its index.
+    pub async fn add_member(&mut self) -> BenchResult<usize> {
+        let index = self.members.len();
+        let directory = DataDirectory::create(self.work_directory.as_deref(), false, &format!("myriad-bench-rs-member{index}-"))?;
+        self.directories.push(directory);
+        let member = self.start_member(index, 0)?;
+        self.ports.push(member.port());
+        self.members.push(Some(member));
+        let host = self.addresses()[index].clone();
+        let uri = format!("mongodb://{host}/?directConnection=true");
+        self.member_clients.push(client::connect(&uri, self.application, 4, self.operation_timeout).await?);
+        let primary = self.wait_for_primary(self.startup_timeout).await?;
+        let current = client::required_command(&self.member_clients[primary], "admin", doc! { "replSetGetConfig": 1 }, self.operation_timeout, "replSetGetConfig").await?;
+        let mut config = current.get_document("config").cloned().map_err(|error| BenchError::Server(format!("replSetGetConfig: {error}")))?;
+        let version = config.get_i32("version").unwrap_or(1);
+        config.insert("version", version + 1);
+        let mut members = config.get_array("members").cloned().unwrap_or_default();
+        members.push(Bson::Document(doc! { "_id": index as i32, "host": host }));
+        config.insert("members", members);
+        client::required_command(&self.member_clients[primary], "admin", doc! { "replSetReconfig": config }, self.operation_timeout, "replSetReconfig").await?;
+        Ok(index)
     }
 
     pub fn addresses(&self) -> Vec<String> {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::failover::FailoverFigures;
+use super::join::{JoinFigures, JoinMode};
 use super::throughput::{Target, TargetFigures};
 
 /// majority / w:1 on the replica set, at every connection count.
@@ -22,6 +23,14 @@ pub struct Figures {
     pub inserts: Vec<TargetFigures>,
     pub failovers: Vec<FailoverFigures>,
     pub connections: Vec<usize>,
+    /// Empty without `--join-collections`.
+    pub joins: Vec<JoinFigures>,
+}
+
+/// Join time seeded from a snapshot over join time replaying the log.
+fn join_ratio(figures: &Figures) -> Option<f64> {
+    let time = |mode| figures.joins.iter().find(|join| join.mode == mode).map(|join| join.join.as_secs_f64());
+    ratio(time(JoinMode::Snapshot), time(JoinMode::LogReplay))
 }
 
 fn figure(figures: &Figures, target: Target, connections: usize) -> Option<&TargetFigures> {
@@ -157,6 +166,20 @@ pub fn table(figures: &Figures) -> String {
     }
     let (median, max) = median_and_max(&figures.failovers);
     let _ = writeln!(text, "median {} s, max {} s over {} kills", shown(median, 3), shown(max, 3), figures.failovers.len());
+    if !figures.joins.is_empty() {
+        let _ = writeln!(text, "\njoin: a member added to a one-member set holding N collections, until it applied the last write");
+        for join in &figures.joins {
+            let _ = writeln!(
+                text,
+                "{:<11} {:>9} collections: joined in {:.2} s (populated in {:.1} s)",
+                join.mode.name(),
+                join.collections,
+                join.join.as_secs_f64(),
+                join.populate.as_secs_f64()
+            );
+        }
+        let _ = writeln!(text, "snapshot / log replay: {}", shown(join_ratio(figures), 3));
+    }
     let _ = writeln!(text, "\ntargets (printed, never asserted):");
     for verdict in verdicts(figures) {
         let state = match verdict.met() {
@@ -212,6 +235,13 @@ pub fn json(figures: &Figures) -> String {
         "inserts": inserts,
         "ratios": ratios_by_count,
         "failover": { "kills": failovers, "median_seconds": median, "max_seconds": max },
+        "join": figures.joins.iter().map(|join| json!({
+            "mode": join.mode.name(),
+            "collections": join.collections,
+            "join_seconds": join.join.as_secs_f64(),
+            "populate_seconds": join.populate.as_secs_f64(),
+        })).collect::<Vec<Value>>(),
+        "join_snapshot_to_log_replay": join_ratio(figures),
         "targets": targets,
     })
     .to_string()
