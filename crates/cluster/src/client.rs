@@ -41,10 +41,13 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
 /// Addresses a [`NodePool`] keeps clients for.
 pub const MAX_POOLED_ADDRESSES: usize = 10_000;
 
-/// Calls to one node (`host:port`).
+/// Calls to one node (`host:port`), or to the primary of a replica set (`name/host:port,...`,
+/// MongoDB's shard connection string; see [`crate::set_target`]).
 pub struct NodeClient {
     address: String,
-    idle: Mutex<Vec<MemberStream>>,
+    set: Option<crate::set_target::SetTarget>,
+    /// Idle connections, all to one host (a set's primary changes: the others are dropped).
+    idle: Mutex<(String, Vec<MemberStream>)>,
     next_request_id: AtomicI32,
     call_timeout: Duration,
 }
@@ -57,7 +60,8 @@ impl NodeClient {
     pub fn with_timeout(address: &str, call_timeout: Duration) -> Arc<NodeClient> {
         Arc::new(NodeClient {
             address: address.to_string(),
-            idle: Mutex::new(Vec::new()),
+            set: crate::set_target::SetTarget::parse(address),
+            idle: Mutex::new((String::new(), Vec::new())),
             next_request_id: AtomicI32::new(1),
             call_timeout,
         })
@@ -96,20 +100,56 @@ impl NodeClient {
         ClusterError::HostUnreachable { host: self.address.clone(), reason }
     }
 
-    /// Sends one command and returns the whole reply message (header included).
+    /// Sends one command and returns the whole reply message (header included). To a replica
+    /// set: to its primary, found again (and the command sent again) after a reply that says
+    /// the member is not the primary, which means it did not run; after a failed exchange the
+    /// primary is looked for afresh by the next call, never by resending (the command may have
+    /// run).
     async fn exchange_message(&self, db: &str, mut body: Document) -> ClusterResult<Vec<u8>> {
         body.insert("$db", Bson::String(db.to_string()));
+        let Some(set) = &self.set else {
+            return self.exchange_with(&self.address, body).await;
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let host = set.primary(self).await?;
+            let reply = match self.exchange_with(&host, body.clone()).await {
+                Ok(reply) => reply,
+                Err(error) => {
+                    set.forget(&host);
+                    return Err(error);
+                }
+            };
+            if attempt < crate::set_target::NOT_PRIMARY_ATTEMPTS && crate::set_target::says_not_primary(&reply) {
+                set.forget(&host);
+                continue;
+            }
+            return Ok(reply);
+        }
+    }
+
+    /// One exchange with `host` on a pooled (or new) connection.
+    async fn exchange_with(&self, host: &str, body: Document) -> ClusterResult<Vec<u8>> {
         let (request_id, encoded) = encode_request(&self.next_request_id, body)?;
-        let mut stream = self.take_connection().await?;
+        let mut stream = self.take_connection(host).await?;
         let exchange = tokio::time::timeout(self.call_timeout, exchange(&mut stream, &encoded, request_id)).await;
         match exchange {
-            Err(_) => Err(ClusterError::NetworkTimeout { host: self.address.clone() }),
-            Ok(Err(reason)) => Err(ClusterError::HostUnreachable { host: self.address.clone(), reason }),
+            Err(_) => Err(ClusterError::NetworkTimeout { host: host.to_string() }),
+            Ok(Err(reason)) => Err(ClusterError::HostUnreachable { host: host.to_string(), reason }),
             Ok(Ok(reply)) => {
-                self.return_connection(stream);
+                self.return_connection(host, stream);
                 Ok(reply)
             }
         }
+    }
+
+    /// `hello` on one member of this client's set, on a pooled connection (primary discovery).
+    pub(crate) async fn hello_of(&self, host: &str) -> ClusterResult<Document> {
+        let mut body = doc! { "hello": 1 };
+        body.insert("$db", "admin");
+        let reply = self.exchange_with(host, body).await?;
+        reply_body(&reply).map_err(|reason| ClusterError::HostUnreachable { host: host.to_string(), reason })
     }
 
     /// Runs a command and turns an `ok: 0` reply into its error.
@@ -121,39 +161,47 @@ impl NodeClient {
         }
     }
 
-    async fn take_connection(&self) -> ClusterResult<MemberStream> {
+    async fn take_connection(&self, host: &str) -> ClusterResult<MemberStream> {
         loop {
-            let Some(stream) = self.idle.lock().pop() else { break };
+            let stream = {
+                let mut idle = self.idle.lock();
+                if idle.0 != host {
+                    idle.1.clear();
+                    idle.0 = host.to_string();
+                }
+                idle.1.pop()
+            };
+            let Some(stream) = stream else { break };
             if is_reusable(stream.socket()) {
                 return Ok(stream);
             }
         }
-        let opened = tokio::time::timeout(CONNECT_TIMEOUT, self.open_connection()).await;
+        let opened = tokio::time::timeout(CONNECT_TIMEOUT, self.open_connection(host)).await;
         match opened {
-            Err(_) => Err(ClusterError::NetworkTimeout { host: self.address.clone() }),
-            Ok(Err(reason)) => Err(ClusterError::HostUnreachable { host: self.address.clone(), reason }),
+            Err(_) => Err(ClusterError::NetworkTimeout { host: host.to_string() }),
+            Ok(Err(reason)) => Err(ClusterError::HostUnreachable { host: host.to_string(), reason }),
             Ok(Ok(stream)) => Ok(stream),
         }
     }
 
     /// Connects, then secures and authenticates the connection as this process's
     /// [`member_security`] asks; errors say which step failed.
-    async fn open_connection(&self) -> Result<MemberStream, String> {
-        let stream = TcpStream::connect(&self.address).await.map_err(|error| error.to_string())?;
+    async fn open_connection(&self, host: &str) -> Result<MemberStream, String> {
+        let stream = TcpStream::connect(host).await.map_err(|error| error.to_string())?;
         // Small request/reply exchanges: never wait for Nagle's timer.
         let _ = stream.set_nodelay(true);
         let security = member_security::current();
-        let mut stream = member_security::secure(stream, &self.address, security).await?;
+        let mut stream = member_security::secure(stream, host, security).await?;
         if let Some(key) = &security.internal_key {
             authenticate(&mut stream, key, &self.next_request_id).await?;
         }
         Ok(stream)
     }
 
-    fn return_connection(&self, stream: MemberStream) {
+    fn return_connection(&self, host: &str, stream: MemberStream) {
         let mut idle = self.idle.lock();
-        if idle.len() < MAX_IDLE_CONNECTIONS {
-            idle.push(stream);
+        if idle.0 == host && idle.1.len() < MAX_IDLE_CONNECTIONS {
+            idle.1.push(stream);
         }
     }
 }
@@ -255,7 +303,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, message: &[
 }
 
 /// The body (the kind-0 section) of an uncompressed OP_MSG reply, without decoding it.
-fn raw_reply_body(message: &[u8]) -> Result<RawDocumentBuf, String> {
+pub(crate) fn raw_reply_body(message: &[u8]) -> Result<RawDocumentBuf, String> {
     let op_code = message.get(12..16).and_then(|bytes| <[u8; 4]>::try_from(bytes).ok()).map(i32::from_le_bytes);
     if op_code != Some(OP_CODE_MSG) {
         return Err(format!("a reply with op code {op_code:?} where OP_MSG was expected"));

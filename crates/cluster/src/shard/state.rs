@@ -134,17 +134,32 @@ impl ShardingState {
 
     /// This shard's identity, once `addShard` gave it.
     pub fn identity(&self) -> Option<Arc<ShardIdentity>> {
-        self.identity.load_full()
+        self.taken_up().then(|| self.identity.load_full()).flatten()
     }
 
     /// The shard's routing cache, once it has an identity.
     pub fn cache(&self) -> Option<Arc<CatalogCache>> {
-        self.cache.load_full()
+        self.taken_up().then(|| self.cache.load_full()).flatten()
+    }
+
+    /// True once this node holds its identity in memory. A replica-set member that was a
+    /// secondary when `addShard` ran on its primary received the stored identity through
+    /// replication only: it takes it up from disk here, on first need (after a failover).
+    fn taken_up(&self) -> bool {
+        if self.identity.load().is_some() {
+            return true;
+        }
+        let Some(context) = self.context.upgrade() else { return false };
+        if context.replication.get().is_none() {
+            return false;
+        }
+        let _ = self.resume(&context);
+        self.identity.load().is_some()
     }
 
     pub fn describe(&self) -> Document {
         let mut reply = doc! { "isShardsvr": true };
-        if let Some(identity) = self.identity.load_full() {
+        if let Some(identity) = self.identity() {
             reply.insert("shardName", &identity.shard_name);
             reply.insert("configsvrConnectionString", &identity.config_host);
             reply.insert("clusterId", identity.cluster_id);
@@ -155,7 +170,7 @@ impl ShardingState {
     /// Checks a received version against this shard's snapshot of the namespace: the filter
     /// to run the command with (None for an unsharded collection), or StaleConfig.
     pub fn check_version(&self, namespace: &str, received: &ShardVersion) -> ClusterResult<Option<Arc<SnapshotFilter>>> {
-        let (Some(identity), Some(cache)) = (self.identity.load_full(), self.cache.load_full()) else {
+        let (Some(identity), Some(cache)) = (self.identity(), self.cache()) else {
             if received.is_unsharded() {
                 return Ok(None);
             }
@@ -204,7 +219,7 @@ impl ShardingState {
     /// shards refresh before they answer. Routers never send a version newer than the
     /// catalog's, so the wait ends with the refresh. Called from a command thread.
     pub fn catch_up(&self, namespace: &str, received: &ShardVersion) {
-        let (Some(identity), Some(cache)) = (self.identity.load_full(), self.cache.load_full()) else { return };
+        let (Some(identity), Some(cache)) = (self.identity(), self.cache()) else { return };
         let received = *received;
         if received.is_unsharded() {
             return;
@@ -240,7 +255,7 @@ impl ShardingState {
 
     /// `_flushRoutingTableCacheUpdates`: refreshes the namespace and waits for it.
     pub fn flush(&self, namespace: &str) -> ClusterResult<Document> {
-        let Some(cache) = self.cache.load_full() else {
+        let Some(cache) = self.cache() else {
             return Err(ClusterError::coded(SHARDING_STATE_NOT_INITIALIZED, "this shard has not been added to a cluster"));
         };
         let namespace = namespace.to_string();
@@ -251,7 +266,7 @@ impl ShardingState {
 
     /// `getShardVersion` on the shard itself: its version of the namespace as it knows it.
     pub fn shard_version_reply(&self, namespace: &str) -> ClusterResult<Document> {
-        let (Some(identity), Some(cache)) = (self.identity.load_full(), self.cache.load_full()) else {
+        let (Some(identity), Some(cache)) = (self.identity(), self.cache()) else {
             return Ok(doc! { "inShardedMode": false });
         };
         let mut reply = doc! { "configServer": &identity.config_host, "inShardedMode": true, "shardName": &identity.shard_name };

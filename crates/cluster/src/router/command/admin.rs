@@ -12,15 +12,24 @@ use crate::error::{ClusterError, ClusterResult, NAMESPACE_NOT_SHARDED};
 use crate::router::context::RouterContext;
 use crate::router::request::RouterRequest;
 
-/// `{addShard: "host:port", name?}`: checks the host is a shard server of no other cluster,
-/// records it on the config server (idempotent) and gives the shard its identity.
+/// `{addShard: "host:port" | "set/host:port,...", name?}`: checks the host (or the set's
+/// primary) is a shard server of no other cluster, records it on the config server
+/// (idempotent; a set's shard is named after the set unless `name` says otherwise) and gives
+/// the shard its identity (on a set, its primary stores it and replication carries it).
 pub async fn add_shard(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
     let host = request.body.get_str("addShard").map_err(|_| ClusterError::bad_value("addShard takes a host:port string"))?;
     let host = host.strip_prefix("mongodb://").unwrap_or(host).trim_end_matches('/');
-    if host.contains('/') || host.contains(',') {
-        return Err(ClusterError::bad_value("a shard is a single host:port (replica set shards come with replication)"));
+    let set = crate::set_target::SetTarget::parse(host);
+    if set.is_none() && (host.contains('/') || host.contains(',')) {
+        return Err(ClusterError::bad_value(format!("'{host}' is neither host:port nor setName/host:port,...")));
     }
     let shard = context.nodes.client(host);
+    if let Some(set) = &set {
+        let hello = shard.run("admin", doc! { "hello": 1 }).await?;
+        if hello.get_str("setName").ok() != Some(set.name()) {
+            return Err(ClusterError::coded(96, format!("{host}'s primary is not a member of replica set {}", set.name())));
+        }
+    }
     let identity = shard.run("admin", doc! { "_shardsvrIdentity": 1 }).await.map_err(|error| match error {
         ClusterError::Remote { code: 59, .. } => {
             ClusterError::coded(96, format!("{host} is not a shard server: start it with --shardsvr"))
@@ -33,8 +42,14 @@ pub async fn add_shard(context: &Arc<RouterContext>, request: &RouterRequest) ->
         }
     }
     let mut register = doc! { "_configsvrAddShard": host };
-    if let Ok(name) = request.body.get_str("name") {
-        register.insert("name", name);
+    match (request.body.get_str("name"), &set) {
+        (Ok(name), _) => {
+            register.insert("name", name);
+        }
+        (Err(_), Some(set)) => {
+            register.insert("name", set.name());
+        }
+        (Err(_), None) => {}
     }
     let added = context.config.run("admin", register).await?;
     let name = added.get_str("shardAdded").map_err(|_| ClusterError::internal("addShard answered no name"))?.to_string();

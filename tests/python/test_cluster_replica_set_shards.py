@@ -1,0 +1,58 @@
+"""The sharded cluster on replica sets (issue 23, item 8), through pymongo: a 3-member replica
+set started with --shardsvr is added as `name/host,host,host`, named after its set; the router
+sends its commands to the set's primary, and after a kill -9 of that primary it finds the new
+one, so writes through the router go on and every acknowledged one is there."""
+
+import tempfile
+import threading
+
+from pymongo.errors import PyMongoError
+
+from conftest import Cluster, ReplicaSet, wait_until
+
+
+def test_a_replica_set_shard_survives_the_kill_of_its_primary():
+    directory = tempfile.TemporaryDirectory(prefix="myriad-pytest-cluster-")
+    cluster = Cluster(directory.name, shards=1)
+    shard = ReplicaSet(members=3, name="shardset", extra_arguments=("--shardsvr",))
+    try:
+        with cluster.client() as client:
+            added = client.admin.command("addShard", f"shardset/{shard.hosts()}")
+            assert added["shardAdded"] == "shardset"
+            listed = {entry["_id"]: entry["host"] for entry in client.admin.command("listShards")["shards"]}
+            assert listed["shardset"] == f"shardset/{shard.hosts()}"
+            client.admin.command("enableSharding", "on_set", primaryShard="shardset")
+            collection = client.on_set.items
+            acknowledged, errors, stop = set(), [], threading.Event()
+
+            def write(thread: int) -> None:
+                sequence = 0
+                while not stop.is_set():
+                    identifier = f"{thread}-{sequence}"
+                    sequence += 1
+                    try:
+                        collection.insert_one({"_id": identifier})
+                        acknowledged.add(identifier)
+                    except PyMongoError as error:
+                        errors.append(repr(error))
+
+            writers = [threading.Thread(target=write, args=(thread,)) for thread in range(3)]
+            for writer in writers:
+                writer.start()
+            wait_until(lambda: len(acknowledged) >= 50, "writes through the router")
+            victim = shard.wait_for_primary()
+            shard.kill(victim)
+            before = len(acknowledged)
+            wait_until(lambda: len(acknowledged) > before + 50, "writes through the router after the failover", timeout=60)
+            stop.set()
+            for writer in writers:
+                writer.join()
+            stored = {document["_id"] for document in collection.find({}, {"_id": 1})}
+            assert acknowledged <= stored, sorted(acknowledged - stored)[:5]
+            with shard.member_client(shard.wait_for_primary()) as direct:
+                assert direct.admin.command("hello")["setName"] == "shardset"
+                assert direct.on_set.items.count_documents({}) == len(stored)
+    finally:
+        shard.stop()
+        cluster.stop()
+        directory.cleanup()
