@@ -6,6 +6,8 @@ one, so writes through the router go on and every acknowledged one is there."""
 import tempfile
 import threading
 
+from bson import Int64
+from bson.son import SON
 from pymongo.errors import PyMongoError
 
 from conftest import Cluster, ReplicaSet, wait_until
@@ -23,6 +25,18 @@ def test_a_replica_set_shard_survives_the_kill_of_its_primary():
             assert listed["shardset"] == f"shardset/{shard.hosts()}"
             client.admin.command("enableSharding", "on_set", primaryShard="shardset")
             collection = client.on_set.items
+            # A retryable write sent twice through the router is applied once by the set shard.
+            # Its own client: a session given transaction numbers by hand must not go back to
+            # the pool the writers below take their sessions from.
+            with cluster.client() as manual, manual.start_session() as session:
+                retried = SON([("insert", "retried"), ("documents", [{"_id": 1}, {"_id": 2}]), ("txnNumber", Int64(1))])
+                first = manual.on_set.command(retried, session=session)
+                second = manual.on_set.command(retried, session=session)
+                assert first["n"] == 2 and second["n"] == 2 and "writeErrors" not in second, second
+                increment = SON([("update", "retried"), ("updates", [{"q": {"_id": 1}, "u": {"$inc": {"count": 1}}}]), ("txnNumber", Int64(2))])
+                manual.on_set.command(increment, session=session)
+                manual.on_set.command(increment, session=session)
+            assert client.on_set.retried.find_one({"_id": 1})["count"] == 1
             acknowledged, errors, stop = set(), [], threading.Event()
 
             def write(thread: int) -> None:

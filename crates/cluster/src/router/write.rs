@@ -124,6 +124,10 @@ pub struct Statements<'a> {
     /// `documents`, `updates` or `deletes`.
     pub field: &'a str,
     pub all: &'a [Document],
+    /// The client's retryable-write transaction number: sent on, with each statement's id
+    /// (its index in the client's command), to shards that are replica sets, which apply a
+    /// retried statement once; standalone shards refuse transaction numbers and get none.
+    pub transaction_number: Option<i64>,
 }
 
 impl Statements<'_> {
@@ -149,7 +153,22 @@ impl Statements<'_> {
 
 /// Sends the statements at `indexes` to `shard`, versioned.
 pub async fn send_batch(context: &RouterContext, shard: &str, statements: &Statements<'_>, indexes: &[usize], routing: &RoutingInfo) -> ClusterResult<Document> {
-    forward::versioned(context, shard, statements.db, statements.body(indexes), routing).await
+    let mut body = statements.body(indexes);
+    if let Some(number) = statements.transaction_number {
+        if context.shards.host(&context.config, shard).await?.contains('/') {
+            body.insert("txnNumber", Bson::Int64(number));
+            body.insert("stmtIds", indexes.iter().map(|index| Bson::Int32(*index as i32)).collect::<Vec<_>>());
+        }
+    }
+    forward::versioned(context, shard, statements.db, body, routing).await
+}
+
+/// The retryable-write transaction number of a client's write command (with its session).
+pub fn transaction_number(body: &Document) -> Option<i64> {
+    match (body.get("txnNumber"), body.get("lsid")) {
+        (Some(Bson::Int64(number)), Some(Bson::Document(_))) if !body.contains_key("autocommit") => Some(*number),
+        _ => None,
+    }
 }
 
 /// Consecutive runs of statements with the same target, in statement order.

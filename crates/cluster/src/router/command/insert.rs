@@ -33,7 +33,8 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
     let mut tries = 0;
     loop {
         let targets = target_documents(&routing, &database.primary, &documents, &remaining)?;
-        let statements = Statements { db: &request.db, base: &base, field: "documents", all: &documents };
+        let transaction_number = crate::router::write::transaction_number(&request.body);
+        let statements = Statements { db: &request.db, base: &base, field: "documents", all: &documents, transaction_number };
         let refused = if ordered {
             send_ordered(context, &statements, targets, &routing, &mut outcome).await
         } else {

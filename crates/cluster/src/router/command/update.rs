@@ -83,7 +83,15 @@ pub async fn run_statements(context: &Arc<RouterContext>, request: &RouterReques
     let database = context.database(&request.db, true).await?.ok_or_else(|| ClusterError::internal("the database was not created"))?;
     let mut base = request.forwarded_body();
     base.remove(kind.field());
-    let run = WriteRun { context, request, kind, statements: Statements { db: &request.db, base: &base, field: kind.field(), all: &statements }, ordered };
+    let run = WriteRun { context, request, kind, statements: Statements {
+            db: &request.db,
+            base: &base,
+            field: kind.field(),
+            all: &statements,
+            transaction_number: crate::router::write::transaction_number(&request.body),
+        },
+        ordered,
+    };
     let mut outcome = WriteOutcome::default();
     let mut next = 0;
     let mut tries = 0;
