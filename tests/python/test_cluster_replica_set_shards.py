@@ -1,11 +1,13 @@
-"""The sharded cluster on replica sets (issue 23, item 8), through pymongo: a 3-member replica
-set started with --shardsvr is added as `name/host,host,host`, named after its set; the router
+"""The sharded cluster on replica sets (issue 23, item 8), through pymongo: `myriad cluster
+--replicas 3` starts the config server and every shard as 3-member replica sets; a replica set
+started with --shardsvr is added as `name/host,host,host`, named after its set; the router
 sends its commands to the set's primary, and after a kill -9 of that primary it finds the new
 one, so writes through the router go on and every acknowledged one is there."""
 
 import tempfile
 import threading
 
+import pymongo
 from bson import Int64
 from bson.son import SON
 from pymongo.errors import PyMongoError
@@ -68,5 +70,24 @@ def test_a_replica_set_shard_survives_the_kill_of_its_primary():
                 assert direct.on_set.items.count_documents({}) == len(stored)
     finally:
         shard.stop()
+        cluster.stop()
+        directory.cleanup()
+
+
+def test_the_launcher_starts_every_shard_and_the_config_server_as_replica_sets():
+    directory = tempfile.TemporaryDirectory(prefix="myriad-pytest-cluster-")
+    cluster = Cluster(directory.name, extra_arguments=("--replicas", "3"), shards=2)
+    try:
+        with cluster.client() as client:
+            shards = {entry["_id"]: entry["host"] for entry in client.admin.command("listShards")["shards"]}
+            assert sorted(shards) == ["shard0", "shard1"] and all(host.count(",") == 2 for host in shards.values()), shards
+            client.admin.command("shardCollection", "launched.items", key={"_id": "hashed"})
+            client.launched.items.insert_many([{"_id": number} for number in range(200)])
+            assert client.launched.items.count_documents({}) == 200
+            spread = client.launched.command("collStats", "items").get("shards", {})
+            assert set(spread) == {"shard0", "shard1"}, spread
+        with pymongo.MongoClient(f"mongodb://{cluster.config_address}/?directConnection=true") as config:
+            assert config.admin.command("hello")["setName"] == "configRepl"
+    finally:
         cluster.stop()
         directory.cleanup()

@@ -1,7 +1,9 @@
 //! A cluster member that is a replica set (`name/host:port,host:port,...`, MongoDB's shard
 //! and config server connection string): calls go to its primary, found by asking the members'
 //! `hello` (the one that is writable, or the one they name as primary), and looked for again
-//! after a failed exchange or a reply saying the member is not (or no longer) the primary.
+//! after a failed exchange or a reply saying the member is not (or no longer) the primary. A
+//! set of one host that is a single node (no `setName`) is that node, as mongos accepts a
+//! `name/host` config server string for it.
 //!
 //! Bounds: discovery polls for at most [`PRIMARY_WAIT`] (an election takes about 1.5 s), and a
 //! command that a not-primary reply refused is sent at most [`NOT_PRIMARY_ATTEMPTS`] times.
@@ -60,7 +62,8 @@ impl SetTarget {
             let mut named = None;
             for host in &self.members {
                 let Ok(hello) = client.hello_of(host).await else { continue };
-                if hello.get_str("setName").ok() != Some(self.name.as_str()) {
+                let single_node = self.members.len() == 1 && !hello.contains_key("setName");
+                if hello.get_str("setName").ok() != Some(self.name.as_str()) && !single_node {
                     continue;
                 }
                 if hello.get_bool("isWritablePrimary").unwrap_or(false) {

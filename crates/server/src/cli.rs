@@ -63,6 +63,9 @@ pub struct ClusterArguments {
     /// Number of shards.
     #[arg(long = "shards", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub shards: u16,
+    /// Members of the config server and of each shard: more than 1 makes each a replica set.
+    #[arg(long = "replicas", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=7))]
+    pub replicas: u16,
     /// Directory of the members' data and logs (kept across restarts).
     #[arg(long = "dir")]
     pub dir: String,

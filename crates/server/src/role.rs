@@ -23,7 +23,7 @@ pub fn context(engine: Arc<Engine>, options: ServerOptions, logger: Logger, argu
     }
     let context = Arc::new(ServerContext::new(engine, options, logger));
     if arguments.configsvr {
-        ConfigServer::install(&context).map_err(|error| format!("cannot start the config server role: {error}"))?;
+        ConfigServer::install(&context, arguments.replica_set.is_some()).map_err(|error| format!("cannot start the config server role: {error}"))?;
     }
     Ok(context)
 }
@@ -42,8 +42,9 @@ pub fn run_router(mut arguments: RouterArguments, matches: &clap::ArgMatches, ar
             return ExitCode::from(2);
         }
     }
-    // mongos takes `replicaSetName/host:port,...`; a config server is one node here.
-    let config_server = arguments.configdb.rsplit('/').next().unwrap_or(&arguments.configdb).to_string();
+    // mongos takes `replicaSetName/host:port,...`: a replica-set config server (the router
+    // follows its primary) or, with one host, a single config server node too.
+    let config_server = arguments.configdb.clone();
     match crate::router::serve(config_server, arguments.server, argv) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -72,6 +73,7 @@ pub fn run_cluster(arguments: ClusterArguments) -> ExitCode {
     let options = ClusterOptions {
         security_arguments,
         shards: usize::from(arguments.shards),
+        replicas: usize::from(arguments.replicas),
         dir: arguments.dir.into(),
         port: arguments.port,
         bind_ip: arguments.bind_ip,

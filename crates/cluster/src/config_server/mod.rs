@@ -31,9 +31,14 @@ pub struct ConfigServer {
 
 impl ConfigServer {
     /// Creates the catalog's indexes and the cluster id if missing, and installs the role on
-    /// the node's context.
-    pub fn install(context: &Arc<ServerContext>) -> ClusterResult<()> {
-        initialise_catalog(context)?;
+    /// the node's context. A replica-set member (`replicated`) writes them once it is the
+    /// primary, in the background: they are replicated writes, and every write is idempotent.
+    pub fn install(context: &Arc<ServerContext>, replicated: bool) -> ClusterResult<()> {
+        if replicated {
+            initialise_when_primary(Arc::downgrade(context));
+        } else {
+            initialise_catalog(context)?;
+        }
         let balancer = tokio::runtime::Handle::try_current().ok().map(|runtime| crate::balancer::Balancer::start(context, runtime));
         let role = Arc::new(ConfigServer { catalog_lock: Mutex::new(()), balancer });
         // Set once at start-up, before the listener accepts anything.
@@ -63,6 +68,25 @@ impl RoleHook for ConfigServer {
         };
         reply.insert("ok", 1.0);
         Ok(Reply::Document(reply))
+    }
+}
+
+/// How often a config server member checks whether it became the primary.
+const PRIMARY_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Initialises the catalog on the first occasion this member is the writable primary; stops
+/// once done or when the server is gone.
+fn initialise_when_primary(context: std::sync::Weak<ServerContext>) {
+    let spawned = std::thread::Builder::new().name("config-catalog".into()).spawn(move || loop {
+        std::thread::sleep(PRIMARY_CHECK_INTERVAL);
+        let Some(context) = context.upgrade() else { return };
+        let primary = context.replication.get().is_some_and(|member| member.is_writable_primary());
+        if primary && initialise_catalog(&context).is_ok() {
+            return;
+        }
+    });
+    if let Err(error) = spawned {
+        eprintln!("myriad: cannot start the config catalog thread: {error}");
     }
 }
 

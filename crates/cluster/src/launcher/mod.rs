@@ -1,5 +1,7 @@
-//! `myriad cluster --shards N --dir DIR --port P`: a local cluster for development and tests,
-//! as child processes of the same executable: one config server, N shards, one router.
+//! `myriad cluster --shards N --dir DIR --port P [--replicas R]`: a local cluster for
+//! development and tests, as child processes of the same executable: one config server, N
+//! shards, one router. With `--replicas R` (R > 1) the config server and every shard are
+//! R-member replica sets (`configRepl`, `shard0`, `shard1`...), added as `name/hosts`.
 //!
 //! Invariants:
 //! - The addresses are recorded in `DIR/cluster.json` at the first start and reused after, so
@@ -24,6 +26,8 @@ const LAYOUT_FILE: &str = "cluster.json";
 
 pub struct ClusterOptions {
     pub shards: usize,
+    /// Members of the config server and of each shard (1: single nodes).
+    pub replicas: usize,
     pub dir: PathBuf,
     /// The router's port (0: free ports, recorded for restarts); the config server takes P+1
     /// and the shards P+2... when P is given.
@@ -37,13 +41,18 @@ pub struct ClusterOptions {
     pub security_arguments: Vec<String>,
 }
 
-/// The members' ports, as recorded in `DIR/cluster.json`.
+/// The members' ports, as recorded in `DIR/cluster.json`. With replicas, `config` and each
+/// shard's port are their first member's, and `replica_ports` the others' (config first).
 #[derive(Debug, PartialEq)]
 struct Layout {
     router: u16,
     config: u16,
     shards: Vec<u16>,
+    replica_ports: Vec<Vec<u16>>,
 }
+
+/// The replica-set name of the config server.
+const CONFIG_SET: &str = "configRepl";
 
 impl Layout {
     fn load(path: &Path) -> Result<Option<Layout>, String> {
@@ -59,29 +68,65 @@ impl Layout {
             router: port(&value["routerPort"]).ok_or_else(malformed)?,
             config: port(&value["configPort"]).ok_or_else(malformed)?,
             shards: value["shardPorts"].as_array().ok_or_else(malformed)?.iter().map(port).collect::<Option<Vec<u16>>>().ok_or_else(malformed)?,
+            replica_ports: match value.get("replicaPorts") {
+                None => Vec::new(),
+                Some(groups) => groups
+                    .as_array()
+                    .ok_or_else(malformed)?
+                    .iter()
+                    .map(|group| group.as_array().and_then(|ports| ports.iter().map(port).collect::<Option<Vec<u16>>>()))
+                    .collect::<Option<Vec<Vec<u16>>>>()
+                    .ok_or_else(malformed)?,
+            },
         }))
     }
 
     fn save(&self, path: &Path) -> Result<(), String> {
-        let text = json!({ "routerPort": self.router, "configPort": self.config, "shardPorts": self.shards }).to_string();
-        std::fs::write(path, text).map_err(|error| format!("cannot write {}: {error}", path.display()))
+        let mut value = json!({ "routerPort": self.router, "configPort": self.config, "shardPorts": self.shards });
+        if !self.replica_ports.is_empty() {
+            value["replicaPorts"] = json!(self.replica_ports);
+        }
+        std::fs::write(path, value.to_string()).map_err(|error| format!("cannot write {}: {error}", path.display()))
+    }
+
+    /// Members per group (1 without replicas).
+    fn replicas(&self) -> usize {
+        self.replica_ports.first().map_or(1, |others| others.len() + 1)
+    }
+
+    /// Group `index`'s member ports: 0 the config server, 1.. the shards.
+    fn group_ports(&self, index: usize) -> Vec<u16> {
+        let first = if index == 0 { self.config } else { self.shards[index - 1] };
+        std::iter::once(first).chain(self.replica_ports.get(index).into_iter().flatten().copied()).collect()
     }
 }
 
 fn plan_layout(options: &ClusterOptions, existing: Option<Layout>) -> Result<Layout, String> {
+    let replicas = options.replicas.max(1);
+    // Router, then each group's R members: config at 1..=R, shard k at 1+R(k+1)...
     let offset_port = |offset: usize| offset_port(options.port, offset, &options.bind_ip);
+    let group_port = |group: usize, member: usize| offset_port(1 + group * replicas + member);
     let mut layout = match existing {
         Some(layout) => {
             if layout.shards.len() > options.shards {
                 return Err(format!("the cluster in this directory has {} shards; start it with --shards {} or more", layout.shards.len(), layout.shards.len()));
             }
+            if layout.replicas() != replicas {
+                return Err(format!("the cluster in this directory has {} members per shard; start it with --replicas {}", layout.replicas(), layout.replicas()));
+            }
             layout
         }
-        None => Layout { router: offset_port(0)?, config: offset_port(1)?, shards: Vec::new() },
+        None => {
+            let replica_ports = if replicas > 1 { vec![(1..replicas).map(|member| group_port(0, member)).collect::<Result<Vec<u16>, String>>()?] } else { Vec::new() };
+            Layout { router: offset_port(0)?, config: group_port(0, 0)?, shards: Vec::new(), replica_ports }
+        }
     };
     while layout.shards.len() < options.shards {
-        let port = offset_port(2 + layout.shards.len())?;
-        layout.shards.push(port);
+        let group = 1 + layout.shards.len();
+        layout.shards.push(group_port(group, 0)?);
+        if replicas > 1 {
+            layout.replica_ports.push((1..replicas).map(|member| group_port(group, member)).collect::<Result<Vec<u16>, String>>()?);
+        }
     }
     Ok(layout)
 }
@@ -102,7 +147,8 @@ pub fn run(options: ClusterOptions) -> Result<(), String> {
     }
     let host = &options.bind_ip;
     println!("mongodb://{host}:{}/", layout.router);
-    println!("config server {host}:{}, shards {}", layout.config, layout.shards.iter().map(|port| format!("{host}:{port}")).collect::<Vec<_>>().join(", "));
+    let group = |index: usize| layout.group_ports(index).iter().map(|port| format!("{host}:{port}")).collect::<Vec<_>>().join(",");
+    println!("config server {}, shards {}", group(0), (1..=layout.shards.len()).map(group).collect::<Vec<_>>().join(", "));
     println!("data and logs under {}; Ctrl-C stops the cluster", options.dir.display());
     let outcome = runtime.block_on(watch(&mut members, &mut signals));
     stop_all(members);
@@ -117,26 +163,38 @@ async fn start_members(options: &ClusterOptions, layout: &Layout, members: &mut 
         bind_ip: options.bind_ip.clone(),
         common_arguments: options.security_arguments.clone(),
     };
-    let data_member = |role: &str, name: &str, port: u16| -> Result<Member, String> {
-        let mut arguments = vec![role.to_string(), "--dbpath".into(), path_argument(&options.dir.join(name)), "--port".into(), port.to_string()];
-        arguments.extend(options.member_arguments.iter().cloned());
-        spawner.spawn(name, &arguments)
-    };
-    let config_address = format!("{host}:{}", layout.config);
-    members.push(data_member("--configsvr", "config", layout.config)?);
-    wait_until_ready(&config_address, members).await?;
-    for (index, port) in layout.shards.iter().enumerate() {
-        members.push(data_member("--shardsvr", &format!("shard{index}"), *port)?);
+    let replicated = layout.replicas() > 1;
+    // Group 0 is the config server, group k the shard k - 1; each is one node or a set.
+    let mut addresses = Vec::new();
+    for group in 0..=layout.shards.len() {
+        let (role, base_name) = if group == 0 { ("--configsvr", "config".to_string()) } else { ("--shardsvr", format!("shard{}", group - 1)) };
+        let set_name = if group == 0 { CONFIG_SET.to_string() } else { base_name.clone() };
+        let ports = layout.group_ports(group);
+        for (member, port) in ports.iter().enumerate() {
+            let name = if replicated { format!("{base_name}-{member}") } else { base_name.clone() };
+            let mut arguments = vec![role.to_string(), "--dbpath".into(), path_argument(&options.dir.join(&name)), "--port".into(), port.to_string()];
+            if replicated {
+                arguments.extend(["--replSet".to_string(), set_name.clone()]);
+            }
+            arguments.extend(options.member_arguments.iter().cloned());
+            members.push(spawner.spawn(&name, &arguments)?);
+        }
+        let hosts: Vec<String> = ports.iter().map(|port| format!("{host}:{port}")).collect();
+        if replicated {
+            replica_set::bring_up(&set_name, &hosts, members).await?;
+            addresses.push(format!("{set_name}/{}", hosts.join(",")));
+        } else {
+            wait_until_ready(&hosts[0], members).await?;
+            addresses.push(hosts[0].clone());
+        }
     }
-    for port in &layout.shards {
-        wait_until_ready(&format!("{host}:{port}"), members).await?;
-    }
+    let config_address = addresses.remove(0);
     members.push(spawner.spawn("router", &["router".into(), "--configdb".into(), config_address, "--port".into(), layout.router.to_string()])?);
     let router_address = format!("{host}:{}", layout.router);
     wait_until_ready(&router_address, members).await?;
     let router = NodeClient::new(&router_address);
-    for port in &layout.shards {
-        router.run("admin", doc! { "addShard": format!("{host}:{port}") }).await.map_err(|error| format!("addShard {host}:{port} failed: {error}"))?;
+    for address in &addresses {
+        router.run("admin", doc! { "addShard": address.as_str() }).await.map_err(|error| format!("addShard {address} failed: {error}"))?;
     }
     Ok(())
 }
@@ -146,7 +204,16 @@ mod tests {
     use super::*;
 
     fn options(port: u16, shards: usize, dir: &Path) -> ClusterOptions {
-        ClusterOptions { shards, dir: dir.to_path_buf(), port, bind_ip: "127.0.0.1".into(), executable: PathBuf::from("myriad"), member_arguments: Vec::new(), security_arguments: Vec::new() }
+        ClusterOptions {
+            shards,
+            replicas: 1,
+            dir: dir.to_path_buf(),
+            port,
+            bind_ip: "127.0.0.1".into(),
+            executable: PathBuf::from("myriad"),
+            member_arguments: Vec::new(),
+            security_arguments: Vec::new(),
+        }
     }
 
     #[test]
@@ -154,7 +221,7 @@ mod tests {
         let directory = tempfile::tempdir().expect("temp dir");
         let path = directory.path().join(LAYOUT_FILE);
         let first = plan_layout(&options(40000, 2, directory.path()), None).expect("layout");
-        assert_eq!(first, Layout { router: 40000, config: 40001, shards: vec![40002, 40003] });
+        assert_eq!(first, Layout { router: 40000, config: 40001, shards: vec![40002, 40003], replica_ports: Vec::new() });
         first.save(&path).expect("saved");
         let loaded = Layout::load(&path).expect("loads").expect("present");
         assert_eq!(loaded, first);

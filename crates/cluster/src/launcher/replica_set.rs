@@ -137,13 +137,18 @@ async fn start_members(options: &ReplicaSetOptions, layout: &Layout, members: &m
         arguments.extend(options.member_arguments.iter().cloned());
         members.push(spawner.spawn(&name, &arguments)?);
     }
-    let hosts = layout.hosts(&options.bind_ip);
-    for host in &hosts {
+    bring_up(&layout.name, &layout.hosts(&options.bind_ip), members).await
+}
+
+/// Waits for the started members at `hosts`, initiates set `name` over them unless a member
+/// already holds a config (a restart), and returns the primary's host once there is one.
+pub async fn bring_up(name: &str, hosts: &[String], members: &mut [Member]) -> Result<String, String> {
+    for host in hosts {
         wait_until_ready(host, members).await?;
     }
     let clients: Vec<_> = hosts.iter().map(|host| NodeClient::with_timeout(host, Duration::from_secs(5))).collect();
     if !any_member_configured(&clients).await {
-        initiate(&clients[0], layout, &hosts).await?;
+        initiate(&clients[0], name, hosts).await?;
     }
     wait_for_primary(&clients, members).await
 }
@@ -160,9 +165,9 @@ async fn any_member_configured(clients: &[std::sync::Arc<NodeClient>]) -> bool {
     false
 }
 
-async fn initiate(client: &NodeClient, layout: &Layout, hosts: &[String]) -> Result<(), String> {
+async fn initiate(client: &NodeClient, name: &str, hosts: &[String]) -> Result<(), String> {
     let members: Vec<Bson> = hosts.iter().enumerate().map(|(index, host)| Bson::Document(doc! { "_id": index as i32, "host": host })).collect();
-    let config = doc! { "_id": &layout.name, "members": members };
+    let config = doc! { "_id": name, "members": members };
     match client.run("admin", doc! { "replSetInitiate": config }).await {
         Ok(_) => Ok(()),
         Err(error) if error.code() == ALREADY_INITIALIZED => Ok(()),
