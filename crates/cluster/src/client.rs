@@ -32,6 +32,8 @@ use myriad_wire::{
 use crate::error::{ClusterError, ClusterResult};
 use crate::member_security::{self, MemberStream};
 
+pub mod set_target;
+
 /// Idle connections kept per address; more are closed when returned.
 pub const MAX_IDLE_CONNECTIONS: usize = 64;
 /// How long connecting may take.
@@ -42,10 +44,10 @@ pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
 pub const MAX_POOLED_ADDRESSES: usize = 10_000;
 
 /// Calls to one node (`host:port`), or to the primary of a replica set (`name/host:port,...`,
-/// MongoDB's shard connection string; see [`crate::set_target`]).
+/// MongoDB's shard connection string; see [`set_target`]).
 pub struct NodeClient {
     address: String,
-    set: Option<crate::set_target::SetTarget>,
+    set: Option<set_target::SetTarget>,
     /// Idle connections, all to one host (a set's primary changes: the others are dropped).
     idle: Mutex<(String, Vec<MemberStream>)>,
     next_request_id: AtomicI32,
@@ -60,7 +62,7 @@ impl NodeClient {
     pub fn with_timeout(address: &str, call_timeout: Duration) -> Arc<NodeClient> {
         Arc::new(NodeClient {
             address: address.to_string(),
-            set: crate::set_target::SetTarget::parse(address),
+            set: set_target::SetTarget::parse(address),
             idle: Mutex::new((String::new(), Vec::new())),
             next_request_id: AtomicI32::new(1),
             call_timeout,
@@ -121,7 +123,7 @@ impl NodeClient {
                     return Err(error);
                 }
             };
-            if attempt < crate::set_target::NOT_PRIMARY_ATTEMPTS && crate::set_target::says_not_primary(&reply) {
+            if attempt < set_target::NOT_PRIMARY_ATTEMPTS && set_target::says_not_primary(&reply) {
                 set.forget(&host);
                 continue;
             }

@@ -38,7 +38,6 @@ pub mod auto_split;
 pub mod balancer;
 pub mod catalog;
 pub mod client;
-pub mod set_target;
 pub mod config_server;
 pub mod error;
 pub mod launcher;

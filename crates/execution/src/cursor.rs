@@ -17,6 +17,7 @@
 //!   [`MAX_OPEN_CURSORS`], reaped with idle cursors), so its next getMore answers
 //!   QueryPlanKilled (175) as MongoDB's does, not CursorNotFound.
 
+pub mod change_stream;
 pub mod tailable;
 
 use std::collections::{HashMap, VecDeque};
@@ -44,7 +45,7 @@ pub enum CursorSource {
     /// A tailable cursor on a capped collection: stays open at the end of the collection.
     Tailable(Box<tailable::TailableQuery>),
     /// A change stream: reads the oplog from its position (awaitData).
-    ChangeStream(Box<crate::change_stream::ChangeStream>),
+    ChangeStream(Box<change_stream::ChangeStream>),
 }
 
 impl CursorSource {

@@ -25,7 +25,6 @@ pub mod aggregate_server_state;
 pub mod aggregate_sources;
 pub mod backend;
 pub mod bulk;
-pub mod change_stream;
 pub mod cluster_time;
 pub mod collation;
 pub mod command_class;

@@ -23,7 +23,6 @@ mod config;
 mod log_store;
 mod member;
 mod network;
-mod snapshot;
 mod state_machine;
 
 use std::future::Future;

@@ -17,7 +17,7 @@ use tokio::sync::OnceCell;
 use crate::config::{MemberConfig, ReplicaSetConfig, ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, HEARTBEAT_INTERVAL_MS};
 use crate::log_store::LogStore;
 use crate::network::{Network, Partition, APPEND, SNAPSHOT, VOTE};
-use crate::snapshot::Snapshots;
+use crate::state_machine::snapshot::Snapshots;
 use crate::state_machine::{Optime, RecentOptimes, StateMachine};
 use crate::{decode, encode, LogPayload, Member, Raft, ReplicationError, Transport};
 

@@ -16,7 +16,9 @@ use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{Entry, EntryPayload, LogId, OptionalSend, SnapshotMeta, StorageError, StorageIOError, StoredMembership};
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::{SnapshotBuilder, Snapshots};
+pub(crate) mod snapshot;
+
+use snapshot::{SnapshotBuilder, Snapshots};
 use crate::{decode, encode, Applied, Member, TypeConfig};
 
 /// Catalog-family key of the applied position (`R` keys belong to replication).

@@ -25,7 +25,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::catalog::{CollectionEntry, CollectionHandle, IndexEntry};
-use crate::engine::database_entry_bytes;
 use crate::families::{FAMILY_CATALOG, FAMILY_STATS};
 use crate::index::id_index_spec;
 use crate::operation_record::CatalogEffect;
@@ -108,7 +107,8 @@ impl Engine {
         let catalog = self.family(FAMILY_CATALOG)?;
         let mut batch = WriteBatch::default();
         batch.put_cf(catalog, keys::collection_key(OPLOG_DATABASE, OPLOG_COLLECTION), entry.to_bytes()?);
-        batch.put_cf(catalog, keys::database_key(OPLOG_DATABASE), database_entry_bytes(OPLOG_DATABASE)?);
+        let database_entry = bson::to_vec(&bson::doc! { "name": OPLOG_DATABASE }).map_err(|error| StorageError::Corrupt(format!("database entry: {error}")))?;
+        batch.put_cf(catalog, keys::database_key(OPLOG_DATABASE), database_entry);
         let mut delta = [0i64; stats::DATABASE_SLOTS];
         delta[stats::DATABASE_COLLECTIONS] = 1;
         delta[stats::DATABASE_INDEXES] = 1;

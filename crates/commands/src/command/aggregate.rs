@@ -48,7 +48,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
     };
     let allow_disk_use = request.optional_flag("allowDiskUse")?;
     let (variable_names, variables) = command_variables(request)?;
-    if crate::change_stream::is_change_stream(&stages) {
+    if crate::cursor::change_stream::is_change_stream(&stages) {
         return open_change_stream(context, request, collection_name.as_deref(), &stages, &variable_names, batch_size);
     }
     // internalQueryExecMaxBlockingSortBytes bounds every stage that holds documents.
@@ -97,7 +97,7 @@ fn open_change_stream(
     variable_names: &[String],
     batch_size: usize,
 ) -> CommandResult<Reply> {
-    let mut stream = crate::change_stream::open(context, &request.db, collection, stages, variable_names)?;
+    let mut stream = crate::cursor::change_stream::open(context, &request.db, collection, stages, variable_names)?;
     let first_batch = stream.next_batch(context.backend.as_ref(), batch_size, crate::cursor::tailable::Deadline::Fails)?;
     let token = crate::reply::encode_document(&stream.post_batch_resume_token())?;
     let namespace = match collection {

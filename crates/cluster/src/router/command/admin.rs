@@ -19,7 +19,7 @@ use crate::router::request::RouterRequest;
 pub async fn add_shard(context: &Arc<RouterContext>, request: &RouterRequest) -> ClusterResult<Document> {
     let host = request.body.get_str("addShard").map_err(|_| ClusterError::bad_value("addShard takes a host:port string"))?;
     let host = host.strip_prefix("mongodb://").unwrap_or(host).trim_end_matches('/');
-    let set = crate::set_target::SetTarget::parse(host);
+    let set = crate::client::set_target::SetTarget::parse(host);
     if set.is_none() && (host.contains('/') || host.contains(',')) {
         return Err(ClusterError::bad_value(format!("'{host}' is neither host:port nor setName/host:port,...")));
     }

@@ -22,7 +22,7 @@ use openraft::storage::Snapshot;
 use openraft::{SnapshotMeta, StorageError, StorageIOError};
 use parking_lot::Mutex;
 
-use crate::state_machine::{AppliedState, APPLIED_KEY};
+use super::{AppliedState, APPLIED_KEY};
 use crate::{decode, encode, Member, TypeConfig};
 
 type Result<T> = std::result::Result<T, StorageError<u64>>;

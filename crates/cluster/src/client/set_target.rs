@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::client::NodeClient;
+use super::NodeClient;
 use crate::error::{ClusterError, ClusterResult};
 
 /// How long a call waits for the set to have a primary.
@@ -90,7 +90,7 @@ impl SetTarget {
 
 /// True when a reply message says its member is not the primary (the command did not run).
 pub fn says_not_primary(message: &[u8]) -> bool {
-    let Ok(body) = crate::client::raw_reply_body(message) else { return false };
+    let Ok(body) = super::raw_reply_body(message) else { return false };
     match body.get_i32("code") {
         Ok(code) => NOT_PRIMARY_CODES.contains(&code),
         Err(_) => false,

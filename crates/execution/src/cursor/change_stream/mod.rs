@@ -27,7 +27,7 @@ use myriad_reply::reply::encode_document;
 use myriad_storage::{oplog_record_id, oplog_timestamp, CollectionHandle, RecordId, OPLOG_COLLECTION, OPLOG_DATABASE};
 
 use crate::backend::Backend;
-use crate::cursor::tailable::{Deadline, WAIT_SLICE};
+use super::tailable::{Deadline, WAIT_SLICE};
 use crate::execution::MAX_BATCH_BYTES;
 use crate::ServerContext;
 pub use event::{parse_resume_token, resume_token, TokenKind};
@@ -259,7 +259,7 @@ impl ChangeStream {
                 self.finished = true;
                 break;
             }
-            if crate::cursor::tailable::interrupted(deadline)? {
+            if super::tailable::interrupted(deadline)? {
                 break;
             }
             let entries = backend.scan_records(&self.oplog, Some(self.position), READ_CHUNK)?;
@@ -313,7 +313,7 @@ impl ChangeStream {
     pub fn await_batch(&mut self, backend: &dyn Backend, max_documents: usize, timeout: Duration) -> CommandResult<Vec<RawDocumentBuf>> {
         let deadline = Instant::now() + timeout;
         loop {
-            if crate::cursor::tailable::interrupted(Deadline::EndsTheBatch)? {
+            if super::tailable::interrupted(Deadline::EndsTheBatch)? {
                 return Ok(Vec::new());
             }
             let now = Instant::now();
