@@ -70,6 +70,8 @@ pub enum StorageError {
     /// that role before the write committed): the code and name it chose (NotWritablePrimary,
     /// InterruptedDueToReplStateChange...).
     Replication { code: i32, code_name: &'static str, message: String },
+    /// The free-space guard refused a write (`disk_space.rs`): OutOfDiskSpace.
+    OutOfDiskSpace(String),
 }
 
 impl StorageError {
@@ -101,6 +103,7 @@ impl StorageError {
             StorageError::BadStorageOption { code, .. } => *code,
             StorageError::IllegalOperation(_) => 20,
             StorageError::Replication { code, .. } => *code,
+            StorageError::OutOfDiskSpace(_) => 14031,
         }
     }
 
@@ -138,6 +141,7 @@ impl StorageError {
             },
             StorageError::IllegalOperation(_) => "IllegalOperation",
             StorageError::Replication { code_name, .. } => code_name,
+            StorageError::OutOfDiskSpace(_) => "OutOfDiskSpace",
         }
     }
 }
@@ -191,6 +195,7 @@ impl fmt::Display for StorageError {
             StorageError::BadStorageOption { message, .. } => write!(formatter, "{message}"),
             StorageError::IllegalOperation(message) => write!(formatter, "{message}"),
             StorageError::Replication { message, .. } => write!(formatter, "{message}"),
+            StorageError::OutOfDiskSpace(message) => write!(formatter, "{message}"),
         }
     }
 }
