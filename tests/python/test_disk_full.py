@@ -141,6 +141,8 @@ def test_a_full_disk_refuses_writes_and_the_node_stays_up(small_filesystem):
     try:
         client = server.client()
         client.test.small.insert_one({"_id": 1})
+        assert client.admin.command("getParameter", 1, diskSpaceReserveBytes=1)["diskSpaceReserveBytes"] == RESERVE_BYTES
+        assert client.admin.command("setParameter", 1, diskSpaceReserveBytes=RESERVE_BYTES)["was"] == RESERVE_BYTES
         wait_until(lambda: disk_space(client)["ballastBytes"] == BALLAST_BYTES, "the ballast file is created", timeout=20)
         acknowledged, refused = fill(client, "first")
         assert refused >= WRITERS * REFUSALS_BEFORE_FULL and len(acknowledged) > 100, (refused, len(acknowledged))

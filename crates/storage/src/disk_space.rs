@@ -67,6 +67,9 @@ const MAXIMUM_AUTOMATIC_BALLAST_BYTES: u64 = 256 << 20;
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 /// Least time between two refreshes made by writers that found the budget spent.
 const INLINE_REFRESH_INTERVAL: Duration = Duration::from_millis(10);
+/// The most compaction output that can be in flight at once: RocksDB's default
+/// `max_compaction_bytes` (25 target files of 64 MiB) for each of the two background jobs.
+const MAXIMUM_COMPACTIONS_IN_FLIGHT_BYTES: u64 = 2 * 25 * (64 << 20);
 /// Memtable bytes below which a refusing guard does not flush (a flush per tick of nearly
 /// empty memtables would only add files).
 const MINIMUM_FLUSHED_MEMTABLE_BYTES: u64 = 1 << 20;
@@ -74,9 +77,10 @@ const MINIMUM_FLUSHED_MEMTABLE_BYTES: u64 = 1 << 20;
 /// append now, its memtable's flush later.
 const DISK_BYTES_PER_BATCH_BYTE: i64 = 2;
 
-/// The automatic reserve for a filesystem of `total_bytes`: max(256 MiB, 2%).
+/// The automatic reserve for a filesystem of `total_bytes`: max(256 MiB, 2%), but at most a
+/// quarter of a small filesystem (under 1 GiB), which would otherwise never take a write.
 pub fn automatic_reserve_bytes(total_bytes: u64) -> u64 {
-    MINIMUM_AUTOMATIC_RESERVE_BYTES.max(total_bytes / 100 * AUTOMATIC_RESERVE_PERCENT)
+    MINIMUM_AUTOMATIC_RESERVE_BYTES.max(total_bytes / 100 * AUTOMATIC_RESERVE_PERCENT).min(total_bytes / 4)
 }
 
 /// The automatic ballast for a filesystem of `total_bytes`: min(256 MiB, 1%).
@@ -141,6 +145,9 @@ pub enum DiskSpaceEvent {
 /// The guard's state, shared by writers and the monitor.
 pub(crate) struct DiskSpaceGuard {
     pub(crate) filesystem_total_bytes_at_open: u64,
+    /// What RocksDB preallocates for each new WAL file (1.1 times the largest memtable), kept
+    /// free on top of the reserve: set by open once the memtable sizes are known.
+    pub(crate) wal_preallocation_bytes: AtomicU64,
     directory: PathBuf,
     /// Bytes writes may still add before the next refresh; writes are refused at or below 0.
     budget_bytes: AtomicI64,
@@ -151,6 +158,8 @@ pub(crate) struct DiskSpaceGuard {
     total_bytes: AtomicU64,
     reserve_bytes: AtomicU64,
     memtable_bytes: AtomicU64,
+    /// Pending compaction bytes, at most [`MAXIMUM_COMPACTIONS_IN_FLIGHT_BYTES`].
+    compaction_bytes: AtomicU64,
     ballast_bytes: AtomicU64,
     refused_writes: AtomicU64,
     last_refresh: Mutex<Instant>,
@@ -175,6 +184,7 @@ impl DiskSpaceGuard {
         }
         Ok(DiskSpaceGuard {
             filesystem_total_bytes_at_open: space.total_bytes,
+            wal_preallocation_bytes: AtomicU64::new(0),
             directory: directory.to_path_buf(),
             budget_bytes: AtomicI64::new(0),
             refusing: AtomicBool::new(false),
@@ -183,6 +193,7 @@ impl DiskSpaceGuard {
             total_bytes: AtomicU64::new(space.total_bytes),
             reserve_bytes: AtomicU64::new(reserve),
             memtable_bytes: AtomicU64::new(0),
+            compaction_bytes: AtomicU64::new(0),
             ballast_bytes: AtomicU64::new(std::fs::metadata(&ballast_path).map(|metadata| metadata.len()).unwrap_or(0)),
             refused_writes: AtomicU64::new(0),
             last_refresh: Mutex::new(Instant::now()),
@@ -200,13 +211,21 @@ impl DiskSpaceGuard {
         i64::try_from(self.reserve_bytes.load(Ordering::Relaxed) / 16).unwrap_or(i64::MAX)
     }
 
+    /// What must stay free: the reserve, the memtables (their flush) and one WAL file's
+    /// preallocation.
+    fn required_bytes(&self) -> u64 {
+        [&self.reserve_bytes, &self.memtable_bytes, &self.compaction_bytes, &self.wal_preallocation_bytes]
+            .iter()
+            .fold(0u64, |total, value| total.saturating_add(value.load(Ordering::Relaxed)))
+    }
+
     fn refused(&self) -> StorageError {
         self.refused_writes.fetch_add(1, Ordering::Relaxed);
         StorageError::OutOfDiskSpace(format!(
             "write refused: {} bytes free on the --dbpath filesystem, under the {} bytes kept free \
-             (diskSpaceReserveBytes plus unflushed memtables); drop collections or free disk space",
+             (diskSpaceReserveBytes, unflushed memtables, pending compactions and a WAL file's preallocation); drop collections or free disk space",
             self.available_bytes.load(Ordering::Relaxed),
-            self.reserve_bytes.load(Ordering::Relaxed) + self.memtable_bytes.load(Ordering::Relaxed),
+            self.required_bytes(),
         ))
     }
 }
@@ -255,17 +274,22 @@ impl Engine {
     pub(crate) fn refresh_disk_space(&self) -> Result<(), StorageError> {
         let guard = &self.disk_space;
         let space = filesystem_space(&guard.directory)?;
-        let mut memtable_bytes = 0u64;
+        let (mut memtable_bytes, mut pending_compaction_bytes) = (0u64, 0u64);
         for name in COLUMN_FAMILIES {
             let family = self.family(name)?;
             memtable_bytes += self.db.property_int_value_cf(family, rocksdb::properties::CUR_SIZE_ALL_MEM_TABLES)?.unwrap_or(0);
+            pending_compaction_bytes += self.db.property_int_value_cf(family, rocksdb::properties::ESTIMATE_PENDING_COMPACTION_BYTES)?.unwrap_or(0);
         }
+        // Compactions write their output before deleting their inputs: what is pending, up to
+        // what the background jobs can have in flight at once.
+        let compaction_bytes = pending_compaction_bytes.min(MAXIMUM_COMPACTIONS_IN_FLIGHT_BYTES);
         let reserve = configured_or(&RESERVE_BYTES, automatic_reserve_bytes(space.total_bytes));
         guard.available_bytes.store(space.available_bytes, Ordering::Relaxed);
         guard.total_bytes.store(space.total_bytes, Ordering::Relaxed);
         guard.reserve_bytes.store(reserve, Ordering::Relaxed);
         guard.memtable_bytes.store(memtable_bytes, Ordering::Relaxed);
-        let required = reserve.saturating_add(memtable_bytes);
+        guard.compaction_bytes.store(compaction_bytes, Ordering::Relaxed);
+        let required = guard.required_bytes();
         let headroom = i64::try_from(space.available_bytes).unwrap_or(i64::MAX) - i64::try_from(required).unwrap_or(i64::MAX);
         let was_refusing = guard.refusing.load(Ordering::Relaxed);
         let admits = if was_refusing { headroom > guard.resume_margin_bytes() } else { headroom > 0 };
@@ -304,7 +328,7 @@ impl Engine {
         let refusing = guard.refusing.load(Ordering::Relaxed);
         if guard.reported_refusing.swap(refusing, Ordering::Relaxed) != refusing {
             let available_bytes = guard.available_bytes.load(Ordering::Relaxed);
-            let required_bytes = guard.reserve_bytes.load(Ordering::Relaxed) + guard.memtable_bytes.load(Ordering::Relaxed);
+            let required_bytes = guard.required_bytes();
             events.push(if refusing {
                 DiskSpaceEvent::Refusing { available_bytes, required_bytes }
             } else {
@@ -323,7 +347,7 @@ impl Engine {
         let present = std::fs::metadata(&path).map(|metadata| metadata.len()).unwrap_or(0);
         guard.ballast_bytes.store(present, Ordering::Relaxed);
         let available = guard.available_bytes.load(Ordering::Relaxed);
-        let required = guard.reserve_bytes.load(Ordering::Relaxed) + guard.memtable_bytes.load(Ordering::Relaxed);
+        let required = guard.required_bytes();
         if present >= wanted || wanted == 0 || available < required.saturating_add(wanted.saturating_mul(2)) {
             return Ok(None);
         }
@@ -372,6 +396,9 @@ impl Engine {
             "availableBytes": bytes(&guard.available_bytes),
             "reserveBytes": bytes(&guard.reserve_bytes),
             "memtableBytes": bytes(&guard.memtable_bytes),
+            "pendingCompactionBytes": bytes(&guard.compaction_bytes),
+            "walPreallocationBytes": bytes(&guard.wal_preallocation_bytes),
+            "requiredBytes": i64::try_from(guard.required_bytes()).unwrap_or(i64::MAX),
             "budgetBytes": guard.budget_bytes.load(Ordering::Relaxed).max(0),
             "ballastBytes": bytes(&guard.ballast_bytes),
             "refusedWrites": bytes(&guard.refused_writes),
@@ -411,6 +438,7 @@ mod tests {
     #[test]
     fn automatic_sizes() {
         assert_eq!(automatic_reserve_bytes(1 << 30), 256 << 20);
+        assert_eq!(automatic_reserve_bytes(96 << 20), 24 << 20);
         assert_eq!(automatic_reserve_bytes(100 << 30), (100 << 30) / 100 * 2);
         assert_eq!(automatic_ballast_bytes(10 << 30), (10 << 30) / 100);
         assert_eq!(automatic_ballast_bytes(1 << 40), 256 << 20);

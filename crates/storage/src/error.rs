@@ -204,6 +204,12 @@ impl std::error::Error for StorageError {}
 
 impl From<rocksdb::Error> for StorageError {
     fn from(error: rocksdb::Error) -> Self {
-        StorageError::RocksDb(error.into_string())
+        let message = error.into_string();
+        // Past the free-space guard (the disk filled behind the node's back), RocksDB stops
+        // writing with a background error: still MongoDB's OutOfDiskSpace to the client.
+        if message.contains("No space left on device") {
+            return StorageError::OutOfDiskSpace(message);
+        }
+        StorageError::RocksDb(message)
     }
 }

@@ -26,6 +26,7 @@ impl Engine {
         // Before RocksDB's recovery: it may release the ballast so that recovery has room.
         let disk_space = crate::disk_space::DiskSpaceGuard::open(path)?;
         let options = &crate::disk_space::fit_to_filesystem(options, disk_space.filesystem_total_bytes_at_open);
+        disk_space.wal_preallocation_bytes.store(options.write_buffer_size_bytes as u64 / 10 * 11, std::sync::atomic::Ordering::Relaxed);
         let database_options = database_options(options);
         let block_cache = Cache::new_lru_cache(options.block_cache_size_bytes)?;
         let existing = if path.join("CURRENT").exists() {
