@@ -52,12 +52,16 @@ pub const AUTOMATIC: i64 = -1;
 
 /// The ballast file under `--dbpath`.
 pub const BALLAST_FILE_NAME: &str = "myriad.ballast";
-/// Smallest automatic reserve: the largest automatic compaction's output (L0 -> L1 rewrites up
-/// to `max_bytes_for_level_base`, 256 MiB, before deleting its inputs).
+/// Smallest automatic reserve. Memtables, pending compactions and the WAL preallocation are
+/// kept free on top of it as they are measured; the reserve is the slack for what is not
+/// measured: RocksDB's MANIFEST and LOG, the compaction estimate's error, sort spills under
+/// `<dbpath>/_tmp`, other processes writing between two refreshes.
 const MINIMUM_AUTOMATIC_RESERVE_BYTES: u64 = 256 << 20;
-/// Automatic reserve as a share of the filesystem, for large disks (whose levels, and so
-/// compactions, are larger).
-const AUTOMATIC_RESERVE_PERCENT: u64 = 2;
+/// Automatic reserve as a share of the filesystem, for large disks (whose files, and so
+/// estimate errors and spills, are larger)...
+const AUTOMATIC_RESERVE_PERCENT: u64 = 1;
+/// ...up to this much.
+const MAXIMUM_AUTOMATIC_RESERVE_BYTES: u64 = 2 << 30;
 /// Automatic ballast: 1% of the filesystem (CockroachDB's rule), at most what recovery can
 /// need: replaying the WAL writes at most the unflushed memtables, bounded by
 /// `EngineOptions::total_write_buffer_size_bytes` (256 MiB).
@@ -77,10 +81,11 @@ const MINIMUM_FLUSHED_MEMTABLE_BYTES: u64 = 1 << 20;
 /// append now, its memtable's flush later.
 const DISK_BYTES_PER_BATCH_BYTE: i64 = 2;
 
-/// The automatic reserve for a filesystem of `total_bytes`: max(256 MiB, 2%), but at most a
-/// quarter of a small filesystem (under 1 GiB), which would otherwise never take a write.
+/// The automatic reserve for a filesystem of `total_bytes`: 1%, at least 256 MiB and at most
+/// 2 GiB, but at most a quarter of a small filesystem (under 1 GiB), which would otherwise never
+/// take a write.
 pub fn automatic_reserve_bytes(total_bytes: u64) -> u64 {
-    MINIMUM_AUTOMATIC_RESERVE_BYTES.max(total_bytes / 100 * AUTOMATIC_RESERVE_PERCENT).min(total_bytes / 4)
+    (total_bytes / 100 * AUTOMATIC_RESERVE_PERCENT).clamp(MINIMUM_AUTOMATIC_RESERVE_BYTES, MAXIMUM_AUTOMATIC_RESERVE_BYTES).min(total_bytes / 4)
 }
 
 /// The automatic ballast for a filesystem of `total_bytes`: min(256 MiB, 1%).
@@ -439,7 +444,8 @@ mod tests {
     fn automatic_sizes() {
         assert_eq!(automatic_reserve_bytes(1 << 30), 256 << 20);
         assert_eq!(automatic_reserve_bytes(96 << 20), 24 << 20);
-        assert_eq!(automatic_reserve_bytes(100 << 30), (100 << 30) / 100 * 2);
+        assert_eq!(automatic_reserve_bytes(100 << 30), (100 << 30) / 100);
+        assert_eq!(automatic_reserve_bytes(1 << 40), 2 << 30);
         assert_eq!(automatic_ballast_bytes(10 << 30), (10 << 30) / 100);
         assert_eq!(automatic_ballast_bytes(1 << 40), 256 << 20);
     }
