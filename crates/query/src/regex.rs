@@ -10,8 +10,8 @@
 //! after the pattern's own leading items, so a pattern cannot raise them (the last setting of an
 //! item is the one PCRE2 keeps, and a pattern can only lower the library's own limits). A match
 //! that reaches a limit is an error, [`MatchLimitExceeded`], never a silent non-match: the
-//! expressions answer it as MongoDB does (51156), and so does the `$regex` filter, where mongod
-//! would count the document as not matching. An invalid pattern answers 51091 with PCRE2's
+//! expressions answer it as MongoDB does (51156), and so do the `$regex` filter and
+//! `$jsonSchema`'s `pattern`, where mongod would count the document as not matching. An invalid pattern answers 51091 with PCRE2's
 //! message, as mongod does. No JIT: JIT code is allocated in executable chunks that a regex
 //! cannot be charged for, and the interpreter honours every limit.
 //!
@@ -136,14 +136,6 @@ impl CompiledRegex {
     /// Whether the regex matches somewhere in `text`, or [`MatchLimitExceeded`].
     pub fn try_is_match(&self, text: &str) -> Result<bool, MatchLimitExceeded> {
         self.compiled.regex.is_match(text.as_bytes()).map_err(limit_exceeded)
-    }
-
-    /// For `$jsonSchema`'s `pattern` and `patternProperties` only, whose matching has no error
-    /// path yet: a match that reaches PCRE2's limits counts as no match, so a `pattern` keyword
-    /// fails (the document does not validate) rather than passes. Filters and expressions use
-    /// [`Self::try_is_match`], which reports it.
-    pub fn is_match_or_false(&self, text: &str) -> bool {
-        self.try_is_match(text).unwrap_or(false)
     }
 
     /// The first match that starts at or after `from` (whose code-point count the caller

@@ -42,7 +42,7 @@ pub(super) fn matches_document(node: &Node, document: &Document, details: &mut M
             Ok(!matches_document(child, document, &mut ignored)?)
         }
         Node::Expr(expression) => Ok(is_truthy(Some(&expression.evaluate(document)?))),
-        Node::JsonSchema(schema) => Ok(schema.matches(document)),
+        Node::JsonSchema(schema) => schema.matches(document),
         Node::Leaf { path, predicate } => {
             if path.is_empty() {
                 // A value condition applied to a whole document (e.g. an `$elemMatch` element).
@@ -113,7 +113,7 @@ pub(super) fn matches_value(node: &Node, value: &Bson, details: &mut MatchDetail
         }
         Node::Not(child) => Ok(!matches_value(child, value, &mut MatchDetails::default())?),
         Node::Leaf { path, predicate } if path.is_empty() => Ok(predicate_matches(predicate, Some(value))?.is_some()),
-        Node::JsonSchema(schema) => Ok(schema.matches_value(value)),
+        Node::JsonSchema(schema) => schema.matches_value(value),
         other => match value {
             Bson::Document(document) => matches_document(other, document, details),
             _ => Ok(false),
