@@ -1,7 +1,7 @@
 """A full disk never takes the node down (issue 25, item 1): on a small tmpfs, concurrent j:true
 and w:1 writers fill the disk; every write is acknowledged (and readable after a restart) or
-refused with OutOfDiskSpace (14031); the server never exits; reads, drop and compact answer
-while it is full; writes resume by themselves once space returns; and a restart on a full disk
+refused with OutOfDiskSpace (14031); the server never exits; reads, drop, dropDatabase, killOp
+and compact answer while it is full; writes resume by themselves once space returns; and a restart on a full disk
 comes up (the ballast file is released) refusing writes, then accepts them once space returns.
 
 Needs root and a tmpfs mount; where the machine refuses the mount the test is skipped and says
@@ -141,6 +141,7 @@ def test_a_full_disk_refuses_writes_and_the_node_stays_up(small_filesystem):
     try:
         client = server.client()
         client.test.small.insert_one({"_id": 1})
+        client.other.small.insert_one({"_id": 1})
         assert client.admin.command("getParameter", 1, diskSpaceReserveBytes=1)["diskSpaceReserveBytes"] == RESERVE_BYTES
         assert client.admin.command("setParameter", 1, diskSpaceReserveBytes=RESERVE_BYTES)["was"] == RESERVE_BYTES
         wait_until(lambda: disk_space(client)["ballastBytes"] == BALLAST_BYTES, "the ballast file is created", timeout=20)
@@ -156,6 +157,9 @@ def test_a_full_disk_refuses_writes_and_the_node_stays_up(small_filesystem):
             client.test.data.insert_one({"_id": "refused"})
         assert refusal.value.code == OUT_OF_DISK_SPACE and refusal.value.details.get("codeName") == "OutOfDiskSpace"
         client.test.small.drop()
+        client.drop_database("other")
+        assert "other" not in client.list_database_names()
+        assert client.admin.command("killOp", op=123456)["ok"] == 1
         client.test.command("compact", "data")
         # Space returns: writes succeed again without a restart.
         os.remove(filler)
