@@ -511,9 +511,9 @@ impl Execution {
         let matches = if self.filter_document.is_empty() {
             true
         } else if let (Access::IdLookup { .. }, Some(id_only)) = (&self.access, row.id_only()) {
-            self.filter.matches(&id_only)
+            self.filter.try_matches(&id_only)?
         } else {
-            self.filter.matches(row.document()?)
+            self.filter.try_matches(row.document()?)?
         };
         self.counters.filter.advanced += u64::from(matches);
         Ok(matches)

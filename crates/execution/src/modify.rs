@@ -110,7 +110,7 @@ fn write_chunk(
     for record_id in candidates {
         let Some(raw) = transaction.get_record(record_id)? else { continue };
         let current = to_document(&raw)?;
-        if !filter.matches(&current) {
+        if !filter.try_matches(&current)? {
             continue;
         }
         write(transaction, record_id, current)?;

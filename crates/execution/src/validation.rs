@@ -211,7 +211,7 @@ pub fn check_update(context: &ServerContext, transaction: &dyn WriteSession, old
 impl Validator {
     /// Checks `document`; `previous` is the stored version an update replaces.
     pub fn check(&self, context: &ServerContext, transaction: &dyn WriteSession, previous: Option<&Document>, document: &Document) -> CommandResult<()> {
-        if self.filter.matches(document) {
+        if self.filter.try_matches(document)? {
             return Ok(());
         }
         if self.level == ValidationLevel::Moderate && previous.is_some_and(|previous| !self.filter.matches(previous)) {

@@ -1,97 +1,51 @@
-//! `$regex` compilation with PCRE semantics, as MongoDB's (PCRE2 in UTF mode): options
-//! `i`, `m`, `s`, `x` and `u`, look-around, back-references, atomic groups.
+//! `$regex` and the regex expressions on PCRE2, the library MongoDB uses, through the `pcre2`
+//! crate linked to the system's libpcre2-8 (Debian's `libpcre2-dev`; `pcre2-sys` finds it with
+//! pkg-config). Options as MongoDB's: `i` (caseless), `m` (multi-line), `s` (dot-all), `x`
+//! (extended), `u` (UTF, always on: subjects are UTF-8); no UCP, so `\d`, `\w` and `\b` are
+//! ASCII, as in mongod.
 //!
-//! A pattern is first rewritten into Rust engine syntax with PCRE's meaning (see [`pcre`]).
-//! Patterns that need no backtracking compile to `regex-automata`'s finite automata, which
-//! match in linear time; the others (look-around, back-references, atomic groups...) compile
-//! to `fancy-regex`, a backtracking engine (a maintained, pure-Rust crate built on the same
-//! automata) whose backtracking is bounded by [`BACKTRACK_LIMIT`] per match and whose subject
-//! is bounded by [`BACKTRACKING_MAX_SUBJECT_BYTES`]: past either the match gives up (no
-//! match), as MongoDB's PCRE gives up at its match limit, so catastrophic backtracking and
-//! look-arounds rescanning long subjects cannot stall the server. An invalid pattern answers 51091
-//! ("Regular expression is invalid"), as MongoDB does.
+//! Every match runs under PCRE2's match limit ([`MATCH_LIMIT`], PCRE2's default, which mongod
+//! keeps) and a heap limit ([`HEAP_LIMIT_KIBIBYTES`]; PCRE2's default, 20 GB, would let one
+//! match take the machine). They are set by `(*LIMIT_MATCH=)` and `(*LIMIT_HEAP=)` items placed
+//! after the pattern's own leading items, so a pattern cannot raise them (the last setting of an
+//! item is the one PCRE2 keeps, and a pattern can only lower the library's own limits). A match
+//! that reaches a limit is an error, [`MatchLimitExceeded`], never a silent non-match: the
+//! expressions answer it as MongoDB does (51156), and so do the `$regex` filter and
+//! `$jsonSchema`'s `pattern`, where mongod would count the document as not matching. An invalid pattern answers 51091 with PCRE2's
+//! message, as mongod does. No JIT: JIT code is allocated in executable chunks that a regex
+//! cannot be charged for, and the interpreter honours every limit.
 //!
-//! Besides matching, [`CompiledRegex::find_at`] finds the first match from a position with its
-//! capture groups and byte and code-point offsets, for `$regexFind` and its siblings; there
-//! [`CompiledRegex::try_is_match`] and `find_at` report a backtracking match that gives up as
-//! [`MatchLimitExceeded`] instead of as no match.
-//!
-//! Memory: one regex compiles to at most [`MAX_COMPILED_REGEX_BYTES`] of automata (past it,
-//! 51091, as MongoDB's PCRE answers a pattern that compiles too large), and its lazy DFA's
-//! cache grows to at most [`REGEX_CACHE_CAPACITY_BYTES`] per direction while matching. The
-//! regexes of one filter together take at most `MAX_FILTER_REGEX_BYTES` (their compiled
-//! size plus their first search cache), checked after each compilation and before the next
-//! one (`crate::filter`'s budget): a simple regex counts about 11 KiB, so a `$in` of some 9,000 regexes is accepted and
-//! one of 100,000 is refused with `ExceededMemoryLimit` (146) instead of taking gigabytes. A
-//! backtracking regex does not report its size, so it is charged an estimate that grows with
-//! its pattern ([`BACKTRACKING_BASE_BYTES`] plus [`BACKTRACKING_BYTES_PER_PATTERN_BYTE`]).
+//! Memory: a compiled regex is charged its PCRE2 code size (`PCRE2_INFO_SIZE`) plus a fixed
+//! overhead for its match data ([`memory_bytes`](CompiledRegex::memory_bytes)), which a
+//! filter's budget adds up (`crate::filter`'s budget: a `$in` of 10,000 small regexes takes a
+//! 12 MiB). Compiled regexes are shared through a process-wide cache of at most
+//! [`CACHE_CAPACITY_BYTES`], so the same pattern in every query of a workload compiles once.
 
-mod pcre;
-
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
 
 use bson::Bson;
-use regex_automata::{meta, Input, PatternID};
+use pcre2::bytes::{Regex, RegexBuilder};
 
 use crate::error::{QueryError, QueryResult};
 
 /// Pattern size bound (MongoDB's own limit is 32 KiB).
 const MAX_PATTERN_BYTES: usize = 32 * 1024;
-/// Automata one regex may compile to.
-pub(crate) const MAX_COMPILED_REGEX_BYTES: usize = 4 * 1024 * 1024;
-/// Lazy DFA cache of one regex, per search direction.
-const REGEX_CACHE_CAPACITY_BYTES: usize = 512 * 1024;
-/// What a compiled regex holds beyond what its automata report (its cache pool, shared
-/// strategy and allocator slack): measured as about 7 KiB per simple regex.
-const REGEX_OVERHEAD_BYTES: u64 = 8 * 1024;
-/// The fixed part of a backtracking regex's charge (its program and first delegate).
-const BACKTRACKING_BASE_BYTES: u64 = 32 * 1024;
-/// The part of a backtracking regex's charge per byte of its translated pattern (each piece
-/// may become an automaton of its own).
-const BACKTRACKING_BYTES_PER_PATTERN_BYTE: u64 = 512;
-/// Backtracking steps one match may take before it gives up (no match).
-pub(crate) const BACKTRACK_LIMIT: usize = 1_000_000;
-/// Longest subject the backtracking engine examines. A look-around evaluated at every
-/// position scans the rest of the subject each time without backtracking, so its work grows
-/// with the square of the subject (100 KB took 9 s); past this bound the match gives up (no
-/// match), as PCRE's match limit gives up on such work in MongoDB.
-pub(crate) const BACKTRACKING_MAX_SUBJECT_BYTES: usize = 16 * 1024;
-/// Instructions a backtracking program may have (subroutine calls are inlined).
-const MAX_BACKTRACKING_PROGRAM: usize = 1 << 16;
+/// PCRE2's default match limit (calls of its internal match function per match), as mongod.
+pub(crate) const MATCH_LIMIT: u32 = 10_000_000;
+/// Heap one match may use for its backtracking frames.
+pub(crate) const HEAP_LIMIT_KIBIBYTES: u32 = 64 * 1024;
+/// What a compiled regex holds beyond its code: the `Regex` and its builder, the pool of match
+/// data blocks (one per thread that matched, each about 200 bytes plus its offsets vector),
+/// the cache entry and its key.
+const REGEX_OVERHEAD_BYTES: u64 = 1024;
+/// The process-wide cache of compiled regexes holds at most this many bytes (their charges).
+const CACHE_CAPACITY_BYTES: u64 = 32 * 1024 * 1024;
 /// MongoDB's code for an invalid regular expression.
 const INVALID_REGEX: i32 = 51091;
 /// MongoDB's code for an unknown regex option.
 const INVALID_REGEX_OPTION: i32 = 51108;
-
-/// The engine a pattern compiled to.
-#[derive(Clone, Debug)]
-enum Engine {
-    Automaton { regex: meta::Regex, groups: GroupLayout },
-    Backtracking(Box<fancy_regex::Regex>),
-}
-
-/// Which groups of an automaton are the pattern's own and which hold a final newline
-/// consumed by `$` (see [`pcre::FINAL_NEWLINE_GROUP_PREFIX`]).
-#[derive(Clone, Debug, Default)]
-struct GroupLayout {
-    /// The engine's indices of the pattern's capture groups, in pattern order.
-    pattern_groups: Vec<usize>,
-    final_newline_groups: Vec<usize>,
-}
-
-impl GroupLayout {
-    fn of(regex: &meta::Regex) -> GroupLayout {
-        let mut layout = GroupLayout::default();
-        for (index, name) in regex.group_info().pattern_names(PatternID::ZERO).enumerate().skip(1) {
-            if name.is_some_and(|name| name.starts_with(pcre::FINAL_NEWLINE_GROUP_PREFIX)) {
-                layout.final_newline_groups.push(index);
-            } else {
-                layout.pattern_groups.push(index);
-            }
-        }
-        layout
-    }
-}
 
 /// A position in a text: its byte offset and the number of code points before it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -124,19 +78,35 @@ impl RegexMatch {
     }
 }
 
-/// The backtracking engine gave up on a match: it exceeded [`BACKTRACK_LIMIT`], or the
-/// subject is longer than [`BACKTRACKING_MAX_SUBJECT_BYTES`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MatchLimitExceeded;
+/// A match stopped at one of PCRE2's limits (match, depth or heap): PCRE2's message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MatchLimitExceeded {
+    pub reason: String,
+}
+
+impl MatchLimitExceeded {
+    /// MongoDB's error for it (51156), naming the operator (`$regex`, `$regexFind`...).
+    pub fn to_query_error(&self, operator: &str) -> QueryError {
+        QueryError::Location(
+            51156,
+            format!("Error occurred while executing the regular expression in {operator}. Result code: {}", self.reason),
+        )
+    }
+}
+
+/// A compiled PCRE2 pattern and its memory charge.
+#[derive(Debug)]
+struct Compiled {
+    regex: Regex,
+    memory_bytes: u64,
+}
 
 /// A compiled regular expression, keeping its source for equality with stored regexes.
 #[derive(Clone, Debug)]
 pub struct CompiledRegex {
     pub pattern: String,
     pub options: String,
-    engine: Engine,
-    /// Heap bytes of the automata plus a first search cache and the fixed overhead.
-    memory_bytes: u64,
+    compiled: Arc<Compiled>,
 }
 
 impl CompiledRegex {
@@ -147,139 +117,198 @@ impl CompiledRegex {
         if pattern.contains('\0') {
             return Err(QueryError::BadValue("Regular expression cannot contain an embedded null byte".into()));
         }
-        let mut modes = pcre::Modes::default();
-        let mut engine_flags = String::new();
-        for option in options.chars() {
-            match option {
-                'i' | 's' if !engine_flags.contains(option) => engine_flags.push(option),
-                'i' | 's' => {}
-                'm' => modes.multi_line = true,
-                'x' => modes.extended = true,
-                // UTF-8 ('u') is always on.
-                'u' => {}
-                other => return Err(QueryError::Location(INVALID_REGEX_OPTION, format!(" invalid flag in regex options: {other}"))),
-            }
+        if let Some(other) = options.chars().find(|option| !"imsxu".contains(*option)) {
+            return Err(QueryError::Location(INVALID_REGEX_OPTION, format!(" invalid flag in regex options: {other}")));
         }
-        let prefix = if engine_flags.is_empty() { String::new() } else { format!("(?{engine_flags})") };
-        let (engine, memory_bytes) = compile(pattern, modes, &prefix)?;
-        Ok(CompiledRegex { pattern: pattern.to_string(), options: options.to_string(), engine, memory_bytes })
+        let compiled = cached_or_compiled(pattern, options)?;
+        Ok(CompiledRegex { pattern: pattern.to_string(), options: options.to_string(), compiled })
     }
 
     /// Regexes match strings and symbols; a stored regex matches when identical.
-    pub fn matches(&self, value: &Bson) -> bool {
+    pub fn matches(&self, value: &Bson) -> Result<bool, MatchLimitExceeded> {
         match value {
-            Bson::String(text) | Bson::Symbol(text) => self.is_match_str(text),
-            Bson::RegularExpression(regex) => regex.pattern == self.pattern && regex.options == self.options,
-            _ => false,
+            Bson::String(text) | Bson::Symbol(text) => self.try_is_match(text),
+            Bson::RegularExpression(regex) => Ok(regex.pattern == self.pattern && regex.options == self.options),
+            _ => Ok(false),
         }
     }
 
-    /// True when the regex matches somewhere in `text`. A backtracking match that exceeds
-    /// [`BACKTRACK_LIMIT`], or whose subject is longer than
-    /// [`BACKTRACKING_MAX_SUBJECT_BYTES`], counts as no match.
-    pub fn is_match_str(&self, text: &str) -> bool {
-        self.try_is_match(text).unwrap_or(false)
-    }
-
-    /// Whether the regex matches somewhere in `text`, or [`MatchLimitExceeded`] when the
-    /// backtracking engine gives up.
+    /// Whether the regex matches somewhere in `text`, or [`MatchLimitExceeded`].
     pub fn try_is_match(&self, text: &str) -> Result<bool, MatchLimitExceeded> {
-        match &self.engine {
-            Engine::Automaton { regex, .. } => Ok(regex.is_match(text)),
-            Engine::Backtracking(_) if text.len() > BACKTRACKING_MAX_SUBJECT_BYTES => Err(MatchLimitExceeded),
-            Engine::Backtracking(regex) => regex.is_match(text).map_err(|_| MatchLimitExceeded),
-        }
+        self.compiled.regex.is_match(text.as_bytes()).map_err(limit_exceeded)
     }
 
     /// The first match that starts at or after `from` (whose code-point count the caller
     /// knows, so that successive searches count each code point once), with its capture
-    /// groups. Anchors and look-behind see the whole text, as PCRE's start offset does.
-    /// `None` when nothing matches, or when `from` is past the end or inside a code point.
+    /// groups. Anchors and look-behind see the whole text (PCRE2's start offset). `None` when
+    /// nothing matches, or when `from` is past the end or inside a code point.
     pub fn find_at(&self, text: &str, from: TextPosition) -> Result<Option<RegexMatch>, MatchLimitExceeded> {
         if from.byte > text.len() || !text.is_char_boundary(from.byte) {
             return Ok(None);
         }
-        let found = match &self.engine {
-            Engine::Automaton { regex, groups } => find_with_automaton(regex, groups, text, from.byte),
-            Engine::Backtracking(_) if text.len() > BACKTRACKING_MAX_SUBJECT_BYTES => return Err(MatchLimitExceeded),
-            Engine::Backtracking(regex) => find_with_backtracking(regex, text, from.byte)?,
+        let regex = &self.compiled.regex;
+        let mut locations = regex.capture_locations();
+        let Some(whole) = regex.captures_read_at(&mut locations, text.as_bytes(), from.byte).map_err(limit_exceeded)? else {
+            return Ok(None);
         };
-        let Some((whole, groups)) = found else { return Ok(None) };
-        let skipped = text.get(from.byte..whole.start).map_or(0, |skipped| skipped.chars().count());
-        let start = TextPosition { byte: whole.start, code_point: from.code_point + skipped };
-        Ok(Some(RegexMatch { start, end_byte: whole.end, groups }))
+        let groups = (1..locations.len()).map(|index| locations.get(index).map(|(start, end)| start..end)).collect();
+        let skipped = text.get(from.byte..whole.start()).map_or(0, |skipped| skipped.chars().count());
+        let start = TextPosition { byte: whole.start(), code_point: from.code_point + skipped };
+        Ok(Some(RegexMatch { start, end_byte: whole.end(), groups }))
     }
 
-    /// True when the pattern needed the backtracking engine.
-    pub fn is_backtracking(&self) -> bool {
-        matches!(self.engine, Engine::Backtracking(_))
-    }
-
-    /// Heap bytes this regex holds once it has searched (its automata and one cache).
+    /// Heap bytes this regex holds: its PCRE2 code and the fixed overhead.
     pub fn memory_bytes(&self) -> u64 {
-        self.memory_bytes
+        self.compiled.memory_bytes
     }
 }
 
-/// Compiles with the automaton engine when the pattern allows it, else with the backtracking
-/// one; returns the engine and its memory charge.
-fn compile(pattern: &str, modes: pcre::Modes, prefix: &str) -> QueryResult<(Engine, u64)> {
-    if let Ok(translated) = pcre::translate(pattern, modes, pcre::Flavor::Automaton) {
-        let configuration = meta::Config::new()
-            .nfa_size_limit(Some(MAX_COMPILED_REGEX_BYTES))
-            .onepass_size_limit(Some(MAX_COMPILED_REGEX_BYTES))
-            .hybrid_cache_capacity(REGEX_CACHE_CAPACITY_BYTES);
-        match meta::Regex::builder().configure(configuration).build(&format!("{prefix}{translated}")) {
-            Ok(compiled) => {
-                let memory_bytes = (compiled.memory_usage() + compiled.create_cache().memory_usage()) as u64 + REGEX_OVERHEAD_BYTES;
-                let groups = GroupLayout::of(&compiled);
-                return Ok((Engine::Automaton { regex: compiled, groups }, memory_bytes));
-            }
-            Err(error) if error.size_limit().is_some() => return Err(invalid(&error.to_string())),
-            // Look-around, back-references and the like: the backtracking engine has them.
-            Err(_) => {}
+fn limit_exceeded(error: pcre2::Error) -> MatchLimitExceeded {
+    let text = error.to_string();
+    let reason = text.strip_prefix("PCRE2: error matching: ").unwrap_or(&text);
+    MatchLimitExceeded { reason: reason.to_string() }
+}
+
+fn invalid(error: &pcre2::Error) -> QueryError {
+    // "PCRE2: error compiling pattern at offset N: message": mongod reports the message.
+    let text = error.to_string();
+    let reason = text.strip_prefix("PCRE2: error compiling pattern").and_then(|rest| rest.split_once(": ")).map_or(text.as_str(), |(_, message)| message);
+    QueryError::Location(INVALID_REGEX, format!("Regular expression is invalid: {reason}"))
+}
+
+/// The pattern with the limits inserted after its own leading `(*...)` items (which PCRE2 only
+/// accepts at the very start).
+fn limited_pattern(pattern: &str) -> String {
+    let mut start_items_end = 0;
+    while pattern[start_items_end..].starts_with("(*") {
+        let rest = &pattern[start_items_end + 2..];
+        let Some(close) = rest.find(')') else { break };
+        let name = &rest[..close];
+        if name.is_empty() || !name.bytes().all(|byte| byte.is_ascii_uppercase() || byte.is_ascii_digit() || byte == b'_' || byte == b'=') {
+            break;
+        }
+        start_items_end += 2 + close + 1;
+    }
+    format!(
+        "{}(*LIMIT_MATCH={MATCH_LIMIT})(*LIMIT_HEAP={HEAP_LIMIT_KIBIBYTES}){}",
+        &pattern[..start_items_end],
+        &pattern[start_items_end..]
+    )
+}
+
+fn compile(pattern: &str, options: &str) -> QueryResult<Compiled> {
+    let source = limited_pattern(pattern);
+    let mut builder = RegexBuilder::new();
+    builder
+        .utf(true)
+        .caseless(options.contains('i'))
+        .multi_line(options.contains('m'))
+        .dotall(options.contains('s'))
+        .extended(options.contains('x'))
+        .jit(false);
+    let regex = builder.build(&source).map_err(|error| invalid(&error))?;
+    let code_bytes = code_size::of(&source, options).unwrap_or(source.len() as u64 * code_size::FALLBACK_BYTES_PER_PATTERN_BYTE);
+    Ok(Compiled { regex, memory_bytes: code_bytes + REGEX_OVERHEAD_BYTES + (pattern.len() + options.len()) as u64 })
+}
+
+/// Compiled regexes by pattern and options, least recently inserted evicted first, at most
+/// [`CACHE_CAPACITY_BYTES`] of charges.
+#[derive(Default)]
+struct RegexCache {
+    entries: HashMap<(String, String), Arc<Compiled>>,
+    order: VecDeque<(String, String)>,
+    bytes: u64,
+}
+
+static CACHE: Mutex<Option<RegexCache>> = Mutex::new(None);
+
+fn cached_or_compiled(pattern: &str, options: &str) -> QueryResult<Arc<Compiled>> {
+    let key = (pattern.to_string(), options.to_string());
+    if let Some(found) = CACHE.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).as_ref().and_then(|cache| cache.entries.get(&key)) {
+        return Ok(Arc::clone(found));
+    }
+    // Compiled outside the lock; a race compiles twice and keeps one.
+    let compiled = Arc::new(compile(pattern, options)?);
+    let mut guard = CACHE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let cache = guard.get_or_insert_with(RegexCache::default);
+    if cache.entries.contains_key(&key) || compiled.memory_bytes > CACHE_CAPACITY_BYTES / 16 {
+        return Ok(compiled);
+    }
+    while cache.bytes + compiled.memory_bytes > CACHE_CAPACITY_BYTES {
+        let Some(oldest) = cache.order.pop_front() else { break };
+        if let Some(evicted) = cache.entries.remove(&oldest) {
+            cache.bytes -= evicted.memory_bytes;
         }
     }
-    let translated = pcre::translate(pattern, modes, pcre::Flavor::Backtracking).map_err(|_| invalid("unsupported pattern"))?;
-    let source = format!("{prefix}{translated}");
-    let compiled = fancy_regex::RegexBuilder::new(&source)
-        .backtrack_limit(BACKTRACK_LIMIT)
-        .delegate_size_limit(MAX_COMPILED_REGEX_BYTES)
-        .delegate_dfa_size_limit(REGEX_CACHE_CAPACITY_BYTES)
-        .max_prog_size(MAX_BACKTRACKING_PROGRAM)
-        .build()
-        .map_err(|error| invalid(&error.to_string()))?;
-    let memory_bytes = BACKTRACKING_BASE_BYTES + BACKTRACKING_BYTES_PER_PATTERN_BYTE * source.len() as u64;
-    Ok((Engine::Backtracking(Box::new(compiled)), memory_bytes))
+    cache.bytes += compiled.memory_bytes;
+    cache.order.push_back(key.clone());
+    cache.entries.insert(key, Arc::clone(&compiled));
+    Ok(compiled)
 }
 
-/// A match's byte range and its groups' byte ranges.
-type FoundSpans = (Range<usize>, Vec<Option<Range<usize>>>);
-
-/// The automaton's first match from byte `start`. Where `$` consumed the final newline (a
-/// non-empty final-newline group), PCRE's match ends before it: the match and every group are
-/// cut there.
-fn find_with_automaton(regex: &meta::Regex, layout: &GroupLayout, text: &str, start: usize) -> Option<FoundSpans> {
-    let mut captures = regex.create_captures();
-    regex.search_captures(&Input::new(text).span(start..text.len()), &mut captures);
-    let whole = captures.get_match()?.range();
-    let cut = layout.final_newline_groups.iter().filter_map(|&index| captures.get_group(index)).find(|span| !span.is_empty()).map(|span| span.start);
-    let clip = |range: Range<usize>| match cut {
-        Some(cut) => range.start.min(cut)..range.end.min(cut),
-        None => range,
+/// The size of a pattern's compiled code, which the `pcre2` crate does not expose: the pattern
+/// is compiled once more through `pcre2-sys` (the same library) and asked for
+/// `PCRE2_INFO_SIZE`.
+mod code_size {
+    use pcre2_sys::{
+        pcre2_code_free_8, pcre2_compile_8, pcre2_pattern_info_8, PCRE2_CASELESS, PCRE2_DOTALL, PCRE2_EXTENDED, PCRE2_INFO_SIZE,
+        PCRE2_MULTILINE, PCRE2_UTF,
     };
-    let groups = layout.pattern_groups.iter().map(|&index| captures.get_group(index).map(|span| clip(span.range()))).collect();
-    Some((clip(whole), groups))
+
+    /// Charge per pattern byte if the measurement fails (it cannot once the crate compiled the
+    /// same pattern): PCRE2 code is about one byte per pattern byte, plus its header.
+    pub(super) const FALLBACK_BYTES_PER_PATTERN_BYTE: u64 = 16;
+
+    pub(super) fn of(source: &str, options: &str) -> Option<u64> {
+        let mut flags = PCRE2_UTF;
+        for (option, flag) in [('i', PCRE2_CASELESS), ('m', PCRE2_MULTILINE), ('s', PCRE2_DOTALL), ('x', PCRE2_EXTENDED)] {
+            if options.contains(option) {
+                flags |= flag;
+            }
+        }
+        let (mut error_code, mut error_offset) = (0, 0);
+        // SAFETY: the pointer and length describe `source`, which outlives the call; the error
+        // outputs point to live locals; a null context means the library's defaults.
+        let code = unsafe { pcre2_compile_8(source.as_ptr(), source.len(), flags, &mut error_code, &mut error_offset, std::ptr::null_mut()) };
+        if code.is_null() {
+            return None;
+        }
+        let mut size: usize = 0;
+        // SAFETY: `code` is a valid compiled pattern (checked non-null above), and
+        // PCRE2_INFO_SIZE writes one `size_t` to the pointer, which points to `size`.
+        let status = unsafe { pcre2_pattern_info_8(code, PCRE2_INFO_SIZE, (&mut size as *mut usize).cast()) };
+        // SAFETY: `code` came from pcre2_compile_8, is freed once, and is not used after.
+        unsafe { pcre2_code_free_8(code) };
+        (status == 0).then_some(size as u64)
+    }
 }
 
-/// The backtracking engine's first match from byte `start`.
-fn find_with_backtracking(regex: &fancy_regex::Regex, text: &str, start: usize) -> Result<Option<FoundSpans>, MatchLimitExceeded> {
-    let Some(captures) = regex.captures_from_pos(text, start).map_err(|_| MatchLimitExceeded)? else { return Ok(None) };
-    let Some(whole) = captures.get(0) else { return Ok(None) };
-    let groups = (1..captures.len()).map(|index| captures.get(index).map(|group| group.range())).collect();
-    Ok(Some((whole.range(), groups)))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn invalid(reason: &str) -> QueryError {
-    QueryError::Location(INVALID_REGEX, format!("Regular expression is invalid: {reason}"))
+    #[test]
+    fn limits_follow_the_patterns_own_start_items() {
+        assert_eq!(limited_pattern("a"), format!("(*LIMIT_MATCH={MATCH_LIMIT})(*LIMIT_HEAP={HEAP_LIMIT_KIBIBYTES})a"));
+        let raised = limited_pattern("(*UTF)(*LIMIT_MATCH=999999999)a");
+        assert!(raised.starts_with("(*UTF)(*LIMIT_MATCH=999999999)(*LIMIT_MATCH="), "{raised}");
+        // Not a start item: left in place.
+        assert!(limited_pattern("(*a)").ends_with(")(*a)"));
+    }
+
+    #[test]
+    fn a_pattern_cannot_raise_the_match_limit() {
+        let subject = format!("{}b", "a".repeat(30));
+        let raised = CompiledRegex::new("(*LIMIT_MATCH=4000000000)^(a|a)+$", "").expect("compiles");
+        let error = raised.try_is_match(&subject).expect_err("stops at the limit");
+        assert!(error.reason.contains("limit"), "{error:?}");
+    }
+
+    #[test]
+    fn code_size_is_measured() {
+        let small = CompiledRegex::new("^abc", "").expect("compiles");
+        let large = CompiledRegex::new("(?:abcdefgh){200}", "").expect("compiles");
+        assert!(small.memory_bytes() < 2 * 1024, "{}", small.memory_bytes());
+        assert!(large.memory_bytes() > 1600, "{}", large.memory_bytes());
+    }
 }

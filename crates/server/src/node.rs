@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use myriad_commands::log::Logger;
+use myriad_commands::log::{Logger, Severity};
 use myriad_commands::{CommandRequest, Reply, ServerContext, ServerOptions};
 use myriad_storage::{Engine, EngineOptions};
 
@@ -49,6 +49,8 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     let internal_key = arguments.key_file.as_deref().map(myriad_commands::auth::read_key_file).transpose()?;
     crate::member_tls::configure_members(&arguments.tls_options(), internal_key.clone())?;
     std::fs::create_dir_all(&arguments.dbpath).map_err(|error| format!("cannot create --dbpath {}: {error}", arguments.dbpath))?;
+    // The free-space guard's parameters are read by open (the ballast is released before recovery).
+    myriad_commands::command::parameters::set_storage_at_startup(&arguments.set_parameters)?;
     let engine_options = EngineOptions {
         block_cache_size_bytes: arguments.cache_size_mebibytes.saturating_mul(1024 * 1024),
         block_compressor: arguments.storage_block_compressor,
@@ -77,6 +79,7 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
         argv,
         logpath: arguments.logpath.clone(),
     };
+    let monitored_engine = Arc::clone(&engine);
     let context = crate::role::context(engine, options, logger, &arguments)?;
     if let Some(member) = &member {
         let _ = context.replication.set(Arc::clone(member));
@@ -95,6 +98,7 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     if member.is_none() && !arguments.shardsvr && !arguments.configsvr {
         myriad_commands::command::get_cmd_line_opts::record_standalone_start(&context).map_err(|error| format!("cannot record the start: {}", error.message))?;
     }
+    start_disk_space_monitor(&monitored_engine, Arc::clone(&context.logger))?;
     // Deletes expired documents of TTL indexes in the background until shutdown.
     let ttl_monitor = myriad_commands::ttl::TtlMonitor::start(Arc::clone(&context)).map_err(|error| format!("cannot start the TTL monitor: {error}"))?;
     let listening = Listening { listeners, port, bind_ip: arguments.bind_ip.clone(), tls, max_connections: arguments.max_connections };
@@ -115,3 +119,28 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     Ok(())
 }
 
+
+/// Starts the free-space guard's monitor (`myriad_storage::disk_space`): it logs each change of
+/// state once, as it happens.
+fn start_disk_space_monitor(engine: &Arc<Engine>, logger: Arc<Logger>) -> Result<(), String> {
+    use myriad_storage::disk_space::DiskSpaceEvent;
+    let report = move |event: DiskSpaceEvent| {
+        let (severity, message, attributes) = match event {
+            DiskSpaceEvent::Refusing { available_bytes, required_bytes } => (
+                Severity::Warning,
+                "Free disk space is below the reserve: refusing writes with OutOfDiskSpace until space returns",
+                json!({ "availableBytes": available_bytes, "requiredBytes": required_bytes }),
+            ),
+            DiskSpaceEvent::Resumed { available_bytes, required_bytes } => {
+                (Severity::Info, "Free disk space is above the reserve again: accepting writes", json!({ "availableBytes": available_bytes, "requiredBytes": required_bytes }))
+            }
+            DiskSpaceEvent::BallastReleased { bytes } => {
+                (Severity::Warning, "Deleted the ballast file at start-up: the disk was too full to recover without it", json!({ "bytes": bytes }))
+            }
+            DiskSpaceEvent::BallastCreated { bytes } => (Severity::Info, "Created the ballast file", json!({ "bytes": bytes })),
+            DiskSpaceEvent::Failed { message } => (Severity::Warning, "Free disk space check failed", json!({ "error": message })),
+        };
+        logger.log(severity, "STORAGE", 22600, "disk-space", message, attributes);
+    };
+    engine.start_disk_space_monitor(report).map(drop).map_err(|error| format!("cannot start the disk space monitor: {error}"))
+}

@@ -1,7 +1,8 @@
 //! Memory budgets through the official driver: `$group` spills to disk past
 //! `internalQueryExecMaxBlockingSortBytes` (or fails with 292 without allowDiskUse), a `$in`
-//! of 100,000 regexes is refused without exhausting memory, and an `$unwind` fan-out past the
-//! limit is refused.
+//! of 100,000 regexes is refused without exhausting memory (one of 10,000 is answered, and a
+//! regex reaching PCRE2's match limit is an error), and an `$unwind` fan-out past the limit is
+//! refused.
 
 
 use myriad_testkit::{admin, error_code, TestServer};
@@ -49,10 +50,15 @@ async fn a_filter_of_100000_regexes_is_refused_and_the_server_answers() {
     assert_eq!(error_code(&error), Some(146));
     let reply = admin(&client, doc! { "ping": 1 }).await.expect("ping");
     assert_eq!(reply.get_f64("ok").ok().or_else(|| reply.get_i32("ok").ok().map(f64::from)), Some(1.0));
-    let few: Vec<Bson> =
-        (0..100).map(|number| Bson::RegularExpression(mongodb::bson::Regex { pattern: format!("^p{number}x"), options: String::new() })).collect();
-    let found: Vec<Document> = names.find(doc! { "name": { "$in": few } }).await.expect("find").try_collect().await.expect("batches");
+    // 10,000 small PCRE2 regexes take about 12 MiB of the 100 MiB budget.
+    let many: Vec<Bson> =
+        (0..10_000).map(|number| Bson::RegularExpression(mongodb::bson::Regex { pattern: format!("^p{number}x"), options: String::new() })).collect();
+    let found: Vec<Document> = names.find(doc! { "name": { "$in": many } }).await.expect("find").try_collect().await.expect("batches");
     assert_eq!(found.len(), 1);
+    // A match that reaches PCRE2's match limit fails the query (51156) instead of not matching.
+    names.insert_one(doc! { "name": format!("{}b", "a".repeat(40)) }).await.expect("insert");
+    let error = names.find(doc! { "name": { "$regex": "^(a|a)+$" } }).await.expect_err("match limit");
+    assert_eq!(error_code(&error), Some(51156));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -73,6 +73,8 @@ pub enum StorageError {
     /// that role before the write committed): the code and name it chose (NotWritablePrimary,
     /// InterruptedDueToReplStateChange...).
     Replication { code: i32, code_name: &'static str, message: String },
+    /// The free-space guard refused a write (`disk_space.rs`): OutOfDiskSpace.
+    OutOfDiskSpace(String),
 }
 
 impl StorageError {
@@ -105,6 +107,7 @@ impl StorageError {
             StorageError::IllegalOperation(_) => 20,
             StorageError::DollarPrefixedField(_) => 52,
             StorageError::Replication { code, .. } => *code,
+            StorageError::OutOfDiskSpace(_) => 14031,
         }
     }
 
@@ -143,6 +146,7 @@ impl StorageError {
             StorageError::IllegalOperation(_) => "IllegalOperation",
             StorageError::DollarPrefixedField(_) => "DollarPrefixedFieldName",
             StorageError::Replication { code_name, .. } => code_name,
+            StorageError::OutOfDiskSpace(_) => "OutOfDiskSpace",
         }
     }
 }
@@ -199,6 +203,7 @@ impl fmt::Display for StorageError {
                 write!(formatter, "_id fields may not contain '$'-prefixed fields: {field} is not valid for storage.")
             }
             StorageError::Replication { message, .. } => write!(formatter, "{message}"),
+            StorageError::OutOfDiskSpace(message) => write!(formatter, "{message}"),
         }
     }
 }
@@ -207,6 +212,12 @@ impl std::error::Error for StorageError {}
 
 impl From<rocksdb::Error> for StorageError {
     fn from(error: rocksdb::Error) -> Self {
-        StorageError::RocksDb(error.into_string())
+        let message = error.into_string();
+        // Past the free-space guard (the disk filled behind the node's back), RocksDB stops
+        // writing with a background error: still MongoDB's OutOfDiskSpace to the client.
+        if message.contains("No space left on device") {
+            return StorageError::OutOfDiskSpace(message);
+        }
+        StorageError::RocksDb(message)
     }
 }

@@ -42,6 +42,7 @@ mod creation;
 mod creation_queue;
 mod commit;
 mod compression;
+pub mod disk_space;
 mod engine;
 mod error;
 mod families;

@@ -289,6 +289,7 @@ impl Engine {
         effects: impl FnOnce() -> Result<Vec<ReplicatedEffect>, StorageError>,
         operations: &[OperationRecord],
     ) -> Result<(), StorageError> {
+        self.admit_write(batch.size_in_bytes(), operations)?;
         let replication = self.replication.load();
         let Some(replication) = replication.as_ref().filter(|_| !local) else {
             self.db.write_opt(batch, options)?;

@@ -8,6 +8,7 @@ use bson::{doc, Bson, Document};
 
 use crate::error::{CommandError, CommandResult, INVALID_OPTIONS};
 use crate::knobs;
+use myriad_storage::disk_space;
 use crate::{CommandRequest, ServerContext};
 
 /// How a parameter is read and, when settable at runtime, written.
@@ -191,6 +192,24 @@ const PARAMETERS: &[Parameter] = &[
         startup: true,
     },
     Parameter {
+        name: "diskSpaceReserveBytes",
+        kind: Kind::Settable {
+            read: |_| Bson::Int64(disk_space::RESERVE_BYTES.load(Ordering::Relaxed)),
+            write: |_, value| store_disk_space("diskSpaceReserveBytes", value),
+            boolean: false,
+        },
+        startup: true,
+    },
+    Parameter {
+        name: "diskSpaceBallastBytes",
+        kind: Kind::Settable {
+            read: |_| Bson::Int64(disk_space::BALLAST_BYTES.load(Ordering::Relaxed)),
+            write: |_, value| store_disk_space("diskSpaceBallastBytes", value),
+            boolean: false,
+        },
+        startup: true,
+    },
+    Parameter {
         name: "quiet",
         kind: Kind::Settable {
             read: |context| Bson::Boolean(context.logger.is_quiet()),
@@ -221,6 +240,37 @@ fn store_in_range(target: &std::sync::atomic::AtomicU64, name: &str, value: i64,
     }
     let value = u64::try_from(value.min(i64::from(i32::MAX))).unwrap_or(0);
     target.store(value, Ordering::Relaxed);
+    Ok(())
+}
+
+/// The free-space guard's parameters (`myriad_storage::disk_space`): bytes, or -1 for the
+/// automatic size.
+fn store_disk_space(name: &str, value: i64) -> CommandResult<()> {
+    let target = match name {
+        "diskSpaceReserveBytes" => &disk_space::RESERVE_BYTES,
+        _ => &disk_space::BALLAST_BYTES,
+    };
+    if value < disk_space::AUTOMATIC {
+        return Err(CommandError::bad_value(format!(
+            "Invalid value for parameter {name}: {value} is not greater than or equal to {}",
+            disk_space::AUTOMATIC
+        )));
+    }
+    target.store(value, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Applies the `--setParameter` assignments that the storage engine's open reads (the
+/// free-space guard's, which decide whether the ballast is released before recovery). The
+/// others, and these again, are applied by [`set_at_startup`] once the server context exists.
+pub fn set_storage_at_startup(assignments: &[String]) -> Result<(), String> {
+    for assignment in assignments {
+        let Some((name, text)) = assignment.split_once('=') else { continue };
+        if name == "diskSpaceReserveBytes" || name == "diskSpaceBallastBytes" {
+            let value = text.trim().parse::<i64>().map_err(|_| format!("--setParameter {name}: invalid value '{text}'"))?;
+            store_disk_space(name, value).map_err(|error| format!("--setParameter {name}: {}", error.message))?;
+        }
+    }
     Ok(())
 }
 

@@ -1,8 +1,7 @@
 //! `$regexMatch`, `$regexFind` and `$regexFindAll`, on the same compiled regexes as the
-//! `$regex` query operator ([`CompiledRegex`]): PCRE semantics with look-around and
-//! back-references, options `i`, `m`, `s`, `x` and `u` (always on), and a backtracking match
-//! bounded in steps and subject length. A match that gives up at those bounds answers 51156, as
-//! MongoDB answers a PCRE match that reaches its match limit.
+//! `$regex` query operator ([`CompiledRegex`], PCRE2): options `i`, `m`, `s`, `x` and `u`
+//! (always on). A match that stops at PCRE2's match or heap limit answers 51156 with PCRE2's
+//! message, as MongoDB does.
 //!
 //! Arguments are checked in MongoDB's order: the regex and its options first (51105, 51106,
 //! 51107, 51109, 51110), then their compilation (51108, 51111), then the input (51104).
@@ -47,7 +46,7 @@ pub(super) fn evaluate(operator: Operator, values: Vec<Option<Bson>>) -> QueryRe
         });
     };
     match operator {
-        Operator::RegexMatch => compiled.try_is_match(&input).map(Bson::Boolean).map_err(|_| match_limit_error(name)),
+        Operator::RegexMatch => compiled.try_is_match(&input).map(Bson::Boolean).map_err(|error| error.to_query_error(name)),
         Operator::RegexFind => {
             let mut output_bytes = 0;
             Ok(match find(name, &compiled, &input, TextPosition::default())? {
@@ -100,15 +99,8 @@ fn compile_error(name: &str, error: QueryError) -> QueryError {
     }
 }
 
-fn match_limit_error(name: &str) -> QueryError {
-    QueryError::Location(
-        51156,
-        format!("Error occurred while executing the regular expression in {name}. Result code: the match limit was exceeded"),
-    )
-}
-
 fn find(name: &str, compiled: &CompiledRegex, input: &str, from: TextPosition) -> QueryResult<Option<RegexMatch>> {
-    compiled.find_at(input, from).map_err(|_| match_limit_error(name))
+    compiled.find_at(input, from).map_err(|error| error.to_query_error(name))
 }
 
 /// The `{match, idx, captures}` document of a match, charged to `output_bytes` (and checked

@@ -42,25 +42,34 @@ pub(super) fn matches_document(node: &Node, document: &Document, details: &mut M
             Ok(!matches_document(child, document, &mut ignored)?)
         }
         Node::Expr(expression) => Ok(is_truthy(Some(&expression.evaluate(document)?))),
-        Node::JsonSchema(schema) => Ok(schema.matches(document)),
+        Node::JsonSchema(schema) => schema.matches(document),
         Node::Leaf { path, predicate } => {
             if path.is_empty() {
                 // A value condition applied to a whole document (e.g. an `$elemMatch` element).
                 let value = Bson::Document(document.clone());
-                return Ok(predicate_matches(predicate, Some(&value)).is_some());
+                return Ok(predicate_matches(predicate, Some(&value))?.is_some());
             }
             let leaf_arrays = match predicate {
                 Predicate::Size(_) | Predicate::ElemMatchValue(_) | Predicate::ElemMatchObject(_) => LeafArrays::WholeOnly,
                 _ => LeafArrays::ExpandAndWhole,
             };
             let mut found: Option<Option<usize>> = None;
+            let mut failure = None;
             visit_match_values(document, path, leaf_arrays, &mut |visit: PathValue<'_>| match predicate_matches(predicate, visit.value) {
-                Some(inner_position) => {
+                Ok(Some(inner_position)) => {
                     found = Some(visit.array_position.or(inner_position));
                     true
                 }
-                None => false,
+                Ok(None) => false,
+                // Stops the visit: a regex that reached PCRE2's limits fails the filter.
+                Err(error) => {
+                    failure = Some(error);
+                    true
+                }
             });
+            if let Some(error) = failure {
+                return Err(error);
+            }
             match found {
                 Some(position) => {
                     if details.array_position.is_none() {
@@ -103,8 +112,8 @@ pub(super) fn matches_value(node: &Node, value: &Bson, details: &mut MatchDetail
             Ok(true)
         }
         Node::Not(child) => Ok(!matches_value(child, value, &mut MatchDetails::default())?),
-        Node::Leaf { path, predicate } if path.is_empty() => Ok(predicate_matches(predicate, Some(value)).is_some()),
-        Node::JsonSchema(schema) => Ok(schema.matches_value(value)),
+        Node::Leaf { path, predicate } if path.is_empty() => Ok(predicate_matches(predicate, Some(value))?.is_some()),
+        Node::JsonSchema(schema) => schema.matches_value(value),
         other => match value {
             Bson::Document(document) => matches_document(other, document, details),
             _ => Ok(false),
@@ -113,8 +122,9 @@ pub(super) fn matches_value(node: &Node, value: &Bson, details: &mut MatchDetail
 }
 
 /// Tests one value. `Some(position)` on a match, where `position` is the matching element's
-/// index for `$elemMatch` (so the positional operator can use it).
-fn predicate_matches(predicate: &Predicate, value: Option<&Bson>) -> Option<Option<usize>> {
+/// index for `$elemMatch` (so the positional operator can use it). A regex that stops at
+/// PCRE2's limits is an error (51156), never a non-match.
+fn predicate_matches(predicate: &Predicate, value: Option<&Bson>) -> QueryResult<Option<Option<usize>>> {
     let matched = match predicate {
         Predicate::Eq(expected) => match value {
             None => matches!(expected, Bson::Null),
@@ -124,10 +134,13 @@ fn predicate_matches(predicate: &Predicate, value: Option<&Bson>) -> Option<Opti
         Predicate::In { values, regexes } => match value {
             None => values.iter().any(|candidate| matches!(candidate, Bson::Null)),
             Some(actual) => {
-                values.iter().any(|candidate| equal_for_query(actual, candidate)) || regexes.iter().any(|regex| regex.matches(actual))
+                values.iter().any(|candidate| equal_for_query(actual, candidate)) || any_regex_matches(regexes, actual)?
             }
         },
-        Predicate::Regex(regex) => value.is_some_and(|actual| regex.matches(actual)),
+        Predicate::Regex(regex) => match value {
+            Some(actual) => regex.matches(actual).map_err(|error| error.to_query_error("$regex"))?,
+            None => false,
+        },
         Predicate::Exists => value.is_some(),
         Predicate::Type(aliases) => value.is_some_and(|actual| aliases.iter().any(|alias| alias.matches(actual))),
         Predicate::Size(size) => matches!(value, Some(Bson::Array(items)) if i64::try_from(items.len()).is_ok_and(|length| length == *size)),
@@ -141,28 +154,42 @@ fn predicate_matches(predicate: &Predicate, value: Option<&Bson>) -> Option<Opti
         }),
         Predicate::Bits { test, mask } => value.is_some_and(|actual| super::bits::bits_match(*test, mask, actual)),
         Predicate::ElemMatchValue(condition) => {
-            let Some(Bson::Array(items)) = value else { return None };
-            return items
-                .iter()
-                .position(|item| matches_value(condition, item, &mut MatchDetails::default()).unwrap_or(false))
-                .map(Some);
+            let Some(Bson::Array(items)) = value else { return Ok(None) };
+            for (position, item) in items.iter().enumerate() {
+                if matches_value(condition, item, &mut MatchDetails::default())? {
+                    return Ok(Some(Some(position)));
+                }
+            }
+            return Ok(None);
         }
         Predicate::ElemMatchObject(query) => {
-            let Some(Bson::Array(items)) = value else { return None };
-            return items
-                .iter()
-                .position(|item| match item {
-                    Bson::Document(document) => matches_document(query, document, &mut MatchDetails::default()).unwrap_or(false),
+            let Some(Bson::Array(items)) = value else { return Ok(None) };
+            for (position, item) in items.iter().enumerate() {
+                let matched = match item {
+                    Bson::Document(document) => matches_document(query, document, &mut MatchDetails::default())?,
                     Bson::Array(inner) => {
                         let as_document: Document = inner.iter().enumerate().map(|(index, value)| (index.to_string(), value.clone())).collect();
-                        matches_document(query, &as_document, &mut MatchDetails::default()).unwrap_or(false)
+                        matches_document(query, &as_document, &mut MatchDetails::default())?
                     }
                     _ => false,
-                })
-                .map(Some);
+                };
+                if matched {
+                    return Ok(Some(Some(position)));
+                }
+            }
+            return Ok(None);
         }
     };
-    matched.then_some(None)
+    Ok(matched.then_some(None))
+}
+
+fn any_regex_matches(regexes: &[super::CompiledRegex], actual: &Bson) -> QueryResult<bool> {
+    for regex in regexes {
+        if regex.matches(actual).map_err(|error| error.to_query_error("$regex"))? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Query equality: comparison-equal within the same type bracket (null also equals undefined).

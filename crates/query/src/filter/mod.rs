@@ -111,13 +111,14 @@ impl Filter {
         Some(paths)
     }
 
-    /// True when the document matches. An error while evaluating `$expr` counts as no match;
-    /// use [`Filter::try_matches`] to see it.
+    /// True when the document matches. An error while evaluating `$expr`, or a regex that
+    /// reached PCRE2's limits, counts as no match; use [`Filter::try_matches`] to see it (every
+    /// query and write path does).
     pub fn matches(&self, document: &Document) -> bool {
         self.try_matches(document).unwrap_or(false)
     }
 
-    /// Like [`Filter::matches`], but reports `$expr` evaluation errors.
+    /// Like [`Filter::matches`], but reports `$expr` evaluation errors and regex limits (51156).
     pub fn try_matches(&self, document: &Document) -> QueryResult<bool> {
         let mut details = MatchDetails::default();
         matching::matches_document(&self.root, document, &mut details)
@@ -134,8 +135,12 @@ impl Filter {
 
     /// Matches a bare value against a filter from [`Filter::parse_value_condition`].
     pub fn matches_value(&self, value: &Bson) -> bool {
-        let mut details = MatchDetails::default();
-        matching::matches_value(&self.root, value, &mut details).unwrap_or(false)
+        self.try_matches_value(value).unwrap_or(false)
+    }
+
+    /// Like [`Filter::matches_value`], but reports errors (as [`Filter::try_matches`]).
+    pub fn try_matches_value(&self, value: &Bson) -> QueryResult<bool> {
+        matching::matches_value(&self.root, value, &mut MatchDetails::default())
     }
 
     /// The parsed tree, for callers that analyse filters.

@@ -60,7 +60,7 @@ fn failed_rules(schema: &Schema, subject: Option<Subject<'_>>) -> Vec<Bson> {
 fn scalar_rules(schema: &Schema, value: &Bson, rules: &mut Vec<Document>) {
     if let Bson::String(text) = value {
         if let Some((pattern, regex)) = &schema.pattern {
-            if !regex.is_match_str(text) {
+            if !super::regex_matches(regex, text) {
                 rules.push(leaf("pattern", doc! { "pattern": pattern.clone() }, "regular expression did not match", value.clone()));
             }
         }
@@ -196,7 +196,7 @@ fn allowed_properties_rules(schema: &Schema, document: &Document, rules: &mut Ve
                 .keys()
                 .filter(|field| {
                     !schema.properties.iter().any(|(property, _)| property == *field)
-                        && !schema.pattern_properties.iter().any(|pattern| pattern.regex.is_match_str(field))
+                        && !schema.pattern_properties.iter().any(|pattern| super::regex_matches(&pattern.regex, field))
                 })
                 .cloned()
                 .collect();

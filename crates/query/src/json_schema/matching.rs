@@ -97,7 +97,7 @@ fn scalar_keywords_match(schema: &Schema, subject: Option<Subject<'_>>) -> bool 
             return false;
         }
         if let Some((_, regex)) = &schema.pattern {
-            if !regex.is_match_str(text) {
+            if !super::regex_matches(regex, text) {
                 return false;
             }
         }
@@ -194,7 +194,7 @@ pub(super) fn first_disallowed_property<'d, 's>(schema: &'s Schema, document: &'
     for (name, value) in document {
         let mut matched_pattern = false;
         for (index, pattern) in schema.pattern_properties.iter().enumerate() {
-            if pattern.regex.is_match_str(name) {
+            if super::regex_matches(&pattern.regex, name) {
                 matched_pattern = true;
                 if !matches(&pattern.schema, Some(Subject::from_bson(value))) {
                     return Some((name, value, Disallowed::Pattern(index)));

@@ -27,11 +27,13 @@ mod describe;
 mod matching;
 mod parse;
 
+use std::cell::RefCell;
+
 use bson::{Bson, Document};
 
 use crate::bson_types::TypeAlias;
 use crate::error::QueryResult;
-use crate::regex::CompiledRegex;
+use crate::regex::{CompiledRegex, MatchLimitExceeded};
 
 /// How deep subschemas may nest (a validator's BSON nests at most 200 levels, two per
 /// subschema).
@@ -51,14 +53,15 @@ impl JsonSchema {
         Ok(JsonSchema { root: parse::parse_schema(schema, 0)?, source: schema.clone() })
     }
 
-    /// True when the document satisfies the schema.
-    pub fn matches(&self, document: &Document) -> bool {
-        matching::matches(&self.root, Some(Subject::Document(document)))
+    /// True when the document satisfies the schema; a `pattern` or `patternProperties` regex
+    /// that reached PCRE2's limits is an error (51156), as in filters.
+    pub fn matches(&self, document: &Document) -> QueryResult<bool> {
+        with_regex_limits(|| matching::matches(&self.root, Some(Subject::Document(document))))
     }
 
     /// True when a bare value satisfies the schema (a `$jsonSchema` applied to a value).
-    pub fn matches_value(&self, value: &Bson) -> bool {
-        matching::matches(&self.root, Some(Subject::from_bson(value)))
+    pub fn matches_value(&self, value: &Bson) -> QueryResult<bool> {
+        with_regex_limits(|| matching::matches(&self.root, Some(Subject::from_bson(value))))
     }
 
     /// The schema as given.
@@ -70,6 +73,36 @@ impl JsonSchema {
     /// `{operatorName: "$jsonSchema", title?, schemaRulesNotSatisfied: [...]}`.
     pub fn describe_failure(&self, document: &Document) -> Document {
         describe::describe_root(self, document)
+    }
+}
+
+thread_local! {
+    /// The first regex match of the schema evaluation running on this thread that reached
+    /// PCRE2's limits. The keyword matchers answer booleans; [`regex_matches`] answers false
+    /// for such a match and notes it here, and [`with_regex_limits`] turns it into the
+    /// evaluation's error, so it is never a silent non-match.
+    static REGEX_LIMIT: RefCell<Option<MatchLimitExceeded>> = const { RefCell::new(None) };
+}
+
+/// Whether `regex` matches `text`; a match that reached PCRE2's limits answers false and is
+/// noted for [`with_regex_limits`].
+pub(crate) fn regex_matches(regex: &CompiledRegex, text: &str) -> bool {
+    regex.try_is_match(text).unwrap_or_else(|exceeded| {
+        REGEX_LIMIT.with(|noted| {
+            noted.borrow_mut().get_or_insert(exceeded);
+        });
+        false
+    })
+}
+
+/// Runs one schema evaluation; its result, or 51156 if one of its regexes reached PCRE2's
+/// limits.
+fn with_regex_limits(evaluate: impl FnOnce() -> bool) -> QueryResult<bool> {
+    REGEX_LIMIT.with(|noted| noted.borrow_mut().take());
+    let matched = evaluate();
+    match REGEX_LIMIT.with(|noted| noted.borrow_mut().take()) {
+        Some(exceeded) => Err(exceeded.to_query_error("$jsonSchema")),
+        None => Ok(matched),
     }
 }
 

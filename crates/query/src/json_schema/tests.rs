@@ -35,9 +35,9 @@ fn students() -> JsonSchema {
 fn manual_students_example() {
     let students = students();
     let valid = doc! { "name": "Alice", "year": 2019, "major": "History", "gpa": 3.0, "address": { "city": "NYC", "street": "33rd Street" } };
-    assert!(students.matches(&valid));
+    assert!(students.matches(&valid).expect("within limits"));
     let invalid = doc! { "name": "Alice", "year": 2019, "major": "History", "gpa": 3, "address": { "city": "NYC" } };
-    assert!(!students.matches(&invalid));
+    assert!(!students.matches(&invalid).expect("within limits"));
     let details = students.describe_failure(&invalid);
     let expected = doc! {
         "operatorName": "$jsonSchema",
@@ -59,7 +59,7 @@ fn manual_students_example() {
     };
     assert_eq!(details, expected);
     let missing = doc! { "name": "Bob", "year": 2016 };
-    assert!(!students.matches(&missing));
+    assert!(!students.matches(&missing).expect("within limits"));
     let details = students.describe_failure(&missing);
     let rules = details.get_array("schemaRulesNotSatisfied").map(|rules| rules.len()).unwrap_or(0);
     assert_eq!(rules, 2, "{details}");
@@ -74,58 +74,58 @@ fn manual_students_example() {
 #[test]
 fn restrictions_apply_only_to_their_types() {
     let numbers = schema(doc! { "properties": { "a": { "minimum": 5, "maxLength": 2, "minItems": 1, "required": ["x"] } } });
-    assert!(numbers.matches(&doc! { "a": 7 }));
-    assert!(!numbers.matches(&doc! { "a": 4 }));
-    assert!(numbers.matches(&doc! { "a": "ab" }));
-    assert!(!numbers.matches(&doc! { "a": "abc" }));
-    assert!(numbers.matches(&doc! { "a": [1] }));
-    assert!(!numbers.matches(&doc! { "a": [] }));
-    assert!(numbers.matches(&doc! { "a": { "x": 1 } }));
-    assert!(!numbers.matches(&doc! { "a": { "y": 1 } }));
-    assert!(numbers.matches(&doc! {}));
-    assert!(numbers.matches(&doc! { "a": null }));
+    assert!(numbers.matches(&doc! { "a": 7 }).expect("within limits"));
+    assert!(!numbers.matches(&doc! { "a": 4 }).expect("within limits"));
+    assert!(numbers.matches(&doc! { "a": "ab" }).expect("within limits"));
+    assert!(!numbers.matches(&doc! { "a": "abc" }).expect("within limits"));
+    assert!(numbers.matches(&doc! { "a": [1] }).expect("within limits"));
+    assert!(!numbers.matches(&doc! { "a": [] }).expect("within limits"));
+    assert!(numbers.matches(&doc! { "a": { "x": 1 } }).expect("within limits"));
+    assert!(!numbers.matches(&doc! { "a": { "y": 1 } }).expect("within limits"));
+    assert!(numbers.matches(&doc! {}).expect("within limits"));
+    assert!(numbers.matches(&doc! { "a": null }).expect("within limits"));
 }
 
 #[test]
 fn exclusive_bounds_multiple_of_and_lengths() {
     let bounded = schema(doc! { "properties": { "n": { "minimum": 0, "exclusiveMinimum": true, "maximum": 10, "multipleOf": 2.5 } } });
-    assert!(!bounded.matches(&doc! { "n": 0 }));
-    assert!(bounded.matches(&doc! { "n": 2.5 }));
-    assert!(bounded.matches(&doc! { "n": 10_i64 }));
-    assert!(!bounded.matches(&doc! { "n": 3 }));
-    assert!(!bounded.matches(&doc! { "n": 12.5 }));
+    assert!(!bounded.matches(&doc! { "n": 0 }).expect("within limits"));
+    assert!(bounded.matches(&doc! { "n": 2.5 }).expect("within limits"));
+    assert!(bounded.matches(&doc! { "n": 10_i64 }).expect("within limits"));
+    assert!(!bounded.matches(&doc! { "n": 3 }).expect("within limits"));
+    assert!(!bounded.matches(&doc! { "n": 12.5 }).expect("within limits"));
     let text = schema(doc! { "properties": { "s": { "minLength": 2, "maxLength": 3, "pattern": "^a" } } });
-    assert!(text.matches(&doc! { "s": "aé" }), "lengths count code points");
-    assert!(!text.matches(&doc! { "s": "ba" }));
-    assert!(!text.matches(&doc! { "s": "abcd" }));
+    assert!(text.matches(&doc! { "s": "aé" }).expect("within limits"), "lengths count code points");
+    assert!(!text.matches(&doc! { "s": "ba" }).expect("within limits"));
+    assert!(!text.matches(&doc! { "s": "abcd" }).expect("within limits"));
 }
 
 #[test]
 fn types_and_json_type_aliases() {
     let json_types = schema(doc! { "properties": { "a": { "type": ["number", "null"] } } });
-    assert!(json_types.matches(&doc! { "a": 1_i64 }));
-    assert!(json_types.matches(&doc! { "a": null }));
-    assert!(!json_types.matches(&doc! { "a": "1" }));
-    assert!(schema(doc! { "type": "object" }).matches(&doc! { "a": 1 }));
-    assert!(!schema(doc! { "bsonType": "string" }).matches(&doc! { "a": 1 }), "a top-level non-object type matches nothing");
+    assert!(json_types.matches(&doc! { "a": 1_i64 }).expect("within limits"));
+    assert!(json_types.matches(&doc! { "a": null }).expect("within limits"));
+    assert!(!json_types.matches(&doc! { "a": "1" }).expect("within limits"));
+    assert!(schema(doc! { "type": "object" }).matches(&doc! { "a": 1 }).expect("within limits"));
+    assert!(!schema(doc! { "bsonType": "string" }).matches(&doc! { "a": 1 }).expect("within limits"), "a top-level non-object type matches nothing");
     let required_typed = schema(doc! { "required": ["a"], "properties": { "a": { "bsonType": "int" } } });
-    assert!(!required_typed.matches(&doc! {}));
+    assert!(!required_typed.matches(&doc! {}).expect("within limits"));
 }
 
 #[test]
 fn arrays_items_and_uniqueness() {
     let tuple = schema(doc! { "properties": { "t": { "items": [{ "bsonType": "string" }, { "bsonType": "int" }], "additionalItems": false } } });
-    assert!(tuple.matches(&doc! { "t": ["a", 1] }));
-    assert!(tuple.matches(&doc! { "t": ["a"] }));
-    assert!(!tuple.matches(&doc! { "t": [1, 1] }));
-    assert!(!tuple.matches(&doc! { "t": ["a", 1, 2] }));
+    assert!(tuple.matches(&doc! { "t": ["a", 1] }).expect("within limits"));
+    assert!(tuple.matches(&doc! { "t": ["a"] }).expect("within limits"));
+    assert!(!tuple.matches(&doc! { "t": [1, 1] }).expect("within limits"));
+    assert!(!tuple.matches(&doc! { "t": ["a", 1, 2] }).expect("within limits"));
     let every = schema(doc! { "properties": { "e": { "items": { "bsonType": "int" }, "additionalItems": false, "uniqueItems": true } } });
-    assert!(every.matches(&doc! { "e": [1, 2, 3] }), "additionalItems is ignored when items is one schema");
-    assert!(!every.matches(&doc! { "e": [1, 2, 1] }));
+    assert!(every.matches(&doc! { "e": [1, 2, 3] }).expect("within limits"), "additionalItems is ignored when items is one schema");
+    assert!(!every.matches(&doc! { "e": [1, 2, 1] }).expect("within limits"));
     let unique = schema(doc! { "properties": { "u": { "uniqueItems": true } } });
-    assert!(!unique.matches(&doc! { "u": [{ "a": 1, "b": 2 }, { "b": 2, "a": 1 }] }), "field order does not matter");
-    assert!(!unique.matches(&doc! { "u": [1, 1.0] }));
-    assert!(unique.matches(&doc! { "u": [1, "1", [1]] }));
+    assert!(!unique.matches(&doc! { "u": [{ "a": 1, "b": 2 }, { "b": 2, "a": 1 }] }).expect("within limits"), "field order does not matter");
+    assert!(!unique.matches(&doc! { "u": [1, 1.0] }).expect("within limits"));
+    assert!(unique.matches(&doc! { "u": [1, "1", [1]] }).expect("within limits"));
     let details = unique.describe_failure(&doc! { "u": [3, 1, 3] });
     let entry = details.get_array("schemaRulesNotSatisfied").ok().and_then(|rules| rules.first().cloned());
     let expected_property = doc! {
@@ -138,42 +138,42 @@ fn arrays_items_and_uniqueness() {
 #[test]
 fn objects_additional_and_pattern_properties() {
     let closed = schema(doc! { "properties": { "_id": {}, "a": {} }, "additionalProperties": false });
-    assert!(closed.matches(&doc! { "_id": 1, "a": 2 }));
-    assert!(!closed.matches(&doc! { "_id": 1, "b": 2 }));
+    assert!(closed.matches(&doc! { "_id": 1, "a": 2 }).expect("within limits"));
+    assert!(!closed.matches(&doc! { "_id": 1, "b": 2 }).expect("within limits"));
     let details = closed.describe_failure(&doc! { "_id": 1, "b": 2, "c": 3 });
     let expected = doc! { "operatorName": "additionalProperties", "specifiedAs": { "additionalProperties": false }, "additionalProperties": ["b", "c"] };
     assert_eq!(details.get_array("schemaRulesNotSatisfied").ok().and_then(|rules| rules.first().cloned()), Some(Bson::Document(expected)));
     let patterned = schema(doc! { "patternProperties": { "^s_": { "bsonType": "string" } }, "additionalProperties": { "bsonType": "int" } });
-    assert!(patterned.matches(&doc! { "s_name": "x", "count": 3 }));
-    assert!(!patterned.matches(&doc! { "s_name": 1 }));
-    assert!(!patterned.matches(&doc! { "other": "x" }));
+    assert!(patterned.matches(&doc! { "s_name": "x", "count": 3 }).expect("within limits"));
+    assert!(!patterned.matches(&doc! { "s_name": 1 }).expect("within limits"));
+    assert!(!patterned.matches(&doc! { "other": "x" }).expect("within limits"));
     let sized = schema(doc! { "minProperties": 2, "maxProperties": 3 });
-    assert!(!sized.matches(&doc! { "a": 1 }));
-    assert!(sized.matches(&doc! { "a": 1, "b": 2 }));
-    assert!(!sized.matches(&doc! { "a": 1, "b": 2, "c": 3, "d": 4 }));
+    assert!(!sized.matches(&doc! { "a": 1 }).expect("within limits"));
+    assert!(sized.matches(&doc! { "a": 1, "b": 2 }).expect("within limits"));
+    assert!(!sized.matches(&doc! { "a": 1, "b": 2, "c": 3, "d": 4 }).expect("within limits"));
 }
 
 #[test]
 fn dependencies_and_logical_keywords() {
     let dependent = schema(doc! { "dependencies": { "card": ["billing"], "ship": { "required": ["address"] } } });
-    assert!(dependent.matches(&doc! { "x": 1 }));
-    assert!(!dependent.matches(&doc! { "card": 1 }));
-    assert!(dependent.matches(&doc! { "card": 1, "billing": 2 }));
-    assert!(!dependent.matches(&doc! { "ship": 1 }));
+    assert!(dependent.matches(&doc! { "x": 1 }).expect("within limits"));
+    assert!(!dependent.matches(&doc! { "card": 1 }).expect("within limits"));
+    assert!(dependent.matches(&doc! { "card": 1, "billing": 2 }).expect("within limits"));
+    assert!(!dependent.matches(&doc! { "ship": 1 }).expect("within limits"));
     let logical = schema(doc! { "properties": { "a": {
         "anyOf": [{ "bsonType": "int" }, { "bsonType": "string" }],
         "oneOf": [{ "minimum": 5 }, { "maximum": 10 }],
         "not": { "enum": [7] },
         "allOf": [{ "bsonType": ["int", "string"] }],
     } } });
-    assert!(logical.matches(&doc! { "a": 11 }));
-    assert!(!logical.matches(&doc! { "a": 7 }), "7 is in both oneOf branches and the not");
-    assert!(!logical.matches(&doc! { "a": 2.5 }));
-    assert!(!logical.matches(&doc! { "a": "s" }), "a string matches both oneOf branches");
+    assert!(logical.matches(&doc! { "a": 11 }).expect("within limits"));
+    assert!(!logical.matches(&doc! { "a": 7 }).expect("within limits"), "7 is in both oneOf branches and the not");
+    assert!(!logical.matches(&doc! { "a": 2.5 }).expect("within limits"));
+    assert!(!logical.matches(&doc! { "a": "s" }).expect("within limits"), "a string matches both oneOf branches");
     let enumerated = schema(doc! { "properties": { "e": { "enum": [{ "x": 1, "y": 2 }, "v"] } } });
-    assert!(enumerated.matches(&doc! { "e": { "y": 2, "x": 1 } }));
-    assert!(!enumerated.matches(&doc! { "e": "w" }));
-    assert!(enumerated.matches(&doc! {}));
+    assert!(enumerated.matches(&doc! { "e": { "y": 2, "x": 1 } }).expect("within limits"));
+    assert!(!enumerated.matches(&doc! { "e": "w" }).expect("within limits"));
+    assert!(enumerated.matches(&doc! {}).expect("within limits"));
 }
 
 #[test]
@@ -215,4 +215,17 @@ fn json_schema_in_filters() {
     let negated = Filter::parse(&doc! { "$nor": [{ "$jsonSchema": { "required": ["a"] } }] });
     assert!(negated.is_ok_and(|filter| filter.matches(&doc! { "b": 1 })));
     assert_eq!(Filter::parse(&doc! { "$jsonSchema": 1 }).map(|_| ()).map_err(|error| error.code()), Err(2));
+}
+
+#[test]
+fn a_pattern_reaching_the_match_limit_is_an_error() {
+    let exponential = doc! { "properties": { "s": { "pattern": "^(a|a)+$" } } };
+    let subject = doc! { "s": format!("{}b", "a".repeat(40)) };
+    assert_eq!(schema(exponential.clone()).matches(&subject).map_err(|error| error.code()), Err(51156));
+    let filter = Filter::parse(&doc! { "$jsonSchema": exponential }).expect("parses");
+    assert_eq!(filter.try_matches(&subject).map_err(|error| error.code()), Err(51156));
+    // The next evaluation on the thread starts clean.
+    assert_eq!(filter.try_matches(&doc! { "s": "aa" }).map_err(|error| error.code()), Ok(true));
+    let properties = schema(doc! { "patternProperties": { "^(a|a)+$": { "bsonType": "int" } } });
+    assert_eq!(properties.matches(&doc! { format!("{}b", "a".repeat(40)): 1 }).map_err(|error| error.code()), Err(51156));
 }

@@ -175,7 +175,12 @@ pub(super) fn apply(action: &Action, current: Option<&Bson>, path: &str, describ
         Action::Pull(condition) => match current {
             None => Ok(LeafAction::Keep),
             Some(Bson::Array(items)) => {
-                let kept: Vec<Bson> = items.iter().filter(|item| !condition.matches_value(item)).cloned().collect();
+                let mut kept: Vec<Bson> = Vec::with_capacity(items.len());
+                for item in items {
+                    if !condition.try_matches_value(item)? {
+                        kept.push(item.clone());
+                    }
+                }
                 if kept.len() == items.len() {
                     return Ok(LeafAction::Keep);
                 }

@@ -184,6 +184,8 @@ pub struct Engine {
     pub(crate) replication: arc_swap::ArcSwapOption<crate::replication::Replication>,
     /// [`Engine::family_fingerprint`], computed on first use (the families are fixed at open).
     pub(crate) family_fingerprint: std::sync::OnceLock<u64>,
+    /// The free-space guard every write passes (`disk_space.rs`).
+    pub(crate) disk_space: crate::disk_space::DiskSpaceGuard,
 }
 
 pub(crate) fn validate_database_name(db: &str) -> Result<(), StorageError> {

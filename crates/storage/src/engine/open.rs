@@ -23,6 +23,10 @@ impl Engine {
     /// collections: the catalog is loaded lazily, entry by entry, on first lookup.
     pub fn open(path: &Path, options: &EngineOptions) -> Result<Engine, StorageError> {
         compression::check_supported(options.block_compressor)?;
+        // Before RocksDB's recovery: it may release the ballast so that recovery has room.
+        let disk_space = crate::disk_space::DiskSpaceGuard::open(path)?;
+        let options = &crate::disk_space::fit_to_filesystem(options, disk_space.filesystem_total_bytes_at_open);
+        disk_space.wal_preallocation_bytes.store(options.write_buffer_size_bytes as u64 / 10 * 11, std::sync::atomic::Ordering::Relaxed);
         let database_options = database_options(options);
         let block_cache = Cache::new_lru_cache(options.block_cache_size_bytes)?;
         let existing = if path.join("CURRENT").exists() {
@@ -63,7 +67,9 @@ impl Engine {
             creations: crate::creation_queue::CreationQueue::default(),
             replication: arc_swap::ArcSwapOption::empty(),
             family_fingerprint: std::sync::OnceLock::new(),
+            disk_space,
         };
+        engine.refresh_disk_space()?;
         let upgrade = engine.check_format()?;
         let next_prefix = match engine.db.get_cf(engine.family(FAMILY_CATALOG)?, keys::CATALOG_NEXT_PREFIX_KEY)? {
             Some(bytes) => keys::read_u64(&bytes)?,

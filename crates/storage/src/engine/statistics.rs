@@ -270,6 +270,7 @@ impl Engine {
                 "waitsCoveredByOtherSyncs": as_u64(journal_covered),
                 "gatheredSyncs": as_u64(self.journal.gathered_syncs()),
             },
+            "diskSpace": self.disk_space_status(),
         }
     }
 
