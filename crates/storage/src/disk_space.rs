@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use bson::{doc, Document};
 use parking_lot::Mutex;
 
-use crate::engine::Engine;
+use crate::Engine;
 use crate::families::COLUMN_FAMILIES;
 use crate::operation_record::{OperationKind, OperationRecord};
 use crate::StorageError;
