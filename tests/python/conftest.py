@@ -201,6 +201,53 @@ class Cluster:
 
 
 
+class AcknowledgedInserts:
+    """`threads` clients inserting unique `_id`s (`prefix-thread-sequence`) into `collection`
+    until stopped, keeping the ids whose insert was acknowledged: a failover test's exact model
+    (every acknowledged id must be stored afterwards). A DuplicateKeyError is a retry of an
+    insert that had committed, so its id counts; any other error leaves the outcome unknown."""
+
+    def __init__(self, collection, threads: int, prefix: str = "") -> None:
+        self.acknowledged, self.errors = set(), []
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._writers = [threading.Thread(target=self._write, args=(collection, f"{prefix}{thread}")) for thread in range(threads)]
+        for writer in self._writers:
+            writer.start()
+
+    def _write(self, collection, name: str) -> None:
+        sequence = 0
+        while not self._stop.is_set():
+            identifier = f"{name}-{sequence}"
+            sequence += 1
+            try:
+                collection.insert_one({"_id": identifier})
+            except pymongo.errors.DuplicateKeyError:
+                pass
+            except pymongo.errors.PyMongoError as error:
+                self.errors.append(repr(error))
+                continue
+            with self._lock:
+                self.acknowledged.add(identifier)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.acknowledged)
+
+    def stop(self) -> set:
+        self._stop.set()
+        for writer in self._writers:
+            writer.join()
+        return self.acknowledged
+
+
+@pytest.fixture(scope="module")
+def replica_set():
+    """A 3-member replica set per test module (a module that kills members restarts them)."""
+    running = ReplicaSet(members=3)
+    yield running
+    running.stop()
+
+
 @pytest.fixture(scope="session")
 def server():
     running = Server()

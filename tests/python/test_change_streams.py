@@ -14,13 +14,6 @@ from pymongo.errors import OperationFailure
 from conftest import ReplicaSet, wait_until
 
 
-@pytest.fixture(scope="module")
-def replica_set():
-    running = ReplicaSet(members=3)
-    yield running
-    running.stop()
-
-
 def next_events(stream, count):
     events = []
     while len(events) < count:

@@ -5,14 +5,12 @@ sends its commands to the set's primary, and after a kill -9 of that primary it 
 one, so writes through the router go on and every acknowledged one is there."""
 
 import tempfile
-import threading
 
 import pymongo
 from bson import Int64
 from bson.son import SON
-from pymongo.errors import PyMongoError
 
-from conftest import Cluster, ReplicaSet, wait_until
+from conftest import AcknowledgedInserts, Cluster, ReplicaSet, wait_until
 
 
 def test_a_replica_set_shard_survives_the_kill_of_its_primary():
@@ -39,30 +37,13 @@ def test_a_replica_set_shard_survives_the_kill_of_its_primary():
                 manual.on_set.command(increment, session=session)
                 manual.on_set.command(increment, session=session)
             assert client.on_set.retried.find_one({"_id": 1})["count"] == 1
-            acknowledged, errors, stop = set(), [], threading.Event()
-
-            def write(thread: int) -> None:
-                sequence = 0
-                while not stop.is_set():
-                    identifier = f"{thread}-{sequence}"
-                    sequence += 1
-                    try:
-                        collection.insert_one({"_id": identifier})
-                        acknowledged.add(identifier)
-                    except PyMongoError as error:
-                        errors.append(repr(error))
-
-            writers = [threading.Thread(target=write, args=(thread,)) for thread in range(3)]
-            for writer in writers:
-                writer.start()
-            wait_until(lambda: len(acknowledged) >= 50, "writes through the router")
+            writers = AcknowledgedInserts(collection, threads=3)
+            wait_until(lambda: writers.count() >= 50, "writes through the router")
             victim = shard.wait_for_primary()
             shard.kill(victim)
-            before = len(acknowledged)
-            wait_until(lambda: len(acknowledged) > before + 50, "writes through the router after the failover", timeout=60)
-            stop.set()
-            for writer in writers:
-                writer.join()
+            before = writers.count()
+            wait_until(lambda: writers.count() > before + 50, "writes through the router after the failover", timeout=60)
+            acknowledged = writers.stop()
             stored = {document["_id"] for document in collection.find({}, {"_id": 1})}
             assert acknowledged <= stored, sorted(acknowledged - stored)[:5]
             with shard.member_client(shard.wait_for_primary()) as direct:

@@ -11,18 +11,11 @@ import threading
 import pymongo
 from bson import Timestamp
 import pytest
-from pymongo.errors import DuplicateKeyError, NotPrimaryError, OperationFailure, PyMongoError
+from pymongo.errors import DuplicateKeyError, NotPrimaryError, OperationFailure
 
-from conftest import ReplicaSet, Server, wait_until
+from conftest import AcknowledgedInserts, ReplicaSet, Server, wait_until
 
 MONGOSH = shutil.which("mongosh")
-
-
-@pytest.fixture(scope="module")
-def replica_set():
-    running = ReplicaSet(members=3)
-    yield running
-    running.stop()
 
 
 def test_a_standalone_answers_no_replication_enabled(client):
@@ -193,6 +186,14 @@ def test_write_concern_w_counts_members_and_times_out_as_mongod(replica_set):
         secondary = (primary + 1) % 3
         replica_set.kill(secondary)
         try:
+            killed_host = f"127.0.0.1:{replica_set.ports[secondary]}"
+
+            def killed_member():
+                members = client.admin.command("replSetGetStatus")["members"]
+                return next(member for member in members if member["name"] == killed_host)
+
+            wait_until(lambda: killed_member()["health"] == 0.0, "rs.status() reports the killed member unreachable")
+            assert killed_member()["stateStr"] == "(not reachable/healthy)" and killed_member()["state"] == 8
             reply = database.command("insert", "c", documents=[{"_id": 3}], writeConcern={"w": 3, "wtimeout": 300})
             assert reply["n"] == 1 and reply["writeConcernError"]["code"] == 64
             assert reply["writeConcernError"]["errInfo"]["wtimeout"] is True
@@ -202,6 +203,8 @@ def test_write_concern_w_counts_members_and_times_out_as_mongod(replica_set):
             replica_set.restart(secondary)
         reply = database.command("insert", "c", documents=[{"_id": 5}], writeConcern={"w": 3, "wtimeout": 30000})
         assert "writeConcernError" not in reply
+        wait_until(lambda: killed_member()["health"] == 1.0, "the restarted member is healthy again")
+        assert "lastHeartbeat" in killed_member()
 
 
 def test_failover_after_kill_keeps_every_acknowledged_write():
@@ -211,34 +214,13 @@ def test_failover_after_kill_keeps_every_acknowledged_write():
         with running.client(retryWrites=True) as client:
             collection = client.failover.writes
             for round_number in range(3):
-                stop = threading.Event()
-                lock = threading.Lock()
-
-                def write(thread: int) -> None:
-                    sequence = 0
-                    while not stop.is_set():
-                        identifier = f"{round_number}-{thread}-{sequence}"
-                        sequence += 1
-                        try:
-                            collection.insert_one({"_id": identifier})
-                        except DuplicateKeyError:
-                            pass  # a retry of a write that had committed: it is there
-                        except PyMongoError:
-                            continue  # outcome unknown: not acknowledged
-                        with lock:
-                            acknowledged.add(identifier)
-
-                writers = [threading.Thread(target=write, args=(thread,)) for thread in range(4)]
-                for writer in writers:
-                    writer.start()
-                wait_until(lambda: len(acknowledged) >= (round_number + 1) * 50, "writes before the kill")
+                writers = AcknowledgedInserts(collection, threads=4, prefix=f"{round_number}-")
+                wait_until(lambda: writers.count() >= 50, "writes before the kill")
                 victim = running.wait_for_primary()
                 running.kill(victim)
-                before = len(acknowledged)
-                wait_until(lambda: len(acknowledged) > before + 50, "writes acknowledged by a new primary", timeout=60)
-                stop.set()
-                for writer in writers:
-                    writer.join()
+                before = writers.count()
+                wait_until(lambda: writers.count() > before + 50, "writes acknowledged by a new primary", timeout=60)
+                acknowledged |= writers.stop()
                 running.restart(victim)
             stored = {document["_id"] for document in collection.find({}, {"_id": 1})}
             assert acknowledged <= stored, sorted(acknowledged - stored)[:10]

@@ -18,13 +18,6 @@ OP_MSG = 2013
 MORE_TO_COME = 2
 
 
-@pytest.fixture(scope="module")
-def replica_set():
-    running = ReplicaSet(members=3)
-    yield running
-    running.stop()
-
-
 def host(server) -> str:
     return f"127.0.0.1:{server.port}"
 

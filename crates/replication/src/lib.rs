@@ -31,6 +31,10 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 
 pub use config::{MemberConfig, ReplicaSetConfig, HEARTBEAT_INTERVAL_MS};
+
+/// A member not heard from for this long is reported unreachable by replSetGetStatus (twice the
+/// longest election timeout).
+pub const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(2 * config::ELECTION_TIMEOUT_MAX_MS);
 pub use member::{optime_document, MemberRole, MemberSettings, MemberStatus, ReplicaSetMember, ReplicaSetStatus};
 pub use network::RAFT_COMMAND;
 pub use state_machine::Optime;

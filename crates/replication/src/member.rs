@@ -16,7 +16,7 @@ use tokio::sync::OnceCell;
 
 use crate::config::{MemberConfig, ReplicaSetConfig, ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, HEARTBEAT_INTERVAL_MS};
 use crate::log_store::LogStore;
-use crate::network::{Network, Partition, APPEND, SNAPSHOT, VOTE};
+use crate::network::{Contacts, Network, Partition, APPEND, SNAPSHOT, VOTE};
 use crate::state_machine::snapshot::Snapshots;
 use crate::state_machine::{Optime, RecentOptimes, StateMachine};
 use crate::{decode, encode, LogPayload, Member, Raft, ReplicationError, Transport};
@@ -65,6 +65,8 @@ pub struct MemberStatus {
     pub role: MemberRole,
     pub optime: Option<Optime>,
     pub is_self: bool,
+    /// How long ago this member last heard from it (None: never since it started).
+    pub last_contact: Option<Duration>,
 }
 
 /// The set as this member sees it.
@@ -94,6 +96,7 @@ pub struct ReplicaSetMember {
     settings: MemberSettings,
     snapshots: Arc<Snapshots>,
     partition: Arc<Partition>,
+    contacts: Arc<Contacts>,
 }
 
 /// A member's start-up settings.
@@ -141,6 +144,7 @@ impl ReplicaSetMember {
             settings,
             snapshots,
             partition: Arc::default(),
+            contacts: Arc::default(),
         });
         engine.set_replicator(Some(Arc::new(Replicator(Arc::downgrade(&member)))));
         if let Some(id) = member.log_store.member_id()? {
@@ -174,7 +178,7 @@ impl ReplicaSetMember {
                     ..Config::default()
                 };
                 let config = Arc::new(config.validate().map_err(|error| ReplicationError::Raft(error.to_string()))?);
-                let network = Network { transport: Arc::clone(&self.transport), set_name: self.set_name.clone(), partition: Arc::clone(&self.partition) };
+                let network = Network { transport: Arc::clone(&self.transport), set_name: self.set_name.clone(), partition: Arc::clone(&self.partition), contacts: Arc::clone(&self.contacts) };
                 let state_machine = StateMachine::open(Arc::clone(&self.engine), Arc::clone(&self.recent), self.settings.oplog_cap_bytes, Arc::clone(&self.snapshots)).map_err(ReplicationError::Raft)?;
                 self.log_store.set_member_id(id).map_err(ReplicationError::Raft)?;
                 let raft = Raft::new(id, config, network, self.log_store.clone(), state_machine)
@@ -228,7 +232,13 @@ impl ReplicaSetMember {
             return Err(ReplicationError::Malformed(format!("a message for member {target} reached member {id}")));
         }
         Ok(match kind {
-            APPEND => encode(&raft.append_entries(decode(payload)?).await),
+            APPEND => {
+                let request: openraft::raft::AppendEntriesRequest<crate::TypeConfig> = decode(payload)?;
+                if let Some(leader) = request.vote.leader_id().voted_for() {
+                    self.contacts.note(leader);
+                }
+                encode(&raft.append_entries(request).await)
+            }
             VOTE => encode(&raft.vote(decode(payload)?).await),
             SNAPSHOT => encode(&raft.install_snapshot(decode(payload)?).await),
             other => return Err(ReplicationError::Malformed(format!("unknown Raft message {other}"))),
@@ -358,7 +368,7 @@ impl ReplicaSetMember {
                 } else {
                     replication.get(&member.id).cloned().flatten().and_then(|log_id| recent.optime_at(log_id.index))
                 };
-                MemberStatus { id: member.id, host: member.host.clone(), role, optime, is_self }
+                MemberStatus { id: member.id, host: member.host.clone(), role, optime, is_self, last_contact: self.contacts.since(member.id) }
             })
             .collect();
         Ok(ReplicaSetStatus { config, term, members, voting_members })
@@ -434,7 +444,10 @@ impl ReplicaSetMember {
         raft.runtime_config().heartbeat(true);
         if metrics.borrow().state == ServerState::Leader {
             // Still the primary: no member could take over (none electable, or none caught up).
+            // It answers once a majority acknowledged it again, so it is writable when it does.
             self.freeze(0);
+            let _ = raft.trigger().heartbeat().await;
+            let _ = raft.wait(Some(Duration::from_millis(ELECTION_TIMEOUT_MAX_MS * 2))).metrics(hears_a_majority, "quorum after a refused step-down").await;
             return Err(ReplicationError::NoElectableSecondary(format!(
                 "No electable secondaries caught up as of {}. Please use the replSetStepDown command with the argument {{force: true}} to force node to step down.",
                 DateTime::now().try_to_rfc3339_string().unwrap_or_default()

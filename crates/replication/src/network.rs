@@ -39,11 +39,33 @@ impl Partition {
     }
 }
 
+/// When this member last heard from each other member: a reply to its own Raft message, or a
+/// leader's append (replSetGetStatus's `health` and `lastHeartbeat`).
+#[derive(Default)]
+pub(crate) struct Contacts(parking_lot::Mutex<std::collections::HashMap<u64, std::time::Instant>>);
+
+impl Contacts {
+    /// Members kept at most (a configuration holds at most 50).
+    const MAX_MEMBERS: usize = 256;
+
+    pub(crate) fn note(&self, member: u64) {
+        let mut contacts = self.0.lock();
+        if contacts.len() < Self::MAX_MEMBERS || contacts.contains_key(&member) {
+            contacts.insert(member, std::time::Instant::now());
+        }
+    }
+
+    pub(crate) fn since(&self, member: u64) -> Option<Duration> {
+        self.0.lock().get(&member).map(std::time::Instant::elapsed)
+    }
+}
+
 /// Makes one connection handle per target member.
 pub(crate) struct Network {
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) set_name: String,
     pub(crate) partition: Arc<Partition>,
+    pub(crate) contacts: Arc<Contacts>,
 }
 
 pub(crate) struct Connection {
@@ -52,6 +74,7 @@ pub(crate) struct Connection {
     target: u64,
     host: String,
     partition: Arc<Partition>,
+    contacts: Arc<Contacts>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -64,6 +87,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             host: node.host.clone(),
             partition: Arc::clone(&self.partition),
+            contacts: Arc::clone(&self.contacts),
         }
     }
 }
@@ -109,6 +133,7 @@ impl Connection {
             Err(_) => return Err(RPCError::Unreachable(Unreachable::new(&TransportError(format!("{kind} to {} timed out", self.host))))),
         };
         let payload = reply_payload(&reply).map_err(|error| RPCError::Network(NetworkError::new(&TransportError(error.to_string()))))?;
+        self.contacts.note(self.target);
         let answered: Result<Response, Error> =
             decode(payload).map_err(|error| RPCError::Network(NetworkError::new(&TransportError(error.to_string()))))?;
         answered.map_err(|error| RPCError::RemoteError(RemoteError::new(self.target, error)))

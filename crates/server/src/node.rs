@@ -96,7 +96,11 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     }
     // A standalone node has the admin, config and local databases a fresh mongod has.
     if member.is_none() && !arguments.shardsvr && !arguments.configsvr {
-        myriad_commands::command::get_cmd_line_opts::record_standalone_start(&context).map_err(|error| format!("cannot record the start: {}", error.message))?;
+        // Best effort: a node that restarts on a full disk comes up refusing writes (the
+        // free-space guard), so this record may be refused; the node starts all the same.
+        if let Err(error) = myriad_commands::command::get_cmd_line_opts::record_standalone_start(&context) {
+            context.logger.info("CONTROL", 22321, "initandlisten", "Could not record the start in the system databases", json!({ "error": error.message }));
+        }
     }
     start_disk_space_monitor(&monitored_engine, Arc::clone(&context.logger))?;
     // Deletes expired documents of TTL indexes in the background until shutdown.

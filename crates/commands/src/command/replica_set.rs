@@ -124,6 +124,11 @@ pub fn get_config(context: &ServerContext, _request: &CommandRequest) -> Command
     Ok(doc! {"config": config.to_document(term), "ok": 1.0})
 }
 
+/// True when this member is not the primary (it hears only from the primary).
+fn my_role_is_secondary(status: &myriad_replication::ReplicaSetStatus) -> bool {
+    status.members.iter().any(|line| line.is_self && line.role != myriad_replication::MemberRole::Primary)
+}
+
 pub fn get_status(context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
     let member = member(context)?;
     let status = member.status().map_err(replication_error)?;
@@ -133,15 +138,27 @@ pub fn get_status(context: &ServerContext, _request: &CommandRequest) -> Command
     for line in &status.members {
         let optime = line.optime.map(optime_document).unwrap_or_else(|| doc! {"ts": bson::Timestamp { time: 0, increment: 0 }, "t": -1i64});
         let optime_date = DateTime::from_millis(line.optime.map_or(0, |optime| i64::from(optime.seconds) * 1000));
+        // Reachable: itself, or heard from within twice the election timeout (a primary hears
+        // from every member; a secondary only from the primary, so it vouches for the others).
+        let healthy = line.is_self
+            || match line.last_contact {
+                Some(since) => since <= myriad_replication::HEALTH_TIMEOUT,
+                None => my_role_is_secondary(&status),
+            };
+        let (state, state_name) = if healthy { (line.role.state(), line.role.name()) } else { (8, "(not reachable/healthy)") };
         let mut entry = doc! {
             "_id": line.id as i32,
             "name": &line.host,
-            "health": 1.0,
-            "state": line.role.state(),
-            "stateStr": line.role.name(),
+            "health": if healthy { 1.0 } else { 0.0 },
+            "state": state,
+            "stateStr": state_name,
             "optime": optime,
             "optimeDate": optime_date,
         };
+        if let Some(since) = line.last_contact.filter(|_| !line.is_self) {
+            let millis = i64::try_from(since.as_millis()).unwrap_or(i64::MAX);
+            entry.insert("lastHeartbeat", DateTime::from_millis(now.timestamp_millis() - millis));
+        }
         if line.is_self {
             my_state = line.role.state();
             entry.insert("self", true);
