@@ -676,11 +676,11 @@ fn election_id(term: u64) -> ObjectId {
     ObjectId::from_bytes(bytes)
 }
 
-/// `{ts, t}` of an optime.
 /// A leader that has not heard from a majority for this long stops being the writable primary
-/// (as mongod's primary steps down when it cannot see a majority): by then a majority may have
-/// elected another, and drivers must look for it.
-const QUORUM_CONTACT_TIMEOUT_MS: u64 = 2 * ELECTION_TIMEOUT_MAX_MS;
+/// (as mongod's primary steps down when it cannot see a majority; its 10 s election timeout
+/// bounds the same window there). Four election timeouts: a majority has elected another by
+/// then, and a loaded machine's slow heartbeat is not taken for a partition.
+const QUORUM_CONTACT_TIMEOUT_MS: u64 = 4 * ELECTION_TIMEOUT_MAX_MS;
 
 /// True when a majority acknowledged this leader recently (always for a set of one voter).
 fn hears_a_majority(metrics: &RaftMetrics<u64, Member>) -> bool {
@@ -690,6 +690,7 @@ fn hears_a_majority(metrics: &RaftMetrics<u64, Member>) -> bool {
     metrics.millis_since_quorum_ack.is_some_and(|milliseconds| milliseconds <= QUORUM_CONTACT_TIMEOUT_MS)
 }
 
+/// `{ts, t}` of an optime.
 pub fn optime_document(optime: Optime) -> Document {
     doc! {"ts": Timestamp { time: optime.seconds, increment: optime.increment }, "t": optime.term as i64}
 }
