@@ -874,3 +874,12 @@ mod tests {
         assert!(matches!(CollectionEntry::from_bytes(b"nonsense"), Err(StorageError::Corrupt(_))));
     }
 }
+
+/// The catalog value of a database entry (`"D" ‖ db`): BSON `{name: db}`.
+pub(crate) fn database_entry_bytes(db: &str) -> Result<Vec<u8>, StorageError> {
+    let mut bytes = Vec::new();
+    bson::doc! { "name": db }
+        .to_writer(&mut bytes)
+        .map_err(|error| StorageError::Corrupt(format!("database entry: {error}")))?;
+    Ok(bytes)
+}

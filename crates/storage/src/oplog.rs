@@ -24,7 +24,7 @@ use rocksdb::WriteBatch;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::catalog::{CollectionEntry, CollectionHandle, IndexEntry};
+use crate::catalog::{database_entry_bytes, CollectionEntry, CollectionHandle, IndexEntry};
 use crate::families::{FAMILY_CATALOG, FAMILY_STATS};
 use crate::index::id_index_spec;
 use crate::operation_record::CatalogEffect;
@@ -107,8 +107,7 @@ impl Engine {
         let catalog = self.family(FAMILY_CATALOG)?;
         let mut batch = WriteBatch::default();
         batch.put_cf(catalog, keys::collection_key(OPLOG_DATABASE, OPLOG_COLLECTION), entry.to_bytes()?);
-        let database_entry = bson::to_vec(&bson::doc! { "name": OPLOG_DATABASE }).map_err(|error| StorageError::Corrupt(format!("database entry: {error}")))?;
-        batch.put_cf(catalog, keys::database_key(OPLOG_DATABASE), database_entry);
+        batch.put_cf(catalog, keys::database_key(OPLOG_DATABASE), database_entry_bytes(OPLOG_DATABASE)?);
         let mut delta = [0i64; stats::DATABASE_SLOTS];
         delta[stats::DATABASE_COLLECTIONS] = 1;
         delta[stats::DATABASE_INDEXES] = 1;

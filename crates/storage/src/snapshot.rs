@@ -40,19 +40,30 @@ fn corrupt(message: impl Into<String>) -> StorageError {
     StorageError::Corrupt(format!("snapshot archive: {}", message.into()))
 }
 
-/// Keys that belong to this member alone and are neither archived nor replaced.
-fn is_member_own(family: &str, key: &[u8]) -> bool {
-    if family == FAMILY_LOCAL_RECORDS || family == FAMILY_LOCAL_INDEXES {
-        return true;
+/// The keys that belong to this member alone and are neither archived nor replaced: the
+/// `local` families whole, the oplog's catalog entry and its counters. Built once per archive
+/// or install, not per key.
+struct MemberOwnKeys {
+    oplog_entry: Vec<u8>,
+    stats: Vec<Vec<u8>>,
+}
+
+impl MemberOwnKeys {
+    fn new() -> MemberOwnKeys {
+        let mut stats: Vec<Vec<u8>> = crate::oplog::OPLOG_PREFIXES.iter().map(|prefix| keys::stats_prefix_key(*prefix).to_vec()).collect();
+        stats.push(keys::stats_database_key(crate::oplog::OPLOG_DATABASE));
+        MemberOwnKeys { oplog_entry: keys::collection_key(crate::oplog::OPLOG_DATABASE, crate::oplog::OPLOG_COLLECTION), stats }
     }
-    if family == FAMILY_CATALOG {
-        return key == keys::collection_key(crate::oplog::OPLOG_DATABASE, crate::oplog::OPLOG_COLLECTION).as_slice();
+
+    fn contains(&self, family: &str, key: &[u8]) -> bool {
+        if family == FAMILY_LOCAL_RECORDS || family == FAMILY_LOCAL_INDEXES {
+            return true;
+        }
+        if family == FAMILY_CATALOG {
+            return key == self.oplog_entry.as_slice();
+        }
+        family == FAMILY_STATS && self.stats.iter().any(|own| key == own.as_slice())
     }
-    if family == FAMILY_STATS {
-        return crate::oplog::OPLOG_PREFIXES.iter().any(|prefix| key == keys::stats_prefix_key(*prefix).as_slice())
-            || key == keys::stats_database_key(crate::oplog::OPLOG_DATABASE).as_slice();
-    }
-    false
 }
 
 impl Engine {
@@ -74,12 +85,13 @@ impl Engine {
         if fingerprint != self.family_fingerprint()? {
             return Err(corrupt("written by a member whose column families differ"));
         }
+        let own = MemberOwnKeys::new();
         let mut ddl = self.lock_ddl();
-        self.clear_replicated_keys()?;
+        self.clear_replicated_keys(&own)?;
         let (mut batch, mut batch_bytes, mut records) = (WriteBatch::default(), 0usize, 0u64);
         let mut applied = Vec::new();
         while let Some((family, key, value)) = read_record(archive)? {
-            if is_member_own(family, &key) {
+            if own.contains(family, &key) {
                 continue;
             }
             if family == FAMILY_CATALOG && key.starts_with(APPLIED_POSITION_PREFIX) {
@@ -128,7 +140,7 @@ impl Engine {
 
     /// Deletes every replicated key (the applied position first among them), keeping the
     /// member's own, in one write.
-    fn clear_replicated_keys(&self) -> Result<(), StorageError> {
+    fn clear_replicated_keys(&self, own: &MemberOwnKeys) -> Result<(), StorageError> {
         let mut batch = WriteBatch::default();
         for name in COLUMN_FAMILIES {
             if name == FAMILY_LOCAL_RECORDS || name == FAMILY_LOCAL_INDEXES {
@@ -138,7 +150,7 @@ impl Engine {
             let mut kept = Vec::new();
             for item in self.db.iterator_cf(family, IteratorMode::Start) {
                 let (key, value) = item?;
-                if is_member_own(name, &key) {
+                if own.contains(name, &key) {
                     kept.push((key, value));
                 }
             }
@@ -172,7 +184,7 @@ pub fn write_snapshot_archive(checkpoint: &Path, fingerprint: u64, archive: &mut
     let io = |error: std::io::Error| corrupt(error.to_string());
     archive.write_all(MAGIC).map_err(io)?;
     archive.write_all(&fingerprint.to_le_bytes()).map_err(io)?;
-    let mut records = 0u64;
+    let (own, mut records) = (MemberOwnKeys::new(), 0u64);
     for (index, name) in COLUMN_FAMILIES.iter().enumerate() {
         if *name == FAMILY_LOCAL_RECORDS || *name == FAMILY_LOCAL_INDEXES {
             continue;
@@ -180,7 +192,7 @@ pub fn write_snapshot_archive(checkpoint: &Path, fingerprint: u64, archive: &mut
         let family = db.cf_handle(name).ok_or_else(|| corrupt(format!("the checkpoint has no family {name}")))?;
         for item in db.iterator_cf(family, IteratorMode::Start) {
             let (key, value) = item?;
-            if is_member_own(name, &key) {
+            if own.contains(name, &key) {
                 continue;
             }
             archive.write_all(&[index as u8]).map_err(io)?;

@@ -228,14 +228,6 @@ fn raw_document(bytes: Vec<u8>) -> Result<RawDocumentBuf, StorageError> {
     RawDocumentBuf::from_bytes(bytes).map_err(|error| StorageError::Corrupt(format!("record: {error}")))
 }
 
-pub(crate) fn database_entry_bytes(db: &str) -> Result<Vec<u8>, StorageError> {
-    let mut bytes = Vec::new();
-    bson::doc! { "name": db }
-        .to_writer(&mut bytes)
-        .map_err(|error| StorageError::Corrupt(format!("database entry: {error}")))?;
-    Ok(bytes)
-}
-
 /// Deltas to a database's counter vector.
 pub(crate) type DatabaseDelta = [i64; stats::DATABASE_SLOTS];
 

@@ -14,7 +14,8 @@ use crate::operation_record::{command_record, CatalogEffect, PreparedCatalogChan
 use crate::stats::{self, encode_counters};
 use crate::{StorageError, LOCAL_DATABASE};
 
-use super::{database_entry_bytes, validate_database_name, validate_namespace, DatabaseDelta, Engine, RANGE_DELETIONS_BEFORE_FLUSH};
+use crate::catalog::database_entry_bytes;
+use super::{validate_database_name, validate_namespace, DatabaseDelta, Engine, RANGE_DELETIONS_BEFORE_FLUSH};
 
 impl Engine {
     /// The database counters a collection contributes (collections, indexes, documents, sizes).
