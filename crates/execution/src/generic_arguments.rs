@@ -83,16 +83,15 @@ pub fn check_read_concern(request: &CommandRequest) -> CommandResult<()> {
 /// On a standalone node, a write concern waiting for more than one member, or for a tag set,
 /// can never be satisfied: BadValue, as mongod refuses it.
 pub fn check_standalone_write_concern(request: &CommandRequest) -> CommandResult<()> {
+    use crate::member_write_concern::{requested, Requested};
     let Some(Bson::Document(concern)) = request.body.get("writeConcern") else { return Ok(()) };
-    match concern.get("w") {
-        Some(Bson::String(mode)) if mode != "majority" => Err(CommandError::new(
+    match requested(concern) {
+        Requested::Mode(mode) => Err(CommandError::new(
             BAD_VALUE,
             format!("cannot use non-majority 'w' mode {mode} when a host is not a member of a replica set"),
         )),
-        Some(count) if crate::request::integer_value(count).is_some_and(|count| count > 1) => {
-            Err(CommandError::new(BAD_VALUE, "cannot use 'w' > 1 when a host is not replicated"))
-        }
-        _ => Ok(()),
+        Requested::Members(_) => Err(CommandError::new(BAD_VALUE, "cannot use 'w' > 1 when a host is not replicated")),
+        Requested::Nothing | Requested::Majority => Ok(()),
     }
 }
 

@@ -21,13 +21,36 @@ const UNKNOWN_REPL_WRITE_CONCERN: ErrorCode = ErrorCode::new(79);
 /// How long one wait lasts before the command checks its own interruption.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
 
+/// What a write concern's `w` asks for beyond this member's own acknowledgement: the one
+/// reading of `w` that a member's and a standalone's checks share.
+pub enum Requested<'c> {
+    /// Nothing more (absent, 0 or 1).
+    Nothing,
+    Majority,
+    /// A number of members above one.
+    Members(usize),
+    /// A tag-set mode.
+    Mode(&'c str),
+}
+
+pub fn requested(concern: &Document) -> Requested<'_> {
+    match concern.get("w") {
+        Some(Bson::String(mode)) if mode == "majority" => Requested::Majority,
+        Some(Bson::String(mode)) => Requested::Mode(mode),
+        Some(other) => match crate::request::integer_value(other).filter(|count| *count > 1) {
+            Some(count) => Requested::Members(count as usize),
+            None => Requested::Nothing,
+        },
+        None => Requested::Nothing,
+    }
+}
+
 /// The members a write concern's `w` names: Some(N) for a number above one.
 fn members_asked(concern: &Document) -> CommandResult<Option<usize>> {
-    match concern.get("w") {
-        Some(Bson::String(mode)) if mode == "majority" => Ok(None),
-        Some(Bson::String(mode)) => Err(CommandError::new(UNKNOWN_REPL_WRITE_CONCERN, format!("Unrecognized write concern mode: {mode}"))),
-        Some(other) => Ok(crate::request::integer_value(other).filter(|count| *count > 1).map(|count| count as usize)),
-        None => Ok(None),
+    match requested(concern) {
+        Requested::Mode(mode) => Err(CommandError::new(UNKNOWN_REPL_WRITE_CONCERN, format!("Unrecognized write concern mode: {mode}"))),
+        Requested::Members(count) => Ok(Some(count)),
+        Requested::Nothing | Requested::Majority => Ok(None),
     }
 }
 

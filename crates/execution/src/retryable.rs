@@ -145,9 +145,9 @@ fn session_id(request: &CommandRequest) -> CommandResult<SessionId> {
 }
 
 fn describe(session: &SessionId) -> String {
-    let id = &session.0[..16];
-    let hex: String = id.iter().map(|byte| format!("{byte:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&session.0[..16]);
+    bson::Uuid::from_bytes(id).to_string()
 }
 
 impl<'c> RetryableWrite<'c> {
