@@ -73,7 +73,7 @@ commands! {
     "endSessions" => command::sessions::end, admin: false, class: Command, router: Local, access: Open, "Ends logical sessions.";
     "refreshSessions" => command::sessions::refresh, admin: false, class: Command, router: Local, access: Authenticated, "Keeps logical sessions alive.";
     "killSessions" => command::sessions::end, admin: false, class: Command, router: Local, access: Authenticated, "Kills logical sessions.";
-    "killAllSessions" => command::sessions::end, admin: false, class: Command, router: Local, access: Cluster(&["killAnySession"]), "Kills all logical sessions.";
+    "killAllSessions" => command::sessions::kill_all, admin: false, class: Command, router: Local, access: Cluster(&["killAnySession"]), "Kills all logical sessions.";
     "commitTransaction" => command::sessions::commit_transaction, admin: true, class: Command, router: Local, access: Authenticated, "Commits a transaction (standalone: none can be open).";
     "abortTransaction" => command::sessions::abort_transaction, admin: true, class: Command, router: Local, access: Authenticated, "Aborts a transaction (standalone: none can be open).";
     "insert" => command::insert::run, admin: false, class: DataWrite, router: Routed, access: Collection(&["insert"]), "Inserts documents.";
@@ -275,9 +275,10 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
     if context.process == crate::Process::Node && context.replication.get().is_none() {
         crate::generic_arguments::check_standalone_write_concern(request)?;
     }
-    // Transactions are refused before anything runs; retryable writes too on a standalone.
+    // A standalone refuses transaction numbers before anything runs; a replica-set member
+    // runs transactions and retryable writes.
     if context.replication.get().is_some() {
-        command::sessions::refuse_transactions_on_router(request)?;
+        crate::transactions::check_fields(request)?;
     } else {
         command::sessions::refuse_transactions(request)?;
     }
@@ -291,8 +292,21 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
     let users = request.connection.session.authenticated_users();
     let ran = command::replica_set::check_role(context, request, spec.class)
         .and_then(|()| crate::cluster_time::before_command(context, request))
-        .and_then(|()| if spec.class.is_write() { crate::member_write_concern::check_before_write(context, request) } else { Ok(()) })
-        .and_then(|()| crate::auth::with_current_users(users, || (spec.handler)(context, request)))
+        .and_then(|()| {
+            if spec.class.is_write() {
+                crate::member_write_concern::check_before_write(context, request)
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|()| {
+            let statement = crate::transactions::begin_statement(context, request)?;
+            let ran = crate::auth::with_current_users(users, || (spec.handler)(context, request));
+            match statement {
+                Some(statement) => statement.finish(ran),
+                None => ran,
+            }
+        })
         .and_then(|mut reply| {
             if spec.class.is_write() {
                 crate::member_write_concern::wait_after_write(context, request, &mut reply)?;

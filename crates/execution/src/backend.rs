@@ -19,10 +19,11 @@ use std::sync::Arc;
 
 use bson::{Bson, Document, RawDocument, RawDocumentBuf};
 use myriad_storage::{
-    CollectionHandle, CollectionStats, CollectionStorage, CreateIndexesOutcome, DatabaseStats, DatabaseStorage, Durability, Engine, IndexKeyRange,
-    IndexOptionChanges, IndexOptionsOutcome, IndexSelector, IndexValuesEntry, MultikeyPaths, PreparedInsert, RecordId, SessionHeader, SessionId, StatementRecord,
-    StorageError, TtlIndex,
-    ValidationReport, WriteTransaction,
+    CollectionHandle, CollectionStats, CollectionStorage, CreateIndexesOutcome, DatabaseStats,
+    DatabaseStorage, Durability, Engine, IndexKeyRange, IndexOptionChanges, IndexOptionsOutcome,
+    IndexSelector, IndexValuesEntry, MultikeyPaths, PreparedInsert, RecordId, SessionHeader,
+    SessionId, StatementRecord, StorageError, TransactionId, TtlIndex, ValidationReport,
+    WriteTransaction,
 };
 
 use myriad_reply::error::{CommandError, CommandResult};
@@ -149,6 +150,30 @@ pub trait Backend: Send + Sync {
     fn executed_statement(&self, session: &SessionId, transaction_number: i64, statement_id: i32) -> BackendResult<Option<RawDocumentBuf>>;
     /// Every oplog entry at or below this record id may have been trimmed.
     fn oplog_trimmed_through(&self) -> RecordId;
+
+    // ----- multi-document transactions (`crate::transactions`) ------------------------------
+    /// Opens a transaction reading the data as it is now. While a statement of it runs
+    /// ([`crate::transactions::current`]), the reads and writes of this backend are the
+    /// transaction's.
+    fn begin_transaction(&self) -> BackendResult<TransactionId> {
+        Err(StorageError::IllegalOperation(
+            "Transaction numbers are only allowed on a replica set member or mongos".into(),
+        ))
+    }
+    /// Writes every write of transaction `id` (with the session's `record` of the commit) as
+    /// one write, or none; the transaction is closed either way.
+    fn commit_transaction(
+        &self,
+        id: TransactionId,
+        _record: Option<StatementRecord<'_>>,
+        _durability: Durability,
+    ) -> BackendResult<()> {
+        Err(StorageError::NoSuchTransaction(format!(
+            "Transaction {id} is no longer open"
+        )))
+    }
+    /// Discards transaction `id`.
+    fn abort_transaction(&self, _id: TransactionId) {}
 }
 
 impl WriteSession for WriteTransaction<'_> {
@@ -231,7 +256,10 @@ impl Backend for Engine {
         start_after: Option<RecordId>,
         max_count: usize,
     ) -> BackendResult<Vec<(RecordId, RawDocumentBuf)>> {
-        Engine::scan_records(self, handle, start_after, max_count)
+        match crate::transactions::current() {
+            Some(id) => Engine::transaction_scan_records(self, id, handle, start_after, max_count),
+            None => Engine::scan_records(self, handle, start_after, max_count),
+        }
     }
     fn scan_index(
         &self,
@@ -242,7 +270,27 @@ impl Backend for Engine {
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> BackendResult<Vec<(Vec<u8>, RecordId)>> {
-        Engine::scan_index(self, handle, index_name, range, reverse, start_after, max_count)
+        match crate::transactions::current() {
+            Some(id) => Engine::transaction_scan_index(
+                self,
+                id,
+                handle,
+                index_name,
+                range,
+                reverse,
+                start_after,
+                max_count,
+            ),
+            None => Engine::scan_index(
+                self,
+                handle,
+                index_name,
+                range,
+                reverse,
+                start_after,
+                max_count,
+            ),
+        }
     }
     fn scan_index_values(
         &self,
@@ -253,16 +301,55 @@ impl Backend for Engine {
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> BackendResult<Vec<IndexValuesEntry>> {
-        Engine::scan_index_values(self, handle, index_name, range, reverse, start_after, max_count)
+        match crate::transactions::current() {
+            Some(id) => Engine::transaction_scan_index_values(
+                self,
+                id,
+                handle,
+                index_name,
+                range,
+                reverse,
+                start_after,
+                max_count,
+            ),
+            None => Engine::scan_index_values(
+                self,
+                handle,
+                index_name,
+                range,
+                reverse,
+                start_after,
+                max_count,
+            ),
+        }
     }
-    fn index_keystrings(&self, handle: &CollectionHandle, index_name: &str, document: &RawDocument) -> BackendResult<Vec<Vec<u8>>> {
+    fn index_keystrings(
+        &self,
+        handle: &CollectionHandle,
+        index_name: &str,
+        document: &RawDocument,
+    ) -> BackendResult<Vec<Vec<u8>>> {
         Engine::index_keystrings(self, handle, index_name, document)
     }
-    fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
-        Engine::get_record(self, handle, record_id)
+    fn get_record(
+        &self,
+        handle: &CollectionHandle,
+        record_id: RecordId,
+    ) -> BackendResult<Option<RawDocumentBuf>> {
+        match crate::transactions::current() {
+            Some(id) => Engine::transaction_get_record(self, id, handle, record_id),
+            None => Engine::get_record(self, handle, record_id),
+        }
     }
-    fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>> {
-        Engine::find_by_id(self, handle, id)
+    fn find_by_id(
+        &self,
+        handle: &CollectionHandle,
+        id: &Bson,
+    ) -> BackendResult<Option<(RecordId, RawDocumentBuf)>> {
+        match crate::transactions::current() {
+            Some(transaction) => Engine::transaction_find_by_id(self, transaction, handle, id),
+            None => Engine::find_by_id(self, handle, id),
+        }
     }
     fn validate_collection(&self, handle: &CollectionHandle) -> BackendResult<ValidationReport> {
         Engine::validate_collection(self, handle)
@@ -272,7 +359,14 @@ impl Backend for Engine {
         Engine::wait_for_capped_insert(self, handle, after, timeout)
     }
     fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b> {
-        Box::new(Engine::begin_write(self, handle))
+        match crate::transactions::current() {
+            Some(id) => Box::new(crate::transactions::TransactionWrites::new(
+                self,
+                id,
+                handle.clone(),
+            )),
+            None => Box::new(Engine::begin_write(self, handle)),
+        }
     }
     fn collection_stats(&self, handle: &CollectionHandle) -> BackendResult<CollectionStats> {
         Engine::collection_stats(self, handle)
@@ -318,6 +412,20 @@ impl Backend for Engine {
     }
     fn oplog_trimmed_through(&self) -> RecordId {
         Engine::oplog_trimmed_through(self)
+    }
+    fn begin_transaction(&self) -> BackendResult<TransactionId> {
+        Ok(Engine::begin_transaction(self))
+    }
+    fn commit_transaction(
+        &self,
+        id: TransactionId,
+        record: Option<StatementRecord<'_>>,
+        durability: Durability,
+    ) -> BackendResult<()> {
+        Engine::commit_transaction(self, id, record, durability)
+    }
+    fn abort_transaction(&self, id: TransactionId) {
+        Engine::abort_transaction(self, id)
     }
 }
 
@@ -561,6 +669,20 @@ impl<B: Backend> Backend for ContractBackend<B> {
     }
     fn oplog_trimmed_through(&self) -> RecordId {
         self.inner.oplog_trimmed_through()
+    }
+    fn begin_transaction(&self) -> BackendResult<TransactionId> {
+        self.inner.begin_transaction()
+    }
+    fn commit_transaction(
+        &self,
+        id: TransactionId,
+        record: Option<StatementRecord<'_>>,
+        durability: Durability,
+    ) -> BackendResult<()> {
+        self.inner.commit_transaction(id, record, durability)
+    }
+    fn abort_transaction(&self, id: TransactionId) {
+        self.inner.abort_transaction(id)
     }
 }
 

@@ -81,6 +81,8 @@ pub struct ServerContext {
     pub fail_points: crate::fail_point::FailPoints,
     /// Sessions whose retryable write runs now (`retryable.rs`).
     pub retryable_writes: crate::retryable::Checkouts,
+    /// Each session's latest multi-document transaction (`transactions/`).
+    pub transactions: crate::transactions::SessionTransactions,
 }
 
 /// The kind of process a [`ServerContext`] serves, as drivers tell them apart (a router's
@@ -154,6 +156,7 @@ impl ServerContext {
             replication: std::sync::OnceLock::new(),
             fail_points: crate::fail_point::FailPoints::default(),
             retryable_writes: crate::retryable::Checkouts::default(),
+            transactions: crate::transactions::SessionTransactions::default(),
         }
     }
 

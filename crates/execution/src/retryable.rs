@@ -42,7 +42,7 @@ pub struct Checkouts {
 }
 
 /// A session checked out for one command; released when dropped.
-struct Checkout<'c> {
+pub(crate) struct Checkout<'c> {
     checkouts: &'c Checkouts,
     session: SessionId,
 }
@@ -56,7 +56,7 @@ impl Drop for Checkout<'_> {
 
 impl Checkouts {
     /// Waits until no other command holds `session` (interruptible by maxTimeMS and killOp).
-    fn check_out(&self, session: SessionId) -> CommandResult<Checkout<'_>> {
+    pub(crate) fn check_out(&self, session: SessionId) -> CommandResult<Checkout<'_>> {
         let mut running = self.running.lock();
         while running.contains(&session) {
             self.released.wait_for(&mut running, CHECKOUT_POLL);
@@ -135,8 +135,13 @@ pub fn begin<'c>(context: &'c ServerContext, request: &CommandRequest, statement
 }
 
 /// The session of `request`'s `lsid`, owned by the connection's user (as mongod derives `uid`).
-fn session_id(request: &CommandRequest) -> CommandResult<SessionId> {
-    let id = match request.body.get_document("lsid").ok().and_then(|lsid| lsid.get("id")) {
+pub(crate) fn session_id(request: &CommandRequest) -> CommandResult<SessionId> {
+    let id = match request
+        .body
+        .get_document("lsid")
+        .ok()
+        .and_then(|lsid| lsid.get("id"))
+    {
         Some(Bson::Binary(binary)) if binary.subtype == BinarySubtype::Uuid => binary.bytes.clone(),
         _ => return Err(CommandError::bad_value("a retryable write needs an lsid whose id is a UUID")),
     };

@@ -53,6 +53,27 @@ pub struct PreparedWrite {
     widens_multikey_paths: bool,
 }
 
+impl PreparedWrite {
+    /// The batch, the operation records, the in-memory effects and the highest record id
+    /// allocated (with its collection prefix), for a commit that writes several prepared
+    /// writes as one (a multi-document transaction's, `transaction/commit.rs`).
+    pub(crate) fn into_parts(
+        self,
+    ) -> (
+        WriteBatch,
+        Vec<OperationRecord>,
+        Vec<ReplicatedEffect>,
+        Option<(u64, RecordId)>,
+    ) {
+        let effects = data_effects(
+            self.allocated,
+            self.capped_trimmed_through,
+            self.capped_inserted,
+        );
+        (self.batch, self.operations, effects, self.allocated)
+    }
+}
+
 fn id_of(bytes: &[u8]) -> Result<Bson, StorageError> {
     let document = RawDocument::from_bytes(bytes).map_err(|error| StorageError::Corrupt(format!("record: {error}")))?;
     let id = document.get("_id").map_err(|error| StorageError::Corrupt(format!("record: {error}")))?;

@@ -75,6 +75,12 @@ pub enum StorageError {
     Replication { code: i32, code_name: &'static str, message: String },
     /// The free-space guard refused a write (`disk_space.rs`): OutOfDiskSpace.
     OutOfDiskSpace(String),
+    /// A multi-document transaction's write met another's (`transaction/`): WriteConflict.
+    WriteConflict(String),
+    /// A multi-document transaction outgrew its byte bound: TransactionTooLarge.
+    TransactionTooLarge(String),
+    /// No open transaction under this id (it committed, aborted or expired): NoSuchTransaction.
+    NoSuchTransaction(String),
 }
 
 impl StorageError {
@@ -108,6 +114,9 @@ impl StorageError {
             StorageError::DollarPrefixedField(_) => 52,
             StorageError::Replication { code, .. } => *code,
             StorageError::OutOfDiskSpace(_) => 14031,
+            StorageError::WriteConflict(_) => 112,
+            StorageError::TransactionTooLarge(_) => 334,
+            StorageError::NoSuchTransaction(_) => 251,
         }
     }
 
@@ -147,6 +156,9 @@ impl StorageError {
             StorageError::DollarPrefixedField(_) => "DollarPrefixedFieldName",
             StorageError::Replication { code_name, .. } => code_name,
             StorageError::OutOfDiskSpace(_) => "OutOfDiskSpace",
+            StorageError::WriteConflict(_) => "WriteConflict",
+            StorageError::TransactionTooLarge(_) => "TransactionTooLarge",
+            StorageError::NoSuchTransaction(_) => "NoSuchTransaction",
         }
     }
 }
@@ -204,6 +216,7 @@ impl fmt::Display for StorageError {
             }
             StorageError::Replication { message, .. } => write!(formatter, "{message}"),
             StorageError::OutOfDiskSpace(message) => write!(formatter, "{message}"),
+            StorageError::WriteConflict(message) | StorageError::TransactionTooLarge(message) | StorageError::NoSuchTransaction(message) => write!(formatter, "{message}"),
         }
     }
 }

@@ -9,7 +9,7 @@
 //! indexes alike.
 
 use bson::Bson;
-use rocksdb::ReadOptions;
+use rocksdb::{ReadOptions, Snapshot};
 
 use crate::catalog::{CollectionHandle, IndexEntry};
 use crate::engine::{Engine, IndexKeyRange, MAX_SCAN_BATCH};
@@ -44,10 +44,37 @@ impl Engine {
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> Result<Vec<(Vec<u8>, RecordId)>, StorageError> {
+        self.scan_index_at(
+            handle,
+            index_name,
+            range,
+            reverse,
+            start_after,
+            max_count,
+            None,
+        )
+    }
+
+    /// [`Engine::scan_index`] as of `snapshot` (the current state without one).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn scan_index_at(
+        &self,
+        handle: &CollectionHandle,
+        index_name: &str,
+        range: &IndexKeyRange,
+        reverse: bool,
+        start_after: Option<&[u8]>,
+        max_count: usize,
+        snapshot: Option<&Snapshot<'_>>,
+    ) -> Result<Vec<(Vec<u8>, RecordId)>, StorageError> {
         let index = ready_index(handle, index_name)?;
-        self.scan_index_entries(handle, index, range, reverse, start_after, max_count, |entry| {
-            Ok((entry.entry_key, entry.record_id))
-        })
+        self.scan_index_entries(
+            handle,
+            index,
+            (range, reverse, start_after, max_count),
+            snapshot,
+            |entry| Ok((entry.entry_key, entry.record_id)),
+        )
     }
 
     /// As [`Engine::scan_index`], with each entry's key values: one exact BSON value per key
@@ -65,14 +92,46 @@ impl Engine {
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> Result<Vec<IndexValuesEntry>, StorageError> {
+        self.scan_index_values_at(
+            handle,
+            index_name,
+            range,
+            reverse,
+            start_after,
+            max_count,
+            None,
+        )
+    }
+
+    /// [`Engine::scan_index_values`] as of `snapshot` (the current state without one).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn scan_index_values_at(
+        &self,
+        handle: &CollectionHandle,
+        index_name: &str,
+        range: &IndexKeyRange,
+        reverse: bool,
+        start_after: Option<&[u8]>,
+        max_count: usize,
+        snapshot: Option<&Snapshot<'_>>,
+    ) -> Result<Vec<IndexValuesEntry>, StorageError> {
         let index = ready_index(handle, index_name)?;
         let fields: Vec<IndexField<'_>> = index.fields()?;
-        self.scan_index_entries(handle, index, range, reverse, start_after, max_count, |entry| {
-            let keystring = entry.entry_key.get(..entry.entry_key.len() - RECORD_ID_LEN).unwrap_or_default();
-            let type_bits = keys::index_entry_type_bits(index.unique, entry.value);
-            let values = entry_values(&fields, keystring, type_bits)?;
-            Ok((entry.entry_key, entry.record_id, values))
-        })
+        self.scan_index_entries(
+            handle,
+            index,
+            (range, reverse, start_after, max_count),
+            snapshot,
+            |entry| {
+                let keystring = entry
+                    .entry_key
+                    .get(..entry.entry_key.len() - RECORD_ID_LEN)
+                    .unwrap_or_default();
+                let type_bits = keys::index_entry_type_bits(index.unique, entry.value);
+                let values = entry_values(&fields, keystring, type_bits)?;
+                Ok((entry.entry_key, entry.record_id, values))
+            },
+        )
     }
 
     /// The keystrings `document` has in the ready index `index_name` (none when a partial
@@ -84,16 +143,14 @@ impl Engine {
         Ok(keys.keys.iter().map(|key| key.keystring().to_vec()).collect())
     }
 
-    /// Walks the entries of `index` in `range` and maps each with `each`.
-    #[allow(clippy::too_many_arguments)]
+    /// Walks the entries of `index` in `range` (with the direction, resume point and count
+    /// limit), as of `snapshot` when given, and maps each with `each`.
     fn scan_index_entries<T>(
         &self,
         handle: &CollectionHandle,
         index: &IndexEntry,
-        range: &IndexKeyRange,
-        reverse: bool,
-        start_after: Option<&[u8]>,
-        max_count: usize,
+        (range, reverse, start_after, max_count): (&IndexKeyRange, bool, Option<&[u8]>, usize),
+        snapshot: Option<&Snapshot<'_>>,
         mut each: impl FnMut(RawEntry<'_>) -> Result<T, StorageError>,
     ) -> Result<Vec<T>, StorageError> {
         let max_count = max_count.min(MAX_SCAN_BATCH);
@@ -106,7 +163,12 @@ impl Engine {
         let mut read_options = ReadOptions::default();
         read_options.set_iterate_lower_bound(lower.clone());
         read_options.set_iterate_upper_bound(upper);
-        let mut iterator = self.db.raw_iterator_cf_opt(self.indexes_family(&handle.entry)?, read_options);
+        if let Some(snapshot) = snapshot {
+            read_options.set_snapshot(snapshot);
+        }
+        let mut iterator = self
+            .db
+            .raw_iterator_cf_opt(self.indexes_family(&handle.entry)?, read_options);
         if reverse {
             iterator.seek_to_last();
         } else {
@@ -144,11 +206,13 @@ impl Engine {
 /// RocksDB key bounds `[lower, upper)`.
 type KeyBounds = (Vec<u8>, Vec<u8>);
 
-fn ready_index<'h>(handle: &'h CollectionHandle, index_name: &str) -> Result<&'h IndexEntry, StorageError> {
-    handle
-        .entry
-        .ready_index(index_name)
-        .ok_or_else(|| StorageError::IndexNotFound(format!("index not found with name [{index_name}]")))
+pub(crate) fn ready_index<'h>(
+    handle: &'h CollectionHandle,
+    index_name: &str,
+) -> Result<&'h IndexEntry, StorageError> {
+    handle.entry.ready_index(index_name).ok_or_else(|| {
+        StorageError::IndexNotFound(format!("index not found with name [{index_name}]"))
+    })
 }
 
 /// The RocksDB key bounds `[lower, upper)` of a scan, or None when they are empty. Range bounds

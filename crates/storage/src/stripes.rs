@@ -163,3 +163,30 @@ impl std::ops::DerefMut for StripeGuard<'_> {
         &mut self.guard
     }
 }
+
+/// The stripe a write transaction works under: its own guard (a write command's, released at
+/// commit or drop), or the state of a guard its caller holds (a multi-document transaction's
+/// commit holds the stripes of every collection it writes, `transaction/commit.rs`).
+pub(crate) enum StripeHold<'e> {
+    Owned(StripeGuard<'e>),
+    Borrowed(&'e mut StripeState),
+}
+
+impl std::ops::Deref for StripeHold<'_> {
+    type Target = StripeState;
+    fn deref(&self) -> &StripeState {
+        match self {
+            StripeHold::Owned(guard) => guard,
+            StripeHold::Borrowed(state) => state,
+        }
+    }
+}
+
+impl std::ops::DerefMut for StripeHold<'_> {
+    fn deref_mut(&mut self) -> &mut StripeState {
+        match self {
+            StripeHold::Owned(guard) => guard,
+            StripeHold::Borrowed(state) => state,
+        }
+    }
+}

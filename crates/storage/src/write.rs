@@ -18,11 +18,11 @@ use bson::{Bson, Document, RawDocument, RawDocumentBuf};
 
 use crate::catalog::{CollectionEntry, CollectionHandle, IndexEntry};
 use crate::engine::Engine;
-use crate::stripes::StripeGuard;
 use crate::index::{key_value_document, DocumentKeys, IndexKey};
 use crate::multikey::MultikeyPaths;
 use crate::keys;
 use crate::stats;
+use crate::stripes::StripeHold;
 use crate::{RecordId, StorageError, MAX_DOCUMENT_SIZE_BYTES};
 
 /// Per-transaction trimming state, set up at the first insert into a capped collection
@@ -40,7 +40,7 @@ pub(crate) struct CappedTrim {
 /// An open write transaction on one collection. Dropping it without `commit` discards it.
 pub struct WriteTransaction<'e> {
     pub(crate) engine: &'e Engine,
-    pub(crate) stripe: StripeGuard<'e>,
+    pub(crate) stripe: StripeHold<'e>,
     /// The collection's current catalog entry, or why it cannot be written.
     pub(crate) entry: Result<Arc<CollectionEntry>, StorageError>,
     /// Pending record state: `Some(bytes)` put, `None` deleted.
@@ -223,6 +223,12 @@ impl PreparedInsert {
         Ok(PreparedInsert { bytes: raw.as_bytes().to_vec(), index_prefixes: IndexPrefixes::of(entry), keys })
     }
 
+    /// The document this insert stores, decoded from its bytes.
+    pub fn document(&self) -> Result<Document, StorageError> {
+        Document::from_reader(self.bytes.as_slice())
+            .map_err(|error| StorageError::Corrupt(format!("prepared record: {error}")))
+    }
+
     /// Bytes of the record this insert stores.
     pub fn size_bytes(&self) -> usize {
         self.bytes.len()
@@ -266,7 +272,17 @@ impl Engine {
     /// maintains exactly the current indexes; if it was dropped or renamed, every operation
     /// returns `NamespaceNotFound`.
     pub fn begin_write(&self, handle: &CollectionHandle) -> WriteTransaction<'_> {
-        let stripe = self.lock_stripe_for_write(handle.entry.prefix);
+        let stripe = StripeHold::Owned(self.lock_stripe_for_write(handle.entry.prefix));
+        self.write_under(stripe, handle)
+    }
+
+    /// A write transaction on `handle`'s collection under `stripe` (which must be the
+    /// collection's).
+    pub(crate) fn write_under<'e>(
+        &'e self,
+        stripe: StripeHold<'e>,
+        handle: &CollectionHandle,
+    ) -> WriteTransaction<'e> {
         let entry = match self.collection(handle.db(), handle.name()) {
             Ok(Some(current)) if current.entry.prefix == handle.entry.prefix => Ok(current.entry),
             Ok(_) => Err(StorageError::NamespaceNotFound(handle.namespace().to_string())),
@@ -302,7 +318,7 @@ impl Engine {
     }
 }
 
-fn serialize(document: &Document) -> Result<Vec<u8>, StorageError> {
+pub(crate) fn serialize(document: &Document) -> Result<Vec<u8>, StorageError> {
     // Before the recursive encoder sees it, and so that no reader ever meets a record deeper
     // than MongoDB stores (the check itself is iterative).
     if myriad_keystring::nesting::document_depth_exceeds(document, myriad_keystring::nesting::MAX_USER_STORAGE_DEPTH) {
@@ -319,7 +335,7 @@ fn serialize(document: &Document) -> Result<Vec<u8>, StorageError> {
     Ok(bytes)
 }
 
-fn validate_id(document: &Document) -> Result<(), StorageError> {
+pub(crate) fn validate_id(document: &Document) -> Result<(), StorageError> {
     validate_id_value(document.get("_id"))
 }
 
@@ -459,7 +475,11 @@ impl<'e> WriteTransaction<'e> {
         }
     }
 
-    fn duplicate_key(entry: &CollectionEntry, position: usize, key: &IndexKey) -> StorageError {
+    pub(crate) fn duplicate_key(
+        entry: &CollectionEntry,
+        position: usize,
+        key: &IndexKey,
+    ) -> StorageError {
         let Some(index) = entry.indexes.get(position) else {
             return StorageError::Corrupt("index position out of range".to_string());
         };

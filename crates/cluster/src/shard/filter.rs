@@ -246,6 +246,20 @@ impl<B: Backend> Backend for FilteringBackend<B> {
     fn oplog_trimmed_through(&self) -> myriad_storage::RecordId {
         self.inner.oplog_trimmed_through()
     }
+    fn begin_transaction(&self) -> BackendResult<myriad_storage::TransactionId> {
+        self.inner.begin_transaction()
+    }
+    fn commit_transaction(
+        &self,
+        id: myriad_storage::TransactionId,
+        record: Option<myriad_storage::StatementRecord<'_>>,
+        durability: myriad_storage::Durability,
+    ) -> BackendResult<()> {
+        self.inner.commit_transaction(id, record, durability)
+    }
+    fn abort_transaction(&self, id: myriad_storage::TransactionId) {
+        self.inner.abort_transaction(id)
+    }
 }
 
 /// A write session of a versioned command: updates may not move documents off this shard.

@@ -93,6 +93,26 @@ const PARAMETERS: &[Parameter] = &[
         startup: true,
     },
     Parameter {
+        name: "transactionLifetimeLimitSeconds",
+        kind: Kind::Settable {
+            read: |_| {
+                Bson::Int32(
+                    crate::transactions::LIFETIME_LIMIT_SECONDS.load(Ordering::Relaxed) as i32,
+                )
+            },
+            write: |_, value| {
+                store_in_range(
+                    &crate::transactions::LIFETIME_LIMIT_SECONDS,
+                    "transactionLifetimeLimitSeconds",
+                    value,
+                    1,
+                )
+            },
+            boolean: false,
+        },
+        startup: true,
+    },
+    Parameter {
         name: "indexScanDedupMaxBytes",
         kind: Kind::Settable {
             read: |_| Bson::Int64(knobs::INDEX_SCAN_DEDUP_MAX_BYTES.load(Ordering::Relaxed) as i64),

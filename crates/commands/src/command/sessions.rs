@@ -49,13 +49,32 @@ pub fn refuse_transactions_on_router(request: &CommandRequest) -> CommandResult<
     Ok(())
 }
 
-/// Reached only without a transaction number (see [`refuse_transactions`]): no transaction.
-pub fn commit_transaction(_context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
-    Err(CommandError::new(COMMAND_FAILED, "commitTransaction must be run within a transaction"))
+/// On a standalone, reached only without a transaction number (see [`refuse_transactions`]):
+/// no transaction. On a replica-set member, `crate::transactions` commits.
+pub fn commit_transaction(
+    context: &ServerContext,
+    request: &CommandRequest,
+) -> CommandResult<Document> {
+    if context.replication.get().is_none() {
+        return Err(CommandError::new(
+            COMMAND_FAILED,
+            "commitTransaction must be run within a transaction",
+        ));
+    }
+    crate::transactions::commit(context, request)
 }
 
-pub fn abort_transaction(_context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
-    Err(CommandError::new(COMMAND_FAILED, "abortTransaction must be run within a transaction"))
+pub fn abort_transaction(
+    context: &ServerContext,
+    request: &CommandRequest,
+) -> CommandResult<Document> {
+    if context.replication.get().is_none() {
+        return Err(CommandError::new(
+            COMMAND_FAILED,
+            "abortTransaction must be run within a transaction",
+        ));
+    }
+    crate::transactions::abort(context, request)
 }
 
 pub fn start(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
@@ -76,8 +95,44 @@ pub fn start(context: &ServerContext, request: &CommandRequest) -> CommandResult
     })
 }
 
-pub fn end(_context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
+/// `endSessions` and `killSessions`: the named sessions' open transactions are aborted (the
+/// sessions keep no other state here).
+pub fn end(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let sessions = named_sessions(request);
+    context
+        .transactions
+        .abort_sessions(context.backend.as_ref(), Some(&sessions));
     Ok(doc! { "ok": 1.0 })
+}
+
+/// `killAllSessions`: every open transaction is aborted.
+pub fn kill_all(context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {
+    context
+        .transactions
+        .abort_sessions(context.backend.as_ref(), None);
+    Ok(doc! { "ok": 1.0 })
+}
+
+/// The sessions an `endSessions` / `killSessions` array names (`{id: UUID}` each), owned by the
+/// connection's user (as retryable writes and transactions key them).
+fn named_sessions(request: &CommandRequest) -> Vec<myriad_storage::SessionId> {
+    let Some(Bson::Array(items)) = request.first_value() else {
+        return Vec::new();
+    };
+    let digest = crate::logical_sessions::owner_digest(request);
+    items
+        .iter()
+        .filter_map(|item| match item {
+            Bson::Document(lsid) => match lsid.get("id") {
+                Some(Bson::Binary(binary)) if binary.subtype == BinarySubtype::Uuid => {
+                    Some(binary.bytes.clone())
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .filter_map(|id| myriad_storage::SessionId::new(&id, Some(&digest)))
+        .collect()
 }
 
 pub fn refresh(_context: &ServerContext, _request: &CommandRequest) -> CommandResult<Document> {

@@ -147,6 +147,9 @@ pub(crate) struct Counters {
 
 /// One RocksDB instance holding every collection and index of the node. `Send + Sync`.
 pub struct Engine {
+    /// Open multi-document transactions (`transaction/`). Declared before `db` so that their
+    /// RocksDB snapshots are released before the database closes.
+    pub(crate) transactions: crate::transaction::Transactions,
     pub(crate) db: DB,
     database_options: rocksdb::Options,
     block_cache: Cache,
@@ -216,7 +219,7 @@ pub(crate) fn validate_namespace(db: &str, collection: &str) -> Result<(), Stora
 
 /// Spreads prefixes over the stripes (consecutive prefixes belong to one collection's indexes,
 /// so a plain modulo would still be fine; the mix keeps it fine for any allocation pattern).
-fn stripe_index(prefix: u64, stripes: usize) -> usize {
+pub(crate) fn stripe_index(prefix: u64, stripes: usize) -> usize {
     let mut mixed = prefix.wrapping_add(0x9e37_79b9_7f4a_7c15);
     mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

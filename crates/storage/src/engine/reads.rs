@@ -1,7 +1,7 @@
 //! Reads of records: by record id, by `_id`, and in record-id order.
 
 use bson::{Bson, RawDocumentBuf};
-use rocksdb::ReadOptions;
+use rocksdb::{ReadOptions, Snapshot};
 
 use crate::catalog::{CollectionEntry, CollectionHandle};
 use crate::index::ID_INDEX_NAME;
@@ -39,6 +39,17 @@ impl Engine {
         start_after: Option<RecordId>,
         max_count: usize,
     ) -> Result<Vec<(RecordId, RawDocumentBuf)>, StorageError> {
+        self.scan_records_at(entry, start_after, max_count, None)
+    }
+
+    /// [`Engine::scan_records_of`] as of `snapshot` (the current state without one).
+    pub(crate) fn scan_records_at(
+        &self,
+        entry: &CollectionEntry,
+        start_after: Option<RecordId>,
+        max_count: usize,
+        snapshot: Option<&Snapshot<'_>>,
+    ) -> Result<Vec<(RecordId, RawDocumentBuf)>, StorageError> {
         let max_count = max_count.min(MAX_SCAN_BATCH);
         if max_count == 0 {
             return Ok(Vec::new());
@@ -51,7 +62,12 @@ impl Engine {
         };
         let mut read_options = ReadOptions::default();
         read_options.set_iterate_upper_bound(range_end);
-        let mut iterator = self.db.raw_iterator_cf_opt(self.records_family(entry)?, read_options);
+        if let Some(snapshot) = snapshot {
+            read_options.set_snapshot(snapshot);
+        }
+        let mut iterator = self
+            .db
+            .raw_iterator_cf_opt(self.records_family(entry)?, read_options);
         iterator.seek(&start);
         let mut records = Vec::with_capacity(max_count.min(1024));
         while records.len() < max_count {

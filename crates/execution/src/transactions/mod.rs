@@ -1,0 +1,188 @@
+//! Multi-document transactions on a replica-set member, as drivers run them: the first command
+//! carries `startTransaction: true`, every command of the transaction `autocommit: false` and
+//! the session's `txnNumber`, and `commitTransaction` or `abortTransaction` ends it.
+//!
+//! Each session has at most one transaction, kept in [`SessionTransactions`] with its phase;
+//! the data side (snapshot, writes, conflicts, the atomic commit) is the backend's
+//! (`myriad_storage`'s `transaction/`). While a statement runs, the thread's current
+//! transaction ([`current`]) makes the backend's reads and writes the transaction's, so every
+//! command handler runs unchanged inside a transaction.
+//!
+//! Invariants: one command of a session runs at a time (the retryable-write checkout); an
+//! error in a statement aborts its transaction, as in MongoDB; a transaction open longer than
+//! `transactionLifetimeLimitSeconds` is aborted; a commit is recorded with its writes in the
+//! session's records, so a commit retried after a failover answers as the first did.
+
+mod statement;
+mod writes;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use bson::{doc, Bson, Document};
+use myriad_storage::{SessionId, TransactionId};
+use parking_lot::Mutex;
+
+use crate::backend::Backend;
+
+pub use statement::{abort, begin_statement, check_fields, commit, Statement};
+pub use writes::TransactionWrites;
+
+/// `transactionLifetimeLimitSeconds`: a transaction open longer is aborted (MongoDB's 60 s).
+pub static LIFETIME_LIMIT_SECONDS: AtomicU64 = AtomicU64::new(60);
+/// How often open transactions are checked against their lifetime limit.
+const EXPIRY_INTERVAL: Duration = Duration::from_millis(500);
+/// The statement id under which a session records its transaction's commit, beside its
+/// retryable writes' statements (which are never negative).
+pub const COMMIT_STATEMENT_ID: i32 = i32::MIN;
+
+thread_local! {
+    /// The transaction whose statement runs on this thread.
+    static CURRENT: std::cell::Cell<Option<TransactionId>> = const { std::cell::Cell::new(None) };
+}
+
+/// The transaction whose statement runs on this thread, if any.
+pub fn current() -> Option<TransactionId> {
+    CURRENT.with(std::cell::Cell::get)
+}
+
+/// Makes `id` the thread's current transaction until dropped.
+pub(crate) struct CurrentTransaction {
+    previous: Option<TransactionId>,
+}
+
+impl CurrentTransaction {
+    pub(crate) fn enter(id: Option<TransactionId>) -> CurrentTransaction {
+        CurrentTransaction { previous: CURRENT.with(|current| current.replace(id)) }
+    }
+}
+
+impl Drop for CurrentTransaction {
+    fn drop(&mut self) {
+        CURRENT.with(|current| current.set(self.previous));
+    }
+}
+
+/// Where a session's latest transaction stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Open(TransactionId),
+    Committed,
+    Aborted,
+}
+
+/// A session's latest transaction.
+#[derive(Clone, Debug)]
+pub struct SessionTransaction {
+    pub number: i64,
+    pub phase: Phase,
+    pub started: Instant,
+    /// Statements run in it so far.
+    pub statements: u64,
+}
+
+/// Every session's latest transaction, shared with the expiry thread.
+#[derive(Default)]
+pub struct SessionTransactions {
+    sessions: Arc<Mutex<HashMap<SessionId, SessionTransaction>>>,
+    expiry_started: std::sync::OnceLock<()>,
+}
+
+impl SessionTransactions {
+    pub(crate) fn get(&self, session: &SessionId) -> Option<SessionTransaction> {
+        self.sessions.lock().get(session).cloned()
+    }
+
+    pub(crate) fn set(&self, session: SessionId, transaction: SessionTransaction) {
+        self.sessions.lock().insert(session, transaction);
+    }
+
+    /// Moves `session`'s transaction `number` to `phase` (if it is still that one).
+    pub(crate) fn set_phase(&self, session: &SessionId, number: i64, phase: Phase) {
+        if let Some(transaction) = self.sessions.lock().get_mut(session).filter(|transaction| transaction.number == number) {
+            transaction.phase = phase;
+        }
+    }
+
+    /// Aborts the open transactions of the sessions `which` selects (every session for None).
+    pub fn abort_sessions(&self, backend: &dyn Backend, which: Option<&[SessionId]>) -> usize {
+        let mut sessions = self.sessions.lock();
+        let mut aborted = 0;
+        for (session, transaction) in sessions.iter_mut() {
+            if which.is_some_and(|which| !which.contains(session)) {
+                continue;
+            }
+            if let Phase::Open(id) = transaction.phase {
+                backend.abort_transaction(id);
+                transaction.phase = Phase::Aborted;
+                aborted += 1;
+            }
+        }
+        aborted
+    }
+
+    /// Open transactions for currentOp and serverStatus: (session, number, age, statements).
+    pub fn open(&self) -> Vec<(SessionId, SessionTransaction)> {
+        let sessions = self.sessions.lock();
+        sessions
+            .iter()
+            .filter(|(_, transaction)| matches!(transaction.phase, Phase::Open(_)))
+            .map(|(session, transaction)| (*session, transaction.clone()))
+            .collect()
+    }
+
+    /// Starts, once, the thread that aborts transactions open past their lifetime limit. It
+    /// ends when the table is dropped.
+    pub(crate) fn start_expiry(&self, backend: &Arc<dyn Backend>) {
+        self.expiry_started.get_or_init(|| {
+            let sessions: Weak<Mutex<HashMap<SessionId, SessionTransaction>>> = Arc::downgrade(&self.sessions);
+            let backend = Arc::clone(backend);
+            let spawned = std::thread::Builder::new().name("transaction-expiry".into()).spawn(move || {
+                while let Some(sessions) = sessions.upgrade() {
+                    expire(&sessions, backend.as_ref());
+                    drop(sessions);
+                    std::thread::sleep(EXPIRY_INTERVAL);
+                }
+            });
+            // Without the thread, transactions still end at their commit or abort, and
+            // `begin_statement` expires old ones too.
+            drop(spawned);
+        });
+    }
+
+    pub(crate) fn expire_now(&self, backend: &dyn Backend) {
+        expire(&self.sessions, backend);
+    }
+}
+
+/// Aborts every open transaction older than the lifetime limit.
+fn expire(sessions: &Mutex<HashMap<SessionId, SessionTransaction>>, backend: &dyn Backend) {
+    let limit = Duration::from_secs(LIFETIME_LIMIT_SECONDS.load(Ordering::Relaxed));
+    let mut sessions = sessions.lock();
+    for transaction in sessions.values_mut() {
+        if let Phase::Open(id) = transaction.phase {
+            if transaction.started.elapsed() > limit {
+                backend.abort_transaction(id);
+                transaction.phase = Phase::Aborted;
+            }
+        }
+    }
+}
+
+/// The `errorLabels` field of an error reply.
+pub(crate) fn label(error: &mut myriad_reply::error::CommandError, name: &str) {
+    let extra = error.extra.get_or_insert_with(Document::new);
+    match extra.get_array_mut("errorLabels") {
+        Ok(labels) => labels.push(Bson::String(name.into())),
+        Err(_) => {
+            extra.insert("errorLabels", vec![Bson::String(name.into())]);
+        }
+    }
+}
+
+/// serverStatus' `transactions` section.
+pub fn status(transactions: &SessionTransactions) -> Document {
+    doc! { "currentOpen": transactions.open().len() as i64 }
+}

@@ -1,0 +1,328 @@
+//! A transaction's commands: the fields every one carries, the statements in between, and
+//! `commitTransaction` / `abortTransaction`, with MongoDB's codes, messages and error labels.
+
+use std::time::Instant;
+
+use bson::{doc, Bson, Document, RawDocumentBuf};
+use myriad_reply::error::{
+    CommandError, CommandResult, CONFLICTING_OPERATION_IN_PROGRESS, INVALID_OPTIONS, NO_SUCH_TRANSACTION,
+    OPERATION_NOT_SUPPORTED_IN_TRANSACTION, TRANSACTION_COMMITTED, TRANSACTION_TOO_OLD,
+};
+use myriad_reply::reply::Reply;
+use myriad_storage::{SessionId, StatementRecord, TransactionId};
+
+use super::{label, CurrentTransaction, Phase, SessionTransaction, COMMIT_STATEMENT_ID};
+use crate::context::ServerContext;
+use crate::request::CommandRequest;
+use crate::retryable::Checkout;
+
+/// The commands mongod runs inside a transaction (besides commitTransaction and
+/// abortTransaction, which end it).
+const ALLOWED: &[&str] = &[
+    "find",
+    "getMore",
+    "killCursors",
+    "insert",
+    "update",
+    "delete",
+    "findAndModify",
+    "findandmodify",
+    "aggregate",
+    "distinct",
+    "bulkWrite",
+    "create",
+    "createIndexes",
+    "hello",
+    "isMaster",
+    "ismaster",
+    "ping",
+    "buildInfo",
+    "connectionStatus",
+];
+/// Codes after which retrying the whole transaction may succeed (MongoDB's
+/// `TransientTransactionError` label).
+const TRANSIENT: &[i32] = &[24, 91, 112, 189, 251, 10107, 11602, 13435];
+/// Codes after which a commit may or may not have happened (`UnknownTransactionCommitResult`).
+const COMMIT_UNKNOWN: &[i32] = &[50, 64, 91, 189, 10107, 11600, 11602, 13435];
+const COMMAND_FAILED: myriad_reply::error::ErrorCode = myriad_reply::error::ErrorCode::new(125);
+
+/// The transaction fields of a command that carries `autocommit`.
+pub struct TransactionFields {
+    pub number: i64,
+    pub start: bool,
+}
+
+/// Checks `autocommit`, `txnNumber`, `lsid` and `startTransaction` as mongod does; None for a
+/// command outside any transaction.
+pub fn check_fields(request: &CommandRequest) -> CommandResult<Option<TransactionFields>> {
+    let body = &request.body;
+    let present = |field: &str| !matches!(body.get(field), None | Some(Bson::Null));
+    if !present("autocommit") {
+        if present("startTransaction") {
+            return Err(CommandError::new(INVALID_OPTIONS, "'startTransaction' field requires 'autocommit' field to also be specified"));
+        }
+        return Ok(None);
+    }
+    match body.get("autocommit") {
+        Some(Bson::Boolean(false)) => {}
+        Some(Bson::Boolean(true)) => return Err(CommandError::new(INVALID_OPTIONS, "Specifying autocommit=true is not allowed.")),
+        Some(other) => return Err(crate::request::field_type_error("OperationSessionInfo.autocommit", "bool", other)),
+        None => unreachable!("checked present"),
+    }
+    let number = match body.get("txnNumber") {
+        Some(Bson::Int64(number)) => *number,
+        None | Some(Bson::Null) => {
+            return Err(CommandError::new(INVALID_OPTIONS, "'autocommit' field requires a transaction number to also be specified"));
+        }
+        Some(other) => return Err(crate::request::field_type_error("OperationSessionInfo.txnNumber", "long", other)),
+    };
+    if !present("lsid") {
+        return Err(CommandError::new(INVALID_OPTIONS, "Transaction number requires a session ID to also be specified"));
+    }
+    let start = match body.get("startTransaction") {
+        None | Some(Bson::Null) => false,
+        Some(Bson::Boolean(true)) => true,
+        Some(Bson::Boolean(false)) => return Err(CommandError::new(INVALID_OPTIONS, "startTransaction must be true")),
+        Some(other) => return Err(crate::request::field_type_error("OperationSessionInfo.startTransaction", "bool", other)),
+    };
+    Ok(Some(TransactionFields { number, start }))
+}
+
+/// A statement of a transaction while it runs: the session is checked out and the thread's
+/// current transaction is the statement's.
+pub struct Statement<'c> {
+    context: &'c ServerContext,
+    session: SessionId,
+    number: i64,
+    id: TransactionId,
+    _checkout: Checkout<'c>,
+    _current: CurrentTransaction,
+}
+
+/// Begins a statement of a transaction (starting the transaction on `startTransaction`); None
+/// for a command outside any transaction, and for commitTransaction and abortTransaction (their
+/// handlers are [`commit`] and [`abort`]).
+pub fn begin_statement<'c>(context: &'c ServerContext, request: &CommandRequest) -> CommandResult<Option<Statement<'c>>> {
+    let Some(fields) = check_fields(request)? else {
+        return Ok(None);
+    };
+    let name = request.name.as_str();
+    if name == "commitTransaction" || name == "abortTransaction" {
+        return Ok(None);
+    }
+    if !ALLOWED.contains(&name) {
+        return Err(CommandError::new(
+            OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+            format!("Cannot run '{name}' in a multi-document transaction."),
+        ));
+    }
+    if request.body.contains_key("writeConcern") {
+        return Err(CommandError::new(INVALID_OPTIONS, "Cannot set write concern after starting a transaction."));
+    }
+    if let Some(read_concern) = request.body.get("readConcern") {
+        if !fields.start {
+            return Err(CommandError::new(INVALID_OPTIONS, "Only the first command in a transaction may specify a readConcern"));
+        }
+        check_read_concern(read_concern)?;
+    }
+    let session = crate::retryable::session_id(request)?;
+    let checkout = context.retryable_writes.check_out(session)?;
+    context.transactions.start_expiry(&context.backend);
+    context.transactions.expire_now(context.backend.as_ref());
+    let id = if fields.start { start(context, session, fields.number)? } else { continuing(context, &session, fields.number)? };
+    Ok(Some(Statement { context, session, number: fields.number, id, _checkout: checkout, _current: CurrentTransaction::enter(Some(id)) }))
+}
+
+/// A transaction's read concern: local, majority or snapshot (all read its snapshot).
+fn check_read_concern(read_concern: &Bson) -> CommandResult<()> {
+    let Bson::Document(read_concern) = read_concern else {
+        return Ok(());
+    };
+    match read_concern.get("level") {
+        None | Some(Bson::Null) => Ok(()),
+        Some(Bson::String(level)) if ["local", "majority", "snapshot"].contains(&level.as_str()) => Ok(()),
+        Some(Bson::String(level)) => Err(CommandError::new(
+            INVALID_OPTIONS,
+            format!("The readConcern level must be either 'local' (default), 'majority' or 'snapshot' in order to run in a transaction, not '{level}'"),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+fn start(context: &ServerContext, session: SessionId, number: i64) -> CommandResult<TransactionId> {
+    let recorded = context.backend.session_header(&session)?.map(|header| header.transaction_number);
+    let latest = context.transactions.get(&session).map(|transaction| transaction.number).max(recorded);
+    if let Some(latest) = latest.filter(|latest| *latest > number) {
+        return Err(CommandError::new(
+            TRANSACTION_TOO_OLD,
+            format!("Cannot start transaction {number} on session because a newer transaction {latest} has already started."),
+        ));
+    }
+    if let Some(existing) = context.transactions.get(&session) {
+        if existing.number == number {
+            return Err(CommandError::new(
+                CONFLICTING_OPERATION_IN_PROGRESS,
+                format!("Cannot start transaction {number} on session because a transaction with the same number has already started."),
+            ));
+        }
+        if let Phase::Open(old) = existing.phase {
+            context.backend.abort_transaction(old);
+        }
+    }
+    let id = context.backend.begin_transaction()?;
+    context.transactions.set(session, SessionTransaction { number, phase: Phase::Open(id), started: Instant::now(), statements: 1 });
+    Ok(id)
+}
+
+fn continuing(context: &ServerContext, session: &SessionId, number: i64) -> CommandResult<TransactionId> {
+    match context.transactions.get(session) {
+        Some(existing) if existing.number == number => match existing.phase {
+            Phase::Open(id) => {
+                context.transactions.set(*session, SessionTransaction { statements: existing.statements + 1, ..existing });
+                Ok(id)
+            }
+            Phase::Committed => Err(CommandError::new(TRANSACTION_COMMITTED, format!("Transaction {number} has been committed."))),
+            Phase::Aborted => Err(no_such_transaction(format!("Transaction {number} has been aborted."))),
+        },
+        Some(existing) if existing.number > number => Err(CommandError::new(
+            TRANSACTION_TOO_OLD,
+            format!("txnNumber {number} is less than last txnNumber {} seen in session", existing.number),
+        )),
+        _ => Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
+    }
+}
+
+fn no_such_transaction(message: String) -> CommandError {
+    let mut error = CommandError::new(NO_SUCH_TRANSACTION, message);
+    label(&mut error, "TransientTransactionError");
+    error
+}
+
+impl Statement<'_> {
+    /// After the statement: an error aborts the transaction (labelled TransientTransactionError
+    /// when running the transaction again may succeed); so do write errors, a write conflict
+    /// among them becoming the command's error as in MongoDB.
+    pub fn finish(self, outcome: CommandResult<Reply>) -> CommandResult<Reply> {
+        match outcome {
+            Ok(Reply::Document(reply)) => match reply.get_array("writeErrors") {
+                Ok(errors) if !errors.is_empty() => {
+                    self.abort_transaction();
+                    let conflict = errors.iter().filter_map(Bson::as_document).find(|error| error.get_i32("code") == Ok(112));
+                    match conflict {
+                        Some(conflict) => {
+                            let mut error =
+                                CommandError::new(myriad_reply::error::WRITE_CONFLICT, conflict.get_str("errmsg").unwrap_or_default());
+                            label(&mut error, "TransientTransactionError");
+                            Err(error)
+                        }
+                        None => Ok(Reply::Document(reply)),
+                    }
+                }
+                _ => Ok(Reply::Document(reply)),
+            },
+            Ok(encoded) => Ok(encoded),
+            Err(mut error) => {
+                self.abort_transaction();
+                if TRANSIENT.contains(&error.code) {
+                    label(&mut error, "TransientTransactionError");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn abort_transaction(&self) {
+        self.context.backend.abort_transaction(self.id);
+        self.context.transactions.set_phase(&self.session, self.number, Phase::Aborted);
+    }
+}
+
+/// `commitTransaction`: commits the session's transaction (once: a retry answers as the first
+/// commit did, from memory or from the session's record after a failover).
+pub fn commit(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let Some(fields) = check_fields(request)? else {
+        return Err(CommandError::new(COMMAND_FAILED, "commitTransaction must be run within a transaction"));
+    };
+    let session = crate::retryable::session_id(request)?;
+    let _checkout = context.retryable_writes.check_out(session)?;
+    let number = fields.number;
+    match context.transactions.get(&session) {
+        Some(existing) if existing.number == number => match existing.phase {
+            Phase::Open(id) => commit_open(context, request, session, number, id),
+            Phase::Committed => Ok(doc! { "ok": 1.0 }),
+            Phase::Aborted => Err(no_such_transaction(format!("Transaction {number} has been aborted."))),
+        },
+        Some(existing) if existing.number > number => Err(CommandError::new(
+            TRANSACTION_TOO_OLD,
+            format!("txnNumber {number} is less than last txnNumber {} seen in session", existing.number),
+        )),
+        _ => match context.backend.executed_statement(&session, number, COMMIT_STATEMENT_ID)? {
+            Some(_) => {
+                context
+                    .transactions
+                    .set(session, SessionTransaction { number, phase: Phase::Committed, started: Instant::now(), statements: 0 });
+                Ok(doc! { "ok": 1.0 })
+            }
+            None => Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
+        },
+    }
+}
+
+fn commit_open(
+    context: &ServerContext,
+    request: &CommandRequest,
+    session: SessionId,
+    number: i64,
+    id: TransactionId,
+) -> CommandResult<Document> {
+    let durability = crate::write::durability(request)?;
+    let result = RawDocumentBuf::from_document(&doc! { "committed": true }).map_err(|error| CommandError::internal(error.to_string()))?;
+    let record = StatementRecord { session, transaction_number: number, statement_id: COMMIT_STATEMENT_ID, result: &result };
+    match context.backend.commit_transaction(id, Some(record), durability) {
+        Ok(()) => {
+            context.transactions.set_phase(&session, number, Phase::Committed);
+            let mut reply = Reply::Document(doc! { "ok": 1.0 });
+            crate::member_write_concern::wait_after_write(context, request, &mut reply)?;
+            match reply {
+                Reply::Document(reply) => Ok(reply),
+                Reply::Encoded(_) => Ok(doc! { "ok": 1.0 }),
+            }
+        }
+        Err(error) => {
+            let mut error = CommandError::from(error);
+            if COMMIT_UNKNOWN.contains(&error.code) {
+                // The commit's log entry may still commit: the session's record answers a retry.
+                context.transactions.sessions.lock().remove(&session);
+                label(&mut error, "UnknownTransactionCommitResult");
+            } else {
+                context.transactions.set_phase(&session, number, Phase::Aborted);
+                if TRANSIENT.contains(&error.code) {
+                    label(&mut error, "TransientTransactionError");
+                }
+            }
+            Err(error)
+        }
+    }
+}
+
+/// `abortTransaction`: discards the session's open transaction.
+pub fn abort(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let Some(fields) = check_fields(request)? else {
+        return Err(CommandError::new(COMMAND_FAILED, "abortTransaction must be run within a transaction"));
+    };
+    let session = crate::retryable::session_id(request)?;
+    let _checkout = context.retryable_writes.check_out(session)?;
+    let number = fields.number;
+    match context.transactions.get(&session) {
+        Some(existing) if existing.number == number => match existing.phase {
+            Phase::Open(id) => {
+                context.backend.abort_transaction(id);
+                context.transactions.set_phase(&session, number, Phase::Aborted);
+                Ok(doc! { "ok": 1.0 })
+            }
+            Phase::Committed => Err(CommandError::new(TRANSACTION_COMMITTED, format!("Transaction {number} has been committed."))),
+            Phase::Aborted => Err(no_such_transaction(format!("Transaction {number} has been aborted."))),
+        },
+        _ => Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
+    }
+}

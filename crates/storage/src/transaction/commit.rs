@@ -1,0 +1,189 @@
+//! A transaction's commit: under the lock stripes of every collection it wrote (taken at once,
+//! in stripe order), each record it wrote is checked unchanged since its snapshot, then its
+//! writes are replayed in statement order through one ordinary write transaction per
+//! collection (which maintains the indexes and counters and checks unique keys against the
+//! database as it is now). The prepared writes become one WriteBatch and one write of the
+//! commit pipeline (`write_logged`: one replication log entry on a replica-set member).
+//!
+//! Invariants: nothing is written unless every check passed; a unique key taken since the
+//! snapshot surfaces as WriteConflict, never as a half-applied transaction; record-id counters
+//! advance only after the write, under the stripes.
+
+use std::collections::BTreeMap;
+
+use bson::Document;
+use rocksdb::{WriteBatch, WriteOptions};
+
+use crate::catalog::CollectionHandle;
+use crate::journal::Durability;
+use crate::keys;
+use crate::operation_record::OperationRecord;
+use crate::replication::ReplicatedEffect;
+use crate::sessions::StatementRecord;
+use crate::stripes::StripeHold;
+use crate::{Engine, RecordId, StorageError};
+
+use super::{write_conflict, OpenTransaction, Operation, TransactionId, PROVISIONAL_RECORD_IDS};
+
+/// Bytes of a WriteBatch's header: sequence number (8) and count (4).
+const BATCH_HEADER_LEN: usize = 12;
+
+impl Engine {
+    /// Commits transaction `id`: all of its writes (and `record`, the session's record of the
+    /// commit) as one write, durable as asked; or none of them, with the error. The
+    /// transaction is closed either way.
+    pub fn commit_transaction(
+        &self,
+        id: TransactionId,
+        record: Option<StatementRecord<'_>>,
+        durability: Durability,
+    ) -> Result<(), StorageError> {
+        let transaction = self.transactions.open.lock().remove(&id);
+        let transaction = transaction.ok_or_else(|| StorageError::NoSuchTransaction(format!("Transaction {id} is no longer open")))?;
+        let transaction = transaction.lock();
+        let committed = self.commit_writes(&transaction, record, durability);
+        self.release_claims(&transaction);
+        committed
+    }
+
+    fn commit_writes(
+        &self,
+        transaction: &OpenTransaction,
+        record: Option<StatementRecord<'_>>,
+        durability: Durability,
+    ) -> Result<(), StorageError> {
+        if transaction.operations.is_empty() {
+            return Ok(());
+        }
+        // Each collection's operations, in statement order.
+        let mut by_collection: BTreeMap<u64, Vec<&Operation>> = BTreeMap::new();
+        for operation in &transaction.operations {
+            by_collection.entry(operation.prefix()).or_default().push(operation);
+        }
+        let mut guards = self.lock_stripes(by_collection.keys().copied());
+        let mut batches = Vec::with_capacity(by_collection.len());
+        let mut operations: Vec<OperationRecord> = Vec::new();
+        let mut effects: Vec<ReplicatedEffect> = Vec::new();
+        let mut allocations = Vec::new();
+        let mut record = record;
+        for (prefix, collection_operations) in &by_collection {
+            let changes = &transaction.collections[prefix];
+            let handle = match self.collection(changes.entry.db(), changes.entry.collection())? {
+                Some(current) if current.entry.prefix == *prefix => current,
+                _ => return Err(write_conflict()),
+            };
+            self.check_unchanged_since_snapshot(transaction, &handle, changes.records.keys().copied())?;
+            let stripe = crate::engine::stripe_index(*prefix, self.stripes.len());
+            let position = guards
+                .binary_search_by_key(&stripe, |(index, _)| *index)
+                .map_err(|_| StorageError::Corrupt("a transaction's stripe is not held".into()))?;
+            let state: &mut crate::stripes::StripeState = &mut guards[position].1;
+            let mut write = self.write_under(StripeHold::Borrowed(state), &handle);
+            replay(&mut write, collection_operations).map_err(|error| match error {
+                StorageError::DuplicateKey { .. } => write_conflict(),
+                other => other,
+            })?;
+            if let Some(record) = record.take() {
+                write.record_statement(record)?;
+            }
+            let (batch, records, write_effects, allocated) = write.prepare()?.into_parts();
+            batches.push(batch);
+            operations.extend(records);
+            effects.extend(write_effects);
+            allocations.extend(allocated);
+        }
+        let batch = concatenate(&batches)?;
+        self.write_logged(batch, &WriteOptions::default(), false, move || Ok(effects), &operations)?;
+        let written_through = self.db.latest_sequence_number();
+        for (prefix, allocated) in allocations {
+            let stripe = crate::engine::stripe_index(prefix, self.stripes.len());
+            if let Ok(position) = guards.binary_search_by_key(&stripe, |(index, _)| *index) {
+                let counter = guards[position].1.last_record_ids.entry(prefix).or_insert(allocated);
+                assert!(*counter <= allocated, "record ids go backwards: counter {counter}, allocated {allocated}");
+                *counter = allocated;
+            }
+        }
+        self.observe(&operations);
+        drop(guards);
+        if durability == Durability::Journaled {
+            self.journal.wait_durable(&self.db, written_through)?;
+        }
+        Ok(())
+    }
+
+    /// WriteConflict when a record the transaction wrote (and that existed at its snapshot)
+    /// changed since the snapshot. Run under the collection's stripe, so it stays true until
+    /// the commit's write.
+    fn check_unchanged_since_snapshot(
+        &self,
+        transaction: &OpenTransaction,
+        handle: &CollectionHandle,
+        record_ids: impl Iterator<Item = RecordId>,
+    ) -> Result<(), StorageError> {
+        let family = self.records_family(&handle.entry)?;
+        for record_id in record_ids.filter(|record_id| *record_id < PROVISIONAL_RECORD_IDS) {
+            let key = keys::record_key(handle.entry.prefix, record_id);
+            if transaction.snapshot.get_pinned_cf(family, key)?.as_deref() != self.db.get_pinned_cf(family, key)?.as_deref() {
+                return Err(write_conflict());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Operation {
+    fn prefix(&self) -> u64 {
+        match self {
+            Operation::Insert { prefix, .. } | Operation::Update { prefix, .. } | Operation::Delete { prefix, .. } => *prefix,
+        }
+    }
+}
+
+/// Replays one collection's operations into `write`; inserted documents get their real record
+/// ids here (later operations on them follow the mapping).
+fn replay(write: &mut crate::WriteTransaction<'_>, operations: &[&Operation]) -> Result<(), StorageError> {
+    let mut real_ids: BTreeMap<RecordId, RecordId> = BTreeMap::new();
+    let current = |write: &crate::WriteTransaction<'_>, record_id: RecordId| -> Result<Document, StorageError> {
+        let raw = write.get_record(record_id)?.ok_or(StorageError::RecordNotFound(record_id))?;
+        raw.to_document().map_err(|error| StorageError::Corrupt(format!("record {record_id}: {error}")))
+    };
+    for operation in operations {
+        match operation {
+            Operation::Insert { record_id, document, .. } => {
+                let real = write.insert(document)?;
+                real_ids.insert(*record_id, real);
+            }
+            Operation::Update { record_id, document, .. } => {
+                let real = real_ids.get(record_id).copied().unwrap_or(*record_id);
+                let old = current(write, real)?;
+                write.update(real, &old, document)?;
+            }
+            Operation::Delete { record_id, .. } => {
+                let real = real_ids.get(record_id).copied().unwrap_or(*record_id);
+                let old = current(write, real)?;
+                write.delete(real, &old)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One WriteBatch holding every record of `batches`, in order (RocksDB's batch format: an
+/// 8-byte sequence number and a 4-byte little-endian count, then the records).
+fn concatenate(batches: &[WriteBatch]) -> Result<WriteBatch, StorageError> {
+    if let [only] = batches {
+        return Ok(WriteBatch::from_data(only.data()));
+    }
+    let mut data = vec![0u8; BATCH_HEADER_LEN];
+    let mut count: u32 = 0;
+    for batch in batches {
+        let bytes = batch.data();
+        assert!(bytes.len() >= BATCH_HEADER_LEN, "a write batch holds its header");
+        count = count.checked_add(batch.len() as u32).ok_or_else(|| StorageError::Corrupt("transaction batch too large".into()))?;
+        data.extend_from_slice(&bytes[BATCH_HEADER_LEN..]);
+    }
+    data[8..BATCH_HEADER_LEN].copy_from_slice(&count.to_le_bytes());
+    let combined = WriteBatch::from_data(&data);
+    assert_eq!(combined.len(), batches.iter().map(WriteBatch::len).sum::<usize>(), "a concatenated batch counts every record");
+    Ok(combined)
+}

@@ -1,0 +1,345 @@
+//! Multi-document transactions: every statement of a transaction reads one RocksDB snapshot,
+//! taken when the transaction began, with the transaction's own writes laid over it; the writes
+//! wait in memory until the commit, which writes them as one write of the commit pipeline (one
+//! WriteBatch, one replication log entry), so every member applies all of them or none.
+//!
+//! Layers: this file keeps the open transactions and their writes, with the checks a statement
+//! makes at the write; `reads.rs` answers reads from the snapshot and the writes; `commit.rs`
+//! replays the writes through ordinary write transactions under the collections' stripes.
+//!
+//! Invariants:
+//! - A transaction's writes are visible to nobody else until its commit writes them, at once.
+//! - A record or unique index key is written by at most one open transaction: the first to
+//!   write it claims it, and another transaction's write of it is a WriteConflict (as in
+//!   MongoDB, detected at the write). A write of a record (or unique key) that changed since
+//!   the snapshot is a WriteConflict too; the commit checks both again under the stripes, so a
+//!   write committed outside any transaction after the statement is caught there.
+//! - A transaction holds at most [`MAX_TRANSACTION_BYTES`] of written documents, checked before
+//!   a write is added.
+//! - Open transactions (and their RocksDB snapshots) belong to the engine and are dropped
+//!   before its database.
+
+mod commit;
+mod reads;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bson::{Document, RawDocumentBuf};
+use parking_lot::Mutex;
+use rocksdb::Snapshot;
+
+use crate::catalog::{CollectionEntry, CollectionHandle};
+use crate::keys;
+use crate::write::{serialize, validate_id, WriteTransaction};
+use crate::{Engine, RecordId, StorageError};
+
+/// Names an open transaction of the engine.
+pub type TransactionId = u64;
+
+/// The record ids a transaction gives the documents it inserts until its commit allocates real
+/// ones: above every real record id, so they sort after the snapshot's records.
+pub(crate) const PROVISIONAL_RECORD_IDS: RecordId = 1 << 62;
+
+/// Bytes of documents one transaction may write (MongoDB 4.0's bound on a transaction's oplog
+/// entry); a write beyond it is TransactionTooLarge.
+pub const MAX_TRANSACTION_BYTES: usize = 16 * 1024 * 1024;
+
+/// The engine's open transactions and the keys they claimed.
+#[derive(Default)]
+pub(crate) struct Transactions {
+    next_id: AtomicU64,
+    open: Mutex<HashMap<TransactionId, Arc<Mutex<OpenTransaction>>>>,
+    /// Record keys and unique index keys written by an open transaction, with its id.
+    claims: Mutex<HashMap<Vec<u8>, TransactionId>>,
+}
+
+/// One write of a transaction, in statement order (the commit replays them in this order).
+pub(crate) enum Operation {
+    Insert { prefix: u64, record_id: RecordId, document: Document },
+    Update { prefix: u64, record_id: RecordId, document: Document },
+    Delete { prefix: u64, record_id: RecordId },
+}
+
+/// What a transaction wrote in one collection.
+pub(crate) struct CollectionChanges {
+    pub(crate) entry: Arc<CollectionEntry>,
+    /// Each record the transaction wrote, as it leaves it: the bytes, or None when deleted.
+    pub(crate) records: BTreeMap<RecordId, Option<Vec<u8>>>,
+}
+
+pub(crate) struct OpenTransaction {
+    pub(crate) id: TransactionId,
+    /// SAFETY (of the 'static): the snapshot belongs to the engine's [`Transactions`], which
+    /// is declared before the database in [`Engine`] and so dropped before it; the snapshot is
+    /// only lent out by reference, under this transaction's lock.
+    pub(crate) snapshot: Snapshot<'static>,
+    pub(crate) collections: BTreeMap<u64, CollectionChanges>,
+    pub(crate) operations: Vec<Operation>,
+    next_provisional_id: RecordId,
+    size_bytes: usize,
+    /// The keys this transaction claimed in [`Transactions::claims`].
+    claimed: Vec<Vec<u8>>,
+}
+
+impl Engine {
+    /// Opens a transaction reading the database as it is now.
+    pub fn begin_transaction(&self) -> TransactionId {
+        let id = self.transactions.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        // SAFETY: the snapshot's lifetime is extended to 'static; it is kept in
+        // `self.transactions`, which is dropped before `self.db` (field order in `Engine`), and
+        // never handed out beyond a borrow of its transaction (see `OpenTransaction::snapshot`).
+        let snapshot: Snapshot<'static> = unsafe { std::mem::transmute::<Snapshot<'_>, Snapshot<'static>>(self.db.snapshot()) };
+        let transaction = OpenTransaction {
+            id,
+            snapshot,
+            collections: BTreeMap::new(),
+            operations: Vec::new(),
+            next_provisional_id: PROVISIONAL_RECORD_IDS,
+            size_bytes: 0,
+            claimed: Vec::new(),
+        };
+        self.transactions.open.lock().insert(id, Arc::new(Mutex::new(transaction)));
+        id
+    }
+
+    /// Discards an open transaction's writes and releases its claims. Aborting one that is no
+    /// longer open does nothing.
+    pub fn abort_transaction(&self, id: TransactionId) {
+        let removed = self.transactions.open.lock().remove(&id);
+        if let Some(transaction) = removed {
+            self.release_claims(&transaction.lock());
+        }
+    }
+
+    /// Number of open transactions (serverStatus).
+    pub fn open_transactions(&self) -> usize {
+        self.transactions.open.lock().len()
+    }
+
+    fn release_claims(&self, transaction: &OpenTransaction) {
+        let mut claims = self.transactions.claims.lock();
+        for key in &transaction.claimed {
+            if claims.get(key) == Some(&transaction.id) {
+                claims.remove(key);
+            }
+        }
+    }
+
+    /// Runs `work` on the open transaction `id`.
+    pub(crate) fn with_transaction<T>(
+        &self,
+        id: TransactionId,
+        work: impl FnOnce(&mut OpenTransaction) -> Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
+        let transaction = self.transactions.open.lock().get(&id).cloned();
+        let transaction = transaction.ok_or_else(|| StorageError::NoSuchTransaction(format!("Transaction {id} is no longer open")))?;
+        let mut guard = transaction.lock();
+        work(&mut guard)
+    }
+
+    /// Inserts `document` in transaction `id`. Checked now: the document, its unique keys
+    /// against what the transaction sees (DuplicateKey) and against other transactions and
+    /// later commits (WriteConflict). Returns its provisional record id.
+    pub fn transaction_insert(&self, id: TransactionId, handle: &CollectionHandle, document: &Document) -> Result<RecordId, StorageError> {
+        let entry = self.writable_entry(handle)?;
+        validate_id(document)?;
+        let bytes = serialize(document)?;
+        self.with_transaction(id, |transaction| {
+            transaction.reserve(bytes.len())?;
+            let record_id = transaction.next_provisional_id;
+            self.check_unique_keys(transaction, &entry, record_id, document)?;
+            transaction.next_provisional_id += 1;
+            transaction.changes(&entry).records.insert(record_id, Some(bytes));
+            transaction.operations.push(Operation::Insert { prefix: entry.prefix, record_id, document: document.clone() });
+            Ok(record_id)
+        })
+    }
+
+    /// Replaces record `record_id` with `document` in transaction `id`.
+    pub fn transaction_update(
+        &self,
+        id: TransactionId,
+        handle: &CollectionHandle,
+        record_id: RecordId,
+        document: &Document,
+    ) -> Result<(), StorageError> {
+        let entry = self.writable_entry(handle)?;
+        validate_id(document)?;
+        let bytes = serialize(document)?;
+        self.with_transaction(id, |transaction| {
+            transaction.reserve(bytes.len())?;
+            self.check_record_unchanged(transaction, &entry, record_id)?;
+            self.check_unique_keys(transaction, &entry, record_id, document)?;
+            transaction.changes(&entry).records.insert(record_id, Some(bytes));
+            transaction.operations.push(Operation::Update { prefix: entry.prefix, record_id, document: document.clone() });
+            Ok(())
+        })
+    }
+
+    /// Deletes record `record_id` in transaction `id`.
+    pub fn transaction_delete(&self, id: TransactionId, handle: &CollectionHandle, record_id: RecordId) -> Result<(), StorageError> {
+        let entry = self.writable_entry(handle)?;
+        self.with_transaction(id, |transaction| {
+            self.check_record_unchanged(transaction, &entry, record_id)?;
+            transaction.changes(&entry).records.insert(record_id, None);
+            transaction.operations.push(Operation::Delete { prefix: entry.prefix, record_id });
+            Ok(())
+        })
+    }
+
+    /// The collection's current entry, refused for what a transaction may not write.
+    fn writable_entry(&self, handle: &CollectionHandle) -> Result<Arc<CollectionEntry>, StorageError> {
+        let entry = match self.collection(handle.db(), handle.name())? {
+            Some(current) if current.entry.prefix == handle.entry.prefix => current.entry,
+            _ => return Err(StorageError::NamespaceNotFound(handle.namespace().to_string())),
+        };
+        if entry.capped_bounds().is_some() {
+            return Err(StorageError::IllegalOperation(format!(
+                "Collection '{}' is a capped collection. Writes in transactions are not allowed on capped collections.",
+                entry.namespace
+            )));
+        }
+        Ok(entry)
+    }
+
+    /// Claims `key` for `transaction`: a WriteConflict when another open transaction holds it.
+    fn claim(&self, transaction: &mut OpenTransaction, key: Vec<u8>) -> Result<(), StorageError> {
+        let mut claims = self.transactions.claims.lock();
+        match claims.get(&key) {
+            Some(owner) if *owner == transaction.id => Ok(()),
+            Some(_) => Err(write_conflict()),
+            None => {
+                claims.insert(key.clone(), transaction.id);
+                transaction.claimed.push(key);
+                Ok(())
+            }
+        }
+    }
+
+    /// Before a transaction writes an existing record: claims it, and checks that nothing
+    /// committed a change to it since the snapshot. A record the transaction inserted needs
+    /// neither.
+    fn check_record_unchanged(
+        &self,
+        transaction: &mut OpenTransaction,
+        entry: &CollectionEntry,
+        record_id: RecordId,
+    ) -> Result<(), StorageError> {
+        if record_id >= PROVISIONAL_RECORD_IDS {
+            return Ok(());
+        }
+        let key = keys::record_key(entry.prefix, record_id);
+        self.claim(transaction, key.to_vec())?;
+        let family = self.records_family(entry)?;
+        let at_snapshot = transaction.snapshot.get_pinned_cf(family, key)?;
+        let now = self.db.get_pinned_cf(family, key)?;
+        if at_snapshot.as_deref() != now.as_deref() {
+            return Err(write_conflict());
+        }
+        Ok(())
+    }
+
+    /// The unique checks of a document the transaction writes as `record_id`: per unique ready
+    /// index and key, the key is claimed, its owner must not have changed since the snapshot
+    /// (WriteConflict), and no other record the transaction sees may hold it (DuplicateKey).
+    fn check_unique_keys(
+        &self,
+        transaction: &mut OpenTransaction,
+        entry: &CollectionEntry,
+        record_id: RecordId,
+        document: &Document,
+    ) -> Result<(), StorageError> {
+        let family = self.indexes_family(entry)?;
+        for (position, index) in entry.indexes.iter().enumerate().filter(|(_, index)| index.unique && !index.building) {
+            let fields = index.fields()?;
+            for key in index.document_keys(&fields, document)?.keys {
+                let full_key = keys::index_entry_key(index.prefix, key.keystring(), None);
+                self.claim(transaction, full_key.clone())?;
+                let at_snapshot = transaction.snapshot.get_pinned_cf(family, &full_key)?.map(|value| keys::read_i64(&value)).transpose()?;
+                let now = self.db.get_pinned_cf(family, &full_key)?.map(|value| keys::read_i64(&value)).transpose()?;
+                if at_snapshot != now {
+                    return Err(write_conflict());
+                }
+                if self.transaction_key_owner(transaction, entry, position, key.keystring(), at_snapshot, record_id)?.is_some() {
+                    return Err(WriteTransaction::duplicate_key(entry, position, &key));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Another record than `record_id` holding `keystring` in the unique index at `position`,
+    /// as the transaction sees the collection: the snapshot's owner unless the transaction
+    /// rewrote it without that key, or a record the transaction wrote with it.
+    fn transaction_key_owner(
+        &self,
+        transaction: &OpenTransaction,
+        entry: &CollectionEntry,
+        position: usize,
+        keystring: &[u8],
+        snapshot_owner: Option<RecordId>,
+        record_id: RecordId,
+    ) -> Result<Option<RecordId>, StorageError> {
+        let index = &entry.indexes[position];
+        let fields = index.fields()?;
+        let changes = transaction.collections.get(&entry.prefix);
+        let holds_key = |bytes: &[u8]| -> Result<bool, StorageError> {
+            let document = Document::from_reader(bytes).map_err(|error| StorageError::Corrupt(format!("record: {error}")))?;
+            Ok(index.document_keys(&fields, &document)?.keys.iter().any(|key| key.keystring() == keystring))
+        };
+        if let Some(owner) = snapshot_owner.filter(|owner| *owner != record_id) {
+            match changes.and_then(|changes| changes.records.get(&owner)) {
+                None => return Ok(Some(owner)),
+                Some(Some(bytes)) if holds_key(bytes)? => return Ok(Some(owner)),
+                Some(_) => {}
+            }
+        }
+        let Some(changes) = changes else {
+            return Ok(None);
+        };
+        for (owner, state) in &changes.records {
+            if *owner != record_id {
+                if let Some(bytes) = state {
+                    if holds_key(bytes)? {
+                        return Ok(Some(*owner));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl OpenTransaction {
+    /// Counts `bytes` more against [`MAX_TRANSACTION_BYTES`], refusing before it is exceeded.
+    fn reserve(&mut self, bytes: usize) -> Result<(), StorageError> {
+        let total = self.size_bytes.saturating_add(bytes);
+        if total > MAX_TRANSACTION_BYTES {
+            return Err(StorageError::TransactionTooLarge(format!(
+                "Total size of all transaction operations must be less than {MAX_TRANSACTION_BYTES} bytes"
+            )));
+        }
+        self.size_bytes = total;
+        Ok(())
+    }
+
+    fn changes(&mut self, entry: &Arc<CollectionEntry>) -> &mut CollectionChanges {
+        self.collections.entry(entry.prefix).or_insert_with(|| CollectionChanges { entry: Arc::clone(entry), records: BTreeMap::new() })
+    }
+
+    /// The record as the transaction sees it, when the transaction wrote it (Some(None):
+    /// deleted by it).
+    pub(crate) fn written_record(&self, prefix: u64, record_id: RecordId) -> Option<Option<RawDocumentBuf>> {
+        let state = self.collections.get(&prefix)?.records.get(&record_id)?;
+        Some(state.as_ref().and_then(|bytes| RawDocumentBuf::from_bytes(bytes.clone()).ok()))
+    }
+}
+
+pub(crate) fn write_conflict() -> StorageError {
+    StorageError::WriteConflict(
+        "Write conflict during plan execution and yielding is disabled. :: Please retry your operation or multi-document transaction."
+            .to_string(),
+    )
+}
