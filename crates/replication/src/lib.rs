@@ -20,6 +20,7 @@
 //!   term's first entry is applied), so a writer never prepares against a stale state.
 
 mod config;
+mod group_commit;
 mod log_store;
 mod member;
 mod network;
