@@ -414,19 +414,22 @@ impl Engine {
     }
 
     /// Derives a replicated write's record-id and capped-collection effects on a member that
-    /// did not propose it, under each collection's stripe.
+    /// did not propose it, under each collection's stripe. The stripe is taken without waiting
+    /// for the collection's inserts in flight (`lock_stripe_for_write`): a counter's maximum
+    /// needs none of them written, and on the primary their writers may wait for entries this
+    /// state machine has yet to apply (a capped collection has no insert in flight).
     fn apply_data_effects(&self, effects: &[ReplicatedEffect]) {
         for effect in effects {
             match effect {
                 ReplicatedEffect::RecordIds { prefix, through } => {
                     // A counter not loaded yet is read from disk on first use, past this write.
-                    let mut stripe = self.lock_stripe(*prefix);
+                    let mut stripe = self.lock_stripe_for_write(*prefix);
                     if let Some(counter) = stripe.last_record_ids.get_mut(prefix) {
                         *counter = (*counter).max(*through);
                     }
                 }
                 ReplicatedEffect::CappedTrimmed { prefix, through } => {
-                    let mut stripe = self.lock_stripe(*prefix);
+                    let mut stripe = self.lock_stripe_for_write(*prefix);
                     let oldest = stripe.oldest_record_ids.entry(*prefix).or_insert(1);
                     *oldest = (*oldest).max(through + 1);
                 }
