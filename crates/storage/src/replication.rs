@@ -252,7 +252,7 @@ impl Engine {
     /// Installs (or, with None, removes) the replicator every non-`local` write goes through.
     pub fn set_replicator(&self, replicator: Option<Arc<dyn WriteReplicator>>) {
         self.replication.store(replicator.map(|replicator| {
-            Arc::new(Replication { replicator, proposals: Mutex::new(HashMap::new()), next_proposal: AtomicU64::new(1) })
+            Arc::new(Replication { replicator, proposals: Mutex::new(HashMap::new()), next_proposal: AtomicU64::new(first_proposal_id()) })
         }));
     }
 
@@ -463,6 +463,17 @@ pub(crate) fn catalog_effects_for_log(effects: &[CatalogEffect]) -> Result<Vec<R
             })
         })
         .collect()
+}
+
+/// The first proposal id of this process: random, so that the ids of different members never
+/// meet in practice. A member applies every member's entries, and one that was the primary may
+/// still have writers waiting for their own ids: an entry of the next primary carrying one of
+/// them would be taken for theirs (its effects left to the wrong writer).
+fn first_proposal_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    // Below 2^63, so the counter never wraps to 0 (which means nobody waits).
+    (random >> 1).max(1)
 }
 
 fn wall_time_ms() -> i64 {
