@@ -3,19 +3,31 @@ concurrent clients' writes share log entries, and the result must be exactly wha
 was told. Sixteen threads insert unique keys (one document, or three in one command),
 increment their own counter and a shared one, all as retryable writes; afterwards every
 member holds every acknowledged write exactly once, and its oplog holds one entry per
-operation, with timestamps strictly increasing and the same on every member."""
+operation, with timestamps strictly increasing and the same on every member. A primary deposed
+under the same load loses no acknowledged write and fails the writes it held with
+replication-state errors only."""
 
 import threading
 
 from bson import Timestamp
 
-from conftest import wait_until
+import pytest
+
+from conftest import AcknowledgedInserts, ReplicaSet, wait_until
 
 THREADS = 16
+TEST_COMMANDS = ("--setParameter", "enableTestCommands=1")
 ROUNDS = 30
 MANY_EVERY = 5
 MANY_SIZE = 3
 DATABASE = "group_commit"
+
+
+@pytest.fixture(scope="module")
+def replica_set():
+    running = ReplicaSet(members=3, extra_arguments=TEST_COMMANDS)
+    yield running
+    running.stop()
 
 
 def run_writers(client) -> tuple[set, dict, list]:
@@ -88,3 +100,44 @@ def test_concurrent_writers_are_grouped_and_applied_exactly_once_everywhere(repl
             timestamps_by_member.append([(entry["ts"], entry["op"], entry["ns"], entry.get("o2", entry["o"]).get("_id")) for entry in entries])
     assert isinstance(timestamps_by_member[0][0][0], Timestamp)
     assert timestamps_by_member[1] == timestamps_by_member[0] and timestamps_by_member[2] == timestamps_by_member[0], "every member gives each operation the same timestamp"
+
+
+
+def test_a_primary_deposed_under_load_loses_no_acknowledged_write(replica_set):
+    """The primary stops sending to the others (the `replicationNetworkPartition` fail point,
+    one way: it still hears them), so they elect another, whose messages depose it while
+    sixteen writers keep it busy. The writes it held fail with replication-state errors only;
+    every acknowledged write is on every member, once, after healing."""
+    with replica_set.client(retryWrites=True) as client:
+        collection = client[DATABASE].deposed
+        collection.drop()
+        writers = AcknowledgedInserts(collection, THREADS)
+        try:
+            wait_until(lambda: writers.count() >= 200, "the writers are under way")
+            first = replica_set.wait_for_primary()
+            others = [f"127.0.0.1:{port}" for index, port in enumerate(replica_set.ports) if index != first]
+            with replica_set.member_client(first) as member:
+                member.admin.command("configureFailPoint", "replicationNetworkPartition", mode="alwaysOn", data={"hosts": others})
+
+            def other_primary():
+                index = replica_set.primary_index()
+                return (index,) if index is not None and index != first else None
+
+            wait_until(other_primary, "another primary")
+            deposed_at = writers.count()
+            wait_until(lambda: writers.count() >= deposed_at + 200, "the writers go on with the new primary")
+        finally:
+            acknowledged = writers.stop()
+            with replica_set.member_client(first) as member:
+                member.admin.command("configureFailPoint", "replicationNetworkPartition", mode="off")
+    # The writes the deposed primary had proposed wait out the 30 s (WriteConcernFailed, as any
+    # write whose entry the writer cannot learn the fate of); those it had only queued are
+    # failed at once, and pymongo retries them on the new primary.
+    replication_state = ("'code': 64", "'code': 11602", "'code': 10107", "NotPrimaryError", "AutoReconnect", "ServerSelectionTimeoutError")
+    assert all(any(kind in error for kind in replication_state) for error in writers.errors), writers.errors
+    for index in range(3):
+        with replica_set.member_client(index, readPreference="secondaryPreferred") as member:
+            stored = member[DATABASE].deposed
+            wait_until(lambda: acknowledged <= {document["_id"] for document in stored.find({}, {"_id": 1})}, f"member {index} holds every acknowledged insert")
+            ids = [document["_id"] for document in stored.find({}, {"_id": 1})]
+            assert len(ids) == len(set(ids))

@@ -15,6 +15,8 @@
 //! - Each writer learns its own group's outcome only: applied, interrupted because this member
 //!   is not the leader any more (11602), or failed; a writer that stopped waiting is told
 //!   nothing, and its write may still apply (the state machine then derives its effects).
+//!   When this member stops being the leader, the writes still queued (never proposed) are
+//!   failed at once with 11602.
 //! - The queue holds one write per blocked writer (writers are threads that wait for their
 //!   reply), so it is bounded by the threads that write.
 
@@ -24,6 +26,7 @@ use std::sync::Arc;
 
 use myriad_storage::{ReplicatedWrite, StorageError};
 use openraft::error::ClientWriteError;
+use openraft::ServerState;
 use parking_lot::Mutex;
 
 use crate::{LogPayload, Raft};
@@ -128,14 +131,44 @@ impl GroupCommit {
                 }
                 Err(_) => {
                     // Raft stopped (shutdown): this group and every queued write are refused.
-                    let mut queue = self.queue.lock();
-                    queue.closed = true;
-                    let queued = std::mem::take(&mut queue.pending).into_iter().map(|pending| pending.reply);
-                    answer(replies.into_iter().chain(queued).collect(), Err(stopped()));
+                    answer(replies, Err(stopped()));
+                    self.fail_queued(Err(stopped()), true);
                     return;
                 }
             }
         }
+    }
+}
+
+impl GroupCommit {
+    /// Fails the queued writes with InterruptedDueToReplStateChange each time this member stops
+    /// being the leader: behind the group in flight (whose answer waits for the next leader to
+    /// commit or replace its entry) they would otherwise wait up to the writers' 30 s, where a
+    /// write proposed on a deposed leader is refused at once. Ends when Raft stops.
+    pub(crate) async fn fail_queued_on_step_down(self: Arc<Self>, raft: Raft) {
+        let mut server = raft.server_metrics();
+        let mut leading = false;
+        loop {
+            let now_leading = server.borrow_and_update().state == ServerState::Leader;
+            if leading && !now_leading {
+                self.fail_queued(Err(stepped_down()), false);
+            }
+            leading = now_leading;
+            if server.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Answers every queued write with `outcome` (they were never proposed); with `close`,
+    /// refuses later ones too.
+    fn fail_queued(&self, outcome: Outcome, close: bool) {
+        let queued = {
+            let mut queue = self.queue.lock();
+            queue.closed |= close;
+            std::mem::take(&mut queue.pending)
+        };
+        answer(queued.into_iter().map(|pending| pending.reply).collect(), outcome);
     }
 }
 

@@ -191,6 +191,7 @@ impl ReplicaSetMember {
                     .map_err(|error| ReplicationError::Raft(error.to_string()))?;
                 self.runtime.spawn(follow_priority(raft.clone(), Arc::clone(&self.frozen_until)));
                 self.runtime.spawn(Arc::clone(&self.group_commit).propose(raft.clone()));
+                self.runtime.spawn(Arc::clone(&self.group_commit).fail_queued_on_step_down(raft.clone()));
                 Ok(raft)
             })
             .await
