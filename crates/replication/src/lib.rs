@@ -1,25 +1,29 @@
 //! `myriad-replication`: replica sets on Raft. A member's engine writes go through the commit
 //! pipeline's [`myriad_storage::WriteReplicator`]; here that replicator is a Raft log (openraft):
-//! the primary is the Raft leader, each write is one log entry (a
-//! [`myriad_storage::ReplicatedWrite`]), and every member applies committed entries in log order
-//! through [`myriad_storage::Engine::apply_replicated`] (the state machine, `state_machine.rs`).
+//! the primary is the Raft leader, each log entry is a group of the writes proposed together
+//! (`group_commit.rs`; each a [`myriad_storage::ReplicatedWrite`]), and every member applies
+//! committed entries in log order through [`myriad_storage::Engine::apply_replicated_group`]
+//! (the state machine, `state_machine.rs`).
 //!
 //! Layers: `log_store.rs` keeps the Raft log, vote and commit position in a RocksDB instance of
 //! its own under the member's dbpath; `state_machine.rs` is the member's engine; `network.rs`
 //! carries Raft's RPCs as internal commands over the members' ordinary connections (a
 //! [`Transport`] the server provides); `member.rs` is the running member (role, status, the
-//! replicator); `config.rs` maps MongoDB's replica-set configuration document to Raft
+//! replicator); `group_commit.rs` gathers the primary's concurrent writes into entries;
+//! `config.rs` maps MongoDB's replica-set configuration document to Raft
 //! membership.
 //!
 //! Invariants:
 //! - A write is acknowledged only once its entry is committed (on a majority) and applied on
 //!   the primary, so no acknowledged write is ever rolled back.
 //! - A member applies entries strictly in log order, each with its log position in the same
-//!   RocksDB write (so a crash never applies one twice or skips one).
+//!   RocksDB write (so a crash never applies one twice or skips one); the writes of a group
+//!   apply in that one write, in group order, each with its own oplog timestamps.
 //! - A new leader accepts writes only once it applied every entry of earlier terms (its own
 //!   term's first entry is applied), so a writer never prepares against a stale state.
 
 mod config;
+mod group_commit;
 mod log_store;
 mod member;
 mod network;

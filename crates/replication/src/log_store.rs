@@ -4,8 +4,9 @@
 //! log id, the last purged log id and this member's id.
 //!
 //! Appends are synced before Raft is told they are durable (a vote or an entry Raft counts
-//! toward a majority must survive a power loss); openraft batches concurrent proposals into one
-//! append, so one fsync covers many writes.
+//! toward a majority must survive a power loss). openraft 0.9 appends each proposal on its own
+//! and waits for the sync before replicating it, so concurrent writes share an fsync only by
+//! sharing an entry (`group_commit.rs`).
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -15,11 +16,12 @@ use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
 use crate::config::{MemberConfig, ReplicaSetConfig, ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, HEARTBEAT_INTERVAL_MS};
+use crate::group_commit::{stepped_down, GroupCommit};
 use crate::log_store::LogStore;
 use crate::network::{Contacts, Network, Partition, APPEND, SNAPSHOT, VOTE};
 use crate::state_machine::snapshot::Snapshots;
 use crate::state_machine::{Optime, RecentOptimes, StateMachine};
-use crate::{decode, encode, LogPayload, Member, Raft, ReplicationError, Transport};
+use crate::{decode, encode, Member, Raft, ReplicationError, Transport};
 
 /// How long a restarted member waits before it may stand for election
 /// ([`ReplicaSetMember::hold_elections_after_restart`]).
@@ -97,6 +99,8 @@ pub struct ReplicaSetMember {
     snapshots: Arc<Snapshots>,
     partition: Arc<Partition>,
     contacts: Arc<Contacts>,
+    /// The writes waiting to be proposed together (`group_commit.rs`).
+    group_commit: Arc<GroupCommit>,
 }
 
 /// A member's start-up settings.
@@ -145,6 +149,7 @@ impl ReplicaSetMember {
             snapshots,
             partition: Arc::default(),
             contacts: Arc::default(),
+            group_commit: Arc::default(),
         });
         engine.set_replicator(Some(Arc::new(Replicator(Arc::downgrade(&member)))));
         if let Some(id) = member.log_store.member_id()? {
@@ -185,6 +190,8 @@ impl ReplicaSetMember {
                     .await
                     .map_err(|error| ReplicationError::Raft(error.to_string()))?;
                 self.runtime.spawn(follow_priority(raft.clone(), Arc::clone(&self.frozen_until)));
+                self.runtime.spawn(Arc::clone(&self.group_commit).propose(raft.clone()));
+                self.runtime.spawn(Arc::clone(&self.group_commit).fail_queued_on_step_down(raft.clone()));
                 Ok(raft)
             })
             .await
@@ -576,34 +583,28 @@ impl ReplicaSetMember {
         }
     }
 
+    /// Proposes `write` with the writes queued beside it (`group_commit.rs`) and waits until
+    /// this member applied it, or its group failed, or [`WRITE_WAIT`] passed.
     fn replicate(&self, write: ReplicatedWrite) -> Result<(), StorageError> {
-        let Some(raft) = self.raft.get().filter(|_| self.is_writable_primary()).cloned() else {
+        if self.raft.get().is_none() || !self.is_writable_primary() {
             return Err(not_writable_primary());
-        };
-        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-        let payload = LogPayload(write.encode());
-        self.runtime.spawn(async move {
-            let _ = sender.send(raft.client_write(payload).await);
-        });
+        }
+        let receiver = self.group_commit.submit(&write);
         // On a runtime worker (a write run on its connection task), the worker's queued tasks
-        // move to another thread while this one waits: the proposal's own task may be among them.
+        // move to another thread while this one waits: the proposer's tasks may be among them.
         let received = match tokio::runtime::Handle::try_current().map(|handle| handle.runtime_flavor()) {
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| receiver.recv_timeout(WRITE_WAIT)),
             _ => receiver.recv_timeout(WRITE_WAIT),
         };
         match received {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => Err(StorageError::Replication {
-                code: 11602,
-                code_name: "InterruptedDueToReplStateChange",
-                message: "operation was interrupted because the primary stepped down".into(),
-            }),
-            Ok(Err(error)) => Err(StorageError::Replication { code: 1, code_name: "InternalError", message: error.to_string() }),
-            Err(_) => Err(StorageError::Replication {
+            Ok(outcome) => outcome,
+            Err(RecvTimeoutError::Timeout) => Err(StorageError::Replication {
                 code: 64,
                 code_name: "WriteConcernFailed",
                 message: format!("waiting for replication timed out after {} s", WRITE_WAIT.as_secs()),
             }),
+            // The proposer stopped (Raft shut down) without proposing it.
+            Err(RecvTimeoutError::Disconnected) => Err(stepped_down()),
         }
     }
 }

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 pub(crate) mod snapshot;
 
 use snapshot::{SnapshotBuilder, Snapshots};
+use crate::group_commit::decode_group;
 use crate::{decode, encode, Applied, Member, TypeConfig};
 
 /// Catalog-family key of the applied position (`R` keys belong to replication).
@@ -114,32 +115,38 @@ impl StateMachine {
         Ok(StateMachine { engine, state, recent, oplog, snapshots })
     }
 
+    /// Applies one entry: its writes (a group, `group_commit.rs`) with their oplog entries and
+    /// the new applied position in one RocksDB write, or the position alone for a blank or
+    /// membership entry. Each write's operations get the next timestamps, in group order.
     fn apply_entry(&mut self, entry: &Entry<TypeConfig>) -> Result<()> {
-        let write = match &entry.payload {
-            EntryPayload::Normal(payload) => Some(ReplicatedWrite::decode(&payload.0).map_err(apply_error)?),
-            EntryPayload::Blank | EntryPayload::Membership(_) => None,
+        let writes = match &entry.payload {
+            EntryPayload::Normal(payload) => decode_group(&payload.0).map_err(apply_error)?,
+            EntryPayload::Blank | EntryPayload::Membership(_) => Vec::new(),
         };
         let mut state = self.state.clone();
         state.last_applied = Some(entry.log_id);
         if let EntryPayload::Membership(membership) = &entry.payload {
             state.membership = StoredMembership::new(Some(entry.log_id), membership.clone());
         }
-        let wall_time_ms = write.as_ref().map(|write| write.wall_time_ms);
-        let first = state.optime.next(wall_time_ms, entry.log_id.leader_id.term);
-        // Each operation is an oplog entry with its own timestamp: the entry's optime is the last.
-        let operations = write.as_ref().map_or(0, |write| write.operations.len() as u32);
-        state.optime = Optime { increment: first.increment + operations.saturating_sub(1), ..first };
-        if let Some(wall_time_ms) = wall_time_ms {
-            state.last_write_wall_time_ms = wall_time_ms;
+        let term = entry.log_id.leader_id.term;
+        let mut entries = Vec::new();
+        for write in &writes {
+            let first = state.optime.next(Some(write.wall_time_ms), term);
+            // Each operation is an oplog entry with its own timestamp: the write's optime is the last.
+            let operations = write.operations.len() as u32;
+            state.optime = Optime { increment: first.increment + operations.saturating_sub(1), ..first };
+            state.last_write_wall_time_ms = write.wall_time_ms;
+            entries.extend(oplog_entries(write, first).map_err(apply_error)?);
+        }
+        if writes.is_empty() {
+            state.optime = state.optime.next(None, term);
         }
         let marker = encode(&state);
-        match write {
-            Some(write) => {
-                let entries = oplog_entries(&write, first).map_err(apply_error)?;
-                let oplog = (!entries.is_empty()).then_some(OplogAppend { oplog: &mut self.oplog, entries });
-                tokio::task::block_in_place(|| self.engine.apply_replicated(&write, (APPLIED_KEY, &marker), oplog))
-            }
-            None => self.engine.write_replication_state(APPLIED_KEY, &marker),
+        if writes.is_empty() {
+            self.engine.write_replication_state(APPLIED_KEY, &marker)
+        } else {
+            let oplog = (!entries.is_empty()).then_some(OplogAppend { oplog: &mut self.oplog, entries });
+            tokio::task::block_in_place(|| self.engine.apply_replicated_group(&writes, (APPLIED_KEY, &marker), oplog))
         }
         .map_err(apply_error)?;
         self.recent.lock().record(&state);

@@ -86,6 +86,13 @@ pub struct ReplicatedWrite {
 const FORMAT_VERSION: u8 = 1;
 
 impl ReplicatedWrite {
+    /// True when applying it changes the catalog (prefixes, published or forgotten entries):
+    /// such a write is a log entry of its own, since a member that did not propose it applies it
+    /// under the DDL mutex.
+    pub fn changes_catalog(&self) -> bool {
+        self.effects.iter().any(|effect| matches!(effect, ReplicatedEffect::Prefixes { .. } | ReplicatedEffect::Publish { .. } | ReplicatedEffect::Forget { .. }))
+    }
+
     /// The encoding stored in the log: version, fixed fields, then length-prefixed effects,
     /// operations and batch (little-endian). [`Self::decode`] reverses it exactly.
     pub fn encode(&self) -> Vec<u8> {
@@ -245,7 +252,7 @@ impl Engine {
     /// Installs (or, with None, removes) the replicator every non-`local` write goes through.
     pub fn set_replicator(&self, replicator: Option<Arc<dyn WriteReplicator>>) {
         self.replication.store(replicator.map(|replicator| {
-            Arc::new(Replication { replicator, proposals: Mutex::new(HashMap::new()), next_proposal: AtomicU64::new(1) })
+            Arc::new(Replication { replicator, proposals: Mutex::new(HashMap::new()), next_proposal: AtomicU64::new(first_proposal_id()) })
         }));
     }
 
@@ -322,42 +329,61 @@ impl Engine {
         }
     }
 
-    /// Applies one log entry on this member: writes its batch with `marker` (the applier's
-    /// position, a catalog-family key and value) in the same atomic write, then, unless a
-    /// waiting writer of this member proposed it, derives its in-memory effects under the locks
-    /// a writer would hold.
-    pub fn apply_replicated(&self, write: &ReplicatedWrite, marker: (&[u8], &[u8]), mut oplog: Option<OplogAppend<'_>>) -> Result<(), StorageError> {
-        self.apply_replicated_batch(write, marker, oplog.as_mut())?;
+    /// Applies one log entry holding one write on this member ([`Self::apply_replicated_group`]).
+    pub fn apply_replicated(&self, write: &ReplicatedWrite, marker: (&[u8], &[u8]), oplog: Option<OplogAppend<'_>>) -> Result<(), StorageError> {
+        self.apply_replicated_group(std::slice::from_ref(write), marker, oplog)
+    }
+
+    /// Applies one log entry on this member: writes the batches of its `writes` (a group commit:
+    /// one write, or several without catalog effects) with `marker` (the applier's position, a
+    /// catalog-family key and value) and `oplog`'s entries in one atomic RocksDB write, then,
+    /// for each write that no waiting writer of this member proposed, derives its in-memory
+    /// effects under the locks a writer would hold.
+    pub fn apply_replicated_group(&self, writes: &[ReplicatedWrite], marker: (&[u8], &[u8]), mut oplog: Option<OplogAppend<'_>>) -> Result<(), StorageError> {
+        self.apply_replicated_batch(writes, marker, oplog.as_mut())?;
         if let Some(oplog) = oplog {
             self.notify_oplog(oplog.oplog);
         }
         Ok(())
     }
 
-    /// [`Self::apply_replicated`]; `oplog`'s entries go in the same RocksDB write.
-    fn apply_replicated_batch(&self, write: &ReplicatedWrite, marker: (&[u8], &[u8]), oplog: Option<&mut OplogAppend<'_>>) -> Result<(), StorageError> {
+    /// [`Self::apply_replicated_group`]; `oplog`'s entries go in the same RocksDB write.
+    fn apply_replicated_batch(&self, writes: &[ReplicatedWrite], marker: (&[u8], &[u8]), oplog: Option<&mut OplogAppend<'_>>) -> Result<(), StorageError> {
         let fingerprint = self.family_fingerprint()?;
-        if write.families != fingerprint {
+        if let Some(write) = writes.iter().find(|write| write.families != fingerprint) {
             return Err(StorageError::Corrupt(format!(
                 "a replicated write names column families by other ids (fingerprint {:x}, this member's {fingerprint:x}); seed this member from a copy of the primary's files",
                 write.families
             )));
         }
-        let mut batch = WriteBatch::from_data(&write.batch);
+        if writes.len() > 1 && writes.iter().any(ReplicatedWrite::changes_catalog) {
+            return Err(corrupt("a catalog change grouped with other writes in one log entry".into()));
+        }
+        let mut batch = concatenated_batch(writes)?;
         batch.put_cf(self.family(FAMILY_CATALOG)?, marker.0, marker.1);
         if let Some(oplog) = oplog {
             self.add_oplog_entries(&mut batch, oplog)?;
         }
         if let Some(replication) = self.replication.load().as_ref() {
             let mut proposals = replication.proposals.lock();
-            if let Some(state) = proposals.get_mut(&write.proposal).filter(|state| **state == ProposalState::Waiting) {
+            let waiting: Vec<bool> = writes.iter().map(|write| proposals.get(&write.proposal) == Some(&ProposalState::Waiting)).collect();
+            if waiting.contains(&true) {
+                // No write of the group changes the catalog (checked above, or it is alone and
+                // waited for): the writers that wait derive their effects, the others are derived
+                // here, after the write, as for any write nobody waits for.
                 self.db.write_opt(batch, &WriteOptions::default())?;
-                *state = ProposalState::Written;
+                for (write, _) in writes.iter().zip(&waiting).filter(|(_, waiting)| **waiting) {
+                    proposals.insert(write.proposal, ProposalState::Written);
+                }
+                drop(proposals);
+                for (write, _) in writes.iter().zip(&waiting).filter(|(_, waiting)| !**waiting) {
+                    self.apply_data_effects(&write.effects);
+                }
                 return Ok(());
             }
         }
         let mut catalog_effects = Vec::new();
-        for effect in &write.effects {
+        for effect in writes.iter().flat_map(|write| &write.effects) {
             match effect {
                 ReplicatedEffect::Prefixes { next } => catalog_effects.push(CatalogEffect::AdvancePrefixes(*next)),
                 ReplicatedEffect::Publish { entry } => {
@@ -381,24 +407,29 @@ impl Engine {
             self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel);
             written?;
         }
-        self.apply_data_effects(&write.effects);
+        for write in writes {
+            self.apply_data_effects(&write.effects);
+        }
         Ok(())
     }
 
     /// Derives a replicated write's record-id and capped-collection effects on a member that
-    /// did not propose it, under each collection's stripe.
+    /// did not propose it, under each collection's stripe. The stripe is taken without waiting
+    /// for the collection's inserts in flight (`lock_stripe_for_write`): a counter's maximum
+    /// needs none of them written, and on the primary their writers may wait for entries this
+    /// state machine has yet to apply (a capped collection has no insert in flight).
     fn apply_data_effects(&self, effects: &[ReplicatedEffect]) {
         for effect in effects {
             match effect {
                 ReplicatedEffect::RecordIds { prefix, through } => {
                     // A counter not loaded yet is read from disk on first use, past this write.
-                    let mut stripe = self.lock_stripe(*prefix);
+                    let mut stripe = self.lock_stripe_for_write(*prefix);
                     if let Some(counter) = stripe.last_record_ids.get_mut(prefix) {
                         *counter = (*counter).max(*through);
                     }
                 }
                 ReplicatedEffect::CappedTrimmed { prefix, through } => {
-                    let mut stripe = self.lock_stripe(*prefix);
+                    let mut stripe = self.lock_stripe_for_write(*prefix);
                     let oldest = stripe.oldest_record_ids.entry(*prefix).or_insert(1);
                     *oldest = (*oldest).max(through + 1);
                 }
@@ -434,20 +465,55 @@ pub(crate) fn catalog_effects_for_log(effects: &[CatalogEffect]) -> Result<Vec<R
         .collect()
 }
 
+/// The first proposal id of this process: random, so that the ids of different members never
+/// meet in practice. A member applies every member's entries, and one that was the primary may
+/// still have writers waiting for their own ids: an entry of the next primary carrying one of
+/// them would be taken for theirs (its effects left to the wrong writer).
+fn first_proposal_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    // Below 2^63, so the counter never wraps to 0 (which means nobody waits).
+    (random >> 1).max(1)
+}
+
 fn wall_time_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|elapsed| elapsed.as_millis() as i64).unwrap_or(0)
+}
+
+/// RocksDB's WriteBatch header (`write_batch.cc`): an 8-byte sequence, then a 4-byte
+/// little-endian record count; the records follow.
+const BATCH_HEADER_BYTES: usize = 12;
+
+/// One WriteBatch holding every record of `writes`' batches in order: their records
+/// concatenated under one header whose count is their sum (as RocksDB's
+/// `WriteBatchInternal::Append`), so a group applies in one atomic write.
+fn concatenated_batch(writes: &[ReplicatedWrite]) -> Result<WriteBatch, StorageError> {
+    if let [write] = writes {
+        return Ok(WriteBatch::from_data(&write.batch));
+    }
+    let records_bytes: usize = writes.iter().map(|write| write.batch.len().saturating_sub(BATCH_HEADER_BYTES)).sum();
+    let mut data = Vec::with_capacity(BATCH_HEADER_BYTES + records_bytes);
+    data.extend_from_slice(&[0u8; BATCH_HEADER_BYTES]);
+    let mut count: u32 = 0;
+    for write in writes {
+        let header = write.batch.get(..BATCH_HEADER_BYTES).ok_or_else(|| corrupt(format!("a batch of {} bytes", write.batch.len())))?;
+        let records = u32::from_le_bytes(header[8..].try_into().expect("4 bytes"));
+        count = count.checked_add(records).ok_or_else(|| corrupt("a group of over 4 billion records".into()))?;
+        data.extend_from_slice(&write.batch[BATCH_HEADER_BYTES..]);
+    }
+    data[8..BATCH_HEADER_BYTES].copy_from_slice(&count.to_le_bytes());
+    Ok(WriteBatch::from_data(&data))
 }
 
 /// The column-family id of a WriteBatch's first record (RocksDB's `write_batch.cc` layout:
 /// 8-byte sequence, 4-byte count, then a tag byte; tag 0x01 is a put into the default family,
 /// 0x05 a put into the family whose varint32 id follows).
 fn family_id_of_first_record(data: &[u8]) -> Result<u32, StorageError> {
-    const HEADER_BYTES: usize = 12;
-    match data.get(HEADER_BYTES) {
+    match data.get(BATCH_HEADER_BYTES) {
         Some(0x01) => Ok(0),
         Some(0x05) => {
             let mut id: u32 = 0;
-            for (index, byte) in data[HEADER_BYTES + 1..].iter().take(5).enumerate() {
+            for (index, byte) in data[BATCH_HEADER_BYTES + 1..].iter().take(5).enumerate() {
                 id |= u32::from(byte & 0x7f) << (7 * index);
                 if byte & 0x80 == 0 {
                     return Ok(id);
@@ -488,6 +554,27 @@ mod tests {
         let mut longer = encoded.clone();
         longer.push(0);
         assert!(ReplicatedWrite::decode(&longer).is_err());
+    }
+
+    #[test]
+    fn grouped_batches_are_written_as_one() {
+        let directory = tempfile::tempdir().unwrap();
+        let engine = Engine::open(directory.path(), &crate::EngineOptions::default()).unwrap();
+        let catalog = engine.family(FAMILY_CATALOG).unwrap();
+        let write_of = |pairs: &[(&[u8], &[u8])]| {
+            let mut batch = WriteBatch::default();
+            for (key, value) in pairs {
+                batch.put_cf(catalog, key, value);
+            }
+            ReplicatedWrite { families: 0, proposal: 0, wall_time_ms: 0, batch: batch.data().to_vec(), effects: Vec::new(), operations: Vec::new() }
+        };
+        let writes = [write_of(&[(b"Ta", b"1"), (b"Tb", b"2")]), write_of(&[(b"Tc", b"3")]), write_of(&[(b"Ta", b"4")])];
+        let batch = concatenated_batch(&writes).unwrap();
+        assert_eq!(batch.len(), 4);
+        engine.db.write(batch).unwrap();
+        let read = |key: &[u8]| engine.db.get_cf(catalog, key).unwrap();
+        assert_eq!((read(b"Ta"), read(b"Tb"), read(b"Tc")), (Some(b"4".to_vec()), Some(b"2".to_vec()), Some(b"3".to_vec())));
+        assert!(concatenated_batch(&[write_of(&[]), ReplicatedWrite { batch: vec![0; 5], ..write_of(&[]) }]).is_err());
     }
 
     #[test]
