@@ -267,3 +267,14 @@ def test_bank_transfers_keep_the_total_under_concurrent_clients(replica_set):
         assert balances == total
         assert len(committed) == threads_count * transfers_per_thread
         assert sorted(document["_id"] for document in client.bank_one.log.find()) == sorted(committed)
+        # Every member applied the same commits: its balances sum to the total and match the primary's.
+        expected = {account: account_place[account].find_one({"_id": account})["balance"] for account in range(accounts_count)}
+        for index in range(3):
+            with replica_set.member_client(index, readPreference="secondaryPreferred") as member:
+                def member_balances():
+                    return {
+                        document["_id"]: document["balance"]
+                        for database_name, collection_name in places
+                        for document in member[database_name][collection_name].find()
+                    }
+                wait_until(lambda: member_balances() == expected, f"member {index} applied every commit")
