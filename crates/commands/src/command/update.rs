@@ -43,6 +43,8 @@ pub struct UpdateStatement<'a> {
     pub return_new: bool,
     /// `bypassDocumentValidation` of the command.
     pub bypass_document_validation: bool,
+    /// The statement's `collation` (findAndModify's: the command's).
+    pub collation: crate::collation::GivenCollation,
 }
 
 /// `arrayFilters` of a statement; `field_path` names the field in type errors as MongoDB does
@@ -92,7 +94,9 @@ pub fn apply_statement(
         hint: statement.hint.clone(),
         allow_disk_use: None,
         min_max: None,
-    };
+        collation: statement.collation.clone(),
+    }
+    .with_collation(collection);
     let scope = if statement.multi { Scope::All } else { Scope::One };
     let mut attempt = 0;
     loop {
@@ -294,6 +298,7 @@ pub fn parse_statement<'s>(statement: &'s Document, fields: &StatementFields, by
         sort,
         return_new: false,
         bypass_document_validation,
+        collation: crate::collation::parse_field(fields.path, statement)?,
     })
 }
 

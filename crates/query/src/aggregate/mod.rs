@@ -41,6 +41,7 @@ mod writes;
 use std::sync::Arc;
 
 use bson::{Bson, Document};
+use myriad_collation::Collator;
 
 use crate::error::{QueryError, QueryResult};
 use crate::expression::Expression;
@@ -95,6 +96,17 @@ enum Stage {
 impl Stage {
     fn is_blocking(&self) -> bool {
         matches!(self, Stage::Group(_) | Stage::Sort { .. } | Stage::Count(_) | Stage::Buffered(_))
+    }
+
+    /// The stage comparing strings by `collator`: `$match`, `$sort` and `$group` (and what
+    /// desugars to them, such as `$sortByCount` and `$bucket`'s sort).
+    fn with_collator(&self, collator: &Option<Arc<Collator>>) -> Stage {
+        match self {
+            Stage::Match(filter) => Stage::Match(Box::new((**filter).clone().with_collator(collator.clone()))),
+            Stage::Sort { spec, limit } => Stage::Sort { spec: spec.clone().with_collator(collator.clone()), limit: *limit },
+            Stage::Group(spec) => Stage::Group(Box::new((**spec).clone().with_collator(collator.clone()))),
+            other => other.clone(),
+        }
     }
 }
 
@@ -184,9 +196,23 @@ impl Pipeline {
         self
     }
 
-    /// This (sub-)pipeline run with another pipeline's settings.
+    /// This (sub-)pipeline run with another pipeline's settings (its collation included).
     pub(crate) fn with_context(mut self, context: RunContext) -> Pipeline {
+        let collator = context.collator.clone();
         self.context = context;
+        if collator.is_some() {
+            self = self.with_collator(collator);
+        }
+        self
+    }
+
+    /// Compares strings by `collator` (None: simple) in every stage that compares them, and
+    /// in the sub-pipelines of `$lookup`, `$facet` and `$unionWith`.
+    pub fn with_collator(mut self, collator: Option<Arc<Collator>>) -> Pipeline {
+        if collator.is_some() || self.context.collator.is_some() {
+            self.stages = Arc::new(self.stages.iter().map(|stage| stage.with_collator(&collator)).collect());
+        }
+        self.context.collator = collator;
         self
     }
 

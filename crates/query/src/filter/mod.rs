@@ -14,7 +14,11 @@ mod budget;
 mod matching;
 mod parse;
 
+use std::sync::Arc;
+
 use bson::{Bson, Document};
+use myriad_collation::Collator;
+use myriad_keystring::compare::StringComparator;
 
 use crate::bson_types::TypeAlias;
 use crate::error::QueryResult;
@@ -23,10 +27,12 @@ use crate::expression::Expression;
 pub use self::bits::{BitMask, BitTest};
 pub use crate::regex::{CompiledRegex, MatchLimitExceeded, RegexMatch, TextPosition};
 
-/// A parsed query filter.
+/// A parsed query filter, and the collation its string comparisons use (None: simple).
+/// `$regex` is not collation-aware, as in MongoDB.
 #[derive(Clone, Debug)]
 pub struct Filter {
     root: Node,
+    collator: Option<Arc<Collator>>,
 }
 
 /// Where a match went through an array, for the positional `$` update and projection.
@@ -82,13 +88,28 @@ pub enum Predicate {
 impl Filter {
     /// Parses a filter document, validating every operator.
     pub fn parse(filter: &Document) -> QueryResult<Filter> {
-        Ok(Filter { root: parse::parse_document(filter, 0, &mut budget::FilterBudget::default())? })
+        Ok(Filter { root: parse::parse_document(filter, 0, &mut budget::FilterBudget::default())?, collator: None })
+    }
+
+    /// The same filter comparing strings by `collator` (None: bytewise).
+    pub fn with_collator(mut self, collator: Option<Arc<Collator>>) -> Filter {
+        self.collator = collator;
+        self
+    }
+
+    /// The collation the filter compares strings by (None: simple).
+    pub fn collator(&self) -> Option<&Arc<Collator>> {
+        self.collator.as_ref()
+    }
+
+    fn collation(&self) -> matching::Collation<'_> {
+        self.collator.as_deref().map(|collator| collator as &dyn StringComparator)
     }
 
     /// Parses a condition that applies to a bare value, such as `$pull: {a: {$gte: 5}}`'s
     /// `{$gte: 5}` (operator document) or `5` (equality) or `/re/`.
     pub fn parse_value_condition(condition: &Bson) -> QueryResult<Filter> {
-        Ok(Filter { root: parse::parse_value_condition(condition, &mut budget::FilterBudget::default())? })
+        Ok(Filter { root: parse::parse_value_condition(condition, &mut budget::FilterBudget::default())?, collator: None })
     }
 
     /// Every dotted path the filter reads, or None when it reads more than named paths
@@ -121,13 +142,13 @@ impl Filter {
     /// Like [`Filter::matches`], but reports `$expr` evaluation errors and regex limits (51156).
     pub fn try_matches(&self, document: &Document) -> QueryResult<bool> {
         let mut details = MatchDetails::default();
-        matching::matches_document(&self.root, document, &mut details)
+        matching::matches_document(&self.root, document, &mut details, self.collation())
     }
 
     /// Matches and reports which array element matched (for the positional `$` operator).
     pub fn matches_with_position(&self, document: &Document) -> Option<MatchDetails> {
         let mut details = MatchDetails::default();
-        match matching::matches_document(&self.root, document, &mut details) {
+        match matching::matches_document(&self.root, document, &mut details, self.collation()) {
             Ok(true) => Some(details),
             _ => None,
         }
@@ -140,7 +161,7 @@ impl Filter {
 
     /// Like [`Filter::matches_value`], but reports errors (as [`Filter::try_matches`]).
     pub fn try_matches_value(&self, value: &Bson) -> QueryResult<bool> {
-        matching::matches_value(&self.root, value, &mut MatchDetails::default())
+        matching::matches_value(&self.root, value, &mut MatchDetails::default(), self.collation())
     }
 
     /// The parsed tree, for callers that analyse filters.
