@@ -110,7 +110,7 @@ mod tests {
     #[test]
     fn collations_are_read_with_mongod_codes() {
         assert_eq!(parse_value("find", &Bson::Document(doc! { "locale": "simple" })).map(|collator| collator.is_none()), Ok(true));
-        let refused = |collation: Bson| parse_value("find", &collation).map(|_| ()).map_err(|error| error.code.code);
+        let refused = |collation: Bson| parse_value("find", &collation).map(|_| ()).map_err(|error| error.code);
         assert_eq!(refused(Bson::Document(doc! { "locale": "fr" })), Ok(()));
         assert_eq!(refused(Bson::Document(doc! { "locale": "simple", "strength": 2 })), Err(9));
         assert_eq!(refused(Bson::Document(doc! {})), Err(4));

@@ -1,0 +1,267 @@
+"""Collations through pymongo: every option of the collation document, on find, sort, count,
+distinct, aggregate ($match, $sort, $group, $lookup), update, delete and findAndModify; a
+collection's default collation; collated indexes (used by a query of the same collation, not
+for strings by another, as explain shows) and their unique keys; invalid documents with
+mongod's codes; a restart keeping it all; concurrent updates through a collation against an
+exact model."""
+
+import tempfile
+
+import pytest
+from pymongo.collation import Collation
+from pymongo.errors import DuplicateKeyError, OperationFailure
+
+from conftest import Server
+from many_clients import run_threads
+
+CASE_INSENSITIVE = {"locale": "en", "strength": 2}
+ENGLISH_DEFAULTS = {
+    "locale": "en", "caseLevel": False, "caseFirst": "off", "strength": 3, "numericOrdering": False,
+    "alternate": "non-ignorable", "maxVariable": "punct", "normalization": False, "backwards": False, "version": "57.1",
+}
+
+
+def stages_of(plan):
+    names = []
+    while plan is not None:
+        names.append(plan["stage"])
+        plan = plan.get("inputStage")
+    return names
+
+
+def winning_stages(collection, filter_document, collation=None):
+    command = {"find": collection.name, "filter": filter_document}
+    if collation is not None:
+        command["collation"] = collation
+    explained = collection.database.command("explain", command, verbosity="queryPlanner")
+    return stages_of(explained["queryPlanner"]["winningPlan"])
+
+
+def code_of(call):
+    with pytest.raises(OperationFailure) as failure:
+        call()
+    return failure.value.code
+
+
+def names(cursor):
+    return [document["name"] for document in cursor]
+
+
+@pytest.fixture()
+def words(db):
+    collection = db.words
+    collection.insert_many([
+        {"_id": 1, "name": "cafe"}, {"_id": 2, "name": "Cafe"}, {"_id": 3, "name": "café"},
+        {"_id": 4, "name": "CAFE"}, {"_id": 5, "name": "b"}, {"_id": 6, "name": "a-b"}, {"_id": 7, "name": "ab"},
+    ])
+    return collection
+
+
+def test_strength_decides_which_strings_are_equal(words):
+    assert sorted(names(words.find({"name": "cafe"}))) == ["cafe"], "simple: bytes"
+    primary = sorted(names(words.find({"name": "cafe"}, collation=Collation("en", strength=1))))
+    assert primary == sorted(["cafe", "Cafe", "café", "CAFE"])
+    secondary = sorted(names(words.find({"name": "cafe"}, collation=Collation("en", strength=2))))
+    assert secondary == sorted(["cafe", "Cafe", "CAFE"])
+    case_level = sorted(names(words.find({"name": "cafe"}, collation=Collation("en", strength=1, caseLevel=True))))
+    assert case_level == sorted(["cafe", "café"]), "caseLevel tells case apart at strength 1"
+    in_list = words.find({"name": {"$in": ["CAFÉ", "zz"]}}, collation=Collation("en", strength=1))
+    assert len(list(in_list)) == 4
+    # $regex is not collation-aware.
+    assert names(words.find({"name": {"$regex": "^caf"}}, collation=Collation("en", strength=1))) == ["cafe", "café"]
+
+
+def test_sort_options(db):
+    collection = db.sorted
+    collection.insert_many([{"name": name} for name in ["b", "A", "a", "B", "10", "9", "côte", "coté"]])
+    def sort_with(**options):
+        return names(collection.find({}, {"_id": 0}).sort("name", 1).collation(Collation("en", **options)))
+    assert sort_with(caseFirst="upper")[2:6] == ["A", "a", "B", "b"]
+    assert sort_with(caseFirst="lower")[2:6] == ["a", "A", "b", "B"]
+    assert sort_with(numericOrdering=True)[:2] == ["9", "10"]
+    assert sort_with()[:2] == ["10", "9"]
+    assert sort_with(backwards=True)[6:8] == ["côte", "coté"], "the last accent decides first"
+    assert sort_with()[6:8] == ["coté", "côte"]
+    assert names(collection.find({}, {"_id": 0}).sort("name", 1))[:4] == ["10", "9", "A", "B"], "simple: bytes"
+
+
+def test_alternate_max_variable_and_normalization(words, db):
+    shifted = sorted(names(words.find({"name": "ab"}, collation=Collation("en", alternate="shifted"))))
+    assert shifted == ["a-b", "ab"], "punctuation ignored"
+    spaced = db.spaced
+    spaced.insert_many([{"name": "a b"}, {"name": "a-b"}, {"name": "ab"}])
+    space_only = Collation("en", alternate="shifted", maxVariable="space")
+    assert sorted(names(spaced.find({"name": "ab"}, collation=space_only))) == ["a b", "ab"]
+    composed = db.composed
+    composed.insert_many([{"name": "e\u0301"}, {"name": "\u00e9"}])
+    assert len(list(composed.find({"name": "\u00e9"}, collation=Collation("en", normalization=True)))) == 2
+    assert len(list(composed.find({"name": "\u00e9"}))) == 1
+
+
+def test_count_distinct_and_aggregate(words, db):
+    primary = Collation("en", strength=1)
+    assert words.count_documents({"name": "CAFE"}, collation=primary) == 4
+    assert words.count_documents({"name": "CAFE"}) == 1
+    distinct = words.distinct("name", {"name": {"$ne": "b"}}, collation=Collation("en", strength=1, alternate="shifted"))
+    assert len(distinct) == 2, distinct
+    assert len(words.distinct("name")) == 7
+    grouped = list(words.aggregate([{"$group": {"_id": "$name", "n": {"$sum": 1}}}, {"$sort": {"n": -1}}], collation=primary))
+    assert grouped[0]["n"] == 4 and len(grouped) == 4
+    matched = list(words.aggregate([{"$match": {"name": "CAFE"}}, {"$count": "n"}], collation=Collation("en", strength=2)))
+    assert matched == [{"n": 3}]
+    sorted_names = [document["name"] for document in words.aggregate([{"$sort": {"name": 1, "_id": 1}}], collation=primary)]
+    assert sorted_names[:2] == ["a-b", "ab"]
+    orders = db.orders
+    orders.insert_many([{"_id": 1, "item": "CAFE"}, {"_id": 2, "item": "tea"}])
+    joined = list(orders.aggregate([
+        {"$lookup": {"from": "words", "localField": "item", "foreignField": "name", "as": "found"}},
+        {"$project": {"count": {"$size": "$found"}}},
+    ], collation=Collation("en", strength=2)))
+    assert joined == [{"_id": 1, "count": 3}, {"_id": 2, "count": 0}]
+    piped = list(orders.aggregate([
+        {"$lookup": {"from": "words", "pipeline": [{"$match": {"name": "cafe"}}], "as": "found"}},
+        {"$project": {"count": {"$size": "$found"}}},
+    ], collation=Collation("en", strength=1)))
+    assert piped[0]["count"] == 4
+
+
+def test_update_delete_and_find_and_modify(words):
+    secondary = Collation("en", strength=2)
+    result = words.update_many({"name": "cafe"}, {"$set": {"seen": True}}, collation=secondary)
+    assert (result.matched_count, result.modified_count) == (3, 3)
+    found = words.find_one_and_update({"name": "CAFÉ"}, {"$set": {"accent": True}}, collation=secondary, return_document=True)
+    assert found["name"] == "café" and found["accent"]
+    removed = words.find_one_and_delete({"name": "CAFÉ"}, collation=secondary)
+    assert removed["_id"] == 3
+    assert words.delete_many({"name": "CAFE"}, collation=secondary).deleted_count == 3
+    assert words.count_documents({}) == 3
+    assert words.delete_one({"name": "B"}).deleted_count == 0, "simple: no match"
+
+
+def test_collection_default_collation(db):
+    db.create_collection("people", collation=Collation("en", strength=2))
+    people = db.people
+    info = next(db.list_collections(filter={"name": "people"}))
+    assert info["options"]["collation"] == {**ENGLISH_DEFAULTS, "strength": 2}
+    people.insert_many([{"_id": "Ann", "name": "Ann"}, {"_id": "bob", "name": "bob"}])
+    assert people.count_documents({"name": "ANN"}) == 1, "the default applies"
+    assert people.count_documents({"name": "ANN"}, collation=Collation("simple")) == 0, "simple overrides it"
+    indexes = {index["name"]: index for index in people.list_indexes()}
+    assert indexes["_id_"]["collation"] == {**ENGLISH_DEFAULTS, "strength": 2}, "the _id index takes the default"
+    assert people.find_one({"_id": "ann"})["name"] == "Ann"
+    with pytest.raises(DuplicateKeyError):
+        people.insert_one({"_id": "BOB"})
+    people.create_index("name")
+    assert {index["name"]: index for index in people.list_indexes()}["name_1"]["collation"]["strength"] == 2
+    people.create_index("name", name="name_simple", collation=Collation("simple"))
+    assert "collation" not in {index["name"]: index for index in people.list_indexes()}["name_simple"]
+    db.create_collection("plain", collation=Collation("simple"))
+    assert "collation" not in next(db.list_collections(filter={"name": "plain"}))["options"]
+
+
+def test_index_used_only_for_the_same_collation(db):
+    items = db.items
+    items.insert_many([{"_id": i, "name": f"Name{i % 50}", "n": i} for i in range(500)])
+    items.create_index("name", collation=Collation("en", strength=2))
+    items.create_index("n", collation=Collation("fr"))
+    spec = {index["name"]: index for index in items.list_indexes()}["name_1"]
+    assert spec["collation"] == {**ENGLISH_DEFAULTS, "strength": 2}
+    assert "IXSCAN" in winning_stages(items, {"name": "NAME7"}, CASE_INSENSITIVE)
+    assert len(list(items.find({"name": "NAME7"}, collation=Collation("en", strength=2)))) == 10
+    assert winning_stages(items, {"name": "Name7"}) == ["COLLSCAN"], "simple query, collated index: no string bounds"
+    assert winning_stages(items, {"name": "Name7"}, {"locale": "fr"}) == ["COLLSCAN"]
+    assert len(list(items.find({"name": "Name7"}))) == 10
+    assert "IXSCAN" in winning_stages(items, {"n": 7}), "numbers do not depend on the collation"
+    # A range over strings is not bounded through collation keys; the answer is still right.
+    expected = items.count_documents({"name": {"$gte": "Name48"}})
+    assert expected == 70, "Name48, Name49 and Name5 to Name9"
+    assert items.count_documents({"name": {"$gte": "name48"}}, collation=Collation("en", strength=2)) == expected
+    unique = db.unique
+    unique.create_index("email", unique=True, collation=Collation("en", strength=2))
+    unique.insert_one({"email": "A@example.com"})
+    with pytest.raises(DuplicateKeyError):
+        unique.insert_one({"email": "a@EXAMPLE.com"})
+    unique.insert_one({"email": "b@example.com"})
+
+
+@pytest.mark.parametrize("collation, code", [
+    ({}, 4),
+    ({"locale": 1}, 14),
+    ({"locale": ""}, 2),
+    ({"locale": "xx_YY"}, 2),
+    ({"locale": "en-US"}, 2),
+    ({"locale": "en", "strength": 0}, 9),
+    ({"locale": "en", "strength": "2"}, 14),
+    ({"locale": "en", "strength": 1.5}, 2),
+    ({"locale": "en", "caseLevel": 1}, 14),
+    ({"locale": "en", "caseFirst": "middle"}, 9),
+    ({"locale": "en", "alternate": "all"}, 9),
+    ({"locale": "en", "maxVariable": "symbol"}, 9),
+    ({"locale": "en", "version": "1.0"}, 161),
+    ({"locale": "en", "unknown": True}, 9),
+    ({"locale": "en", "strength": 1, "backwards": True}, 2),
+    ({"locale": "en", "strength": 2, "caseFirst": "upper"}, 2),
+    ({"locale": "simple", "strength": 2}, 9),
+])
+def test_invalid_collations_get_mongod_codes(db, collation, code):
+    db.things.insert_one({"a": 1})
+    assert code_of(lambda: db.command("find", "things", collation=collation)) == code
+    assert code_of(lambda: db.command("create", "other", collation=collation)) == code
+    assert code_of(lambda: db.things.create_index("a", collation=collation)) == code
+    assert code_of(lambda: db.command("delete", "things", deletes=[{"q": {}, "limit": 0, "collation": collation}])) == code
+    assert db.things.count_documents({}) == 1
+
+
+def test_wrong_type_and_the_locale_hint(db):
+    assert code_of(lambda: db.command("find", "things", collation=1)) == 14
+    with pytest.raises(OperationFailure) as failure:
+        db.command("find", "things", collation={"locale": "en-US"})
+    assert "Did you mean 'en_US'?" in str(failure.value)
+
+
+def test_collations_survive_a_restart():
+    directory = tempfile.TemporaryDirectory(prefix="myriad-pytest-")
+    first = Server(data_directory=directory)
+    try:
+        client = first.client()
+        database = client.collation_restart
+        database.create_collection("people", collation=Collation("de", strength=1))
+        database.people.insert_many([{"name": "Müller"}, {"name": "mueller"}, {"name": "MULLER"}])
+        database.people.create_index("name", name="by_name")
+        client.close()
+    finally:
+        first.stop()
+    second = Server(data_directory=directory)
+    try:
+        client = second.client()
+        people = client.collation_restart.people
+        assert next(client.collation_restart.list_collections())["options"]["collation"]["locale"] == "de"
+        assert people.count_documents({"name": "muller"}) == 2
+        assert "IXSCAN" in winning_stages(people, {"name": "muller"})
+        client.close()
+    finally:
+        second.stop()
+        directory.cleanup()
+
+
+def test_concurrent_updates_through_a_collation_match_an_exact_model(db):
+    counters = db.counters
+    spellings = ["key", "KEY", "Key", "kEy"]
+    counters.insert_many([{"_id": number, "name": spellings[number % 4] + str(number // 4)} for number in range(40)])
+    counters.create_index("name", collation=Collation("en", strength=2))
+    rounds = 25
+
+    def client_work(number):
+        for round_number in range(rounds):
+            target = f"KEY{(number + round_number) % 10}"
+            counters.update_many({"name": target}, {"$inc": {"hits": 1}}, collation=Collation("en", strength=2))
+        return True
+
+    clients = 8
+    run_threads(client_work, clients)
+    expected = {group: 0 for group in range(10)}
+    for number in range(clients):
+        for round_number in range(rounds):
+            expected[(number + round_number) % 10] += 1
+    for document in counters.find():
+        assert document.get("hits", 0) == expected[document["_id"] // 4], document
