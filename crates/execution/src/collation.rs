@@ -32,13 +32,25 @@ pub type GivenCollation = Option<Option<Arc<Collator>>>;
 
 /// Checks every collation in `request`.
 pub fn check_request(request: &CommandRequest) -> CommandResult<()> {
-    check_document(&request.name, &request.body)?;
-    if let Some(Bson::Document(inner)) = request.body.get("explain") {
+    check_command(&request.name, &request.body)
+}
+
+/// Checks every collation in the command `name` with `body` (the node's and the router's
+/// check alike).
+pub fn check_command(name: &str, body: &Document) -> CommandResult<()> {
+    check_document(name, body)?;
+    if let Some(Bson::Document(inner)) = body.get("explain") {
         let inner_name = inner.keys().next().map_or("explain", String::as_str);
         check_document(inner_name, inner)?;
         check_nested(inner_name, inner)?;
     }
-    check_nested(&request.name, &request.body)
+    check_nested(name, body)
+}
+
+/// The command's own `collation` when it gives one (None: absent or simple). A router merges
+/// its shards' results by it.
+pub fn given_collator(name: &str, body: &Document) -> CommandResult<Option<Arc<Collator>>> {
+    Ok(parse_field(name, body)?.flatten())
 }
 
 fn check_nested(command: &str, body: &Document) -> CommandResult<()> {

@@ -781,7 +781,7 @@ mod tests {
             for sparse in [false, true] {
                 for document in &documents {
                     let shortcut = generate_keys(&pattern, sparse, document, None).unwrap();
-                    let general = cartesian_keys(&pattern, sparse, document).unwrap();
+                    let general = cartesian_keys(&pattern, sparse, document, None).unwrap();
                     assert_eq!(shortcut, general, "{pattern:?} sparse {sparse} on {document}");
                 }
             }
@@ -885,5 +885,22 @@ mod tests {
         let hashed = fields(doc! {"h": "hashed"});
         let key = &generate_keys(&hashed, false, &doc! {"h": 5}, None).unwrap().keys[0];
         assert_eq!(entry_values(&hashed, key.keystring(), Some(key.type_bits())), Ok(None));
+    }
+
+    #[test]
+    fn collated_keys_order_and_equal_as_the_collation() {
+        let collator = myriad_collation::parse(&doc! {"locale": "en", "strength": 2}).unwrap().unwrap();
+        let keys = |pattern: &[IndexField<'_>], document: Document| {
+            generate_keys(pattern, false, &document, Some(&collator)).unwrap().keys.iter().map(|key| key.keystring().to_vec()).collect::<Vec<_>>()
+        };
+        let single = fields(doc! {"a": 1});
+        assert_eq!(keys(&single, doc! {"a": "Cafe"}), keys(&single, doc! {"a": "CAFE"}));
+        assert!(keys(&single, doc! {"a": "b"}) > keys(&single, doc! {"a": "A"}), "a < B under the collation, A > b in bytes");
+        let compound = fields(doc! {"a": 1, "b": -1});
+        assert_eq!(keys(&compound, doc! {"a": ["X", "y"], "b": 1}), keys(&compound, doc! {"a": ["x", "Y"], "b": 1}));
+        assert_eq!(keys(&single, doc! {"a": 5}), keys(&fields(doc! {"a": 1}), doc! {"a": 5.0}), "numbers are unchanged");
+        // A comparison key cannot give the value back: never recoverable.
+        let key = &generate_keys(&single, false, &doc! {"a": "x"}, Some(&collator)).unwrap().keys[0];
+        assert_eq!(entry_values(&single, key.keystring(), Some(key.type_bits())), Ok(Some(vec![None])));
     }
 }

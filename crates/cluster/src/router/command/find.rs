@@ -91,7 +91,8 @@ impl Merge {
         }
         body.remove("singleBatch");
         let sort = match request.optional_document("sort")? {
-            Some(sort) if !sort.is_empty() => Some(SortSpec::parse(sort)?),
+            // Shards' sorted batches merge in the order of the command's collation.
+            Some(sort) if !sort.is_empty() => Some(SortSpec::parse(sort)?.with_collator(myriad_commands::collation::given_collator(&request.name, &request.body)?)),
             _ => None,
         };
         let projection = match (request.optional_document("projection")?, &sort) {
