@@ -29,12 +29,16 @@ def stages_of(plan):
     return names
 
 
-def winning_stages(collection, filter_document, collation=None):
+def winning_plan(collection, filter_document, collation=None):
     command = {"find": collection.name, "filter": filter_document}
     if collation is not None:
         command["collation"] = collation
     explained = collection.database.command("explain", command, verbosity="queryPlanner")
-    return stages_of(explained["queryPlanner"]["winningPlan"])
+    return explained["queryPlanner"]["winningPlan"]
+
+
+def winning_stages(collection, filter_document, collation=None):
+    return stages_of(winning_plan(collection, filter_document, collation))
 
 
 def code_of(call):
@@ -167,6 +171,10 @@ def test_index_used_only_for_the_same_collation(db):
     spec = {index["name"]: index for index in items.list_indexes()}["name_1"]
     assert spec["collation"] == {**ENGLISH_DEFAULTS, "strength": 2}
     assert "IXSCAN" in winning_stages(items, {"name": "NAME7"}, CASE_INSENSITIVE)
+    scan = winning_plan(items, {"name": "NAME7"}, CASE_INSENSITIVE)
+    while scan["stage"] != "IXSCAN":
+        scan = scan["inputStage"]
+    assert scan["collation"] == {**ENGLISH_DEFAULTS, "strength": 2}, "explain shows the index's collation"
     assert len(list(items.find({"name": "NAME7"}, collation=Collation("en", strength=2)))) == 10
     assert winning_stages(items, {"name": "Name7"}) == ["COLLSCAN"], "simple query, collated index: no string bounds"
     assert winning_stages(items, {"name": "Name7"}, {"locale": "fr"}) == ["COLLSCAN"]

@@ -150,6 +150,8 @@ pub struct IndexScan {
     /// Filter, projection and sort read only key fields: documents are rebuilt from the
     /// entries' exact key values instead of fetched (PROJECTION_COVERED, no FETCH).
     pub covered: bool,
+    /// The index's normalised collation (explain shows it on the IXSCAN); None: simple.
+    pub collation: Option<Document>,
 }
 
 impl IndexScan {
@@ -173,6 +175,7 @@ impl IndexScan {
             keys_examined: 0,
             field_paths: index.fields().map(|(path, _)| path.to_string()).collect(),
             covered: false,
+            collation: index.collator().map(|collator| collator.to_document()),
         }
     }
 
