@@ -11,7 +11,7 @@ import pytest
 from pymongo.collation import Collation
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
-from conftest import Server
+from conftest import Cluster, Server
 from many_clients import run_threads
 
 CASE_INSENSITIVE = {"locale": "en", "strength": 2}
@@ -273,3 +273,29 @@ def test_concurrent_updates_through_a_collation_match_an_exact_model(db):
             expected[(number + round_number) % 10] += 1
     for document in counters.find():
         assert document.get("hits", 0) == expected[document["_id"] // 4], document
+
+
+def test_a_router_merges_shards_by_the_command_collation():
+    with tempfile.TemporaryDirectory(prefix="myriad-cluster-") as directory:
+        cluster = Cluster(directory)
+        try:
+            client = cluster.client()
+            client.admin.command("enableSharding", "letters")
+            client.admin.command("shardCollection", "letters.words", key={"n": 1})
+            words = client.letters.words
+            spellings = ["b", "A", "a", "B", "c", "C"]
+            words.insert_many([{"n": number, "name": spellings[number % 6]} for number in range(60)])
+            client.admin.command("split", "letters.words", middle={"n": 30})
+            client.admin.command("moveChunk", "letters.words", find={"n": 40}, to="shard0001")
+            upper_first = Collation("en", caseFirst="upper")
+            ordered = [document["name"] for document in words.find({}, {"_id": 0, "name": 1}).sort("name", 1).collation(upper_first)]
+            assert ordered == ["A"] * 10 + ["a"] * 10 + ["B"] * 10 + ["b"] * 10 + ["C"] * 10 + ["c"] * 10
+            distinct = words.distinct("name", collation=Collation("en", strength=2))
+            assert sorted(name.lower() for name in distinct) == ["a", "b", "c"], "one spelling of each, whichever shard's"
+            assert words.count_documents({"name": "a"}, collation=Collation("en", strength=2)) == 20
+            grouped = list(words.aggregate([{"$group": {"_id": "$name", "n": {"$sum": 1}}}], collation=Collation("en", strength=2)))
+            assert sorted(group["n"] for group in grouped) == [20, 20, 20]
+            assert code_of(lambda: list(words.find({}, collation={"locale": "en", "strength": 7}))) == 9
+            client.close()
+        finally:
+            assert cluster.stop() == 0
