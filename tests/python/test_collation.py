@@ -129,6 +129,25 @@ def test_count_distinct_and_aggregate(words, db):
     assert piped[0]["count"] == 4
 
 
+def test_expressions_and_accumulators_compare_by_the_collation(words):
+    secondary = Collation("en", strength=2)
+    assert len(list(words.find({"$expr": {"$eq": ["$name", "CAFE"]}}, collation=secondary))) == 3
+    assert len(list(words.find({"$expr": {"$eq": ["$name", "CAFE"]}}))) == 1
+    projected = list(words.aggregate([
+        {"$match": {"_id": 1}},
+        {"$project": {"_id": 0, "same": {"$eq": ["$name", "CAFE"]}, "inside": {"$in": ["CAFE", ["x", "$name"]]},
+                      "order": {"$cmp": ["$name", "CAFE"]}, "position": {"$indexOfArray": [["x", "CAFE"], "$name"]}}},
+    ], collation=secondary))
+    assert projected == [{"same": True, "inside": True, "order": 0, "position": 1}]
+    grouped = list(words.aggregate([
+        {"$group": {"_id": None, "spellings": {"$addToSet": "$name"}, "lowest": {"$min": "$name"}, "highest": {"$max": "$name"}}},
+    ], collation=Collation("en", strength=1)))[0]
+    assert len(grouped["spellings"]) == 4, grouped
+    assert grouped["lowest"] == "a-b" and grouped["highest"] == "cafe", grouped
+    sets = list(words.aggregate([{"$limit": 1}, {"$project": {"_id": 0, "union": {"$setUnion": [["a", "A"], ["b"]]}}}], collation=secondary))
+    assert len(sets[0]["union"]) == 2
+
+
 def test_update_delete_and_find_and_modify(words):
     secondary = Collation("en", strength=2)
     result = words.update_many({"name": "cafe"}, {"$set": {"seen": True}}, collation=secondary)

@@ -466,7 +466,10 @@ pub struct PipelineRun {
 
 impl PipelineRun {
     pub fn new(pipeline: Pipeline) -> PipelineRun {
-        crate::expression::with_bound_variables(&pipeline.context.variables.clone(), || PipelineRun::start(pipeline))
+        let collator = pipeline.context.collator.clone();
+        crate::expression::with_collation(collator.as_ref(), || {
+            crate::expression::with_bound_variables(&pipeline.context.variables.clone(), || PipelineRun::start(pipeline))
+        })
     }
 
     fn start(pipeline: Pipeline) -> PipelineRun {
@@ -489,7 +492,10 @@ impl PipelineRun {
     /// Runs one input document through the stages; what comes out is appended to `output`.
     pub fn push_input(&mut self, document: Document, output: &mut Vec<Document>) -> QueryResult<()> {
         let variables = self.pipeline.context.variables.clone();
-        crate::expression::with_bound_variables(&variables, || self.pipeline.push(0, document, &mut self.states, output))
+        let collator = self.pipeline.context.collator.clone();
+        crate::expression::with_collation(collator.as_ref(), || {
+            crate::expression::with_bound_variables(&variables, || self.pipeline.push(0, document, &mut self.states, output))
+        })
     }
 
     /// Ends the input and runs the blocking stages' output through the stages after them,
@@ -497,7 +503,8 @@ impl PipelineRun {
     /// [`PipelineRun::is_finished`]). Call again for more.
     pub fn finish(&mut self, output: &mut Vec<Document>, wanted: usize) -> QueryResult<()> {
         let variables = self.pipeline.context.variables.clone();
-        crate::expression::with_bound_variables(&variables, || self.finish_bound(output, wanted))
+        let collator = self.pipeline.context.collator.clone();
+        crate::expression::with_collation(collator.as_ref(), || crate::expression::with_bound_variables(&variables, || self.finish_bound(output, wanted)))
     }
 
     fn finish_bound(&mut self, output: &mut Vec<Document>, wanted: usize) -> QueryResult<()> {

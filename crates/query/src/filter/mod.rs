@@ -142,13 +142,22 @@ impl Filter {
     /// Like [`Filter::matches`], but reports `$expr` evaluation errors and regex limits (51156).
     pub fn try_matches(&self, document: &Document) -> QueryResult<bool> {
         let mut details = MatchDetails::default();
-        matching::matches_document(&self.root, document, &mut details, self.collation())
+        self.within_collation(|| matching::matches_document(&self.root, document, &mut details, self.collation()))
+    }
+
+    /// Runs `matching` with `$expr`'s comparisons made by the filter's collation, when it has
+    /// one (a simple filter leaves the evaluation collation as it is).
+    fn within_collation<T>(&self, matching: impl FnOnce() -> T) -> T {
+        match &self.collator {
+            Some(collator) => crate::expression::with_collation(Some(collator), matching),
+            None => matching(),
+        }
     }
 
     /// Matches and reports which array element matched (for the positional `$` operator).
     pub fn matches_with_position(&self, document: &Document) -> Option<MatchDetails> {
         let mut details = MatchDetails::default();
-        match matching::matches_document(&self.root, document, &mut details, self.collation()) {
+        match self.within_collation(|| matching::matches_document(&self.root, document, &mut details, self.collation())) {
             Ok(true) => Some(details),
             _ => None,
         }
@@ -161,7 +170,7 @@ impl Filter {
 
     /// Like [`Filter::matches_value`], but reports errors (as [`Filter::try_matches`]).
     pub fn try_matches_value(&self, value: &Bson) -> QueryResult<bool> {
-        matching::matches_value(&self.root, value, &mut MatchDetails::default(), self.collation())
+        self.within_collation(|| matching::matches_value(&self.root, value, &mut MatchDetails::default(), self.collation()))
     }
 
     /// The parsed tree, for callers that analyse filters.
