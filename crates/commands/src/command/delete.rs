@@ -16,20 +16,18 @@ use crate::retryable::{RetryStatement, RetryableWrite};
 use crate::write::{durability, ordered, statements};
 use crate::{CommandRequest, ServerContext};
 
-/// Deletes the current matches of `filter_document` (at most one unless `multi`, the first in
-/// `sort` order when given), each re-checked under the collection's write lock. Returns how
-/// many were deleted and the first deleted document.
+/// Deletes the current matches of the statement's filter (at most one unless `multi`, the
+/// first in `sort` order when given), each re-checked under the collection's write lock.
+/// Returns how many were deleted and the first deleted document.
 pub fn delete_matching(
     context: &ServerContext,
     collection: &CollectionHandle,
-    filter_document: &Document,
-    multi: bool,
-    hint: Option<Bson>,
+    statement: DeleteStatement<'_>,
     sort: Option<&myriad_query::sort::SortSpec>,
-    collation: crate::collation::GivenCollation,
     durability: Durability,
     retry: Option<RetryStatement<'_>>,
 ) -> CommandResult<(u64, Option<Document>)> {
+    let DeleteStatement { filter: filter_document, multi, hint, collation } = statement;
     if let Some(retry) = retry {
         if multi {
             return Err(RetryableWrite::refuse_multi("limit=0"));
@@ -90,11 +88,10 @@ pub fn delete_statement(
     retry: Option<RetryStatement<'_>>,
 ) -> CommandResult<u64> {
     context.count(&context.operation_counters.delete, 1);
-    let DeleteStatement { filter, multi, hint, collation } = statement;
     match context.backend.collection(db, name)? {
-        Some(collection) => Ok(delete_matching(context, &collection, filter, multi, hint, None, collation, Durability::Default, retry)?.0),
+        Some(collection) => Ok(delete_matching(context, &collection, statement, None, Durability::Default, retry)?.0),
         None => {
-            Filter::parse(filter)?;
+            Filter::parse(statement.filter)?;
             Ok(0)
         }
     }

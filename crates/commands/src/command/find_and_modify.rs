@@ -52,7 +52,8 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             let (count, removed) = match context.backend.collection(&request.db, &name)? {
                 Some(collection) => {
                     let collation = crate::collation::parse_field("findAndModify", &request.body)?;
-                    super::delete::delete_matching(context, &collection, filter, false, hint, sort.as_ref(), collation, durability, statement_retry)?
+                    let statement = super::delete::DeleteStatement { filter, multi: false, hint, collation };
+                    super::delete::delete_matching(context, &collection, statement, sort.as_ref(), durability, statement_retry)?
                 }
                 None => (0, None),
             };
