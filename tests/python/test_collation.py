@@ -166,6 +166,7 @@ def test_collection_default_collation(db):
     people = db.people
     info = next(db.list_collections(filter={"name": "people"}))
     assert info["options"]["collation"] == {**ENGLISH_DEFAULTS, "strength": 2}
+    assert info["idIndex"]["collation"] == {**ENGLISH_DEFAULTS, "strength": 2}
     people.insert_many([{"_id": "Ann", "name": "Ann"}, {"_id": "bob", "name": "bob"}])
     assert people.count_documents({"name": "ANN"}) == 1, "the default applies"
     assert people.count_documents({"name": "ANN"}, collation=Collation("simple")) == 0, "simple overrides it"
