@@ -161,6 +161,22 @@ def test_update_delete_and_find_and_modify(words):
     assert words.delete_one({"name": "B"}).deleted_count == 0, "simple: no match"
 
 
+def test_update_operators_compare_by_the_statement_collation(db):
+    tags = db.tags
+    tags.insert_one({"_id": 1, "tags": ["Red", "green"], "scores": [{"name": "ANN", "n": 1}, {"name": "bob", "n": 2}]})
+    secondary = Collation("en", strength=2)
+    tags.update_one({"_id": 1}, {"$addToSet": {"tags": "RED"}}, collation=secondary)
+    assert tags.find_one()["tags"] == ["Red", "green"], "RED is already there under the collation"
+    tags.update_one({"_id": 1}, {"$pull": {"tags": "GREEN"}}, collation=secondary)
+    assert tags.find_one()["tags"] == ["Red"]
+    tags.update_one({"_id": 1}, {"$set": {"scores.$[entry].n": 10}}, array_filters=[{"entry.name": "ann"}], collation=secondary)
+    assert [score["n"] for score in tags.find_one()["scores"]] == [10, 2]
+    tags.update_one({"_id": 1}, {"$addToSet": {"tags": "RED"}})
+    assert tags.find_one()["tags"] == ["Red", "RED"], "simple: a new value"
+    result = tags.update_one({"name": "NEW"}, {"$addToSet": {"tags": "x"}}, upsert=True, collation=secondary)
+    assert result.upserted_id is not None
+
+
 def test_collection_default_collation(db):
     db.create_collection("people", collation=Collation("en", strength=2))
     people = db.people

@@ -303,6 +303,11 @@ pub fn with_collation<T>(collator: Option<&std::sync::Arc<myriad_collation::Coll
     result
 }
 
+/// The collation evaluation runs under now (None: simple).
+pub(crate) fn current_collator() -> Option<std::sync::Arc<myriad_collation::Collator>> {
+    EVALUATION_COLLATOR.with(|current| current.borrow().clone())
+}
+
 /// [`myriad_keystring::compare_values`] under the collation expressions evaluate with now.
 pub(crate) fn compare_evaluated(left: &Bson, right: &Bson) -> std::cmp::Ordering {
     EVALUATION_COLLATOR.with(|current| match current.borrow().as_deref() {
