@@ -335,3 +335,25 @@ def test_a_router_merges_shards_by_the_command_collation():
             client.close()
         finally:
             assert cluster.stop() == 0
+
+
+def test_concurrent_inserts_into_a_unique_collated_index_keep_one_per_key(db):
+    accounts = db.accounts
+    accounts.create_index("email", unique=True, collation=Collation("en", strength=2))
+    spellings = ["user{}@example.com", "USER{}@example.com", "User{}@Example.com", "user{}@EXAMPLE.COM"]
+
+    def client_work(number):
+        won = []
+        for key in range(20):
+            try:
+                accounts.insert_one({"email": spellings[number % 4].format(key), "client": number})
+                won.append(key)
+            except DuplicateKeyError:
+                pass
+        return won
+
+    winners = run_threads(client_work, 8)
+    assert sorted(key for won in winners for key in won) == list(range(20)), "exactly one insert per key"
+    assert accounts.count_documents({}) == 20
+    for key in range(20):
+        assert accounts.count_documents({"email": f"USER{key}@EXAMPLE.COM"}, collation=Collation("en", strength=2)) == 1
