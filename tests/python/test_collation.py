@@ -216,6 +216,15 @@ def test_index_used_only_for_the_same_collation(db):
     assert winning_stages(items, {"name": "Name7"}, {"locale": "fr"}) == ["COLLSCAN"]
     assert len(list(items.find({"name": "Name7"}))) == 10
     assert "IXSCAN" in winning_stages(items, {"n": 7}), "numbers do not depend on the collation"
+    def sort_plan(collation):
+        command = {"find": "items", "filter": {}, "sort": {"name": 1}, "limit": 5}
+        if collation is not None:
+            command["collation"] = collation
+        return stages_of(db.command("explain", command, verbosity="queryPlanner")["queryPlanner"]["winningPlan"])
+    assert "SORT" not in sort_plan(CASE_INSENSITIVE) and "IXSCAN" in sort_plan(CASE_INSENSITIVE), "the index gives its collation's order"
+    assert "SORT" in sort_plan(None), "not the simple order"
+    by_index = [document["name"] for document in items.find({}).sort("name", 1).collation(Collation("en", strength=2)).limit(30)]
+    assert by_index == sorted(by_index, key=lambda name: (name.lower(),)) and by_index[0] == "Name0"
     # A range over strings is not bounded through collation keys; the answer is still right.
     expected = items.count_documents({"name": {"$gte": "Name48"}})
     assert expected == 70, "Name48, Name49 and Name5 to Name9"
