@@ -341,6 +341,21 @@ def test_a_router_merges_shards_by_the_command_collation():
             grouped = list(words.aggregate([{"$group": {"_id": "$name", "n": {"$sum": 1}}}], collation=Collation("en", strength=2)))
             assert sorted(group["n"] for group in grouped) == [20, 20, 20]
             assert code_of(lambda: list(words.find({}, collation={"locale": "en", "strength": 7}))) == 9
+            # A string shard key under a non-simple collation: every shard is asked.
+            client.admin.command("shardCollection", "letters.people", key={"name": 1})
+            people = client.letters.people
+            people.insert_many([{"name": f"{letter}{number}"} for letter in "aBcDeFgH" for number in range(10)])
+            assert "collation" not in [index for index in people.list_indexes() if index["name"] == "name_1"][0]
+            client.admin.command("split", "letters.people", middle={"name": "a"})
+            client.admin.command("moveChunk", "letters.people", find={"name": "c5"}, to="shard0001")
+            assert people.count_documents({}) == 80
+            assert people.count_documents({"name": "b3"}) == 0, "simple: B3 is another key"
+            assert people.count_documents({"name": "b3"}, collation=Collation("en", strength=2)) == 1
+            assert people.update_many({"name": "b3"}, {"$set": {"seen": 1}}, collation=Collation("en", strength=2)).modified_count == 1
+            assert people.delete_many({"name": "d4"}, collation=Collation("en", strength=2)).deleted_count == 1
+            # The router cannot apply a collection's default collation: it does not shard one.
+            client.letters.create_collection("localized", collation=Collation("en", strength=2))
+            assert code_of(lambda: client.admin.command("shardCollection", "letters.localized", key={"name": 1})) == 2
             client.close()
         finally:
             assert cluster.stop() == 0

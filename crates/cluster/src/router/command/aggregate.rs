@@ -69,7 +69,7 @@ async fn open(
     let leading_match = stages.first().and_then(|stage| stage.get_document("$match").ok()).cloned().unwrap_or_default();
     let targets = match routing {
         RoutingInfo::Unsharded => vec![primary.to_string()],
-        RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &leading_match)?,
+        RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &crate::router::targeting::targeting_filter(&leading_match, &request.body))?,
     };
     let mut body = request.forwarded_body();
     let source_stage = stages.first().is_some_and(|stage| stage.keys().next().is_some_and(|name| SOURCE_STAGES.contains(&name.as_str())));

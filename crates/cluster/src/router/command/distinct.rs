@@ -27,7 +27,7 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
     let replies = with_routing_retries!(context, &namespace, |routing| {
         let targets = match routing.as_ref() {
             RoutingInfo::Unsharded => vec![database.primary.clone()],
-            RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &filter)?,
+            RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &crate::router::targeting::targeting_filter(&filter, &request.body))?,
         };
         let body = request.forwarded_body();
         let requests = targets.into_iter().map(|shard| (shard, body.clone())).collect();

@@ -51,7 +51,7 @@ async fn open(context: &RouterContext, request: &RouterRequest, collection: &str
     let filter = request.optional_document("filter")?.cloned().unwrap_or_default();
     let targets = match routing {
         RoutingInfo::Unsharded => vec![primary.to_string()],
-        RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &filter)?,
+        RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &crate::router::targeting::targeting_filter(&filter, &request.body))?,
     };
     let mut body = request.forwarded_body();
     let mut cursor_setup = Merge::default();
