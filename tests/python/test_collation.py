@@ -229,6 +229,8 @@ def test_index_used_only_for_the_same_collation(db):
     expected = items.count_documents({"name": {"$gte": "Name48"}})
     assert expected == 70, "Name48, Name49 and Name5 to Name9"
     assert items.count_documents({"name": {"$gte": "name48"}}, collation=Collation("en", strength=2)) == expected
+    hinted = items.find({}).min([("name", "name48")]).max([("name", "NAME5")]).hint("name_1").collation(Collation("en", strength=2))
+    assert sorted({document["name"] for document in hinted}) == ["Name48", "Name49"], "min/max bound the index in its collation"
     unique = db.unique
     unique.create_index("email", unique=True, collation=Collation("en", strength=2))
     unique.insert_one({"email": "A@example.com"})
