@@ -231,6 +231,13 @@ def test_index_used_only_for_the_same_collation(db):
     assert items.count_documents({"name": {"$gte": "name48"}}, collation=Collation("en", strength=2)) == expected
     hinted = items.find({}).min([("name", "name48")]).max([("name", "NAME5")]).hint("name_1").collation(Collation("en", strength=2))
     assert sorted({document["name"] for document in hinted}) == ["Name48", "Name49"], "min/max bound the index in its collation"
+    partial = db.partial
+    partial.insert_many([{"status": status, "n": number} for number, status in enumerate(["A", "a", "B"] * 20)])
+    partial.create_index("n", partialFilterExpression={"status": "a"}, collation=Collation("en", strength=2))
+    assert partial.count_documents({"status": "A", "n": {"$gte": 0}}, collation=Collation("en", strength=2)) == 40
+    assert "IXSCAN" in winning_stages(partial, {"status": "a", "n": 3}, CASE_INSENSITIVE), "the index holds both spellings"
+    assert winning_stages(partial, {"status": "a", "n": 3}) == ["COLLSCAN"], "another collation: the implication does not hold"
+    assert partial.count_documents({"status": "a", "n": {"$gte": 0}}) == 20
     unique = db.unique
     unique.create_index("email", unique=True, collation=Collation("en", strength=2))
     unique.insert_one({"email": "A@example.com"})

@@ -92,15 +92,6 @@ impl SpecLayout {
                 std::borrow::Cow::Owned(_) => Err(corrupt("a key field path is not in the spec".to_string())),
             })
             .collect::<Result<Box<[_]>, _>>()?;
-        let partial_filter = match raw.get("partialFilterExpression") {
-            Ok(Some(expression)) => {
-                let expression = Bson::try_from(expression).map_err(|error| corrupt(error.to_string()))?;
-                Some(Arc::new(crate::partial::parse_partial_filter(&expression)?))
-            }
-            _ => None,
-        };
-        let hidden = matches!(raw.get("hidden"), Ok(Some(bson::RawBsonRef::Boolean(true))));
-        let ttl = matches!(raw.get("expireAfterSeconds"), Ok(Some(_)));
         // An older catalog's specs have no collation: simple, as they were written.
         let collator = match raw.get("collation") {
             Ok(Some(bson::RawBsonRef::Document(collation))) => {
@@ -109,6 +100,16 @@ impl SpecLayout {
             }
             _ => None,
         };
+        // A partial filter compares strings by the index's collation, as mongod's does.
+        let partial_filter = match raw.get("partialFilterExpression") {
+            Ok(Some(expression)) => {
+                let expression = Bson::try_from(expression).map_err(|error| corrupt(error.to_string()))?;
+                Some(Arc::new(crate::partial::parse_partial_filter(&expression)?.with_collator(collator.clone())))
+            }
+            _ => None,
+        };
+        let hidden = matches!(raw.get("hidden"), Ok(Some(bson::RawBsonRef::Boolean(true))));
+        let ttl = matches!(raw.get("expireAfterSeconds"), Ok(Some(_)));
         let (name, key_pattern) = (Span::of(bytes, name.as_bytes()), Span::of(bytes, key_pattern.as_bytes()));
         Ok(SpecLayout { name, key_pattern, fields, partial_filter, hidden, ttl, collator })
     }

@@ -290,7 +290,7 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
             _ => None,
         };
         // A partial index the query does not imply would miss matches: not hintable.
-        let Some(index) = index.filter(|index| index.sparse() || usable(index, filter)) else {
+        let Some(index) = index.filter(|index| index.sparse() || usable(index, filter, spec.collator())) else {
             return Err(CommandError::new(BAD_VALUE, "hint provided does not correspond to an existing index"));
         };
         let index_multikey = multikey.of(&index);
@@ -301,7 +301,7 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
     }
     let mut candidates: Vec<Access> = collection
         .index_views()
-        .filter(|index| usable(index, filter))
+        .filter(|index| usable(index, filter, spec.collator()))
         .filter_map(|index| {
             let index_multikey = multikey.of(&index);
             let mut candidate = candidates::index_candidate(&index, &spec.filter, spec.sort.as_ref(), &index_multikey)?;
@@ -333,7 +333,7 @@ fn or_candidate(collection: &CollectionHandle, filter: &Document, collator: Opti
         let parsed = Filter::parse(branch).ok()?.with_collator(collator.cloned());
         let best = collection
             .index_views()
-            .filter(|index| usable(index, branch))
+            .filter(|index| usable(index, branch, collator))
             .filter_map(|index| {
                 let index_multikey = multikey.of(&index);
                 let mut candidate = candidates::index_candidate(&index, &parsed, None, &index_multikey)?;
@@ -438,13 +438,17 @@ fn uncoverable(index: &IndexView<'_>) -> bool {
 
 /// True when `index` holds every document `filter` can match: not sparse (a sparse index
 /// lacks documents missing its fields), and not partial unless the filter implies its
-/// partial filter.
-fn usable(index: &IndexView<'_>, filter: &Document) -> bool {
+/// partial filter under the same collation (the implication is read on the documents, so it
+/// holds only when both compare strings alike).
+fn usable(index: &IndexView<'_>, filter: &Document, query_collator: Option<&Arc<Collator>>) -> bool {
     if index.sparse() {
         return false;
     }
     match index.partial_filter_expression() {
-        Some(expression) => partial::implies(filter, &expression),
+        Some(expression) => {
+            myriad_collation::same_collation(index.collator().map(|collator| &**collator), query_collator.map(|collator| &**collator))
+                && partial::implies(filter, &expression)
+        }
         None => true,
     }
 }
