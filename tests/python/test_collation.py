@@ -148,6 +148,16 @@ def test_expressions_and_accumulators_compare_by_the_collation(words):
     assert len(sets[0]["union"]) == 2
 
 
+def test_window_partitions_and_sorts_by_the_collation(db):
+    scores = db.scores
+    scores.insert_many([{"team": team, "name": name} for team, name in [("Red", "b"), ("red", "A"), ("RED", "c"), ("blue", "a")]])
+    ranked = list(scores.aggregate([
+        {"$setWindowFields": {"partitionBy": "$team", "sortBy": {"name": 1}, "output": {"rank": {"$documentNumber": {}}}}},
+        {"$project": {"_id": 0, "name": 1, "rank": 1}},
+    ], collation=Collation("en", strength=2)))
+    assert sorted((document["name"], document["rank"]) for document in ranked) == [("A", 1), ("a", 1), ("b", 2), ("c", 3)]
+
+
 def test_update_delete_and_find_and_modify(words):
     secondary = Collation("en", strength=2)
     result = words.update_many({"name": "cafe"}, {"$set": {"seen": True}}, collation=secondary)
