@@ -144,6 +144,11 @@ def test_expressions_and_accumulators_compare_by_the_collation(words):
     ], collation=Collation("en", strength=1)))[0]
     assert len(grouped["spellings"]) == 4, grouped
     assert grouped["lowest"] == "a-b" and grouped["highest"] == "cafe", grouped
+    sorted_array = list(words.aggregate([{"$limit": 1}, {"$project": {"_id": 0, "sorted": {"$sortArray": {
+        "input": [{"k": "b"}, {"k": "A"}, {"k": "a"}], "sortBy": {"k": 1}}}}}], collation=Collation("en", caseFirst="upper")))
+    assert [item["k"] for item in sorted_array[0]["sorted"]] == ["A", "a", "b"]
+    buckets = list(words.aggregate([{"$bucketAuto": {"groupBy": "$name", "buckets": 2}}], collation=Collation("en", strength=1)))
+    assert sum(bucket["count"] for bucket in buckets) == 7
     sets = list(words.aggregate([{"$limit": 1}, {"$project": {"_id": 0, "union": {"$setUnion": [["a", "A"], ["b"]]}}}], collation=secondary))
     assert len(sets[0]["union"]) == 2
 
@@ -183,6 +188,12 @@ def test_update_operators_compare_by_the_statement_collation(db):
     assert [score["n"] for score in tags.find_one()["scores"]] == [10, 2]
     tags.update_one({"_id": 1}, {"$addToSet": {"tags": "RED"}})
     assert tags.find_one()["tags"] == ["Red", "RED"], "simple: a new value"
+    tags.update_one({"_id": 1}, {"$push": {"scores": {"$each": [], "$sort": {"name": 1}}}}, collation=secondary)
+    assert [score["name"] for score in tags.find_one()["scores"]] == ["ANN", "bob"], "sorted by the collation"
+    tags.update_one({"_id": 1}, {"$push": {"scores": {"$each": [], "$sort": {"name": 1}}}})
+    assert [score["name"] for score in tags.find_one()["scores"]] == ["ANN", "bob"], "bytes: upper case first"
+    tags.update_one({"_id": 1}, {"$push": {"scores": {"$each": [{"name": "Bea"}], "$sort": {"name": 1}}}}, collation=secondary)
+    assert [score["name"] for score in tags.find_one()["scores"]] == ["ANN", "Bea", "bob"]
     result = tags.update_one({"name": "NEW"}, {"$addToSet": {"tags": "x"}}, upsert=True, collation=secondary)
     assert result.upserted_id is not None
 

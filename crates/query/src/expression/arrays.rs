@@ -318,7 +318,11 @@ fn sort_array(values: Vec<Option<Bson>>) -> QueryResult<Option<Bson>> {
         Some(Bson::Array(items)) => items,
         Some(other) => return Err(QueryError::Location(2942504, format!("The input argument to $sortArray must be an array, but was of type: {}", type_name(&other)))),
     };
-    let pattern = SortPattern::parse(&first_value(&values, 1).unwrap_or(Bson::Int32(1)))?;
+    let pattern = match SortPattern::parse(&first_value(&values, 1).unwrap_or(Bson::Int32(1)))? {
+        // By the collation evaluation runs under (see `with_collation`).
+        SortPattern::Fields(specification) => SortPattern::Fields(specification.with_collator(super::current_collator())),
+        whole => whole,
+    };
     items.sort_by(|left, right| pattern.compare(left, right));
     Ok(Some(Bson::Array(items)))
 }

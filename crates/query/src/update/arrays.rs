@@ -219,6 +219,8 @@ fn push(items: &mut Vec<Bson>, spec: &PushSpec) {
             if *ascending { ordering } else { ordering.reverse() }
         }),
         Some(PushSort::Fields(sort)) => {
+            // By the update's collation (see `expression::with_collation`).
+            let sort = sort.clone().with_collator(crate::expression::current_collator());
             let empty = Document::new();
             items.sort_by(|left, right| {
                 let left = match left {
