@@ -176,6 +176,13 @@ def test_update_delete_and_find_and_modify(words):
     assert words.delete_one({"name": "B"}).deleted_count == 0, "simple: no match"
 
 
+def test_projection_elem_match_compares_by_the_query_collation(db):
+    db.lists.insert_one({"_id": 1, "items": [{"k": "x"}, {"k": "Apple"}]})
+    projected = db.lists.find_one({}, {"items": {"$elemMatch": {"k": "apple"}}}, collation=Collation("en", strength=2))
+    assert projected["items"] == [{"k": "Apple"}]
+    assert "items" not in db.lists.find_one({}, {"items": {"$elemMatch": {"k": "apple"}}})
+
+
 def test_update_operators_compare_by_the_statement_collation(db):
     tags = db.tags
     tags.insert_one({"_id": 1, "tags": ["Red", "green"], "scores": [{"name": "ANN", "n": 1}, {"name": "bob", "n": 2}]})

@@ -394,7 +394,9 @@ impl Execution {
                         Some(projection) => {
                             self.counters.projection.works += 1;
                             self.counters.projection.advanced += 1;
-                            encode_document(&projection.apply(&row.into_document()?, None)?)?
+                            // `$elemMatch` in the projection compares by the query's collation.
+                            let document = row.into_document()?;
+                            encode_document(&myriad_query::expression::with_collation(self.filter.collator(), || projection.apply(&document, None))?)?
                         }
                         None => row.into_encoded()?,
                     };
