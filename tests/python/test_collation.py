@@ -201,6 +201,8 @@ def test_update_operators_compare_by_the_statement_collation(db):
     assert [score["name"] for score in tags.find_one()["scores"]] == ["ANN", "bob"], "bytes: upper case first"
     tags.update_one({"_id": 1}, {"$push": {"scores": {"$each": [{"name": "Bea"}], "$sort": {"name": 1}}}}, collation=secondary)
     assert [score["name"] for score in tags.find_one()["scores"]] == ["ANN", "Bea", "bob"]
+    tags.update_one({"_id": 1}, [{"$set": {"isRed": {"$eq": [{"$first": "$tags"}, "RED"]}}}], collation=secondary)
+    assert tags.find_one()["isRed"] is True, "a pipeline update's expressions compare by the collation"
     result = tags.update_one({"name": "NEW"}, {"$addToSet": {"tags": "x"}}, upsert=True, collation=secondary)
     assert result.upserted_id is not None
 
