@@ -305,6 +305,11 @@ def test_invalid_collations_get_mongod_codes(db, collation, code):
 
 
 def test_wrong_type_and_the_locale_hint(db):
+    with pytest.raises(OperationFailure) as failure:
+        db.things.create_index("a", collation={"locale": "en", "strangth": 1})
+    assert failure.value.code == 9
+    assert "failed to add collation information to index spec for index creation" in str(failure.value)
+    assert "Collation spec contains unknown field" in str(failure.value)
     assert code_of(lambda: db.command("find", "things", collation=1)) == 14
     with pytest.raises(OperationFailure) as failure:
         db.command("find", "things", collation={"locale": "en-US"})

@@ -60,9 +60,18 @@ fn check_nested(command: &str, body: &Document) -> CommandResult<()> {
         }
         if let Some(Bson::Array(items)) = body.get(*field) {
             for item in items {
-                if let Bson::Document(item) = item {
-                    check_document(&format!("{command}.{field}"), item)?;
-                }
+                let Bson::Document(item) = item else { continue };
+                check_document(&format!("{command}.{field}"), item).map_err(|mut error| {
+                    // mongod names the index spec a collation document was refused in.
+                    if *name == "createIndexes" && matches!(item.get("collation"), Some(Bson::Document(_))) {
+                        error.message = format!(
+                            "failed to add collation information to index spec for index creation: {} :: caused by :: {}",
+                            myriad_collation::shell_string(item),
+                            error.message
+                        );
+                    }
+                    error
+                })?;
             }
         }
     }
