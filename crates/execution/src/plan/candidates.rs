@@ -549,4 +549,27 @@ mod tests {
         assert_eq!(untracked.coverable_fields(), vec![false; 3]);
         assert_eq!(untracked.explain_paths(&fields), None);
     }
+
+    #[test]
+    fn string_bounds_need_the_index_collation() {
+        let collator = myriad_collation::parse(&doc! { "locale": "en", "strength": 2 }).unwrap();
+        let french = myriad_collation::parse(&doc! { "locale": "fr" }).unwrap();
+        let intervals = |filter: Document| parsed_field_intervals(&parsed(filter), "a").unwrap();
+        let points = intervals(doc! { "a": { "$in": ["X", 5] } });
+        // The same collation: string points become comparison-value points, numbers stay.
+        let collated = collated_intervals(points.clone(), collator.as_ref(), collator.as_ref()).unwrap();
+        assert!(collated.iter().all(Interval::is_point));
+        assert!(collated.iter().any(|interval| interval.lower == Bson::Int32(5)));
+        let key = myriad_keystring::comparison_value(&Bson::String("x".into()), collator.as_deref().unwrap());
+        assert!(collated.iter().any(|interval| interval.lower == key), "X and x share one key");
+        // Another collation (or none): strings do not bound the field; numbers alone do.
+        assert_eq!(collated_intervals(points.clone(), collator.as_ref(), french.as_ref()), None);
+        assert_eq!(collated_intervals(points, None, collator.as_ref()), None);
+        let numbers = intervals(doc! { "a": { "$gt": 5 } });
+        assert_eq!(collated_intervals(numbers.clone(), collator.as_ref(), None), Some(numbers));
+        // A range over strings is never bounded through collation keys.
+        assert_eq!(collated_intervals(intervals(doc! { "a": { "$gt": "b" } }), collator.as_ref(), collator.as_ref()), None);
+        let simple = intervals(doc! { "a": { "$gt": "b" } });
+        assert_eq!(collated_intervals(simple.clone(), None, None), Some(simple));
+    }
 }
