@@ -384,6 +384,13 @@ def test_a_router_merges_shards_by_the_command_collation():
             assert words.count_documents({"name": "a"}, collation=Collation("en", strength=2)) == 20
             grouped = list(words.aggregate([{"$group": {"_id": "$name", "n": {"$sum": 1}}}], collation=Collation("en", strength=2)))
             assert sorted(group["n"] for group in grouped) == [20, 20, 20]
+            joined = list(words.aggregate([
+                {"$match": {"n": {"$in": [0, 1]}}},
+                {"$lookup": {"from": "words", "localField": "name", "foreignField": "name", "as": "same"}},
+                {"$project": {"_id": 0, "n": 1, "count": {"$size": "$same"}}},
+                {"$sort": {"n": 1}},
+            ], collation=Collation("en", strength=2)))
+            assert joined == [{"n": 0, "count": 20}, {"n": 1, "count": 20}], "b and B, A and a, across shards"
             assert code_of(lambda: list(words.find({}, collation={"locale": "en", "strength": 7}))) == 9
             # A string shard key under a non-simple collation: every shard is asked.
             client.admin.command("shardCollection", "letters.people", key={"name": 1})
