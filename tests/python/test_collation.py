@@ -225,6 +225,11 @@ def test_collection_default_collation(db):
     assert {index["name"]: index for index in people.list_indexes()}["name_1"]["collation"]["strength"] == 2
     people.create_index("name", name="name_simple", collation=Collation("simple"))
     assert "collation" not in {index["name"]: index for index in people.list_indexes()}["name_simple"]
+    db.create_collection("checked", collation=Collation("en", strength=2), validator={"status": {"$in": ["open", "closed"]}})
+    db.checked.insert_one({"status": "OPEN"})
+    with pytest.raises(OperationFailure) as failure:
+        db.checked.insert_one({"status": "pending"})
+    assert failure.value.code == 121, "the validator compares by the collection's default"
     db.create_collection("plain", collation=Collation("simple"))
     assert "collation" not in next(db.list_collections(filter={"name": "plain"}))["options"]
 
