@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing Myriad needs on Debian: the system RocksDB (7.8) and
-# libclang for its bindings, the system PCRE2 (libpcre2-dev, for `$regex`), plus pymongo (and mongosh, from npm) for the Python suite. Idempotent and quiet.
+# libclang for its bindings, the system PCRE2 (libpcre2-dev, for `$regex`), the system ICU
+# (libicu-dev, for collations: crates/collation binds it), plus pymongo (and mongosh, from npm) for the Python suite. Idempotent and quiet.
 # Debian packages are checked by name (dpkg -s), never by looking for files: other packages
 # pull in pieces (libclang-cpp.so.14, say) that look like an install but are not one.
 set -euo pipefail
@@ -11,7 +12,7 @@ need_apt=()
 # python3-cryptography: tests/python/test_tls.py makes its CA and certificates with it.
 # libpcre2-dev: the regex engine (pcre2-sys links it through pkg-config; without it the crate
 # would compile its bundled copy).
-for package in librocksdb-dev libclang-dev libpcre2-dev build-essential pkg-config python3 python3-pip python3-cryptography; do
+for package in librocksdb-dev libclang-dev libpcre2-dev libicu-dev build-essential pkg-config python3 python3-pip python3-cryptography; do
     installed "$package" || need_apt+=("$package")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -151,8 +151,8 @@ def test_bulk_write_command_errors(client, db):
         client[db.name].command("bulkWrite", 1, ops=[{"insert": 0, "document": {}}], nsInfo=ns_info)
     assert raised.value.code == 13, "admin only"
     with pytest.raises(OperationFailure) as raised:
-        client.admin.command("bulkWrite", 1, ops=[{"delete": 0, "filter": {}, "collation": {"locale": "fr"}}], nsInfo=ns_info)
-    assert raised.value.code == 2
+        client.admin.command("bulkWrite", 1, ops=[{"delete": 0, "filter": {}, "collation": {"locale": "fr", "strength": 9}}], nsInfo=ns_info)
+    assert raised.value.code == 9, "an invalid collation fails the command (FailedToParse)"
     with pytest.raises(OperationFailure) as raised:
         client.admin.command("bulkWrite", 1, ops=[{"insert": 0, "document": {}}], nsInfo=[{"ns": f"{db.name}.c", "encryptionInformation": {}}])
     assert raised.value.code == 20

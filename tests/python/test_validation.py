@@ -1,6 +1,7 @@
 """Collection validators and $jsonSchema through pymongo: the manual's schema validation
 examples, exact DocumentValidationFailure shapes, validationLevel/validationAction, collMod,
-bypassDocumentValidation, and the refusal of non-simple collations."""
+bypassDocumentValidation, and collations accepted by every command (test_collation.py has
+their semantics)."""
 
 import pymongo
 import pytest
@@ -164,25 +165,19 @@ def test_option_errors(db):
     assert failure.value.code == 27  # IndexNotFound: collMod changes indexes (test_ttl.py)
 
 
-def test_non_simple_collations_are_refused(db):
+def test_collations_are_accepted_by_every_command(db):
     db.things.insert_one({"_id": 1, "name": "a"})
     french = {"locale": "fr"}
-    refused = [
-        lambda: list(db.things.find({}, collation=french)),
-        lambda: list(db.things.aggregate([], collation=french)),
-        lambda: db.things.count_documents({}, collation=french),
-        lambda: db.things.distinct("name", collation=french),
-        lambda: db.things.update_one({}, {"$set": {"x": 1}}, collation=french),
-        lambda: db.things.delete_one({}, collation=french),
-        lambda: db.things.find_one_and_update({}, {"$set": {"x": 1}}, collation=french),
-        lambda: db.things.create_index("name", collation=french),
-        lambda: db.create_collection("localized", collation=french),
-    ]
-    for attempt in refused:
-        with pytest.raises(OperationFailure) as failure:
-            attempt()
-        assert failure.value.code == 2
-        assert "collation" in str(failure.value)
+    assert len(list(db.things.find({}, collation=french))) == 1
+    assert len(list(db.things.aggregate([], collation=french))) == 1
+    assert db.things.count_documents({}, collation=french) == 1
+    assert db.things.distinct("name", collation=french) == ["a"]
+    assert db.things.update_one({}, {"$set": {"x": 1}}, collation=french).modified_count == 1
+    assert db.things.find_one_and_update({}, {"$set": {"x": 2}}, collation=french)["x"] == 1
+    assert db.things.create_index("name", collation=french) == "name_1"
+    db.create_collection("localized", collation=french)
+    assert db.things.delete_one({"name": "A"}, collation={"locale": "fr", "strength": 1}).deleted_count == 1
+    db.things.insert_one({"_id": 1, "name": "a"})
     simple = {"locale": "simple"}
     assert [document["_id"] for document in db.things.find({}, collation=simple)] == [1]
     assert db.things.count_documents({}, collation=simple) == 1

@@ -282,7 +282,7 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
     } else {
         command::sessions::refuse_transactions(request)?;
     }
-    crate::collation::refuse_non_simple(request)?;
+    crate::collation::check_request(request)?;
     if spec.admin_only && request.db != "admin" {
         return Err(CommandError::new(
             crate::error::UNAUTHORIZED,

@@ -37,11 +37,20 @@ pub struct BackendForeignSource {
     backend: Arc<dyn Backend>,
     /// The command's database: where names without a database live.
     db: String,
+    /// The pipeline's collation: `$lookup`, `$graphLookup` and `$unionWith` read the other
+    /// collection by it (None: each collection's default).
+    collation: crate::collation::GivenCollation,
 }
 
 impl BackendForeignSource {
     pub fn new(backend: Arc<dyn Backend>, db: &str) -> BackendForeignSource {
-        BackendForeignSource { backend, db: db.to_string() }
+        BackendForeignSource { backend, db: db.to_string(), collation: None }
+    }
+
+    /// Reads the other collections by `collator` (None: simple).
+    pub fn with_collator(mut self, collator: Option<Arc<myriad_collation::Collator>>) -> BackendForeignSource {
+        self.collation = Some(collator);
+        self
     }
 
     fn database<'n>(&'n self, namespace: &'n Namespace) -> &'n str {
@@ -76,6 +85,7 @@ fn query_spec(filter: &Document) -> QueryResult<QuerySpec> {
         hint: None,
         allow_disk_use: None,
         min_max: None,
+        collation: None,
     })
 }
 
@@ -84,7 +94,11 @@ impl ForeignSource for BackendForeignSource {
         check_interrupt().map_err(query_error)?;
         let collection = self.backend.collection(self.database(namespace), &namespace.collection).map_err(|error| query_error(error.into()))?;
         let execution = match collection {
-            Some(collection) => Some(Execution::new(self.backend.as_ref(), collection, query_spec(filter)?).map_err(query_error)?),
+            Some(collection) => {
+                let mut spec = query_spec(filter)?;
+                spec.collation = self.collation.clone();
+                Some(Execution::new(self.backend.as_ref(), collection, spec).map_err(query_error)?)
+            }
             None => None,
         };
         Ok(Box::new(ExecutionStream { backend: self.backend.clone(), execution }))

@@ -164,7 +164,13 @@ pub struct Planning {
 impl Execution {
     /// Plans the query (trial-running candidates when several indexes qualify) and returns the
     /// execution of the winning plan, positioned at its start.
+    /// The collation the query compares strings by (None: simple).
+    pub fn collator(&self) -> Option<&std::sync::Arc<myriad_collation::Collator>> {
+        self.filter.collator()
+    }
+
     pub fn new(backend: &dyn Backend, collection: CollectionHandle, spec: QuerySpec) -> CommandResult<Execution> {
+        let spec = spec.with_collation(&collection);
         let planned = plan_query(backend, &collection, &spec, &|access, max_works, max_results| {
             Execution::trial_run(backend, &collection, &spec, access, max_works, max_results)
         })?;
@@ -388,7 +394,9 @@ impl Execution {
                         Some(projection) => {
                             self.counters.projection.works += 1;
                             self.counters.projection.advanced += 1;
-                            encode_document(&projection.apply(&row.into_document()?, None)?)?
+                            // `$elemMatch` in the projection compares by the query's collation.
+                            let document = row.into_document()?;
+                            encode_document(&myriad_query::expression::with_collation(self.filter.collator(), || projection.apply(&document, None))?)?
                         }
                         None => row.into_encoded()?,
                     };

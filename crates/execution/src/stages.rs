@@ -139,6 +139,9 @@ fn index_scan_stage(scan: &IndexScan, keys_examined: u64) -> Document {
     if let Some(paths) = &scan.multikey_paths {
         stage.insert("multiKeyPaths", paths.clone());
     }
+    if let Some(collation) = &scan.collation {
+        stage.insert("collation", collation.clone());
+    }
     stage.extend(doc! {
         "isUnique": scan.unique,
         "isSparse": scan.sparse,

@@ -163,7 +163,12 @@ fn parse_cached(options: Result<Document, StorageError>) -> CachedValidator {
     };
     match options.get("validator") {
         Some(Bson::Document(source)) if !source.is_empty() && level != ValidationLevel::Off => {
-            Ok(Some(Arc::new(Validator { filter: Filter::parse(source)?, source: source.clone(), level, action })))
+            // A validator compares strings by the collection's default collation, as mongod's.
+            let collator = match options.get("collation") {
+                Some(Bson::Document(collation)) => myriad_collation::parse(collation).ok().flatten(),
+                _ => None,
+            };
+            Ok(Some(Arc::new(Validator { filter: Filter::parse(source)?.with_collator(collator), source: source.clone(), level, action })))
         }
         _ => Ok(None),
     }

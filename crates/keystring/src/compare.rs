@@ -86,14 +86,44 @@ pub fn compare_numbers(a: Number, b: Number) -> Ordering {
     }
 }
 
+/// How strings compare under a collation other than the simple (bytewise) one. Implemented by
+/// `myriad_collation::Collator`; this crate only needs the two operations.
+pub trait StringComparator: Send + Sync + std::fmt::Debug {
+    /// The collation's order of two strings.
+    fn compare_strings(&self, left: &str, right: &str) -> Ordering;
+    /// A string whose bytewise order (and equality) among other comparison keys is the
+    /// collation's order of the originals: what index keys, group keys and distinct values
+    /// are built from.
+    fn comparison_key(&self, value: &str) -> String;
+}
+
 /// Total order over BSON values, as MongoDB sorts and compares them.
 ///
 /// Iterative: documents and arrays being compared element by element sit on an explicit stack,
 /// so values of any depth compare without growing the thread stack.
 pub fn compare_values(a: &Bson, b: &Bson) -> Ordering {
-    match compare_shallow(a, b) {
+    compare_values_collated(a, b, None)
+}
+
+/// [`compare_values`] with strings (and symbols), wherever they are nested, compared by
+/// `collator` when there is one. Field names still compare bytewise, as in MongoDB.
+pub fn compare_values_collated(a: &Bson, b: &Bson, collator: Option<&dyn StringComparator>) -> Ordering {
+    match compare_shallow(a, b, collator) {
         Step::Decided(ordering) => ordering,
-        Step::Descend(pair) => compare_nested(pair),
+        Step::Descend(pair) => compare_nested(pair, collator),
+    }
+}
+
+/// `value` with every string (and symbol) inside it replaced by its comparison key, so that
+/// [`compare_values`] and the key encoding order the result as `collator` orders the original.
+pub fn comparison_value(value: &Bson, collator: &dyn StringComparator) -> Bson {
+    match value {
+        Bson::String(text) | Bson::Symbol(text) => Bson::String(collator.comparison_key(text)),
+        Bson::Document(document) => Bson::Document(
+            document.iter().map(|(name, inner)| (name.clone(), comparison_value(inner, collator))).collect(),
+        ),
+        Bson::Array(items) => Bson::Array(items.iter().map(|inner| comparison_value(inner, collator)).collect()),
+        other => other.clone(),
     }
 }
 
@@ -110,7 +140,7 @@ enum Step<'a> {
     Descend(Pair<'a>),
 }
 
-fn compare_shallow<'a>(a: &'a Bson, b: &'a Bson) -> Step<'a> {
+fn compare_shallow<'a>(a: &'a Bson, b: &'a Bson, collator: Option<&dyn StringComparator>) -> Step<'a> {
     let rank = canonical_rank(a).cmp(&canonical_rank(b));
     if rank != Ordering::Equal {
         return Step::Decided(rank);
@@ -118,7 +148,10 @@ fn compare_shallow<'a>(a: &'a Bson, b: &'a Bson) -> Step<'a> {
     let ordering = match (a, b) {
         (Bson::MinKey, _) | (Bson::MaxKey, _) => Ordering::Equal,
         (Bson::Null | Bson::Undefined, _) => Ordering::Equal,
-        (Bson::String(_) | Bson::Symbol(_), _) => string_bytes(a).cmp(string_bytes(b)),
+        (Bson::String(_) | Bson::Symbol(_), _) => match collator {
+            Some(collator) => collator.compare_strings(string_text(a), string_text(b)),
+            None => string_text(a).as_bytes().cmp(string_text(b).as_bytes()),
+        },
         (Bson::Document(x), Bson::Document(y)) => return Step::Descend(Pair::Documents(x.iter(), y.iter())),
         (Bson::Array(x), Bson::Array(y)) => return Step::Descend(Pair::Arrays(x.iter(), y.iter())),
         (Bson::Binary(x), Bson::Binary(y)) => x
@@ -153,7 +186,7 @@ fn compare_shallow<'a>(a: &'a Bson, b: &'a Bson) -> Step<'a> {
 /// compare element by element (type rank, then field name, then value), arrays element by
 /// element; in both a prefix sorts first. A nested pair is always the last tiebreak of its
 /// element, so once it compares equal the parent simply moves on to its next element.
-fn compare_nested(root: Pair<'_>) -> Ordering {
+fn compare_nested(root: Pair<'_>, collator: Option<&dyn StringComparator>) -> Ordering {
     let mut stack = vec![root];
     // Bounded: each iteration consumes one element of each side or pops a pair.
     while let Some(pair) = stack.last_mut() {
@@ -178,7 +211,7 @@ fn compare_nested(root: Pair<'_>) -> Ordering {
                 return ordering;
             }
         }
-        match compare_shallow(left.1, right.1) {
+        match compare_shallow(left.1, right.1, collator) {
             Step::Decided(Ordering::Equal) => {}
             Step::Decided(unequal) => return unequal,
             Step::Descend(nested) => stack.push(nested),
@@ -197,22 +230,22 @@ fn unnamed(value: &Bson) -> (Option<&String>, &Bson) {
     (None, value)
 }
 
-fn string_bytes(value: &Bson) -> &[u8] {
+fn string_text(value: &Bson) -> &str {
     match value {
-        Bson::String(s) | Bson::Symbol(s) => s.as_bytes(),
-        _ => &[],
+        Bson::String(s) | Bson::Symbol(s) => s,
+        _ => "",
     }
 }
 
 /// Documents compare element by element: type rank, then field name, then value; a prefix
 /// sorts first.
 pub fn compare_documents(a: &Document, b: &Document) -> Ordering {
-    compare_nested(Pair::Documents(a.iter(), b.iter()))
+    compare_nested(Pair::Documents(a.iter(), b.iter()), None)
 }
 
 /// Arrays compare element by element; a prefix sorts first.
 pub fn compare_arrays(a: &[Bson], b: &[Bson]) -> Ordering {
-    compare_nested(Pair::Arrays(a.iter(), b.iter()))
+    compare_nested(Pair::Arrays(a.iter(), b.iter()), None)
 }
 
 /// MongoDB equality: comparison-equal (so `1 == 1.0`).

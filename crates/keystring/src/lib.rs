@@ -19,7 +19,7 @@ mod hash;
 pub mod nesting;
 mod type_bits;
 
-pub use compare::{compare_documents, compare_values, values_equal, Number};
+pub use compare::{compare_documents, compare_values, compare_values_collated, comparison_value, values_equal, Number, StringComparator};
 pub use decode::{decode_key, decode_value};
 pub use encode::{append_value, encode_key};
 pub use error::KeyStringError;

@@ -5,17 +5,27 @@
 
 use std::cmp::Ordering;
 
+use std::sync::Arc;
+
 use bson::{Bson, Document};
-use myriad_keystring::compare::compare_values;
+use myriad_collation::Collator;
+use myriad_keystring::compare::{compare_values_collated, StringComparator};
 
 use crate::error::{QueryError, QueryResult};
 use crate::numeric::integral_value;
 use crate::path::{split_path, visit_match_values, LeafArrays};
 
-/// A parsed sort specification.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// A parsed sort specification, and the collation strings sort by (None: bytewise).
+#[derive(Clone, Debug, Default)]
 pub struct SortSpec {
     fields: Vec<SortField>,
+    collator: Option<Arc<Collator>>,
+}
+
+impl PartialEq for SortSpec {
+    fn eq(&self, other: &SortSpec) -> bool {
+        self.fields == other.fields && myriad_collation::same_collation(self.collator.as_deref(), other.collator.as_deref())
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -33,12 +43,12 @@ pub enum SortKey {
 }
 
 impl SortKey {
-    fn compare(&self, other: &SortKey) -> Ordering {
+    fn compare(&self, other: &SortKey, collation: Option<&dyn StringComparator>) -> Ordering {
         match (self, other) {
             (SortKey::EmptyArray, SortKey::EmptyArray) => Ordering::Equal,
             (SortKey::EmptyArray, SortKey::Value(_)) => Ordering::Less,
             (SortKey::Value(_), SortKey::EmptyArray) => Ordering::Greater,
-            (SortKey::Value(left), SortKey::Value(right)) => compare_values(left, right),
+            (SortKey::Value(left), SortKey::Value(right)) => compare_values_collated(left, right, collation),
         }
     }
 }
@@ -64,7 +74,22 @@ impl SortSpec {
             };
             fields.push(SortField { path, ascending });
         }
-        Ok(SortSpec { fields })
+        Ok(SortSpec { fields, collator: None })
+    }
+
+    /// The same specification sorting strings by `collator` (None: bytewise).
+    pub fn with_collator(mut self, collator: Option<Arc<Collator>>) -> SortSpec {
+        self.collator = collator;
+        self
+    }
+
+    /// The collation strings sort by (None: simple).
+    pub fn collator(&self) -> Option<&Arc<Collator>> {
+        self.collator.as_ref()
+    }
+
+    fn collation(&self) -> Option<&dyn StringComparator> {
+        self.collator.as_deref().map(|collator| collator as &dyn StringComparator)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -81,13 +106,13 @@ impl SortSpec {
 
     /// The sort keys of a document, one per field (compute once, then use [`SortSpec::compare_keys`]).
     pub fn sort_key(&self, document: &Document) -> Vec<SortKey> {
-        self.fields.iter().map(|field| field_key(document, &field.path, field.ascending)).collect()
+        self.fields.iter().map(|field| field_key(document, &field.path, field.ascending, self.collation())).collect()
     }
 
     /// Compares precomputed keys from [`SortSpec::sort_key`].
     pub fn compare_keys(&self, left: &[SortKey], right: &[SortKey]) -> Ordering {
         for ((field, left), right) in self.fields.iter().zip(left).zip(right) {
-            let ordering = left.compare(right);
+            let ordering = left.compare(right, self.collation());
             let ordering = if field.ascending { ordering } else { ordering.reverse() };
             if ordering != Ordering::Equal {
                 return ordering;
@@ -112,7 +137,7 @@ impl SortSpec {
     }
 }
 
-fn field_key(document: &Document, path: &[String], ascending: bool) -> SortKey {
+fn field_key(document: &Document, path: &[String], ascending: bool, collation: Option<&dyn StringComparator>) -> SortKey {
     let mut best: Option<SortKey> = None;
     let wanted = if ascending { Ordering::Less } else { Ordering::Greater };
     visit_match_values(document, path, LeafArrays::ExpandAndWhole, &mut |visit| {
@@ -127,7 +152,7 @@ fn field_key(document: &Document, path: &[String], ascending: bool) -> SortKey {
             }
             Some(value) => SortKey::Value(value.clone()),
         };
-        if !matches!(best.as_ref(), Some(current) if candidate.compare(current) != wanted) {
+        if !matches!(best.as_ref(), Some(current) if candidate.compare(current, collation) != wanted) {
             best = Some(candidate);
         }
         false

@@ -74,6 +74,9 @@ struct SpecLayout {
     hidden: bool,
     /// The spec has `expireAfterSeconds`: a TTL index (MongoDB's `isIndexTTL`).
     ttl: bool,
+    /// The index's collation (its spec's `collation`; None: simple): its keys are the
+    /// comparison values of the documents' values under it.
+    collator: Option<Arc<myriad_collation::Collator>>,
 }
 
 impl SpecLayout {
@@ -89,17 +92,26 @@ impl SpecLayout {
                 std::borrow::Cow::Owned(_) => Err(corrupt("a key field path is not in the spec".to_string())),
             })
             .collect::<Result<Box<[_]>, _>>()?;
+        // An older catalog's specs have no collation: simple, as they were written.
+        let collator = match raw.get("collation") {
+            Ok(Some(bson::RawBsonRef::Document(collation))) => {
+                let collation = Document::try_from(collation).map_err(|error| corrupt(error.to_string()))?;
+                myriad_collation::parse(&collation).map_err(|error| corrupt(error.message))?
+            }
+            _ => None,
+        };
+        // A partial filter compares strings by the index's collation, as mongod's does.
         let partial_filter = match raw.get("partialFilterExpression") {
             Ok(Some(expression)) => {
                 let expression = Bson::try_from(expression).map_err(|error| corrupt(error.to_string()))?;
-                Some(Arc::new(crate::partial::parse_partial_filter(&expression)?))
+                Some(Arc::new(crate::partial::parse_partial_filter(&expression)?.with_collator(collator.clone())))
             }
             _ => None,
         };
         let hidden = matches!(raw.get("hidden"), Ok(Some(bson::RawBsonRef::Boolean(true))));
         let ttl = matches!(raw.get("expireAfterSeconds"), Ok(Some(_)));
         let (name, key_pattern) = (Span::of(bytes, name.as_bytes()), Span::of(bytes, key_pattern.as_bytes()));
-        Ok(SpecLayout { name, key_pattern, fields, partial_filter, hidden, ttl })
+        Ok(SpecLayout { name, key_pattern, fields, partial_filter, hidden, ttl, collator })
     }
 }
 
@@ -190,7 +202,12 @@ impl IndexEntry {
                 return Ok(crate::index::DocumentKeys::default());
             }
         }
-        crate::index::generate_keys(fields, self.sparse, document)
+        crate::index::generate_keys(fields, self.sparse, document, self.collator().map(|collator| &**collator))
+    }
+
+    /// The index's collation (None: simple).
+    pub(crate) fn collator(&self) -> Option<&Arc<myriad_collation::Collator>> {
+        self.layout().collator.as_ref()
     }
 
     /// True when a document's keys in this index depend on its `_id` alone: every key field
@@ -605,6 +622,11 @@ pub struct IndexView<'a> {
 impl<'a> IndexView<'a> {
     pub fn name(&self) -> &'a str {
         self.entry.name()
+    }
+
+    /// The index's collation (None: simple).
+    pub fn collator(&self) -> Option<&'a Arc<myriad_collation::Collator>> {
+        self.entry.collator()
     }
 
     /// The key pattern, as stored.

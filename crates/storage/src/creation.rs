@@ -201,7 +201,7 @@ impl Engine {
             .filter(|next| *next < i64::MAX as u64)
             .ok_or_else(|| StorageError::Corrupt("prefix space exhausted".to_string()))?;
         let mut indexes = Vec::with_capacity(1 + request.extra_indexes.len());
-        indexes.push(IndexEntry::from_parsed(&id_index_spec(), prefix + 1)?);
+        indexes.push(IndexEntry::from_parsed(&crate::index::id_index_spec_for(&request.options), prefix + 1)?);
         for (spec, index_prefix) in request.extra_indexes.iter().zip(prefix + 2..) {
             indexes.push(IndexEntry::from_parsed(spec, index_prefix)?);
         }

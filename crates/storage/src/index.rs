@@ -12,7 +12,8 @@
 use std::borrow::Cow;
 
 use bson::{Bson, Document};
-use myriad_keystring::{append_type_bits, encode_key, Direction};
+use myriad_collation::Collator;
+use myriad_keystring::{append_type_bits, comparison_value, encode_key, Direction};
 
 use crate::StorageError;
 
@@ -109,6 +110,16 @@ const SIGNIFICANT_OPTIONS: &[&str] = &[
 /// The 64-bit hash a hashed index stores for `value` (as `Bson::Int64`); the same function
 /// routes hashed shard keys (see [`myriad_keystring::hash_value`]).
 pub use myriad_keystring::hash_value as hashed_index_value;
+
+/// The spec of the `_id` index of a collection created with `options`: the standard one, with
+/// the collection's default collation when it has one (as mongod's `_id` index takes it).
+pub(crate) fn id_index_spec_for(options: &Document) -> ParsedIndexSpec {
+    let mut spec = id_index_spec();
+    if let Ok(collation) = options.get_document("collation") {
+        spec.spec.insert("collation", collation.clone());
+    }
+    spec
+}
 
 /// The spec of the `_id` index created with every collection.
 pub(crate) fn id_index_spec() -> ParsedIndexSpec {
@@ -302,14 +313,14 @@ pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, Stora
             ));
         }
     }
+    // The command layer stores the normalised collation (or none for the simple one); a
+    // document that does not read is refused here too, so no spec with one is ever stored.
     match spec.get("collation") {
         None => {}
-        Some(Bson::Document(collation)) if collation.get_str("locale") == Ok("simple") => {}
-        Some(_) => {
-            return Err(StorageError::CannotCreateIndex(
-                "only the simple collation is supported".into(),
-            ))
+        Some(Bson::Document(collation)) => {
+            myriad_collation::parse(collation).map_err(|error| StorageError::CannotCreateIndex(error.message))?;
         }
+        Some(_) => return Err(StorageError::CannotCreateIndex("the 'collation' option must be a document".into())),
     }
     let unique = truthy(spec.get("unique"));
     let sparse = truthy(spec.get("sparse"));
@@ -515,26 +526,39 @@ pub(crate) fn generate_keys(
     fields: &[IndexField<'_>],
     sparse: bool,
     document: &Document,
+    collator: Option<&Collator>,
 ) -> Result<DocumentKeys, StorageError> {
     // The common case, a one-field index and a value under no array (an `_id`), needs none of
     // the general case's bookkeeping.
     if let [field] = fields {
         let found = values_at_path(document, &field.path);
         if found.first_array_path.is_none() {
-            return Ok(DocumentKeys::without_arrays(single_value_keys(field, sparse, found.values.first().map(Cow::as_ref))));
+            return Ok(DocumentKeys::without_arrays(single_value_keys(field, sparse, found.values.first().map(Cow::as_ref), collator)));
         }
     }
-    cartesian_keys(fields, sparse, document)
+    cartesian_keys(fields, sparse, document, collator)
 }
 
 /// What [`generate_keys`] gives for a one-field index whose value (None: missing) is not an
 /// array and lies under none: one key, or none for a sparse index and a missing field.
-pub(crate) fn single_value_keys(field: &IndexField<'_>, sparse: bool, value: Option<&Bson>) -> Vec<IndexKey> {
+///
+/// An index with a collation keys the value's comparison value (its strings replaced by their
+/// collation keys, docs/FORMAT.md "Collated index keys"); type bits cannot restore the value
+/// from it, so it is never recoverable.
+pub(crate) fn single_value_keys(field: &IndexField<'_>, sparse: bool, value: Option<&Bson>, collator: Option<&Collator>) -> Vec<IndexKey> {
     let (value, recoverable) = match value {
         None if sparse => return Vec::new(),
         // A missing field is keyed (and hashed) as null, and its type bits stay empty.
         None => (&NULL_VALUE, false),
-        Some(value) => (value, field.kind != FieldKind::Hashed),
+        Some(value) => (value, field.kind != FieldKind::Hashed && collator.is_none()),
+    };
+    let collated;
+    let value = match collator {
+        Some(collator) => {
+            collated = comparison_value(value, collator);
+            &collated
+        }
+        None => value,
     };
     let value = match field.kind {
         FieldKind::Hashed => Cow::Owned(Bson::Int64(hashed_index_value(value))),
@@ -552,6 +576,7 @@ fn cartesian_keys(
     fields: &[IndexField<'_>],
     sparse: bool,
     document: &Document,
+    collator: Option<&Collator>,
 ) -> Result<DocumentKeys, StorageError> {
     let mut multikey_paths = Vec::new();
     let mut per_field: Vec<Vec<Cow<'_, Bson>>> = Vec::with_capacity(fields.len());
@@ -581,7 +606,10 @@ fn cartesian_keys(
             multikey_paths[per_field.len()] |= found.array_bits;
         }
         let mut values = found.values;
-        recoverable.push(field.kind != FieldKind::Hashed && found.first_array_path.is_none() && !values.is_empty());
+        recoverable.push(field.kind != FieldKind::Hashed && found.first_array_path.is_none() && !values.is_empty() && collator.is_none());
+        if let Some(collator) = collator {
+            values = values.into_iter().map(|value| Cow::Owned(comparison_value(&value, collator))).collect();
+        }
         if values.is_empty() {
             values.push(Cow::Borrowed(&NULL_VALUE));
         } else {
@@ -752,8 +780,8 @@ mod tests {
             let pattern = fields(pattern);
             for sparse in [false, true] {
                 for document in &documents {
-                    let shortcut = generate_keys(&pattern, sparse, document).unwrap();
-                    let general = cartesian_keys(&pattern, sparse, document).unwrap();
+                    let shortcut = generate_keys(&pattern, sparse, document, None).unwrap();
+                    let general = cartesian_keys(&pattern, sparse, document, None).unwrap();
                     assert_eq!(shortcut, general, "{pattern:?} sparse {sparse} on {document}");
                 }
             }
@@ -762,32 +790,32 @@ mod tests {
 
     #[test]
     fn array_values_produce_one_key_per_distinct_element() {
-        let keys = generate_keys(&fields(doc! {"a": 1}), false, &doc! {"a": [3, 1, 3.0]}).unwrap();
+        let keys = generate_keys(&fields(doc! {"a": 1}), false, &doc! {"a": [3, 1, 3.0]}, None).unwrap();
         assert_eq!(keystrings(keys), vec![single(Bson::Int32(1)), single(Bson::Int32(3))]);
     }
 
     #[test]
     fn missing_fields_index_as_null_unless_sparse() {
         let pattern = fields(doc! {"a": 1});
-        assert_eq!(keystrings(generate_keys(&pattern, false, &doc! {"b": 1}).unwrap()), vec![single(Bson::Null)]);
-        assert!(generate_keys(&pattern, true, &doc! {"b": 1}).unwrap().keys.is_empty());
-        assert_eq!(keystrings(generate_keys(&pattern, true, &doc! {"a": null}).unwrap()), vec![single(Bson::Null)]);
+        assert_eq!(keystrings(generate_keys(&pattern, false, &doc! {"b": 1}, None).unwrap()), vec![single(Bson::Null)]);
+        assert!(generate_keys(&pattern, true, &doc! {"b": 1}, None).unwrap().keys.is_empty());
+        assert_eq!(keystrings(generate_keys(&pattern, true, &doc! {"a": null}, None).unwrap()), vec![single(Bson::Null)]);
     }
 
     #[test]
     fn dotted_paths_traverse_arrays_of_documents() {
         let document = doc! {"a": [{"b": 1}, {"b": 2}, {"c": 3}, 4]};
-        let keys = generate_keys(&fields(doc! {"a.b": 1}), false, &document).unwrap();
+        let keys = generate_keys(&fields(doc! {"a.b": 1}), false, &document, None).unwrap();
         assert_eq!(keystrings(keys), vec![single(Bson::Int32(1)), single(Bson::Int32(2))]);
     }
 
     #[test]
     fn parallel_arrays_are_rejected_but_shared_arrays_are_not() {
         let pattern = fields(doc! {"a": 1, "b": 1});
-        let error = generate_keys(&pattern, false, &doc! {"a": [1, 2], "b": [3]}).unwrap_err();
+        let error = generate_keys(&pattern, false, &doc! {"a": [1, 2], "b": [3]}, None).unwrap_err();
         assert_eq!(error.code(), 171);
         let shared = fields(doc! {"a.x": 1, "a.y": 1});
-        let keys = generate_keys(&shared, false, &doc! {"a": [{"x": 1, "y": 2}]}).unwrap();
+        let keys = generate_keys(&shared, false, &doc! {"a": [{"x": 1, "y": 2}]}, None).unwrap();
         assert_eq!(keys.keys.len(), 1);
         assert_eq!(keys.multikey_paths, vec![1, 1], "both paths run through the array a");
     }
@@ -795,25 +823,25 @@ mod tests {
     #[test]
     fn array_paths_are_recorded_per_field_and_prefix() {
         let pattern = fields(doc! {"p": 1, "a.b": 1, "s": 1});
-        let keys = generate_keys(&pattern, false, &doc! {"p": 1, "a": {"b": 2}, "s": [1, 2]}).unwrap();
+        let keys = generate_keys(&pattern, false, &doc! {"p": 1, "a": {"b": 2}, "s": [1, 2]}, None).unwrap();
         assert_eq!(keys.multikey_paths, vec![0, 0, 0b1]);
-        let nested = generate_keys(&fields(doc! {"a.b": 1}), false, &doc! {"a": [{"b": [1]}, {"b": 3}]}).unwrap();
+        let nested = generate_keys(&fields(doc! {"a.b": 1}), false, &doc! {"a": [{"b": [1]}, {"b": 3}]}, None).unwrap();
         assert_eq!(nested.multikey_paths, vec![0b11], "a and a.b are both arrays");
-        let plain = generate_keys(&pattern, false, &doc! {"p": 1, "a": {"b": 2}, "s": 3}).unwrap();
+        let plain = generate_keys(&pattern, false, &doc! {"p": 1, "a": {"b": 2}, "s": 3}, None).unwrap();
         assert!(plain.multikey_paths.is_empty());
-        let empty = generate_keys(&fields(doc! {"s": 1}), false, &doc! {"s": []}).unwrap();
+        let empty = generate_keys(&fields(doc! {"s": 1}), false, &doc! {"s": []}, None).unwrap();
         assert_eq!(empty.multikey_paths, vec![1], "an empty array makes its path multikey");
     }
 
     #[test]
     fn empty_array_indexes_as_undefined() {
-        let keys = generate_keys(&fields(doc! {"a": 1}), false, &doc! {"a": []}).unwrap();
+        let keys = generate_keys(&fields(doc! {"a": 1}), false, &doc! {"a": []}, None).unwrap();
         assert_eq!(keystrings(keys), vec![single(Bson::Undefined)]);
     }
 
     #[test]
     fn hashed_values_of_equal_numbers_agree() {
-        let error = generate_keys(&fields(doc! {"a": "hashed"}), false, &doc! {"a": [1]}).unwrap_err();
+        let error = generate_keys(&fields(doc! {"a": "hashed"}), false, &doc! {"a": [1]}, None).unwrap_err();
         assert_eq!(error.code(), 2);
     }
 
@@ -831,10 +859,10 @@ mod tests {
     #[test]
     fn duplicate_key_documents_decode_the_values() {
         let pattern = fields(doc! {"a": 1, "b": -1});
-        let keys = generate_keys(&pattern, false, &doc! {"a": "x", "b": true}).unwrap().keys;
+        let keys = generate_keys(&pattern, false, &doc! {"a": "x", "b": true}, None).unwrap().keys;
         assert_eq!(key_value_document(&pattern, keys[0].keystring(), keys[0].type_bits()), doc! {"a": "x", "b": true});
         let exact = doc! {"a": 2.0, "b": Bson::Int64(3)};
-        let keys = generate_keys(&pattern, false, &exact).unwrap().keys;
+        let keys = generate_keys(&pattern, false, &exact, None).unwrap().keys;
         assert_eq!(key_value_document(&pattern, keys[0].keystring(), keys[0].type_bits()), exact);
     }
 
@@ -842,7 +870,7 @@ mod tests {
     fn entry_values_are_exact_or_absent() {
         let pattern = fields(doc! {"a": 1, "b.c": -1});
         let values = |document: Document| {
-            let keys = generate_keys(&pattern, false, &document).unwrap().keys;
+            let keys = generate_keys(&pattern, false, &document, None).unwrap().keys;
             keys.iter().map(|key| entry_values(&pattern, key.keystring(), Some(key.type_bits())).unwrap()).collect::<Vec<_>>()
         };
         assert_eq!(values(doc! {"a": 1.0, "b": {"c": "x"}}), vec![Some(vec![Some(Bson::Double(1.0)), Some(Bson::String("x".into()))])]);
@@ -850,12 +878,29 @@ mod tests {
         assert_eq!(values(doc! {"a": 1}), vec![Some(vec![Some(Bson::Int32(1)), None])]);
         let one = Some(Bson::Int32(1));
         assert_eq!(values(doc! {"a": [1, 2], "b": {"c": 1}}), vec![Some(vec![None, one.clone()]), Some(vec![None, one])]);
-        let key = &generate_keys(&pattern, false, &doc! {"a": 1, "b": {"c": 2}}).unwrap().keys[0];
+        let key = &generate_keys(&pattern, false, &doc! {"a": 1, "b": {"c": 2}}, None).unwrap().keys[0];
         assert_eq!(entry_values(&pattern, key.keystring(), None), Ok(None));
         let error = entry_values(&pattern, key.keystring(), Some(&[1, 1, 9])).unwrap_err();
         assert_eq!(error.code(), 301);
         let hashed = fields(doc! {"h": "hashed"});
-        let key = &generate_keys(&hashed, false, &doc! {"h": 5}).unwrap().keys[0];
+        let key = &generate_keys(&hashed, false, &doc! {"h": 5}, None).unwrap().keys[0];
         assert_eq!(entry_values(&hashed, key.keystring(), Some(key.type_bits())), Ok(None));
+    }
+
+    #[test]
+    fn collated_keys_order_and_equal_as_the_collation() {
+        let collator = myriad_collation::parse(&doc! {"locale": "en", "strength": 2}).unwrap().unwrap();
+        let keys = |pattern: &[IndexField<'_>], document: Document| {
+            generate_keys(pattern, false, &document, Some(&collator)).unwrap().keys.iter().map(|key| key.keystring().to_vec()).collect::<Vec<_>>()
+        };
+        let single = fields(doc! {"a": 1});
+        assert_eq!(keys(&single, doc! {"a": "Cafe"}), keys(&single, doc! {"a": "CAFE"}));
+        assert!(keys(&single, doc! {"a": "b"}) > keys(&single, doc! {"a": "A"}), "a < B under the collation, A > b in bytes");
+        let compound = fields(doc! {"a": 1, "b": -1});
+        assert_eq!(keys(&compound, doc! {"a": ["X", "y"], "b": 1}), keys(&compound, doc! {"a": ["x", "Y"], "b": 1}));
+        assert_eq!(keys(&single, doc! {"a": 5}), keys(&fields(doc! {"a": 1}), doc! {"a": 5.0}), "numbers are unchanged");
+        // A comparison key cannot give the value back: never recoverable.
+        let key = &generate_keys(&single, false, &doc! {"a": "x"}, Some(&collator)).unwrap().keys[0];
+        assert_eq!(entry_values(&single, key.keystring(), Some(key.type_bits())), Ok(Some(vec![None])));
     }
 }

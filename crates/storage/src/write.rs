@@ -205,7 +205,7 @@ impl PreparedInsert {
         for index in &entry.indexes {
             if let Some(field) = index.id_alone_field() {
                 // The `_id` index: its key is the `_id` value's, no document needed.
-                keys.push(Ok(DocumentKeys::without_arrays(crate::index::single_value_keys(&field, index.sparse, Some(&id)))));
+                keys.push(Ok(DocumentKeys::without_arrays(crate::index::single_value_keys(&field, index.sparse, Some(&id), index.collator().map(|collator| &**collator)))));
                 continue;
             }
             let fields = index.fields()?;

@@ -36,12 +36,15 @@ pub struct RangeScan<'a> {
 }
 
 /// The name of an index usable to scan a shard key range: same key pattern, not sparse, no
-/// partial filter.
+/// partial filter, no collation (a collated index keys comparison values, not the shard key
+/// values chunk bounds are made of).
 pub fn shard_key_index(handle: &CollectionHandle, key_pattern: &Document) -> ClusterResult<Option<String>> {
     Ok(handle
         .indexes()?
         .into_iter()
-        .find(|index| &index.key_pattern == key_pattern && !index.sparse && !index.options.contains_key("partialFilterExpression"))
+        .find(|index| {
+            &index.key_pattern == key_pattern && !index.sparse && !index.options.contains_key("partialFilterExpression") && !index.options.contains_key("collation")
+        })
         .map(|index| index.name))
 }
 

@@ -21,6 +21,8 @@ pub struct RouterForeignSource {
     context: Arc<RouterContext>,
     db: String,
     session: Option<Document>,
+    /// The command's explicit collation: the reads of other collections use it too.
+    collation: Option<bson::Bson>,
     connection_id: i64,
     runtime: tokio::runtime::Handle,
 }
@@ -31,6 +33,7 @@ impl RouterForeignSource {
             context: Arc::clone(context),
             db: request.db.clone(),
             session: request.session(),
+            collation: request.body.get("collation").cloned(),
             connection_id: request.connection_id,
             runtime: tokio::runtime::Handle::current(),
         }
@@ -45,7 +48,11 @@ impl RouterForeignSource {
 
     /// Every document of `collection` matching `filter`, through the router's find and getMore.
     async fn read_all(&self, db: &str, collection: &str, filter: &Document) -> ClusterResult<Vec<Document>> {
-        let mut reply = find::run(&self.context, &self.request(db, doc! {"find": collection, "filter": filter.clone()})?).await?;
+        let mut body = doc! {"find": collection, "filter": filter.clone()};
+        if let Some(collation) = &self.collation {
+            body.insert("collation", collation.clone());
+        }
+        let mut reply = find::run(&self.context, &self.request(db, body)?).await?;
         let mut documents = Vec::new();
         let mut bytes = 0usize;
         let mut batch_field = "firstBatch";

@@ -111,6 +111,8 @@ async fn dispatch(context: &Arc<RouterContext>, request: &RouterRequest) -> Clus
     if spec.admin_only && request.db != "admin" {
         return Err(ClusterError::coded(13, format!("{} may only be run against the admin database.", spec.name)));
     }
+    // Every collation the command carries is read once, here, by the node's reader.
+    myriad_commands::collation::check_command(&request.name, &request.body)?;
     if request.db == "config" && CATALOG_READS.contains(&spec.name) {
         return context.config.command("config", request.forwarded_body()).await;
     }

@@ -26,6 +26,17 @@ struct KeyRange {
 
 /// The shards (by name, sorted, distinct) that may own documents matching `filter`. Never
 /// empty: a filter matching nothing still goes to one shard, which checks its syntax.
+/// The filter targeting may read for a command (or statement) `command`: the filter itself, or
+/// none (every shard owning chunks) when `command` gives a non-simple collation, under which
+/// a string of the shard key may equal strings of other chunks (chunk ranges order strings
+/// bytewise), as mongod's router broadcasts then.
+pub fn targeting_filter(filter: &Document, command: &Document) -> Document {
+    match myriad_commands::collation::given_collator("collation", command) {
+        Ok(None) => filter.clone(),
+        _ => Document::new(),
+    }
+}
+
 pub fn shards_for_filter(collection: &ShardedCollection, filter: &Document) -> ClusterResult<Vec<String>> {
     let mut shards = std::collections::BTreeSet::new();
     match key_ranges(collection, filter) {

@@ -51,12 +51,20 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
     if crate::cursor::change_stream::is_change_stream(&stages) {
         return open_change_stream(context, request, collection_name.as_deref(), &stages, &variable_names, batch_size);
     }
+    // The pipeline's collation: the command's, else the collection's default.
+    let given_collation = crate::collation::parse_field("aggregate", &request.body)?;
+    let collator = match (&given_collation, &collection_name) {
+        (Some(given), _) => given.clone(),
+        (None, Some(name)) => context.backend.collection(&request.db, name)?.and_then(|collection| crate::collation::collection_default(&collection)),
+        (None, None) => None,
+    };
     // internalQueryExecMaxBlockingSortBytes bounds every stage that holds documents.
     let pipeline = Pipeline::parse_with_variables(&stages, &variable_names)?
         .with_memory_limit_bytes(crate::knobs::max_blocking_sort_bytes() as u64)
         .with_spill_directory(crate::knobs::spill_directory(allow_disk_use))
         .with_variables(variables)
-        .with_foreign_source(Arc::new(BackendForeignSource::new(context.backend.clone(), &request.db)));
+        .with_collator(collator.clone())
+        .with_foreign_source(Arc::new(BackendForeignSource::new(context.backend.clone(), &request.db).with_collator(collator.clone())));
     let source_documents = match pipeline.source_stage() {
         Some(source) => Some(crate::aggregate_sources::source_documents(context, request, source, collection_name.as_deref())?),
         None => None,
@@ -70,7 +78,11 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         Some(_) if plan_cache_entries.is_some() || source_documents.is_some() => None,
         Some(name) => match context.backend.collection(&request.db, name)? {
             None => None,
-            Some(collection) => Some(Execution::new(context.backend.as_ref(), collection, input_query(&pipeline, request)?)?),
+            Some(collection) => {
+                let mut spec = input_query(&pipeline, request)?;
+                spec.collation = Some(collator.clone());
+                Some(Execution::new(context.backend.as_ref(), collection, spec)?)
+            }
         },
     };
     let seed = plan_cache_entries.or(source_documents).unwrap_or_default().into();

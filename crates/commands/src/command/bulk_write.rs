@@ -101,9 +101,11 @@ fn execute(
                 position += 1;
                 results.updated(position - 1, outcome)? || !bulk.ordered
             }
-            Operation::Delete { filter, multi, hint, .. } => {
-                let outcome = crate::operation::check_interrupt()
-                    .and_then(|()| super::delete::delete_statement(context, db, collection, filter, *multi, hint.clone(), retry.map(|retry| retry.statement(position))));
+            Operation::Delete { filter, multi, hint, collation, .. } => {
+                let outcome = crate::operation::check_interrupt().and_then(|()| {
+                    let statement = super::delete::DeleteStatement { filter, multi: *multi, hint: hint.clone(), collation: collation.clone() };
+                    super::delete::delete_statement(context, db, collection, statement, retry.map(|retry| retry.statement(position)))
+                });
                 position += 1;
                 results.deleted(position - 1, outcome)? || !bulk.ordered
             }

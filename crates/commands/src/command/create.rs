@@ -101,6 +101,14 @@ fn collection_options(request: &CommandRequest) -> CommandResult<Document> {
         (false, None) => {}
     }
     for (key, value) in request.body.iter().skip(1) {
+        if key == "collation" {
+            // Stored normalised (every option filled in), as mongod stores it; the simple
+            // collation is no collation and is not stored.
+            if let Some(collator) = crate::collation::parse_value("create", value)? {
+                options.insert("collation", collator.to_document());
+            }
+            continue;
+        }
         if !GENERIC_FIELDS.contains(&key.as_str()) && !["capped", "size", "max"].contains(&key.as_str()) {
             options.insert(key.clone(), value.clone());
         }

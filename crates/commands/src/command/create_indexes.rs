@@ -8,7 +8,7 @@ use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
-    let specs: Vec<Document> = match request.optional_array("indexes")? {
+    let mut specs: Vec<Document> = match request.optional_array("indexes")? {
         Some(specs) if !specs.is_empty() => specs
             .iter()
             .map(|spec| match spec {
@@ -24,9 +24,11 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             ))
         }
     };
-    for spec in &specs {
+    let collection_default = context.backend.collection(&request.db, &name)?.and_then(|collection| crate::collation::collection_default(&collection));
+    for spec in &mut specs {
         validate_id_index_spec(spec)?;
         validate_hidden(spec)?;
+        normalize_collation(spec, collection_default.as_deref())?;
     }
     let outcome = context.backend.create_indexes(&request.db, &name, specs)?;
     let mut reply = doc! {
@@ -39,6 +41,35 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     }
     reply.insert("ok", 1.0);
     Ok(reply)
+}
+
+/// An index's collation as mongod stores it: the normalised document, none for the simple
+/// collation, and the collection's default when the spec names none. The `_id` index must
+/// keep the collection's collation (BadValue otherwise, as mongod).
+fn normalize_collation(spec: &mut Document, collection_default: Option<&myriad_collation::Collator>) -> CommandResult<()> {
+    let collator = match spec.get("collation") {
+        Some(collation) => crate::collation::parse_value("createIndexes.indexes", collation)?,
+        None => {
+            if let Some(default) = collection_default {
+                spec.insert("collation", default.to_document());
+            }
+            return Ok(());
+        }
+    };
+    let is_id_index = spec.get_str("name") == Ok(myriad_storage::ID_INDEX_NAME);
+    if is_id_index && !myriad_collation::same_collation(collator.as_deref(), collection_default) {
+        let shown = |collator: Option<&myriad_collation::Collator>| collator.map_or_else(|| "{}".to_string(), |collator| myriad_collation::shell_string(&collator.to_document()));
+        return Err(CommandError::bad_value(format!(
+            "The _id index must have the same collation as the collection. Index collation: {}, collection collation: {}",
+            shown(collator.as_deref()),
+            shown(collection_default)
+        )));
+    }
+    match collator {
+        Some(collator) => spec.insert("collation", collator.to_document()),
+        None => spec.remove("collation"),
+    };
+    Ok(())
 }
 
 /// The fields an `_id` index specification may have (MongoDB's list); anything else, such as

@@ -16,19 +16,18 @@ use crate::retryable::{RetryStatement, RetryableWrite};
 use crate::write::{durability, ordered, statements};
 use crate::{CommandRequest, ServerContext};
 
-/// Deletes the current matches of `filter_document` (at most one unless `multi`, the first in
-/// `sort` order when given), each re-checked under the collection's write lock. Returns how
-/// many were deleted and the first deleted document.
+/// Deletes the current matches of the statement's filter (at most one unless `multi`, the
+/// first in `sort` order when given), each re-checked under the collection's write lock.
+/// Returns how many were deleted and the first deleted document.
 pub fn delete_matching(
     context: &ServerContext,
     collection: &CollectionHandle,
-    filter_document: &Document,
-    multi: bool,
-    hint: Option<Bson>,
+    statement: DeleteStatement<'_>,
     sort: Option<&myriad_query::sort::SortSpec>,
     durability: Durability,
     retry: Option<RetryStatement<'_>>,
 ) -> CommandResult<(u64, Option<Document>)> {
+    let DeleteStatement { filter: filter_document, multi, hint, collation } = statement;
     if let Some(retry) = retry {
         if multi {
             return Err(RetryableWrite::refuse_multi("limit=0"));
@@ -49,7 +48,9 @@ pub fn delete_matching(
         hint,
         allow_disk_use: None,
         min_max: None,
-    };
+        collation,
+    }
+    .with_collation(collection);
     let scope = if multi { Scope::All } else { Scope::One };
     let mut first = None;
     let deleted = for_each_current_match(context.backend.as_ref(), collection, &spec, scope, durability, |transaction, record_id, document| {
@@ -69,22 +70,28 @@ pub fn delete_matching(
     Ok((deleted, first))
 }
 
+/// One delete statement: its filter, `limit: 0` (multi), hint and collation.
+pub struct DeleteStatement<'a> {
+    pub filter: &'a Document,
+    pub multi: bool,
+    pub hint: Option<Bson>,
+    pub collation: crate::collation::GivenCollation,
+}
+
 /// Runs one delete statement on `db.name` (nothing to delete when the collection does not
 /// exist): the count deleted. Commits per chunk without syncing (see [`crate::bulk`]).
 pub fn delete_statement(
     context: &ServerContext,
     db: &str,
     name: &str,
-    filter: &Document,
-    multi: bool,
-    hint: Option<Bson>,
+    statement: DeleteStatement<'_>,
     retry: Option<RetryStatement<'_>>,
 ) -> CommandResult<u64> {
     context.count(&context.operation_counters.delete, 1);
     match context.backend.collection(db, name)? {
-        Some(collection) => Ok(delete_matching(context, &collection, filter, multi, hint, None, Durability::Default, retry)?.0),
+        Some(collection) => Ok(delete_matching(context, &collection, statement, None, Durability::Default, retry)?.0),
         None => {
-            Filter::parse(filter)?;
+            Filter::parse(statement.filter)?;
             Ok(0)
         }
     }
@@ -128,7 +135,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             };
             let multi = statement.get("limit").and_then(crate::request::integer_value) == Some(0);
             let hint = statement.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned();
-            delete_statement(context, &request.db, &name, filter, multi, hint, retry.as_ref().map(|retry| retry.statement(index)))
+            let collation = crate::collation::parse_field("delete.deletes", statement)?;
+            let statement = DeleteStatement { filter, multi, hint, collation };
+            delete_statement(context, &request.db, &name, statement, retry.as_ref().map(|retry| retry.statement(index)))
         });
         match result {
             Ok(count) => deleted += count as i64,

@@ -2,7 +2,7 @@
 //! their elements.
 
 use bson::{doc, Bson, Document};
-use myriad_keystring::compare_values;
+use myriad_keystring::{compare_values_collated, StringComparator};
 use myriad_query::path::{split_path, visit_match_values, LeafArrays};
 
 use crate::error::{CommandError, CommandResult};
@@ -22,7 +22,8 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         return Ok(doc! { "values": Bson::Array(Vec::new()), "ok": 1.0 });
     };
     let mut execution = Execution::new(context.backend.as_ref(), collection, spec)?;
-    let mut values = DistinctValues::default();
+    // Values equal under the query's collation are one distinct value.
+    let mut values = DistinctValues { collator: execution.collator().cloned(), ..DistinctValues::default() };
     while let Some(document) = execution.next_filtered(context.backend.as_ref())? {
         let mut reached_values = Vec::new();
         visit_match_values(&document, &components, LeafArrays::ExpandAndWhole, &mut |reached| {
@@ -49,6 +50,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
 struct DistinctValues {
     values: Vec<Bson>,
     compacted_length: usize,
+    collator: Option<std::sync::Arc<myriad_collation::Collator>>,
 }
 
 impl DistinctValues {
@@ -68,8 +70,9 @@ impl DistinctValues {
     }
 
     fn compact(&mut self) {
-        self.values.sort_by(compare_values);
-        self.values.dedup_by(|right, left| compare_values(left, right).is_eq());
+        let collation = self.collator.as_deref().map(|collator| collator as &dyn StringComparator);
+        self.values.sort_by(|left, right| compare_values_collated(left, right, collation));
+        self.values.dedup_by(|right, left| compare_values_collated(left, right, collation).is_eq());
         self.compacted_length = self.values.len();
     }
 

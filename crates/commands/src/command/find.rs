@@ -54,7 +54,8 @@ pub fn parse_query_spec(request: &CommandRequest, filter_field: &str) -> Command
     };
     let allow_disk_use = request.optional_flag("allowDiskUse")?;
     let min_max = crate::plan::MinMax::parse(request.optional_document("min")?, request.optional_document("max")?);
-    Ok(QuerySpec { filter: Arc::new(filter), filter_document, projection, sort, skip, limit, hint, allow_disk_use, min_max })
+    let collation = crate::collation::parse_field(&request.name, &request.body)?;
+    Ok(QuerySpec { filter: Arc::new(filter), filter_document, projection, sort, skip, limit, hint, allow_disk_use, min_max, collation })
 }
 
 /// `batchSize` as MongoDB's `safeInt64` reads it: any number, a fraction truncated toward

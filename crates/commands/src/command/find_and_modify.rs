@@ -51,7 +51,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             context.count(&context.operation_counters.delete, 1);
             let (count, removed) = match context.backend.collection(&request.db, &name)? {
                 Some(collection) => {
-                    super::delete::delete_matching(context, &collection, filter, false, hint, sort.as_ref(), durability, statement_retry)?
+                    let collation = crate::collation::parse_field("findAndModify", &request.body)?;
+                    let statement = super::delete::DeleteStatement { filter, multi: false, hint, collation };
+                    super::delete::delete_matching(context, &collection, statement, sort.as_ref(), durability, statement_retry)?
                 }
                 None => (0, None),
             };
@@ -75,6 +77,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
                 sort,
                 return_new,
                 bypass_document_validation: crate::validation::bypass_requested(request)?,
+                collation: crate::collation::parse_field("findAndModify", &request.body)?,
             };
             let collection = if upsert {
                 Some(context.backend.get_or_create_collection(&request.db, &name)?)

@@ -14,12 +14,18 @@ pub fn describe(collection: &CollectionHandle, name_only: bool) -> CommandResult
     if name_only {
         return Ok(doc! { "name": collection.name(), "type": "collection" });
     }
+    let options = collection.options()?;
+    let mut id_index = doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_" };
+    // The `_id` index has the collection's default collation (as mongod shows it).
+    if let Ok(collation) = options.get_document("collation") {
+        id_index.insert("collation", collation.clone());
+    }
     Ok(doc! {
         "name": collection.name(),
         "type": "collection",
-        "options": collection.options()?,
+        "options": options,
         "info": { "readOnly": false, "uuid": collection.uuid() },
-        "idIndex": { "v": 2, "key": { "_id": 1 }, "name": "_id_" },
+        "idIndex": id_index,
     })
 }
 

@@ -43,6 +43,8 @@ pub struct UpdateStatement<'a> {
     pub return_new: bool,
     /// `bypassDocumentValidation` of the command.
     pub bypass_document_validation: bool,
+    /// The statement's `collation` (findAndModify's: the command's).
+    pub collation: crate::collation::GivenCollation,
 }
 
 /// `arrayFilters` of a statement; `field_path` names the field in type errors as MongoDB does
@@ -92,7 +94,9 @@ pub fn apply_statement(
         hint: statement.hint.clone(),
         allow_disk_use: None,
         min_max: None,
-    };
+        collation: statement.collation.clone(),
+    }
+    .with_collation(collection);
     let scope = if statement.multi { Scope::All } else { Scope::One };
     let mut attempt = 0;
     loop {
@@ -102,7 +106,9 @@ pub fn apply_statement(
         let matched = for_each_current_match(context.backend.as_ref(), collection, &spec, scope, durability, |transaction, record_id, old| {
             let position = spec.filter.matches_with_position(&old).and_then(|details| details.array_position);
             let update_context = UpdateContext { is_upsert_insert: false, matched_array_position: position, now };
-            let updated = statement.update.apply_to(&old, &update_context)?;
+            // arrayFilters, `$pull`, `$addToSet`, `$pullAll` and `$push`'s `$sort` compare by
+            // the statement's collation.
+            let updated = myriad_query::expression::with_collation(spec.collator(), || statement.update.apply_to(&old, &update_context))?;
             if let Some(new) = &updated {
                 check_id_unchanged(&old, new)?;
                 crate::validation::check_update(context, transaction, &old, new, statement.bypass_document_validation)?;
@@ -130,7 +136,7 @@ pub fn apply_statement(
         if matched > 0 || !statement.upsert {
             return Ok(outcome);
         }
-        match upsert(context, collection, statement, now, durability, retry) {
+        match upsert(context, collection, statement, spec.collator(), now, durability, retry) {
             Err(error) if error.code == crate::error::DUPLICATE_KEY.code && attempt < MAX_UPSERT_ATTEMPTS => continue,
             Err(error) => return Err(error),
             Ok(inserted) => {
@@ -149,6 +155,7 @@ fn upsert(
     context: &ServerContext,
     collection: &CollectionHandle,
     statement: &UpdateStatement<'_>,
+    collator: Option<&std::sync::Arc<myriad_collation::Collator>>,
     now: DateTime,
     durability: Durability,
     retry: Option<RetryStatement<'_>>,
@@ -162,7 +169,7 @@ fn upsert(
         }
     }
     let update_context = UpdateContext { is_upsert_insert: true, matched_array_position: None, now };
-    statement.update.apply(&mut seed, &update_context)?;
+    myriad_query::expression::with_collation(collator, || statement.update.apply(&mut seed, &update_context))?;
     let prepared = prepare_for_insert(&seed)?;
     // Created again if dropped since the statement began, as MongoDB's upsert does.
     let mut transaction = begin_write_creating(context.backend.as_ref(), collection.db(), collection.name())?;
@@ -294,6 +301,7 @@ pub fn parse_statement<'s>(statement: &'s Document, fields: &StatementFields, by
         sort,
         return_new: false,
         bypass_document_validation,
+        collation: crate::collation::parse_field(fields.path, statement)?,
     })
 }
 

@@ -152,6 +152,10 @@ pub fn query_shape(spec: &QuerySpec) -> String {
     if spec.projection.is_some() {
         shape.push_str(" projection");
     }
+    // Which indexes can bound a query depends on its collation (as MongoDB's shapes do).
+    if let Some(collator) = spec.collator() {
+        let _ = write!(shape, " collation{}", collator.to_document());
+    }
     shape
 }
 

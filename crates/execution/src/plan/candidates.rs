@@ -14,8 +14,11 @@
 //! a prefix that is an array (their values may come from different elements); the index order
 //! gives a sort only over fields that are not multikey.
 
+use std::sync::Arc;
+
 use bson::{Bson, Document};
-use myriad_keystring::{encode_key, hash_value, Direction};
+use myriad_collation::{same_collation, Collator};
+use myriad_keystring::{comparison_value, encode_key, hash_value, Direction};
 use myriad_query::bounds::{parsed_field_intervals, parsed_field_intervals_non_multikey, Interval};
 use myriad_query::filter::Filter;
 use myriad_query::sort::SortSpec;
@@ -112,16 +115,22 @@ impl IndexMultikey {
 
 /// The candidate scan of `index` for `filter` and `sort`, or None when the index bounds nothing
 /// and cannot give the sort. `multikey` says which of its paths hold arrays.
+///
+/// Collations: an index keys comparison values under its collation, so its order and its
+/// string bounds serve only a query of the same collation. Otherwise the index still bounds
+/// fields whose intervals hold no strings (numbers, dates...), as MongoDB's does.
 pub fn index_candidate(index: &IndexView<'_>, filter: &Filter, sort: Option<&SortSpec>, multikey: &IndexMultikey) -> Option<IndexCandidate> {
     let fields: Vec<(&str, IndexFieldKind)> = index.fields().collect();
-    let bounded = bounded_prefix(&fields, filter, multikey);
-    let sort_allowed = sort.is_some_and(|sort| multikey.sort_allowed(&fields, sort));
+    let bounded = bounded_prefix(&fields, filter, multikey, index.collator());
+    let sort_allowed = sort.is_some_and(|sort| {
+        multikey.sort_allowed(&fields, sort) && same_collation(index.collator().map(|collator| &**collator), sort.collator().map(|collator| &**collator))
+    });
     candidate_from_bounds(index, &fields, bounded, sort, sort_allowed)
 }
 
 /// The intervals of the leading key fields the filter bounds: points while it gives points,
 /// then at most one range; a field sharing a multikey prefix with an earlier bounded one ends it.
-fn bounded_prefix(fields: &[(&str, IndexFieldKind)], filter: &Filter, multikey: &IndexMultikey) -> Vec<Vec<Interval>> {
+fn bounded_prefix(fields: &[(&str, IndexFieldKind)], filter: &Filter, multikey: &IndexMultikey, index_collator: Option<&Arc<Collator>>) -> Vec<Vec<Interval>> {
     let mut bounded: Vec<Vec<Interval>> = Vec::new();
     let mut combinations = 1usize;
     for (position, (path, kind)) in fields.iter().enumerate() {
@@ -134,6 +143,7 @@ fn bounded_prefix(fields: &[(&str, IndexFieldKind)], filter: &Filter, multikey: 
             parsed_field_intervals_non_multikey(filter, path)
         };
         let Some(intervals) = intervals else { break };
+        let Some(intervals) = collated_intervals(intervals, index_collator, filter.collator()) else { break };
         let intervals = if *kind == IndexFieldKind::Hashed {
             match hashed_points(&intervals) {
                 Some(points) => points,
@@ -176,6 +186,45 @@ fn candidate_from_bounds(
     let bounded_fields = bounded.len();
     let scan = IndexScan::new(index, ranges, reverse, sort_direction.is_some(), bounds);
     Some(IndexCandidate { scan, equality_fields, bounded_fields })
+}
+
+/// True when `value` holds a string (or symbol) anywhere: its order depends on the collation.
+pub fn collation_sensitive(value: &Bson) -> bool {
+    match value {
+        Bson::String(_) | Bson::Symbol(_) => true,
+        Bson::Document(document) => document.values().any(collation_sensitive),
+        Bson::Array(items) => items.iter().any(collation_sensitive),
+        _ => false,
+    }
+}
+
+/// One key field's intervals as an index with `index_collator` can use them for a query of
+/// `query_collator`: unchanged when they hold no strings; None (the field is not bounded) when
+/// they do and the collations differ; under a shared non-simple collation, points become the
+/// points of their comparison values, and a range over strings (`$gt: "b"`, a `$regex` prefix)
+/// is not bounded, since a collation key's order is not the strings' byte order.
+fn collated_intervals(intervals: Vec<Interval>, index_collator: Option<&Arc<Collator>>, query_collator: Option<&Arc<Collator>>) -> Option<Vec<Interval>> {
+    let sensitive = |interval: &Interval| collation_sensitive(&interval.lower) || collation_sensitive(&interval.upper);
+    if !intervals.iter().any(sensitive) {
+        return Some(intervals);
+    }
+    if !same_collation(index_collator.map(|collator| &**collator), query_collator.map(|collator| &**collator)) {
+        return None;
+    }
+    let Some(collator) = index_collator else { return Some(intervals) };
+    intervals
+        .into_iter()
+        .map(|interval| {
+            if !sensitive(&interval) {
+                return Some(interval);
+            }
+            if !interval.is_point() {
+                return None;
+            }
+            let point = comparison_value(&interval.lower, collator.as_ref());
+            Some(Interval { lower: point.clone(), lower_inclusive: true, upper: point, upper_inclusive: true })
+        })
+        .collect()
 }
 
 /// A hashed field bounds equalities only (`$eq`, `$in`): each value becomes the point of its
@@ -465,7 +514,7 @@ mod tests {
         // The seed example: {productId: 1, siteId: 1, segments: 1}, segments an array.
         let fields = [("productId", ASCENDING), ("siteId", ASCENDING), ("segments", ASCENDING)];
         let seed = IndexMultikey::tracked(vec![0, 0, 1]);
-        let bounded = bounded_prefix(&fields, &parsed(doc! { "productId": 42 }), &seed);
+        let bounded = bounded_prefix(&fields, &parsed(doc! { "productId": 42 }), &seed, None);
         assert_eq!(bounded.len(), 1);
         let sort = SortSpec::parse(&doc! { "siteId": 1 }).unwrap();
         assert!(seed.sort_allowed(&fields, &sort), "siteId is not multikey");
@@ -478,26 +527,49 @@ mod tests {
         // A non-multikey field intersects its predicates; a multikey one takes one of them.
         let range = parsed(doc! { "x": { "$gt": 5, "$lt": 10 } });
         let single = [("x", ASCENDING)];
-        let intersected = bounded_prefix(&single, &range, &IndexMultikey::tracked(vec![0]));
+        let intersected = bounded_prefix(&single, &range, &IndexMultikey::tracked(vec![0]), None);
         assert_eq!(describe_interval(&intersected[0][0]), "(5, 10)");
-        let one_side = bounded_prefix(&single, &range, &IndexMultikey::tracked(vec![1]));
+        let one_side = bounded_prefix(&single, &range, &IndexMultikey::tracked(vec![1]), None);
         assert_ne!(describe_interval(&one_side[0][0]), "(5, 10)", "{{x: [0, 20]}} matches and is outside (5, 10)");
 
         // Fields under one array are not compounded: their values may come from two elements.
         let shared = [("a.b", ASCENDING), ("a.c", ASCENDING)];
         let both = parsed(doc! { "a.b": 1, "a.c": 2 });
-        assert_eq!(bounded_prefix(&shared, &both, &IndexMultikey::tracked(vec![1, 1])).len(), 1);
-        assert_eq!(bounded_prefix(&shared, &both, &IndexMultikey::tracked(vec![0, 0])).len(), 2);
-        assert_eq!(bounded_prefix(&shared, &both, &IndexMultikey::tracked(vec![0, 0b10])).len(), 2, "only a.c's own array");
+        assert_eq!(bounded_prefix(&shared, &both, &IndexMultikey::tracked(vec![1, 1]), None).len(), 1);
+        assert_eq!(bounded_prefix(&shared, &both, &IndexMultikey::tracked(vec![0, 0]), None).len(), 2);
+        assert_eq!(bounded_prefix(&shared, &both, &IndexMultikey::tracked(vec![0, 0b10]), None).len(), 2, "only a.c's own array");
         let nested = IndexMultikey::tracked(vec![0b11, 0]);
         assert_eq!(nested.explain_paths(&shared), Some(doc! { "a.b": ["a", "a.b"], "a.c": [] }));
 
         // Untracked: every path counts as multikey; sorts as the counters allow.
         let untracked = IndexMultikey::untracked(3, false);
-        assert_eq!(bounded_prefix(&fields, &parsed(doc! { "productId": 42, "siteId": 1 }), &untracked).len(), 2, "no shared prefix");
+        assert_eq!(bounded_prefix(&fields, &parsed(doc! { "productId": 42, "siteId": 1 }), &untracked, None).len(), 2, "no shared prefix");
         assert!(!untracked.sort_allowed(&fields, &sort));
         assert!(IndexMultikey::untracked(3, true).sort_allowed(&fields, &sort));
         assert_eq!(untracked.coverable_fields(), vec![false; 3]);
         assert_eq!(untracked.explain_paths(&fields), None);
+    }
+
+    #[test]
+    fn string_bounds_need_the_index_collation() {
+        let collator = myriad_collation::parse(&doc! { "locale": "en", "strength": 2 }).unwrap();
+        let french = myriad_collation::parse(&doc! { "locale": "fr" }).unwrap();
+        let intervals = |filter: Document| parsed_field_intervals(&parsed(filter), "a").unwrap();
+        let points = intervals(doc! { "a": { "$in": ["X", 5] } });
+        // The same collation: string points become comparison-value points, numbers stay.
+        let collated = collated_intervals(points.clone(), collator.as_ref(), collator.as_ref()).unwrap();
+        assert!(collated.iter().all(Interval::is_point));
+        assert!(collated.iter().any(|interval| interval.lower == Bson::Int32(5)));
+        let key = myriad_keystring::comparison_value(&Bson::String("x".into()), collator.as_deref().unwrap());
+        assert!(collated.iter().any(|interval| interval.lower == key), "X and x share one key");
+        // Another collation (or none): strings do not bound the field; numbers alone do.
+        assert_eq!(collated_intervals(points.clone(), collator.as_ref(), french.as_ref()), None);
+        assert_eq!(collated_intervals(points, None, collator.as_ref()), None);
+        let numbers = intervals(doc! { "a": { "$gt": 5 } });
+        assert_eq!(collated_intervals(numbers.clone(), collator.as_ref(), None), Some(numbers));
+        // A range over strings is never bounded through collation keys.
+        assert_eq!(collated_intervals(intervals(doc! { "a": { "$gt": "b" } }), collator.as_ref(), collator.as_ref()), None);
+        let simple = intervals(doc! { "a": { "$gt": "b" } });
+        assert_eq!(collated_intervals(simple.clone(), None, None), Some(simple));
     }
 }

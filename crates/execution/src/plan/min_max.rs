@@ -29,7 +29,14 @@ pub fn min_max_scan(index: Option<IndexView<'_>>, bounds: &MinMax) -> CommandRes
         }
         directions.iter().map(|direction| if (*direction == Direction::Ascending) == lowest { Bson::MinKey } else { Bson::MaxKey }).collect()
     };
-    let (min, max) = (finished(&bounds.min, true), finished(&bounds.max, false));
+    let (mut min, mut max) = (finished(&bounds.min, true), finished(&bounds.max, false));
+    // A collated index keys comparison values: its bounds are given as values and compared
+    // as its collation compares them.
+    if let Some(collator) = index.collator() {
+        for value in min.iter_mut().chain(max.iter_mut()) {
+            *value = myriad_keystring::comparison_value(value, collator.as_ref());
+        }
+    }
     let lower = encode_key(min.iter().zip(&directions).map(|(value, direction)| (value, *direction)));
     let upper = encode_key(max.iter().zip(&directions).map(|(value, direction)| (value, *direction)));
     if lower >= upper {

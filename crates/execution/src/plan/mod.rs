@@ -15,6 +15,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use bson::{Bson, Document};
+use myriad_collation::Collator;
 use myriad_query::filter::Filter;
 use myriad_query::projection::Projection;
 use myriad_query::sort::SortSpec;
@@ -38,6 +39,9 @@ pub struct QuerySpec {
     pub allow_disk_use: Option<bool>,
     /// find's `min` and `max`: index key bounds of the hinted index.
     pub min_max: Option<MinMax>,
+    /// The query's collation: None until [`QuerySpec::with_collation`] resolves it (as
+    /// given, or the collection's default); Some(None) is the simple collation.
+    pub collation: Option<Option<Arc<Collator>>>,
 }
 
 /// find's `min` (inclusive) and `max` (exclusive) key bounds, each empty when not given.
@@ -68,7 +72,25 @@ impl QuerySpec {
             hint: None,
             allow_disk_use: None,
             min_max: None,
+            collation: None,
         })
+    }
+
+    /// The query with its collation decided: `given` (from the command) or else the
+    /// collection's default. Its filter and sort then compare strings by it.
+    pub fn with_collation(mut self, collection: &CollectionHandle) -> QuerySpec {
+        let collator = crate::collation::effective(self.collation.take(), Some(collection));
+        if collator.is_some() || self.filter.collator().is_some() {
+            self.filter = Arc::new((*self.filter).clone().with_collator(collator.clone()));
+        }
+        self.sort = self.sort.take().map(|sort| sort.with_collator(collator.clone()));
+        self.collation = Some(collator);
+        self
+    }
+
+    /// The collation the query compares strings by (None: simple).
+    pub fn collator(&self) -> Option<&Arc<Collator>> {
+        self.collation.as_ref().and_then(Option::as_ref)
     }
 }
 
@@ -128,6 +150,8 @@ pub struct IndexScan {
     /// Filter, projection and sort read only key fields: documents are rebuilt from the
     /// entries' exact key values instead of fetched (PROJECTION_COVERED, no FETCH).
     pub covered: bool,
+    /// The index's normalised collation (explain shows it on the IXSCAN); None: simple.
+    pub collation: Option<Document>,
 }
 
 impl IndexScan {
@@ -151,6 +175,7 @@ impl IndexScan {
             keys_examined: 0,
             field_paths: index.fields().map(|(path, _)| path.to_string()).collect(),
             covered: false,
+            collation: index.collator().map(|collator| collator.to_document()),
         }
     }
 
@@ -241,12 +266,18 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
         let mut scan = min_max::min_max_scan(index, bounds)?;
         if let (Some(index), Some(multikey)) = (min_max::hinted_index(collection, hint), multikey) {
             scan.set_multikey(&index, &multikey);
-            scan.cover(spec, has_hashed_field(&index));
+            scan.cover(spec, uncoverable(&index));
         }
         return single(Access::IndexScan(scan));
     }
     if let (true, Some(id)) = (id_hinted, id_equality(filter)) {
-        return single(Access::IdLookup { id: id.clone() });
+        // The `_id` index keys comparison values under its collation (the collection's
+        // default): a point read answers only a query of that collation, or a value that
+        // holds no strings.
+        let id_collator = collection.index_views().find(|index| index.name() == myriad_storage::ID_INDEX_NAME).and_then(|index| index.collator());
+        if !candidates::collation_sensitive(id) || myriad_collation::same_collation(id_collator.map(|collator| &**collator), spec.collator().map(|collator| &**collator)) {
+            return single(Access::IdLookup { id: id.clone() });
+        }
     }
     let multikey = MultikeyIndexes::new(backend, collection, spec.sort.is_some());
     if let Some(hint) = hint {
@@ -259,27 +290,27 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
             _ => None,
         };
         // A partial index the query does not imply would miss matches: not hintable.
-        let Some(index) = index.filter(|index| index.sparse() || usable(index, filter)) else {
+        let Some(index) = index.filter(|index| index.sparse() || usable(index, filter, spec.collator())) else {
             return Err(CommandError::new(BAD_VALUE, "hint provided does not correspond to an existing index"));
         };
         let index_multikey = multikey.of(&index);
         let mut scan = candidates::hinted_scan(&index, &spec.filter, spec.sort.as_ref(), &index_multikey);
         scan.set_multikey(&index, &index_multikey);
-        scan.cover(spec, has_hashed_field(&index));
+        scan.cover(spec, uncoverable(&index));
         return single(Access::IndexScan(scan));
     }
     let mut candidates: Vec<Access> = collection
         .index_views()
-        .filter(|index| usable(index, filter))
+        .filter(|index| usable(index, filter, spec.collator()))
         .filter_map(|index| {
             let index_multikey = multikey.of(&index);
             let mut candidate = candidates::index_candidate(&index, &spec.filter, spec.sort.as_ref(), &index_multikey)?;
             candidate.scan.set_multikey(&index, &index_multikey);
-            candidate.scan.cover(spec, has_hashed_field(&index));
+            candidate.scan.cover(spec, uncoverable(&index));
             Some(Access::IndexScan(candidate.scan))
         })
         .collect();
-    candidates.extend(or_candidate(collection, filter, &multikey).map(Access::Or));
+    candidates.extend(or_candidate(collection, filter, spec.collator(), &multikey).map(Access::Or));
     match candidates.len() {
         0 if crate::knobs::no_table_scan() => Err(CommandError::new(
             myriad_reply::error::NO_QUERY_EXECUTION_PLANS,
@@ -294,15 +325,15 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
 /// The union plan of a top-level `$or`: for each branch the index that bounds most of its
 /// fields (equalities first); None when some branch has no index, since that branch would
 /// need a collection scan anyway.
-fn or_candidate(collection: &CollectionHandle, filter: &Document, multikey: &MultikeyIndexes) -> Option<OrScan> {
+fn or_candidate(collection: &CollectionHandle, filter: &Document, collator: Option<&Arc<Collator>>, multikey: &MultikeyIndexes) -> Option<OrScan> {
     let Some(Bson::Array(branches)) = filter.get("$or") else { return None };
     let mut scans = Vec::with_capacity(branches.len());
     for branch in branches {
         let Bson::Document(branch) = branch else { return None };
-        let parsed = Filter::parse(branch).ok()?;
+        let parsed = Filter::parse(branch).ok()?.with_collator(collator.cloned());
         let best = collection
             .index_views()
-            .filter(|index| usable(index, branch))
+            .filter(|index| usable(index, branch, collator))
             .filter_map(|index| {
                 let index_multikey = multikey.of(&index);
                 let mut candidate = candidates::index_candidate(&index, &parsed, None, &index_multikey)?;
@@ -399,15 +430,25 @@ fn has_hashed_field(index: &IndexView<'_>) -> bool {
     index.fields().any(|(_, kind)| kind == myriad_storage::IndexFieldKind::Hashed)
 }
 
+/// True when the index's entries cannot give back the values: a hashed field, or a collation
+/// (its keys are comparison values).
+fn uncoverable(index: &IndexView<'_>) -> bool {
+    has_hashed_field(index) || index.collator().is_some()
+}
+
 /// True when `index` holds every document `filter` can match: not sparse (a sparse index
 /// lacks documents missing its fields), and not partial unless the filter implies its
-/// partial filter.
-fn usable(index: &IndexView<'_>, filter: &Document) -> bool {
+/// partial filter under the same collation (the implication is read on the documents, so it
+/// holds only when both compare strings alike).
+fn usable(index: &IndexView<'_>, filter: &Document, query_collator: Option<&Arc<Collator>>) -> bool {
     if index.sparse() {
         return false;
     }
     match index.partial_filter_expression() {
-        Some(expression) => partial::implies(filter, &expression),
+        Some(expression) => {
+            myriad_collation::same_collation(index.collator().map(|collator| &**collator), query_collator.map(|collator| &**collator))
+                && partial::implies(filter, &expression)
+        }
         None => true,
     }
 }

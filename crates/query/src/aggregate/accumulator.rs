@@ -20,7 +20,6 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use bson::{Bson, Document};
-use myriad_keystring::compare::compare_values;
 
 use super::group::OrderedBson;
 use super::memory::{approximate_size_bytes, MemoryBudget};
@@ -173,13 +172,14 @@ impl State {
             }
             State::AddToSet { items, seen, bytes } => {
                 if let Some(value) = value {
-                    let ordered = OrderedBson(value);
+                    // Told apart by the collation: its comparison value is what `seen` holds.
+                    let ordered = OrderedBson(crate::expression::set_identity(&value));
                     if !seen.contains(&ordered) {
-                        let size_bytes = approximate_size_bytes(&ordered.0);
+                        let size_bytes = approximate_size_bytes(&value);
                         check_accumulator_limit("$addToSet", *bytes, size_bytes)?;
                         budget.charge(2 * size_bytes, "$group")?;
                         *bytes += size_bytes;
-                        items.push(ordered.0.clone());
+                        items.push(value);
                         seen.insert(ordered);
                     }
                 }
@@ -224,12 +224,12 @@ impl State {
             }
             (State::AddToSet { items, seen, bytes }, State::AddToSet { items: other, .. }) => {
                 for value in other {
-                    let ordered = OrderedBson(value);
+                    let ordered = OrderedBson(crate::expression::set_identity(&value));
                     if !seen.contains(&ordered) {
-                        let size_bytes = approximate_size_bytes(&ordered.0);
+                        let size_bytes = approximate_size_bytes(&value);
                         check_accumulator_limit("$addToSet", *bytes, size_bytes)?;
                         *bytes += size_bytes;
-                        items.push(ordered.0.clone());
+                        items.push(value);
                         seen.insert(ordered);
                     }
                 }
@@ -285,7 +285,7 @@ impl State {
             Accumulator::AddToSet => match value {
                 Some(Bson::Array(items)) => State::AddToSet {
                     bytes: items.iter().map(approximate_size_bytes).sum(),
-                    seen: items.iter().cloned().map(OrderedBson).collect(),
+                    seen: items.iter().map(|item| OrderedBson(crate::expression::set_identity(item))).collect(),
                     items: items.clone(),
                 },
                 _ => return Err(corrupt()),
@@ -351,7 +351,7 @@ fn merge_fields(merged: &mut Document, bytes: &mut u64, document: Document, mut 
 /// (strictly greater): on ties the earlier value stays.
 fn is_better(kind: Accumulator, candidate: &Bson, current: Option<&Bson>) -> bool {
     let wanted = if kind == Accumulator::Min { Ordering::Less } else { Ordering::Greater };
-    current.is_none_or(|current| compare_values(candidate, current) == wanted)
+    current.is_none_or(|current| crate::expression::compare_evaluated(candidate, current) == wanted)
 }
 
 /// Refuses to grow a `$push` or `$addToSet` past [`MAX_ACCUMULATOR_BYTES`].

@@ -230,7 +230,8 @@ fn parse_output(fields: &Document) -> QueryResult<Vec<(String, Accumulator, Expr
 
 impl BufferedStage for BucketAuto {
     fn start(&self, context: &RunContext) -> Box<dyn BufferedState> {
-        let spec = SortSpec::parse(&doc! { "k": 1 }).unwrap_or_default();
+        // Boundaries by the pipeline's collation.
+        let spec = SortSpec::parse(&doc! { "k": 1 }).unwrap_or_default().with_collator(context.collator.clone());
         let sorter = ExternalSorter::new(spec, None, usize::try_from(context.memory_limit_bytes).unwrap_or(usize::MAX), context.spill_directory.clone());
         Box::new(BucketAutoState { stage: self.clone_parts(), sorter: Box::new(sorter), count: 0, memory_limit_bytes: context.memory_limit_bytes })
     }
@@ -329,7 +330,7 @@ impl OutputStream for BucketAutoOutput {
         loop {
             let Some(next_key) = self.peek_key()? else { break };
             let full = !last_bucket && in_bucket >= self.bucket_size;
-            if full && !compare_values(&next_key, &last_key).is_eq() {
+            if full && !crate::expression::compare_evaluated(&next_key, &last_key).is_eq() {
                 break;
             }
             let Some((key, document)) = self.next_item()? else { break };
@@ -349,7 +350,7 @@ impl OutputStream for BucketAutoOutput {
                 let mut maximum = granularity.round_up(&last_key)?;
                 // Documents below the rounded bound belong to this bucket too.
                 while let Some(key) = self.peek_key()? {
-                    if !compare_values(&key, &maximum).is_lt() {
+                    if !crate::expression::compare_evaluated(&key, &maximum).is_lt() {
                         break;
                     }
                     let Some((key, document)) = self.next_item()? else { break };

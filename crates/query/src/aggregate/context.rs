@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use bson::{Bson, Document};
+use myriad_collation::Collator;
 
 use crate::error::{QueryError, QueryResult};
 
@@ -109,6 +110,8 @@ pub(crate) struct RunContext {
     pub(crate) foreign: Option<Arc<dyn ForeignSource>>,
     /// `$$name` values bound around the pipeline (a `$lookup`'s `let`, the command's `let`).
     pub(crate) variables: Arc<Vec<(String, Bson)>>,
+    /// The command's collation (None: simple), which sub-pipelines take on too.
+    pub(crate) collator: Option<Arc<Collator>>,
 }
 
 impl fmt::Debug for RunContext {
@@ -119,13 +122,14 @@ impl fmt::Debug for RunContext {
             .field("spill_directory", &self.spill_directory)
             .field("foreign", &self.foreign.is_some())
             .field("variables", &self.variables)
+            .field("collator", &self.collator.as_ref().map(|collator| collator.spec()))
             .finish()
     }
 }
 
 impl RunContext {
     pub(crate) fn new(memory_limit_bytes: u64) -> RunContext {
-        RunContext { memory_limit_bytes, spill_directory: None, foreign: None, variables: Arc::new(Vec::new()) }
+        RunContext { memory_limit_bytes, spill_directory: None, foreign: None, variables: Arc::new(Vec::new()), collator: None }
     }
 
     pub(crate) fn foreign(&self, stage: &str) -> QueryResult<&Arc<dyn ForeignSource>> {

@@ -14,9 +14,11 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use bson::{Bson, Document};
-use myriad_keystring::compare::compare_values;
+use myriad_collation::Collator;
+use myriad_keystring::compare::{compare_values, comparison_value};
 
 use super::accumulator::{Accumulator, State};
 use super::memory::{approximate_size_bytes, MemoryBudget};
@@ -49,6 +51,9 @@ impl Ord for OrderedBson {
 pub(crate) struct GroupSpec {
     id: Expression,
     fields: Vec<(String, Accumulator, Expression)>,
+    /// Keys whose strings are equal by this collation form one group (the first one seen is
+    /// the group's `_id`).
+    collator: Option<Arc<Collator>>,
 }
 
 impl GroupSpec {
@@ -70,7 +75,21 @@ impl GroupSpec {
             fields.push((name.clone(), kind, expression));
         }
         let id = id.ok_or_else(|| QueryError::Location(15955, "a group specification must include an _id".into()))?;
-        Ok(GroupSpec { id, fields })
+        Ok(GroupSpec { id, fields, collator: None })
+    }
+
+    /// The same specification grouping strings by `collator` (None: bytewise).
+    pub(crate) fn with_collator(mut self, collator: Option<Arc<Collator>>) -> GroupSpec {
+        self.collator = collator;
+        self
+    }
+
+    /// What groups are told apart by: the key, or its comparison value under the collation.
+    fn ordering_key(&self, key: &Bson) -> OrderedBson {
+        match &self.collator {
+            Some(collator) => OrderedBson(comparison_value(key, collator.as_ref())),
+            None => OrderedBson(key.clone()),
+        }
     }
 
     /// The accumulator fields, in specification order.
@@ -135,14 +154,15 @@ impl GroupState {
 
     pub(crate) fn add(&mut self, spec: &GroupSpec, document: &Document) -> QueryResult<()> {
         let key = spec.id.evaluate(document)?;
-        let index = match self.keys.get(&OrderedBson(key.clone())) {
+        let ordering = spec.ordering_key(&key);
+        let index = match self.keys.get(&ordering) {
             Some(index) => *index,
             None => {
                 self.budget.charge(approximate_size_bytes(&key) + 64 * (spec.fields.len() as u64 + 1), "$group")?;
                 let states = spec.fields.iter().map(|(_, kind, _)| State::initial(*kind)).collect();
-                self.groups.push((key.clone(), states));
+                self.groups.push((key, states));
                 let index = self.groups.len() - 1;
-                self.keys.insert(OrderedBson(key), index);
+                self.keys.insert(ordering, index);
                 index
             }
         };
@@ -244,7 +264,10 @@ enum GroupSource {
 
 /// One source's current partial group: the smallest key first, ties by source (input) order.
 struct MergeEntry {
+    /// The group's ordering key ([`GroupSpec::ordering_key`]).
     key: OrderedBson,
+    /// The key as first seen: the output's `_id`.
+    original: Bson,
     source: usize,
     states: Vec<State>,
 }
@@ -295,7 +318,7 @@ impl GroupMerge {
             None => None,
         };
         if let Some((key, states)) = next {
-            self.heap.push(MergeEntry { key: OrderedBson(key), source, states });
+            self.heap.push(MergeEntry { key: self.spec.ordering_key(&key), original: key, source, states });
         }
         Ok(())
     }
@@ -303,7 +326,7 @@ impl GroupMerge {
     fn next(&mut self) -> QueryResult<Option<Document>> {
         let Some(first) = self.heap.pop() else { return Ok(None) };
         self.refill(first.source)?;
-        let MergeEntry { key, mut states, .. } = first;
+        let MergeEntry { key, original, mut states, .. } = first;
         while self.heap.peek().is_some_and(|top| top.key == key) {
             let Some(later) = self.heap.pop() else { break };
             self.refill(later.source)?;
@@ -311,7 +334,7 @@ impl GroupMerge {
                 state.merge(*kind, later_state)?;
             }
         }
-        Ok(Some(finished_group(&self.spec, key.0, states)))
+        Ok(Some(finished_group(&self.spec, original, states)))
     }
 }
 

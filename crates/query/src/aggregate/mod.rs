@@ -41,6 +41,7 @@ mod writes;
 use std::sync::Arc;
 
 use bson::{Bson, Document};
+use myriad_collation::Collator;
 
 use crate::error::{QueryError, QueryResult};
 use crate::expression::Expression;
@@ -95,6 +96,17 @@ enum Stage {
 impl Stage {
     fn is_blocking(&self) -> bool {
         matches!(self, Stage::Group(_) | Stage::Sort { .. } | Stage::Count(_) | Stage::Buffered(_))
+    }
+
+    /// The stage comparing strings by `collator`: `$match`, `$sort` and `$group` (and what
+    /// desugars to them, such as `$sortByCount` and `$bucket`'s sort).
+    fn with_collator(&self, collator: &Option<Arc<Collator>>) -> Stage {
+        match self {
+            Stage::Match(filter) => Stage::Match(Box::new((**filter).clone().with_collator(collator.clone()))),
+            Stage::Sort { spec, limit } => Stage::Sort { spec: spec.clone().with_collator(collator.clone()), limit: *limit },
+            Stage::Group(spec) => Stage::Group(Box::new((**spec).clone().with_collator(collator.clone()))),
+            other => other.clone(),
+        }
     }
 }
 
@@ -184,9 +196,23 @@ impl Pipeline {
         self
     }
 
-    /// This (sub-)pipeline run with another pipeline's settings.
+    /// This (sub-)pipeline run with another pipeline's settings (its collation included).
     pub(crate) fn with_context(mut self, context: RunContext) -> Pipeline {
+        let collator = context.collator.clone();
         self.context = context;
+        if collator.is_some() {
+            self = self.with_collator(collator);
+        }
+        self
+    }
+
+    /// Compares strings by `collator` (None: simple) in every stage that compares them, and
+    /// in the sub-pipelines of `$lookup`, `$facet` and `$unionWith`.
+    pub fn with_collator(mut self, collator: Option<Arc<Collator>>) -> Pipeline {
+        if collator.is_some() || self.context.collator.is_some() {
+            self.stages = Arc::new(self.stages.iter().map(|stage| stage.with_collator(&collator)).collect());
+        }
+        self.context.collator = collator;
         self
     }
 
@@ -440,7 +466,10 @@ pub struct PipelineRun {
 
 impl PipelineRun {
     pub fn new(pipeline: Pipeline) -> PipelineRun {
-        crate::expression::with_bound_variables(&pipeline.context.variables.clone(), || PipelineRun::start(pipeline))
+        let collator = pipeline.context.collator.clone();
+        crate::expression::with_collation(collator.as_ref(), || {
+            crate::expression::with_bound_variables(&pipeline.context.variables.clone(), || PipelineRun::start(pipeline))
+        })
     }
 
     fn start(pipeline: Pipeline) -> PipelineRun {
@@ -463,7 +492,10 @@ impl PipelineRun {
     /// Runs one input document through the stages; what comes out is appended to `output`.
     pub fn push_input(&mut self, document: Document, output: &mut Vec<Document>) -> QueryResult<()> {
         let variables = self.pipeline.context.variables.clone();
-        crate::expression::with_bound_variables(&variables, || self.pipeline.push(0, document, &mut self.states, output))
+        let collator = self.pipeline.context.collator.clone();
+        crate::expression::with_collation(collator.as_ref(), || {
+            crate::expression::with_bound_variables(&variables, || self.pipeline.push(0, document, &mut self.states, output))
+        })
     }
 
     /// Ends the input and runs the blocking stages' output through the stages after them,
@@ -471,7 +503,8 @@ impl PipelineRun {
     /// [`PipelineRun::is_finished`]). Call again for more.
     pub fn finish(&mut self, output: &mut Vec<Document>, wanted: usize) -> QueryResult<()> {
         let variables = self.pipeline.context.variables.clone();
-        crate::expression::with_bound_variables(&variables, || self.finish_bound(output, wanted))
+        let collator = self.pipeline.context.collator.clone();
+        crate::expression::with_collation(collator.as_ref(), || crate::expression::with_bound_variables(&variables, || self.finish_bound(output, wanted)))
     }
 
     fn finish_bound(&mut self, output: &mut Vec<Document>, wanted: usize) -> QueryResult<()> {

@@ -8,7 +8,6 @@
 use std::cmp::Ordering;
 
 use bson::{Bson, Document};
-use myriad_keystring::compare::{compare_values, values_equal};
 
 use crate::numeric::integral_value;
 use super::evaluate::{count_to_bson, evaluate_all, nullish, Scope};
@@ -68,7 +67,7 @@ fn index_of_array(values: Vec<Option<Bson>>) -> QueryResult<Option<Bson>> {
     let start = optional_index(&values, 2, "$indexOfArray", "starting index")?.unwrap_or(0);
     let end = optional_index(&values, 3, "$indexOfArray", "ending index")?.unwrap_or(items.len()).min(items.len());
     for (position, item) in items.iter().enumerate().take(end).skip(start) {
-        if needle.as_ref().is_some_and(|needle| values_equal(needle, item)) {
+        if needle.as_ref().is_some_and(|needle| super::compare_evaluated(needle, item).is_eq()) {
             return Ok(Some(count_to_bson(position)));
         }
     }
@@ -298,8 +297,8 @@ impl SortPattern {
 
     pub(crate) fn compare(&self, left: &Bson, right: &Bson) -> Ordering {
         match self {
-            SortPattern::Whole { ascending: true } => compare_values(left, right),
-            SortPattern::Whole { ascending: false } => compare_values(right, left),
+            SortPattern::Whole { ascending: true } => super::compare_evaluated(left, right),
+            SortPattern::Whole { ascending: false } => super::compare_evaluated(right, left),
             SortPattern::Fields(specification) => {
                 let empty = Document::new();
                 let as_document = |value: &Bson| match value {
@@ -319,7 +318,11 @@ fn sort_array(values: Vec<Option<Bson>>) -> QueryResult<Option<Bson>> {
         Some(Bson::Array(items)) => items,
         Some(other) => return Err(QueryError::Location(2942504, format!("The input argument to $sortArray must be an array, but was of type: {}", type_name(&other)))),
     };
-    let pattern = SortPattern::parse(&first_value(&values, 1).unwrap_or(Bson::Int32(1)))?;
+    let pattern = match SortPattern::parse(&first_value(&values, 1).unwrap_or(Bson::Int32(1)))? {
+        // By the collation evaluation runs under (see `with_collation`).
+        SortPattern::Fields(specification) => SortPattern::Fields(specification.with_collator(super::current_collator())),
+        whole => whole,
+    };
     items.sort_by(|left, right| pattern.compare(left, right));
     Ok(Some(Bson::Array(items)))
 }
@@ -352,9 +355,9 @@ fn n_elements(operator: Operator, values: Vec<Option<Bson>>) -> QueryResult<Opti
         _ => {
             let mut kept: Vec<Bson> = items.into_iter().filter(|item| !matches!(item, Bson::Null | Bson::Undefined)).collect();
             if operator == Operator::MaxN {
-                kept.sort_by(|left, right| compare_values(right, left));
+                kept.sort_by(|left, right| super::compare_evaluated(right, left));
             } else {
-                kept.sort_by(compare_values);
+                kept.sort_by(super::compare_evaluated);
             }
             kept.truncate(count);
             kept

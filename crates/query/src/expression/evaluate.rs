@@ -3,7 +3,6 @@
 use std::cmp::Ordering;
 
 use bson::{Bson, Document};
-use myriad_keystring::compare::{compare_values, values_equal};
 
 use super::{arithmetic, arrays, conversions, dates, is_truthy, math, objects, regex, sets, strings, Expression, Operator, Variable};
 use crate::bson_types::type_name;
@@ -152,7 +151,7 @@ pub(crate) fn compare_optional(left: Option<&Bson>, right: Option<&Bson>) -> Ord
         (None, None) => Ordering::Equal,
         (None, Some(_)) => Ordering::Less,
         (Some(_), None) => Ordering::Greater,
-        (Some(left), Some(right)) => compare_values(left, right),
+        (Some(left), Some(right)) => super::compare_evaluated(left, right),
     }
 }
 
@@ -336,7 +335,7 @@ fn evaluate_array_operator(operator: Operator, arguments: &[Expression], scope: 
             let needle = values.first().cloned().flatten();
             match values.get(1).and_then(Option::as_ref) {
                 Some(Bson::Array(items)) => Ok(Some(Bson::Boolean(
-                    items.iter().any(|item| needle.as_ref().is_some_and(|needle| values_equal(needle, item))),
+                    items.iter().any(|item| needle.as_ref().is_some_and(|needle| super::compare_evaluated(needle, item).is_eq())),
                 ))),
                 other => Err(QueryError::Location(40081, format!(
                     "$in requires an array as a second argument, found: {}",
@@ -417,7 +416,7 @@ fn evaluate_accumulator(operator: Operator, arguments: &[Expression], scope: &mu
             let wanted = if operator == O::Max { Ordering::Greater } else { Ordering::Less };
             let mut best: Option<Bson> = None;
             for value in values.into_iter().filter(|value| !matches!(value, Bson::Null | Bson::Undefined)) {
-                if !matches!(best.as_ref(), Some(current) if compare_values(&value, current) != wanted) {
+                if !matches!(best.as_ref(), Some(current) if super::compare_evaluated(&value, current) != wanted) {
                     best = Some(value);
                 }
             }

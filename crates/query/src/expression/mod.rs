@@ -286,6 +286,45 @@ pub fn with_declared_variables<T>(names: &[String], parse: impl FnOnce() -> T) -
     result
 }
 
+thread_local! {
+    /// The collation expressions compare strings by while a pipeline stage or a filter's `$expr`
+    /// evaluates them (None: simple).
+    static EVALUATION_COLLATOR: std::cell::RefCell<Option<std::sync::Arc<myriad_collation::Collator>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `evaluate` with expression comparisons (`$eq`, `$cmp`, `$in`, `$min`, set and array
+/// operators, the `$min`/`$max`/`$addToSet`/`$minN`/`$top`... accumulators) made by
+/// `collator` (None: simple), restoring the previous one after.
+pub fn with_collation<T>(collator: Option<&std::sync::Arc<myriad_collation::Collator>>, evaluate: impl FnOnce() -> T) -> T {
+    let previous = EVALUATION_COLLATOR.with(|current| std::mem::replace(&mut *current.borrow_mut(), collator.cloned()));
+    let result = evaluate();
+    EVALUATION_COLLATOR.with(|current| *current.borrow_mut() = previous);
+    result
+}
+
+/// The collation evaluation runs under now (None: simple).
+pub(crate) fn current_collator() -> Option<std::sync::Arc<myriad_collation::Collator>> {
+    EVALUATION_COLLATOR.with(|current| current.borrow().clone())
+}
+
+/// [`myriad_keystring::compare_values`] under the collation expressions evaluate with now.
+pub(crate) fn compare_evaluated(left: &Bson, right: &Bson) -> std::cmp::Ordering {
+    EVALUATION_COLLATOR.with(|current| match current.borrow().as_deref() {
+        Some(collator) => myriad_keystring::compare_values_collated(left, right, Some(collator)),
+        None => myriad_keystring::compare_values(left, right),
+    })
+}
+
+/// `value` as sets and `$addToSet` tell values apart under the current collation: its
+/// comparison value (the value itself when the collation is simple).
+pub(crate) fn set_identity(value: &Bson) -> Bson {
+    EVALUATION_COLLATOR.with(|current| match current.borrow().as_deref() {
+        Some(collator) => myriad_keystring::comparison_value(value, collator),
+        None => value.clone(),
+    })
+}
+
 /// Runs `evaluate` with `variables` bound (they replace, not extend, what was bound: a
 /// pipeline's variables already hold its parent's).
 pub fn with_bound_variables<T>(variables: &std::sync::Arc<Vec<(String, Bson)>>, evaluate: impl FnOnce() -> T) -> T {

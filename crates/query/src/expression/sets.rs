@@ -7,7 +7,6 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use bson::Bson;
-use myriad_keystring::compare::compare_values;
 
 use super::{is_truthy, Operator};
 use crate::bson_types::type_name;
@@ -19,7 +18,7 @@ struct SetElement(Bson);
 
 impl PartialEq for SetElement {
     fn eq(&self, other: &Self) -> bool {
-        compare_values(&self.0, &other.0) == Ordering::Equal
+        super::compare_evaluated(&self.0, &other.0) == Ordering::Equal
     }
 }
 impl Eq for SetElement {}
@@ -30,7 +29,7 @@ impl PartialOrd for SetElement {
 }
 impl Ord for SetElement {
     fn cmp(&self, other: &Self) -> Ordering {
-        compare_values(&self.0, &other.0)
+        super::compare_evaluated(&self.0, &other.0)
     }
 }
 

@@ -3,18 +3,21 @@
 use std::cmp::Ordering;
 
 use bson::{Bson, Document};
-use myriad_keystring::compare::{canonical_rank, compare_values, values_equal, Number};
+use myriad_keystring::compare::{canonical_rank, compare_values_collated, Number, StringComparator};
 
 use super::{Comparison, MatchDetails, Node, Predicate};
 use crate::error::QueryResult;
 use crate::expression::is_truthy;
 use crate::path::{visit_match_values, LeafArrays, PathValue};
 
-pub(super) fn matches_document(node: &Node, document: &Document, details: &mut MatchDetails) -> QueryResult<bool> {
+/// The collation strings compare by (None: the simple, bytewise one).
+pub(super) type Collation<'a> = Option<&'a dyn StringComparator>;
+
+pub(super) fn matches_document(node: &Node, document: &Document, details: &mut MatchDetails, collation: Collation<'_>) -> QueryResult<bool> {
     match node {
         Node::And(children) => {
             for child in children {
-                if !matches_document(child, document, details)? {
+                if !matches_document(child, document, details, collation)? {
                     return Ok(false);
                 }
             }
@@ -22,7 +25,7 @@ pub(super) fn matches_document(node: &Node, document: &Document, details: &mut M
         }
         Node::Or(children) => {
             for child in children {
-                if matches_document(child, document, details)? {
+                if matches_document(child, document, details, collation)? {
                     return Ok(true);
                 }
             }
@@ -31,7 +34,7 @@ pub(super) fn matches_document(node: &Node, document: &Document, details: &mut M
         Node::Nor(children) => {
             for child in children {
                 let mut ignored = MatchDetails::default();
-                if matches_document(child, document, &mut ignored)? {
+                if matches_document(child, document, &mut ignored, collation)? {
                     return Ok(false);
                 }
             }
@@ -39,7 +42,7 @@ pub(super) fn matches_document(node: &Node, document: &Document, details: &mut M
         }
         Node::Not(child) => {
             let mut ignored = MatchDetails::default();
-            Ok(!matches_document(child, document, &mut ignored)?)
+            Ok(!matches_document(child, document, &mut ignored, collation)?)
         }
         Node::Expr(expression) => Ok(is_truthy(Some(&expression.evaluate(document)?))),
         Node::JsonSchema(schema) => schema.matches(document),
@@ -47,7 +50,7 @@ pub(super) fn matches_document(node: &Node, document: &Document, details: &mut M
             if path.is_empty() {
                 // A value condition applied to a whole document (e.g. an `$elemMatch` element).
                 let value = Bson::Document(document.clone());
-                return Ok(predicate_matches(predicate, Some(&value))?.is_some());
+                return Ok(predicate_matches(predicate, Some(&value), collation)?.is_some());
             }
             let leaf_arrays = match predicate {
                 Predicate::Size(_) | Predicate::ElemMatchValue(_) | Predicate::ElemMatchObject(_) => LeafArrays::WholeOnly,
@@ -55,7 +58,7 @@ pub(super) fn matches_document(node: &Node, document: &Document, details: &mut M
             };
             let mut found: Option<Option<usize>> = None;
             let mut failure = None;
-            visit_match_values(document, path, leaf_arrays, &mut |visit: PathValue<'_>| match predicate_matches(predicate, visit.value) {
+            visit_match_values(document, path, leaf_arrays, &mut |visit: PathValue<'_>| match predicate_matches(predicate, visit.value, collation) {
                 Ok(Some(inner_position)) => {
                     found = Some(visit.array_position.or(inner_position));
                     true
@@ -85,11 +88,11 @@ pub(super) fn matches_document(node: &Node, document: &Document, details: &mut M
 
 /// Matches a condition against a bare value: leaves with an empty path test the value itself
 /// (no array expansion); leaves with a path look inside the value when it is a document.
-pub(super) fn matches_value(node: &Node, value: &Bson, details: &mut MatchDetails) -> QueryResult<bool> {
+pub(super) fn matches_value(node: &Node, value: &Bson, details: &mut MatchDetails, collation: Collation<'_>) -> QueryResult<bool> {
     match node {
         Node::And(children) => {
             for child in children {
-                if !matches_value(child, value, details)? {
+                if !matches_value(child, value, details, collation)? {
                     return Ok(false);
                 }
             }
@@ -97,7 +100,7 @@ pub(super) fn matches_value(node: &Node, value: &Bson, details: &mut MatchDetail
         }
         Node::Or(children) => {
             for child in children {
-                if matches_value(child, value, details)? {
+                if matches_value(child, value, details, collation)? {
                     return Ok(true);
                 }
             }
@@ -105,17 +108,17 @@ pub(super) fn matches_value(node: &Node, value: &Bson, details: &mut MatchDetail
         }
         Node::Nor(children) => {
             for child in children {
-                if matches_value(child, value, &mut MatchDetails::default())? {
+                if matches_value(child, value, &mut MatchDetails::default(), collation)? {
                     return Ok(false);
                 }
             }
             Ok(true)
         }
-        Node::Not(child) => Ok(!matches_value(child, value, &mut MatchDetails::default())?),
-        Node::Leaf { path, predicate } if path.is_empty() => Ok(predicate_matches(predicate, Some(value))?.is_some()),
+        Node::Not(child) => Ok(!matches_value(child, value, &mut MatchDetails::default(), collation)?),
+        Node::Leaf { path, predicate } if path.is_empty() => Ok(predicate_matches(predicate, Some(value), collation)?.is_some()),
         Node::JsonSchema(schema) => schema.matches_value(value),
         other => match value {
-            Bson::Document(document) => matches_document(other, document, details),
+            Bson::Document(document) => matches_document(other, document, details, collation),
             _ => Ok(false),
         },
     }
@@ -124,17 +127,17 @@ pub(super) fn matches_value(node: &Node, value: &Bson, details: &mut MatchDetail
 /// Tests one value. `Some(position)` on a match, where `position` is the matching element's
 /// index for `$elemMatch` (so the positional operator can use it). A regex that stops at
 /// PCRE2's limits is an error (51156), never a non-match.
-fn predicate_matches(predicate: &Predicate, value: Option<&Bson>) -> QueryResult<Option<Option<usize>>> {
+fn predicate_matches(predicate: &Predicate, value: Option<&Bson>, collation: Collation<'_>) -> QueryResult<Option<Option<usize>>> {
     let matched = match predicate {
         Predicate::Eq(expected) => match value {
             None => matches!(expected, Bson::Null),
-            Some(actual) => equal_for_query(actual, expected),
+            Some(actual) => equal_for_query(actual, expected, collation),
         },
-        Predicate::Compare(comparison, bound) => compare_matches(*comparison, value, bound),
+        Predicate::Compare(comparison, bound) => compare_matches(*comparison, value, bound, collation),
         Predicate::In { values, regexes } => match value {
             None => values.iter().any(|candidate| matches!(candidate, Bson::Null)),
             Some(actual) => {
-                values.iter().any(|candidate| equal_for_query(actual, candidate)) || any_regex_matches(regexes, actual)?
+                values.iter().any(|candidate| equal_for_query(actual, candidate, collation)) || any_regex_matches(regexes, actual)?
             }
         },
         Predicate::Regex(regex) => match value {
@@ -156,7 +159,7 @@ fn predicate_matches(predicate: &Predicate, value: Option<&Bson>) -> QueryResult
         Predicate::ElemMatchValue(condition) => {
             let Some(Bson::Array(items)) = value else { return Ok(None) };
             for (position, item) in items.iter().enumerate() {
-                if matches_value(condition, item, &mut MatchDetails::default())? {
+                if matches_value(condition, item, &mut MatchDetails::default(), collation)? {
                     return Ok(Some(Some(position)));
                 }
             }
@@ -166,10 +169,10 @@ fn predicate_matches(predicate: &Predicate, value: Option<&Bson>) -> QueryResult
             let Some(Bson::Array(items)) = value else { return Ok(None) };
             for (position, item) in items.iter().enumerate() {
                 let matched = match item {
-                    Bson::Document(document) => matches_document(query, document, &mut MatchDetails::default())?,
+                    Bson::Document(document) => matches_document(query, document, &mut MatchDetails::default(), collation)?,
                     Bson::Array(inner) => {
                         let as_document: Document = inner.iter().enumerate().map(|(index, value)| (index.to_string(), value.clone())).collect();
-                        matches_document(query, &as_document, &mut MatchDetails::default())?
+                        matches_document(query, &as_document, &mut MatchDetails::default(), collation)?
                     }
                     _ => false,
                 };
@@ -193,15 +196,16 @@ fn any_regex_matches(regexes: &[super::CompiledRegex], actual: &Bson) -> QueryRe
 }
 
 /// Query equality: comparison-equal within the same type bracket (null also equals undefined).
-fn equal_for_query(actual: &Bson, expected: &Bson) -> bool {
-    canonical_rank(actual) == canonical_rank(expected) && values_equal(actual, expected)
+/// Strings (wherever nested) are equal when the collation says so.
+fn equal_for_query(actual: &Bson, expected: &Bson, collation: Collation<'_>) -> bool {
+    canonical_rank(actual) == canonical_rank(expected) && compare_values_collated(actual, expected, collation) == Ordering::Equal
 }
 
 fn is_nan(value: &Bson) -> bool {
     matches!(Number::from_bson(value), Some(Number::Float(float)) if float.is_nan())
 }
 
-fn compare_matches(comparison: Comparison, value: Option<&Bson>, bound: &Bson) -> bool {
+fn compare_matches(comparison: Comparison, value: Option<&Bson>, bound: &Bson, collation: Collation<'_>) -> bool {
     let inclusive = matches!(comparison, Comparison::Gte | Comparison::Lte);
     let Some(actual) = value else {
         // Missing behaves as null for $gte/$lte null.
@@ -216,7 +220,7 @@ fn compare_matches(comparison: Comparison, value: Option<&Bson>, bound: &Bson) -
         // NaN equals only NaN and is neither above nor below any other number.
         return inclusive && is_nan(actual) && is_nan(bound);
     }
-    let ordering = compare_values(actual, bound);
+    let ordering = compare_values_collated(actual, bound, collation);
     match comparison {
         Comparison::Gt => ordering == Ordering::Greater,
         Comparison::Gte => ordering != Ordering::Less,

@@ -14,7 +14,11 @@ mod budget;
 mod matching;
 mod parse;
 
+use std::sync::Arc;
+
 use bson::{Bson, Document};
+use myriad_collation::Collator;
+use myriad_keystring::compare::StringComparator;
 
 use crate::bson_types::TypeAlias;
 use crate::error::QueryResult;
@@ -23,10 +27,15 @@ use crate::expression::Expression;
 pub use self::bits::{BitMask, BitTest};
 pub use crate::regex::{CompiledRegex, MatchLimitExceeded, RegexMatch, TextPosition};
 
-/// A parsed query filter.
+/// A parsed query filter, and the collation its string comparisons use (None: simple).
+/// `$regex` is not collation-aware, as in MongoDB.
 #[derive(Clone, Debug)]
 pub struct Filter {
     root: Node,
+    collator: Option<Arc<Collator>>,
+    /// Without a collator of its own, the filter compares by the collation its evaluation
+    /// runs under (an update's `arrayFilters` and `$pull` conditions); otherwise simple.
+    inherits_collation: bool,
 }
 
 /// Where a match went through an array, for the positional `$` update and projection.
@@ -82,13 +91,33 @@ pub enum Predicate {
 impl Filter {
     /// Parses a filter document, validating every operator.
     pub fn parse(filter: &Document) -> QueryResult<Filter> {
-        Ok(Filter { root: parse::parse_document(filter, 0, &mut budget::FilterBudget::default())? })
+        Ok(Filter { root: parse::parse_document(filter, 0, &mut budget::FilterBudget::default())?, collator: None, inherits_collation: false })
     }
+
+    /// The same filter comparing strings by the collation its evaluation runs under
+    /// (`expression::with_collation`) unless it is given one.
+    pub(crate) fn inheriting_collation(mut self) -> Filter {
+        self.inherits_collation = true;
+        self
+    }
+
+    /// The same filter comparing strings by `collator` (None: bytewise).
+    pub fn with_collator(mut self, collator: Option<Arc<Collator>>) -> Filter {
+        self.collator = collator;
+        self
+    }
+
+    /// The collation the filter compares strings by (None: simple).
+    pub fn collator(&self) -> Option<&Arc<Collator>> {
+        self.collator.as_ref()
+    }
+
+
 
     /// Parses a condition that applies to a bare value, such as `$pull: {a: {$gte: 5}}`'s
     /// `{$gte: 5}` (operator document) or `5` (equality) or `/re/`.
     pub fn parse_value_condition(condition: &Bson) -> QueryResult<Filter> {
-        Ok(Filter { root: parse::parse_value_condition(condition, &mut budget::FilterBudget::default())? })
+        Ok(Filter { root: parse::parse_value_condition(condition, &mut budget::FilterBudget::default())?, collator: None, inherits_collation: false })
     }
 
     /// Every dotted path the filter reads, or None when it reads more than named paths
@@ -121,13 +150,28 @@ impl Filter {
     /// Like [`Filter::matches`], but reports `$expr` evaluation errors and regex limits (51156).
     pub fn try_matches(&self, document: &Document) -> QueryResult<bool> {
         let mut details = MatchDetails::default();
-        matching::matches_document(&self.root, document, &mut details)
+        self.within_collation(|collation| matching::matches_document(&self.root, document, &mut details, collation))
+    }
+
+    /// Runs `matching` with the filter's collation, `$expr`'s comparisons included: its own;
+    /// for an inheriting filter without one, the collation its evaluation runs under (an
+    /// update's); otherwise simple, whatever runs around it (a validator or a partial index's
+    /// filter checked during a collated `$merge`).
+    fn within_collation<T>(&self, matching: impl FnOnce(matching::Collation<'_>) -> T) -> T {
+        match &self.collator {
+            Some(collator) => crate::expression::with_collation(Some(collator), || matching(Some(&**collator as &dyn StringComparator))),
+            None if self.inherits_collation => {
+                let outer = crate::expression::current_collator();
+                matching(outer.as_deref().map(|collator| collator as &dyn StringComparator))
+            }
+            None => crate::expression::with_collation(None, || matching(None)),
+        }
     }
 
     /// Matches and reports which array element matched (for the positional `$` operator).
     pub fn matches_with_position(&self, document: &Document) -> Option<MatchDetails> {
         let mut details = MatchDetails::default();
-        match matching::matches_document(&self.root, document, &mut details) {
+        match self.within_collation(|collation| matching::matches_document(&self.root, document, &mut details, collation)) {
             Ok(true) => Some(details),
             _ => None,
         }
@@ -140,7 +184,7 @@ impl Filter {
 
     /// Like [`Filter::matches_value`], but reports errors (as [`Filter::try_matches`]).
     pub fn try_matches_value(&self, value: &Bson) -> QueryResult<bool> {
-        matching::matches_value(&self.root, value, &mut MatchDetails::default())
+        self.within_collation(|collation| matching::matches_value(&self.root, value, &mut MatchDetails::default(), collation))
     }
 
     /// The parsed tree, for callers that analyse filters.

@@ -205,7 +205,7 @@ fn parse_operator_object(context: &mut Context, name: &str, path: &[String], sub
             }
             let mut wrapper = Document::new();
             wrapper.insert("array", Bson::Document(bson::doc! {"$elemMatch": query.clone()}));
-            add_node(context, parent, path, FieldSpec::ElemMatch(Box::new(Filter::parse(&wrapper)?)))?;
+            add_node(context, parent, path, FieldSpec::ElemMatch(Box::new(Filter::parse(&wrapper)?.inheriting_collation())))?;
             context.has_elem_match = true;
             Ok(true)
         }

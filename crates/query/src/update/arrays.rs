@@ -2,7 +2,6 @@
 //! `$pop`, `$pull`, `$pullAll`.
 
 use bson::{Bson, Document};
-use myriad_keystring::compare::{compare_values, values_equal};
 
 use super::target::LeafAction;
 use super::Action;
@@ -144,7 +143,7 @@ pub(super) fn apply(action: &Action, current: Option<&Bson>, path: &str, describ
             };
             let before = items.len();
             for value in values {
-                if !items.iter().any(|item| values_equal(item, value)) {
+                if !items.iter().any(|item| crate::expression::compare_evaluated(item, value).is_eq()) {
                     items.push(value.clone());
                 }
             }
@@ -191,7 +190,7 @@ pub(super) fn apply(action: &Action, current: Option<&Bson>, path: &str, describ
         Action::PullAll(values) => match current {
             None => Ok(LeafAction::Keep),
             Some(Bson::Array(items)) => {
-                let kept: Vec<Bson> = items.iter().filter(|item| !values.iter().any(|value| values_equal(item, value))).cloned().collect();
+                let kept: Vec<Bson> = items.iter().filter(|item| !values.iter().any(|value| crate::expression::compare_evaluated(item, value).is_eq())).cloned().collect();
                 if kept.len() == items.len() {
                     return Ok(LeafAction::Keep);
                 }
@@ -216,10 +215,12 @@ fn push(items: &mut Vec<Bson>, spec: &PushSpec) {
     match &spec.sort {
         None => {}
         Some(PushSort::Whole { ascending }) => items.sort_by(|left, right| {
-            let ordering = compare_values(left, right);
+            let ordering = crate::expression::compare_evaluated(left, right);
             if *ascending { ordering } else { ordering.reverse() }
         }),
         Some(PushSort::Fields(sort)) => {
+            // By the update's collation (see `expression::with_collation`).
+            let sort = sort.clone().with_collator(crate::expression::current_collator());
             let empty = Document::new();
             items.sort_by(|left, right| {
                 let left = match left {

@@ -288,7 +288,7 @@ fn parse_action(operator: &str, path: &UpdatePath, value: &Bson) -> QueryResult<
         "$push" => Action::Push(arrays::PushSpec::parse(value)?),
         "$addToSet" => Action::AddToSet(arrays::parse_add_to_set(value)?),
         "$pop" => Action::Pop { first: arrays::parse_pop(value)? },
-        "$pull" => Action::Pull(Box::new(Filter::parse_value_condition(value)?)),
+        "$pull" => Action::Pull(Box::new(Filter::parse_value_condition(value)?.inheriting_collation())),
         "$pullAll" => match value {
             Bson::Array(items) => Action::PullAll(items.clone()),
             other => {
@@ -385,7 +385,7 @@ fn parse_array_filters(array_filters: &[Document]) -> QueryResult<Vec<(String, F
                 "Found multiple array filters with the same top-level field name {identifier}"
             )));
         }
-        let filter = Filter::parse(array_filter)?;
+        let filter = Filter::parse(array_filter)?.inheriting_collation();
         parsed.push((identifier, filter));
     }
     Ok(parsed)

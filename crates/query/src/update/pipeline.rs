@@ -38,7 +38,11 @@ pub(super) fn parse(stages: &[Bson], variables: Vec<(String, Bson)>) -> QueryRes
 
 /// What the pipeline makes of `document` (before the `_id` rules of a replacement apply).
 pub(super) fn run(pipeline: &Pipeline, document: &Document) -> QueryResult<Document> {
-    let mut output = pipeline.run(std::iter::once(document.clone()))?;
+    // The stages compare by the update's collation (the one its application runs under).
+    let mut output = match crate::expression::current_collator() {
+        Some(collator) => pipeline.clone().with_collator(Some(collator)).run(std::iter::once(document.clone()))?,
+        None => pipeline.run(std::iter::once(document.clone()))?,
+    };
     match (output.pop(), output.is_empty()) {
         (Some(updated), true) => Ok(updated),
         _ => Err(QueryError::Location(72, "an update pipeline must produce exactly one document".into())),

@@ -102,7 +102,10 @@ impl Engine {
             .entry
             .index(ID_INDEX_NAME)
             .ok_or_else(|| StorageError::Corrupt(format!("{} has no _id index", handle.entry.namespace)))?;
-        let keystring = myriad_keystring::encode_key([(id, myriad_keystring::Direction::Ascending)]);
+        // Under a collation the `_id` index keys comparison values: `find_by_id` then finds the
+        // document whose `_id` the collation says is equal.
+        let collated = index.collator().map(|collator| myriad_keystring::comparison_value(id, collator.as_ref()));
+        let keystring = myriad_keystring::encode_key([(collated.as_ref().unwrap_or(id), myriad_keystring::Direction::Ascending)]);
         let key = keys::index_entry_key(index.prefix, &keystring, None);
         let Some(value) = self.db.get_pinned_cf(self.indexes_family(&handle.entry)?, key)? else {
             return Ok(None);

@@ -69,7 +69,7 @@ async fn open(
     let leading_match = stages.first().and_then(|stage| stage.get_document("$match").ok()).cloned().unwrap_or_default();
     let targets = match routing {
         RoutingInfo::Unsharded => vec![primary.to_string()],
-        RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &leading_match)?,
+        RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &crate::router::targeting::targeting_filter(&leading_match, &request.body))?,
     };
     let mut body = request.forwarded_body();
     let source_stage = stages.first().is_some_and(|stage| stage.keys().next().is_some_and(|name| SOURCE_STAGES.contains(&name.as_str())));
@@ -88,7 +88,8 @@ async fn open(
     let sources = open_sources(context, &request.db, collection, requests, routing).await?;
     let mut cursor = RouterCursor::new(request.db.clone(), collection.to_string(), sources).in_session(request.session());
     if let Some(sort) = &parts.merge_sort {
-        cursor.sort = Some(myriad_query::SortSpec::parse(sort)?);
+        let collator = myriad_commands::collation::given_collator(&request.name, &request.body)?;
+        cursor.sort = Some(myriad_query::SortSpec::parse(sort)?.with_collator(collator));
     }
     if !parts.router_stages.is_empty() {
         let pipeline = router_pipeline(request, &parts.router_stages)?.with_foreign_source(Arc::new(RouterForeignSource::new(context, request)));
@@ -104,7 +105,8 @@ fn router_pipeline(request: &RouterRequest, stages: &[Document]) -> ClusterResul
         .map(|variables| variables.iter().map(|(name, value)| (name.clone(), value.clone())).collect())
         .unwrap_or_default();
     let names: Vec<String> = variables.iter().map(|(name, _)| name.clone()).collect();
-    Ok(Pipeline::parse_with_variables(stages, &names)?.with_variables(variables))
+    let collator = myriad_commands::collation::given_collator(&request.name, &request.body)?;
+    Ok(Pipeline::parse_with_variables(stages, &names)?.with_variables(variables).with_collator(collator))
 }
 
 /// `{aggregate: 1, ...}`: run on the database's primary shard (or any shard).

@@ -48,7 +48,7 @@ async fn count_on_shards(
 ) -> ClusterResult<u64> {
     let targets = match routing {
         RoutingInfo::Unsharded => vec![primary.to_string()],
-        RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, filter)?,
+        RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &crate::router::targeting::targeting_filter(filter, &request.body))?,
     };
     let mut body = request.forwarded_body();
     body.remove("skip");

@@ -27,19 +27,25 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
     let replies = with_routing_retries!(context, &namespace, |routing| {
         let targets = match routing.as_ref() {
             RoutingInfo::Unsharded => vec![database.primary.clone()],
-            RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &filter)?,
+            RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &crate::router::targeting::targeting_filter(&filter, &request.body))?,
         };
         let body = request.forwarded_body();
         let requests = targets.into_iter().map(|shard| (shard, body.clone())).collect();
         forward::all_ok(forward::scatter(context, &request.db, requests, Some(&routing)).await)
     })?;
+    // Values equal under the command's collation count once.
+    let collator = myriad_commands::collation::given_collator(&request.name, &request.body)?;
     let mut seen: HashSet<Vec<u8>> = HashSet::new();
     let mut values = Vec::new();
     let mut bytes = 0usize;
     for (_, reply) in replies {
         let Ok(shard_values) = reply.get_array("values") else { continue };
         for value in shard_values {
-            if seen.insert(encode_key([(value, Direction::Ascending)])) {
+            let compared = match &collator {
+                Some(collator) => myriad_keystring::comparison_value(value, collator.as_ref()),
+                None => value.clone(),
+            };
+            if seen.insert(encode_key([(&compared, Direction::Ascending)])) {
                 bytes += myriad_query::aggregate::memory::approximate_size_bytes(value) as usize;
                 if bytes > MAX_VALUES_BYTES {
                     return Err(ClusterError::coded(17217, "distinct too big, 16mb cap"));

@@ -76,7 +76,7 @@ async fn explain_on_shards(
 ) -> ClusterResult<Vec<(String, Document)>> {
     let targets = match routing {
         RoutingInfo::Unsharded => vec![primary.to_string()],
-        RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, filter)?,
+        RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &crate::router::targeting::targeting_filter(filter, body))?,
     };
     let requests = targets.into_iter().map(|shard| (shard, body.clone())).collect();
     forward::all_ok(forward::scatter(context, &request.db, requests, Some(routing)).await)

@@ -51,7 +51,7 @@ async fn open(context: &RouterContext, request: &RouterRequest, collection: &str
     let filter = request.optional_document("filter")?.cloned().unwrap_or_default();
     let targets = match routing {
         RoutingInfo::Unsharded => vec![primary.to_string()],
-        RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &filter)?,
+        RoutingInfo::Sharded(sharded) => shards_for_filter(sharded, &crate::router::targeting::targeting_filter(&filter, &request.body))?,
     };
     let mut body = request.forwarded_body();
     let mut cursor_setup = Merge::default();
@@ -91,7 +91,8 @@ impl Merge {
         }
         body.remove("singleBatch");
         let sort = match request.optional_document("sort")? {
-            Some(sort) if !sort.is_empty() => Some(SortSpec::parse(sort)?),
+            // Shards' sorted batches merge in the order of the command's collation.
+            Some(sort) if !sort.is_empty() => Some(SortSpec::parse(sort)?.with_collator(myriad_commands::collation::given_collator(&request.name, &request.body)?)),
             _ => None,
         };
         let projection = match (request.optional_document("projection")?, &sort) {

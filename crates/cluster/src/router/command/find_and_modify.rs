@@ -32,7 +32,7 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
                         None => return Err(upsert_without_shard_key(&query)),
                     }
                 } else {
-                    shards_for_filter(collection, &query)?
+                    shards_for_filter(collection, &crate::router::targeting::targeting_filter(&query, &request.body))?
                 };
                 if let [shard] = targets.as_slice() {
                     forward::versioned(context, shard, &request.db, body, &routing).await

@@ -104,9 +104,20 @@ async fn prepare_shard(context: &RouterContext, shard: &str, db: &str, collectio
     }
     let indexes = forward::unversioned(context, shard, db, doc! { "listIndexes": collection }).await?;
     let (existing, _) = crate::router::cursor::cursor_batch(&indexes)?;
-    let has_index = existing.iter().any(|index| index.get_document("key").is_ok_and(|index_key| index_key == key));
+    // The router does not know collections' default collations, so it could not target (nor
+    // merge) the queries that use one: such a collection is not sharded (mongod would shard
+    // it, with a simple shard key index, and keep the default in its catalog).
+    let collated = existing.iter().any(|index| index.get_str("name") == Ok("_id_") && index.contains_key("collation"));
+    if collated {
+        return Err(ClusterError::bad_value(format!(
+            "Myriad does not shard {db}.{collection} yet: it has a non-simple default collation, which its router would not apply"
+        )));
+    }
+    // The shard key index is simple, as mongod requires, even on a collection whose default
+    // collation is not: chunk bounds and range scans compare shard key values bytewise.
+    let has_index = existing.iter().any(|index| index.get_document("key").is_ok_and(|index_key| index_key == key) && !index.contains_key("collation"));
     if !has_index {
-        let mut index = doc! { "key": key.clone(), "name": index_name(key) };
+        let mut index = doc! { "key": key.clone(), "name": index_name(key), "collation": { "locale": "simple" } };
         if unique {
             index.insert("unique", true);
         }

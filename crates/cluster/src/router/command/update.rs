@@ -134,7 +134,7 @@ fn plan(routing: &RoutingInfo, primary: &str, statement: &Document, kind: Statem
             None => Err(upsert_without_shard_key(&filter)),
         };
     }
-    let targets = shards_for_filter(collection, &filter)?;
+    let targets = shards_for_filter(collection, &crate::router::targeting::targeting_filter(&filter, statement))?;
     Ok(match targets.len() {
         1 => Plan::Single(targets.into_iter().next().unwrap_or_default()),
         _ if kind.is_multi(statement) => Plan::Broadcast(targets),

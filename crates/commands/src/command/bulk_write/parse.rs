@@ -34,7 +34,7 @@ pub enum Operation<'r> {
     Insert { namespace: usize, document: &'r Document },
     /// The statement is parsed when it runs ([`crate::command::update::parse_statement`]).
     Update { namespace: usize, statement: &'r Document },
-    Delete { namespace: usize, filter: &'r Document, multi: bool, hint: Option<Bson> },
+    Delete { namespace: usize, filter: &'r Document, multi: bool, hint: Option<Bson>, collation: crate::collation::GivenCollation },
 }
 
 impl Operation<'_> {
@@ -201,7 +201,8 @@ fn parse_delete(operation: &Document, namespace: usize) -> CommandResult<Operati
         Some(value) => crate::request::truthy(value).ok_or_else(|| field_type_error("bulkWrite.ops.multi", "bool", value))?,
     };
     let hint = operation.get("hint").filter(|hint| !matches!(hint, Bson::Null)).cloned();
-    Ok(Operation::Delete { namespace, filter, multi, hint })
+    let collation = crate::collation::parse_field("bulkWrite.ops", operation)?;
+    Ok(Operation::Delete { namespace, filter, multi, hint, collation })
 }
 
 #[cfg(test)]

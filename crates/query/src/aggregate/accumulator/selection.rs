@@ -10,7 +10,6 @@ use std::cmp::Ordering;
 use std::collections::VecDeque;
 
 use bson::{Bson, Document};
-use myriad_keystring::compare::compare_values;
 
 use super::super::memory::{approximate_size_bytes, MemoryBudget};
 use super::Accumulator;
@@ -44,11 +43,11 @@ pub(crate) struct Selection {
 /// How entries of one accumulator are ordered: `Less` when `left` goes first.
 fn order(kind: Accumulator, ascending: &[bool], left: &Entry, right: &Entry) -> Ordering {
     match kind {
-        Accumulator::MaxN => compare_values(&right.value, &left.value),
-        Accumulator::MinN => compare_values(&left.value, &right.value),
+        Accumulator::MaxN => crate::expression::compare_evaluated(&right.value, &left.value),
+        Accumulator::MinN => crate::expression::compare_evaluated(&left.value, &right.value),
         _ => {
             for ((left, right), ascending) in left.key.iter().zip(&right.key).zip(ascending) {
-                let ordering = compare_values(left, right);
+                let ordering = crate::expression::compare_evaluated(left, right);
                 let ordering = if *ascending { ordering } else { ordering.reverse() };
                 // $bottom keeps the last values of the sort order: it orders backwards.
                 let ordering = if matches!(kind, Accumulator::Bottom | Accumulator::BottomN) { ordering.reverse() } else { ordering };

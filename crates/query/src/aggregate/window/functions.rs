@@ -2,7 +2,6 @@
 //! partition held in memory.
 
 use bson::{Bson, Document};
-use myriad_keystring::compare::compare_values;
 
 use super::super::accumulator::{Accumulator, State};
 use super::super::memory::MemoryBudget;
@@ -419,7 +418,7 @@ impl Partition<'_> {
         let mut values = Vec::with_capacity(self.documents.len());
         let (mut rank, mut dense) = (0i64, 0i64);
         for (position, value) in self.sort_values.iter().enumerate() {
-            let tied = position > 0 && self.sort_values.get(position - 1).is_some_and(|previous| compare_values(previous, value).is_eq());
+            let tied = position > 0 && self.sort_values.get(position - 1).is_some_and(|previous| crate::expression::compare_evaluated(previous, value).is_eq());
             if !tied {
                 rank = position as i64 + 1;
                 dense += 1;

@@ -12,7 +12,6 @@ mod functions;
 use std::collections::VecDeque;
 
 use bson::{doc, Bson, Document};
-use myriad_keystring::compare::compare_values;
 
 use super::context::{BufferedStage, BufferedState, OutputStream, RunContext};
 use super::memory::approximate_document_size_bytes;
@@ -106,6 +105,8 @@ pub(crate) struct PartitionedSorter {
 impl PartitionedSorter {
     pub(crate) fn new(partition_by: Option<Expression>, sort: SortSpec, context: &RunContext) -> PartitionedSorter {
         let limit = usize::try_from(context.memory_limit_bytes).unwrap_or(usize::MAX);
+        // Partitions and `sortBy` order strings by the pipeline's collation.
+        let sort = sort.with_collator(context.collator.clone());
         PartitionedSorter { partition_by, sorter: Box::new(ExternalSorter::new(sort, None, limit, context.spill_directory.clone())) }
     }
 
@@ -151,7 +152,7 @@ impl Partitions {
         let mut used_bytes = approximate_document_size_bytes(&first);
         let mut documents = vec![first];
         while let Some((partition, document)) = self.next_record()? {
-            if !compare_values(&partition, &key).is_eq() {
+            if !crate::expression::compare_evaluated(&partition, &key).is_eq() {
                 self.peeked = Some((partition, document));
                 break;
             }
