@@ -278,7 +278,7 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
     // A standalone refuses transaction numbers before anything runs; a replica-set member
     // runs transactions and retryable writes.
     if context.replication.get().is_some() {
-        crate::transactions::check_fields(request)?;
+        crate::transaction_statements::check_fields(request)?;
     } else {
         command::sessions::refuse_transactions(request)?;
     }
@@ -300,7 +300,7 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
             }
         })
         .and_then(|()| {
-            let statement = crate::transactions::begin_statement(context, request)?;
+            let statement = crate::transaction_statements::begin_statement(context, request)?;
             let ran = crate::auth::with_current_users(users, || (spec.handler)(context, request));
             match statement {
                 Some(statement) => statement.finish(ran),

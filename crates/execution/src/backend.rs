@@ -15,6 +15,8 @@
 //! The checks are cheap (comparisons on what was returned anyway) and stay on in release
 //! builds: a broken one panics the command, which the connection turns into InternalError.
 
+mod transaction_writes;
+
 use std::sync::Arc;
 
 use bson::{Bson, Document, RawDocument, RawDocumentBuf};
@@ -27,6 +29,9 @@ use myriad_storage::{
 };
 
 use myriad_reply::error::{CommandError, CommandResult};
+
+pub(crate) use transaction_writes::CurrentTransaction;
+pub use transaction_writes::{current_transaction, TransactionWrites};
 
 pub type BackendResult<T> = Result<T, StorageError>;
 
@@ -153,7 +158,7 @@ pub trait Backend: Send + Sync {
 
     // ----- multi-document transactions (`crate::transactions`) ------------------------------
     /// Opens a transaction reading the data as it is now. While a statement of it runs
-    /// ([`crate::transactions::current`]), the reads and writes of this backend are the
+    /// ([`current_transaction`]), the reads and writes of this backend are the
     /// transaction's.
     fn begin_transaction(&self) -> BackendResult<TransactionId> {
         Err(StorageError::IllegalOperation(
@@ -256,7 +261,7 @@ impl Backend for Engine {
         start_after: Option<RecordId>,
         max_count: usize,
     ) -> BackendResult<Vec<(RecordId, RawDocumentBuf)>> {
-        match crate::transactions::current() {
+        match current_transaction() {
             Some(id) => Engine::transaction_scan_records(self, id, handle, start_after, max_count),
             None => Engine::scan_records(self, handle, start_after, max_count),
         }
@@ -270,7 +275,7 @@ impl Backend for Engine {
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> BackendResult<Vec<(Vec<u8>, RecordId)>> {
-        match crate::transactions::current() {
+        match current_transaction() {
             Some(id) => Engine::transaction_scan_index(
                 self,
                 id,
@@ -301,7 +306,7 @@ impl Backend for Engine {
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> BackendResult<Vec<IndexValuesEntry>> {
-        match crate::transactions::current() {
+        match current_transaction() {
             Some(id) => Engine::transaction_scan_index_values(
                 self,
                 id,
@@ -336,7 +341,7 @@ impl Backend for Engine {
         handle: &CollectionHandle,
         record_id: RecordId,
     ) -> BackendResult<Option<RawDocumentBuf>> {
-        match crate::transactions::current() {
+        match current_transaction() {
             Some(id) => Engine::transaction_get_record(self, id, handle, record_id),
             None => Engine::get_record(self, handle, record_id),
         }
@@ -346,7 +351,7 @@ impl Backend for Engine {
         handle: &CollectionHandle,
         id: &Bson,
     ) -> BackendResult<Option<(RecordId, RawDocumentBuf)>> {
-        match crate::transactions::current() {
+        match current_transaction() {
             Some(transaction) => Engine::transaction_find_by_id(self, transaction, handle, id),
             None => Engine::find_by_id(self, handle, id),
         }
@@ -359,8 +364,8 @@ impl Backend for Engine {
         Engine::wait_for_capped_insert(self, handle, after, timeout)
     }
     fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b> {
-        match crate::transactions::current() {
-            Some(id) => Box::new(crate::transactions::TransactionWrites::new(
+        match current_transaction() {
+            Some(id) => Box::new(TransactionWrites::new(
                 self,
                 id,
                 handle.clone(),

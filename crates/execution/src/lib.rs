@@ -51,6 +51,7 @@ pub mod session;
 pub mod stages;
 pub mod system_databases;
 pub mod topology;
+pub mod transaction_statements;
 pub mod transactions;
 pub mod ttl;
 pub mod validation;

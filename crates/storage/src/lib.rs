@@ -65,6 +65,7 @@ mod snapshot;
 mod stats;
 mod storage_size;
 mod transaction;
+mod transaction_registry;
 mod ttl;
 mod update_diff;
 mod validate;

@@ -61,7 +61,7 @@ pub fn commit_transaction(
             "commitTransaction must be run within a transaction",
         ));
     }
-    crate::transactions::commit(context, request)
+    crate::transaction_statements::commit(context, request)
 }
 
 pub fn abort_transaction(
@@ -74,7 +74,7 @@ pub fn abort_transaction(
             "abortTransaction must be run within a transaction",
         ));
     }
-    crate::transactions::abort(context, request)
+    crate::transaction_statements::abort(context, request)
 }
 
 pub fn start(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {

@@ -149,7 +149,7 @@ pub(crate) struct Counters {
 pub struct Engine {
     /// Open multi-document transactions (`transaction/`). Declared before `db` so that their
     /// RocksDB snapshots are released before the database closes.
-    pub(crate) transactions: crate::transaction::Transactions,
+    pub(crate) transactions: crate::transaction_registry::Transactions,
     pub(crate) db: DB,
     database_options: rocksdb::Options,
     block_cache: Cache,

@@ -45,7 +45,7 @@ impl Engine {
         let db = DB::open_cf_descriptors(&database_options, path, descriptors)?;
         let stripe_count = options.lock_stripes.max(1);
         let mut engine = Engine {
-            transactions: crate::transaction::Transactions::default(),
+            transactions: crate::transaction_registry::Transactions::default(),
             db,
             database_options,
             block_cache,

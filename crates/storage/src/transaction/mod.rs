@@ -22,8 +22,8 @@
 mod commit;
 mod reads;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bson::{Document, RawDocumentBuf};
@@ -32,56 +32,10 @@ use rocksdb::Snapshot;
 
 use crate::catalog::{CollectionEntry, CollectionHandle};
 use crate::keys;
+pub use crate::transaction_registry::{TransactionId, MAX_TRANSACTION_BYTES};
+pub(crate) use crate::transaction_registry::{CollectionChanges, OpenTransaction, Operation, PROVISIONAL_RECORD_IDS};
 use crate::write::{serialize, validate_id, WriteTransaction};
 use crate::{Engine, RecordId, StorageError};
-
-/// Names an open transaction of the engine.
-pub type TransactionId = u64;
-
-/// The record ids a transaction gives the documents it inserts until its commit allocates real
-/// ones: above every real record id, so they sort after the snapshot's records.
-pub(crate) const PROVISIONAL_RECORD_IDS: RecordId = 1 << 62;
-
-/// Bytes of documents one transaction may write (MongoDB 4.0's bound on a transaction's oplog
-/// entry); a write beyond it is TransactionTooLarge.
-pub const MAX_TRANSACTION_BYTES: usize = 16 * 1024 * 1024;
-
-/// The engine's open transactions and the keys they claimed.
-#[derive(Default)]
-pub(crate) struct Transactions {
-    next_id: AtomicU64,
-    open: Mutex<HashMap<TransactionId, Arc<Mutex<OpenTransaction>>>>,
-    /// Record keys and unique index keys written by an open transaction, with its id.
-    claims: Mutex<HashMap<Vec<u8>, TransactionId>>,
-}
-
-/// One write of a transaction, in statement order (the commit replays them in this order).
-pub(crate) enum Operation {
-    Insert { prefix: u64, record_id: RecordId, document: Document },
-    Update { prefix: u64, record_id: RecordId, document: Document },
-    Delete { prefix: u64, record_id: RecordId },
-}
-
-/// What a transaction wrote in one collection.
-pub(crate) struct CollectionChanges {
-    pub(crate) entry: Arc<CollectionEntry>,
-    /// Each record the transaction wrote, as it leaves it: the bytes, or None when deleted.
-    pub(crate) records: BTreeMap<RecordId, Option<Vec<u8>>>,
-}
-
-pub(crate) struct OpenTransaction {
-    pub(crate) id: TransactionId,
-    /// SAFETY (of the 'static): the snapshot belongs to the engine's [`Transactions`], which
-    /// is declared before the database in [`Engine`] and so dropped before it; the snapshot is
-    /// only lent out by reference, under this transaction's lock.
-    pub(crate) snapshot: Snapshot<'static>,
-    pub(crate) collections: BTreeMap<u64, CollectionChanges>,
-    pub(crate) operations: Vec<Operation>,
-    next_provisional_id: RecordId,
-    size_bytes: usize,
-    /// The keys this transaction claimed in [`Transactions::claims`].
-    claimed: Vec<Vec<u8>>,
-}
 
 impl Engine {
     /// Opens a transaction reading the database as it is now.

@@ -11,7 +11,8 @@ use myriad_reply::error::{
 use myriad_reply::reply::Reply;
 use myriad_storage::{SessionId, StatementRecord, TransactionId};
 
-use super::{label, CurrentTransaction, Phase, SessionTransaction, COMMIT_STATEMENT_ID};
+use crate::backend::CurrentTransaction;
+use crate::transactions::{label, Phase, SessionTransaction, COMMIT_STATEMENT_ID};
 use crate::context::ServerContext;
 use crate::request::CommandRequest;
 use crate::retryable::Checkout;
@@ -292,7 +293,7 @@ fn commit_open(
             let mut error = CommandError::from(error);
             if COMMIT_UNKNOWN.contains(&error.code) {
                 // The commit's log entry may still commit: the session's record answers a retry.
-                context.transactions.sessions.lock().remove(&session);
+                context.transactions.forget(&session);
                 label(&mut error, "UnknownTransactionCommitResult");
             } else {
                 context.transactions.set_phase(&session, number, Phase::Aborted);

@@ -5,7 +5,35 @@
 use bson::{Document, RawDocumentBuf};
 use myriad_storage::{CollectionHandle, Durability, Engine, PreparedInsert, RecordId, StatementRecord, TransactionId};
 
-use crate::backend::{BackendResult, WriteSession};
+use super::{BackendResult, WriteSession};
+
+thread_local! {
+    /// The transaction whose statement runs on this thread.
+    static CURRENT: std::cell::Cell<Option<TransactionId>> = const { std::cell::Cell::new(None) };
+}
+
+/// The transaction whose statement runs on this thread, if any.
+pub fn current_transaction() -> Option<TransactionId> {
+    CURRENT.with(std::cell::Cell::get)
+}
+
+/// Makes `id` the thread's current transaction until dropped.
+pub(crate) struct CurrentTransaction {
+    previous: Option<TransactionId>,
+}
+
+impl CurrentTransaction {
+    pub(crate) fn enter(id: Option<TransactionId>) -> CurrentTransaction {
+        CurrentTransaction { previous: CURRENT.with(|current| current.replace(id)) }
+    }
+}
+
+impl Drop for CurrentTransaction {
+    fn drop(&mut self) {
+        CURRENT.with(|current| current.set(self.previous));
+    }
+}
+
 
 pub struct TransactionWrites<'e> {
     engine: &'e Engine,

@@ -5,16 +5,13 @@
 //! Each session has at most one transaction, kept in [`SessionTransactions`] with its phase;
 //! the data side (snapshot, writes, conflicts, the atomic commit) is the backend's
 //! (`myriad_storage`'s `transaction/`). While a statement runs, the thread's current
-//! transaction ([`current`]) makes the backend's reads and writes the transaction's, so every
+//! transaction (`backend::current_transaction`) makes the backend's reads and writes the transaction's, so every
 //! command handler runs unchanged inside a transaction.
 //!
 //! Invariants: one command of a session runs at a time (the retryable-write checkout); an
 //! error in a statement aborts its transaction, as in MongoDB; a transaction open longer than
 //! `transactionLifetimeLimitSeconds` is aborted; a commit is recorded with its writes in the
 //! session's records, so a commit retried after a failover answers as the first did.
-
-mod statement;
-mod writes;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,9 +24,6 @@ use parking_lot::Mutex;
 
 use crate::backend::Backend;
 
-pub use statement::{abort, begin_statement, check_fields, commit, Statement};
-pub use writes::TransactionWrites;
-
 /// `transactionLifetimeLimitSeconds`: a transaction open longer is aborted (MongoDB's 60 s).
 pub static LIFETIME_LIMIT_SECONDS: AtomicU64 = AtomicU64::new(60);
 /// How often open transactions are checked against their lifetime limit.
@@ -37,33 +31,6 @@ const EXPIRY_INTERVAL: Duration = Duration::from_millis(500);
 /// The statement id under which a session records its transaction's commit, beside its
 /// retryable writes' statements (which are never negative).
 pub const COMMIT_STATEMENT_ID: i32 = i32::MIN;
-
-thread_local! {
-    /// The transaction whose statement runs on this thread.
-    static CURRENT: std::cell::Cell<Option<TransactionId>> = const { std::cell::Cell::new(None) };
-}
-
-/// The transaction whose statement runs on this thread, if any.
-pub fn current() -> Option<TransactionId> {
-    CURRENT.with(std::cell::Cell::get)
-}
-
-/// Makes `id` the thread's current transaction until dropped.
-pub(crate) struct CurrentTransaction {
-    previous: Option<TransactionId>,
-}
-
-impl CurrentTransaction {
-    pub(crate) fn enter(id: Option<TransactionId>) -> CurrentTransaction {
-        CurrentTransaction { previous: CURRENT.with(|current| current.replace(id)) }
-    }
-}
-
-impl Drop for CurrentTransaction {
-    fn drop(&mut self) {
-        CURRENT.with(|current| current.set(self.previous));
-    }
-}
 
 /// Where a session's latest transaction stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +67,11 @@ impl SessionTransactions {
     }
 
     /// Moves `session`'s transaction `number` to `phase` (if it is still that one).
+    /// Forgets the session's transaction (its outcome is then read from the session's records).
+    pub(crate) fn forget(&self, session: &SessionId) {
+        self.sessions.lock().remove(session);
+    }
+
     pub(crate) fn set_phase(&self, session: &SessionId, number: i64, phase: Phase) {
         if let Some(transaction) = self.sessions.lock().get_mut(session).filter(|transaction| transaction.number == number) {
             transaction.phase = phase;

@@ -1,0 +1,135 @@
+"""Transactions across failovers (issue 26, item 4), through pymongo: a bank workload of
+concurrent clients moving money between accounts in two databases with with_transaction
+(w:"majority" commits), while the primary is killed (SIGKILL) and restarted and then cut off
+by a network partition and healed. Whatever the faults: the total never changes, no read
+inside a transaction sees a transfer half done, every acknowledged commit is stored on every
+member, and no transfer whose outcome the client never learned is stored twice."""
+
+import random
+import threading
+
+import pytest
+from pymongo import WriteConcern
+from pymongo.client_session import TransactionOptions
+from pymongo.errors import PyMongoError
+from pymongo.read_concern import ReadConcern
+
+from conftest import ReplicaSet, wait_until
+from test_replica_set_partitions import heal, isolate, writable
+
+TEST_COMMANDS = ("--setParameter", "enableTestCommands=1")
+ACCOUNTS_COUNT, INITIAL_BALANCE, WORKERS_COUNT = 12, 1000, 4
+PLACES = [("failover_bank_one", "accounts"), ("failover_bank_two", "accounts")]
+MAJORITY = TransactionOptions(read_concern=ReadConcern("snapshot"), write_concern=WriteConcern("majority"))
+
+
+@pytest.fixture(scope="module")
+def replica_set():
+    running = ReplicaSet(members=3, extra_arguments=TEST_COMMANDS)
+    yield running
+    running.stop()
+
+
+class Bank:
+    """The accounts, the workers moving money and the reader summing it, with what each
+    learned: transfers committed (with_transaction returned), transfers whose outcome is
+    unknown (it raised), and every sum read inside a transaction."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self.place = {account: client[PLACES[account % 2][0]][PLACES[account % 2][1]] for account in range(ACCOUNTS_COUNT)}
+        self.committed, self.unknown, self.sums, self.errors = [], [], [], []
+        self.stop = threading.Event()
+        self.threads = []
+
+    def open(self) -> None:
+        for database_name, collection_name in PLACES:
+            self.client[database_name].drop_collection(collection_name)
+        self.client.failover_bank_one.drop_collection("log")
+        self.client.failover_bank_one.create_collection("log")
+        for account in range(ACCOUNTS_COUNT):
+            self.place[account].insert_one({"_id": account, "balance": INITIAL_BALANCE})
+        self.threads = [threading.Thread(target=self.transfers, args=(seed,)) for seed in range(WORKERS_COUNT)]
+        self.threads.append(threading.Thread(target=self.reads))
+        for thread in self.threads:
+            thread.start()
+
+    def transfers(self, seed: int) -> None:
+        generator, number = random.Random(seed), 0
+        while not self.stop.is_set():
+            source, target = generator.sample(range(ACCOUNTS_COUNT), 2)
+            amount, transfer_id = generator.randint(1, 50), f"{seed}-{number}"
+            number += 1
+
+            def transfer(session):
+                self.place[source].update_one({"_id": source}, {"$inc": {"balance": -amount}}, session=session)
+                self.place[target].update_one({"_id": target}, {"$inc": {"balance": amount}}, session=session)
+                self.client.failover_bank_one.log.insert_one({"_id": transfer_id, "amount": amount}, session=session)
+
+            try:
+                with self.client.start_session(default_transaction_options=MAJORITY) as session:
+                    session.with_transaction(transfer)
+                self.committed.append(transfer_id)
+            except PyMongoError as error:
+                self.unknown.append(transfer_id)
+                self.errors.append(repr(error))
+
+    def reads(self) -> None:
+        while not self.stop.is_set():
+            def read_all(session):
+                return sum(
+                    document["balance"]
+                    for database_name, collection_name in PLACES
+                    for document in self.client[database_name][collection_name].find({}, session=session)
+                )
+
+            try:
+                with self.client.start_session(default_transaction_options=MAJORITY) as session:
+                    self.sums.append(session.with_transaction(read_all))
+            except PyMongoError:
+                continue
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
+    def progress(self) -> int:
+        return len(self.committed)
+
+
+def test_bank_keeps_its_total_through_kills_and_partitions(replica_set):
+    with replica_set.client(retryWrites=True) as client:
+        bank = Bank(client)
+        bank.open()
+        try:
+            for _ in range(2):
+                before = bank.progress()
+                wait_until(lambda: bank.progress() >= before + 20, "transfers before the kill")
+                victim = replica_set.wait_for_primary()
+                replica_set.kill(victim)
+                before = bank.progress()
+                wait_until(lambda: bank.progress() >= before + 20, "transfers committed by a new primary", timeout=90)
+                replica_set.restart(victim)
+            victim = replica_set.wait_for_primary()
+            isolate(replica_set, victim)
+            wait_until(lambda: not writable(replica_set, victim), "the isolated primary stepping down", timeout=90)
+            before = bank.progress()
+            wait_until(lambda: bank.progress() >= before + 20, "transfers committed beside the partition", timeout=90)
+            heal(replica_set)
+        finally:
+            bank.close()
+        total = ACCOUNTS_COUNT * INITIAL_BALANCE
+        assert bank.sums and all(value == total for value in bank.sums), [value for value in bank.sums if value != total][:5]
+        balances = {account: bank.place[account].find_one({"_id": account})["balance"] for account in range(ACCOUNTS_COUNT)}
+        assert sum(balances.values()) == total
+        logged = [document["_id"] for document in client.failover_bank_one.log.find({}, {"_id": 1})]
+        assert len(logged) == len(set(logged))
+        assert set(bank.committed) <= set(logged), sorted(set(bank.committed) - set(logged))[:5]
+        assert set(logged) <= set(bank.committed) | set(bank.unknown)
+    for index in range(3):
+        with replica_set.member_client(index, readPreference="secondaryPreferred") as member:
+            def member_balances():
+                return {document["_id"]: document["balance"] for database_name, collection_name in PLACES for document in member[database_name][collection_name].find()}
+
+            wait_until(lambda: member_balances() == balances, f"member {index} applied every commit")
