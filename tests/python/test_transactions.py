@@ -197,6 +197,33 @@ def test_lifetime_limit_and_kill_sessions_abort_open_transactions(replica_set):
         assert database.items.count_documents({}) == 0
 
 
+def test_current_op_lists_open_transactions_between_statements(replica_set):
+    with replica_set.client() as client:
+        database = client.transactions_current_op
+        database.drop_collection("items")
+        database.create_collection("items")
+        with client.start_session() as session:
+            session_id = session.session_id["id"]
+            session.start_transaction()
+            database.items.insert_one({"_id": 1}, session=session)
+            database.items.insert_one({"_id": 2}, session=session)
+            time.sleep(0.2)
+            listed = client.admin.command(SON([("currentOp", 1), ("lsid.id", session_id)]))["inprog"]
+            assert len(listed) == 1, listed
+            idle = listed[0]
+            assert idle["type"] == "idleSession" and idle["active"] is False and idle["desc"] == "inactive transaction"
+            transaction = idle["transaction"]
+            assert transaction["parameters"]["autocommit"] is False
+            assert transaction["numStatements"] == 2
+            assert transaction["timeOpenMicros"] >= 200_000
+            assert transaction["timeOpenMicros"] >= transaction["timeActiveMicros"] + transaction["timeInactiveMicros"] - 1
+            assert transaction["timeInactiveMicros"] >= 200_000
+            assert transaction["expiryTime"] > transaction["startWallClockTime"]
+            assert client.admin.command(SON([("currentOp", 1), ("lsid.id", session_id), ("idleSessions", False)]))["inprog"] == []
+            session.commit_transaction()
+        assert client.admin.command(SON([("currentOp", 1), ("type", "idleSession"), ("lsid.id", session_id)]))["inprog"] == []
+
+
 def test_bank_transfers_keep_the_total_under_concurrent_clients(replica_set):
     """Eight clients move random amounts between 20 accounts spread over three collections of
     two databases, through with_transaction (which retries write conflicts). Meanwhile a

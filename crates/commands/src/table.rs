@@ -150,11 +150,12 @@ pub fn find_command(name: &str) -> Option<&'static CommandSpec> {
 }
 
 /// `configureFailPoint`'s `failCommand` for a command from the network, when it fires (see
-/// [`crate::fail_point`]); one atomic load when no fail point is set. A node refuses a
-/// transaction number before the fail point sees the command, as a standalone mongod does.
+/// [`crate::fail_point`]); one atomic load when no fail point is set. A standalone node
+/// refuses a transaction number before the fail point sees the command, as mongod does.
 pub fn fail_command(context: &ServerContext, request: &CommandRequest) -> Option<crate::fail_point::Triggered> {
     context.fail_points.fail_command(request, || {
-        if context.process == crate::Process::Node && command::sessions::refuse_transactions(request).is_err() {
+        let standalone = context.process == crate::Process::Node && context.replication.get().is_none();
+        if standalone && command::sessions::refuse_transactions(request).is_err() {
             return None;
         }
         let supports_write_concern = find_command(&request.name).is_some_and(|spec| spec.class.is_write());

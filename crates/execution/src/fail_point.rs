@@ -20,7 +20,8 @@
 //!   command runs and its reply gets the write concern error.
 //! - Error labels: the data's `errorLabels` when given, else `RetryableWriteError` for a
 //!   retryable error of a retryable write (a write command with a `txnNumber`, outside a
-//!   transaction), as the retryable-writes specification says.
+//!   transaction, or a transaction's commit or abort), as the retryable-writes specification
+//!   says, and `TransientTransactionError` for a transient error of a transaction's statement.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -108,8 +109,8 @@ pub struct CommandTraits {
 pub struct Triggered {
     data: Arc<FailCommandData>,
     supports_write_concern: bool,
-    /// The command is a retryable write (its retryable errors get `RetryableWriteError`).
-    retryable_write: bool,
+    /// What the command is, for the labels of its errors.
+    kind: LabelledKind,
 }
 
 /// What happens to the command once its wait (if any) is over.
@@ -168,7 +169,7 @@ impl FailPoints {
             return None;
         }
         state.times_entered += 1;
-        Some(Triggered { data, supports_write_concern: traits.supports_write_concern, retryable_write: is_retryable_write(request) })
+        Some(Triggered { data, supports_write_concern: traits.supports_write_concern, kind: LabelledKind::of(request) })
     }
 
     /// `configureFailPoint`: sets `name` from the command's `mode` and `data`; returns the
@@ -379,7 +380,7 @@ impl Triggered {
     fn labelled(&self, mut reply: Document) -> Document {
         let labels = match &self.data.error_labels {
             Some(labels) => labels.clone(),
-            None => labels_for(self.retryable_write, &reply),
+            None => labels_for(self.kind, &reply),
         };
         if !labels.is_empty() {
             reply.insert("errorLabels", labels);
@@ -391,21 +392,44 @@ impl Triggered {
 /// `RetryableWriteError` when the reply's error or write concern error is retryable and the
 /// command is a retryable write (a write command with a `txnNumber`, outside a transaction).
 pub fn retryable_write_labels(request: &CommandRequest, reply: &Document) -> Vec<Bson> {
-    labels_for(is_retryable_write(request), reply)
+    labels_for(LabelledKind::of(request), reply)
 }
 
-/// A write command with a `txnNumber`, outside a transaction.
-fn is_retryable_write(request: &CommandRequest) -> bool {
-    RETRYABLE_WRITE_COMMANDS.contains(&request.name.as_str()) && request.body.contains_key("txnNumber") && !request.body.contains_key("autocommit")
+/// What a command is, as far as the labels of its errors go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LabelledKind {
+    /// A write command with a `txnNumber` outside a transaction, or a transaction's commit or
+    /// abort (which mongod retries as writes): retryable errors get `RetryableWriteError`.
+    RetryableWrite,
+    /// A statement of a transaction: transient errors get `TransientTransactionError`.
+    TransactionStatement,
+    Other,
 }
 
-fn labels_for(retryable_write: bool, reply: &Document) -> Vec<Bson> {
+impl LabelledKind {
+    fn of(request: &CommandRequest) -> LabelledKind {
+        let name = request.name.as_str();
+        let in_transaction = request.body.contains_key("autocommit");
+        let ends_transaction = name == "commitTransaction" || name == "abortTransaction";
+        if RETRYABLE_WRITE_COMMANDS.contains(&name) && request.body.contains_key("txnNumber") && (!in_transaction || ends_transaction) {
+            LabelledKind::RetryableWrite
+        } else if in_transaction && !ends_transaction {
+            LabelledKind::TransactionStatement
+        } else {
+            LabelledKind::Other
+        }
+    }
+}
+
+fn labels_for(kind: LabelledKind, reply: &Document) -> Vec<Bson> {
     let code = |document: &Document| document.get("code").and_then(crate::request::integer_value);
-    let retryable = |code: Option<i64>| code.is_some_and(|code| RETRYABLE_CODES.iter().any(|retryable| i64::from(*retryable) == code));
+    let listed = |codes: &[i32], code: Option<i64>| code.is_some_and(|code| codes.iter().any(|listed| i64::from(*listed) == code));
     let failed_code = if matches!(reply.get("ok"), Some(Bson::Double(ok)) if *ok == 1.0) { None } else { code(reply) };
     let write_concern_code = reply.get_document("writeConcernError").ok().and_then(code);
-    if retryable_write && (retryable(failed_code) || retryable(write_concern_code)) {
+    if kind == LabelledKind::RetryableWrite && (listed(RETRYABLE_CODES, failed_code) || listed(RETRYABLE_CODES, write_concern_code)) {
         vec![Bson::String("RetryableWriteError".into())]
+    } else if kind == LabelledKind::TransactionStatement && listed(crate::transactions::TRANSIENT_CODES, failed_code) {
+        vec![Bson::String("TransientTransactionError".into())]
     } else {
         Vec::new()
     }

@@ -12,7 +12,7 @@ use myriad_reply::reply::Reply;
 use myriad_storage::{SessionId, StatementRecord, TransactionId};
 
 use crate::backend::CurrentTransaction;
-use crate::transactions::{label, Phase, SessionTransaction, COMMIT_STATEMENT_ID};
+use crate::transactions::{label, Phase, SessionTransaction, COMMIT_STATEMENT_ID, TRANSIENT_CODES};
 use crate::context::ServerContext;
 use crate::request::CommandRequest;
 use crate::retryable::Checkout;
@@ -40,9 +40,6 @@ const ALLOWED: &[&str] = &[
     "buildInfo",
     "connectionStatus",
 ];
-/// Codes after which retrying the whole transaction may succeed (MongoDB's
-/// `TransientTransactionError` label).
-const TRANSIENT: &[i32] = &[24, 91, 112, 189, 251, 10107, 11602, 13435];
 /// Codes after which a commit may or may not have happened (`UnknownTransactionCommitResult`).
 const COMMIT_UNKNOWN: &[i32] = &[50, 64, 91, 189, 10107, 11600, 11602, 13435];
 const COMMAND_FAILED: myriad_reply::error::ErrorCode = myriad_reply::error::ErrorCode::new(125);
@@ -96,6 +93,7 @@ pub struct Statement<'c> {
     session: SessionId,
     number: i64,
     id: TransactionId,
+    began: Instant,
     _checkout: Checkout<'c>,
     _current: CurrentTransaction,
 }
@@ -131,7 +129,8 @@ pub fn begin_statement<'c>(context: &'c ServerContext, request: &CommandRequest)
     context.transactions.start_expiry(&context.backend);
     context.transactions.expire_now(context.backend.as_ref());
     let id = if fields.start { start(context, session, fields.number)? } else { continuing(context, &session, fields.number)? };
-    Ok(Some(Statement { context, session, number: fields.number, id, _checkout: checkout, _current: CurrentTransaction::enter(Some(id)) }))
+    let current = CurrentTransaction::enter(Some(id));
+    Ok(Some(Statement { context, session, number: fields.number, id, began: Instant::now(), _checkout: checkout, _current: current }))
 }
 
 /// A transaction's read concern: local, majority or snapshot (all read its snapshot).
@@ -171,7 +170,7 @@ fn start(context: &ServerContext, session: SessionId, number: i64) -> CommandRes
         }
     }
     let id = context.backend.begin_transaction()?;
-    context.transactions.set(session, SessionTransaction { number, phase: Phase::Open(id), started: Instant::now(), statements: 1 });
+    context.transactions.set(session, SessionTransaction { statements: 1, running: true, ..SessionTransaction::new(number, Phase::Open(id)) });
     Ok(id)
 }
 
@@ -179,7 +178,7 @@ fn continuing(context: &ServerContext, session: &SessionId, number: i64) -> Comm
     match context.transactions.get(session) {
         Some(existing) if existing.number == number => match existing.phase {
             Phase::Open(id) => {
-                context.transactions.set(*session, SessionTransaction { statements: existing.statements + 1, ..existing });
+                context.transactions.set(*session, SessionTransaction { statements: existing.statements + 1, running: true, ..existing });
                 Ok(id)
             }
             Phase::Committed => Err(CommandError::new(TRANSACTION_COMMITTED, format!("Transaction {number} has been committed."))),
@@ -204,6 +203,7 @@ impl Statement<'_> {
     /// when running the transaction again may succeed); so do write errors, a write conflict
     /// among them becoming the command's error as in MongoDB.
     pub fn finish(self, outcome: CommandResult<Reply>) -> CommandResult<Reply> {
+        self.context.transactions.set_running(&self.session, self.number, false, self.began.elapsed());
         match outcome {
             Ok(Reply::Document(reply)) => match reply.get_array("writeErrors") {
                 Ok(errors) if !errors.is_empty() => {
@@ -224,7 +224,7 @@ impl Statement<'_> {
             Ok(encoded) => Ok(encoded),
             Err(mut error) => {
                 self.abort_transaction();
-                if TRANSIENT.contains(&error.code) {
+                if TRANSIENT_CODES.contains(&error.code) {
                     label(&mut error, "TransientTransactionError");
                 }
                 Err(error)
@@ -261,7 +261,7 @@ pub fn commit(context: &ServerContext, request: &CommandRequest) -> CommandResul
             Some(_) => {
                 context
                     .transactions
-                    .set(session, SessionTransaction { number, phase: Phase::Committed, started: Instant::now(), statements: 0 });
+                    .set(session, SessionTransaction::new(number, Phase::Committed));
                 Ok(doc! { "ok": 1.0 })
             }
             None => Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
@@ -297,7 +297,7 @@ fn commit_open(
                 label(&mut error, "UnknownTransactionCommitResult");
             } else {
                 context.transactions.set_phase(&session, number, Phase::Aborted);
-                if TRANSIENT.contains(&error.code) {
+                if TRANSIENT_CODES.contains(&error.code) {
                     label(&mut error, "TransientTransactionError");
                 }
             }

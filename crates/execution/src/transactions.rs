@@ -32,6 +32,11 @@ const EXPIRY_INTERVAL: Duration = Duration::from_millis(500);
 /// retryable writes' statements (which are never negative).
 pub const COMMIT_STATEMENT_ID: i32 = i32::MIN;
 
+/// Codes after which running the whole transaction again may succeed: a statement that fails
+/// with one is labelled `TransientTransactionError` (WriteConflict, LockTimeout, a stepped-down
+/// or not-writable primary, a shutdown, an unknown transaction).
+pub const TRANSIENT_CODES: &[i32] = &[24, 91, 112, 189, 251, 10107, 11602, 13435];
+
 /// Where a session's latest transaction stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
@@ -48,6 +53,37 @@ pub struct SessionTransaction {
     pub started: Instant,
     /// Statements run in it so far.
     pub statements: u64,
+    /// Time spent running its statements (the rest of its age it was idle).
+    pub active: Duration,
+    /// True while one of its statements runs.
+    pub running: bool,
+}
+
+impl SessionTransaction {
+    /// A transaction that starts now, as `phase`.
+    pub(crate) fn new(number: i64, phase: Phase) -> SessionTransaction {
+        SessionTransaction { number, phase, started: Instant::now(), statements: 0, active: Duration::ZERO, running: false }
+    }
+
+    /// currentOp's `transaction` section, as mongod reports it.
+    pub fn describe(&self) -> Document {
+        let open = self.started.elapsed();
+        let started_wall = std::time::SystemTime::now().checked_sub(open).unwrap_or(std::time::UNIX_EPOCH);
+        let limit = Duration::from_secs(LIFETIME_LIMIT_SECONDS.load(Ordering::Relaxed));
+        let wall_string = |time: std::time::SystemTime| {
+            bson::DateTime::from_system_time(time).try_to_rfc3339_string().unwrap_or_default()
+        };
+        let micros = |duration: Duration| i64::try_from(duration.as_micros()).unwrap_or(i64::MAX);
+        doc! {
+            "parameters": { "txnNumber": self.number, "autocommit": false },
+            "startWallClockTime": wall_string(started_wall),
+            "timeOpenMicros": micros(open),
+            "timeActiveMicros": micros(self.active.min(open)),
+            "timeInactiveMicros": micros(open.saturating_sub(self.active)),
+            "expiryTime": wall_string(started_wall + limit),
+            "numStatements": i64::try_from(self.statements).unwrap_or(i64::MAX),
+        }
+    }
 }
 
 /// Every session's latest transaction, shared with the expiry thread.
@@ -70,6 +106,15 @@ impl SessionTransactions {
     /// Forgets the session's transaction (its outcome is then read from the session's records).
     pub(crate) fn forget(&self, session: &SessionId) {
         self.sessions.lock().remove(session);
+    }
+
+    /// Marks the start (`running`) or the end of one of the transaction's statements, adding
+    /// the statement's time to the transaction's active time at its end.
+    pub(crate) fn set_running(&self, session: &SessionId, number: i64, running: bool, elapsed: Duration) {
+        if let Some(transaction) = self.sessions.lock().get_mut(session).filter(|transaction| transaction.number == number) {
+            transaction.running = running;
+            transaction.active += elapsed;
+        }
     }
 
     pub(crate) fn set_phase(&self, session: &SessionId, number: i64, phase: Phase) {

@@ -171,10 +171,13 @@ async fn coll_mod_while_writers_insert() {
                 let id = writer * PER_WRITER + sequence;
                 let at = if id % 2 == 0 { past() } else { future() };
                 collection.insert_one(doc! { "_id": id, "u": id, "at": at }).await.expect("insert");
-                // Another document with an existing `u`: always refused, hidden index or not.
-                let duplicate = collection.insert_one(doc! { "_id": -1 - id, "u": id }).await.expect_err("duplicate u");
-                assert_eq!(error_code(&duplicate), Some(11000));
-                refused += 1;
+                // Another document with the `u` of one that never expires (a past one may be
+                // gone already): always refused, hidden index or not.
+                if id % 2 == 1 {
+                    let duplicate = collection.insert_one(doc! { "_id": -1 - id, "u": id }).await.expect_err("duplicate u");
+                    assert_eq!(error_code(&duplicate), Some(11000));
+                    refused += 1;
+                }
             }
             refused
         }));
@@ -195,7 +198,7 @@ async fn coll_mod_while_writers_insert() {
         refused += writer.await.expect("writer");
     }
     toggler.await.expect("toggler");
-    assert_eq!(refused, WRITERS * PER_WRITER);
+    assert_eq!(refused, WRITERS * PER_WRITER / 2);
     database.run_command(doc! { "collMod": "toggled", "index": { "name": "at_1", "expireAfterSeconds": 0 } }).await.expect("ttl");
     wait_for_count(&collection, doc! {}, (WRITERS * PER_WRITER / 2) as u64).await;
     let expected: BTreeSet<i64> = (0..WRITERS * PER_WRITER).filter(|id| id % 2 == 1).collect();

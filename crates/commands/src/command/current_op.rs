@@ -7,7 +7,11 @@
 //!
 //! With `--auth`, as mongod: `currentOp` lists every operation for a holder of the cluster's
 //! `inprog` action; any authenticated user may run it with `$ownOps: true`, which lists the
-//! operations of connections authenticated as the same user (on any connection). Without
+//! operations of connections authenticated as the same user (on any connection).
+//!
+//! A session whose transaction is open between statements is listed too, as mongod lists it
+//! (`type: "idleSession"`, `desc: "inactive transaction"`, with the transaction's age, active
+//! and idle time and expiry), unless `idleSessions: false`; `$ownOps` leaves them out. Without
 //! `inprog` and without `$ownOps` it is Unauthorized. `killOp` kills any operation for a
 //! holder of `killop`, and otherwise only the caller's own (another user's is left running,
 //! with the same reply, as mongod). With enforcement off `$ownOps` changes nothing.
@@ -23,7 +27,7 @@ use crate::{CommandRequest, ServerContext};
 /// Fields of the currentOp command that are options, not filter conditions.
 const OPTION_FIELDS: &[&str] = &[
     "currentOp", "$all", "$ownOps", "$db", "lsid", "$clusterTime", "$readPreference", "comment", "apiVersion",
-    "apiStrict", "apiDeprecationErrors", "maxTimeMS", "$truncateOps",
+    "apiStrict", "apiDeprecationErrors", "maxTimeMS", "$truncateOps", "idleSessions", "idleConnections",
 ];
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
@@ -46,6 +50,21 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         let described = operation.describe();
         if filter.matches(&described) {
             in_progress.push(Bson::Document(described));
+        }
+    }
+    let idle_sessions = request.body.get("idleSessions").and_then(crate::request::truthy).unwrap_or(true);
+    if idle_sessions && !(enforced && own_only) {
+        for (session, transaction) in context.transactions.open().into_iter().filter(|(_, transaction)| !transaction.running) {
+            let described = doc! {
+                "type": "idleSession",
+                "desc": "inactive transaction",
+                "active": false,
+                "lsid": { "id": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: session.0[..16].to_vec() } },
+                "transaction": transaction.describe(),
+            };
+            if filter.matches(&described) {
+                in_progress.push(Bson::Document(described));
+            }
         }
     }
     Ok(doc! { "inprog": in_progress, "ok": 1.0 })

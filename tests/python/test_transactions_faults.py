@@ -133,3 +133,47 @@ def test_bank_keeps_its_total_through_kills_and_partitions(replica_set):
                 return {document["_id"]: document["balance"] for database_name, collection_name in PLACES for document in member[database_name][collection_name].find()}
 
             wait_until(lambda: member_balances() == balances, f"member {index} applied every commit")
+
+
+def fail_once(client, command: str, **data) -> None:
+    client.admin.command("configureFailPoint", "failCommand", mode={"times": 1}, data={"failCommands": [command], **data})
+
+
+@pytest.mark.parametrize(
+    ("command", "data"),
+    [
+        ("insert", {"errorCode": 112}),
+        ("update", {"closeConnection": True}),
+        ("commitTransaction", {"errorCode": 91}),
+        ("commitTransaction", {"closeConnection": True}),
+        ("commitTransaction", {"writeConcernError": {"code": 64, "codeName": "WriteConcernFailed", "errmsg": "injected", "errInfo": {"wtimeout": True}}}),
+    ],
+)
+def test_with_transaction_retries_injected_faults_and_commits_once(replica_set, command, data):
+    """The driver's with_transaction loop under a fault injected once (failCommand): a
+    transient error in a statement reruns the transaction, an unknown commit result retries the
+    commit; either way the counter moves exactly once and the log has one entry."""
+    primary = replica_set.wait_for_primary()
+    with replica_set.client() as client, replica_set.member_client(primary) as direct:
+        database = client.transactions_faults
+        database.drop_collection("counter")
+        database.drop_collection("log")
+        database.counter.insert_one({"_id": 1, "value": 0})
+        database.create_collection("log")
+        attempts = []
+
+        def increment(session):
+            attempts.append(1)
+            database.log.insert_one({"attempt": len(attempts)}, session=session)
+            database.counter.update_one({"_id": 1}, {"$inc": {"value": 1}}, session=session)
+
+        fail_once(direct, command, **data)
+        try:
+            with client.start_session(default_transaction_options=MAJORITY) as session:
+                session.with_transaction(increment)
+        finally:
+            direct.admin.command("configureFailPoint", "failCommand", mode="off")
+        assert database.counter.find_one({"_id": 1})["value"] == 1
+        assert database.log.count_documents({}) == 1
+        expected_attempts = 2 if command in ("insert", "update") else 1
+        assert len(attempts) == expected_attempts
