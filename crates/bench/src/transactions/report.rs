@@ -161,3 +161,46 @@ pub fn json(figures: &Figures) -> String {
     })
     .to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::replication::throughput::new_histogram;
+    use crate::transactions::transfer::AbortCounts;
+
+    fn row(mode: Mode, connections: usize, committed: u64) -> ModeFigures {
+        ModeFigures {
+            mode,
+            connections,
+            accounts: 1000,
+            committed,
+            elapsed: Duration::from_secs(1),
+            latency: new_histogram(Duration::from_secs(1)).unwrap(),
+            aborts: AbortCounts::default(),
+        }
+    }
+
+    #[test]
+    fn the_target_is_judged_at_16_connections_against_plain_transfers() {
+        let mut contention = row(Mode::Transaction, 16, 200);
+        contention.aborts.write_conflicts = 50;
+        let figures = Figures {
+            transfers: vec![row(Mode::Transaction, 1, 100), row(Mode::Plain, 1, 50), row(Mode::Transaction, 16, 300), row(Mode::Plain, 16, 600)],
+            contention,
+            connections: vec![1, 16],
+            balance_total_expected: 10,
+            balance_total_found: 10,
+        };
+        let verdicts = verdicts(&figures);
+        assert_eq!(verdicts[0].measured, Some(0.5));
+        assert_eq!(verdicts[0].met(), Some(true));
+        assert_eq!(ratios(&figures, 1).0, Some(2.0));
+        assert_eq!(contention_to_uncontended(&figures), Some(200.0 / 300.0));
+        assert_eq!(figures.contention.aborts_per_commit(), Some(0.25));
+        let line: Value = serde_json::from_str(&json(&figures)).unwrap();
+        assert_eq!(line["targets"]["transaction_to_plain"]["met"], json!(true));
+        assert!(table(&figures).contains("aborts per committed transaction: 0.250"));
+    }
+}

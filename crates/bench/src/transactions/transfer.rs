@@ -235,3 +235,38 @@ async fn attempt_once(session: &mut ClientSession, accounts: &Accounts, source: 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    #[test]
+    fn backoff_grows_with_the_attempt_and_stays_under_the_driver_maximum() {
+        let mut random = StdRng::seed_from_u64(7);
+        for attempt in 1..40 {
+            let pause = backoff(&mut random, attempt);
+            assert!(pause <= Duration::from_millis(500), "attempt {attempt}: {pause:?}");
+            let bound = BACKOFF_INITIAL_MILLISECONDS * 1.5_f64.powf(f64::from(attempt));
+            assert!(pause.as_secs_f64() * 1000.0 <= bound + 1e-9, "attempt {attempt}: {pause:?}");
+        }
+    }
+
+    #[test]
+    fn pairs_stay_among_the_accounts_asked_for() {
+        let mut random = StdRng::seed_from_u64(11);
+        for _ in 0..1000 {
+            let (source, target) = random_pair(&mut random, 100);
+            assert!((0..100).contains(&source) && (0..100).contains(&target));
+        }
+    }
+
+    #[test]
+    fn only_write_conflicts_and_other_transient_errors_count_as_aborts() {
+        let mut counts = AbortCounts { write_conflicts: 3, other_transient: 1, commit_retries: 5 };
+        counts.add(AbortCounts { write_conflicts: 1, other_transient: 0, commit_retries: 1 });
+        assert_eq!(counts.aborts(), 5);
+        assert_eq!(counts.commit_retries, 6);
+    }
+}
