@@ -120,7 +120,7 @@ pub async fn balance_total(client: &Client, timeout: Duration) -> BenchResult<i6
         let collection: Collection<Document> = database.collection(name);
         let read = async { collection.find(doc! {}).await?.try_collect::<Vec<Document>>().await };
         let documents = crate::client::bounded(timeout, read).await.map_err(|error| error.into_bench_error(format!("reading {name}"), timeout))?;
-        total += documents.iter().map(|document| balance(document)).sum::<i64>();
+        total += documents.iter().map(balance).sum::<i64>();
     }
     Ok(total)
 }
