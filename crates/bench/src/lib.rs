@@ -13,6 +13,7 @@ pub mod many_collections;
 pub mod ops;
 pub mod replication;
 pub mod routing;
+pub mod transactions;
 pub mod writes;
 mod server;
 

@@ -44,6 +44,10 @@ enum BenchCommand {
     /// (ratios majority / w:1 and replica set / standalone), then failover time after kill -9
     /// of the primary, measured to the first acknowledged majority write.
     Replication(myriad_bench::replication::ReplicationArgs),
+    /// A transfer ($inc in two collections) as a transaction against the same two updates
+    /// without one, on a 3-member replica set, at 1 and 16 connections (ratio transaction /
+    /// plain); then the abort rate of transfer transactions over 100 hot accounts.
+    Transactions(myriad_bench::transactions::TransactionsArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
         BenchCommand::Compression(arguments) => myriad_bench::compression::run(&arguments),
         BenchCommand::ClusterRefresh(arguments) => myriad_bench::cluster_refresh::run(&arguments),
         BenchCommand::Replication(arguments) => myriad_bench::replication::run(&arguments),
+        BenchCommand::Transactions(arguments) => myriad_bench::transactions::run(&arguments),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -17,9 +17,9 @@
 
 mod failover;
 mod join;
-mod replica_set;
-mod report;
-mod throughput;
+pub(crate) mod replica_set;
+pub(crate) mod report;
+pub(crate) mod throughput;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -37,7 +37,7 @@ fn figure(figures: &Figures, target: Target, connections: usize) -> Option<&Targ
     figures.inserts.iter().find(|row| row.target == target && row.connections == connections)
 }
 
-fn ratio(numerator: Option<f64>, denominator: Option<f64>) -> Option<f64> {
+pub(crate) fn ratio(numerator: Option<f64>, denominator: Option<f64>) -> Option<f64> {
     match (numerator, denominator) {
         (Some(numerator), Some(denominator)) if denominator > 0.0 => Some(numerator / denominator),
         _ => None,
@@ -80,16 +80,17 @@ fn median_and_max(failovers: &[FailoverFigures]) -> (Option<f64>, Option<f64>) {
     (Some(median), values.last().copied())
 }
 
-struct Verdict {
-    name: String,
-    key: &'static str,
-    measured: Option<f64>,
-    bound: f64,
-    at_least: bool,
+/// One target: its measured figure against its bound, printed as met or missed.
+pub(crate) struct Verdict {
+    pub(crate) name: String,
+    pub(crate) key: &'static str,
+    pub(crate) measured: Option<f64>,
+    pub(crate) bound: f64,
+    pub(crate) at_least: bool,
 }
 
 impl Verdict {
-    fn met(&self) -> Option<bool> {
+    pub(crate) fn met(&self) -> Option<bool> {
         self.measured.map(|value| if self.at_least { value >= self.bound } else { value <= self.bound })
     }
 }
@@ -122,7 +123,7 @@ fn verdicts(figures: &Figures) -> Vec<Verdict> {
     ]
 }
 
-fn shown(value: Option<f64>, digits: usize) -> String {
+pub(crate) fn shown(value: Option<f64>, digits: usize) -> String {
     value.map_or_else(|| "-".to_string(), |value| format!("{value:.digits$}"))
 }
 
@@ -180,8 +181,14 @@ pub fn table(figures: &Figures) -> String {
         }
         let _ = writeln!(text, "snapshot / log replay: {}", shown(join_ratio(figures), 3));
     }
+    write_verdicts(&mut text, &verdicts(figures));
+    text
+}
+
+/// The "targets" block that ends every table of these benchmarks.
+pub(crate) fn write_verdicts(text: &mut String, verdicts: &[Verdict]) {
     let _ = writeln!(text, "\ntargets (printed, never asserted):");
-    for verdict in verdicts(figures) {
+    for verdict in verdicts {
         let state = match verdict.met() {
             Some(true) => "met",
             Some(false) => "MISSED",
@@ -189,7 +196,15 @@ pub fn table(figures: &Figures) -> String {
         };
         let _ = writeln!(text, "  {:<92} {:>8}  {state}", verdict.name, shown(verdict.measured, 3));
     }
-    text
+}
+
+/// The targets as the JSON object `{key: {measured, bound, met}}`.
+pub(crate) fn verdicts_json(verdicts: Vec<Verdict>) -> Value {
+    let targets: serde_json::Map<String, Value> = verdicts
+        .into_iter()
+        .map(|verdict| (verdict.key.to_string(), json!({ "measured": verdict.measured, "bound": verdict.bound, "met": verdict.met() })))
+        .collect();
+    Value::Object(targets)
 }
 
 pub fn json(figures: &Figures) -> String {
@@ -226,10 +241,7 @@ pub fn json(figures: &Figures) -> String {
         .map(|failover| json!({ "killed": failover.killed, "new_primary": failover.new_primary, "seconds": failover.elapsed.as_secs_f64(), "refused_writes": failover.refused_writes }))
         .collect();
     let (median, max) = median_and_max(&figures.failovers);
-    let targets: serde_json::Map<String, Value> = verdicts(figures)
-        .into_iter()
-        .map(|verdict| (verdict.key.to_string(), json!({ "measured": verdict.measured, "bound": verdict.bound, "met": verdict.met() })))
-        .collect();
+    let targets = verdicts_json(verdicts(figures));
     json!({
         "benchmark": "replication",
         "inserts": inserts,

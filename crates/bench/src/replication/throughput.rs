@@ -20,7 +20,7 @@ const PAYLOAD: &str = "myriad-bench-replication-0123456789abcdefghij";
 /// Latencies in microseconds, 3 significant digits.
 const HISTOGRAM_SIGNIFICANT_DIGITS: u8 = 3;
 /// Unmeasured time before a target's first slice at a connection count (opens the pool).
-const WARMUP: Duration = Duration::from_millis(300);
+pub(crate) const WARMUP: Duration = Duration::from_millis(300);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
@@ -79,7 +79,7 @@ pub struct Plan {
     pub operation_timeout: Duration,
 }
 
-fn new_histogram(operation_timeout: Duration) -> BenchResult<Histogram<u64>> {
+pub(crate) fn new_histogram(operation_timeout: Duration) -> BenchResult<Histogram<u64>> {
     let highest_microseconds = (operation_timeout.as_micros() as u64).saturating_mul(2).max(1_000_000);
     Histogram::new_with_bounds(1, highest_microseconds, HISTOGRAM_SIGNIFICANT_DIGITS).map_err(|error| BenchError::InvalidArgument(format!("latency histogram: {error}")))
 }
