@@ -161,21 +161,12 @@ pub trait Backend: Send + Sync {
     /// ([`current_transaction`]), the reads and writes of this backend are the
     /// transaction's.
     fn begin_transaction(&self) -> BackendResult<TransactionId> {
-        Err(StorageError::IllegalOperation(
-            "Transaction numbers are only allowed on a replica set member or mongos".into(),
-        ))
+        Err(StorageError::IllegalOperation("Transaction numbers are only allowed on a replica set member or mongos".into()))
     }
     /// Writes every write of transaction `id` (with the session's `record` of the commit) as
     /// one write, or none; the transaction is closed either way.
-    fn commit_transaction(
-        &self,
-        id: TransactionId,
-        _record: Option<StatementRecord<'_>>,
-        _durability: Durability,
-    ) -> BackendResult<()> {
-        Err(StorageError::NoSuchTransaction(format!(
-            "Transaction {id} is no longer open"
-        )))
+    fn commit_transaction(&self, id: TransactionId, _record: Option<StatementRecord<'_>>, _durability: Durability) -> BackendResult<()> {
+        Err(StorageError::NoSuchTransaction(format!("Transaction {id} is no longer open")))
     }
     /// Discards transaction `id`.
     fn abort_transaction(&self, _id: TransactionId) {}
@@ -276,25 +267,8 @@ impl Backend for Engine {
         max_count: usize,
     ) -> BackendResult<Vec<(Vec<u8>, RecordId)>> {
         match current_transaction() {
-            Some(id) => Engine::transaction_scan_index(
-                self,
-                id,
-                handle,
-                index_name,
-                range,
-                reverse,
-                start_after,
-                max_count,
-            ),
-            None => Engine::scan_index(
-                self,
-                handle,
-                index_name,
-                range,
-                reverse,
-                start_after,
-                max_count,
-            ),
+            Some(id) => Engine::transaction_scan_index(self, id, handle, index_name, range, reverse, start_after, max_count),
+            None => Engine::scan_index(self, handle, index_name, range, reverse, start_after, max_count),
         }
     }
     fn scan_index_values(
@@ -307,50 +281,20 @@ impl Backend for Engine {
         max_count: usize,
     ) -> BackendResult<Vec<IndexValuesEntry>> {
         match current_transaction() {
-            Some(id) => Engine::transaction_scan_index_values(
-                self,
-                id,
-                handle,
-                index_name,
-                range,
-                reverse,
-                start_after,
-                max_count,
-            ),
-            None => Engine::scan_index_values(
-                self,
-                handle,
-                index_name,
-                range,
-                reverse,
-                start_after,
-                max_count,
-            ),
+            Some(id) => Engine::transaction_scan_index_values(self, id, handle, index_name, range, reverse, start_after, max_count),
+            None => Engine::scan_index_values(self, handle, index_name, range, reverse, start_after, max_count),
         }
     }
-    fn index_keystrings(
-        &self,
-        handle: &CollectionHandle,
-        index_name: &str,
-        document: &RawDocument,
-    ) -> BackendResult<Vec<Vec<u8>>> {
+    fn index_keystrings(&self, handle: &CollectionHandle, index_name: &str, document: &RawDocument) -> BackendResult<Vec<Vec<u8>>> {
         Engine::index_keystrings(self, handle, index_name, document)
     }
-    fn get_record(
-        &self,
-        handle: &CollectionHandle,
-        record_id: RecordId,
-    ) -> BackendResult<Option<RawDocumentBuf>> {
+    fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
         match current_transaction() {
             Some(id) => Engine::transaction_get_record(self, id, handle, record_id),
             None => Engine::get_record(self, handle, record_id),
         }
     }
-    fn find_by_id(
-        &self,
-        handle: &CollectionHandle,
-        id: &Bson,
-    ) -> BackendResult<Option<(RecordId, RawDocumentBuf)>> {
+    fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>> {
         match current_transaction() {
             Some(transaction) => Engine::transaction_find_by_id(self, transaction, handle, id),
             None => Engine::find_by_id(self, handle, id),
@@ -365,11 +309,7 @@ impl Backend for Engine {
     }
     fn begin_write<'b>(&'b self, handle: &CollectionHandle) -> Box<dyn WriteSession + 'b> {
         match current_transaction() {
-            Some(id) => Box::new(TransactionWrites::new(
-                self,
-                id,
-                handle.clone(),
-            )),
+            Some(id) => Box::new(TransactionWrites::new(self, id, handle.clone())),
             None => Box::new(Engine::begin_write(self, handle)),
         }
     }
@@ -421,12 +361,7 @@ impl Backend for Engine {
     fn begin_transaction(&self) -> BackendResult<TransactionId> {
         Ok(Engine::begin_transaction(self))
     }
-    fn commit_transaction(
-        &self,
-        id: TransactionId,
-        record: Option<StatementRecord<'_>>,
-        durability: Durability,
-    ) -> BackendResult<()> {
+    fn commit_transaction(&self, id: TransactionId, record: Option<StatementRecord<'_>>, durability: Durability) -> BackendResult<()> {
         Engine::commit_transaction(self, id, record, durability)
     }
     fn abort_transaction(&self, id: TransactionId) {
@@ -478,10 +413,7 @@ fn check_handle(handle: &CollectionHandle, db: &str, collection: &str) {
 }
 
 fn check_collection_stats(stats: &CollectionStats) {
-    assert!(
-        stats.count >= 0 && stats.data_size_bytes >= 0 && stats.total_index_size_bytes >= 0,
-        "negative collection counters: {stats:?}"
-    );
+    assert!(stats.count >= 0 && stats.data_size_bytes >= 0 && stats.total_index_size_bytes >= 0, "negative collection counters: {stats:?}");
 }
 
 fn check_database_stats(stats: &DatabaseStats) {
@@ -678,12 +610,7 @@ impl<B: Backend> Backend for ContractBackend<B> {
     fn begin_transaction(&self) -> BackendResult<TransactionId> {
         self.inner.begin_transaction()
     }
-    fn commit_transaction(
-        &self,
-        id: TransactionId,
-        record: Option<StatementRecord<'_>>,
-        durability: Durability,
-    ) -> BackendResult<()> {
+    fn commit_transaction(&self, id: TransactionId, record: Option<StatementRecord<'_>>, durability: Durability) -> BackendResult<()> {
         self.inner.commit_transaction(id, record, durability)
     }
     fn abort_transaction(&self, id: TransactionId) {

@@ -44,15 +44,7 @@ impl Engine {
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> Result<Vec<(Vec<u8>, RecordId)>, StorageError> {
-        self.scan_index_at(
-            handle,
-            index_name,
-            range,
-            reverse,
-            start_after,
-            max_count,
-            None,
-        )
+        self.scan_index_at(handle, index_name, range, reverse, start_after, max_count, None)
     }
 
     /// [`Engine::scan_index`] as of `snapshot` (the current state without one).
@@ -68,13 +60,7 @@ impl Engine {
         snapshot: Option<&Snapshot<'_>>,
     ) -> Result<Vec<(Vec<u8>, RecordId)>, StorageError> {
         let index = ready_index(handle, index_name)?;
-        self.scan_index_entries(
-            handle,
-            index,
-            (range, reverse, start_after, max_count),
-            snapshot,
-            |entry| Ok((entry.entry_key, entry.record_id)),
-        )
+        self.scan_index_entries(handle, index, (range, reverse, start_after, max_count), snapshot, |entry| Ok((entry.entry_key, entry.record_id)))
     }
 
     /// As [`Engine::scan_index`], with each entry's key values: one exact BSON value per key
@@ -92,15 +78,7 @@ impl Engine {
         start_after: Option<&[u8]>,
         max_count: usize,
     ) -> Result<Vec<IndexValuesEntry>, StorageError> {
-        self.scan_index_values_at(
-            handle,
-            index_name,
-            range,
-            reverse,
-            start_after,
-            max_count,
-            None,
-        )
+        self.scan_index_values_at(handle, index_name, range, reverse, start_after, max_count, None)
     }
 
     /// [`Engine::scan_index_values`] as of `snapshot` (the current state without one).
@@ -206,10 +184,7 @@ impl Engine {
 /// RocksDB key bounds `[lower, upper)`.
 type KeyBounds = (Vec<u8>, Vec<u8>);
 
-pub(crate) fn ready_index<'h>(
-    handle: &'h CollectionHandle,
-    index_name: &str,
-) -> Result<&'h IndexEntry, StorageError> {
+pub(crate) fn ready_index<'h>(handle: &'h CollectionHandle, index_name: &str) -> Result<&'h IndexEntry, StorageError> {
     handle.entry.ready_index(index_name).ok_or_else(|| {
         StorageError::IndexNotFound(format!("index not found with name [{index_name}]"))
     })
@@ -218,12 +193,7 @@ pub(crate) fn ready_index<'h>(
 /// The RocksDB key bounds `[lower, upper)` of a scan, or None when they are empty. Range bounds
 /// match by prefix (an inclusive upper bound covers every key starting with it); a resume key
 /// narrows the side the scan moves toward.
-fn scan_bounds(
-    index: &IndexEntry,
-    range: &IndexKeyRange,
-    reverse: bool,
-    start_after: Option<&[u8]>,
-) -> Result<Option<KeyBounds>, StorageError> {
+fn scan_bounds(index: &IndexEntry, range: &IndexKeyRange, reverse: bool, start_after: Option<&[u8]>) -> Result<Option<KeyBounds>, StorageError> {
     let prefix_bytes = index.prefix.to_be_bytes();
     let (index_start, index_end) = keys::prefix_range(index.prefix);
     let with_prefix = |bytes: &[u8]| {

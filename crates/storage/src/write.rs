@@ -278,11 +278,7 @@ impl Engine {
 
     /// A write transaction on `handle`'s collection under `stripe` (which must be the
     /// collection's).
-    pub(crate) fn write_under<'e>(
-        &'e self,
-        stripe: StripeHold<'e>,
-        handle: &CollectionHandle,
-    ) -> WriteTransaction<'e> {
+    pub(crate) fn write_under<'e>(&'e self, stripe: StripeHold<'e>, handle: &CollectionHandle) -> WriteTransaction<'e> {
         let entry = match self.collection(handle.db(), handle.name()) {
             Ok(Some(current)) if current.entry.prefix == handle.entry.prefix => Ok(current.entry),
             Ok(_) => Err(StorageError::NamespaceNotFound(handle.namespace().to_string())),
@@ -475,11 +471,7 @@ impl<'e> WriteTransaction<'e> {
         }
     }
 
-    pub(crate) fn duplicate_key(
-        entry: &CollectionEntry,
-        position: usize,
-        key: &IndexKey,
-    ) -> StorageError {
+    pub(crate) fn duplicate_key(entry: &CollectionEntry, position: usize, key: &IndexKey) -> StorageError {
         let Some(index) = entry.indexes.get(position) else {
             return StorageError::Corrupt("index position out of range".to_string());
         };

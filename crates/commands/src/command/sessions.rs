@@ -23,10 +23,7 @@ pub fn refuse_transactions(request: &CommandRequest) -> CommandResult<()> {
         if !present("lsid") {
             return Err(CommandError::new(INVALID_OPTIONS, "Transaction number requires a session ID to also be specified"));
         }
-        return Err(CommandError::new(
-            ILLEGAL_OPERATION,
-            "Transaction numbers are only allowed on a replica set member or mongos",
-        ));
+        return Err(CommandError::new(ILLEGAL_OPERATION, "Transaction numbers are only allowed on a replica set member or mongos"));
     }
     if present("autocommit") {
         return Err(CommandError::new(INVALID_OPTIONS, "'autocommit' field requires a transaction number to also be specified"));
@@ -51,30 +48,22 @@ pub fn refuse_transactions_on_router(request: &CommandRequest) -> CommandResult<
 
 /// On a standalone, reached only without a transaction number (see [`refuse_transactions`]):
 /// no transaction. On a replica-set member, `crate::transactions` commits.
-pub fn commit_transaction(
-    context: &ServerContext,
-    request: &CommandRequest,
-) -> CommandResult<Document> {
-    if context.replication.get().is_none() {
-        return Err(CommandError::new(
-            COMMAND_FAILED,
-            "commitTransaction must be run within a transaction",
-        ));
-    }
+pub fn commit_transaction(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    require_member(context, "commitTransaction")?;
     crate::transaction_statements::commit(context, request)
 }
 
-pub fn abort_transaction(
-    context: &ServerContext,
-    request: &CommandRequest,
-) -> CommandResult<Document> {
-    if context.replication.get().is_none() {
-        return Err(CommandError::new(
-            COMMAND_FAILED,
-            "abortTransaction must be run within a transaction",
-        ));
-    }
+pub fn abort_transaction(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    require_member(context, "abortTransaction")?;
     crate::transaction_statements::abort(context, request)
+}
+
+/// A standalone has no transaction to end (mongod's 125).
+fn require_member(context: &ServerContext, command: &str) -> CommandResult<()> {
+    if context.replication.get().is_none() {
+        return Err(CommandError::new(COMMAND_FAILED, format!("{command} must be run within a transaction")));
+    }
+    Ok(())
 }
 
 pub fn start(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
