@@ -11,6 +11,9 @@
 //! - `linearizable`: only on the primary, which first confirms with a round of heartbeats that
 //!   it still is, and applies everything committed by then (Raft's read index), so the read
 //!   sees every write acknowledged before it began;
+//! - `snapshot` with `atClusterTime`: the command waits until the member applied that far; a
+//!   member keeps no history of snapshots, so a time older than its last applied entry is
+//!   SnapshotTooOld (239) rather than a read of newer data;
 //! - `local`, `available`, `majority`, `snapshot`: a member applies only entries Raft has
 //!   committed (a majority holds them, and acknowledgements wait for that too), so what any
 //!   read sees is already majority-committed and cannot roll back.
@@ -27,6 +30,7 @@ use crate::{CommandRequest, ServerContext};
 
 const INVALID_OPTIONS: ErrorCode = ErrorCode::new(72);
 const NOT_WRITABLE_PRIMARY: ErrorCode = ErrorCode::new(10107);
+const SNAPSHOT_TOO_OLD: ErrorCode = ErrorCode::new(239);
 /// How long one wait for replication lasts before the command checks its own interruption.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
 
@@ -94,12 +98,34 @@ pub fn before_command(context: &ServerContext, request: &CommandRequest) -> Comm
             .block_on(member.ensure_linearizable())
             .map_err(|_| CommandError::new(NOT_WRITABLE_PRIMARY, "cannot satisfy linearizable read concern on non-primary node"));
     }
-    if let Some(after) = after {
-        if after.time == 0 && after.increment == 0 {
-            return Err(CommandError::new(INVALID_OPTIONS, "afterClusterTime cannot be a null timestamp"));
+    let at = match concern.get("atClusterTime") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::Timestamp(time)) => Some(*time),
+        Some(other) => return Err(crate::request::field_type_error("readConcern.atClusterTime", "timestamp", other)),
+    };
+    if at.is_some() {
+        if level != Some("snapshot") {
+            return Err(CommandError::new(INVALID_OPTIONS, "atClusterTime is only allowed for snapshot read concern"));
         }
-        while !member.block_on(member.wait_for_optime(after.time, after.increment, WAIT_SLICE)) {
+        if after.is_some() {
+            return Err(CommandError::new(INVALID_OPTIONS, "afterClusterTime and atClusterTime cannot both be specified"));
+        }
+    }
+    if let Some(time) = after.or(at) {
+        if time.time == 0 && time.increment == 0 {
+            let field = if at.is_some() { "atClusterTime" } else { "afterClusterTime" };
+            return Err(CommandError::new(INVALID_OPTIONS, format!("{field} cannot be a null timestamp")));
+        }
+        while !member.block_on(member.wait_for_optime(time.time, time.increment, WAIT_SLICE)) {
             crate::operation::check_interrupt()?;
+        }
+    }
+    if let (Some(at), Some(applied)) = (at, current(context)) {
+        if (applied.time, applied.increment) > (at.time, at.increment) {
+            return Err(CommandError::new(
+                SNAPSHOT_TOO_OLD,
+                format!("Read timestamp {at} is older than the oldest available timestamp ({applied})."),
+            ));
         }
     }
     Ok(())
