@@ -326,3 +326,22 @@ def test_snapshot_reads_at_a_cluster_time_are_exact_or_refused(replica_set):
             with pytest.raises(OperationFailure) as raised:
                 database.command("find", "items", readConcern=concern)
             assert raised.value.code == 72
+
+
+def test_a_transaction_past_sixteen_mebibytes_is_refused_and_aborted(replica_set):
+    with replica_set.client() as client:
+        database = client.transactions_too_large
+        database.drop_collection("items")
+        database.create_collection("items")
+        payload = "x" * (1024 * 1024)
+        with client.start_session() as session:
+            session.start_transaction()
+            with pytest.raises(OperationFailure) as raised:
+                for number in range(20):
+                    database.items.insert_one({"_id": number, "payload": payload}, session=session)
+            assert raised.value.code == 334, raised.value.details
+            assert database.items.count_documents({}) == 0
+            with pytest.raises(OperationFailure) as raised:
+                session.commit_transaction()
+            assert raised.value.code == 251
+        assert database.items.count_documents({}) == 0

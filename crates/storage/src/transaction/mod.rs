@@ -14,8 +14,8 @@
 //!   MongoDB, detected at the write). A write of a record (or unique key) that changed since
 //!   the snapshot is a WriteConflict too; the commit checks both again under the stripes, so a
 //!   write committed outside any transaction after the statement is caught there.
-//! - A transaction holds at most [`MAX_TRANSACTION_BYTES`] of written documents, checked before
-//!   a write is added.
+//! - A transaction holds at most [`MAX_TRANSACTION_BYTES`] of written documents (each write
+//!   counting a fixed overhead too, deletes included), checked before a write is added.
 //! - Open transactions (and their RocksDB snapshots) belong to the engine and are dropped
 //!   before its database.
 
@@ -101,7 +101,7 @@ impl Engine {
         validate_id(document)?;
         let bytes = serialize(document)?;
         self.with_transaction(id, |transaction| {
-            transaction.reserve(bytes.len())?;
+            transaction.reserve(bytes.len() + OPERATION_OVERHEAD_BYTES)?;
             let record_id = transaction.next_provisional_id;
             self.check_unique_keys(transaction, &entry, record_id, document)?;
             transaction.next_provisional_id += 1;
@@ -123,7 +123,7 @@ impl Engine {
         validate_id(document)?;
         let bytes = serialize(document)?;
         self.with_transaction(id, |transaction| {
-            transaction.reserve(bytes.len())?;
+            transaction.reserve(bytes.len() + OPERATION_OVERHEAD_BYTES)?;
             self.check_record_unchanged(transaction, &entry, record_id)?;
             self.check_unique_keys(transaction, &entry, record_id, document)?;
             transaction.changes(&entry).records.insert(record_id, Some(bytes));
@@ -136,6 +136,7 @@ impl Engine {
     pub fn transaction_delete(&self, id: TransactionId, handle: &CollectionHandle, record_id: RecordId) -> Result<(), StorageError> {
         let entry = self.writable_entry(handle)?;
         self.with_transaction(id, |transaction| {
+            transaction.reserve(OPERATION_OVERHEAD_BYTES)?;
             self.check_record_unchanged(transaction, &entry, record_id)?;
             transaction.changes(&entry).records.insert(record_id, None);
             transaction.operations.push(Operation::Delete { prefix: entry.prefix, record_id });
@@ -265,6 +266,10 @@ impl Engine {
         Ok(None)
     }
 }
+
+/// What each write costs against [`MAX_TRANSACTION_BYTES`] beyond its document (its record key,
+/// claims and bookkeeping), so a transaction of deletes, which write no document, is bounded too.
+const OPERATION_OVERHEAD_BYTES: usize = 64;
 
 impl OpenTransaction {
     /// Counts `bytes` more against [`MAX_TRANSACTION_BYTES`], refusing before it is exceeded.
