@@ -168,6 +168,12 @@ def test_commit_is_idempotent_and_refusals_match_mongod(replica_set):
             with pytest.raises(OperationFailure) as raised:
                 database.command(SON([("find", "items"), ("lsid", lsid), ("txnNumber", Int64(12)), ("autocommit", True)]))
             assert raised.value.code == 72
+            for number, stage in ((Int64(13), {"$out": "copy"}), (Int64(14), {"$merge": {"into": "copy"}})):
+                writing = [("aggregate", "items"), ("pipeline", [stage]), ("cursor", {}), ("lsid", lsid), ("txnNumber", number),
+                           ("startTransaction", True), ("autocommit", False)]
+                with pytest.raises(OperationFailure) as raised:
+                    database.command(SON(writing))
+                assert raised.value.code == 263, raised.value.details
         assert [document["_id"] for document in database.items.find()] == [1]
 
 

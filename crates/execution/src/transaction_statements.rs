@@ -115,6 +115,14 @@ pub fn begin_statement<'c>(context: &'c ServerContext, request: &CommandRequest)
             format!("Cannot run '{name}' in a multi-document transaction."),
         ));
     }
+    if name == "aggregate" {
+        let stages = request.body.get_array("pipeline").map(|stages| stages.iter().filter_map(Bson::as_document)).into_iter().flatten();
+        for stage in stages {
+            if let Some(writing) = ["$out", "$merge"].into_iter().find(|writing| stage.contains_key(*writing)) {
+                return Err(CommandError::new(OPERATION_NOT_SUPPORTED_IN_TRANSACTION, format!("{writing} cannot be used in a transaction")));
+            }
+        }
+    }
     if request.body.contains_key("writeConcern") {
         return Err(CommandError::new(INVALID_OPTIONS, "Cannot set write concern after starting a transaction."));
     }
