@@ -351,3 +351,29 @@ def test_a_transaction_past_sixteen_mebibytes_is_refused_and_aborted(replica_set
                 session.commit_transaction()
             assert raised.value.code == 251
         assert database.items.count_documents({}) == 0
+
+
+def test_cursors_of_a_transaction_page_through_its_view(replica_set):
+    """getMore inside a transaction reads the same view: scans, index scans, covered index
+    scans and sorts, in batches of 1 to 3, over the snapshot with the transaction's inserts,
+    update and delete laid over it, and without a concurrent outside insert."""
+    with replica_set.client() as client:
+        database = client.transactions_get_more
+        database.drop_collection("items")
+        database.items.insert_many([{"_id": number, "k": number % 3} for number in range(7)])
+        database.items.create_index("k")
+        with client.start_session() as session:
+            session.start_transaction()
+            database.items.insert_many([{"_id": 100 + number, "k": number % 3} for number in range(4)], session=session)
+            database.items.delete_one({"_id": 2}, session=session)
+            database.items.update_one({"_id": 3}, {"$set": {"k": 9}}, session=session)
+            database.items.insert_one({"_id": 50, "k": 1})
+            seen = [0, 1, 3, 4, 5, 6, 100, 101, 102, 103]
+            assert sorted(document["_id"] for document in database.items.find({}, session=session, batch_size=2)) == seen
+            assert sorted(document["_id"] for document in database.items.find({"k": {"$gte": 0}}, session=session, batch_size=2).hint("k_1")) == seen
+            covered = database.items.find({"k": 1}, {"_id": 1, "k": 1}, session=session, batch_size=1).hint("k_1")
+            assert sorted(document["_id"] for document in covered) == [1, 4, 101]
+            by_key = [document["k"] for document in database.items.find({}, session=session, batch_size=3).sort("k", -1)]
+            assert by_key == [9, 2, 2, 1, 1, 1, 0, 0, 0, 0]
+            session.commit_transaction()
+        assert sorted(document["_id"] for document in database.items.find()) == sorted(seen + [50])
