@@ -67,6 +67,18 @@ pub fn clean_up_now() {
 }
 
 /// On SIGINT or SIGTERM: clean up, then exit with 128 + the signal number.
+/// A multi-threaded runtime whose threads are named `thread_name`, with the signal watcher
+/// running on it (so an interrupted benchmark still stops what it started).
+pub fn watched_runtime(thread_name: &str) -> crate::error::BenchResult<tokio::runtime::Runtime> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(thread_name)
+        .build()
+        .map_err(|error| crate::error::BenchError::io("starting the async runtime", error))?;
+    spawn_signal_watcher(&runtime);
+    Ok(runtime)
+}
+
 pub fn spawn_signal_watcher(runtime: &tokio::runtime::Runtime) {
     runtime.spawn(async {
         use tokio::signal::unix::{signal, SignalKind};

@@ -92,11 +92,7 @@ fn run_benchmark(arguments: &CompressionArgs) -> BenchResult<()> {
     if arguments.point_reads == 0 || arguments.point_reads > DOCUMENTS_LIMIT {
         return Err(BenchError::InvalidArgument(format!("--point-reads must be in 1..={DOCUMENTS_LIMIT}")));
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|error| BenchError::io("starting the async runtime", error))?;
-    crate::cleanup::spawn_signal_watcher(&runtime);
+    let runtime = crate::cleanup::watched_runtime("compression")?;
     let binary = locate_server_binary(arguments.server_binary.as_deref())?;
     let mut figures: Vec<Figures> = Vec::new();
     for round in 0..arguments.rounds {

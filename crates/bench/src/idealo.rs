@@ -89,11 +89,7 @@ fn run_benchmark(arguments: &IdealoArgs) -> BenchResult<()> {
     if arguments.queries == 0 || arguments.queries > QUERIES_LIMIT {
         return Err(BenchError::InvalidArgument(format!("--queries must be in 1..={QUERIES_LIMIT}")));
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|error| BenchError::io("starting the async runtime", error))?;
-    crate::cleanup::spawn_signal_watcher(&runtime);
+    let runtime = crate::cleanup::watched_runtime("idealo")?;
     let data_directory = DataDirectory::create(arguments.work_directory.as_deref(), false, "myriad-bench-idealo-")?;
     let launch = ServerLaunch {
         binary: locate_server_binary(arguments.server_binary.as_deref())?,

@@ -187,12 +187,7 @@ pub fn run(arguments: &ClusterRefreshArgs) -> Result<(), String> {
 
 fn run_benchmark(arguments: &ClusterRefreshArgs) -> BenchResult<()> {
     let settings = Settings::from_arguments(arguments)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("cluster-refresh")
-        .build()
-        .map_err(|error| BenchError::io("starting the async runtime", error))?;
-    cleanup::spawn_signal_watcher(&runtime);
+    let runtime = cleanup::watched_runtime("cluster-refresh")?;
     let mut points = Vec::with_capacity(settings.chunks.len());
     for &chunks in &settings.chunks {
         let point = runtime.block_on(measure_point(&settings, chunks))?;

@@ -45,12 +45,7 @@ pub fn run(arguments: &ManyCollectionsArgs) -> Result<(), String> {
 
 fn run_benchmark(arguments: &ManyCollectionsArgs) -> BenchResult<()> {
     let settings = Settings::from_arguments(arguments)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("many-collections")
-        .build()
-        .map_err(|error| BenchError::io("starting the async runtime", error))?;
-    cleanup::spawn_signal_watcher(&runtime);
+    let runtime = cleanup::watched_runtime("many-collections")?;
     let outcome = match settings.mode {
         Mode::Normal => run_normal(&runtime, &settings),
         Mode::Wtperf => run_wtperf(&runtime, &settings),

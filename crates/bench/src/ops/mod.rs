@@ -157,12 +157,7 @@ pub fn run(arguments: &OpsArgs) -> Result<(), String> {
 
 fn run_benchmark(arguments: &OpsArgs) -> BenchResult<()> {
     let settings = Settings::from_arguments(arguments)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("ops")
-        .build()
-        .map_err(|error| BenchError::io("starting the async runtime", error))?;
-    cleanup::spawn_signal_watcher(&runtime);
+    let runtime = cleanup::watched_runtime("ops")?;
     if settings.through_router {
         let outcome = router::measure_all(&runtime, &settings);
         runtime.shutdown_timeout(Duration::from_secs(5));

@@ -136,12 +136,7 @@ pub fn run(arguments: &ReplicationArgs) -> Result<(), String> {
 
 fn run_benchmark(arguments: &ReplicationArgs) -> BenchResult<()> {
     let settings = Settings::from_arguments(arguments)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("replication")
-        .build()
-        .map_err(|error| BenchError::io("starting the async runtime", error))?;
-    cleanup::spawn_signal_watcher(&runtime);
+    let runtime = cleanup::watched_runtime("replication")?;
     let outcome = runtime.block_on(measure_all(&settings));
     runtime.shutdown_timeout(Duration::from_secs(5));
     let figures = outcome?;

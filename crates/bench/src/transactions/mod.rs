@@ -146,12 +146,7 @@ pub fn run(arguments: &TransactionsArgs) -> Result<(), String> {
 
 fn run_benchmark(arguments: &TransactionsArgs) -> BenchResult<()> {
     let settings = Settings::from_arguments(arguments)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("transactions")
-        .build()
-        .map_err(|error| BenchError::io("starting the async runtime", error))?;
-    cleanup::spawn_signal_watcher(&runtime);
+    let runtime = cleanup::watched_runtime("transactions")?;
     let outcome = runtime.block_on(measure_all(&settings));
     runtime.shutdown_timeout(Duration::from_secs(5));
     let figures = outcome?;

@@ -266,12 +266,7 @@ pub fn run(arguments: &WritesArgs) -> Result<(), String> {
 
 fn run_benchmark(arguments: &WritesArgs) -> BenchResult<()> {
     let settings = Settings::from_arguments(arguments)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("writes")
-        .build()
-        .map_err(|error| BenchError::io("starting the async runtime", error))?;
-    cleanup::spawn_signal_watcher(&runtime);
+    let runtime = cleanup::watched_runtime("writes")?;
     let outcome = measure_all(&runtime, &settings);
     runtime.shutdown_timeout(Duration::from_secs(5));
     let figures = outcome?;
