@@ -162,10 +162,7 @@ impl Engine {
             // The entry key handed back ends with the record id for both kinds (a unique
             // entry's key holds none; its value does).
             let entry_key = if index.unique {
-                let mut entry_key = Vec::with_capacity(body.len() + RECORD_ID_LEN);
-                entry_key.extend_from_slice(body);
-                entry_key.extend_from_slice(&record_id.to_be_bytes());
-                entry_key
+                keys::scan_entry_key(body, record_id)
             } else {
                 body.to_vec()
             };

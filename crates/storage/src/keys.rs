@@ -186,6 +186,15 @@ pub(crate) fn index_entry_key(prefix: u64, keystring: &[u8], record_id: Option<R
     key
 }
 
+/// The key an index scan hands back for an entry: the keystring, then the record id, for unique
+/// and non-unique indexes alike (a unique entry's stored key holds no record id; its value does).
+pub(crate) fn scan_entry_key(keystring: &[u8], record_id: RecordId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(keystring.len() + RECORD_ID_LEN);
+    key.extend_from_slice(keystring);
+    key.extend_from_slice(&record_id.to_be_bytes());
+    key
+}
+
 /// The value of an index entry: the record id (unique indexes only), then the key's type bits
 /// (docs/FORMAT.md, "Type bits").
 pub(crate) fn index_entry_value(unique: bool, record_id: RecordId, type_bits: &[u8]) -> Vec<u8> {

@@ -59,4 +59,8 @@ pub(crate) struct OpenTransaction {
     pub(crate) size_bytes: usize,
     /// The keys this transaction claimed in [`Transactions::claims`].
     pub(crate) claimed: Vec<Vec<u8>>,
+    /// The unique index entries (index prefix ‖ keystring) of the documents as the transaction
+    /// wrote them, with the record holding each: one lookup answers "does a record the
+    /// transaction wrote hold this key", instead of decoding every written record.
+    pub(crate) unique_keys: HashMap<Vec<u8>, RecordId>,
 }

@@ -22,7 +22,7 @@
 mod commit;
 mod reads;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -53,6 +53,7 @@ impl Engine {
             next_provisional_id: PROVISIONAL_RECORD_IDS,
             size_bytes: 0,
             claimed: Vec::new(),
+            unique_keys: HashMap::new(),
         };
         self.transactions.open.lock().insert(id, Arc::new(Mutex::new(transaction)));
         id
@@ -65,11 +66,6 @@ impl Engine {
         if let Some(transaction) = removed {
             self.release_claims(&transaction.lock());
         }
-    }
-
-    /// Number of open transactions (serverStatus).
-    pub fn open_transactions(&self) -> usize {
-        self.transactions.open.lock().len()
     }
 
     fn release_claims(&self, transaction: &OpenTransaction) {
@@ -105,6 +101,7 @@ impl Engine {
             let record_id = transaction.next_provisional_id;
             self.check_unique_keys(transaction, &entry, record_id, document)?;
             transaction.next_provisional_id += 1;
+            track_unique_keys(transaction, &entry, record_id, Some(document))?;
             transaction.changes(&entry).records.insert(record_id, Some(bytes));
             transaction.operations.push(Operation::Insert { prefix: entry.prefix, record_id, document: document.clone() });
             Ok(record_id)
@@ -126,6 +123,7 @@ impl Engine {
             transaction.reserve(bytes.len() + OPERATION_OVERHEAD_BYTES)?;
             self.check_record_unchanged(transaction, &entry, record_id)?;
             self.check_unique_keys(transaction, &entry, record_id, document)?;
+            track_unique_keys(transaction, &entry, record_id, Some(document))?;
             transaction.changes(&entry).records.insert(record_id, Some(bytes));
             transaction.operations.push(Operation::Update { prefix: entry.prefix, record_id, document: document.clone() });
             Ok(())
@@ -138,6 +136,7 @@ impl Engine {
         self.with_transaction(id, |transaction| {
             transaction.reserve(OPERATION_OVERHEAD_BYTES)?;
             self.check_record_unchanged(transaction, &entry, record_id)?;
+            track_unique_keys(transaction, &entry, record_id, None)?;
             transaction.changes(&entry).records.insert(record_id, None);
             transaction.operations.push(Operation::Delete { prefix: entry.prefix, record_id });
             Ok(())
@@ -217,54 +216,70 @@ impl Engine {
                 if at_snapshot != now {
                     return Err(write_conflict());
                 }
-                if self.transaction_key_owner(transaction, entry, position, key.keystring(), at_snapshot, record_id)?.is_some() {
+                if transaction_key_owner(transaction, entry.prefix, &full_key, at_snapshot, record_id).is_some() {
                     return Err(WriteTransaction::duplicate_key(entry, position, &key));
                 }
             }
         }
         Ok(())
     }
+}
 
-    /// Another record than `record_id` holding `keystring` in the unique index at `position`,
-    /// as the transaction sees the collection: the snapshot's owner unless the transaction
-    /// rewrote it without that key, or a record the transaction wrote with it.
-    fn transaction_key_owner(
-        &self,
-        transaction: &OpenTransaction,
-        entry: &CollectionEntry,
-        position: usize,
-        keystring: &[u8],
-        snapshot_owner: Option<RecordId>,
-        record_id: RecordId,
-    ) -> Result<Option<RecordId>, StorageError> {
-        let index = &entry.indexes[position];
-        let fields = index.fields()?;
-        let changes = transaction.collections.get(&entry.prefix);
-        let holds_key = |bytes: &[u8]| -> Result<bool, StorageError> {
-            let document = Document::from_reader(bytes).map_err(|error| StorageError::Corrupt(format!("record: {error}")))?;
-            Ok(index.document_keys(&fields, &document)?.keys.iter().any(|key| key.keystring() == keystring))
-        };
-        if let Some(owner) = snapshot_owner.filter(|owner| *owner != record_id) {
-            match changes.and_then(|changes| changes.records.get(&owner)) {
-                None => return Ok(Some(owner)),
-                Some(Some(bytes)) if holds_key(bytes)? => return Ok(Some(owner)),
-                Some(_) => {}
-            }
+/// Another record than `record_id` holding the unique index entry `full_key` as the
+/// transaction sees the collection: the snapshot's owner unless the transaction rewrote it
+/// (then it holds the key only if its written version does), or a record the transaction wrote
+/// with it.
+fn transaction_key_owner(
+    transaction: &OpenTransaction,
+    prefix: u64,
+    full_key: &[u8],
+    snapshot_owner: Option<RecordId>,
+    record_id: RecordId,
+) -> Option<RecordId> {
+    if let Some(owner) = snapshot_owner.filter(|owner| *owner != record_id) {
+        if !transaction.wrote(prefix, owner) {
+            return Some(owner);
         }
-        let Some(changes) = changes else {
-            return Ok(None);
-        };
-        for (owner, state) in &changes.records {
-            if *owner != record_id {
-                if let Some(bytes) = state {
-                    if holds_key(bytes)? {
-                        return Ok(Some(*owner));
-                    }
-                }
-            }
-        }
-        Ok(None)
     }
+    transaction.unique_keys.get(full_key).copied().filter(|holder| *holder != record_id)
+}
+
+/// Keeps [`OpenTransaction::unique_keys`] true as the transaction writes `record_id`: the
+/// unique entries of its previously written version go, those of `document` (None for a
+/// delete) come. Called before the record's new version is stored in its changes.
+fn track_unique_keys(
+    transaction: &mut OpenTransaction,
+    entry: &CollectionEntry,
+    record_id: RecordId,
+    document: Option<&Document>,
+) -> Result<(), StorageError> {
+    let previous = match transaction.collections.get(&entry.prefix).and_then(|changes| changes.records.get(&record_id)) {
+        Some(Some(bytes)) => Some(Document::from_reader(bytes.as_slice()).map_err(|error| StorageError::Corrupt(format!("record: {error}")))?),
+        _ => None,
+    };
+    for key in unique_entry_keys(entry, previous.as_ref())? {
+        if transaction.unique_keys.get(&key) == Some(&record_id) {
+            transaction.unique_keys.remove(&key);
+        }
+    }
+    for key in unique_entry_keys(entry, document)? {
+        transaction.unique_keys.insert(key, record_id);
+    }
+    Ok(())
+}
+
+/// The entries (index prefix ‖ keystring) `document` has in the collection's ready unique
+/// indexes.
+fn unique_entry_keys(entry: &CollectionEntry, document: Option<&Document>) -> Result<Vec<Vec<u8>>, StorageError> {
+    let Some(document) = document else { return Ok(Vec::new()) };
+    let mut entries = Vec::new();
+    for index in entry.indexes.iter().filter(|index| index.unique && !index.building) {
+        let fields = index.fields()?;
+        for key in index.document_keys(&fields, document)?.keys {
+            entries.push(keys::index_entry_key(index.prefix, key.keystring(), None));
+        }
+    }
+    Ok(entries)
 }
 
 /// What each write costs against [`MAX_TRANSACTION_BYTES`] beyond its document (its record key,
@@ -286,6 +301,11 @@ impl OpenTransaction {
 
     fn changes(&mut self, entry: &Arc<CollectionEntry>) -> &mut CollectionChanges {
         self.collections.entry(entry.prefix).or_insert_with(|| CollectionChanges { entry: Arc::clone(entry), records: BTreeMap::new() })
+    }
+
+    /// True when the transaction wrote (or deleted) the record.
+    pub(crate) fn wrote(&self, prefix: u64, record_id: RecordId) -> bool {
+        self.collections.get(&prefix).is_some_and(|changes| changes.records.contains_key(&record_id))
     }
 
     /// The record as the transaction sees it, when the transaction wrote it (Some(None):

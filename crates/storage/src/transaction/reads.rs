@@ -14,7 +14,7 @@ use crate::catalog::CollectionHandle;
 use crate::engine::{Engine, IndexKeyRange, MAX_SCAN_BATCH};
 use crate::index::ID_INDEX_NAME;
 use crate::index_scan::{ready_index, IndexValuesEntry};
-use crate::keys::{self, RECORD_ID_LEN};
+use crate::keys;
 use crate::{RecordId, StorageError};
 
 use super::{OpenTransaction, TransactionId, PROVISIONAL_RECORD_IDS};
@@ -181,7 +181,7 @@ impl Engine {
                 let last = batch.last().map(|(key, _, _)| key.clone());
                 let mut entries: Vec<IndexValuesEntry> = batch
                     .into_iter()
-                    .filter(|(_, record_id, _)| transaction.written_record(handle.entry.prefix, *record_id).is_none())
+                    .filter(|(_, record_id, _)| !transaction.wrote(handle.entry.prefix, *record_id))
                     .collect();
                 // Written entries between the resume point and the batch's end (or the end).
                 entries.extend(
@@ -221,10 +221,7 @@ impl Engine {
             let document = Document::from_reader(bytes.as_slice()).map_err(|error| StorageError::Corrupt(format!("record: {error}")))?;
             for key in index.document_keys(&fields, &document)?.keys {
                 if range.contains(key.keystring()) {
-                    let mut entry_key = Vec::with_capacity(key.keystring().len() + RECORD_ID_LEN);
-                    entry_key.extend_from_slice(key.keystring());
-                    entry_key.extend_from_slice(&record_id.to_be_bytes());
-                    entries.push((entry_key, *record_id));
+                    entries.push((keys::scan_entry_key(key.keystring(), *record_id), *record_id));
                 }
             }
         }
