@@ -135,7 +135,7 @@ pub fn begin_statement<'c>(context: &'c ServerContext, request: &CommandRequest)
     let session = crate::retryable::session_id(request)?;
     let checkout = context.retryable_writes.check_out(session)?;
     context.transactions.start_expiry(&context.backend);
-    context.transactions.expire_now(context.backend.as_ref());
+    context.transactions.expire_session(&session, context.backend.as_ref());
     let id = if fields.start { start(context, session, fields.number)? } else { continuing(context, &session, fields.number)? };
     let current = CurrentTransaction::enter(Some(id));
     Ok(Some(Statement { context, session, number: fields.number, id, began: Instant::now(), _checkout: checkout, _current: current }))

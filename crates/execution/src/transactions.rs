@@ -169,21 +169,29 @@ impl SessionTransactions {
         });
     }
 
-    pub(crate) fn expire_now(&self, backend: &dyn Backend) {
-        expire(&self.sessions, backend);
+    /// Aborts `session`'s transaction if it is open past the lifetime limit (a statement's own
+    /// check, one lookup; the expiry thread sweeps every session).
+    pub(crate) fn expire_session(&self, session: &SessionId, backend: &dyn Backend) {
+        if let Some(transaction) = self.sessions.lock().get_mut(session) {
+            expire_if_old(transaction, backend);
+        }
     }
 }
 
 /// Aborts every open transaction older than the lifetime limit.
 fn expire(sessions: &Mutex<HashMap<SessionId, SessionTransaction>>, backend: &dyn Backend) {
+    for transaction in sessions.lock().values_mut() {
+        expire_if_old(transaction, backend);
+    }
+}
+
+/// Aborts `transaction` when it is open and older than the lifetime limit.
+fn expire_if_old(transaction: &mut SessionTransaction, backend: &dyn Backend) {
     let limit = Duration::from_secs(LIFETIME_LIMIT_SECONDS.load(Ordering::Relaxed));
-    let mut sessions = sessions.lock();
-    for transaction in sessions.values_mut() {
-        if let Phase::Open(id) = transaction.phase {
-            if transaction.started.elapsed() > limit {
-                backend.abort_transaction(id);
-                transaction.phase = Phase::Aborted;
-            }
+    if let Phase::Open(id) = transaction.phase {
+        if transaction.started.elapsed() > limit {
+            backend.abort_transaction(id);
+            transaction.phase = Phase::Aborted;
         }
     }
 }

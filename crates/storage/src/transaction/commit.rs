@@ -16,7 +16,6 @@ use rocksdb::{WriteBatch, WriteOptions};
 
 use crate::catalog::CollectionHandle;
 use crate::journal::Durability;
-use crate::keys;
 use crate::operation_record::OperationRecord;
 use crate::replication::ReplicatedEffect;
 use crate::sessions::StatementRecord;
@@ -120,10 +119,8 @@ impl Engine {
         handle: &CollectionHandle,
         record_ids: impl Iterator<Item = RecordId>,
     ) -> Result<(), StorageError> {
-        let family = self.records_family(&handle.entry)?;
         for record_id in record_ids.filter(|record_id| *record_id < PROVISIONAL_RECORD_IDS) {
-            let key = keys::record_key(handle.entry.prefix, record_id);
-            if transaction.snapshot.get_pinned_cf(family, key)?.as_deref() != self.db.get_pinned_cf(family, key)?.as_deref() {
+            if self.record_changed_since(transaction, &handle.entry, record_id)? {
                 return Err(write_conflict());
             }
         }

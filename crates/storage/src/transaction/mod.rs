@@ -186,13 +186,23 @@ impl Engine {
         }
         let key = keys::record_key(entry.prefix, record_id);
         self.claim(transaction, key.to_vec())?;
-        let family = self.records_family(entry)?;
-        let at_snapshot = transaction.snapshot.get_pinned_cf(family, key)?;
-        let now = self.db.get_pinned_cf(family, key)?;
-        if at_snapshot.as_deref() != now.as_deref() {
+        if self.record_changed_since(transaction, entry, record_id)? {
             return Err(write_conflict());
         }
         Ok(())
+    }
+
+    /// True when record `record_id` (one that may exist at the snapshot) is not stored now as
+    /// it was at the transaction's snapshot.
+    pub(crate) fn record_changed_since(
+        &self,
+        transaction: &OpenTransaction,
+        entry: &CollectionEntry,
+        record_id: RecordId,
+    ) -> Result<bool, StorageError> {
+        let key = keys::record_key(entry.prefix, record_id);
+        let family = self.records_family(entry)?;
+        Ok(transaction.snapshot.get_pinned_cf(family, key)?.as_deref() != self.db.get_pinned_cf(family, key)?.as_deref())
     }
 
     /// The unique checks of a document the transaction writes as `record_id`: per unique ready
