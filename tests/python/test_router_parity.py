@@ -94,6 +94,7 @@ NOT_ON_ROUTER = {
     "compact": "mongos has no compact command either (MongoDB's manual: run it on each shard), so CommandNotFound is its answer",
     **{name: "a replica-set member's command: mongos has none (rs.* helpers run on members), so CommandNotFound is its answer"
        for name in ("replSetInitiate", "replSetReconfig", "replSetGetStatus", "replSetGetConfig", "replSetStepDown", "replSetFreeze", "replSetRaft")},
+    "prepareTransaction": "a shard's internal command of the two-phase commit (its coordinator sends it): mongos has none",
 }
 
 COMMAND_NOT_FOUND = 59

@@ -39,6 +39,7 @@ pub mod balancer;
 pub mod catalog;
 pub mod client;
 pub mod config_server;
+pub mod coordinator;
 pub mod error;
 pub mod launcher;
 pub mod local;

@@ -41,6 +41,7 @@ use crate::version::ShardVersion;
 pub struct ShardRole {
     state: Arc<ShardingState>,
     migrations: Arc<MigrationState>,
+    runtime: tokio::runtime::Handle,
 }
 
 impl ShardRole {
@@ -53,7 +54,7 @@ impl ShardRole {
         let migrations = MigrationState::new(runtime.clone(), Arc::downgrade(&context), Arc::clone(&state));
         let auto_splitter = Arc::new(AutoSplitter::new(Arc::clone(&state)));
         engine.set_operation_observer(Some(observer(&migrations, &auto_splitter)));
-        let _ = context.role.set(Arc::new(ShardRole { state: Arc::clone(&state), migrations: Arc::clone(&migrations) }));
+        let _ = context.role.set(Arc::new(ShardRole { state: Arc::clone(&state), migrations: Arc::clone(&migrations), runtime: runtime.clone() }));
         state.resume(&context)?;
         migrations.start_background();
         runtime.spawn(AutoSplitter::run(auto_splitter, migrations));
@@ -106,6 +107,7 @@ impl ShardRole {
                 Err(_) => Err(ClusterError::bad_value("'getShardVersion' must be a namespace string")),
             },
             "_shardsvrChunkMedian" => chunk_median(context, body),
+            "coordinateCommitTransaction" => crate::coordinator::coordinate(context, &self.migrations, &self.runtime, body),
             name => return self.migrations.command(context, name, body).map(|result| result.map_err(Into::into)),
         };
         Some(result.map_err(Into::into))

@@ -74,8 +74,9 @@ commands! {
     "refreshSessions" => command::sessions::refresh, admin: false, class: Command, router: Local, access: Authenticated, "Keeps logical sessions alive.";
     "killSessions" => command::sessions::end, admin: false, class: Command, router: Local, access: Authenticated, "Kills logical sessions.";
     "killAllSessions" => command::sessions::kill_all, admin: false, class: Command, router: Local, access: Cluster(&["killAnySession"]), "Kills all logical sessions.";
-    "commitTransaction" => command::sessions::commit_transaction, admin: true, class: Command, router: Local, access: Authenticated, "Commits a transaction (standalone: none can be open).";
-    "abortTransaction" => command::sessions::abort_transaction, admin: true, class: Command, router: Local, access: Authenticated, "Aborts a transaction (standalone: none can be open).";
+    "commitTransaction" => command::sessions::commit_transaction, admin: true, class: Command, router: Routed, access: Authenticated, "Commits a transaction (standalone: none can be open).";
+    "abortTransaction" => command::sessions::abort_transaction, admin: true, class: Command, router: Routed, access: Authenticated, "Aborts a transaction (standalone: none can be open).";
+    "prepareTransaction" => command::sessions::prepare_transaction, admin: true, class: Command, router: NotYet, access: Cluster(&["internal"]), "Internal: prepares a transaction for its two-phase commit.";
     "insert" => command::insert::run, admin: false, class: DataWrite, router: Routed, access: Collection(&["insert"]), "Inserts documents.";
     "find" => command::find::run, admin: false, class: Read, router: Routed, access: Collection(&["find"]), "Queries documents.";
     "getMore" => command::get_more::run, admin: false, class: Continue, router: Routed, access: Authenticated, "Next batch of a cursor.";

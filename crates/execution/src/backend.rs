@@ -170,6 +170,15 @@ pub trait Backend: Send + Sync {
     }
     /// Discards transaction `id`.
     fn abort_transaction(&self, _id: TransactionId) {}
+    /// Prepares transaction `id` (two-phase commit): its commit, with the session's `record`,
+    /// is checked and built now, and only [`Backend::commit_prepared`] or an abort may follow.
+    fn prepare_transaction(self: Arc<Self>, id: TransactionId, _record: StatementRecord<'_>) -> BackendResult<()> {
+        Err(StorageError::NoSuchTransaction(format!("Transaction {id} is no longer open")))
+    }
+    /// Writes prepared transaction `id`'s commit.
+    fn commit_prepared(&self, id: TransactionId, _durability: Durability) -> BackendResult<()> {
+        Err(StorageError::NoSuchTransaction(format!("Transaction {id} is not prepared")))
+    }
 }
 
 impl WriteSession for WriteTransaction<'_> {
@@ -366,6 +375,12 @@ impl Backend for Engine {
     }
     fn abort_transaction(&self, id: TransactionId) {
         Engine::abort_transaction(self, id)
+    }
+    fn prepare_transaction(self: Arc<Self>, id: TransactionId, record: StatementRecord<'_>) -> BackendResult<()> {
+        Engine::prepare_transaction(&self, id, record)
+    }
+    fn commit_prepared(&self, id: TransactionId, durability: Durability) -> BackendResult<()> {
+        Engine::commit_prepared(self, id, durability)
     }
 }
 
@@ -615,6 +630,12 @@ impl<B: Backend> Backend for ContractBackend<B> {
     }
     fn abort_transaction(&self, id: TransactionId) {
         self.inner.abort_transaction(id)
+    }
+    fn prepare_transaction(self: Arc<Self>, id: TransactionId, record: StatementRecord<'_>) -> BackendResult<()> {
+        Arc::clone(&self.inner).prepare_transaction(id, record)
+    }
+    fn commit_prepared(&self, id: TransactionId, durability: Durability) -> BackendResult<()> {
+        self.inner.commit_prepared(id, durability)
     }
 }
 

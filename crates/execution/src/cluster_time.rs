@@ -41,6 +41,12 @@ fn current(context: &ServerContext) -> Option<Timestamp> {
     Some(Timestamp { time: optime.seconds, increment: optime.increment })
 }
 
+/// The member's cluster time now (a prepared transaction's `prepareTimestamp`); zero off a
+/// replica set.
+pub fn now_timestamp(context: &ServerContext) -> Timestamp {
+    current(context).unwrap_or(Timestamp { time: 0, increment: 0 })
+}
+
 fn cluster_time_document(time: Timestamp) -> Document {
     let signature = doc! { "hash": Binary { subtype: BinarySubtype::Generic, bytes: vec![0; 20] }, "keyId": 0i64 };
     doc! { "clusterTime": time, "signature": signature }

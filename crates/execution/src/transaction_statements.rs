@@ -8,6 +8,7 @@ use myriad_reply::error::{
     CommandError, CommandResult, CONFLICTING_OPERATION_IN_PROGRESS, INVALID_OPTIONS, NO_SUCH_TRANSACTION,
     OPERATION_NOT_SUPPORTED_IN_TRANSACTION, TRANSACTION_COMMITTED, TRANSACTION_TOO_OLD,
 };
+const PREPARED_TRANSACTION_IN_PROGRESS: myriad_reply::error::ErrorCode = myriad_reply::error::ErrorCode::new(267);
 use myriad_reply::reply::Reply;
 use myriad_storage::{SessionId, StatementRecord, TransactionId};
 
@@ -106,7 +107,7 @@ pub fn begin_statement<'c>(context: &'c ServerContext, request: &CommandRequest)
         return Ok(None);
     };
     let name = request.name.as_str();
-    if name == "commitTransaction" || name == "abortTransaction" {
+    if ["commitTransaction", "abortTransaction", "prepareTransaction"].contains(&name) {
         return Ok(None);
     }
     if !ALLOWED.contains(&name) {
@@ -173,6 +174,9 @@ fn start(context: &ServerContext, session: SessionId, number: i64) -> CommandRes
                 format!("Cannot start transaction {number} on session because a transaction with the same number has already started."),
             ));
         }
+        if let Phase::Prepared(_) = existing.phase {
+            return Err(prepared_in_progress());
+        }
         if let Phase::Open(old) = existing.phase {
             context.backend.abort_transaction(old);
         }
@@ -189,6 +193,7 @@ fn continuing(context: &ServerContext, session: &SessionId, number: i64) -> Comm
                 context.transactions.set(*session, SessionTransaction { statements: existing.statements + 1, running: true, ..existing });
                 Ok(id)
             }
+            Phase::Prepared(_) => Err(prepared_in_progress()),
             Phase::Committed => Err(CommandError::new(TRANSACTION_COMMITTED, format!("Transaction {number} has been committed."))),
             Phase::Aborted => Err(no_such_transaction(format!("Transaction {number} has been aborted."))),
         },
@@ -198,6 +203,11 @@ fn continuing(context: &ServerContext, session: &SessionId, number: i64) -> Comm
         )),
         _ => Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
     }
+}
+
+/// PreparedTransactionInProgress (267): a prepared transaction takes no more statements.
+fn prepared_in_progress() -> CommandError {
+    CommandError::new(PREPARED_TRANSACTION_IN_PROGRESS, "Cannot run a command on a transaction that has been prepared")
 }
 
 fn no_such_transaction(message: String) -> CommandError {
@@ -258,6 +268,7 @@ pub fn commit(context: &ServerContext, request: &CommandRequest) -> CommandResul
     match context.transactions.get(&session) {
         Some(existing) if existing.number == number => match existing.phase {
             Phase::Open(id) => commit_open(context, request, session, number, id),
+            Phase::Prepared(id) => commit_prepared(context, request, session, number, id),
             Phase::Committed => Ok(doc! { "ok": 1.0 }),
             Phase::Aborted => Err(no_such_transaction(format!("Transaction {number} has been aborted."))),
         },
@@ -285,9 +296,41 @@ fn commit_open(
     id: TransactionId,
 ) -> CommandResult<Document> {
     let durability = crate::write::durability(request)?;
-    let result = RawDocumentBuf::from_document(&doc! { "committed": true }).map_err(|error| CommandError::internal(error.to_string()))?;
+    let result = commit_result()?;
     let record = StatementRecord { session, transaction_number: number, statement_id: COMMIT_STATEMENT_ID, result: &result };
-    match context.backend.commit_transaction(id, Some(record), durability) {
+    let committed = context.backend.commit_transaction(id, Some(record), durability);
+    finish_commit(context, request, session, number, committed)
+}
+
+/// Commits a prepared transaction (the coordinator's decision): its commit, built when it was
+/// prepared, is written now.
+fn commit_prepared(
+    context: &ServerContext,
+    request: &CommandRequest,
+    session: SessionId,
+    number: i64,
+    id: TransactionId,
+) -> CommandResult<Document> {
+    let durability = crate::write::durability(request)?;
+    let committed = context.backend.commit_prepared(id, durability);
+    finish_commit(context, request, session, number, committed)
+}
+
+/// What the session's record of a commit holds.
+fn commit_result() -> CommandResult<RawDocumentBuf> {
+    RawDocumentBuf::from_document(&doc! { "committed": true }).map_err(|error| CommandError::internal(error.to_string()))
+}
+
+/// The reply to a commit, from the storage's outcome: its write concern waited for, or its
+/// error labelled as drivers expect.
+fn finish_commit(
+    context: &ServerContext,
+    request: &CommandRequest,
+    session: SessionId,
+    number: i64,
+    committed: Result<(), myriad_storage::StorageError>,
+) -> CommandResult<Document> {
+    match committed {
         Ok(()) => {
             context.transactions.set_phase(&session, number, Phase::Committed);
             let mut reply = Reply::Document(doc! { "ok": 1.0 });
@@ -314,6 +357,45 @@ fn commit_open(
     }
 }
 
+/// `prepareTransaction`: the first phase of a two-phase commit, sent by the coordinator to
+/// each participant. The transaction's commit is checked and built, and its collections'
+/// writers wait until the decision; answers `prepareTimestamp`. A retried prepare answers again.
+pub fn prepare(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let Some(fields) = check_fields(request)? else {
+        return Err(CommandError::new(COMMAND_FAILED, "prepareTransaction must be run within a transaction"));
+    };
+    let session = crate::retryable::session_id(request)?;
+    let _checkout = context.retryable_writes.check_out(session)?;
+    let number = fields.number;
+    let prepared = || doc! { "prepareTimestamp": crate::cluster_time::now_timestamp(context), "ok": 1.0 };
+    match context.transactions.get(&session) {
+        Some(existing) if existing.number == number => match existing.phase {
+            Phase::Open(id) => {
+                let result = commit_result()?;
+                let record = StatementRecord { session, transaction_number: number, statement_id: COMMIT_STATEMENT_ID, result: &result };
+                match std::sync::Arc::clone(&context.backend).prepare_transaction(id, record) {
+                    Ok(()) => {
+                        context.transactions.set_phase(&session, number, Phase::Prepared(id));
+                        Ok(prepared())
+                    }
+                    Err(error) => {
+                        context.transactions.set_phase(&session, number, Phase::Aborted);
+                        let mut error = CommandError::from(error);
+                        if TRANSIENT_CODES.contains(&error.code) {
+                            label(&mut error, "TransientTransactionError");
+                        }
+                        Err(error)
+                    }
+                }
+            }
+            Phase::Prepared(_) => Ok(prepared()),
+            Phase::Committed => Err(CommandError::new(TRANSACTION_COMMITTED, format!("Transaction {number} has been committed."))),
+            Phase::Aborted => Err(no_such_transaction(format!("Transaction {number} has been aborted."))),
+        },
+        _ => Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
+    }
+}
+
 /// `abortTransaction`: discards the session's open transaction.
 pub fn abort(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let Some(fields) = check_fields(request)? else {
@@ -324,7 +406,7 @@ pub fn abort(context: &ServerContext, request: &CommandRequest) -> CommandResult
     let number = fields.number;
     match context.transactions.get(&session) {
         Some(existing) if existing.number == number => match existing.phase {
-            Phase::Open(id) => {
+            Phase::Open(id) | Phase::Prepared(id) => {
                 context.backend.abort_transaction(id);
                 context.transactions.set_phase(&session, number, Phase::Aborted);
                 Ok(doc! { "ok": 1.0 })

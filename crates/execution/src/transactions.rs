@@ -41,6 +41,9 @@ pub const TRANSIENT_CODES: &[i32] = &[24, 91, 112, 189, 251, 10107, 11602, 13435
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     Open(TransactionId),
+    /// Prepared for a two-phase commit: only the coordinator's commit or abort may follow,
+    /// and neither the lifetime limit nor killSessions ends it (as in MongoDB).
+    Prepared(TransactionId),
     Committed,
     Aborted,
 }

@@ -138,7 +138,7 @@ impl RouterService {
         let access = node_access.or(spec.access).unwrap_or(Access::Authenticated);
         let authorized = access::check_external_database(&request, spec.name)
             .and_then(|()| access::authorize(context, &request, spec.name, access))
-            .and_then(|()| myriad_commands::command::sessions::refuse_transactions_on_router(&request))
+            .and_then(|()| myriad_commands::command::sessions::check_session_fields_on_router(&request))
             .and_then(|()| check_write_arguments(&request));
         if let Err(error) = authorized {
             return error.to_reply().into();

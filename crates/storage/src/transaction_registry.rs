@@ -31,6 +31,8 @@ pub(crate) struct Transactions {
     pub(crate) open: Mutex<HashMap<TransactionId, Arc<Mutex<OpenTransaction>>>>,
     /// Record keys and unique index keys written by an open transaction, with its id.
     pub(crate) claims: Mutex<HashMap<Vec<u8>, TransactionId>>,
+    /// Prepared transactions, waiting for their decision (`transaction/prepare.rs`).
+    pub(crate) prepared: Mutex<HashMap<TransactionId, crate::transaction::Prepared>>,
 }
 
 /// One write of a transaction, in statement order (the commit replays them in this order).

@@ -62,6 +62,8 @@ pub struct RouterContext {
     pub shards: ShardRegistry,
     databases: Mutex<HashMap<String, DatabaseEntry>>,
     pub cursors: RouterCursors,
+    /// The sessions' transactions routed through this router.
+    pub transactions: crate::router::transaction::RouterTransactions,
     pub logger: Arc<Logger>,
     pub counters: RouterCounters,
     pub started: Instant,
@@ -83,6 +85,7 @@ impl RouterContext {
             shards: ShardRegistry::default(),
             databases: Mutex::new(HashMap::new()),
             cursors: RouterCursors::default(),
+            transactions: Default::default(),
             logger,
             counters: RouterCounters::default(),
             started: Instant::now(),

@@ -292,6 +292,7 @@ impl RouterCursor {
             if let Some(lsid) = session {
                 command.insert("lsid", lsid.clone());
             }
+            crate::router::transaction::decorate(&source.shard, &mut command);
             async move { (index, client.run(db, command).await) }
         });
         let replies = futures_util::future::join_all(calls).await;

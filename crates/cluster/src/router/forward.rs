@@ -10,6 +10,7 @@ use crate::catalog::RoutingInfo;
 use crate::error::{ClusterError, ClusterResult};
 use crate::version::ShardVersion;
 use crate::router::context::{RouterContext, RouterCounters};
+use crate::router::transaction;
 
 /// Attempts of one operation after StaleConfig refusals (MongoDB's bound).
 pub const MAX_STALE_RETRIES: usize = 10;
@@ -21,11 +22,13 @@ const SHARD_CATCH_UP_PAUSE: Duration = Duration::from_millis(1);
 /// Sends `body` to `shard` with the version `routing` gives that shard.
 pub async fn versioned(context: &RouterContext, shard: &str, db: &str, mut body: Document, routing: &RoutingInfo) -> ClusterResult<Document> {
     body.insert("shardVersion", routing.version_for(shard).to_document());
+    transaction::decorate(shard, &mut body);
     context.shard_client(shard).await?.run(db, body).await
 }
 
 /// Sends `body` to `shard` as it is (DDL, administration).
-pub async fn unversioned(context: &RouterContext, shard: &str, db: &str, body: Document) -> ClusterResult<Document> {
+pub async fn unversioned(context: &RouterContext, shard: &str, db: &str, mut body: Document) -> ClusterResult<Document> {
+    transaction::decorate(shard, &mut body);
     context.shard_client(shard).await?.run(db, body).await
 }
 
@@ -41,6 +44,7 @@ pub async fn scatter(
         if let Some(routing) = routing {
             body.insert("shardVersion", routing.version_for(&shard).to_document());
         }
+        transaction::decorate(&shard, &mut body);
         let reply = match context.shard_client(&shard).await {
             Ok(client) => client.run(db, body).await,
             Err(error) => Err(error),

@@ -23,6 +23,8 @@ pub mod pipeline;
 pub mod request;
 pub mod table;
 pub mod targeting;
+pub mod transaction;
+pub mod two_phase;
 pub mod users;
 pub mod write;
 

@@ -50,6 +50,8 @@ pub static COMMANDS: &[RouterCommandSpec] = &[
     spec!("balancerStart", admin: true, access: Cluster(&["balancer"]), "Turns the balancer on."),
     spec!("balancerStop", admin: true, access: Cluster(&["balancer"]), "Turns the balancer off (waits for its round in progress)."),
     spec!("balancerStatus", admin: true, access: Cluster(&["balancer"]), "The balancer's mode, and whether a round is in progress."),
+    spec!("commitTransaction", admin: true, "Commits a transaction on its participant shards (two-phase when several wrote)."),
+    spec!("abortTransaction", admin: true, "Aborts a transaction on its participant shards."),
     spec!("find", admin: false, "Queries documents on the owning shards."),
     spec!("getMore", admin: false, "Next batch of a router cursor."),
     spec!("killCursors", admin: false, "Closes router cursors and their shard cursors."),
@@ -93,7 +95,11 @@ const SETTINGS_WRITES: &[&str] = &["insert", "update", "delete", "findAndModify"
 /// Runs one command and always returns a reply body (errors become `ok: 0` replies).
 pub async fn run(context: &Arc<RouterContext>, request: RouterRequest) -> Document {
     RouterCounters::add(&context.counters.command, 1);
-    match dispatch(context, &request).await {
+    let outcome = match crate::router::transaction::run(context, &request, dispatch(context, &request)).await {
+        Some(outcome) => outcome,
+        None => dispatch(context, &request).await,
+    };
+    match outcome {
         Ok(mut reply) => {
             if !reply.contains_key("ok") {
                 reply.insert("ok", 1.0);
@@ -162,6 +168,9 @@ async fn dispatch(context: &Arc<RouterContext>, request: &RouterRequest) -> Clus
         "dataSize" => command::ddl::data_size(context, request).await,
         "fsync" => command::maintenance::fsync(context, request).await,
         "planCacheClear" => command::maintenance::plan_cache_clear(context, request).await,
+        "commitTransaction" | "abortTransaction" => {
+            Err(ClusterError::coded(125, format!("{} must be run within a transaction", spec.name)))
+        }
         other => Err(ClusterError::internal(format!("{other} is in the table without a handler"))),
     }
 }

@@ -260,6 +260,12 @@ impl<B: Backend> Backend for FilteringBackend<B> {
     fn abort_transaction(&self, id: myriad_storage::TransactionId) {
         self.inner.abort_transaction(id)
     }
+    fn prepare_transaction(self: Arc<Self>, id: myriad_storage::TransactionId, record: myriad_storage::StatementRecord<'_>) -> BackendResult<()> {
+        Arc::clone(&self.inner).prepare_transaction(id, record)
+    }
+    fn commit_prepared(&self, id: myriad_storage::TransactionId, durability: myriad_storage::Durability) -> BackendResult<()> {
+        self.inner.commit_prepared(id, durability)
+    }
 }
 
 /// A write session of a versioned command: updates may not move documents off this shard.

@@ -34,16 +34,16 @@ pub fn refuse_transactions(request: &CommandRequest) -> CommandResult<()> {
     Ok(())
 }
 
-/// The same checks on a router (mongos): a retryable write's transaction number (with its
-/// session) is taken, but a transaction (`autocommit`, `startTransaction`) is refused as its
-/// standalone shards refuse it, never run outside one.
-pub fn refuse_transactions_on_router(request: &CommandRequest) -> CommandResult<()> {
+/// The same checks on a router (mongos), which runs transactions and retryable writes: a
+/// transaction number needs a session, and a transaction's fields are checked as a member
+/// checks them (`crate::transaction_statements::check_fields`).
+pub fn check_session_fields_on_router(request: &CommandRequest) -> CommandResult<()> {
     let body = &request.body;
     let present = |field: &str| !matches!(body.get(field), None | Some(Bson::Null));
-    if present("autocommit") || present("startTransaction") || !present("lsid") {
-        return refuse_transactions(request);
+    if present("txnNumber") && !present("lsid") {
+        return Err(CommandError::new(INVALID_OPTIONS, "Transaction number requires a session ID to also be specified"));
     }
-    Ok(())
+    crate::transaction_statements::check_fields(request).map(drop)
 }
 
 /// On a standalone, reached only without a transaction number (see [`refuse_transactions`]):
@@ -51,6 +51,13 @@ pub fn refuse_transactions_on_router(request: &CommandRequest) -> CommandResult<
 pub fn commit_transaction(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     require_member(context, "commitTransaction")?;
     crate::transaction_statements::commit(context, request)
+}
+
+/// `prepareTransaction`: a two-phase commit's first phase on a participant (internal: sent by
+/// the coordinating shard).
+pub fn prepare_transaction(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    require_member(context, "prepareTransaction")?;
+    crate::transaction_statements::prepare(context, request)
 }
 
 pub fn abort_transaction(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {

@@ -98,4 +98,46 @@ impl Engine {
             }
         }
     }
+
+    /// [`Engine::lock_stripes`] waiting at most `timeout` for each stripe; None (holding
+    /// nothing) when one stays taken that long.
+    pub(crate) fn try_lock_stripes<'s>(
+        &'s self,
+        prefixes: impl IntoIterator<Item = u64>,
+        timeout: std::time::Duration,
+    ) -> Option<Vec<(usize, StripeGuard<'s>)>> {
+        assert_eq!(stripes_held(), 0, "lock order violated: lock stripes taken while holding another");
+        let mut indexes: Vec<usize> = prefixes.into_iter().map(|prefix| stripe_index(prefix, self.stripes.len())).collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        let mut guards = Vec::with_capacity(indexes.len());
+        for index in indexes {
+            let stripe = self.stripes.get(index)?;
+            self.counters.stripe_lock_acquisitions.fetch_add(1, Ordering::Relaxed);
+            let guard = stripe.try_lock_for(timeout)?;
+            let mut guard = StripeGuard::new(guard, &self.journal.stripe_holders);
+            guard.wait_for_writes_in_flight();
+            guards.push((index, guard));
+        }
+        Some(guards)
+    }
+
+    /// Stops counting `count` stripes this thread holds as the journal's active writers (a
+    /// prepared transaction's, which wait for a decision); counted again when the result drops.
+    pub(crate) fn park_stripe_holders(&self, count: usize) -> ParkedHolders<'_> {
+        self.journal.stripe_holders.fetch_sub(count, Ordering::Relaxed);
+        ParkedHolders { holders: &self.journal.stripe_holders, count }
+    }
+}
+
+/// Stripes not counted as active writers while it lives (see [`Engine::park_stripe_holders`]).
+pub(crate) struct ParkedHolders<'e> {
+    holders: &'e std::sync::atomic::AtomicUsize,
+    count: usize,
+}
+
+impl Drop for ParkedHolders<'_> {
+    fn drop(&mut self) {
+        self.holders.fetch_add(self.count, Ordering::Relaxed);
+    }
 }

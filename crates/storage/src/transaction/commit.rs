@@ -19,7 +19,7 @@ use crate::journal::Durability;
 use crate::operation_record::OperationRecord;
 use crate::replication::ReplicatedEffect;
 use crate::sessions::StatementRecord;
-use crate::stripes::StripeHold;
+use crate::stripes::{StripeGuard, StripeHold};
 use crate::{Engine, RecordId, StorageError};
 
 use super::{write_conflict, OpenTransaction, Operation, TransactionId, PROVISIONAL_RECORD_IDS};
@@ -54,16 +54,27 @@ impl Engine {
         if transaction.operations.is_empty() {
             return Ok(());
         }
+        let mut guards = self.lock_stripes(transaction.prefixes());
+        let built = self.build_commit(transaction, record, &mut guards)?;
+        self.write_commit(built, &mut guards, durability)
+    }
+
+    /// Under `guards` (the stripes of every collection the transaction wrote): checks every
+    /// record it wrote unchanged since its snapshot and replays its writes, giving the one
+    /// write that commits it. Nothing is written.
+    pub(super) fn build_commit(
+        &self,
+        transaction: &OpenTransaction,
+        record: Option<StatementRecord<'_>>,
+        guards: &mut [(usize, StripeGuard<'_>)],
+    ) -> Result<BuiltCommit, StorageError> {
         // Each collection's operations, in statement order.
         let mut by_collection: BTreeMap<u64, Vec<&Operation>> = BTreeMap::new();
         for operation in &transaction.operations {
             by_collection.entry(operation.prefix()).or_default().push(operation);
         }
-        let mut guards = self.lock_stripes(by_collection.keys().copied());
         let mut batches = Vec::with_capacity(by_collection.len());
-        let mut operations: Vec<OperationRecord> = Vec::new();
-        let mut effects: Vec<ReplicatedEffect> = Vec::new();
-        let mut allocations = Vec::new();
+        let mut built = BuiltCommit { batch: WriteBatch::default(), operations: Vec::new(), effects: Vec::new(), allocations: Vec::new() };
         let mut record = record;
         for (prefix, collection_operations) in &by_collection {
             let changes = &transaction.collections[prefix];
@@ -87,11 +98,23 @@ impl Engine {
             }
             let (batch, records, write_effects, allocated) = write.prepare()?.into_parts();
             batches.push(batch);
-            operations.extend(records);
-            effects.extend(write_effects);
-            allocations.extend(allocated);
+            built.operations.extend(records);
+            built.effects.extend(write_effects);
+            built.allocations.extend(allocated);
         }
-        let batch = concatenate(&batches)?;
+        built.batch = concatenate(&batches)?;
+        Ok(built)
+    }
+
+    /// Writes a built commit (one write of the commit pipeline) and advances the record-id
+    /// counters of `guards`, then waits for the journal as asked.
+    pub(super) fn write_commit(
+        &self,
+        built: BuiltCommit,
+        guards: &mut [(usize, StripeGuard<'_>)],
+        durability: Durability,
+    ) -> Result<(), StorageError> {
+        let BuiltCommit { batch, operations, effects, allocations } = built;
         self.write_logged(batch, &WriteOptions::default(), false, move || Ok(effects), &operations)?;
         let written_through = self.db.latest_sequence_number();
         for (prefix, allocated) in allocations {
@@ -103,7 +126,6 @@ impl Engine {
             }
         }
         self.observe(&operations);
-        drop(guards);
         if durability == Durability::Journaled {
             self.journal.wait_durable(&self.db, written_through)?;
         }
@@ -125,6 +147,21 @@ impl Engine {
             }
         }
         Ok(())
+    }
+}
+
+/// The one write that commits a transaction, built under its stripes.
+pub(super) struct BuiltCommit {
+    batch: WriteBatch,
+    operations: Vec<OperationRecord>,
+    effects: Vec<ReplicatedEffect>,
+    allocations: Vec<(u64, RecordId)>,
+}
+
+impl OpenTransaction {
+    /// The prefixes of the collections the transaction wrote.
+    pub(super) fn prefixes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.collections.keys().copied()
     }
 }
 

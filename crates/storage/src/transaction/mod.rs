@@ -20,7 +20,10 @@
 //!   before its database.
 
 mod commit;
+mod prepare;
 mod reads;
+
+pub(crate) use prepare::Prepared;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -62,6 +65,7 @@ impl Engine {
     /// Discards an open transaction's writes and releases its claims. Aborting one that is no
     /// longer open does nothing.
     pub fn abort_transaction(&self, id: TransactionId) {
+        self.abort_prepared(id);
         let removed = self.transactions.open.lock().remove(&id);
         if let Some(transaction) = removed {
             self.release_claims(&transaction.lock());
