@@ -54,7 +54,9 @@ impl Engine {
         if transaction.operations.is_empty() {
             return Ok(());
         }
-        let mut guards = self.lock_stripes(transaction.prefixes());
+        // Bounded: a prepared transaction may hold a stripe until its coordinator decides, and
+        // a commit waiting forever would hold a command thread the decision may need.
+        let mut guards = self.try_lock_stripes(transaction.prefixes(), super::prepare::PREPARE_LOCK_TIMEOUT).ok_or_else(write_conflict)?;
         let built = self.build_commit(transaction, record, &mut guards)?;
         self.write_commit(built, &mut guards, durability)
     }
