@@ -7,7 +7,8 @@ use bson::{Bson, Document};
 use crate::error::{ClusterError, ClusterResult};
 
 /// Fields meaningful only between a client and the router: cluster time, read preference,
-/// transaction numbers and API version are not forwarded to shards. The session (`lsid`) is,
+/// transaction numbers and API version are not forwarded to shards as the client sent them (a
+/// transaction's fields are added again per shard by `router::transaction::decorate`). The session (`lsid`) is,
 /// as mongos forwards it: each shard's session cache holds it, and the shard cursors a command
 /// opens belong to it (the router's getMores carry it too). The router takes retryable
 /// writes' transaction numbers, but its shards are standalone nodes, which refuse them: a
