@@ -33,6 +33,7 @@ const DECISION_RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// are bounded by their client's timeout too).
 const COORDINATION_TIMEOUT: Duration = Duration::from_secs(120);
 const NO_SUCH_TRANSACTION: i32 = 251;
+const TRANSACTION_COMMITTED: i32 = 256;
 
 /// The coordinator's decision.
 #[derive(Clone, Copy, Debug)]
@@ -106,11 +107,14 @@ fn record(context: &ServerContext, id: &Document, document: Document) -> Cluster
     }
 }
 
-/// Commit at the latest prepare time when every participant prepared; abort otherwise.
+/// Commit at the latest prepare time when every participant prepared; abort otherwise. A
+/// participant that answers TransactionCommitted (a commit retried after this coordinator
+/// finished) shows the decision was commit: only a commit decision is ever sent as a commit.
 fn decide(prepare: &[(String, ClusterResult<Document>)]) -> Decision {
     let mut latest = Timestamp { time: 0, increment: 0 };
     for (_, reply) in prepare {
         match reply {
+            Err(error) if error.code() == TRANSACTION_COMMITTED => {}
             Ok(reply) => {
                 if let Ok(timestamp) = reply.get_timestamp("prepareTimestamp") {
                     if (timestamp.time, timestamp.increment) > (latest.time, latest.increment) {

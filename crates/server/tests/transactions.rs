@@ -11,7 +11,7 @@ use bson::{doc, Document};
 use mongodb::error::{Error, TRANSIENT_TRANSACTION_ERROR, UNKNOWN_TRANSACTION_COMMIT_RESULT};
 use mongodb::options::{Acknowledgment, FindOneOptions, TransactionOptions, WriteConcern};
 use mongodb::{ClientSession, Database};
-use myriad_testkit::{eventually, TestReplicaSet};
+use myriad_testkit::{admin, eventually, TestCluster, TestReplicaSet};
 
 const ITEMS: i64 = 60;
 const WORKERS: i64 = 6;
@@ -19,14 +19,15 @@ const WORKERS: i64 = 6;
 /// another worker's success caused, so this bounds the test, not the server's speed).
 const MAX_ATTEMPTS: usize = 1_000;
 
-/// One move: the first pending item after skipping `skip`, or None when there is none.
-async fn move_one(database: &Database, session: &mut ClientSession, worker: i64, skip: u64) -> Result<Option<i64>, Error> {
+/// One move: the first pending item after skipping `skip`, or None when there is none. `done`
+/// is `database` on a replica set, another database (on another shard) through a router.
+async fn move_one(database: &Database, done: &Database, session: &mut ClientSession, worker: i64, skip: u64) -> Result<Option<i64>, Error> {
     let pending = database.collection::<Document>("pending");
     let options = FindOneOptions::builder().sort(doc! {"_id": 1}).skip(skip).build();
     let Some(item) = pending.find_one(doc! {}).with_options(options).session(&mut *session).await? else { return Ok(None) };
     let id = item.get_i64("_id").expect("item id");
     pending.delete_one(doc! {"_id": id}).session(&mut *session).await?;
-    database.collection::<Document>("done").insert_one(doc! {"_id": id, "worker": worker}).session(&mut *session).await?;
+    done.collection::<Document>("done").insert_one(doc! {"_id": id, "worker": worker}).session(&mut *session).await?;
     database.collection::<Document>("counters").update_one(doc! {"_id": "moved"}, doc! {"$inc": {"value": 1_i64}}).session(&mut *session).await?;
     Ok(Some(id))
 }
@@ -42,7 +43,7 @@ async fn commit(session: &mut ClientSession) -> Result<(), Error> {
 }
 
 /// Moves items until none is pending; returns the items this worker's commits moved.
-async fn worker(database: Database, worker: i64) -> Vec<i64> {
+async fn worker(database: Database, done: Database, worker: i64) -> Vec<i64> {
     let client = database.client().clone();
     let mut session = client.start_session().await.expect("session");
     let majority = WriteConcern::builder().w(Acknowledgment::Majority).build();
@@ -55,7 +56,7 @@ async fn worker(database: Database, worker: i64) -> Vec<i64> {
             let options = TransactionOptions::builder().write_concern(majority.clone()).build();
             session.start_transaction().with_options(options).await.expect("start transaction");
             let skip = if attempts % 2 == 0 { 0 } else { (worker % 3) as u64 };
-            let result = match move_one(&database, &mut session, worker, skip).await {
+            let result = match move_one(&database, &done, &mut session, worker, skip).await {
                 Ok(Some(id)) => commit(&mut session).await.map(|()| Some(id)),
                 Ok(None) if skip > 0 => {
                     session.abort_transaction().await.ok();
@@ -89,14 +90,7 @@ async fn concurrent_transactions_move_every_item_of_a_queue_exactly_once() {
     database.collection::<Document>("pending").insert_many(items).await.expect("items");
     database.collection::<Document>("counters").insert_one(doc! {"_id": "moved", "value": 0_i64}).await.expect("counter");
     database.create_collection("done").await.expect("done");
-    let tasks: Vec<_> = (0..WORKERS).map(|number| tokio::spawn(worker(database.clone(), number))).collect();
-    let mut claimant = BTreeMap::new();
-    for (number, task) in tasks.into_iter().enumerate() {
-        for id in task.await.expect("worker") {
-            assert!(claimant.insert(id, number as i64).is_none(), "item {id} committed twice");
-        }
-    }
-    assert_eq!(claimant.keys().copied().collect::<Vec<_>>(), (0..ITEMS).collect::<Vec<_>>());
+    let claimant = run_workers(&database, &database).await;
     for index in 0..set.len() {
         let member = set.member_client(index).await;
         let database = member.database("queue");
@@ -114,4 +108,53 @@ async fn concurrent_transactions_move_every_item_of_a_queue_exactly_once() {
             assert_eq!(document.get_i64("worker"), Ok(claimant[&id]), "item {id} moved by its committer");
         }
     }
+}
+
+/// Runs the workers to the end; which worker's commit moved each item (every item exactly once).
+async fn run_workers(database: &Database, done: &Database) -> BTreeMap<i64, i64> {
+    let tasks: Vec<_> = (0..WORKERS).map(|number| tokio::spawn(worker(database.clone(), done.clone(), number))).collect();
+    let mut claimant = BTreeMap::new();
+    for (number, task) in tasks.into_iter().enumerate() {
+        for id in task.await.expect("worker") {
+            assert!(claimant.insert(id, number as i64).is_none(), "item {id} committed twice");
+        }
+    }
+    assert_eq!(claimant.keys().copied().collect::<Vec<_>>(), (0..ITEMS).collect::<Vec<_>>());
+    claimant
+}
+
+/// The same queue through a router, its `pending` items and counter on one replica-set shard
+/// and `done` on another: each move is a transaction over both shards, committed by the
+/// two-phase commit the first shard coordinates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn through_a_router_transactions_across_two_shards_move_every_item_exactly_once() {
+    let cluster = TestCluster::start(0).await;
+    let shards = [TestReplicaSet::start_named(1, "txa", &["--shardsvr"]).await, TestReplicaSet::start_named(1, "txb", &["--shardsvr"]).await];
+    let client = cluster.router_client(0).await;
+    for shard in &shards {
+        admin(&client, doc! {"addShard": shard.shard_address()}).await.expect("addShard");
+    }
+    admin(&client, doc! {"enableSharding": "queue", "primaryShard": "txa"}).await.expect("enableSharding");
+    admin(&client, doc! {"enableSharding": "queue_done", "primaryShard": "txb"}).await.expect("enableSharding");
+    let database = client.database("queue");
+    let done = client.database("queue_done");
+    let items: Vec<Document> = (0..ITEMS).map(|id| doc! {"_id": id}).collect();
+    database.collection::<Document>("pending").insert_many(items).await.expect("items");
+    database.collection::<Document>("counters").insert_one(doc! {"_id": "moved", "value": 0_i64}).await.expect("counter");
+    done.create_collection("done").await.expect("done");
+    let claimant = run_workers(&database, &done).await;
+    assert_eq!(database.collection::<Document>("pending").count_documents(doc! {}).await.expect("pending"), 0);
+    let counter = database.collection::<Document>("counters").find_one(doc! {"_id": "moved"}).await.expect("counter").expect("counter");
+    assert_eq!(counter.get_i64("value"), Ok(ITEMS));
+    // Each shard holds its side: the items it was given, and no more.
+    let on_second_shard = shards[1].member_client(0).await.database("queue_done").collection::<Document>("done");
+    let mut stored = on_second_shard.find(doc! {}).await.expect("done");
+    let mut count = 0;
+    while stored.advance().await.expect("done") {
+        let document = stored.deserialize_current().expect("document");
+        let id = document.get_i64("_id").expect("id");
+        assert_eq!(document.get_i64("worker"), Ok(claimant[&id]), "item {id} moved by its committer");
+        count += 1;
+    }
+    assert_eq!(count, ITEMS);
 }

@@ -24,12 +24,18 @@ pub struct TestReplicaSet {
 
 impl TestReplicaSet {
     pub async fn start(members: usize) -> TestReplicaSet {
-        let name = "rs0".to_string();
+        TestReplicaSet::start_named(members, "rs0", &[]).await
+    }
+
+    /// A set named `name` whose members also get `extra_arguments` (`--shardsvr` for a shard).
+    pub async fn start_named(members: usize, name: &str, extra_arguments: &[&str]) -> TestReplicaSet {
+        let name = name.to_string();
         let mut processes = Vec::with_capacity(members);
         let mut data_directories = Vec::with_capacity(members);
         for _ in 0..members {
             let data_directory = tempfile::tempdir().expect("temp dir");
-            let arguments = ["--dbpath", &data_directory.path().to_string_lossy(), "--cacheSizeMB", "64", "--replSet", &name].map(str::to_string).to_vec();
+            let mut arguments = ["--dbpath", &data_directory.path().to_string_lossy(), "--cacheSizeMB", "64", "--replSet", &name].map(str::to_string).to_vec();
+            arguments.extend(extra_arguments.iter().map(|argument| argument.to_string()));
             processes.push(MyriadProcess::start(arguments, Vec::new(), 0));
             data_directories.push(data_directory);
         }
@@ -84,6 +90,12 @@ impl TestReplicaSet {
     /// Starts a killed member again on its port and files.
     pub fn restart(&mut self, index: usize) {
         self.members[index].restart();
+    }
+
+    /// The set's address as `addShard` takes it: `name/host:port,...`.
+    pub fn shard_address(&self) -> String {
+        let hosts: Vec<String> = self.members.iter().map(MyriadProcess::address).collect();
+        format!("{}/{}", self.name, hosts.join(","))
     }
 
     pub fn member_port(&self, index: usize) -> u16 {

@@ -40,6 +40,9 @@ const WRITE_COMMANDS: &[&str] = &["insert", "update", "delete", "findAndModify",
 const NO_SUCH_TRANSACTION: i32 = 251;
 const TRANSACTION_TOO_OLD: i32 = 225;
 const CONFLICTING_OPERATION_IN_PROGRESS: i32 = 117;
+/// Codes after which a commit may or may not have happened (a member's list, plus the
+/// coordinator's own timeout, 50).
+const COMMIT_UNKNOWN_CODES: &[i32] = &[50, 64, 91, 189, 10107, 11600, 11602, 13435];
 
 tokio::task_local! {
     /// The transaction of the command this task routes.
@@ -275,11 +278,16 @@ async fn commit(context: &Arc<RouterContext>, request: &RouterRequest, key: &[u8
             Ok(reply)
         }
         Err(error) => {
-            let labels = error_labels(&error);
-            if !labels.iter().any(|label| label == "UnknownTransactionCommitResult") {
-                transaction.set_phase(Phase::Aborted);
-                abort_participants(context, &transaction).await;
+            // Not reaching a participant (or the coordinator), or its failing over, leaves the
+            // outcome unknown: the transaction stays open here, and a retried commit asks again.
+            let unknown = matches!(error, ClusterError::HostUnreachable { .. } | ClusterError::NetworkTimeout { .. })
+                || COMMIT_UNKNOWN_CODES.contains(&error.code())
+                || error_labels(&error).iter().any(|label| label == "UnknownTransactionCommitResult");
+            if unknown {
+                return Err(with_label(error, "UnknownTransactionCommitResult"));
             }
+            transaction.set_phase(Phase::Aborted);
+            abort_participants(context, &transaction).await;
             Err(with_transient_label(error))
         }
     }
@@ -368,12 +376,21 @@ fn error_labels(error: &ClusterError) -> Vec<String> {
 fn with_transient_label(error: ClusterError) -> ClusterError {
     let labels = error_labels(&error);
     let transient = TRANSIENT_CODES.contains(&error.code()) || matches!(error, ClusterError::HostUnreachable { .. } | ClusterError::NetworkTimeout { .. });
-    if !transient || labels.iter().any(|label| label == "TransientTransactionError" || label == "UnknownTransactionCommitResult") {
+    if !transient || labels.iter().any(|label| label == "UnknownTransactionCommitResult") {
+        return error;
+    }
+    with_label(error, "TransientTransactionError")
+}
+
+/// The error with `label` among its `errorLabels` (once).
+fn with_label(error: ClusterError, label: &str) -> ClusterError {
+    let labels = error_labels(&error);
+    if labels.iter().any(|existing| existing == label) {
         return error;
     }
     let mut extra = error.extra().cloned().unwrap_or_default();
     let mut all: Vec<Bson> = labels.into_iter().map(Bson::String).collect();
-    all.push(Bson::String("TransientTransactionError".into()));
+    all.push(Bson::String(label.into()));
     extra.insert("errorLabels", all);
     ClusterError::Remote { code: error.code(), message: error.message(), extra: Some(extra) }
 }
