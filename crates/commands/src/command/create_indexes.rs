@@ -7,7 +7,7 @@ use crate::error::{CommandError, CommandResult, INVALID_INDEX_SPECIFICATION_OPTI
 use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
-    let name = request.collection_name()?;
+    let name = request.written_collection_name(context.replication.get().is_some())?;
     let mut specs: Vec<Document> = match request.optional_array("indexes")? {
         Some(specs) if !specs.is_empty() => specs
             .iter()

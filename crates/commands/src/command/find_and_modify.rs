@@ -18,7 +18,7 @@ const FIND_AND_MODIFY_FIELDS: super::update::StatementFields =
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let bound = crate::let_variables::bound_request(request)?;
     let request = bound.as_ref().unwrap_or(request);
-    let name = request.collection_name()?;
+    let name = request.written_collection_name(context.replication.get().is_some())?;
     let empty = Document::new();
     let filter = request.optional_document("query")?.unwrap_or(&empty);
     let sort = match request.optional_document("sort")? {
