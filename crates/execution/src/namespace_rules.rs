@@ -19,6 +19,8 @@
 
 use myriad_reply::error::{CommandError, CommandResult, BAD_VALUE, INVALID_NAMESPACE};
 
+use crate::request::CommandRequest;
+
 const SYSTEM_PREFIX: &str = "system.";
 
 /// A client write (insert, update, delete, findAndModify, bulkWrite, createIndexes) into
@@ -30,6 +32,15 @@ pub fn check_client_write(db: &str, collection: &str, replica_set: bool) -> Comm
         return Err(CommandError::new(INVALID_NAMESPACE, format!("cannot write to {db}.{collection}")));
     }
     check_client_create(db, collection)
+}
+
+/// The collection a client write command names by its first field, refused as mongod
+/// refuses client writes into it ([`check_client_write`]); `replica_set` when this node is a
+/// replica-set member (a router passes false).
+pub fn written_collection_name(request: &CommandRequest, replica_set: bool) -> CommandResult<String> {
+    let name = request.collection_name()?;
+    check_client_write(&request.db, &name, replica_set)?;
+    Ok(name)
 }
 
 /// A collection a client creates, explicitly or by writing into it. Refuses as mongod's

@@ -127,15 +127,6 @@ impl CommandRequest {
         collection_name_of(self.first_value())
     }
 
-    /// The collection a client write command names by its first field, refused as mongod
-    /// refuses client writes into it ([`crate::namespace_rules::check_client_write`]);
-    /// `replica_set` when this node is a replica-set member (a router passes false).
-    pub fn written_collection_name(&self, replica_set: bool) -> CommandResult<String> {
-        let name = self.collection_name()?;
-        crate::namespace_rules::check_client_write(&self.db, &name, replica_set)?;
-        Ok(name)
-    }
-
     pub fn optional_document(&self, field: &str) -> CommandResult<Option<&Document>> {
         match self.body.get(field) {
             None | Some(Bson::Null) => Ok(None),

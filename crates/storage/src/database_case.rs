@@ -63,3 +63,30 @@ impl Engine {
         Ok(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Engine, EngineOptions, StorageError};
+
+    #[test]
+    fn only_a_name_differing_in_case_alone_is_refused() {
+        let directory = tempfile::tempdir().unwrap();
+        let engine = Engine::open(directory.path(), &EngineOptions::default()).unwrap();
+        for db in ["shop", "shops", "Shop_2", "sho", "a-b"] {
+            engine.create_collection(db, "things", bson::Document::new()).unwrap();
+        }
+        // Names sharing a prefix or a length, but not every letter, are other databases.
+        for db in ["shoq", "shopping", "Shop_3", "SHO2", "A-C", "s"] {
+            engine.create_collection(db, "things", bson::Document::new()).unwrap_or_else(|error| panic!("{db}: {error}"));
+        }
+        for (db, existing) in [("SHOP", "shop"), ("sHoPs", "shops"), ("shop_2", "Shop_2"), ("A-B", "a-b"), ("Sho", "sho")] {
+            let refused = engine.create_collection(db, "other", bson::Document::new()).map(|_| ());
+            assert_eq!(refused, Err(StorageError::DatabaseDifferCase { existing: existing.to_string(), requested: db.to_string() }));
+        }
+        // The database itself, by its own spelling, takes more collections.
+        engine.create_collection("shop", "more", bson::Document::new()).unwrap();
+        // Renaming into a new database checks the same.
+        let renamed = engine.rename_collection("shop", "more", "SHOPS", "more", false).map(|_| ());
+        assert_eq!(renamed, Err(StorageError::DatabaseDifferCase { existing: "shops".to_string(), requested: "SHOPS".to_string() }));
+    }
+}

@@ -8,6 +8,7 @@ use bson::{rawdoc, Bson, Document, RawDocumentBuf};
 use myriad_query::filter::Filter;
 use myriad_storage::{CollectionHandle, Durability};
 
+use myriad_execution::namespace_rules::written_collection_name;
 use crate::bulk::{is_interruption, write_reply, WriteErrors};
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE, MISSING_FIELD};
 use crate::modify::{for_each_current_match, Scope};
@@ -108,7 +109,7 @@ struct Arguments<'r> {
 
 fn parse_arguments(request: &CommandRequest, replica_set: bool) -> CommandResult<Arguments<'_>> {
     let statements = statements(request, "deletes")?;
-    let arguments = Arguments { ordered: ordered(request)?, durability: durability(request)?, name: request.written_collection_name(replica_set)?, statements };
+    let arguments = Arguments { ordered: ordered(request)?, durability: durability(request)?, name: written_collection_name(request, replica_set)?, statements };
     for statement in &arguments.statements {
         check_statement_types(request, statement)?;
     }

@@ -4,6 +4,7 @@
 
 use bson::Document;
 
+use myriad_execution::namespace_rules::written_collection_name;
 use crate::bulk::{insert_in_slices, is_interruption, write_reply, InsertStatement, WriteErrors};
 use crate::error::CommandResult;
 use crate::write::{check_batch_size, durability, ordered};
@@ -27,7 +28,7 @@ fn parse_arguments(request: &CommandRequest, replica_set: bool) -> CommandResult
         ordered: ordered(request)?,
         durability: durability(request)?,
         bypass_validation: crate::validation::bypass_requested(request)?,
-        collection: request.written_collection_name(replica_set)?,
+        collection: written_collection_name(request, replica_set)?,
     })
 }
 

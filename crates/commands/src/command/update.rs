@@ -14,6 +14,7 @@ use myriad_query::sort::SortSpec;
 use myriad_query::update::{upsert_seed, Update, UpdateContext};
 use myriad_storage::{CollectionHandle, Durability};
 
+use myriad_execution::namespace_rules::written_collection_name;
 use crate::bulk::{is_interruption, WriteErrors};
 use crate::error::{CommandError, CommandResult, MISSING_FIELD};
 use crate::modify::{for_each_current_match, Scope};
@@ -341,7 +342,7 @@ fn parse_arguments(request: &CommandRequest, replica_set: bool) -> CommandResult
     let arguments = Arguments {
         ordered: ordered(request)?,
         durability: durability(request)?,
-        name: request.written_collection_name(replica_set)?,
+        name: written_collection_name(request, replica_set)?,
         bypass_validation: crate::validation::bypass_requested(request)?,
         statements,
     };
