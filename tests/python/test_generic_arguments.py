@@ -45,6 +45,20 @@ def test_dollar_prefixed_fields_inside_id_are_refused(db):
         db.things.update_one({"_id": 9}, {"$set": {"x": 1}, "$setOnInsert": {"_id": {"$x": 1}}}, upsert=True)
     assert failure.value.code == 52
     assert failure.value.details["errmsg"] == "_id fields may not contain '$'-prefixed fields: $x is not valid for storage."
+    for field, write in (
+        ("$gt", lambda: db.things.insert_one({"_id": {"$gt": 1}})),
+        ("$invalid", lambda: db.things.replace_one({}, {"_id": {"$invalid": 1}}, upsert=True)),
+        ("$invalid", lambda: db.things.update_one({"_id": 3}, {"$set": {"_id": {"$invalid": 1}}}, upsert=True)),
+        ("$invalid", lambda: db.things.update_one({"_id": {"$eq": {"$invalid": 1}}}, {"$set": {"a": 1}}, upsert=True)),
+    ):
+        with pytest.raises(WriteError) as failure:
+            write()
+        assert failure.value.code == 52
+        assert failure.value.details["errmsg"] == f"_id fields may not contain '$'-prefixed fields: {field} is not valid for storage."
+    # As an upsert's filter, `{_id: {$invalid: 1}}` is an unknown operator, as in mongod.
+    with pytest.raises(WriteError) as failure:
+        db.things.update_one({"_id": {"$invalid": 1}}, {"$set": {"a": 1}}, upsert=True)
+    assert (failure.value.code, failure.value.details["errmsg"]) == (2, "unknown operator: $invalid")
     assert db.things.count_documents({}) == 0
 
 

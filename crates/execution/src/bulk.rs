@@ -101,6 +101,26 @@ fn prepare_statement<'a>(handle: &CollectionHandle, document: InsertDocument<'a>
     Ok((StoredDocument::Decoded(decoded), prepared))
 }
 
+/// MongoDB's DatabaseDifferCase: the collection's database cannot be created.
+const DATABASE_DIFFER_CASE: i32 = 13297;
+
+/// As mongod, a collection that cannot be created fails its documents one by one (each a
+/// write error, the first alone when ordered), not the command. Returns whether to go on.
+fn refuse_each<'a>(
+    statements: impl Iterator<Item = InsertStatement<'a>>,
+    error: &CommandError,
+    ordered: bool,
+    report: &mut dyn FnMut(usize, CommandResult<()>),
+) -> bool {
+    for statement in statements {
+        report(statement.index, Err(error.clone()));
+        if ordered {
+            return false;
+        }
+    }
+    true
+}
+
 /// Inserts `statements` into `db.collection` in slices (created on first write). Each
 /// statement's outcome goes to `report` in order. Returns false when an ordered command must
 /// stop (a statement failed); an interruption or a failed commit is the command's error.
@@ -121,7 +141,11 @@ pub fn insert_in_slices<'a>(
     let mut statements = statements.into_iter().peekable();
     while statements.peek().is_some() {
         crate::operation::check_interrupt()?;
-        let handle = context.backend.get_or_create_collection(db, collection)?;
+        let handle = match context.backend.get_or_create_collection(db, collection).map_err(CommandError::from) {
+            Ok(handle) => handle,
+            Err(error) if error.code == DATABASE_DIFFER_CASE => return Ok(refuse_each(statements, &error, ordered, report)),
+            Err(error) => return Err(error),
+        };
         let slice = prepare_slice(&handle, &mut statements, ordered);
         let mut transaction = begin_write_on(context.backend.as_ref(), db, collection, handle)?;
         let validator = crate::validation::for_write(transaction.as_ref(), bypass_validation)?;

@@ -41,6 +41,7 @@ pub mod log;
 pub mod logical_sessions;
 pub mod member_write_concern;
 pub mod modify;
+pub mod namespace_rules;
 pub mod operation;
 pub mod plan;
 pub mod profiler;

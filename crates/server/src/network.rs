@@ -30,7 +30,8 @@ use myriad_commands::session::{Session, TlsPeer};
 use myriad_commands::fail_point::BeforeCommand;
 use myriad_commands::{CommandError, CommandRequest, ConnectionInfo, Reply, ServerContext};
 use myriad_wire::{
-    decode_message, encode_op_msg, encode_op_msg_reply, encode_op_msg_reply_raw, encode_op_reply, parse_header, Compressor, OpMsg, Request,
+    decode_message, encode_op_msg, encode_op_msg_reply, encode_op_msg_reply_raw, encode_op_reply, encode_op_reply_with_flags, parse_header, Compressor, OpMsg,
+    Request, OP_REPLY_FLAG_QUERY_FAILURE,
     HEADER_SIZE_BYTES, MAX_MESSAGE_SIZE_BYTES, OP_MSG_FLAG_MORE_TO_COME,
 };
 
@@ -512,6 +513,11 @@ impl ConnectionTask<'_> {
                     None => return Handled::Close { reply: None, reason: FAIL_POINT_CLOSE.to_string() },
                 }
             }
+            Err(error) if error.code == UNSUPPORTED_OP_QUERY.code => {
+                // A query failure, shaped as MongoDB's: `$err` and `code`, the QueryFailure flag.
+                let failure = doc! { "$err": error.message, "code": error.code, "ok": 0.0 };
+                return encode_op_reply_with_flags(reply_id, request_id, OP_REPLY_FLAG_QUERY_FAILURE, &failure).map_or(Handled::Nothing, Handled::Reply);
+            }
             Err(error) => error.to_reply().into(),
         };
         encode_op_reply(reply_id, request_id, &reply.into_document())
@@ -678,19 +684,34 @@ fn encode_reply_or_error(reply_id: i32, request_id: i32, reply: &Reply, compress
     }
 }
 
-/// OP_QUERY is only accepted for commands on `<db>.$cmd` (driver handshakes).
+/// The commands MongoDB 7.0 still runs over OP_QUERY: the handshake, and those old drivers
+/// send before their first OP_MSG (`checkAllowedOpQueryCommand`).
+const OP_QUERY_COMMANDS: [&str; 9] = ["hello", "isMaster", "ismaster", "_isSelf", "authenticate", "buildinfo", "buildInfo", "saslContinue", "saslStart"];
+/// MongoDB's UnsupportedOpQueryCommand.
+const UNSUPPORTED_OP_QUERY_COMMAND: ErrorCode = ErrorCode::new(352);
+/// What MongoDB answers a query (not a command) sent as OP_QUERY: a query failure.
+const UNSUPPORTED_OP_QUERY: ErrorCode = ErrorCode::new(5739101);
+const OP_QUERY_UNSUPPORTED_MESSAGE: &str =
+    "OP_QUERY is no longer supported. The client driver may require an upgrade. For more details see https://dochub.mongodb.org/core/legacy-opcode-removal";
+
+/// OP_QUERY is only accepted for the handshake's commands on `<db>.$cmd`, as in MongoDB 7.0:
+/// other commands are UnsupportedOpQueryCommand (352), queries 5739101.
 fn legacy_command(full_collection_name: &str, query: Document, connection: ConnectionInfo) -> Result<CommandRequest, CommandError> {
     let Some(db) = full_collection_name.strip_suffix(".$cmd") else {
-        return Err(CommandError::new(
-            ErrorCode::new(5739101),
-            "OP_QUERY is no longer supported. The client driver may require an upgrade.",
-        ));
+        return Err(CommandError::new(UNSUPPORTED_OP_QUERY, OP_QUERY_UNSUPPORTED_MESSAGE));
     };
     // Drivers may wrap the command as {$query: {...}, $readPreference: ...}.
     let body = match query.get_document("$query") {
         Ok(inner) => inner.clone(),
         Err(_) => query,
     };
+    let name = body.keys().next().map(String::as_str).unwrap_or_default();
+    if !OP_QUERY_COMMANDS.contains(&name) {
+        return Err(CommandError::new(
+            UNSUPPORTED_OP_QUERY_COMMAND,
+            format!("Unsupported OP_QUERY command: {name}. The client driver may require an upgrade. For more details see https://dochub.mongodb.org/core/legacy-opcode-removal"),
+        ));
+    }
     CommandRequest::new(db.to_string(), body, connection)
 }
 

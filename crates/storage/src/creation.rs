@@ -215,6 +215,12 @@ impl Engine {
         let database_key = keys::database_key(db);
         let catalog = self.family(FAMILY_CATALOG)?;
         let database_missing = !group.databases_known.contains(db) && self.db.get_pinned_cf(catalog, &database_key)?.is_none();
+        if database_missing {
+            if let Some(existing) = group.databases_known.iter().find(|known| known.eq_ignore_ascii_case(db)) {
+                return Err(StorageError::DatabaseDifferCase { existing: existing.clone(), requested: db.to_string() });
+            }
+            self.check_database_case(db)?;
+        }
         group.batch.put_cf(catalog, keys::collection_key(db, collection), entry_bytes);
         let extra_index_prefixes = entry.indexes.iter().skip(1).map(|index| index.prefix);
         let tracked = self.add_multikey_tracking(&mut group.batch, extra_index_prefixes);

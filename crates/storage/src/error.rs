@@ -81,6 +81,8 @@ pub enum StorageError {
     TransactionTooLarge(String),
     /// No open transaction under this id (it committed, aborted or expired): NoSuchTransaction.
     NoSuchTransaction(String),
+    /// A new database's name differs only in case from an existing one's: DatabaseDifferCase.
+    DatabaseDifferCase { existing: String, requested: String },
 }
 
 impl StorageError {
@@ -117,6 +119,7 @@ impl StorageError {
             StorageError::WriteConflict(_) => 112,
             StorageError::TransactionTooLarge(_) => 334,
             StorageError::NoSuchTransaction(_) => 251,
+            StorageError::DatabaseDifferCase { .. } => 13297,
         }
     }
 
@@ -159,6 +162,7 @@ impl StorageError {
             StorageError::WriteConflict(_) => "WriteConflict",
             StorageError::TransactionTooLarge(_) => "TransactionTooLarge",
             StorageError::NoSuchTransaction(_) => "NoSuchTransaction",
+            StorageError::DatabaseDifferCase { .. } => "DatabaseDifferCase",
         }
     }
 }
@@ -217,6 +221,9 @@ impl fmt::Display for StorageError {
             StorageError::Replication { message, .. } => write!(formatter, "{message}"),
             StorageError::OutOfDiskSpace(message) => write!(formatter, "{message}"),
             StorageError::WriteConflict(message) | StorageError::TransactionTooLarge(message) | StorageError::NoSuchTransaction(message) => write!(formatter, "{message}"),
+            StorageError::DatabaseDifferCase { existing, requested } => {
+                write!(formatter, "db already exists with different case already have: [{existing}] trying to create [{requested}]")
+            }
         }
     }
 }

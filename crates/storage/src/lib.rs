@@ -40,6 +40,7 @@ mod catalog;
 mod coll_mod;
 mod creation;
 mod creation_queue;
+mod database_case;
 mod commit;
 mod compression;
 pub mod disk_space;

@@ -46,7 +46,7 @@ pub use op_msg::{
     DocumentSequence, OpMsg, MAX_DOCUMENT_SEQUENCES, OP_MSG_FLAG_CHECKSUM_PRESENT,
     OP_MSG_FLAG_EXHAUST_ALLOWED, OP_MSG_FLAG_MORE_TO_COME,
 };
-pub use op_query::{decode_op_reply, encode_op_query, encode_op_reply, OpQuery, OpReply};
+pub use op_query::{decode_op_reply, encode_op_query, encode_op_reply, encode_op_reply_with_flags, OpQuery, OpReply, OP_REPLY_FLAG_QUERY_FAILURE};
 
 /// The largest message (header included) MongoDB accepts: `maxMessageSizeBytes` in `hello`.
 pub const MAX_MESSAGE_SIZE_BYTES: usize = 48_000_000;

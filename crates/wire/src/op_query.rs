@@ -112,6 +112,19 @@ pub fn encode_op_reply(
     response_to: i32,
     document: &Document,
 ) -> Result<Vec<u8>, WireError> {
+    encode_op_reply_with_flags(request_id, response_to, 0, document)
+}
+
+/// OP_REPLY's QueryFailure flag: the one document is the query's error (`$err`, `code`).
+pub const OP_REPLY_FLAG_QUERY_FAILURE: i32 = 2;
+
+/// An OP_REPLY of one document with these response flags.
+pub fn encode_op_reply_with_flags(
+    request_id: i32,
+    response_to: i32,
+    flags: i32,
+    document: &Document,
+) -> Result<Vec<u8>, WireError> {
     let mut buffer = Vec::with_capacity(256);
     buffer.extend_from_slice(
         &MessageHeader {
@@ -122,7 +135,7 @@ pub fn encode_op_reply(
         }
         .to_bytes(),
     );
-    buffer.extend_from_slice(&0i32.to_le_bytes()); // responseFlags
+    buffer.extend_from_slice(&flags.to_le_bytes()); // responseFlags
     buffer.extend_from_slice(&0i64.to_le_bytes()); // cursorID
     buffer.extend_from_slice(&0i32.to_le_bytes()); // startingFrom
     buffer.extend_from_slice(&1i32.to_le_bytes()); // numberReturned

@@ -9,7 +9,7 @@ use crate::catalog::documents::{
     bound_key, split_namespace, ChunkEntry, CollectionEntry, DatabaseEntry, ShardEntry, CHUNKS, COLLECTIONS, CONFIG_DB, DATABASES,
     SHARDS,
 };
-use crate::error::{ClusterError, ClusterResult, ALREADY_INITIALIZED, CANNOT_SPLIT, COMMAND_NOT_FOUND, SHARD_NOT_FOUND};
+use crate::error::{ClusterError, ClusterResult, ALREADY_INITIALIZED, CANNOT_SPLIT, COMMAND_NOT_FOUND, DATABASE_DIFFER_CASE, SHARD_NOT_FOUND};
 use crate::catalog::presplit::HashedPresplit;
 use crate::local::{self, Change};
 
@@ -85,6 +85,7 @@ fn create_database(context: &ServerContext, body: &Document) -> ClusterResult<Do
         }
         return Ok(doc! { "primary": entry.primary });
     }
+    check_database_case(context, name)?;
     let known = shards(context)?;
     if known.is_empty() {
         return Err(ClusterError::coded(SHARD_NOT_FOUND, format!("Database {name} could not be created :: caused by :: No shards found")));
@@ -101,6 +102,24 @@ fn create_database(context: &ServerContext, body: &Document) -> ClusterResult<Do
     let entry = DatabaseEntry { name: name.to_string(), primary: primary.clone() };
     local::write_atomically(context, CONFIG_DB, DATABASES, vec![Change::Insert(entry.to_document(crate::catalog::documents::now_timestamp()))])?;
     Ok(doc! { "primary": primary })
+}
+
+/// As mongos: a database whose name differs from a known one only in case is refused
+/// (DatabaseDifferCase), found by a case-insensitive anchored match on the name.
+fn check_database_case(context: &ServerContext, name: &str) -> ClusterResult<()> {
+    let escaped: String = name.chars().flat_map(|character| {
+        let quote = character.is_ascii() && !character.is_ascii_alphanumeric();
+        quote.then_some('\\').into_iter().chain(std::iter::once(character))
+    }).collect();
+    let filter = doc! { "_id": { "$regex": format!("^{escaped}$"), "$options": "i" } };
+    let Some(existing) = local::find(context, CONFIG_DB, DATABASES, filter, None, Some(1))?.into_iter().next() else {
+        return Ok(());
+    };
+    let existing = DatabaseEntry::from_document(&existing)?.name;
+    Err(ClusterError::coded(
+        DATABASE_DIFFER_CASE,
+        format!("can't have 2 databases that just differ on case  have: {existing} want to add: {name}"),
+    ))
 }
 
 /// `{_configsvrShardCollection: ns, key, unique, chunks: [{min, max, shard}]}` or, for a

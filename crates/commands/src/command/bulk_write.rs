@@ -60,6 +60,7 @@ fn execute(
     results: &mut Results,
 ) -> CommandResult<()> {
     let variables = super::update::update_variables(request)?;
+    let replica_set = context.replication.get().is_some();
     let mut position = 0;
     while position < bulk.operations.len() {
         if results.bytes >= MAX_RESULTS_BYTES {
@@ -69,6 +70,15 @@ fn execute(
         }
         let namespace = &bulk.namespaces[bulk.operations[position].namespace()];
         let (db, collection) = (namespace.db.as_str(), namespace.collection.as_str());
+        // As mongod's bulkWrite, a namespace clients may not write fails each operation on it.
+        if let Err(error) = myriad_execution::namespace_rules::check_client_write(db, collection, replica_set) {
+            results.failed(position, error, matches!(bulk.operations[position], Operation::Update { .. }));
+            position += 1;
+            if bulk.ordered {
+                return Ok(());
+            }
+            continue;
+        }
         let go_on = match &bulk.operations[position] {
             Operation::Insert { namespace: target, .. } => {
                 let end = position

@@ -26,6 +26,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let name = request.collection_name()?;
     let options = collection_options(request)?;
     crate::validation::check_options("create", &request.db, &name, &options)?;
+    myriad_execution::namespace_rules::check_client_create(&request.db, &name)?;
     for unsupported in ["viewOn", "timeseries", "clusteredIndex"] {
         let requested = options.get(unsupported).is_some_and(|value| crate::request::truthy(value).unwrap_or(true));
         if requested {

@@ -3,11 +3,12 @@
 
 use bson::{doc, Bson, Document};
 
+use myriad_execution::namespace_rules::written_collection_name;
 use crate::error::{CommandError, CommandResult, INVALID_INDEX_SPECIFICATION_OPTION};
 use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
-    let name = request.collection_name()?;
+    let name = written_collection_name(request, context.replication.get().is_some())?;
     let mut specs: Vec<Document> = match request.optional_array("indexes")? {
         Some(specs) if !specs.is_empty() => specs
             .iter()

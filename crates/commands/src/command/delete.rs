@@ -8,6 +8,7 @@ use bson::{rawdoc, Bson, Document, RawDocumentBuf};
 use myriad_query::filter::Filter;
 use myriad_storage::{CollectionHandle, Durability};
 
+use myriad_execution::namespace_rules::written_collection_name;
 use crate::bulk::{is_interruption, write_reply, WriteErrors};
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE, MISSING_FIELD};
 use crate::modify::{for_each_current_match, Scope};
@@ -106,9 +107,9 @@ struct Arguments<'r> {
     name: String,
 }
 
-fn parse_arguments(request: &CommandRequest) -> CommandResult<Arguments<'_>> {
+fn parse_arguments(request: &CommandRequest, replica_set: bool) -> CommandResult<Arguments<'_>> {
     let statements = statements(request, "deletes")?;
-    let arguments = Arguments { ordered: ordered(request)?, durability: durability(request)?, name: request.collection_name()?, statements };
+    let arguments = Arguments { ordered: ordered(request)?, durability: durability(request)?, name: written_collection_name(request, replica_set)?, statements };
     for statement in &arguments.statements {
         check_statement_types(request, statement)?;
     }
@@ -117,13 +118,13 @@ fn parse_arguments(request: &CommandRequest) -> CommandResult<Arguments<'_>> {
 
 /// The delete's argument errors, as the node answers them (see [`Arguments`]).
 pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
-    parse_arguments(request).map(|_| ())
+    parse_arguments(request, false).map(|_| ())
 }
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let bound = crate::let_variables::bound_request(request)?;
     let request = bound.as_ref().unwrap_or(request);
-    let Arguments { statements, ordered, durability, name } = parse_arguments(request)?;
+    let Arguments { statements, ordered, durability, name } = parse_arguments(request, context.replication.get().is_some())?;
     let retry = crate::retryable::begin(context, request, statements.len())?;
     let mut deleted = 0i64;
     let mut write_errors = WriteErrors::default();

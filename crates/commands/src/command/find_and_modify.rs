@@ -5,6 +5,7 @@ use bson::{doc, Bson, Document};
 use myriad_query::projection::Projection;
 use myriad_query::sort::SortSpec;
 
+use myriad_execution::namespace_rules::written_collection_name;
 use crate::error::{CommandError, CommandResult, FAILED_TO_PARSE};
 use crate::write::durability;
 use crate::{CommandRequest, ServerContext};
@@ -18,7 +19,7 @@ const FIND_AND_MODIFY_FIELDS: super::update::StatementFields =
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let bound = crate::let_variables::bound_request(request)?;
     let request = bound.as_ref().unwrap_or(request);
-    let name = request.collection_name()?;
+    let name = written_collection_name(request, context.replication.get().is_some())?;
     let empty = Document::new();
     let filter = request.optional_document("query")?.unwrap_or(&empty);
     let sort = match request.optional_document("sort")? {

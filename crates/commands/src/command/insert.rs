@@ -4,6 +4,7 @@
 
 use bson::Document;
 
+use myriad_execution::namespace_rules::written_collection_name;
 use crate::bulk::{insert_in_slices, is_interruption, write_reply, InsertStatement, WriteErrors};
 use crate::error::CommandResult;
 use crate::write::{check_batch_size, durability, ordered};
@@ -19,7 +20,7 @@ struct Arguments<'r> {
     collection: String,
 }
 
-fn parse_arguments(request: &CommandRequest) -> CommandResult<Arguments<'_>> {
+fn parse_arguments(request: &CommandRequest, replica_set: bool) -> CommandResult<Arguments<'_>> {
     let documents = request.insert_documents()?;
     check_batch_size(documents.len())?;
     Ok(Arguments {
@@ -27,17 +28,17 @@ fn parse_arguments(request: &CommandRequest) -> CommandResult<Arguments<'_>> {
         ordered: ordered(request)?,
         durability: durability(request)?,
         bypass_validation: crate::validation::bypass_requested(request)?,
-        collection: request.collection_name()?,
+        collection: written_collection_name(request, replica_set)?,
     })
 }
 
 /// The insert's argument errors, as the node answers them (see [`Arguments`]).
 pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
-    parse_arguments(request).map(|_| ())
+    parse_arguments(request, false).map(|_| ())
 }
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
-    let Arguments { documents, ordered, durability, bypass_validation, collection } = parse_arguments(request)?;
+    let Arguments { documents, ordered, durability, bypass_validation, collection } = parse_arguments(request, context.replication.get().is_some())?;
     let retry = crate::retryable::begin(context, request, documents.len())?;
     let statements = documents.into_iter().enumerate().map(|(index, document)| InsertStatement {
         index,

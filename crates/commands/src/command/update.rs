@@ -14,6 +14,7 @@ use myriad_query::sort::SortSpec;
 use myriad_query::update::{upsert_seed, Update, UpdateContext};
 use myriad_storage::{CollectionHandle, Durability};
 
+use myriad_execution::namespace_rules::written_collection_name;
 use crate::bulk::{is_interruption, WriteErrors};
 use crate::error::{CommandError, CommandResult, MISSING_FIELD};
 use crate::modify::{for_each_current_match, Scope};
@@ -336,12 +337,12 @@ struct Arguments<'r> {
     bypass_validation: bool,
 }
 
-fn parse_arguments(request: &CommandRequest) -> CommandResult<Arguments<'_>> {
+fn parse_arguments(request: &CommandRequest, replica_set: bool) -> CommandResult<Arguments<'_>> {
     let statements = statements(request, "updates")?;
     let arguments = Arguments {
         ordered: ordered(request)?,
         durability: durability(request)?,
-        name: request.collection_name()?,
+        name: written_collection_name(request, replica_set)?,
         bypass_validation: crate::validation::bypass_requested(request)?,
         statements,
     };
@@ -353,13 +354,13 @@ fn parse_arguments(request: &CommandRequest) -> CommandResult<Arguments<'_>> {
 
 /// The update's argument errors, as the node answers them (see [`Arguments`]).
 pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
-    parse_arguments(request).map(|_| ())
+    parse_arguments(request, false).map(|_| ())
 }
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let bound = crate::let_variables::bound_request(request)?;
     let request = bound.as_ref().unwrap_or(request);
-    let Arguments { statements, ordered, durability, name, bypass_validation } = parse_arguments(request)?;
+    let Arguments { statements, ordered, durability, name, bypass_validation } = parse_arguments(request, context.replication.get().is_some())?;
     let variables = update_variables(request)?;
     let retry = crate::retryable::begin(context, request, statements.len())?;
     let (mut matched, mut modified) = (0i64, 0i64);

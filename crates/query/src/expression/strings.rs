@@ -3,7 +3,7 @@
 use bson::Bson;
 
 use crate::numeric::integral_value;
-use super::arrays::{optional_index, EXCEEDED_MEMORY_LIMIT, MAX_STRING_BYTES};
+use super::arrays::{optional_index, MAX_STRING_BYTES};
 use super::Operator;
 use crate::bson_types::type_name;
 use crate::error::{QueryError, QueryResult};
@@ -65,6 +65,15 @@ fn integer_argument(operator: Operator, value: &Option<Bson>, position: &str) ->
     })
 }
 
+/// mongod's bound on a string an expression builds: under 16 MiB, or "Tried to create string
+/// longer than 16MB" (16493), as its string values refuse to be created.
+fn check_string_size(length_bytes: usize) -> QueryResult<()> {
+    if length_bytes >= MAX_STRING_BYTES {
+        return Err(QueryError::Location(16493, "Tried to create string longer than 16MB".into()));
+    }
+    Ok(())
+}
+
 pub(super) fn evaluate(operator: Operator, values: Vec<Option<Bson>>) -> QueryResult<Option<Bson>> {
     let first = values.first().cloned().flatten();
     match operator {
@@ -74,9 +83,7 @@ pub(super) fn evaluate(operator: Operator, values: Vec<Option<Bson>>) -> QueryRe
                 match value {
                     None | Some(Bson::Null) | Some(Bson::Undefined) => return Ok(Some(Bson::Null)),
                     Some(Bson::String(text)) => {
-                        if output.len() + text.len() > MAX_STRING_BYTES {
-                            return Err(QueryError::Location(EXCEEDED_MEMORY_LIMIT, "$concat result would exceed the maximum string size".into()));
-                        }
+                        check_string_size(output.len() + text.len())?;
                         output.push_str(text)
                     }
                     Some(other) => {
@@ -261,9 +268,7 @@ fn replace(operator: Operator, values: &[Option<Bson>]) -> QueryResult<Option<Bs
     } else {
         let occurrences = if find.is_empty() { input.chars().count() + 1 } else { input.matches(find).count() };
         let grown = occurrences.saturating_mul(replacement.len());
-        if input.len().saturating_add(grown) > MAX_STRING_BYTES {
-            return Err(QueryError::Location(EXCEEDED_MEMORY_LIMIT, "$replaceAll result would exceed the maximum string size".into()));
-        }
+        check_string_size(input.len().saturating_add(grown))?;
         input.replace(find, replacement)
     };
     Ok(Some(Bson::String(output)))

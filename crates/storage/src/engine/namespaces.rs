@@ -290,6 +290,7 @@ impl Engine {
             }
             let database_key = keys::database_key(to_db);
             if self.db.get_pinned_cf(catalog, &database_key)?.is_none() {
+                self.check_database_case(to_db)?;
                 batch.put_cf(catalog, &database_key, database_entry_bytes(to_db)?);
             }
             self.add_database_delta(&mut batch, to_db, &to_delta, false)?;
