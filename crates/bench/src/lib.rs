@@ -9,6 +9,7 @@ pub mod cluster_refresh;
 pub mod compression;
 mod error;
 pub mod idealo;
+pub mod isolation;
 pub mod many_collections;
 pub mod ops;
 pub mod replication;

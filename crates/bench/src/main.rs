@@ -48,6 +48,10 @@ enum BenchCommand {
     /// without one, on a 3-member replica set, at 1 and 16 connections (ratio transaction /
     /// plain); then the abort rate of transfer transactions over 100 hot accounts.
     Transactions(myriad_bench::transactions::TransactionsArgs),
+    /// Ping's p50 and p99 while 1, 4 and 16 connections send large zlib-compressed inserts and
+    /// while 4 and 16 clients run full scans, as ratios to an idle server's in the same run,
+    /// and the throughput the heavy clients keep.
+    Isolation(myriad_bench::isolation::IsolationArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         BenchCommand::ClusterRefresh(arguments) => myriad_bench::cluster_refresh::run(&arguments),
         BenchCommand::Replication(arguments) => myriad_bench::replication::run(&arguments),
         BenchCommand::Transactions(arguments) => myriad_bench::transactions::run(&arguments),
+        BenchCommand::Isolation(arguments) => myriad_bench::isolation::run(&arguments),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

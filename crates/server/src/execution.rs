@@ -1,6 +1,7 @@
 //! How a node runs a command once the connection task has it: on the connection task itself
 //! for the handshake, liveness, operation control and point operations (a few at a time), on
-//! the blocking pool for everything else, with journal waits deferred so no thread waits for
+//! the control lane for the control commands that read storage, on the blocking pool for
+//! everything else, with journal waits deferred so no thread waits for
 //! a WAL sync.
 //!
 //! Invariants: a panic in a handler becomes InternalError, never a crash; a reply that a
@@ -15,10 +16,17 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 use myriad_commands::{dispatch, CommandError, CommandRequest, Reply, ServerContext};
 
 /// Commands run on the connection task itself: the handshake, liveness checks and operation
-/// control must answer while every blocking-pool thread is busy with slow commands.
+/// control must answer while every blocking-pool thread is busy with slow commands. Each
+/// reads only memory (killCursors removes cursors from the open-cursor table).
 pub const INLINE_COMMANDS: &[&str] = &[
     "hello", "isMaster", "ismaster", "ping", "buildInfo", "buildinfo", "endSessions", "killOp", "currentOp", "whatsmyuri",
+    "killCursors",
 ];
+
+/// Control commands that read storage (serverStatus lists the catalog; authentication reads
+/// users): they run on the control lane ([`crate::lanes::control`]), never queued behind the
+/// blocking pool's expensive commands, and never on a runtime worker.
+pub const CONTROL_LANE_COMMANDS: &[&str] = &["serverStatus", "saslStart", "saslContinue", "authenticate", "logout", "connectionStatus"];
 
 /// Runs a command. The handshake, liveness and operation-control commands run right here on
 /// the connection task, so they never queue behind slow commands for a blocking-pool thread;
@@ -33,6 +41,10 @@ pub async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) 
     let may_wait = context.replication.get().is_some() && request.body.contains_key("readConcern");
     if INLINE_COMMANDS.contains(&request.name.as_str()) || (point == Some(PointOperation::Read) && !may_wait) {
         return run_inline(context, &request);
+    }
+    if CONTROL_LANE_COMMANDS.contains(&request.name.as_str()) {
+        let lane_context = Arc::clone(context);
+        return crate::lanes::control(move || run_inline(&lane_context, &request)).await.unwrap_or_else(|error| error.to_reply().into());
     }
     // A replica-set member's writes wait for a majority: never on a connection task.
     if point == Some(PointOperation::Write) && context.replication.get().is_none() {

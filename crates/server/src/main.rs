@@ -12,7 +12,9 @@
 
 mod cli;
 mod config;
+mod decode;
 mod execution;
+mod lanes;
 mod member_tls;
 mod network;
 mod node;

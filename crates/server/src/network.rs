@@ -30,11 +30,12 @@ use myriad_commands::session::{Session, TlsPeer};
 use myriad_commands::fail_point::BeforeCommand;
 use myriad_commands::{CommandError, CommandRequest, ConnectionInfo, Reply, ServerContext};
 use myriad_wire::{
-    decode_message, encode_op_msg, encode_op_msg_reply, encode_op_msg_reply_raw, encode_op_reply, encode_op_reply_with_flags, parse_header, Compressor, OpMsg,
-    Request, OP_REPLY_FLAG_QUERY_FAILURE,
+    compress_message, encode_op_msg, encode_op_msg_reply, encode_op_msg_reply_raw, encode_op_reply, encode_op_reply_with_flags, parse_header,
+    Compressor, OpMsg, OP_REPLY_FLAG_QUERY_FAILURE,
     HEADER_SIZE_BYTES, MAX_MESSAGE_SIZE_BYTES, OP_MSG_FLAG_MORE_TO_COME,
 };
 
+use crate::decode::DecodedRequest;
 use crate::tls::{ClientStream, TlsListener};
 
 /// Commands whose replies are never compressed (the driver compression spec's list).
@@ -291,7 +292,7 @@ impl ConnectionTask<'_> {
             };
             self.context.count(&self.context.network_bytes_in, message.len() as i64);
             self.context.count(&self.context.network_requests, 1);
-            match self.handle_message(&message, request_id).await {
+            match self.handle_message(message, request_id).await {
                 Handled::Nothing => {}
                 Handled::Reply(reply) => {
                     if !self.write(&reply).await {
@@ -384,24 +385,22 @@ impl ConnectionTask<'_> {
         reply_id
     }
 
-    /// Decodes and runs one message.
-    async fn handle_message(&mut self, message: &[u8], request_id: i32) -> Handled {
+    /// Decodes and runs one message (decoding a large one on the decode lane, see
+    /// [`crate::decode`]).
+    async fn handle_message(&mut self, message: Vec<u8>, request_id: i32) -> Handled {
         let reply_id = self.take_reply_id();
-        let decoded = match decode_message(message) {
-            Ok(decoded) => decoded,
-            Err(error) => {
+        let message_bytes = message.len();
+        let (request, more_to_come, exhaust_allowed, compressor) = match crate::decode::decode(message, self.connection.clone()).await {
+            DecodedRequest::Msg { request, more_to_come, exhaust_allowed, compressor } => (request, more_to_come, exhaust_allowed, compressor),
+            DecodedRequest::Query { full_collection_name, query } => {
+                return self.handle_legacy_command(&full_collection_name, query, request_id, reply_id).await;
+            }
+            DecodedRequest::Invalid(error) => {
                 // Framing is intact (we read exactly message_length bytes), so reply and go on.
-                let reply = CommandError::from(error).to_reply();
-                return encode_op_msg_reply(reply_id, request_id, &reply, None).map_or(Handled::Nothing, Handled::Reply);
+                return encode_op_msg_reply(reply_id, request_id, &error.to_reply(), None).map_or(Handled::Nothing, Handled::Reply);
             }
         };
-        let op_msg = match decoded.request {
-            Request::Msg(op_msg) => op_msg,
-            Request::Query(query) => return self.handle_legacy_command(query.full_collection_name.as_str(), query.query, request_id, reply_id).await,
-        };
-        let more_to_come = op_msg.more_to_come();
-        let exhaust_allowed = op_msg.exhaust_allowed();
-        let request = match CommandRequest::from_op_msg(op_msg.body, op_msg.sequences, op_msg.duplicate_fields, self.connection.clone()) {
+        let request = match request {
             Ok(request) => request,
             Err(error) => return self.reply_unless_more_to_come(more_to_come, &error.to_reply().into(), request_id, reply_id, None),
         };
@@ -449,14 +448,32 @@ impl ConnectionTask<'_> {
             // primary: as mongod does, close the connection, so the driver finds the primary.
             return Handled::Close { reply: None, reason: format!("Not-primary error while processing '{name}' via fire-and-forget command execution") };
         }
-        let compressor = decoded.compressor;
         if let Some(used) = compressor {
-            self.context.count(&self.context.compression.decompressor_bytes_in[compressor_slot(used)], message.len() as i64);
+            self.context.count(&self.context.compression.decompressor_bytes_in[compressor_slot(used)], message_bytes as i64);
         }
         let compressor = compressor.filter(|used| {
             self.connection.session.accepts_compressor(*used) && !NEVER_COMPRESSED.contains(&name.as_str())
         });
-        self.reply_unless_more_to_come(more_to_come, &reply, request_id, reply_id, compressor)
+        match compressor {
+            Some(compressor) if !more_to_come => self.compressed_reply(&reply, request_id, reply_id, compressor).await,
+            _ => self.reply_unless_more_to_come(more_to_come, &reply, request_id, reply_id, compressor),
+        }
+    }
+
+    /// A reply compressed with `compressor`: on the decode lane when it is large
+    /// ([`crate::decode::HEAVY_REPLY_BYTES`]), so no runtime worker spends its time compressing.
+    async fn compressed_reply(&self, reply: &Reply, request_id: i32, reply_id: i32, compressor: Compressor) -> Handled {
+        let encoded = encode_reply_or_error(reply_id, request_id, reply, None);
+        let compressed = if encoded.len() < crate::decode::HEAVY_REPLY_BYTES {
+            compress_message(&encoded, compressor).unwrap_or(encoded)
+        } else {
+            match crate::lanes::decode(move || compress_message(&encoded, compressor).unwrap_or(encoded)).await {
+                Ok(compressed) => compressed,
+                Err(error) => encode_reply_or_error(reply_id, request_id, &error.to_reply().into(), None),
+            }
+        };
+        self.context.count(&self.context.compression.compressor_bytes_out[compressor_slot(compressor)], compressed.len() as i64);
+        Handled::Reply(compressed)
     }
 
     fn reply_unless_more_to_come(
