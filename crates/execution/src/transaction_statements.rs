@@ -267,8 +267,7 @@ pub fn commit(context: &ServerContext, request: &CommandRequest) -> CommandResul
     let number = fields.number;
     match context.transactions.get(&session) {
         Some(existing) if existing.number == number => match existing.phase {
-            Phase::Open(id) => commit_open(context, request, session, number, id),
-            Phase::Prepared(id) => commit_prepared(context, request, session, number, id),
+            Phase::Open(_) | Phase::Prepared(_) => commit_transaction(context, request, session, number, existing.phase),
             Phase::Committed => Ok(doc! { "ok": 1.0 }),
             Phase::Aborted => Err(no_such_transaction(format!("Transaction {number} has been aborted."))),
         },
@@ -288,31 +287,20 @@ pub fn commit(context: &ServerContext, request: &CommandRequest) -> CommandResul
     }
 }
 
-fn commit_open(
-    context: &ServerContext,
-    request: &CommandRequest,
-    session: SessionId,
-    number: i64,
-    id: TransactionId,
-) -> CommandResult<Document> {
+/// Commits the session's open or prepared transaction: an open one writes its writes with the
+/// session's record of the commit; a prepared one (the coordinator's decision) writes the
+/// commit built when it was prepared.
+fn commit_transaction(context: &ServerContext, request: &CommandRequest, session: SessionId, number: i64, phase: Phase) -> CommandResult<Document> {
     let durability = crate::write::durability(request)?;
-    let result = commit_result()?;
-    let record = StatementRecord { session, transaction_number: number, statement_id: COMMIT_STATEMENT_ID, result: &result };
-    let committed = context.backend.commit_transaction(id, Some(record), durability);
-    finish_commit(context, request, session, number, committed)
-}
-
-/// Commits a prepared transaction (the coordinator's decision): its commit, built when it was
-/// prepared, is written now.
-fn commit_prepared(
-    context: &ServerContext,
-    request: &CommandRequest,
-    session: SessionId,
-    number: i64,
-    id: TransactionId,
-) -> CommandResult<Document> {
-    let durability = crate::write::durability(request)?;
-    let committed = context.backend.commit_prepared(id, durability);
+    let committed = match phase {
+        Phase::Open(id) => {
+            let result = commit_result()?;
+            let record = StatementRecord { session, transaction_number: number, statement_id: COMMIT_STATEMENT_ID, result: &result };
+            context.backend.commit_transaction(id, Some(record), durability)
+        }
+        Phase::Prepared(id) => context.backend.commit_prepared(id, durability),
+        Phase::Committed | Phase::Aborted => return Err(CommandError::internal("only an open or prepared transaction commits")),
+    };
     finish_commit(context, request, session, number, committed)
 }
 

@@ -32,7 +32,19 @@ pub(crate) struct Transactions {
     /// Record keys and unique index keys written by an open transaction, with its id.
     pub(crate) claims: Mutex<HashMap<Vec<u8>, TransactionId>>,
     /// Prepared transactions, waiting for their decision (`transaction/prepare.rs`).
-    pub(crate) prepared: Mutex<HashMap<TransactionId, crate::transaction::Prepared>>,
+    pub(crate) prepared: Mutex<HashMap<TransactionId, Prepared>>,
+}
+
+/// The coordinator's decision for a prepared transaction, sent to the thread holding it.
+pub(crate) enum Decision {
+    Commit(crate::journal::Durability, std::sync::mpsc::SyncSender<Result<(), crate::StorageError>>),
+    Abort,
+}
+
+/// A prepared transaction: the channel to the thread holding its stripes
+/// (`transaction/prepare.rs`).
+pub(crate) struct Prepared {
+    pub(crate) decision: std::sync::mpsc::SyncSender<Decision>,
 }
 
 /// One write of a transaction, in statement order (the commit replays them in this order).

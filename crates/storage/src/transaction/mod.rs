@@ -23,7 +23,6 @@ mod commit;
 mod prepare;
 mod reads;
 
-pub(crate) use prepare::Prepared;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;

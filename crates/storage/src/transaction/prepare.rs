@@ -24,20 +24,10 @@ use crate::sessions::StatementRecord;
 use crate::{Engine, StorageError};
 
 use super::{write_conflict, TransactionId};
+use crate::transaction_registry::{Decision, Prepared};
 
 /// How long a prepare waits for its stripes before it gives up (WriteConflict).
 pub const PREPARE_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The coordinator's decision for a prepared transaction.
-enum Decision {
-    Commit(Durability, mpsc::SyncSender<Result<(), StorageError>>),
-    Abort,
-}
-
-/// A transaction that is prepared: the channel to its holding thread.
-pub(crate) struct Prepared {
-    decision: mpsc::SyncSender<Decision>,
-}
 
 impl Engine {
     /// Prepares transaction `id`: checks and builds its commit (with `record`, the session's
