@@ -69,6 +69,7 @@ async fn measure_one(settings: &Settings, collections: usize, mode: JoinMode) ->
         operation_timeout: settings.operation_timeout,
         application: super::APPLICATION_NAME,
         extra_arguments: vec![OsString::from("--setParameter"), OsString::from(format!("replicationSnapshotLogEntries={}", mode.snapshot_entries()))],
+        set_name: crate::replication::replica_set::SET_NAME,
     };
     let mut set = BenchReplicaSet::start(&launch).await?;
     let outcome = populate_and_join(&mut set, settings, collections).await;

@@ -164,6 +164,7 @@ async fn measure_all(settings: &Settings) -> BenchResult<report::Figures> {
         operation_timeout: settings.operation_timeout,
         application: APPLICATION_NAME,
         extra_arguments: Vec::new(),
+        set_name: crate::replication::replica_set::SET_NAME,
     };
     let mut set = BenchReplicaSet::start(&set_launch).await?;
     eprintln!("replication: standalone {} ({}), replica set {}", standalone.address(), launch.binary.display(), set.uri());

@@ -15,6 +15,7 @@ use crate::client;
 use crate::error::{BenchError, BenchResult};
 use crate::server::{DataDirectory, ServerProcess};
 
+/// The set's name unless its launch names it.
 pub const SET_NAME: &str = "rs0";
 /// How often members are polled while the set elects or a member catches up.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
@@ -29,6 +30,8 @@ pub struct ReplicaSetLaunch {
     pub application: &'static str,
     /// Passed to every member after the standard flags.
     pub extra_arguments: Vec<OsString>,
+    /// The set's name (`--replSet`).
+    pub set_name: &'static str,
 }
 
 /// The running set. Field order is drop order: the members, then their directories.
@@ -45,6 +48,7 @@ pub struct BenchReplicaSet {
     extra_arguments: Vec<OsString>,
     work_directory: Option<PathBuf>,
     application: &'static str,
+    set_name: &'static str,
     directories: Vec<DataDirectory>,
 }
 
@@ -61,6 +65,7 @@ impl BenchReplicaSet {
             extra_arguments: launch.extra_arguments.clone(),
             work_directory: launch.work_directory.clone(),
             application: launch.application,
+            set_name: launch.set_name,
             directories: Vec::new(),
         };
         for index in 0..launch.members {
@@ -75,14 +80,14 @@ impl BenchReplicaSet {
             set.member_clients.push(client::connect(&uri, launch.application, 4, launch.operation_timeout).await?);
         }
         let members: Vec<Bson> = set.addresses().iter().enumerate().map(|(index, host)| Bson::Document(doc! { "_id": index as i32, "host": host })).collect();
-        let initiate = doc! { "replSetInitiate": { "_id": SET_NAME, "members": members } };
+        let initiate = doc! { "replSetInitiate": { "_id": launch.set_name, "members": members } };
         client::required_command(&set.member_clients[0], "admin", initiate, launch.operation_timeout, "replSetInitiate").await?;
         set.wait_for_primary(launch.startup_timeout).await?;
         Ok(set)
     }
 
     fn start_member(&self, index: usize, port: u16) -> BenchResult<ServerProcess> {
-        let mut arguments: Vec<OsString> = vec!["--replSet".into(), SET_NAME.into(), "--dbpath".into(), self.directories[index].path().into_os_string()];
+        let mut arguments: Vec<OsString> = vec!["--replSet".into(), self.set_name.into(), "--dbpath".into(), self.directories[index].path().into_os_string()];
         if let Some(cache) = self.cache_size_mebibytes {
             arguments.extend(["--cacheSizeMB".into(), cache.to_string().into()]);
         }
@@ -119,7 +124,12 @@ impl BenchReplicaSet {
 
     /// The set's connection string: the driver discovers the primary.
     pub fn uri(&self) -> String {
-        format!("mongodb://{}/?replicaSet={SET_NAME}", self.addresses().join(","))
+        format!("mongodb://{}/?replicaSet={}", self.addresses().join(","), self.set_name)
+    }
+
+    /// The set's address as `addShard` takes it: `name/host:port,...`.
+    pub fn shard_address(&self) -> String {
+        format!("{}/{}", self.set_name, self.addresses().join(","))
     }
 
     pub fn member_client(&self, index: usize) -> &Client {

@@ -12,8 +12,10 @@
 //!    `--hot-accounts` accounts per collection, retried as the driver's with_transaction
 //!    retries them; commits, WriteConflict aborts and aborts per committed transaction.
 //!
-//! Transactions across two shards (through a router) are not measured: the router does not
-//! run multi-shard transactions yet. Targets are printed as met or missed, never asserted.
+//! With `--across-shards` the same phases run through a router over two one-member replica-set
+//! shards, `accounts_a` on the first and `accounts_b` on the second, so every transfer
+//! transaction is a two-phase commit (and every plain transfer two single-shard writes).
+//! Targets are printed as met or missed, never asserted.
 //! Invariants: every child is killed and every data directory removed on every exit path (the
 //! replica set's guards and the signal watcher); the sum of all balances is checked after.
 
@@ -21,13 +23,17 @@ mod report;
 mod transfer;
 mod workload;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
+
+use bson::doc;
 use std::time::Duration;
 
 use crate::cleanup;
 use crate::client;
 use crate::error::{BenchError, BenchResult};
-use crate::replication::replica_set::{BenchReplicaSet, ReplicaSetLaunch};
+use crate::cluster::{ClusterLaunch, LocalCluster};
+use crate::replication::replica_set::{BenchReplicaSet, ReplicaSetLaunch, SET_NAME};
 use crate::server::locate_server_binary;
 
 const APPLICATION_NAME: &str = "myriad-bench-transactions";
@@ -36,6 +42,8 @@ const ROUNDS_LIMIT: u32 = 1000;
 const ACCOUNTS_LIMIT: u32 = 10_000_000;
 const DURATION_LIMIT_SECONDS: f64 = 3600.0;
 const MEMBERS: usize = 3;
+/// The replica sets (one member each) that are the shards with `--across-shards`.
+const SHARD_SETS: [&str; 2] = ["txshard0", "txshard1"];
 
 /// Flags of `myriad-bench transactions`.
 #[derive(clap::Args, Debug, Clone)]
@@ -71,6 +79,10 @@ pub struct TransactionsArgs {
     /// Directory under which the temporary data directories are made [default: the system's].
     #[arg(long = "work-dir")]
     pub work_directory: Option<PathBuf>,
+    /// Run through a router over two replica-set shards, one collection on each (every
+    /// transfer transaction a two-phase commit), instead of on one replica set.
+    #[arg(long = "across-shards")]
+    pub across_shards: bool,
     /// Print one JSON line with every figure after the tables.
     #[arg(long = "json")]
     pub json: bool,
@@ -84,6 +96,7 @@ pub struct TransactionsArgs {
 
 struct Settings {
     plan: workload::Plan,
+    across_shards: bool,
     server_binary: PathBuf,
     cache_size_mebibytes: usize,
     work_directory: Option<PathBuf>,
@@ -129,6 +142,7 @@ impl Settings {
                 contention_duration: Duration::from_secs_f64(arguments.contention_seconds),
                 operation_timeout,
             },
+            across_shards: arguments.across_shards,
             server_binary: locate_server_binary(arguments.server_binary.as_deref())?,
             cache_size_mebibytes: arguments.cache_size_mebibytes,
             work_directory: arguments.work_directory.clone(),
@@ -158,19 +172,12 @@ fn run_benchmark(arguments: &TransactionsArgs) -> BenchResult<()> {
 }
 
 async fn measure_all(settings: &Settings) -> BenchResult<report::Figures> {
-    let launch = ReplicaSetLaunch {
-        binary: settings.server_binary.clone(),
-        members: MEMBERS,
-        cache_size_mebibytes: Some(settings.cache_size_mebibytes),
-        work_directory: settings.work_directory.clone(),
-        startup_timeout: settings.startup_timeout,
-        operation_timeout: settings.operation_timeout,
-        application: APPLICATION_NAME,
-        extra_arguments: Vec::new(),
-    };
-    let set = BenchReplicaSet::start(&launch).await?;
-    eprintln!("transactions: replica set {} ({})", set.uri(), launch.binary.display());
-    let figures = measure_on(&set, settings).await;
+    if settings.across_shards {
+        return measure_across_shards(settings).await;
+    }
+    let set = BenchReplicaSet::start(&set_launch(settings, MEMBERS, SET_NAME, Vec::new())).await?;
+    eprintln!("transactions: replica set {} ({})", set.uri(), settings.server_binary.display());
+    let figures = measure_on(&set.uri(), "replica_set", settings).await;
     if figures.is_err() {
         eprintln!("transactions: last log lines:\n{}", set.log_tails());
     }
@@ -178,23 +185,99 @@ async fn measure_all(settings: &Settings) -> BenchResult<report::Figures> {
     figures
 }
 
+fn set_launch(settings: &Settings, members: usize, set_name: &'static str, extra_arguments: Vec<OsString>) -> ReplicaSetLaunch {
+    ReplicaSetLaunch {
+        binary: settings.server_binary.clone(),
+        members,
+        cache_size_mebibytes: Some(settings.cache_size_mebibytes),
+        work_directory: settings.work_directory.clone(),
+        startup_timeout: settings.startup_timeout,
+        operation_timeout: settings.operation_timeout,
+        application: APPLICATION_NAME,
+        extra_arguments,
+        set_name,
+    }
+}
+
+/// A config server and a router ([`LocalCluster`] without shards of its own) and two
+/// one-member replica-set shards; `accounts_b` is sharded and its one chunk moved to the second
+/// shard, so the two collections of a transfer live on different shards.
+async fn measure_across_shards(settings: &Settings) -> BenchResult<report::Figures> {
+    let launch = ClusterLaunch {
+        binary: settings.server_binary.clone(),
+        shards: 0,
+        routers: 1,
+        cache_size_mebibytes: Some(settings.cache_size_mebibytes),
+        work_directory: settings.work_directory.clone(),
+        startup_timeout: settings.startup_timeout,
+        operation_timeout: settings.operation_timeout,
+        application: APPLICATION_NAME,
+    };
+    let cluster = LocalCluster::start(&launch, None).await?;
+    let mut shards = Vec::with_capacity(SHARD_SETS.len());
+    for name in SHARD_SETS {
+        shards.push(BenchReplicaSet::start(&set_launch(settings, 1, name, vec![OsString::from("--shardsvr")])).await?);
+    }
+    let router = cluster.router_uri(0);
+    eprintln!("transactions: router {router} over shards {} ({})", SHARD_SETS.join(", "), settings.server_binary.display());
+    let figures = match place_collections(&router, &shards, settings).await {
+        Ok(()) => measure_on(&router, "two_shards", settings).await,
+        Err(error) => Err(error),
+    };
+    if figures.is_err() {
+        for shard in &shards {
+            eprintln!("transactions: last log lines of a shard:\n{}", shard.log_tails());
+        }
+        eprintln!("transactions: last log lines of the cluster:\n{}", cluster.log_tails());
+    }
+    for shard in shards {
+        shard.stop().await;
+    }
+    cluster.stop(settings.operation_timeout);
+    figures
+}
+
+/// Adds the shards, makes the first the database's primary, and moves `accounts_b` to the
+/// second.
+async fn place_collections(router: &str, shards: &[BenchReplicaSet], settings: &Settings) -> BenchResult<()> {
+    let timeout = settings.operation_timeout;
+    let admin = client::connect(router, APPLICATION_NAME, 1, timeout).await?;
+    let mut steps = Vec::new();
+    for shard in shards {
+        steps.push((doc! { "addShard": shard.shard_address() }, "addShard"));
+    }
+    steps.push((doc! { "enableSharding": transfer::DATABASE, "primaryShard": SHARD_SETS[0] }, "enableSharding"));
+    let namespace = format!("{}.{}", transfer::DATABASE, transfer::COLLECTION_B);
+    steps.push((doc! { "shardCollection": &namespace, "key": { "_id": 1 } }, "shardCollection"));
+    steps.push((doc! { "moveChunk": &namespace, "find": { "_id": 0 }, "to": SHARD_SETS[1], "_waitForDelete": true }, "moveChunk"));
+    let mut outcome = Ok(());
+    for (command, name) in steps {
+        if let Err(error) = client::required_command(&admin, "admin", command, timeout, name).await {
+            outcome = Err(error);
+            break;
+        }
+    }
+    client::close(admin).await;
+    outcome
+}
+
 /// Seeds the accounts, then the throughput and contention phases, then the balance check;
-/// one client per connection count (pools of that size).
-async fn measure_on(set: &BenchReplicaSet, settings: &Settings) -> BenchResult<report::Figures> {
+/// one client per connection count (pools of that size), all of `uri`.
+async fn measure_on(uri: &str, deployment: &'static str, settings: &Settings) -> BenchResult<report::Figures> {
     let plan = &settings.plan;
     let mut clients = Vec::new();
     for &connections in plan.connections.iter().chain(std::iter::once(&plan.contention_connections)) {
         let pool_size = u32::try_from(connections).unwrap_or(u32::MAX);
-        clients.push(client::connect(&set.uri(), APPLICATION_NAME, pool_size, settings.operation_timeout).await?);
+        clients.push(client::connect(uri, APPLICATION_NAME, pool_size, settings.operation_timeout).await?);
     }
-    let outcome = measure_with(&clients, settings).await;
+    let outcome = measure_with(&clients, deployment, settings).await;
     for client in clients {
         client::close(client).await;
     }
     outcome
 }
 
-async fn measure_with(clients: &[mongodb::Client], settings: &Settings) -> BenchResult<report::Figures> {
+async fn measure_with(clients: &[mongodb::Client], deployment: &'static str, settings: &Settings) -> BenchResult<report::Figures> {
     let plan = &settings.plan;
     let contention_client = clients.last().ok_or_else(|| BenchError::InvalidArgument("no client".into()))?;
     transfer::seed(contention_client, plan.accounts, settings.operation_timeout).await?;
@@ -202,5 +285,5 @@ async fn measure_with(clients: &[mongodb::Client], settings: &Settings) -> Bench
     let transfers = workload::measure_throughput(&clients[..plan.connections.len()], plan).await?;
     let contention = workload::measure_contention(contention_client, plan).await?;
     let balance_total_found = transfer::balance_total(contention_client, settings.operation_timeout).await?;
-    Ok(report::Figures { transfers, contention, connections: plan.connections.clone(), balance_total_expected, balance_total_found })
+    Ok(report::Figures { deployment, transfers, contention, connections: plan.connections.clone(), balance_total_expected, balance_total_found })
 }

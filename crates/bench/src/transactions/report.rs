@@ -17,6 +17,9 @@ const TRANSACTION_TO_PLAIN_TARGET: f64 = 0.5;
 const TARGET_CONNECTIONS: usize = 16;
 
 pub struct Figures {
+    /// Where the transfers ran: `replica_set` (one set of 3) or `two_shards` (through a router,
+    /// `accounts_a` on one replica-set shard and `accounts_b` on another).
+    pub deployment: &'static str,
     pub transfers: Vec<ModeFigures>,
     pub contention: ModeFigures,
     pub connections: Vec<usize>,
@@ -53,7 +56,7 @@ fn judged_connections(figures: &Figures) -> usize {
 fn verdicts(figures: &Figures) -> Vec<Verdict> {
     let judged = judged_connections(figures);
     vec![Verdict {
-        name: format!("transfer transactions/s / plain transfers/s on the replica set, {judged} connections >= {TRANSACTION_TO_PLAIN_TARGET}"),
+        name: format!("transfer transactions/s / plain transfers/s ({}), {judged} connections >= {TRANSACTION_TO_PLAIN_TARGET}", figures.deployment),
         key: "transaction_to_plain",
         measured: ratios(figures, judged).0,
         bound: TRANSACTION_TO_PLAIN_TARGET,
@@ -63,6 +66,7 @@ fn verdicts(figures: &Figures) -> Vec<Verdict> {
 
 fn write_transfers(text: &mut String, figures: &Figures) {
     let accounts = figures.transfers.first().map_or(0, |row| row.accounts);
+    let _ = writeln!(text, "deployment: {}", figures.deployment);
     let _ = writeln!(text, "transfers: $inc -1 in accounts_a and +1 in accounts_b ({accounts} accounts each, random pair), w:\"majority\"");
     let _ = writeln!(text, "{:<12} {:>11} {:>12} {:>9} {:>9} {:>8} {:>13}", "mode", "connections", "transfers/s", "p50 µs", "p99 µs", "aborts", "aborts/commit");
     for row in &figures.transfers {
@@ -151,6 +155,7 @@ pub fn json(figures: &Figures) -> String {
     }
     json!({
         "benchmark": "transactions",
+        "deployment": figures.deployment,
         "write_concern": "majority",
         "transfers": figures.transfers.iter().map(mode_json).collect::<Vec<Value>>(),
         "ratios": ratios_by_count,
@@ -187,6 +192,7 @@ mod tests {
         let mut contention = row(Mode::Transaction, 16, 200);
         contention.aborts.write_conflicts = 50;
         let figures = Figures {
+            deployment: "replica_set",
             transfers: vec![row(Mode::Transaction, 1, 100), row(Mode::Plain, 1, 50), row(Mode::Transaction, 16, 300), row(Mode::Plain, 16, 600)],
             contention,
             connections: vec![1, 16],
