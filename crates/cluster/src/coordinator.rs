@@ -2,7 +2,8 @@
 //! as MongoDB's coordinator runs it. A router asks the transaction's first participant with
 //! `coordinateCommitTransaction {participants: [{shardId}], lsid, txnNumber}`; this shard then
 //! 1. records the participants in `config.transaction_coordinators` (majority-acknowledged),
-//! 2. sends `prepareTransaction` to every participant at once (itself included),
+//! 2. sends `prepareTransaction` to every participant (itself included), one at a time in the
+//!    order of their names, stopping at the first that fails,
 //! 3. decides: commit, at the latest `prepareTimestamp`, when every participant prepared;
 //!    otherwise abort; and records the decision (majority-acknowledged) before sending it,
 //! 4. sends `commitTransaction` (with `commitTimestamp`) or `abortTransaction` to every
@@ -51,7 +52,7 @@ pub fn coordinate(context: &ServerContext, migrations: &Arc<MigrationState>, run
     let id = doc! { "lsid": session.clone(), "txnNumber": number };
     record(context, &id, doc! { "_id": id.clone(), "participants": participants.clone() })?;
     let transaction = doc! { "lsid": session, "txnNumber": number, "autocommit": false };
-    let prepare = send_all(migrations, runtime, &participants, &transaction, "prepareTransaction", None, 1)?;
+    let prepare = prepare_in_order(migrations, runtime, &participants, &transaction)?;
     let decision = decide(&prepare);
     let decision_document = match decision {
         Decision::Commit(timestamp) => doc! { "decision": "commit", "commitTimestamp": timestamp },
@@ -174,6 +175,31 @@ fn send_all(
         let _ = sender.send(futures_util::future::join_all(calls).await);
     });
     receiver.recv_timeout(COORDINATION_TIMEOUT).map_err(|_| ClusterError::coded(50, "the two-phase commit's participants did not answer in time"))
+}
+
+/// Sends `prepareTransaction` to the participants one at a time, in the order of their names
+/// (the same order for every coordinator), stopping at the first that fails. A prepare holds
+/// its shard's stripes until the decision; taken in one global order, two transactions over the
+/// same shards never each hold one shard while waiting for the other (which the prepares'
+/// lock timeout would only break after it expired).
+fn prepare_in_order(
+    migrations: &Arc<MigrationState>,
+    runtime: &tokio::runtime::Handle,
+    participants: &[String],
+    transaction: &Document,
+) -> ClusterResult<Vec<(String, ClusterResult<Document>)>> {
+    let mut ordered = participants.to_vec();
+    ordered.sort();
+    let mut replies = Vec::with_capacity(ordered.len());
+    for shard in ordered {
+        let mut reply = send_all(migrations, runtime, std::slice::from_ref(&shard), transaction, "prepareTransaction", None, 1)?;
+        let failed = reply.iter().any(|(_, reply)| reply.is_err());
+        replies.append(&mut reply);
+        if failed {
+            break;
+        }
+    }
+    Ok(replies)
 }
 
 /// Errors after which sending the same command again may succeed: the participant was not
