@@ -7,7 +7,18 @@
 //! 3. decides: commit, at the latest `prepareTimestamp`, when every participant prepared;
 //!    otherwise abort; and records the decision (majority-acknowledged) before sending it,
 //! 4. sends `commitTransaction` (with `commitTimestamp`) or `abortTransaction` to every
-//!    participant, retrying those it cannot reach, then forgets the record and answers.
+//!    participant, retrying those it cannot reach, forgets the record once every participant
+//!    acknowledged, and answers.
+//!
+//! Recovery: a record left behind (the coordinator's primary crashed or stepped down, or a
+//! participant could not be reached) is carried on by whichever member is primary: a pass every
+//! [`RECOVERY_INTERVAL`] resumes each record no coordination of this process is running, and a
+//! `coordinateCommitTransaction` retried by the router resumes its record too. A record with a
+//! decision has it sent again; a record without one is decided abort (nothing was committed
+//! anywhere, and the participants that prepared hold their transactions until told), as
+//! MongoDB's coordinator does after a failover. Two coordinations of one transaction never
+//! run at once in a process ([`Coordinations`]), and a deposed primary cannot record a
+//! decision (the record is written with `w: "majority"`).
 //!
 //! Invariants: nothing is committed anywhere before the decision to commit is durable; a
 //! decision, once recorded, is the only one ever sent for the transaction; a participant that
@@ -15,11 +26,13 @@
 //! commit's: ok, or the abort's error labelled `TransientTransactionError` (the drivers run the
 //! transaction again).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashSet;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use bson::{doc, Bson, Document, Timestamp};
 use myriad_commands::ServerContext;
+use parking_lot::Mutex;
 
 use crate::error::{ClusterError, ClusterResult};
 use crate::local;
@@ -27,12 +40,16 @@ use crate::migration::MigrationState;
 
 /// Where coordinators record their transactions (MongoDB's collection of that name).
 const COORDINATORS: &str = "transaction_coordinators";
-/// Sends of a decision to a participant before the coordinator gives up on it.
+/// Sends of a decision to a participant before the coordinator leaves it to recovery.
 const DECISION_ATTEMPTS: usize = 20;
 const DECISION_RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// The longest the whole coordination may take before it answers (the participants' calls
 /// are bounded by their client's timeout too).
 const COORDINATION_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often the primary looks for records no coordination is carrying.
+const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
+/// Records one recovery pass reads at most.
+const RECOVERY_BATCH: i64 = 64;
 const NO_SUCH_TRANSACTION: i32 = 251;
 const TRANSACTION_COMMITTED: i32 = 256;
 
@@ -43,40 +60,180 @@ enum Decision {
     Abort,
 }
 
-/// `coordinateCommitTransaction`: runs the two-phase commit and answers with its outcome.
-pub fn coordinate(context: &ServerContext, migrations: &Arc<MigrationState>, runtime: &tokio::runtime::Handle, body: &Document) -> ClusterResult<Document> {
+impl Decision {
+    fn to_document(self) -> Document {
+        match self {
+            Decision::Commit(timestamp) => doc! { "decision": "commit", "commitTimestamp": timestamp },
+            Decision::Abort => doc! { "decision": "abort" },
+        }
+    }
+
+    fn from_record(record: &Document) -> Option<Decision> {
+        let decision = record.get_document("decision").ok()?;
+        match decision.get_str("decision").ok()? {
+            "commit" => Some(Decision::Commit(decision.get_timestamp("commitTimestamp").unwrap_or(Timestamp { time: 0, increment: 0 }))),
+            _ => Some(Decision::Abort),
+        }
+    }
+}
+
+/// The transactions this process is coordinating (by their record's `_id`).
+#[derive(Default)]
+pub struct Coordinations {
+    active: Mutex<HashSet<Vec<u8>>>,
+}
+
+/// A claim on coordinating one transaction, released when dropped.
+struct Claim<'c> {
+    coordinations: &'c Coordinations,
+    key: Vec<u8>,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.coordinations.active.lock().remove(&self.key);
+    }
+}
+
+impl Coordinations {
+    /// Claims transaction `id`, waiting (bounded) while another coordination of it runs.
+    fn claim(&self, id: &Document) -> ClusterResult<Claim<'_>> {
+        let key = bson::to_vec(id).map_err(|error| ClusterError::internal(error.to_string()))?;
+        let deadline = Instant::now() + COORDINATION_TIMEOUT;
+        loop {
+            if self.active.lock().insert(key.clone()) {
+                return Ok(Claim { coordinations: self, key });
+            }
+            if Instant::now() > deadline {
+                return Err(ClusterError::coded(50, "another coordination of this transaction did not finish in time"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Claims transaction `id` only if no coordination of it runs.
+    fn try_claim(&self, id: &Document) -> Option<Claim<'_>> {
+        let key = bson::to_vec(id).ok()?;
+        self.active.lock().insert(key.clone()).then_some(Claim { coordinations: self, key })
+    }
+}
+
+/// `coordinateCommitTransaction`: runs the two-phase commit (or resumes the one recorded for
+/// the transaction) and answers with its outcome.
+pub fn coordinate(
+    context: &ServerContext,
+    coordinations: &Coordinations,
+    migrations: &Arc<MigrationState>,
+    runtime: &tokio::runtime::Handle,
+    body: &Document,
+) -> ClusterResult<Document> {
     let session = body.get_document("lsid").map_err(|_| ClusterError::bad_value("coordinateCommitTransaction needs lsid"))?.clone();
     let number = body.get_i64("txnNumber").map_err(|_| ClusterError::bad_value("coordinateCommitTransaction needs txnNumber"))?;
     let participants = participant_names(body)?;
     let write_concern = body.get("writeConcern").cloned();
     let id = doc! { "lsid": session.clone(), "txnNumber": number };
+    let _claim = coordinations.claim(&id)?;
+    if let Some(record) = local::find(context, "config", COORDINATORS, doc! { "_id": id.clone() }, None, Some(1))?.into_iter().next() {
+        return resume(context, migrations, runtime, record, write_concern);
+    }
     record(context, &id, doc! { "_id": id.clone(), "participants": participants.clone() })?;
     let transaction = doc! { "lsid": session, "txnNumber": number, "autocommit": false };
     let prepare = prepare_in_order(migrations, runtime, &participants, &transaction)?;
     let decision = decide(&prepare);
-    let decision_document = match decision {
-        Decision::Commit(timestamp) => doc! { "decision": "commit", "commitTimestamp": timestamp },
-        Decision::Abort => doc! { "decision": "abort" },
+    record(context, &id, doc! { "_id": id.clone(), "participants": participants.clone(), "decision": decision.to_document() })?;
+    let cause = prepare.into_iter().find_map(|(_, reply)| reply.err());
+    deliver(context, migrations, runtime, &id, &participants, decision, write_concern, cause)
+}
+
+/// Carries on a recorded coordination: its decision, or abort when it has none.
+fn resume(
+    context: &ServerContext,
+    migrations: &Arc<MigrationState>,
+    runtime: &tokio::runtime::Handle,
+    record_document: Document,
+    write_concern: Option<Bson>,
+) -> ClusterResult<Document> {
+    let id = record_document.get_document("_id").map_err(|_| ClusterError::internal("a coordinator's record without its _id"))?.clone();
+    let participants: Vec<String> =
+        record_document.get_array("participants").map(|names| names.iter().filter_map(|name| name.as_str().map(str::to_string)).collect()).unwrap_or_default();
+    let decision = match Decision::from_record(&record_document) {
+        Some(decision) => decision,
+        None => {
+            let mut decided = record_document.clone();
+            decided.insert("decision", Decision::Abort.to_document());
+            record(context, &id, decided)?;
+            Decision::Abort
+        }
     };
-    record(context, &id, doc! { "_id": id.clone(), "participants": participants.clone(), "decision": decision_document })?;
-    let outcome = match decision {
+    deliver(context, migrations, runtime, &id, &participants, decision, write_concern, None)
+}
+
+/// Sends `decision` to every participant; forgets the record once all acknowledged it. The
+/// answer is the decision's: ok for a commit (durable once recorded, whoever is still to hear
+/// it), the abort's error otherwise.
+#[allow(clippy::too_many_arguments)]
+fn deliver(
+    context: &ServerContext,
+    migrations: &Arc<MigrationState>,
+    runtime: &tokio::runtime::Handle,
+    id: &Document,
+    participants: &[String],
+    decision: Decision,
+    write_concern: Option<Bson>,
+    cause: Option<ClusterError>,
+) -> ClusterResult<Document> {
+    let mut transaction = id.clone();
+    transaction.insert("autocommit", false);
+    let (command, extra) = match decision {
         Decision::Commit(timestamp) => {
             let mut extra = doc! { "commitTimestamp": timestamp };
             if let Some(write_concern) = &write_concern {
                 extra.insert("writeConcern", write_concern.clone());
             }
-            let sent = send_all(migrations, runtime, &participants, &transaction, "commitTransaction", Some(extra), DECISION_ATTEMPTS)?;
-            sent.into_iter().find_map(|(_, reply)| reply.err()).map_or(Ok(doc! { "ok": 1.0 }), Err)
+            ("commitTransaction", Some(extra))
         }
-        Decision::Abort => {
-            // Participants that prepared (or still have the transaction open) abort it.
-            let _ = send_all(migrations, runtime, &participants, &transaction, "abortTransaction", None, DECISION_ATTEMPTS)?;
-            let cause = prepare.into_iter().find_map(|(_, reply)| reply.err());
-            Err(aborted(cause))
-        }
+        Decision::Abort => ("abortTransaction", None),
     };
-    let _ = local::run(context, "config", doc! { "delete": COORDINATORS, "deletes": [{ "q": { "_id": id }, "limit": 1 }] });
-    outcome
+    let sent = send_all(migrations, runtime, participants, &transaction, command, extra, DECISION_ATTEMPTS)?;
+    let acknowledged = sent.iter().all(|(_, reply)| match (decision, reply) {
+        (_, Ok(_)) => true,
+        (Decision::Commit(_), Err(error)) => error.code() == TRANSACTION_COMMITTED,
+        (Decision::Abort, Err(error)) => error.code() == NO_SUCH_TRANSACTION,
+    });
+    if acknowledged {
+        let _ = local::run(context, "config", doc! { "delete": COORDINATORS, "deletes": [{ "q": { "_id": id.clone() }, "limit": 1 }] });
+    }
+    match decision {
+        Decision::Commit(_) => Ok(doc! { "ok": 1.0 }),
+        Decision::Abort => Err(aborted(cause)),
+    }
+}
+
+/// Resumes, every [`RECOVERY_INTERVAL`] while this member is a writable primary, the recorded
+/// coordinations no coordination of this process carries (see the module documentation).
+pub async fn recover(context: Weak<ServerContext>, coordinations: Arc<Coordinations>, migrations: Arc<MigrationState>) {
+    loop {
+        tokio::time::sleep(RECOVERY_INTERVAL).await;
+        let Some(context) = context.upgrade() else { return };
+        if !context.replication.get().is_some_and(|member| member.is_writable_primary()) {
+            continue;
+        }
+        let (coordinations, migrations) = (Arc::clone(&coordinations), Arc::clone(&migrations));
+        let runtime = tokio::runtime::Handle::current();
+        let _ = tokio::task::spawn_blocking(move || recover_once(&context, &coordinations, &migrations, &runtime)).await;
+    }
+}
+
+fn recover_once(context: &ServerContext, coordinations: &Coordinations, migrations: &Arc<MigrationState>, runtime: &tokio::runtime::Handle) {
+    let Ok(records) = local::find(context, "config", COORDINATORS, doc! {}, None, Some(RECOVERY_BATCH)) else { return };
+    for record_document in records {
+        let Ok(id) = record_document.get_document("_id").cloned() else { continue };
+        let Some(_claim) = coordinations.try_claim(&id) else { continue };
+        // Read again under the claim: a coordination that just finished deleted it.
+        if let Ok(Some(current)) = local::find(context, "config", COORDINATORS, doc! { "_id": id }, None, Some(1)).map(|found| found.into_iter().next()) {
+            let _ = resume(context, migrations, runtime, current, None);
+        }
+    }
 }
 
 /// The participants' names from `participants: [{shardId}]`.

@@ -41,6 +41,7 @@ use crate::version::ShardVersion;
 pub struct ShardRole {
     state: Arc<ShardingState>,
     migrations: Arc<MigrationState>,
+    coordinations: Arc<crate::coordinator::Coordinations>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -54,9 +55,12 @@ impl ShardRole {
         let migrations = MigrationState::new(runtime.clone(), Arc::downgrade(&context), Arc::clone(&state));
         let auto_splitter = Arc::new(AutoSplitter::new(Arc::clone(&state)));
         engine.set_operation_observer(Some(observer(&migrations, &auto_splitter)));
-        let _ = context.role.set(Arc::new(ShardRole { state: Arc::clone(&state), migrations: Arc::clone(&migrations), runtime: runtime.clone() }));
+        let coordinations = Arc::new(crate::coordinator::Coordinations::default());
+        let role = ShardRole { state: Arc::clone(&state), migrations: Arc::clone(&migrations), coordinations: Arc::clone(&coordinations), runtime: runtime.clone() };
+        let _ = context.role.set(Arc::new(role));
         state.resume(&context)?;
         migrations.start_background();
+        runtime.spawn(crate::coordinator::recover(Arc::downgrade(&context), coordinations, Arc::clone(&migrations)));
         runtime.spawn(AutoSplitter::run(auto_splitter, migrations));
         Ok(context)
     }
@@ -107,7 +111,7 @@ impl ShardRole {
                 Err(_) => Err(ClusterError::bad_value("'getShardVersion' must be a namespace string")),
             },
             "_shardsvrChunkMedian" => chunk_median(context, body),
-            "coordinateCommitTransaction" => crate::coordinator::coordinate(context, &self.migrations, &self.runtime, body),
+            "coordinateCommitTransaction" => crate::coordinator::coordinate(context, &self.coordinations, &self.migrations, &self.runtime, body),
             name => return self.migrations.command(context, name, body).map(|result| result.map_err(Into::into)),
         };
         Some(result.map_err(Into::into))

@@ -179,6 +179,16 @@ pub trait Backend: Send + Sync {
     fn commit_prepared(&self, id: TransactionId, _durability: Durability) -> BackendResult<()> {
         Err(StorageError::NoSuchTransaction(format!("Transaction {id} is not prepared")))
     }
+    /// Aborts prepared transaction `id`, durably (its record is deleted).
+    fn abort_prepared(&self, id: TransactionId) -> BackendResult<()> {
+        self.abort_transaction(id);
+        Ok(())
+    }
+    /// The number and id of `session`'s prepared transaction, when this member holds one (a
+    /// new primary prepares again the transactions its predecessor had prepared).
+    fn prepared_transaction(&self, _session: &SessionId) -> Option<(i64, TransactionId)> {
+        None
+    }
 }
 
 impl WriteSession for WriteTransaction<'_> {
@@ -381,6 +391,12 @@ impl Backend for Engine {
     }
     fn commit_prepared(&self, id: TransactionId, durability: Durability) -> BackendResult<()> {
         Engine::commit_prepared(self, id, durability)
+    }
+    fn abort_prepared(&self, id: TransactionId) -> BackendResult<()> {
+        Engine::abort_prepared_transaction(self, id)
+    }
+    fn prepared_transaction(&self, session: &SessionId) -> Option<(i64, TransactionId)> {
+        Engine::prepared_transaction_of(self, session)
     }
 }
 
@@ -636,6 +652,12 @@ impl<B: Backend> Backend for ContractBackend<B> {
     }
     fn commit_prepared(&self, id: TransactionId, durability: Durability) -> BackendResult<()> {
         self.inner.commit_prepared(id, durability)
+    }
+    fn abort_prepared(&self, id: TransactionId) -> BackendResult<()> {
+        self.inner.abort_prepared(id)
+    }
+    fn prepared_transaction(&self, session: &SessionId) -> Option<(i64, TransactionId)> {
+        self.inner.prepared_transaction(session)
     }
 }
 

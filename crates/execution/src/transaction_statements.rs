@@ -160,14 +160,14 @@ fn check_read_concern(read_concern: &Bson) -> CommandResult<()> {
 
 fn start(context: &ServerContext, session: SessionId, number: i64) -> CommandResult<TransactionId> {
     let recorded = context.backend.session_header(&session)?.map(|header| header.transaction_number);
-    let latest = context.transactions.get(&session).map(|transaction| transaction.number).max(recorded);
+    let latest = session_transaction(context, &session).map(|transaction| transaction.number).max(recorded);
     if let Some(latest) = latest.filter(|latest| *latest > number) {
         return Err(CommandError::new(
             TRANSACTION_TOO_OLD,
             format!("Cannot start transaction {number} on session because a newer transaction {latest} has already started."),
         ));
     }
-    if let Some(existing) = context.transactions.get(&session) {
+    if let Some(existing) = session_transaction(context, &session) {
         if existing.number == number {
             return Err(CommandError::new(
                 CONFLICTING_OPERATION_IN_PROGRESS,
@@ -187,7 +187,7 @@ fn start(context: &ServerContext, session: SessionId, number: i64) -> CommandRes
 }
 
 fn continuing(context: &ServerContext, session: &SessionId, number: i64) -> CommandResult<TransactionId> {
-    match context.transactions.get(session) {
+    match session_transaction(context, session) {
         Some(existing) if existing.number == number => match existing.phase {
             Phase::Open(id) => {
                 context.transactions.set(*session, SessionTransaction { statements: existing.statements + 1, running: true, ..existing });
@@ -202,6 +202,27 @@ fn continuing(context: &ServerContext, session: &SessionId, number: i64) -> Comm
             format!("txnNumber {number} is less than last txnNumber {} seen in session", existing.number),
         )),
         _ => Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
+    }
+}
+
+/// The session's latest transaction: the table's, unless this member holds a newer prepared
+/// transaction of the session than the table knows (one it prepared again on becoming
+/// primary), or no longer holds the prepared transaction the table names (released when it
+/// stepped down, or committed since: its outcome is then in the session's records).
+fn session_transaction(context: &ServerContext, session: &SessionId) -> Option<SessionTransaction> {
+    let known = context.transactions.get(session);
+    let held = context.backend.prepared_transaction(session);
+    match (known, held) {
+        (known, Some((number, id))) if known.as_ref().is_none_or(|known| (known.number, known.phase) != (number, Phase::Prepared(id)) && known.number <= number) => {
+            let adopted = SessionTransaction::new(number, Phase::Prepared(id));
+            context.transactions.set(*session, adopted.clone());
+            Some(adopted)
+        }
+        (Some(known), None) if matches!(known.phase, Phase::Prepared(_)) => {
+            context.transactions.forget(session);
+            None
+        }
+        (known, _) => known,
     }
 }
 
@@ -265,7 +286,7 @@ pub fn commit(context: &ServerContext, request: &CommandRequest) -> CommandResul
     let session = crate::retryable::session_id(request)?;
     let _checkout = context.retryable_writes.check_out(session)?;
     let number = fields.number;
-    match context.transactions.get(&session) {
+    match session_transaction(context, &session) {
         Some(existing) if existing.number == number => match existing.phase {
             Phase::Open(_) | Phase::Prepared(_) => commit_transaction(context, request, session, number, existing.phase),
             Phase::Committed => Ok(doc! { "ok": 1.0 }),
@@ -356,7 +377,7 @@ pub fn prepare(context: &ServerContext, request: &CommandRequest) -> CommandResu
     let _checkout = context.retryable_writes.check_out(session)?;
     let number = fields.number;
     let prepared = || doc! { "prepareTimestamp": crate::cluster_time::now_timestamp(context), "ok": 1.0 };
-    match context.transactions.get(&session) {
+    match session_transaction(context, &session) {
         Some(existing) if existing.number == number => match existing.phase {
             Phase::Open(id) => {
                 let result = commit_result()?;
@@ -380,7 +401,12 @@ pub fn prepare(context: &ServerContext, request: &CommandRequest) -> CommandResu
             Phase::Committed => Err(CommandError::new(TRANSACTION_COMMITTED, format!("Transaction {number} has been committed."))),
             Phase::Aborted => Err(no_such_transaction(format!("Transaction {number} has been aborted."))),
         },
-        _ => Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
+        // A coordinator's prepare retried after the transaction committed (this member's
+        // record of the commit answers, as after a failover).
+        _ => match context.backend.executed_statement(&session, number, COMMIT_STATEMENT_ID)? {
+            Some(_) => Err(CommandError::new(TRANSACTION_COMMITTED, format!("Transaction {number} has been committed."))),
+            None => Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
+        },
     }
 }
 
@@ -392,12 +418,19 @@ pub fn abort(context: &ServerContext, request: &CommandRequest) -> CommandResult
     let session = crate::retryable::session_id(request)?;
     let _checkout = context.retryable_writes.check_out(session)?;
     let number = fields.number;
-    match context.transactions.get(&session) {
+    match session_transaction(context, &session) {
         Some(existing) if existing.number == number => match existing.phase {
-            Phase::Open(id) | Phase::Prepared(id) => {
+            Phase::Open(id) => {
                 context.backend.abort_transaction(id);
                 context.transactions.set_phase(&session, number, Phase::Aborted);
                 Ok(doc! { "ok": 1.0 })
+            }
+            Phase::Prepared(id) => {
+                // Durable: the prepare's record is deleted, or the abort fails and the
+                // coordinator sends it again (to the next primary, if this one stepped down).
+                let aborted = context.backend.abort_prepared(id);
+                context.transactions.set_phase(&session, number, Phase::Aborted);
+                aborted.map(|()| doc! { "ok": 1.0 }).map_err(CommandError::from)
             }
             Phase::Committed => Err(CommandError::new(TRANSACTION_COMMITTED, format!("Transaction {number} has been committed."))),
             Phase::Aborted => Err(no_such_transaction(format!("Transaction {number} has been aborted."))),

@@ -24,6 +24,7 @@
 
 mod config;
 mod group_commit;
+mod leadership;
 mod log_store;
 mod member;
 mod network;

@@ -17,6 +17,7 @@ use tokio::sync::OnceCell;
 
 use crate::config::{MemberConfig, ReplicaSetConfig, ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, HEARTBEAT_INTERVAL_MS};
 use crate::group_commit::{stepped_down, GroupCommit};
+use crate::leadership::{follow_leadership, Leadership};
 use crate::log_store::LogStore;
 use crate::network::{Contacts, Network, Partition, APPEND, SNAPSHOT, VOTE};
 use crate::state_machine::snapshot::Snapshots;
@@ -101,6 +102,8 @@ pub struct ReplicaSetMember {
     contacts: Arc<Contacts>,
     /// The writes waiting to be proposed together (`group_commit.rs`).
     group_commit: Arc<GroupCommit>,
+    /// Whether this member restored its prepared transactions in its term as primary.
+    leadership: Arc<Leadership>,
 }
 
 /// A member's start-up settings.
@@ -150,6 +153,7 @@ impl ReplicaSetMember {
             partition: Arc::default(),
             contacts: Arc::default(),
             group_commit: Arc::default(),
+            leadership: Arc::default(),
         });
         engine.set_replicator(Some(Arc::new(Replicator(Arc::downgrade(&member)))));
         if let Some(id) = member.log_store.member_id()? {
@@ -192,6 +196,7 @@ impl ReplicaSetMember {
                 self.runtime.spawn(follow_priority(raft.clone(), Arc::clone(&self.frozen_until)));
                 self.runtime.spawn(Arc::clone(&self.group_commit).propose(raft.clone()));
                 self.runtime.spawn(Arc::clone(&self.group_commit).fail_queued_on_step_down(raft.clone()));
+                self.runtime.spawn(follow_leadership(raft.clone(), Arc::clone(&self.engine), Arc::clone(&self.leadership)));
                 Ok(raft)
             })
             .await
@@ -307,14 +312,22 @@ impl ReplicaSetMember {
             .map_err(|_| ReplicationError::NotPrimary("cannot satisfy linearizable read concern on non-primary node".into()))
     }
 
-    /// True when this member is the primary and applied every entry of earlier terms.
+    /// True when this member is the primary, applied every entry of earlier terms and
+    /// prepared again the prepared transactions it holds records of (`leadership.rs`).
     pub fn is_writable_primary(&self) -> bool {
         self.metrics().is_some_and(|metrics| {
-            metrics.state == ServerState::Leader
+            self.leadership.ready_in(metrics.current_term)
+                && metrics.state == ServerState::Leader
                 && metrics.current_leader == Some(metrics.id)
                 && metrics.last_applied.is_some_and(|applied| applied.leader_id.term == metrics.current_term)
                 && hears_a_majority(&metrics)
         })
+    }
+
+    /// What becoming or stopping being primary did with prepared transactions since the last
+    /// call (lines for the server's log).
+    pub fn take_leadership_reports(&self) -> Vec<String> {
+        self.leadership.take_reports()
     }
 
     /// Test networking: this member sends nothing to `hosts` until called again (the

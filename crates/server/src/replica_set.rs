@@ -63,6 +63,9 @@ pub fn watch_topology(context: &Arc<ServerContext>, member: &Arc<ReplicaSetMembe
         loop {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             let (Some(context), Some(member)) = (context.upgrade(), member.upgrade()) else { return };
+            for report in member.take_leadership_reports() {
+                context.logger.info("REPL", 21400, "-", &report, serde_json::json!({}));
+            }
             let now = member.topology_fingerprint();
             if last.is_some() && last != Some(now) {
                 context.topology.record_change();

@@ -9,7 +9,10 @@
 //! - `S` session (48 bytes): the session's highest transaction number (i64 BE) and the wall
 //!   time of its last write (i64 BE, milliseconds);
 //! - `S` session stmtId (i32 BE): the transaction number that executed it (i64 BE), then the
-//!   statement's result as one BSON document.
+//!   statement's result as one BSON document;
+//! - `P` session (48 bytes): the session's prepared transaction, as one BSON document
+//!   (`transaction/prepared_record.rs`), written when it is prepared and deleted by the write
+//!   that commits it or by its abort.
 //!
 //! A statement record is valid only for the transaction number it carries: a record left by an
 //! older transaction of the session is ignored and later overwritten. Invariants: records are
@@ -24,6 +27,8 @@ use crate::{Engine, StorageError};
 
 /// Tag of session keys in the catalog family.
 const SESSION_TAG: u8 = b'S';
+/// Tag of prepared transactions' keys in the catalog family.
+pub(crate) const PREPARED_TAG: u8 = b'P';
 /// Bytes of a session's identity: the lsid's UUID (16) and its user digest (32, zeros without).
 pub const SESSION_ID_LEN: usize = 48;
 
@@ -51,6 +56,22 @@ impl SessionId {
         key.push(SESSION_TAG);
         key.extend_from_slice(&self.0);
         key
+    }
+
+    /// The key of the session's prepared transaction.
+    pub(crate) fn prepared_key(&self) -> Vec<u8> {
+        let mut key = Vec::with_capacity(1 + SESSION_ID_LEN);
+        key.push(PREPARED_TAG);
+        key.extend_from_slice(&self.0);
+        key
+    }
+
+    /// The session of a prepared transaction's key; None for any other key.
+    pub(crate) fn from_prepared_key(key: &[u8]) -> Option<SessionId> {
+        match key.split_first() {
+            Some((&PREPARED_TAG, id)) => Some(SessionId(id.try_into().ok()?)),
+            _ => None,
+        }
     }
 
     fn statement_key(&self, statement_id: i32) -> Vec<u8> {

@@ -38,12 +38,19 @@ pub(crate) struct Transactions {
 /// The coordinator's decision for a prepared transaction, sent to the thread holding it.
 pub(crate) enum Decision {
     Commit(crate::journal::Durability, std::sync::mpsc::SyncSender<Result<(), crate::StorageError>>),
-    Abort,
+    /// Abort: the thread deletes the transaction's prepare record (a replicated write) and
+    /// answers with that write's outcome.
+    Abort(std::sync::mpsc::SyncSender<Result<(), crate::StorageError>>),
+    /// This member stepped down: the thread lets go of the stripes and writes nothing; the
+    /// prepare record stays for the next primary, which prepares the transaction again.
+    Release,
 }
 
-/// A prepared transaction: the channel to the thread holding its stripes
-/// (`transaction/prepare.rs`).
+/// A prepared transaction: the session it belongs to and the channel to the thread holding
+/// its stripes (`transaction/prepare.rs`).
 pub(crate) struct Prepared {
+    pub(crate) session: crate::SessionId,
+    pub(crate) transaction_number: i64,
     pub(crate) decision: std::sync::mpsc::SyncSender<Decision>,
 }
 

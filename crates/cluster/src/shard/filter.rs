@@ -266,6 +266,12 @@ impl<B: Backend> Backend for FilteringBackend<B> {
     fn commit_prepared(&self, id: myriad_storage::TransactionId, durability: myriad_storage::Durability) -> BackendResult<()> {
         self.inner.commit_prepared(id, durability)
     }
+    fn abort_prepared(&self, id: myriad_storage::TransactionId) -> BackendResult<()> {
+        self.inner.abort_prepared(id)
+    }
+    fn prepared_transaction(&self, session: &myriad_storage::SessionId) -> Option<(i64, myriad_storage::TransactionId)> {
+        self.inner.prepared_transaction(session)
+    }
 }
 
 /// A write session of a versioned command: updates may not move documents off this shard.

@@ -160,6 +160,13 @@ pub(super) struct BuiltCommit {
     allocations: Vec<(u64, RecordId)>,
 }
 
+impl BuiltCommit {
+    /// Makes the commit delete `key` of `family` too (a prepared transaction's record).
+    pub(super) fn delete_key(&mut self, family: &rocksdb::ColumnFamily, key: &[u8]) {
+        self.batch.delete_cf(family, key);
+    }
+}
+
 impl OpenTransaction {
     /// The prefixes of the collections the transaction wrote.
     pub(super) fn prefixes(&self) -> impl Iterator<Item = u64> + '_ {

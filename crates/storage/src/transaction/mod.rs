@@ -21,6 +21,7 @@
 
 mod commit;
 mod prepare;
+mod prepared_record;
 mod reads;
 
 
@@ -64,7 +65,7 @@ impl Engine {
     /// Discards an open transaction's writes and releases its claims. Aborting one that is no
     /// longer open does nothing.
     pub fn abort_transaction(&self, id: TransactionId) {
-        self.abort_prepared(id);
+        let _ = self.abort_prepared_transaction(id);
         let removed = self.transactions.open.lock().remove(&id);
         if let Some(transaction) = removed {
             self.release_claims(&transaction.lock());

@@ -6,6 +6,10 @@
 //! stay, so other transactions' writes of its keys are WriteConflicts. Reads go on, and see the
 //! data as it was before the transaction.
 //!
+//! A prepare is recorded (`prepared_record.rs`) before it is acknowledged, so a new primary
+//! prepares the transaction again after a failover or a restart; the commit's write deletes the
+//! record, and so does an abort.
+//!
 //! Invariants:
 //! - Preparing takes the stripes with a bound ([`PREPARE_LOCK_TIMEOUT`]): two prepared
 //!   transactions waiting for each other's stripes on two shards cannot wait forever; the one
@@ -23,7 +27,9 @@ use crate::journal::Durability;
 use crate::sessions::StatementRecord;
 use crate::{Engine, StorageError};
 
+use super::prepared_record::{encode, OwnedRecord};
 use super::{write_conflict, TransactionId};
+use crate::families::FAMILY_CATALOG;
 use crate::transaction_registry::{Decision, Prepared};
 
 /// How long a prepare waits for its stripes before it gives up (WriteConflict).
@@ -31,12 +37,19 @@ pub const PREPARE_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Engine {
     /// Prepares transaction `id`: checks and builds its commit (with `record`, the session's
-    /// record of it) under its stripes, and keeps them until [`Engine::commit_prepared`] or
-    /// [`Engine::abort_transaction`]. An error leaves the transaction aborted.
+    /// record of it) under its stripes, records it durably, and keeps the stripes until
+    /// [`Engine::commit_prepared`] or [`Engine::abort_prepared_transaction`]. An error leaves
+    /// the transaction aborted.
     pub fn prepare_transaction(self: &Arc<Self>, id: TransactionId, record: StatementRecord<'_>) -> Result<(), StorageError> {
+        self.prepare_owned(id, OwnedRecord::from(record), true)
+    }
+
+    /// Prepares transaction `id`; writes its record when `write_record` (a restored
+    /// transaction's record is already stored).
+    pub(super) fn prepare_owned(self: &Arc<Self>, id: TransactionId, record: OwnedRecord, write_record: bool) -> Result<(), StorageError> {
         let transaction = self.transactions.open.lock().get(&id).cloned();
         let transaction = transaction.ok_or_else(|| StorageError::NoSuchTransaction(format!("Transaction {id} is no longer open")))?;
-        let record = OwnedRecord::from(record);
+        let (session, transaction_number) = (record.session, record.transaction_number);
         let (prepared_sender, prepared_receiver) = mpsc::sync_channel::<Result<(), StorageError>>(1);
         let (decision_sender, decision_receiver) = mpsc::sync_channel::<Decision>(1);
         let engine = Arc::clone(self);
@@ -47,29 +60,53 @@ impl Engine {
                 return;
             };
             // The transaction's lock is held only while building: an abort may take it after.
-            let built = engine.build_commit(&transaction.lock(), Some(record.borrow()), &mut guards);
-            let built = match built {
-                Ok(built) => built,
+            let built = {
+                let transaction = transaction.lock();
+                engine.build_commit(&transaction, Some(record.borrow()), &mut guards).and_then(|built| {
+                    let encoded = if write_record { Some(encode(&transaction, &record)?) } else { None };
+                    Ok((built, encoded))
+                })
+            };
+            let mut built = match built {
+                Ok((built, encoded)) => match encoded.map_or(Ok(()), |encoded| engine.write_prepared_record(&session, Some(&encoded))) {
+                    Ok(()) => built,
+                    Err(error) => {
+                        let _ = prepared_sender.send(Err(error));
+                        return;
+                    }
+                },
                 Err(error) => {
                     let _ = prepared_sender.send(Err(error));
                     return;
                 }
             };
+            match engine.family(FAMILY_CATALOG) {
+                Ok(family) => built.delete_key(family, &session.prepared_key()),
+                Err(error) => {
+                    let _ = prepared_sender.send(Err(error));
+                    return;
+                }
+            }
             // Not about to write: the journal's group commit must not wait for this holder.
-            let _parked = engine.park_stripe_holders(guards.len());
+            let parked = engine.park_stripe_holders(guards.len());
             if prepared_sender.send(Ok(())).is_err() {
                 return;
             }
             drop(prepared_sender);
-            match decision_receiver.recv() {
+            let decision = decision_receiver.recv();
+            drop(parked);
+            match decision {
                 Ok(Decision::Commit(durability, answer)) => {
-                    drop(_parked);
                     let written = engine.write_commit(built, &mut guards, durability);
                     drop(guards);
                     let _ = answer.send(written);
                 }
-                // Aborted, or the engine dropped the transaction: nothing is written.
-                Ok(Decision::Abort) | Err(_) => {}
+                Ok(Decision::Abort(answer)) => {
+                    let _ = answer.send(engine.write_prepared_record(&session, None));
+                }
+                // Released (this member stepped down), or the engine dropped the transaction:
+                // nothing is written.
+                Ok(Decision::Release) | Err(_) => {}
             }
         });
         if let Err(error) = spawned {
@@ -78,7 +115,7 @@ impl Engine {
         }
         match prepared_receiver.recv() {
             Ok(Ok(())) => {
-                self.transactions.prepared.lock().insert(id, Prepared { decision: decision_sender });
+                self.transactions.prepared.lock().insert(id, Prepared { session, transaction_number, decision: decision_sender });
                 Ok(())
             }
             Ok(Err(error)) => {
@@ -92,7 +129,8 @@ impl Engine {
         }
     }
 
-    /// Commits prepared transaction `id`: writes the commit built when it was prepared.
+    /// Commits prepared transaction `id`: writes the commit built when it was prepared (which
+    /// deletes its record).
     pub fn commit_prepared(&self, id: TransactionId, durability: Durability) -> Result<(), StorageError> {
         let prepared = self.transactions.prepared.lock().remove(&id);
         let prepared = prepared.ok_or_else(|| StorageError::NoSuchTransaction(format!("Transaction {id} is not prepared")))?;
@@ -105,11 +143,23 @@ impl Engine {
         outcome
     }
 
-    /// Ends prepared transaction `id` without writing (its abort).
-    pub(super) fn abort_prepared(&self, id: TransactionId) {
-        if let Some(prepared) = self.transactions.prepared.lock().remove(&id) {
-            let _ = prepared.decision.send(Decision::Abort);
-        }
+    /// Aborts prepared transaction `id`: deletes its record (a replicated write) and lets go
+    /// of its stripes. On an error the record may stay, and the next primary prepares the
+    /// transaction again for its coordinator to abort.
+    pub fn abort_prepared_transaction(&self, id: TransactionId) -> Result<(), StorageError> {
+        let prepared = self.transactions.prepared.lock().remove(&id);
+        let outcome = match prepared {
+            Some(prepared) => {
+                let (answer_sender, answer_receiver) = mpsc::sync_channel(1);
+                match prepared.decision.send(Decision::Abort(answer_sender)) {
+                    Ok(()) => answer_receiver.recv().unwrap_or_else(|_| Err(StorageError::NoSuchTransaction("a prepared transaction's thread ended".into()))),
+                    Err(_) => Err(StorageError::NoSuchTransaction("a prepared transaction's thread ended".into())),
+                }
+            }
+            None => Ok(()),
+        };
+        self.finish_prepared(id);
+        outcome
     }
 
     /// True when transaction `id` is prepared.
@@ -118,33 +168,10 @@ impl Engine {
     }
 
     /// Closes the transaction and releases its claims once its prepared thread is done.
-    fn finish_prepared(&self, id: TransactionId) {
+    pub(super) fn finish_prepared(&self, id: TransactionId) {
         let removed = self.transactions.open.lock().remove(&id);
         if let Some(transaction) = removed {
             self.release_claims(&transaction.lock());
         }
-    }
-}
-
-/// A session record the prepared thread owns until the commit writes it.
-struct OwnedRecord {
-    session: crate::SessionId,
-    transaction_number: i64,
-    statement_id: i32,
-    result: bson::RawDocumentBuf,
-}
-
-impl OwnedRecord {
-    fn from(record: StatementRecord<'_>) -> OwnedRecord {
-        OwnedRecord {
-            session: record.session,
-            transaction_number: record.transaction_number,
-            statement_id: record.statement_id,
-            result: record.result.to_owned(),
-        }
-    }
-
-    fn borrow(&self) -> StatementRecord<'_> {
-        StatementRecord { session: self.session, transaction_number: self.transaction_number, statement_id: self.statement_id, result: &self.result }
     }
 }
