@@ -60,9 +60,16 @@ class Server:
         ready = threading.Event()
         self.port = None
 
+        # MYRIAD_TEST_LOG_DIR keeps each server's log lines in a file there (for debugging).
+        log_directory = os.environ.get("MYRIAD_TEST_LOG_DIR")
+        log_file = open(os.path.join(log_directory, f"server-{self.process.pid}.log"), "w") if log_directory else None
+
         def drain() -> None:
             # Keep reading stderr for the server's whole life so it never blocks on a full pipe.
             for line in self.process.stderr:
+                if log_file is not None:
+                    log_file.write(line)
+                    log_file.flush()
                 if self.port is None and "Waiting for connections" in line:
                     self.port = json.loads(line)["attr"]["port"]
                     ready.set()

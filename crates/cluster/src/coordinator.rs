@@ -101,7 +101,8 @@ impl Coordinations {
         let key = bson::to_vec(id).map_err(|error| ClusterError::internal(error.to_string()))?;
         let deadline = Instant::now() + COORDINATION_TIMEOUT;
         loop {
-            if self.active.lock().insert(key.clone()) {
+            let claimed = self.active.lock().insert(key.clone());
+            if claimed {
                 return Ok(Claim { coordinations: self, key });
             }
             if Instant::now() > deadline {
@@ -114,7 +115,8 @@ impl Coordinations {
     /// Claims transaction `id` only if no coordination of it runs.
     fn try_claim(&self, id: &Document) -> Option<Claim<'_>> {
         let key = bson::to_vec(id).ok()?;
-        self.active.lock().insert(key.clone()).then_some(Claim { coordinations: self, key })
+        let claimed = self.active.lock().insert(key.clone());
+        claimed.then(|| Claim { coordinations: self, key })
     }
 }
 

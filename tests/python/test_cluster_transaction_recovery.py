@@ -1,0 +1,178 @@
+"""A two-phase commit across shards survives the crash of its coordinator or of a participant
+(issue 26, item 3), through pymongo and a router: a cluster whose two shards `rca` and `rcb`
+are replica sets of one member each, a collection of accounts sharded over both, and every
+transfer a transaction writing on both shards.
+
+The coordinator is the shard the transaction touched first; participants prepare in the order
+of their names (`rca`, then `rcb`). A `failCommand` fail point on `rcb` holds the coordination
+at a chosen step while a shard is killed (SIGKILL) and restarted on its files:
+- the coordinator, after the participants' list is recorded and before a decision: the
+  restarted coordinator decides abort, and both shards end as before the transfer;
+- a participant, after it prepared and before the decision: restarted, it prepares the
+  transaction again from its record and commits it when the decision arrives;
+- the coordinator, after it recorded a commit that a participant has not acknowledged: the
+  restarted coordinator sends the decision again until the participant commits.
+In every case the total of the balances is unchanged and each account is exactly as the
+transfers that committed say, and no coordinator record is left."""
+
+import tempfile
+import threading
+import time
+
+import pytest
+from bson.son import SON
+from pymongo.errors import PyMongoError
+
+from conftest import Cluster, ReplicaSet, wait_until
+
+ACCOUNTS = 40
+INITIAL_BALANCE = 100
+SHARD_ARGUMENTS = ("--shardsvr", "--setParameter", "enableTestCommands=1")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    directory = tempfile.TemporaryDirectory(prefix="myriad-pytest-cluster-")
+    cluster = Cluster(directory.name, shards=1)
+    shards = {name: ReplicaSet(members=1, name=name, extra_arguments=SHARD_ARGUMENTS) for name in ("rca", "rcb")}
+    cluster.shards = shards
+    try:
+        with cluster.client() as client:
+            for shard in shards.values():
+                client.admin.command("addShard", f"{shard.name}/{shard.hosts()}")
+            client.admin.command("enableSharding", "bank", primaryShard="rca")
+            client.admin.command("shardCollection", "bank.accounts", key={"_id": 1})
+            client.admin.command("split", "bank.accounts", middle={"_id": ACCOUNTS // 2})
+            client.admin.command("moveChunk", "bank.accounts", find={"_id": ACCOUNTS // 2}, to="rcb", _waitForDelete=True)
+        yield cluster
+    finally:
+        for shard in shards.values():
+            shard.stop()
+        cluster.stop()
+        directory.cleanup()
+
+
+def reset(client):
+    accounts = client.bank.accounts
+    accounts.delete_many({})
+    accounts.insert_many([{"_id": number, "balance": INITIAL_BALANCE} for number in range(ACCOUNTS)])
+    return accounts
+
+
+def fail_point(shard, mode, data=None):
+    command = SON([("configureFailPoint", "failCommand"), ("mode", mode)])
+    if data is not None:
+        command["data"] = data
+    with shard.member_client(0) as client:
+        client.admin.command(command)
+
+
+def coordinator_records(shard):
+    with shard.member_client(0) as client:
+        return client.config.transaction_coordinators.count_documents({})
+
+
+def restart(shard):
+    shard.kill(0)
+    shard.restart(0)
+    shard.wait_for_primary()
+
+
+def balances(client):
+    return {document["_id"]: document["balance"] for document in client.bank.accounts.find({})}
+
+
+def expected(transfers):
+    model = {number: INITIAL_BALANCE for number in range(ACCOUNTS)}
+    for source, target, amount in transfers:
+        model[source] -= amount
+        model[target] += amount
+    return model
+
+
+def commit_in_background(client, source, target, amount):
+    """Runs the transfer's statements, then commits on a thread; returns the thread and the
+    dict its outcome lands in ("committed" or "error")."""
+    outcome = {}
+    session = client.start_session()
+    session.start_transaction()
+    accounts = client.bank.accounts
+    accounts.update_one({"_id": source}, {"$inc": {"balance": -amount}}, session=session)
+    accounts.update_one({"_id": target}, {"$inc": {"balance": amount}}, session=session)
+
+    def commit():
+        try:
+            session.commit_transaction()
+            outcome["committed"] = True
+        except PyMongoError as error:
+            outcome["error"] = error
+        finally:
+            session.end_session()
+
+    thread = threading.Thread(target=commit)
+    thread.start()
+    return thread, outcome
+
+
+def settled(cluster, client, model):
+    """Waits until no coordinator record is left and the balances are the model's (the
+    decision reaches a restarted shard through the coordinator's recovery)."""
+    wait_until(lambda: all(coordinator_records(shard) == 0 for shard in cluster.shards.values()), "no coordinator record left", timeout=90, interval=0.5)
+    wait_until(lambda: balances(client) == model, f"balances as the model says: {model}", timeout=60, interval=0.5)
+    assert sum(balances(client).values()) == ACCOUNTS * INITIAL_BALANCE
+    # The prepared transactions let go of their collections: plain writes on both shards pass.
+    accounts = client.bank.accounts
+    for number in (0, ACCOUNTS - 1):
+        accounts.update_one({"_id": number}, {"$inc": {"balance": 0}})
+
+
+def test_a_coordinator_killed_before_its_decision_leaves_both_shards_as_before(cluster):
+    shard_a, shard_b = cluster.shards["rca"], cluster.shards["rcb"]
+    with cluster.client() as client:
+        reset(client)
+        # rcb's prepare waits, so the coordinator (rca, touched first) has recorded the
+        # participants and prepared itself, and has no decision yet.
+        fail_point(shard_b, {"times": 1}, {"failCommands": ["prepareTransaction"], "blockConnection": True, "blockTimeMS": 6000})
+        thread, outcome = commit_in_background(client, 1, ACCOUNTS - 2, 10)
+        wait_until(lambda: coordinator_records(shard_a) == 1, "the coordinator recorded its participants", timeout=30, interval=0.05)
+        time.sleep(1.0)
+        restart(shard_a)
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+        assert "committed" not in outcome, "a transaction whose coordinator died undecided is aborted"
+        settled(cluster, client, expected([]))
+
+
+def test_a_participant_killed_after_preparing_commits_once_restarted(cluster):
+    shard_a, shard_b = cluster.shards["rca"], cluster.shards["rcb"]
+    with cluster.client() as client:
+        reset(client)
+        # The coordinator is rcb (touched first); rca prepares first, then rcb's own prepare
+        # waits while rca is killed and restarted.
+        fail_point(shard_b, {"times": 1}, {"failCommands": ["prepareTransaction"], "blockConnection": True, "blockTimeMS": 8000})
+        thread, outcome = commit_in_background(client, ACCOUNTS - 3, 2, 15)
+        wait_until(lambda: coordinator_records(shard_b) == 1, "the coordinator recorded its participants", timeout=30, interval=0.05)
+        time.sleep(1.5)
+        restart(shard_a)
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+        assert outcome.get("committed"), outcome
+        settled(cluster, client, expected([(ACCOUNTS - 3, 2, 15)]))
+
+
+def test_a_coordinator_killed_after_deciding_commit_delivers_it_once_restarted(cluster):
+    shard_a, shard_b = cluster.shards["rca"], cluster.shards["rcb"]
+    with cluster.client() as client:
+        reset(client)
+        # rcb refuses the decision (as a shard shutting down would), so the coordinator (rca)
+        # answers the commit, which is durable, and keeps its record for rcb.
+        fail_point(shard_b, "alwaysOn", {"failCommands": ["commitTransaction"], "errorCode": 91})
+        try:
+            thread, outcome = commit_in_background(client, 3, ACCOUNTS - 4, 20)
+            thread.join(timeout=120)
+            assert outcome.get("committed"), outcome
+            assert coordinator_records(shard_a) == 1, "the decision is kept until every participant has it"
+            restart(shard_a)
+        finally:
+            fail_point(shard_b, "off")
+        settled(cluster, client, expected([(3, ACCOUNTS - 4, 20)]))
