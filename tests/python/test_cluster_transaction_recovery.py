@@ -176,3 +176,68 @@ def test_a_coordinator_killed_after_deciding_commit_delivers_it_once_restarted(c
         finally:
             fail_point(shard_b, "off")
         settled(cluster, client, expected([(3, ACCOUNTS - 4, 20)]))
+
+
+def test_a_bank_workload_across_shards_keeps_its_ledger_through_kills_of_each_shard(cluster):
+    """Four clients move amounts between random accounts, each transfer writing its ledger
+    entry (an unsharded collection on rca) in the same transaction, while each shard in turn
+    is killed (SIGKILL) and restarted. After the run every account is exactly its initial
+    balance plus the ledger's transfers (all of a transaction or none of it, on both shards),
+    every transfer a client saw committed is in the ledger, and the total is unchanged."""
+    import random
+
+    with cluster.client() as client:
+        reset(client)
+        client.bank.ledger.delete_many({})
+    acknowledged = []
+    failures = []
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def run(seed):
+        generator = random.Random(seed)
+        with cluster.client(retryWrites=True) as client:
+            accounts, ledger = client.bank.accounts, client.bank.ledger
+            number = 0
+            while not stop.is_set():
+                number += 1
+                transfer_id = f"{seed}-{number}"
+                source, target = generator.sample(range(ACCOUNTS), 2)
+                amount = generator.randint(1, 10)
+
+                def body(session):
+                    accounts.update_one({"_id": source}, {"$inc": {"balance": -amount}}, session=session)
+                    accounts.update_one({"_id": target}, {"$inc": {"balance": amount}}, session=session)
+                    ledger.insert_one({"_id": transfer_id, "source": source, "target": target, "amount": amount}, session=session)
+
+                try:
+                    with client.start_session() as session:
+                        session.with_transaction(body)
+                    with lock:
+                        acknowledged.append(transfer_id)
+                except PyMongoError as error:  # an outcome the client does not know: the ledger says
+                    with lock:
+                        failures.append(repr(error))
+                    time.sleep(0.2)
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        for name in ("rca", "rcb"):
+            time.sleep(3)
+            restart(cluster.shards[name])
+        time.sleep(3)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=180)
+    assert not any(thread.is_alive() for thread in threads)
+    with cluster.client() as client:
+        wait_until(lambda: all(coordinator_records(shard) == 0 for shard in cluster.shards.values()), "no coordinator record left", timeout=90, interval=0.5)
+        transfers = [(entry["source"], entry["target"], entry["amount"]) for entry in client.bank.ledger.find({})]
+        recorded = {entry["_id"] for entry in client.bank.ledger.find({}, {"_id": 1})}
+        assert len(acknowledged) > 20, (len(acknowledged), failures[:3])
+        assert set(acknowledged) <= recorded, "every acknowledged transfer is durable"
+        wait_until(lambda: balances(client) == expected(transfers), "balances as the ledger says", timeout=60, interval=0.5)
+        assert sum(balances(client).values()) == ACCOUNTS * INITIAL_BALANCE

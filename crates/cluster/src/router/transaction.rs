@@ -343,12 +343,17 @@ async fn abort_participants(context: &RouterContext, transaction: &RouterTransac
     futures_util::future::join_all(calls).await;
 }
 
+/// Codes of a shard the router could not reach (HostUnreachable, HostNotFound, NetworkTimeout,
+/// SocketException): the router's write path reports them as write errors, and in a
+/// transaction they are transient, as a network error of a statement is for mongos.
+const NETWORK_CODES: &[i32] = &[6, 7, 89, 9001];
+
 /// The first write error whose code is transient, as a command error.
 fn transient_write_error(reply: &Document) -> Option<ClusterError> {
     let errors = reply.get_array("writeErrors").ok()?;
     let error = errors.iter().filter_map(Bson::as_document).find(|error| {
         let code = error.get_i32("code").unwrap_or(0);
-        TRANSIENT_CODES.contains(&code)
+        TRANSIENT_CODES.contains(&code) || NETWORK_CODES.contains(&code)
     })?;
     let code = error.get_i32("code").unwrap_or(0);
     Some(ClusterError::Remote { code, message: error.get_str("errmsg").unwrap_or_default().to_string(), extra: None })
@@ -375,7 +380,9 @@ fn error_labels(error: &ClusterError) -> Vec<String> {
 /// reaching a shard is such an error too.
 fn with_transient_label(error: ClusterError) -> ClusterError {
     let labels = error_labels(&error);
-    let transient = TRANSIENT_CODES.contains(&error.code()) || matches!(error, ClusterError::HostUnreachable { .. } | ClusterError::NetworkTimeout { .. });
+    let transient = TRANSIENT_CODES.contains(&error.code())
+        || NETWORK_CODES.contains(&error.code())
+        || matches!(error, ClusterError::HostUnreachable { .. } | ClusterError::NetworkTimeout { .. });
     if !transient || labels.iter().any(|label| label == "UnknownTransactionCommitResult") {
         return error;
     }
