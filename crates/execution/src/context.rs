@@ -33,6 +33,21 @@ pub struct OperationCounters {
     pub command: AtomicI64,
 }
 
+/// serverStatus' `metrics.commands`: how often each command of the table (by its position in
+/// it) ran from the network, and how often it failed; `unknown` counts names the table does
+/// not have (mongod's `<UNKNOWN>`). Sized on first use by the table's owner.
+#[derive(Default)]
+pub struct CommandCounters {
+    pub by_position: std::sync::OnceLock<Box<[CommandCount]>>,
+    pub unknown: AtomicI64,
+}
+
+#[derive(Default)]
+pub struct CommandCount {
+    pub total: AtomicI64,
+    pub failed: AtomicI64,
+}
+
 #[derive(Default)]
 pub struct ConnectionCounters {
     pub current: AtomicI64,
@@ -49,6 +64,7 @@ pub struct ServerContext {
     pub cursors: CursorManager,
     pub logger: Arc<Logger>,
     pub operation_counters: OperationCounters,
+    pub command_counters: CommandCounters,
     /// serverStatus.opLatencies (see [`crate::latency`]).
     pub operation_latencies: crate::latency::OperationLatencies,
     pub connection_counters: ConnectionCounters,
@@ -139,6 +155,7 @@ impl ServerContext {
             cursors: CursorManager::new(),
             logger: logger.into(),
             operation_counters: OperationCounters::default(),
+            command_counters: CommandCounters::default(),
             operation_latencies: crate::latency::OperationLatencies::default(),
             connection_counters: ConnectionCounters::default(),
             started_at: Instant::now(),

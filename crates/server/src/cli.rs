@@ -142,6 +142,10 @@ pub struct ServerArguments {
     /// Largest number of simultaneous connections.
     #[arg(long = "maxConns", default_value_t = 10_000)]
     pub max_connections: usize,
+    /// Serve Prometheus metrics (`GET /metrics`, from serverStatus) on this HOST:PORT; off when
+    /// absent.
+    #[arg(long = "metricsAddr")]
+    pub metrics_address: Option<String>,
     /// Default profiler level of every database: 0 off, 1 slow operations, 2 all.
     #[arg(long = "profile", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=2))]
     pub profile: i32,

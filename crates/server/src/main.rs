@@ -16,6 +16,7 @@ mod decode;
 mod execution;
 mod lanes;
 mod member_tls;
+mod metrics;
 mod network;
 mod node;
 mod peer_certificate;

@@ -499,6 +499,18 @@ impl ConnectionTask<'_> {
     /// the connection without a reply. A `blockConnection` wait holds no thread and ends at
     /// the command's maxTimeMS or at shutdown.
     async fn run_command(&mut self, request: CommandRequest) -> Option<Reply> {
+        let context: &ServerContext = self.context;
+        let (total, failed) = myriad_commands::table::command_counters(context, &request.name);
+        let reply = self.run_command_as_fail_points_say(request).await;
+        context.count(total, 1);
+        if let Some(failed) = failed.filter(|_| reply.as_ref().is_none_or(|reply| !reply.is_ok())) {
+            context.count(failed, 1);
+        }
+        reply
+    }
+
+    /// [`Self::run_command`] before its counting.
+    async fn run_command_as_fail_points_say(&mut self, request: CommandRequest) -> Option<Reply> {
         let Some(triggered) = myriad_commands::table::fail_command(self.context, &request) else {
             return Some(self.service.run(self.context, request).await);
         };

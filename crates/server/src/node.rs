@@ -106,6 +106,9 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     // Deletes expired documents of TTL indexes in the background until shutdown.
     let ttl_monitor = myriad_commands::ttl::TtlMonitor::start(Arc::clone(&context)).map_err(|error| format!("cannot start the TTL monitor: {error}"))?;
     let listening = Listening { listeners, port, bind_ip: arguments.bind_ip.clone(), tls, max_connections: arguments.max_connections };
+    if let Some(address) = &arguments.metrics_address {
+        crate::metrics::serve(address, Arc::clone(&context), Arc::new(NodeService)).await?;
+    }
     network::listen(Arc::clone(&context), Arc::new(NodeService), listening).await;
     // The TTL monitor finishes its current batch before the flush.
     let _ = tokio::task::spawn_blocking(move || ttl_monitor.stop()).await;

@@ -86,7 +86,13 @@ impl RouterService {
             "serverStatus" => {
                 let mut document = reply.into_document();
                 for (field, value) in router::command::handshake::server_status(&self.router) {
-                    document.insert(field, value);
+                    // The router's metrics (its cursors) join the process's (its commands).
+                    match (document.get_mut(&field), value) {
+                        (Some(Bson::Document(ours)), Bson::Document(routers)) if field == "metrics" => ours.extend(routers),
+                        (_, value) => {
+                            document.insert(field, value);
+                        }
+                    }
                 }
                 Reply::Document(document)
             }
@@ -225,7 +231,11 @@ async fn run(config_server: String, arguments: ServerArguments, argv: Vec<String
     }
     let pinging = tokio::spawn(router::ping_loop(Arc::clone(&router)));
     let listening = Listening { listeners, port, bind_ip: arguments.bind_ip.clone(), tls, max_connections: arguments.max_connections };
-    network::listen(Arc::clone(&context), Arc::new(RouterService { router }), listening).await;
+    let service = Arc::new(RouterService { router });
+    if let Some(address) = &arguments.metrics_address {
+        crate::metrics::serve(address, Arc::clone(&context), Arc::clone(&service) as Arc<dyn crate::network::Service>).await?;
+    }
+    network::listen(Arc::clone(&context), service, listening).await;
     pinging.abort();
     logger.info("CONTROL", 20565, "SignalHandler", "Now exiting", json!(null));
     Ok(())
