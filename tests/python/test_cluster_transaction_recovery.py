@@ -15,7 +15,6 @@ at a chosen step while a shard is killed (SIGKILL) and restarted on its files:
 In every case the total of the balances is unchanged and each account is exactly as the
 transfers that committed say, and no coordinator record is left."""
 
-import tempfile
 import threading
 import time
 
@@ -23,40 +22,13 @@ import pytest
 from bson.son import SON
 from pymongo.errors import PyMongoError
 
-from conftest import Cluster, ReplicaSet, wait_until
-
-ACCOUNTS = 40
-INITIAL_BALANCE = 100
-SHARD_ARGUMENTS = ("--shardsvr", "--setParameter", "enableTestCommands=1")
+from conftest import wait_until
+from test_cluster_transactions import ACCOUNTS, INITIAL_BALANCE, reset, two_shard_bank
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    directory = tempfile.TemporaryDirectory(prefix="myriad-pytest-cluster-")
-    cluster = Cluster(directory.name, shards=1)
-    shards = {name: ReplicaSet(members=1, name=name, extra_arguments=SHARD_ARGUMENTS) for name in ("rca", "rcb")}
-    cluster.shards = shards
-    try:
-        with cluster.client() as client:
-            for shard in shards.values():
-                client.admin.command("addShard", f"{shard.name}/{shard.hosts()}")
-            client.admin.command("enableSharding", "bank", primaryShard="rca")
-            client.admin.command("shardCollection", "bank.accounts", key={"_id": 1})
-            client.admin.command("split", "bank.accounts", middle={"_id": ACCOUNTS // 2})
-            client.admin.command("moveChunk", "bank.accounts", find={"_id": ACCOUNTS // 2}, to="rcb", _waitForDelete=True)
-        yield cluster
-    finally:
-        for shard in shards.values():
-            shard.stop()
-        cluster.stop()
-        directory.cleanup()
-
-
-def reset(client):
-    accounts = client.bank.accounts
-    accounts.delete_many({})
-    accounts.insert_many([{"_id": number, "balance": INITIAL_BALANCE} for number in range(ACCOUNTS)])
-    return accounts
+    yield from two_shard_bank(("rca", "rcb"), ("--setParameter", "enableTestCommands=1"))
 
 
 def fail_point(shard, mode, data=None):

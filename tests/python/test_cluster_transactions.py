@@ -21,25 +21,32 @@ ACCOUNTS = 40
 INITIAL_BALANCE = 100
 
 
-@pytest.fixture(scope="module")
-def bank():
+def two_shard_bank(names, shard_arguments=()):
+    """A cluster (config server and router) with two one-member replica-set shards named
+    `names`, `bank.accounts` sharded over them (the first half of the ids on the first); yields
+    the cluster, its `shards` attribute mapping each name to its replica set."""
     directory = tempfile.TemporaryDirectory(prefix="myriad-pytest-cluster-")
     cluster = Cluster(directory.name, shards=1)
-    shards = [ReplicaSet(members=1, name=name, extra_arguments=("--shardsvr",)) for name in ("txa", "txb")]
+    cluster.shards = {name: ReplicaSet(members=1, name=name, extra_arguments=("--shardsvr", *shard_arguments)) for name in names}
     try:
         with cluster.client() as client:
-            for shard in shards:
+            for shard in cluster.shards.values():
                 client.admin.command("addShard", f"{shard.name}/{shard.hosts()}")
-            client.admin.command("enableSharding", "bank", primaryShard="txa")
+            client.admin.command("enableSharding", "bank", primaryShard=names[0])
             client.admin.command("shardCollection", "bank.accounts", key={"_id": 1})
             client.admin.command("split", "bank.accounts", middle={"_id": ACCOUNTS // 2})
-            client.admin.command("moveChunk", "bank.accounts", find={"_id": ACCOUNTS // 2}, to="txb", _waitForDelete=True)
+            client.admin.command("moveChunk", "bank.accounts", find={"_id": ACCOUNTS // 2}, to=names[1], _waitForDelete=True)
         yield cluster
     finally:
-        for shard in shards:
+        for shard in cluster.shards.values():
             shard.stop()
         cluster.stop()
         directory.cleanup()
+
+
+@pytest.fixture(scope="module")
+def bank():
+    yield from two_shard_bank(("txa", "txb"))
 
 
 def reset(client):
