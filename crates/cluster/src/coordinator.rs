@@ -120,6 +120,14 @@ impl Coordinations {
     }
 }
 
+/// What a coordination runs on: this shard's context, its clients of the other shards, and the
+/// runtime their calls run on.
+struct Coordinator<'a> {
+    context: &'a ServerContext,
+    migrations: &'a Arc<MigrationState>,
+    runtime: &'a tokio::runtime::Handle,
+}
+
 /// `coordinateCommitTransaction`: runs the two-phase commit (or resumes the one recorded for
 /// the transaction) and answers with its outcome.
 pub fn coordinate(
@@ -135,8 +143,9 @@ pub fn coordinate(
     let write_concern = body.get("writeConcern").cloned();
     let id = doc! { "lsid": session.clone(), "txnNumber": number };
     let _claim = coordinations.claim(&id)?;
+    let coordinator = Coordinator { context, migrations, runtime };
     if let Some(record) = local::find(context, "config", COORDINATORS, doc! { "_id": id.clone() }, None, Some(1))?.into_iter().next() {
-        return resume(context, migrations, runtime, record, write_concern);
+        return resume(&coordinator, record, write_concern);
     }
     record(context, &id, doc! { "_id": id.clone(), "participants": participants.clone() })?;
     let transaction = doc! { "lsid": session, "txnNumber": number, "autocommit": false };
@@ -144,17 +153,11 @@ pub fn coordinate(
     let decision = decide(&prepare);
     record(context, &id, doc! { "_id": id.clone(), "participants": participants.clone(), "decision": decision.to_document() })?;
     let cause = prepare.into_iter().find_map(|(_, reply)| reply.err());
-    deliver(context, migrations, runtime, &id, &participants, decision, write_concern, cause)
+    deliver(&coordinator, &id, &participants, decision, write_concern, cause)
 }
 
 /// Carries on a recorded coordination: its decision, or abort when it has none.
-fn resume(
-    context: &ServerContext,
-    migrations: &Arc<MigrationState>,
-    runtime: &tokio::runtime::Handle,
-    record_document: Document,
-    write_concern: Option<Bson>,
-) -> ClusterResult<Document> {
+fn resume(coordinator: &Coordinator<'_>, record_document: Document, write_concern: Option<Bson>) -> ClusterResult<Document> {
     let id = record_document.get_document("_id").map_err(|_| ClusterError::internal("a coordinator's record without its _id"))?.clone();
     let participants: Vec<String> =
         record_document.get_array("participants").map(|names| names.iter().filter_map(|name| name.as_str().map(str::to_string)).collect()).unwrap_or_default();
@@ -163,21 +166,18 @@ fn resume(
         None => {
             let mut decided = record_document.clone();
             decided.insert("decision", Decision::Abort.to_document());
-            record(context, &id, decided)?;
+            record(coordinator.context, &id, decided)?;
             Decision::Abort
         }
     };
-    deliver(context, migrations, runtime, &id, &participants, decision, write_concern, None)
+    deliver(coordinator, &id, &participants, decision, write_concern, None)
 }
 
 /// Sends `decision` to every participant; forgets the record once all acknowledged it. The
 /// answer is the decision's: ok for a commit (durable once recorded, whoever is still to hear
 /// it), the abort's error otherwise.
-#[allow(clippy::too_many_arguments)]
 fn deliver(
-    context: &ServerContext,
-    migrations: &Arc<MigrationState>,
-    runtime: &tokio::runtime::Handle,
+    coordinator: &Coordinator<'_>,
     id: &Document,
     participants: &[String],
     decision: Decision,
@@ -196,14 +196,14 @@ fn deliver(
         }
         Decision::Abort => ("abortTransaction", None),
     };
-    let sent = send_all(migrations, runtime, participants, &transaction, command, extra, DECISION_ATTEMPTS)?;
+    let sent = send_all(coordinator.migrations, coordinator.runtime, participants, &transaction, command, extra, DECISION_ATTEMPTS)?;
     let acknowledged = sent.iter().all(|(_, reply)| match (decision, reply) {
         (_, Ok(_)) => true,
         (Decision::Commit(_), Err(error)) => error.code() == TRANSACTION_COMMITTED,
         (Decision::Abort, Err(error)) => error.code() == NO_SUCH_TRANSACTION,
     });
     if acknowledged {
-        let _ = local::run(context, "config", doc! { "delete": COORDINATORS, "deletes": [{ "q": { "_id": id.clone() }, "limit": 1 }] });
+        let _ = local::run(coordinator.context, "config", doc! { "delete": COORDINATORS, "deletes": [{ "q": { "_id": id.clone() }, "limit": 1 }] });
     }
     match decision {
         Decision::Commit(_) => Ok(doc! { "ok": 1.0 }),
@@ -233,7 +233,7 @@ fn recover_once(context: &ServerContext, coordinations: &Coordinations, migratio
         let Some(_claim) = coordinations.try_claim(&id) else { continue };
         // Read again under the claim: a coordination that just finished deleted it.
         if let Ok(Some(current)) = local::find(context, "config", COORDINATORS, doc! { "_id": id }, None, Some(1)).map(|found| found.into_iter().next()) {
-            let _ = resume(context, migrations, runtime, current, None);
+            let _ = resume(&Coordinator { context, migrations, runtime }, current, None);
         }
     }
 }
