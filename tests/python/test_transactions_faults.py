@@ -177,3 +177,51 @@ def test_with_transaction_retries_injected_faults_and_commits_once(replica_set, 
         assert database.log.count_documents({}) == 1
         expected_attempts = 2 if command in ("insert", "update") else 1
         assert len(attempts) == expected_attempts
+
+
+def test_a_prepared_transaction_survives_the_failover_of_its_primary(replica_set):
+    """A transaction prepared (`prepareTransaction`, as a two-phase commit's coordinator sends
+    it) on the primary, which is then killed: the new primary prepares it again from its
+    replicated record before it takes writes, so a write of the same document outside the
+    transaction still waits for the decision, and the commit sent to the new primary writes the
+    transaction once, on every member."""
+    victim = replica_set.wait_for_primary()
+    with replica_set.client(retryWrites=False) as client:
+        items = client.prepared_failover.items
+        items.drop()
+        items.insert_many([{"_id": 1, "n": 0}, {"_id": 2, "n": 0}], session=None)
+        wait_until(lambda: all(member_count(replica_set, index) == 2 for index in range(3)), "every member holds the documents")
+        with client.start_session() as session:
+            session.start_transaction(write_concern=WriteConcern("majority"))
+            items.update_one({"_id": 1}, {"$set": {"n": 10}}, session=session)
+            items.insert_one({"_id": 3, "n": 30}, session=session)
+            prepared = client.admin.command("prepareTransaction", session=session)
+            assert "prepareTimestamp" in prepared
+            replica_set.kill(victim)
+            replica_set.wait_for_primary()
+            # The collection is held by the prepared transaction: a plain write waits for the
+            # decision, then runs after it.
+            waiting = threading.Thread(target=lambda: items.update_one({"_id": 2}, {"$set": {"n": -1}}))
+            waiting.start()
+            waiting.join(timeout=1.5)
+            assert waiting.is_alive(), "a write of the prepared transaction's collection waits for its decision"
+            session.commit_transaction()
+            waiting.join(timeout=60)
+            assert not waiting.is_alive()
+        replica_set.restart(victim)
+        expected = {1: 10, 2: -1, 3: 30}
+        for index in range(3):
+            wait_until(lambda: member_documents(replica_set, index) == expected, f"member {index} holds the committed transaction once")
+
+
+def member_count(replica_set, index):
+    with replica_set.member_client(index) as client:
+        return client.prepared_failover.items.count_documents({})
+
+
+def member_documents(replica_set, index):
+    try:
+        with replica_set.member_client(index, readPreference="secondaryPreferred") as client:
+            return {document["_id"]: document["n"] for document in client.prepared_failover.items.find({})}
+    except PyMongoError:
+        return None
