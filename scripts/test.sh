@@ -52,4 +52,4 @@ isolation_json=$(target/debug/myriad-bench isolation --large-connections 1 --sca
 python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["benchmark"]=="isolation", d; p=d["phases"]; assert [(x["load"],x["connections"]) for x in p]==[("idle",0),("large_messages",1),("scans",2)], p; assert all(x["pings"]>0 and x["ping_us_p99"]>0 and x["ping_p99_to_idle"] is not None for x in p), p; assert "heavy_mebibytes_per_second" in p[1] and "heavy_documents_per_second" in p[2], p; assert "met" in d["targets"]["ping_p99_to_idle_at_4_large_message_connections"], d["targets"]; print("isolation smoke: ping p99 / idle", [round(x["ping_p99_to_idle"],1) for x in p])' "$isolation_json"
 
 echo "== pytest (pymongo)"
-MYRIAD_BIN="$PWD/target/debug/myriad" python3 -m pytest -q tests/python
+MYRIAD_BIN="$PWD/target/debug/myriad" python3 -m pytest -q --durations=15 tests/python
