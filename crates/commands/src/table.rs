@@ -157,27 +157,13 @@ pub fn command_counters<'c>(context: &'c ServerContext, name: &str) -> (&'c std:
     let position = COMMANDS.iter().position(|spec| (spec.name == name || spec.aliases.contains(&name)) && is_available(spec));
     match position {
         Some(position) => {
-            let counts = context.command_counters.by_position.get_or_init(|| COMMANDS.iter().map(|_| Default::default()).collect());
+            let counts = context.command_counters.by_position.get_or_init(|| {
+                COMMANDS.iter().map(|spec| crate::context::CommandCount { name: spec.name, total: Default::default(), failed: Default::default() }).collect()
+            });
             (&counts[position].total, Some(&counts[position].failed))
         }
         None => (&context.command_counters.unknown, None),
     }
-}
-
-/// `metrics.commands`: `{<name>: {failed, total}}` of every command that ran, and `<UNKNOWN>`.
-pub fn command_metrics(context: &ServerContext) -> bson::Document {
-    use std::sync::atomic::Ordering;
-    let mut document = bson::Document::new();
-    if let Some(counts) = context.command_counters.by_position.get() {
-        for (spec, count) in COMMANDS.iter().zip(counts.iter()) {
-            let total = count.total.load(Ordering::Relaxed);
-            if total > 0 {
-                document.insert(spec.name, bson::doc! { "failed": count.failed.load(Ordering::Relaxed), "total": total });
-            }
-        }
-    }
-    document.insert("<UNKNOWN>", context.command_counters.unknown.load(Ordering::Relaxed));
-    document
 }
 
 /// `configureFailPoint`'s `failCommand` for a command from the network, when it fires (see

@@ -42,10 +42,26 @@ pub struct CommandCounters {
     pub unknown: AtomicI64,
 }
 
-#[derive(Default)]
 pub struct CommandCount {
+    pub name: &'static str,
     pub total: AtomicI64,
     pub failed: AtomicI64,
+}
+
+impl CommandCounters {
+    /// `metrics.commands`: `{<name>: {failed, total}}` of every command that ran, and
+    /// `<UNKNOWN>`.
+    pub fn to_document(&self) -> bson::Document {
+        let mut document = bson::Document::new();
+        for count in self.by_position.get().into_iter().flat_map(|counts| counts.iter()) {
+            let total = count.total.load(Ordering::Relaxed);
+            if total > 0 {
+                document.insert(count.name, bson::doc! { "failed": count.failed.load(Ordering::Relaxed), "total": total });
+            }
+        }
+        document.insert("<UNKNOWN>", self.unknown.load(Ordering::Relaxed));
+        document
+    }
 }
 
 #[derive(Default)]

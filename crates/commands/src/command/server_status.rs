@@ -148,7 +148,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
                 "retainedBytes": context.cursors.retained_bytes() as i64,
             },
             "ttl": crate::ttl::metrics_document(),
-            "commands": crate::table::command_metrics(context),
+            "commands": context.command_counters.to_document(),
         },
         "storageEngine": {
             "name": "myriad",
