@@ -9,6 +9,9 @@ use rocksdb::{
 use crate::compression::{self, BlockCompressor};
 use crate::stats::{add_counters_merge, MERGE_OPERATOR_NAME};
 
+/// The warm-up's default bound: 10M collections, about 2.2 GB of table.
+pub const DEFAULT_CATALOG_WARM_UP_ENTRIES: usize = 10_000_000;
+
 /// Tunables of an [`crate::Engine`]. `Default` gives the production settings.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
@@ -30,10 +33,9 @@ pub struct EngineOptions {
     pub lock_stripes: usize,
     /// Collect RocksDB statistics (block cache hit rate, stall time) for serverStatus.
     pub enable_statistics: bool,
-    /// Catalog entries the background warm-up after open loads at most (about 370 bytes
-    /// each); the rest load on first use. 200,000 warms a 100k-collection node fully: CRUD
-    /// after a restart went from 0.66 to 0.86 of the one-collection baseline. Warming all of
-    /// a 1M-collection node cost more in the first 20 s than it saved (0.64 -> 0.60).
+    /// Catalog entries the background warm-up after open loads at most, the bound on its
+    /// memory (about 220 bytes per collection with two secondary indexes: serverStatus
+    /// `catalogCache.warmUp.bytesPerCollection`); past it, entries load on first use.
     pub catalog_warm_up_entries: usize,
     /// Compressor of the `records` and `local_records` families, which hold every collection
     /// created without a `storageEngine` compressor (`--storageBlockCompressor`).
@@ -52,7 +54,7 @@ impl Default for EngineOptions {
             max_total_wal_size_bytes: 512 << 20,
             lock_stripes: 4096,
             enable_statistics: true,
-            catalog_warm_up_entries: 200_000,
+            catalog_warm_up_entries: DEFAULT_CATALOG_WARM_UP_ENTRIES,
             block_compressor: compression::DEFAULT_BLOCK_COMPRESSOR,
         }
     }

@@ -1,69 +1,112 @@
-//! Warming the catalog cache after open, in the background.
+//! Warming the catalog after open, in the background: every collection's entry, read in one
+//! sequential scan of the catalog family and installed as one table.
 //!
 //! Open reads nothing per collection (start-up time does not grow with the number of
 //! collections), so after a restart every collection's first operation would read and parse
-//! its catalog entry and publish it into the snapshot: at 100,000 collections that was about
-//! 18% of server time in the CRUD phase that follows a restart. A background thread started
-//! after open loads every entry instead, a batch at a time, and publishes each batch with one
-//! snapshot swap, up to `EngineOptions::catalog_warm_up_entries` entries (the rest load on
-//! first use, as before). Memory ends where lazy loading ends once every collection has been touched
-//! (the cache never evicts): about 210–370 bytes per collection.
+//! its catalog entry and publish it into the snapshot. A thread started after open scans the
+//! catalog family instead, from a RocksDB snapshot, decodes each entry with its index specs
+//! shared ([`SpecInterner`]: a node of many tenants has a handful of distinct specs), and
+//! installs the lot as the snapshot's [`WarmedCatalog`] with one swap, up to
+//! `EngineOptions::catalog_warm_up_entries` entries (past that bound the rest load on first use,
+//! as before). Building one hash table in bulk is what makes the scan fast: the earlier warm-up
+//! inserted each entry into the persistent map, 4,096 at a time, and could not warm a
+//! million-collection node within a 20-second phase.
 //!
-//! While it runs, lazy loads return their entry without publishing it: the warm-up will, and
-//! its batch swaps would otherwise keep losing compare-and-swaps to theirs.
+//! While it runs, lazy loads return their entry without publishing it: the table will hold it,
+//! and publishing them would only grow the layer of changes over it.
 //!
-//! Correctness is the lazy load's: a batch is read from an iterator created after the
-//! snapshot's DDL `generation` was noted, and published only if that generation is still
-//! current, so an entry changed or dropped meanwhile is never resurrected (the batch is read
-//! again). Entries already in the snapshot are kept as they are.
+//! Correctness (docs/design-storage.md, "The in-memory catalog"): before taking its RocksDB
+//! snapshot the warm-up sets `recording_removals` in the catalog snapshot, so from then on every
+//! removal leaves a tombstone; every DDL publishes its entries into the layer of changes, which
+//! a lookup reads before the table. So whatever changed after the scan's RocksDB snapshot is in
+//! that layer, and the table is never read for it.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use rocksdb::ReadOptions;
 
-use crate::catalog::{Catalog, CollectionEntry};
+use crate::catalog::{Catalog, CollectionEntry, SpecInterner, WarmedCatalog};
 use crate::engine::Engine;
 use crate::families::FAMILY_CATALOG;
 use crate::keys;
 use crate::StorageError;
 
-/// Entries read and published per snapshot swap.
-const WARM_BATCH_ENTRIES: usize = 4096;
-/// Times a batch is read again after DDL raced with it before the warm-up leaves it to lazy
-/// loads.
-const MAX_BATCH_ATTEMPTS: usize = 16;
+/// Read-ahead of the warm-up's scan: it reads the catalog family front to back.
+const SCAN_READAHEAD_BYTES: usize = 4 << 20;
+/// Times the warm-up tries to swap a snapshot before giving up (each try loses only to another
+/// publication, which leaves a new snapshot to try against).
+const MAX_SWAP_ATTEMPTS: usize = 1024;
+
+/// Where the warm-up stands, for serverStatus.
+#[derive(Clone, Debug, Default)]
+pub struct WarmUpStatus {
+    /// "not started", "running", "done", "abandoned" (an install of a snapshot archive reset
+    /// the catalog meanwhile) or "failed".
+    pub state: &'static str,
+    /// Entries in the warmed table.
+    pub entries: usize,
+    /// Heap bytes of the warmed table: entries, shared index specs and the table itself.
+    pub heap_bytes: usize,
+    /// Distinct index specs the entries share.
+    pub shared_specs: usize,
+    /// From the thread's start to the table's installation.
+    pub elapsed: Duration,
+    /// True when the catalog held more entries than the bound; the rest load on first use.
+    pub truncated: bool,
+    /// The error of a failed warm-up.
+    pub error: Option<String>,
+}
+
+impl WarmUpStatus {
+    fn with_state(state: &'static str) -> WarmUpStatus {
+        WarmUpStatus { state, ..WarmUpStatus::default() }
+    }
+}
+
+/// The engine's record of its warm-up.
+pub(crate) struct WarmUpRecord(Mutex<WarmUpStatus>);
+
+impl Default for WarmUpRecord {
+    fn default() -> Self {
+        WarmUpRecord(Mutex::new(WarmUpStatus::with_state("not started")))
+    }
+}
+
+/// What one scan read.
+struct ScannedEntries {
+    entries: Vec<Arc<CollectionEntry>>,
+    interner: SpecInterner,
+    truncated: bool,
+}
 
 impl Engine {
-    /// Loads every catalog entry into the snapshot; returns how many were published. Safe to
-    /// run beside any other operation.
+    /// Loads every catalog entry (up to the bound) into the snapshot's warmed table; returns
+    /// how many it holds. Safe to run beside any other operation.
     pub fn warm_catalog(&self) -> Result<usize, StorageError> {
+        let started = Instant::now();
+        *self.warm_up.0.lock() = WarmUpStatus::with_state("running");
         self.warming.store(true, Ordering::Relaxed);
-        let outcome = self.warm_all_entries();
+        let outcome = self.warm_all_entries(started);
         self.warming.store(false, Ordering::Relaxed);
-        outcome
-    }
-
-    fn warm_all_entries(&self) -> Result<usize, StorageError> {
-        let (start, end) = keys::all_collections_range();
-        let mut resume_at: Vec<u8> = start.to_vec();
-        let mut published = 0usize;
-        loop {
-            let mut next = None;
-            for _ in 0..MAX_BATCH_ATTEMPTS {
-                let generation = self.catalog_generation();
-                let (entries, after) = self.read_catalog_batch(&resume_at, &end)?;
-                next = after;
-                if self.publish_warmed(generation, &entries) {
-                    published += entries.len();
-                    break;
-                }
-            }
-            match next {
-                Some(key) if published < self.catalog_warm_up_entries => resume_at = key,
-                _ => return Ok(published),
+        let mut status = self.warm_up.0.lock();
+        status.elapsed = started.elapsed();
+        match &outcome {
+            Ok(None) => status.state = "abandoned",
+            Ok(Some(_)) => status.state = "done",
+            Err(error) => {
+                status.state = "failed";
+                status.error = Some(error.to_string());
             }
         }
+        outcome.map(|installed| installed.unwrap_or(0))
+    }
+
+    /// The warm-up's state, for serverStatus.
+    pub fn warm_up_status(&self) -> WarmUpStatus {
+        self.warm_up.0.lock().clone()
     }
 
     /// Starts [`Engine::warm_catalog`] on a background thread.
@@ -72,50 +115,81 @@ impl Engine {
         std::thread::Builder::new().name("catalog-warm".to_string()).spawn(move || engine.warm_catalog())
     }
 
-    /// Up to [`WARM_BATCH_ENTRIES`] entries from `from`, and the key to continue at.
-    fn read_catalog_batch(&self, from: &[u8], end: &[u8]) -> Result<(Vec<Arc<CollectionEntry>>, Option<Vec<u8>>), StorageError> {
-        let mut options = ReadOptions::default();
-        options.set_iterate_upper_bound(end.to_vec());
-        let mut iterator = self.db.raw_iterator_cf_opt(self.family(FAMILY_CATALOG)?, options);
-        iterator.seek(from);
-        let mut entries = Vec::with_capacity(WARM_BATCH_ENTRIES);
-        while let (Some(key), Some(value)) = (iterator.key(), iterator.value()) {
-            if entries.len() == WARM_BATCH_ENTRIES {
-                return Ok((entries, Some(key.to_vec())));
-            }
-            let entry = CollectionEntry::from_bytes(value)?;
-            if keys::collection_key(entry.db(), entry.collection()) != key {
-                return Err(StorageError::Corrupt(format!("catalog entry for {} is stored under another key", entry.namespace)));
-            }
-            entries.push(Arc::new(entry));
-            iterator.next();
+    /// Scans and installs; None when the catalog was reset meanwhile.
+    fn warm_all_entries(&self, started: Instant) -> Result<Option<usize>, StorageError> {
+        let Some(epoch) = self.start_recording_removals() else {
+            return Ok(None);
+        };
+        let scanned = self.scan_catalog()?;
+        let count = scanned.entries.len();
+        let warmed = Arc::new(WarmedCatalog::build(scanned.entries, scanned.interner.heap_bytes()));
+        {
+            let mut status = self.warm_up.0.lock();
+            status.entries = count;
+            status.heap_bytes = warmed.heap_bytes();
+            status.shared_specs = scanned.interner.len();
+            status.truncated = scanned.truncated;
+            status.elapsed = started.elapsed();
         }
-        iterator.status()?;
-        Ok((entries, None))
+        Ok(self.install_warmed(epoch, warmed).then_some(count))
     }
 
-    /// Publishes a batch if no DDL publication happened since `generation`; false otherwise.
-    fn publish_warmed(&self, generation: u64, entries: &[Arc<CollectionEntry>]) -> bool {
-        if entries.is_empty() {
-            return true;
-        }
-        for _ in 0..MAX_BATCH_ATTEMPTS {
+    /// Publishes a snapshot that records removals; returns its epoch.
+    fn start_recording_removals(&self) -> Option<u64> {
+        for _ in 0..MAX_SWAP_ATTEMPTS {
             let current = self.catalog_snapshot();
-            if current.generation != generation {
-                self.counters.catalog_publish_abandoned.fetch_add(1, Ordering::Relaxed);
+            let mut next = Catalog::clone(&current);
+            next.recording_removals = true;
+            if self.swap_catalog(&current, next) {
+                return Some(current.epoch);
+            }
+            self.counters.catalog_publish_retries.fetch_add(1, Ordering::Relaxed);
+        }
+        None
+    }
+
+    /// Installs `warmed` under the current snapshot's changes, unless the catalog was reset
+    /// since the scan began (another epoch).
+    fn install_warmed(&self, epoch: u64, warmed: Arc<WarmedCatalog>) -> bool {
+        for _ in 0..MAX_SWAP_ATTEMPTS {
+            let current = self.catalog_snapshot();
+            if current.epoch != epoch {
                 return false;
             }
-            let mut next = Catalog::clone(&current);
-            for entry in entries {
-                if next.get(&entry.namespace).is_none() {
-                    next.insert(Arc::clone(entry));
-                }
-            }
-            if self.swap_catalog(&current, next) {
+            if self.swap_catalog(&current, current.with_warmed(Arc::clone(&warmed))) {
                 return true;
             }
             self.counters.catalog_publish_retries.fetch_add(1, Ordering::Relaxed);
         }
         false
+    }
+
+    /// Every collection entry, in key order, from one RocksDB snapshot, up to the bound.
+    fn scan_catalog(&self) -> Result<ScannedEntries, StorageError> {
+        let (start, end) = keys::all_collections_range();
+        let snapshot = self.db.snapshot();
+        let mut options = ReadOptions::default();
+        options.set_snapshot(&snapshot);
+        options.set_iterate_upper_bound(end.to_vec());
+        options.set_readahead_size(SCAN_READAHEAD_BYTES);
+        // A one-off pass: keep the block cache for the data operations use.
+        options.fill_cache(false);
+        let mut iterator = self.db.raw_iterator_cf_opt(self.family(FAMILY_CATALOG)?, options);
+        iterator.seek(start);
+        let mut scanned = ScannedEntries { entries: Vec::new(), interner: SpecInterner::default(), truncated: false };
+        while let (Some(key), Some(value)) = (iterator.key(), iterator.value()) {
+            if scanned.entries.len() >= self.catalog_warm_up_entries {
+                scanned.truncated = true;
+                break;
+            }
+            let entry = CollectionEntry::from_bytes_sharing_specs(value, &mut scanned.interner)?;
+            if !keys::is_collection_key_of(key, entry.db(), entry.collection()) {
+                return Err(StorageError::Corrupt(format!("catalog entry for {} is stored under another key", entry.namespace)));
+            }
+            scanned.entries.push(Arc::new(entry));
+            iterator.next();
+        }
+        iterator.status()?;
+        Ok(scanned)
     }
 }
