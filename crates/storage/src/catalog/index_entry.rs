@@ -345,31 +345,35 @@ impl IndexEntry {
         Ok(document)
     }
 
-    /// Reads a stored index entry in one pass over its fields; with an interner, a spec seen
+    /// Reads a stored index entry (its BSON bytes) in one pass over its fields; with an interner, a spec seen
     /// before is shared instead of parsed again.
-    pub(super) fn from_raw(document: &RawDocument, interner: Option<&mut SpecInterner>) -> Result<Self, StorageError> {
-        use bson::RawBsonRef;
+    pub(super) fn from_raw(document: &[u8], interner: Option<&mut SpecInterner>) -> Result<Self, StorageError> {
         let corrupt = |what: &str| StorageError::Corrupt(format!("catalog index entry: {what}"));
         let (mut name, mut prefix, mut unique, mut sparse, mut spec) = (None, None, None, None, None);
         let (mut building, mut key_format) = (false, 1u8);
-        for element in document {
-            let (key, value) = element.map_err(|error| corrupt(&error.to_string()))?;
-            match (key, value) {
-                ("name", RawBsonRef::String(text)) => name = name.or(Some(text)),
-                ("prefix", RawBsonRef::Int64(number)) => prefix = prefix.or(u64::try_from(number).ok()),
-                ("unique", RawBsonRef::Boolean(flag)) => unique = unique.or(Some(flag)),
-                ("sparse", RawBsonRef::Boolean(flag)) => sparse = sparse.or(Some(flag)),
-                ("spec", RawBsonRef::Document(bytes)) => spec = spec.or(Some(bytes)),
-                ("building", RawBsonRef::Boolean(flag)) => building = flag,
-                ("keyFormat", RawBsonRef::Int32(version)) => key_format = u8::try_from(version).map_err(|_| corrupt("keyFormat"))?,
-                ("name" | "prefix" | "unique" | "sparse" | "spec" | "building" | "keyFormat", _) => return Err(corrupt(key)),
+        fn missing<T>(value: Option<T>, what: &str) -> Result<T, StorageError> {
+            value.ok_or_else(|| StorageError::Corrupt(format!("catalog index entry: {what}")))
+        }
+        for field in super::raw_fields::RawFields::new(document)? {
+            let field = field?;
+            match field.key {
+                b"name" => name = name.or(Some(missing(field.as_str(), "name")?)),
+                b"prefix" => prefix = prefix.or(Some(missing(field.as_i64().and_then(|number| u64::try_from(number).ok()), "prefix")?)),
+                b"unique" => unique = unique.or(Some(missing(field.as_bool(), "unique")?)),
+                b"sparse" => sparse = sparse.or(Some(missing(field.as_bool(), "sparse")?)),
+                b"spec" => spec = spec.or(Some(missing(field.as_document(), "spec")?)),
+                b"building" => building = missing(field.as_bool(), "building")?,
+                b"keyFormat" => {
+                    let version = missing(field.as_i32(), "keyFormat")?;
+                    key_format = u8::try_from(version).map_err(|_| corrupt("keyFormat"))?;
+                }
                 _ => {}
             }
         }
         let name = name.ok_or_else(|| corrupt("name"))?;
         let prefix = prefix.ok_or_else(|| corrupt("prefix"))?;
         let (unique, sparse) = (unique.ok_or_else(|| corrupt("unique"))?, sparse.ok_or_else(|| corrupt("sparse"))?);
-        let spec = spec.ok_or_else(|| corrupt("spec"))?.as_bytes();
+        let spec = spec.ok_or_else(|| corrupt("spec"))?;
         if key_format == 0 || key_format > myriad_keystring::FORMAT_VERSION {
             return Err(corrupt("keyFormat is not a version this engine reads"));
         }

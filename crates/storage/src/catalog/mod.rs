@@ -5,7 +5,10 @@
 //! reused; an entry is immutable once published (DDL publishes a new `Arc`); the snapshot only
 //! ever holds entries that were read from or written to the catalog column family.
 
+#[cfg(test)]
+mod decoding_tests;
 mod index_entry;
+mod raw_fields;
 mod snapshot;
 
 use std::any::Any;
@@ -261,35 +264,38 @@ impl CollectionEntry {
     }
 
     /// One pass over the entry's fields (a field lookup per name would walk the document once
-    /// per field), each index read in one pass too.
+    /// per field), each index read in one pass too, with the minimal walker of `raw_fields`.
     fn decode(bytes: &[u8], mut interner: Option<&mut SpecInterner>) -> Result<Self, StorageError> {
-        use bson::RawBsonRef;
         let corrupt = |what: &str| StorageError::Corrupt(format!("catalog entry: {what}"));
-        let raw = RawDocument::from_bytes(bytes).map_err(|error| corrupt(&error.to_string()))?;
         let (mut format, mut db, mut collection, mut prefix, mut uuid) = (None, None, None, None, None);
         let (mut options, mut indexes, mut family) = (None, None, None);
-        for element in raw {
-            let (key, value) = element.map_err(|error| corrupt(&error.to_string()))?;
-            match (key, value) {
-                ("format", RawBsonRef::Int32(version)) => format = format.or(Some(version)),
-                ("db", RawBsonRef::String(name)) => db = db.or(Some(name)),
-                ("collection", RawBsonRef::String(name)) => collection = collection.or(Some(name)),
-                ("prefix", RawBsonRef::Int64(number)) => prefix = prefix.or(u64::try_from(number).ok()),
-                ("uuid", RawBsonRef::Binary(binary)) if binary.subtype == BinarySubtype::Uuid => {
-                    uuid = Some(<[u8; 16]>::try_from(binary.bytes).map_err(|_| corrupt("uuid length"))?)
+        fn missing<T>(value: Option<T>, what: &str) -> Result<T, StorageError> {
+            value.ok_or_else(|| StorageError::Corrupt(format!("catalog entry: {what}")))
+        }
+        for field in raw_fields::RawFields::new(bytes)? {
+            let field = field?;
+            match field.key {
+                b"format" => format = format.or(field.as_i32()),
+                b"db" => db = db.or(Some(missing(field.as_str(), "db")?)),
+                b"collection" => collection = collection.or(Some(missing(field.as_str(), "collection")?)),
+                b"prefix" => prefix = prefix.or(Some(missing(field.as_i64().and_then(|number| u64::try_from(number).ok()), "prefix")?)),
+                b"uuid" => {
+                    let bytes = match field.as_binary() {
+                        Some((0x04, bytes)) => bytes,
+                        _ => return Err(corrupt("uuid")),
+                    };
+                    uuid = Some(<[u8; 16]>::try_from(bytes).map_err(|_| corrupt("uuid length"))?);
                 }
-                ("options", RawBsonRef::Document(document)) => options = options.or(Some(document)),
-                ("indexes", RawBsonRef::Array(array)) => indexes = indexes.or(Some(array)),
-                (crate::compression::ENTRY_FAMILY_FIELD, RawBsonRef::String(name)) => {
+                b"options" => options = options.or(Some(missing(field.as_document(), "options")?)),
+                b"indexes" => indexes = indexes.or(Some(missing(field.as_array(), "indexes")?)),
+                key if key == crate::compression::ENTRY_FAMILY_FIELD.as_bytes() => {
+                    let name = field.as_str().ok_or_else(|| {
+                        StorageError::Corrupt(format!("catalog entry: malformed {}", crate::compression::ENTRY_FAMILY_FIELD))
+                    })?;
                     let compressor = crate::compression::BlockCompressor::of_family(name)
                         .ok_or_else(|| StorageError::Corrupt(format!("catalog entry names an unknown family '{name}'")))?;
                     family = Some(compressor);
                 }
-                (crate::compression::ENTRY_FAMILY_FIELD, _) => {
-                    return Err(StorageError::Corrupt(format!("catalog entry: malformed {}", crate::compression::ENTRY_FAMILY_FIELD)))
-                }
-                ("format", _) => return Err(corrupt("unknown format")),
-                ("db" | "collection" | "prefix" | "uuid" | "options" | "indexes", _) => return Err(corrupt(key)),
                 _ => {}
             }
         }
@@ -305,11 +311,10 @@ impl CollectionEntry {
         let (prefix, uuid) = (prefix.ok_or_else(|| corrupt("prefix"))?, uuid.ok_or_else(|| corrupt("uuid"))?);
         let options = options.ok_or_else(|| corrupt("options"))?;
         // An empty document is 5 bytes (length and terminator); store none for it.
-        let options: Box<[u8]> = if options.as_bytes().len() <= 5 { Box::default() } else { options.as_bytes().into() };
+        let options: Box<[u8]> = if options.len() <= 5 { Box::default() } else { options.into() };
         let mut decoded = Vec::with_capacity(4);
-        for index in indexes.ok_or_else(|| corrupt("indexes"))? {
-            let index = index.map_err(|error| corrupt(&error.to_string()))?;
-            let index = index.as_document().ok_or_else(|| corrupt("index is not a document"))?;
+        for index in raw_fields::RawFields::new(indexes.ok_or_else(|| corrupt("indexes"))?)? {
+            let index = index?.as_document().ok_or_else(|| corrupt("index is not a document"))?;
             decoded.push(IndexEntry::from_raw(index, interner.as_deref_mut())?);
         }
         if decoded.first().map(IndexEntry::name) != Some(ID_INDEX_NAME) {

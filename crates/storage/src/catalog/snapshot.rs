@@ -174,3 +174,70 @@ impl Catalog {
         self.changes.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bson::Document;
+
+    use super::*;
+    use crate::catalog::IndexEntry;
+    use crate::index::id_index_spec;
+
+    fn entry(collection: &str, prefix: u64) -> Arc<CollectionEntry> {
+        let id_index = IndexEntry::from_parsed(&id_index_spec(), prefix + 1).unwrap();
+        Arc::new(CollectionEntry::new("db", collection, prefix, [1; 16], &Document::new(), vec![id_index]).unwrap())
+    }
+
+    fn warmed(entries: &[Arc<CollectionEntry>]) -> Arc<WarmedCatalog> {
+        Arc::new(WarmedCatalog::build(entries.to_vec(), 0))
+    }
+
+    #[test]
+    fn the_warmed_table_finds_every_entry_by_namespace() {
+        let entries: Vec<_> = (0..1000).map(|index| entry(&format!("c{index}"), 10 * index + 1)).collect();
+        let table = warmed(&entries);
+        assert_eq!((table.len(), table.index_count()), (1000, 1000));
+        for entry in &entries {
+            assert!(Arc::ptr_eq(table.get(&entry.namespace).unwrap(), entry));
+        }
+        assert!(table.get("db.c1000").is_none() && table.get("db2.c1").is_none());
+        assert!(table.heap_bytes() >= 1000 * std::mem::size_of::<CollectionEntry>());
+    }
+
+    #[test]
+    fn changes_hide_the_warmed_table_and_counts_stay_exact() {
+        let (kept, dropped, replaced) = (entry("kept", 1), entry("dropped", 3), entry("replaced", 5));
+        let catalog = Catalog::default().with_warmed(warmed(&[kept.clone(), dropped.clone(), replaced.clone()]));
+        assert_eq!((catalog.collection_count(), catalog.index_count()), (3, 3));
+        let mut next = catalog.clone();
+        next.remove("db.dropped");
+        let newer = entry("replaced", 7);
+        next.insert(newer.clone());
+        next.insert(entry("created", 9));
+        assert!(next.get("db.dropped").is_none(), "a tombstone hides the warmed entry");
+        assert!(Arc::ptr_eq(next.get("db.replaced").unwrap(), &newer), "a change wins over the warmed entry");
+        assert!(Arc::ptr_eq(next.get("db.kept").unwrap(), &kept));
+        assert_eq!(next.collection_count(), 3);
+        assert!(catalog.get("db.dropped").is_some(), "the earlier snapshot is unchanged");
+        next.remove("db.created");
+        assert_eq!((next.collection_count(), next.change_count()), (2, 2), "no tombstone for what the table lacks");
+    }
+
+    /// A collection dropped while the warm-up scanned (after it set `recording_removals`) stays
+    /// dropped when the table, read before the drop, is installed; one dropped before stays
+    /// out without a tombstone left behind.
+    #[test]
+    fn removals_recorded_during_the_scan_survive_the_installation() {
+        let (scanned, late) = (entry("scanned", 1), entry("late", 3));
+        let mut catalog = Catalog::default();
+        catalog.insert(late.clone());
+        catalog.recording_removals = true;
+        catalog.remove("db.scanned");
+        catalog.remove("db.never");
+        let installed = catalog.with_warmed(warmed(&[scanned]));
+        assert!(installed.get("db.scanned").is_none());
+        assert!(Arc::ptr_eq(installed.get("db.late").unwrap(), &late));
+        assert!(!installed.recording_removals);
+        assert_eq!((installed.collection_count(), installed.change_count()), (1, 2));
+    }
+}
