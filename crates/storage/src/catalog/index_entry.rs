@@ -2,8 +2,9 @@
 //! shared by every index whose spec is byte-identical (a node of a million tenants usually has
 //! a handful of distinct specs), so an index costs its prefix, flags and one pointer.
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
+
+use hashbrown::HashMap;
 
 use bson::{Bson, Document, RawDocument, RawDocumentBuf};
 
@@ -357,7 +358,7 @@ impl IndexEntry {
         for field in super::raw_fields::RawFields::new(document)? {
             let field = field?;
             match field.key {
-                b"name" => name = name.or(Some(missing(field.as_str(), "name")?)),
+                b"name" => name = name.or(Some(missing(field.as_string_bytes(), "name")?)),
                 b"prefix" => prefix = prefix.or(Some(missing(field.as_i64().and_then(|number| u64::try_from(number).ok()), "prefix")?)),
                 b"unique" => unique = unique.or(Some(missing(field.as_bool(), "unique")?)),
                 b"sparse" => sparse = sparse.or(Some(missing(field.as_bool(), "sparse")?)),
@@ -384,7 +385,7 @@ impl IndexEntry {
         let mut index = Self::from_spec(spec, prefix, unique, sparse)?;
         index.building = building;
         index.key_format = key_format;
-        if index.name() != name {
+        if index.name().as_bytes() != name {
             return Err(corrupt("name differs from the spec's"));
         }
         Ok(index)

@@ -125,7 +125,7 @@ impl CollectionEntry {
     ) -> Self {
         let options = if options.is_empty() { None } else { Some(Box::new(EntryOptions { bytes: options, derived: DerivedFromOptions::default() })) };
         CollectionEntry {
-            namespace: namespace_of(db, collection).into(),
+            namespace: shared_namespace(db, collection),
             // Database names are at most 63 bytes (`validate_database_name`).
             db_len: u16::try_from(db.len()).unwrap_or(u16::MAX),
             prefix,
@@ -312,8 +312,10 @@ impl CollectionEntry {
         let options = options.ok_or_else(|| corrupt("options"))?;
         // An empty document is 5 bytes (length and terminator); store none for it.
         let options: Box<[u8]> = if options.len() <= 5 { Box::default() } else { options.into() };
-        let mut decoded = Vec::with_capacity(4);
-        for index in raw_fields::RawFields::new(indexes.ok_or_else(|| corrupt("indexes"))?)? {
+        let indexes = indexes.ok_or_else(|| corrupt("indexes"))?;
+        // Sized exactly, so the list becomes the entry's boxed slice without a reallocation.
+        let mut decoded = Vec::with_capacity(raw_fields::RawFields::new(indexes)?.count());
+        for index in raw_fields::RawFields::new(indexes)? {
             let index = index?.as_document().ok_or_else(|| corrupt("index is not a document"))?;
             decoded.push(IndexEntry::from_raw(index, interner.as_deref_mut())?);
         }
@@ -343,6 +345,22 @@ pub(crate) fn entry_prefixes(bytes: &[u8]) -> Result<(u64, Vec<u64>), StorageErr
         indexes.push(prefix_of(document)?);
     }
     Ok((collection, indexes))
+}
+
+/// "db.collection" in one allocation (a `String` turned into `Arc<str>` is copied into a
+/// second one): names are at most 255 bytes (`validate_namespace`), assembled on the stack.
+fn shared_namespace(db: &str, collection: &str) -> Arc<str> {
+    const STACK_BYTES: usize = 256;
+    let length = db.len() + 1 + collection.len();
+    if length > STACK_BYTES {
+        return namespace_of(db, collection).into();
+    }
+    let mut buffer = [0u8; STACK_BYTES];
+    buffer[..db.len()].copy_from_slice(db.as_bytes());
+    buffer[db.len()] = b'.';
+    buffer[db.len() + 1..length].copy_from_slice(collection.as_bytes());
+    // Two strings joined by an ASCII dot are UTF-8.
+    Arc::from(std::str::from_utf8(&buffer[..length]).expect("joined names are UTF-8"))
 }
 
 pub(crate) fn namespace_of(db: &str, collection: &str) -> String {

@@ -24,6 +24,11 @@ impl<'a> RawField<'a> {
         std::str::from_utf8(&self.value[4..self.value.len() - 1]).ok()
     }
 
+    /// A string value's bytes, not checked as UTF-8 (for comparing with a known string).
+    pub(super) fn as_string_bytes(&self) -> Option<&'a [u8]> {
+        (self.element_type == 0x02).then(|| &self.value[4..self.value.len() - 1])
+    }
+
     pub(super) fn as_i64(&self) -> Option<i64> {
         (self.element_type == 0x12).then(|| i64::from_le_bytes(self.value.try_into().expect("8 bytes")))
     }

@@ -20,7 +20,7 @@ use super::CollectionEntry;
 /// their namespace (one pointer and one control byte a slot).
 pub(crate) struct WarmedCatalog {
     table: hashbrown::HashTable<Arc<CollectionEntry>>,
-    hasher: std::collections::hash_map::RandomState,
+    hasher: hashbrown::DefaultHashBuilder,
     index_count: usize,
     /// Heap bytes of the entries, their shared specs and the table.
     heap_bytes: usize,
@@ -30,7 +30,7 @@ impl WarmedCatalog {
     /// The table of `entries` (distinct namespaces, as a scan of the catalog family yields);
     /// `shared_spec_bytes` is what their shared index specs hold.
     pub(crate) fn build(entries: Vec<Arc<CollectionEntry>>, shared_spec_bytes: usize) -> WarmedCatalog {
-        let hasher = std::collections::hash_map::RandomState::new();
+        let hasher = hashbrown::DefaultHashBuilder::default();
         let mut table = hashbrown::HashTable::with_capacity(entries.len());
         let (mut index_count, mut entry_bytes) = (0, shared_spec_bytes);
         for entry in entries {
