@@ -86,7 +86,7 @@ pub use index_build::ResumedBuilds;
 pub use index_scan::IndexValuesEntry;
 pub use index::{expire_after_seconds_number, hashed_index_value, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
 pub use options::{rocksdb_options, EngineOptions, RocksDbOptions, DEFAULT_CATALOG_WARM_UP_ENTRIES};
-pub use warm::WarmUpStatus;
+pub use catalog::WarmUpStatus;
 pub use compression::{is_supported as is_block_compressor_supported, requested_block_compressor, BlockCompressor, DEFAULT_BLOCK_COMPRESSOR};
 pub use commit::{PreparedWrite, RELEASE_BEFORE_WRITE_MIN_OPERATIONS};
 pub use oplog::{oplog_record_id, oplog_timestamp, Oplog, OplogAppend, OPLOG_COLLECTION, OPLOG_DATABASE};

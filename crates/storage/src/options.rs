@@ -9,7 +9,7 @@ use rocksdb::{
 use crate::compression::{self, BlockCompressor};
 use crate::stats::{add_counters_merge, MERGE_OPERATOR_NAME};
 
-/// The warm-up's default bound: 10M collections, about 2.2 GB of table.
+/// The warm-up's default bound: 10M collections, about 2.1 GB of table.
 pub const DEFAULT_CATALOG_WARM_UP_ENTRIES: usize = 10_000_000;
 
 /// Tunables of an [`crate::Engine`]. `Default` gives the production settings.
@@ -34,7 +34,7 @@ pub struct EngineOptions {
     /// Collect RocksDB statistics (block cache hit rate, stall time) for serverStatus.
     pub enable_statistics: bool,
     /// Catalog entries the background warm-up after open loads at most, the bound on its
-    /// memory (about 220 bytes per collection with two secondary indexes: serverStatus
+    /// memory (about 206 bytes per collection with two secondary indexes: serverStatus
     /// `catalogCache.warmUp.bytesPerCollection`); past it, entries load on first use.
     pub catalog_warm_up_entries: usize,
     /// Compressor of the `records` and `local_records` families, which hold every collection

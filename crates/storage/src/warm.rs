@@ -4,7 +4,8 @@
 //! Open reads nothing per collection (start-up time does not grow with the number of
 //! collections), so after a restart every collection's first operation would read and parse
 //! its catalog entry and publish it into the snapshot. A thread started after open scans the
-//! catalog family instead, from a RocksDB snapshot, decodes each entry with its index specs
+//! catalog family instead, from a RocksDB snapshot (in two halves on two threads for a large
+//! catalog over several databases), decodes each entry with its index specs
 //! shared ([`SpecInterner`]: a node of many tenants has a handful of distinct specs), and
 //! installs the lot as the snapshot's [`WarmedCatalog`] with one swap, up to
 //! `EngineOptions::catalog_warm_up_entries` entries (past that bound the rest load on first use,
@@ -23,62 +24,30 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use parking_lot::Mutex;
 use rocksdb::ReadOptions;
 
-use crate::catalog::{Catalog, CollectionEntry, SpecInterner, WarmedCatalog};
+use crate::catalog::{Catalog, CollectionEntry, SpecInterner, WarmUpStatus, WarmedCatalog};
 use crate::engine::Engine;
 use crate::families::FAMILY_CATALOG;
 use crate::keys;
 use crate::StorageError;
 
+/// Collections below which the scan runs on one thread (splitting costs a listDatabases);
+/// lower in unit tests, so that they cover the split.
+const MIN_COLLECTIONS_TO_SPLIT_SCAN: i64 = if cfg!(test) { 1_000 } else { 50_000 };
 /// Read-ahead of the warm-up's scan: it reads the catalog family front to back.
 const SCAN_READAHEAD_BYTES: usize = 4 << 20;
 /// Times the warm-up tries to swap a snapshot before giving up (each try loses only to another
 /// publication, which leaves a new snapshot to try against).
 const MAX_SWAP_ATTEMPTS: usize = 1024;
 
-/// Where the warm-up stands, for serverStatus.
-#[derive(Clone, Debug, Default)]
-pub struct WarmUpStatus {
-    /// "not started", "running", "done", "abandoned" (an install of a snapshot archive reset
-    /// the catalog meanwhile) or "failed".
-    pub state: &'static str,
-    /// Entries in the warmed table.
-    pub entries: usize,
-    /// Heap bytes of the warmed table: entries, shared index specs and the table itself.
-    pub heap_bytes: usize,
-    /// Distinct index specs the entries share.
-    pub shared_specs: usize,
-    /// From the thread's start to the table's installation.
-    pub elapsed: Duration,
-    /// True when the catalog held more entries than the bound; the rest load on first use.
-    pub truncated: bool,
-    /// The error of a failed warm-up.
-    pub error: Option<String>,
-}
-
-impl WarmUpStatus {
-    fn with_state(state: &'static str) -> WarmUpStatus {
-        WarmUpStatus { state, ..WarmUpStatus::default() }
-    }
-}
-
-/// The engine's record of its warm-up.
-pub(crate) struct WarmUpRecord(Mutex<WarmUpStatus>);
-
-impl Default for WarmUpRecord {
-    fn default() -> Self {
-        WarmUpRecord(Mutex::new(WarmUpStatus::with_state("not started")))
-    }
-}
-
-/// What one scan read.
+/// What a scan read: the entries, and what their shared specs hold.
 struct ScannedEntries {
     entries: Vec<Arc<CollectionEntry>>,
-    interner: SpecInterner,
+    shared_spec_bytes: usize,
+    shared_specs: usize,
     truncated: bool,
 }
 
@@ -122,12 +91,12 @@ impl Engine {
         };
         let scanned = self.scan_catalog()?;
         let count = scanned.entries.len();
-        let warmed = Arc::new(WarmedCatalog::build(scanned.entries, scanned.interner.heap_bytes()));
+        let warmed = Arc::new(WarmedCatalog::build(scanned.entries, scanned.shared_spec_bytes));
         {
             let mut status = self.warm_up.0.lock();
             status.entries = count;
             status.heap_bytes = warmed.heap_bytes();
-            status.shared_specs = scanned.interner.len();
+            status.shared_specs = scanned.shared_specs;
             status.truncated = scanned.truncated;
             status.elapsed = started.elapsed();
         }
@@ -164,32 +133,114 @@ impl Engine {
         false
     }
 
-    /// Every collection entry, in key order, from one RocksDB snapshot, up to the bound.
+    /// Every collection entry, in key order, from one RocksDB snapshot, up to the bound: the
+    /// key range split in two at a database boundary (by the databases' collection counts)
+    /// and each half scanned on a thread of its own, when there is enough to split.
     fn scan_catalog(&self) -> Result<ScannedEntries, StorageError> {
         let (start, end) = keys::all_collections_range();
         let snapshot = self.db.snapshot();
+        let ranges = match self.scan_split_key()? {
+            Some(split) => vec![(start.to_vec(), split.clone()), (split, end.to_vec())],
+            None => vec![(start.to_vec(), end.to_vec())],
+        };
+        let parts: Vec<Result<ScannedEntries, StorageError>> = std::thread::scope(|scope| {
+            let scans: Vec<_> = ranges
+                .iter()
+                .map(|(from, to)| {
+                    let snapshot = &snapshot;
+                    scope.spawn(move || self.scan_range(snapshot, from, to))
+                })
+                .collect();
+            scans
+                .into_iter()
+                .map(|scan| scan.join().unwrap_or_else(|_| Err(StorageError::Corrupt("a catalog warm-up scan panicked".to_string()))))
+                .collect()
+        });
+        let mut scanned = ScannedEntries { entries: Vec::new(), shared_spec_bytes: 0, shared_specs: 0, truncated: false };
+        for part in parts {
+            let part = part?;
+            let room = self.catalog_warm_up_entries.saturating_sub(scanned.entries.len());
+            scanned.truncated |= part.truncated || part.entries.len() > room;
+            scanned.entries.extend(part.entries.into_iter().take(room));
+            scanned.shared_spec_bytes += part.shared_spec_bytes;
+            scanned.shared_specs += part.shared_specs;
+        }
+        Ok(scanned)
+    }
+
+    /// Where to split the scan: the first key of the database at which half of the
+    /// collections lie before; None for a catalog too small or in one database.
+    fn scan_split_key(&self) -> Result<Option<Vec<u8>>, StorageError> {
+        let databases = self.list_databases()?;
+        let total: i64 = databases.iter().map(|database| database.collections.max(0)).sum();
+        if databases.len() < 2 || total < MIN_COLLECTIONS_TO_SPLIT_SCAN {
+            return Ok(None);
+        }
+        let mut before = 0;
+        for database in &databases {
+            if before > 0 && 2 * before >= total {
+                return Ok(Some(keys::collections_of_database_range(&database.name).0));
+            }
+            before += database.collections.max(0);
+        }
+        Ok(None)
+    }
+
+    /// The entries in `[from, to)` of `snapshot`, in key order, up to the bound.
+    fn scan_range(&self, snapshot: &rocksdb::Snapshot<'_>, from: &[u8], to: &[u8]) -> Result<ScannedEntries, StorageError> {
         let mut options = ReadOptions::default();
-        options.set_snapshot(&snapshot);
-        options.set_iterate_upper_bound(end.to_vec());
+        options.set_snapshot(snapshot);
+        options.set_iterate_upper_bound(to.to_vec());
         options.set_readahead_size(SCAN_READAHEAD_BYTES);
         // A one-off pass: keep the block cache for the data operations use.
         options.fill_cache(false);
         let mut iterator = self.db.raw_iterator_cf_opt(self.family(FAMILY_CATALOG)?, options);
-        iterator.seek(start);
-        let mut scanned = ScannedEntries { entries: Vec::new(), interner: SpecInterner::default(), truncated: false };
+        iterator.seek(from);
+        let (mut entries, mut interner, mut truncated) = (Vec::new(), SpecInterner::default(), false);
         while let (Some(key), Some(value)) = (iterator.key(), iterator.value()) {
-            if scanned.entries.len() >= self.catalog_warm_up_entries {
-                scanned.truncated = true;
+            if entries.len() >= self.catalog_warm_up_entries {
+                truncated = true;
                 break;
             }
-            let entry = CollectionEntry::from_bytes_sharing_specs(value, &mut scanned.interner)?;
+            let entry = CollectionEntry::from_bytes_sharing_specs(value, &mut interner)?;
             if !keys::is_collection_key_of(key, entry.db(), entry.collection()) {
                 return Err(StorageError::Corrupt(format!("catalog entry for {} is stored under another key", entry.namespace)));
             }
-            scanned.entries.push(Arc::new(entry));
+            entries.push(Arc::new(entry));
             iterator.next();
         }
         iterator.status()?;
-        Ok(scanned)
+        Ok(ScannedEntries { entries, shared_spec_bytes: interner.heap_bytes(), shared_specs: interner.len(), truncated })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bson::doc;
+
+    use crate::options::EngineOptions;
+    use crate::Engine;
+
+    /// Over several databases the scan splits in two; the two halves together hold every
+    /// entry exactly once, in the table and in the counts.
+    #[test]
+    fn a_split_scan_warms_every_collection_once() {
+        const COLLECTIONS: usize = 3_000;
+        let directory = tempfile::tempdir().unwrap();
+        let options = EngineOptions { block_cache_size_bytes: 8 << 20, lock_stripes: 16, ..EngineOptions::default() };
+        {
+            let engine = Engine::open(directory.path(), &options).unwrap();
+            for index in 0..COLLECTIONS {
+                engine.create_collection(&format!("db{}", index % 3), &format!("c{index}"), doc! {}).unwrap();
+            }
+        }
+        let engine = Engine::open(directory.path(), &options).unwrap();
+        let split = engine.scan_split_key().unwrap().expect("three databases of 1,000 split");
+        assert_eq!(split, crate::keys::collections_of_database_range("db2").0, "the first database with half the collections before it");
+        assert_eq!(engine.warm_catalog().unwrap(), COLLECTIONS);
+        assert_eq!(engine.cached_collection_count(), COLLECTIONS);
+        for index in 0..COLLECTIONS {
+            assert!(engine.catalog.load().get(&format!("db{}.c{index}", index % 3)).is_some(), "c{index}");
+        }
     }
 }

@@ -10,6 +10,7 @@ mod decoding_tests;
 mod index_entry;
 mod raw_fields;
 mod snapshot;
+mod warm_up_status;
 
 use std::any::Any;
 use std::sync::{Arc, OnceLock};
@@ -21,6 +22,8 @@ use crate::StorageError;
 
 pub(crate) use index_entry::{IndexEntry, SpecInterner};
 pub(crate) use snapshot::{Catalog, WarmedCatalog};
+pub use warm_up_status::WarmUpStatus;
+pub(crate) use warm_up_status::WarmUpRecord;
 
 /// Version of the catalog entry document layout.
 const ENTRY_FORMAT: i32 = 1;
