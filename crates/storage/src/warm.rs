@@ -59,6 +59,11 @@ impl Engine {
         *self.warm_up.0.lock() = WarmUpStatus::with_state("running");
         self.warming.store(true, Ordering::Relaxed);
         let outcome = self.warm_all_entries(started);
+        if !matches!(outcome, Ok(Some(_))) {
+            // Nothing was installed: removals need no tombstones any more (those left hide
+            // nothing, as the table they were for never came).
+            self.set_recording_removals(false);
+        }
         self.warming.store(false, Ordering::Relaxed);
         let mut status = self.warm_up.0.lock();
         status.elapsed = started.elapsed();
@@ -105,10 +110,15 @@ impl Engine {
 
     /// Publishes a snapshot that records removals; returns its epoch.
     fn start_recording_removals(&self) -> Option<u64> {
+        self.set_recording_removals(true)
+    }
+
+    /// Publishes a snapshot with `recording_removals` set to `recording`; returns its epoch.
+    fn set_recording_removals(&self, recording: bool) -> Option<u64> {
         for _ in 0..MAX_SWAP_ATTEMPTS {
             let current = self.catalog_snapshot();
             let mut next = Catalog::clone(&current);
-            next.recording_removals = true;
+            next.recording_removals = recording;
             if self.swap_catalog(&current, next) {
                 return Some(current.epoch);
             }
