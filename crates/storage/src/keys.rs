@@ -38,6 +38,16 @@ pub(crate) fn all_collections_range() -> ([u8; 1], [u8; 1]) {
     ([CATALOG_COLLECTION_TAG], [CATALOG_COLLECTION_TAG + 1])
 }
 
+/// True when `key` is [`collection_key`]`(db, collection)`, compared without building it.
+pub(crate) fn is_collection_key_of(key: &[u8], db: &str, collection: &str) -> bool {
+    let (db, collection) = (db.as_bytes(), collection.as_bytes());
+    key.len() == 2 + db.len() + collection.len()
+        && key[0] == CATALOG_COLLECTION_TAG
+        && &key[1..1 + db.len()] == db
+        && key[1 + db.len()] == 0
+        && &key[2 + db.len()..] == collection
+}
+
 pub(crate) fn collection_key(db: &str, collection: &str) -> Vec<u8> {
     let mut key = Vec::with_capacity(2 + db.len() + collection.len());
     key.push(CATALOG_COLLECTION_TAG);

@@ -9,6 +9,9 @@ use rocksdb::{
 use crate::compression::{self, BlockCompressor};
 use crate::stats::{add_counters_merge, MERGE_OPERATOR_NAME};
 
+/// The warm-up's default bound: 10M collections, about 2.1 GB of table.
+pub const DEFAULT_CATALOG_WARM_UP_ENTRIES: usize = 10_000_000;
+
 /// Tunables of an [`crate::Engine`]. `Default` gives the production settings.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
@@ -30,10 +33,9 @@ pub struct EngineOptions {
     pub lock_stripes: usize,
     /// Collect RocksDB statistics (block cache hit rate, stall time) for serverStatus.
     pub enable_statistics: bool,
-    /// Catalog entries the background warm-up after open loads at most (about 370 bytes
-    /// each); the rest load on first use. 200,000 warms a 100k-collection node fully: CRUD
-    /// after a restart went from 0.66 to 0.86 of the one-collection baseline. Warming all of
-    /// a 1M-collection node cost more in the first 20 s than it saved (0.64 -> 0.60).
+    /// Catalog entries the background warm-up after open loads at most, the bound on its
+    /// memory (about 206 bytes per collection with two secondary indexes: serverStatus
+    /// `catalogCache.warmUp.bytesPerCollection`); past it, entries load on first use.
     pub catalog_warm_up_entries: usize,
     /// Compressor of the `records` and `local_records` families, which hold every collection
     /// created without a `storageEngine` compressor (`--storageBlockCompressor`).
@@ -52,7 +54,7 @@ impl Default for EngineOptions {
             max_total_wal_size_bytes: 512 << 20,
             lock_stripes: 4096,
             enable_statistics: true,
-            catalog_warm_up_entries: 200_000,
+            catalog_warm_up_entries: DEFAULT_CATALOG_WARM_UP_ENTRIES,
             block_compressor: compression::DEFAULT_BLOCK_COMPRESSOR,
         }
     }
@@ -161,6 +163,13 @@ pub(crate) fn family_options(kind: FamilyKind, cache: &Cache, options: &EngineOp
         family.set_compression_per_level(&[]);
         family.set_compression_type(compressor.rocksdb_type());
         family.set_bottommost_compression_type(compressor.rocksdb_type());
+    }
+    if kind == FamilyKind::Catalog {
+        // The warm-up after open reads the whole family once: zstd's decompression was 23% of
+        // its time at 1M collections, LZ4's is a fraction of that (docs/design-storage.md).
+        family.set_compression_per_level(&[]);
+        family.set_compression_type(DBCompressionType::Lz4);
+        family.set_bottommost_compression_type(DBCompressionType::Lz4);
     }
     family.set_target_file_size_base(64 << 20);
     family.set_max_bytes_for_level_base(256 << 20);

@@ -132,8 +132,10 @@ impl Engine {
             *guard = crate::stripes::StripeState::default();
         }
         self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel);
-        let generation = self.catalog.load().generation + 1;
-        self.catalog.store(std::sync::Arc::new(crate::catalog::Catalog { generation, ..Default::default() }));
+        let current = self.catalog.load();
+        let (generation, epoch) = (current.generation + 1, current.epoch + 1);
+        drop(current);
+        self.catalog.store(std::sync::Arc::new(crate::catalog::Catalog::emptied(generation, epoch)));
         self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }

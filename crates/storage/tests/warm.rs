@@ -53,3 +53,40 @@ fn the_warm_up_stops_at_its_budget_and_the_rest_loads_on_first_use() {
     assert_eq!(engine.cached_collection_count(), published);
     assert!(engine.collection("db", "c9999").unwrap().is_some(), "an entry past the budget still loads on first use");
 }
+
+/// The warmed table's memory per collection (as serverStatus reports it) stays within the
+/// issue's 256 bytes for collections with two secondary indexes, their specs shared; every
+/// entry is served from it with its indexes, and a collection created afterwards is found too.
+#[test]
+fn the_warmed_table_reports_its_memory_and_serves_every_collection() {
+    const COLLECTIONS: usize = 2_000;
+    let directory = tempfile::tempdir().unwrap();
+    {
+        let engine = common::open(directory.path());
+        for index in 0..COLLECTIONS {
+            let specs = vec![doc! {"key": {"a": 1}, "name": "a_1"}, doc! {"key": {"b": -1, "c": 1}, "name": "b_-1_c_1"}];
+            engine.create_indexes(&format!("db{}", index % 10), &format!("c{index}"), specs).unwrap();
+        }
+    }
+    let engine = common::open(directory.path());
+    assert_eq!(engine.warm_up_status().state, "not started");
+    assert_eq!(engine.warm_catalog().unwrap(), COLLECTIONS);
+    let status = engine.warm_up_status();
+    assert_eq!((status.state, status.entries, status.shared_specs, status.truncated), ("done", COLLECTIONS, 2, false));
+    let bytes_per_collection = status.heap_bytes as f64 / COLLECTIONS as f64;
+    assert!((100.0..=256.0).contains(&bytes_per_collection), "{bytes_per_collection} bytes per collection");
+    let reported = engine.engine_status();
+    let warm_up = reported.get_document("catalogCache").unwrap().get_document("warmUp").unwrap();
+    assert_eq!(warm_up.get_str("state").unwrap(), "done");
+    assert_eq!(warm_up.get_i64("entries").unwrap(), COLLECTIONS as i64);
+    for index in (0..COLLECTIONS).step_by(37) {
+        let handle = engine.collection(&format!("db{}", index % 10), &format!("c{index}")).unwrap().unwrap();
+        assert_eq!(handle.index_names(), vec!["_id_", "a_1", "b_-1_c_1"]);
+    }
+    engine.create_collection("late", "one", doc! {}).unwrap();
+    assert!(engine.collection("late", "one").unwrap().is_some());
+    assert_eq!(engine.cached_collection_count(), COLLECTIONS + 1);
+    engine.drop_collection("db3", "c3").unwrap();
+    assert!(engine.collection("db3", "c3").unwrap().is_none(), "a drop after the warm-up hides the warmed entry");
+    assert_eq!(engine.cached_collection_count(), COLLECTIONS);
+}

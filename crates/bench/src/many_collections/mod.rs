@@ -78,18 +78,20 @@ fn run_normal(runtime: &tokio::runtime::Runtime, settings: &Settings) -> BenchRe
     }
     let points: Vec<plot::PlotPoint> = results
         .iter()
+        // The phase after the warm-up against the baseline's second phase: the steady state
+        // (the tables and the JSON carry the phase right after the restart too).
         .map(|result| plot::PlotPoint {
             collections: result.collections,
-            operations_per_second: result.crud.operations_per_second(),
-            latency_microseconds_p99: result.crud.latency_microseconds(0.99) as f64,
+            operations_per_second: result.crud_after_warm_up.operations_per_second(),
+            latency_microseconds_p99: result.crud_after_warm_up.latency_microseconds(0.99) as f64,
             baseline_operations_per_second: result
                 .baseline
                 .as_ref()
-                .map(|baseline| baseline.crud.operations_per_second()),
+                .map(|baseline| baseline.crud_second.operations_per_second()),
             baseline_latency_microseconds_p99: result
                 .baseline
                 .as_ref()
-                .map(|baseline| baseline.crud.latency_microseconds(0.99) as f64),
+                .map(|baseline| baseline.crud_second.latency_microseconds(0.99) as f64),
         })
         .collect();
     write_plot(settings, &points)?;

@@ -15,7 +15,7 @@ use crate::error::{BenchError, BenchResult};
 use crate::server::{directory_usage, DataDirectory, DirectoryUsage, ServerLaunch, ServerProcess, ShutdownOutcome};
 use super::args::Settings;
 use super::populate::{self, collection_name, database_name, CreationOutcome};
-use super::status::{self, Counters};
+use super::status::{self, Counters, WarmUpFigures};
 use super::workload::{self, CrudOutcome, Target};
 
 /// Database holding the single-collection baseline when the bench targets `--uri`.
@@ -25,6 +25,8 @@ pub const BASELINE_COLLECTION: &str = "baseline";
 pub const CATALOG_COMMAND_RUNS: usize = 5;
 /// Pause between restart probes that failed.
 const PROBE_INTERVAL: Duration = Duration::from_millis(10);
+/// Pause between serverStatus polls while waiting for the catalog warm-up.
+const WARM_UP_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone)]
 pub struct RestartFigures {
@@ -42,7 +44,10 @@ pub struct BaselineFigures {
     /// N x documents-per-collection was larger than --baseline-documents-cap.
     pub capped: bool,
     pub load: Duration,
+    /// The phase right after the restart.
     pub crud: CrudOutcome,
+    /// A second phase, after the first, as the N-collection side's phase after warm-up.
+    pub crud_second: CrudOutcome,
 }
 
 #[derive(Debug, Clone)]
@@ -79,8 +84,14 @@ pub struct NormalResult {
     pub resident_bytes_after_restart: Option<u64>,
     pub list_databases_milliseconds_median: Result<f64, String>,
     pub database_stats_milliseconds_median: Result<f64, String>,
+    /// The CRUD phase that starts right after the restart.
     pub crud: CrudOutcome,
     pub resident_bytes_after_crud: Option<u64>,
+    /// The server's catalog warm-up, as it stood once finished (None: the server has none).
+    pub warm_up: Option<WarmUpFigures>,
+    /// The CRUD phase after the warm-up finished.
+    pub crud_after_warm_up: CrudOutcome,
+    pub resident_bytes_after_warm_up_crud: Option<u64>,
     /// serverStatus contention counters around the creation phase and around the CRUD phase
     /// (a restart in between resets them).
     pub contention_before_creation: Counters,
@@ -100,6 +111,25 @@ impl NormalResult {
     pub fn latency_p99_ratio(&self) -> Option<f64> {
         let baseline = self.baseline.as_ref()?.crud.latency_microseconds(0.99);
         (baseline > 0).then(|| self.crud.latency_microseconds(0.99) as f64 / baseline as f64)
+    }
+
+    /// Ops/s after warm-up over the baseline's second phase.
+    pub fn warm_operations_per_second_ratio(&self) -> Option<f64> {
+        let baseline = self.baseline.as_ref()?.crud_second.operations_per_second();
+        (baseline > 0.0).then(|| self.crud_after_warm_up.operations_per_second() / baseline)
+    }
+
+    /// p99 after warm-up over the baseline's second phase.
+    pub fn warm_latency_p99_ratio(&self) -> Option<f64> {
+        let baseline = self.baseline.as_ref()?.crud_second.latency_microseconds(0.99);
+        (baseline > 0).then(|| self.crud_after_warm_up.latency_microseconds(0.99) as f64 / baseline as f64)
+    }
+
+    /// From the server's spawn to its warm-up's end: spawn to listening plus the warm-up's own
+    /// time (its thread starts just before the server listens, so this errs long).
+    pub fn restart_to_warm(&self) -> Option<Duration> {
+        let warm_up = self.warm_up.as_ref().filter(|warm_up| warm_up.state == "done")?;
+        Some(self.restart.as_ref()?.time_to_listening + warm_up.elapsed)
     }
 }
 
@@ -265,10 +295,22 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
         databases: settings.databases,
         documents_per_collection: settings.documents_per_collection,
     };
-    let crud =
-        runtime.block_on(workload::run_crud(&client, target, settings.threads, settings.duration, timeout, "CRUD"))?;
+    let crud = runtime.block_on(workload::run_crud(
+        &client,
+        target.clone(),
+        settings.threads,
+        settings.duration,
+        timeout,
+        "CRUD",
+    ))?;
     let contention_after = runtime.block_on(contention(&client, timeout));
     let resident_bytes_after_crud = deployment.resident_bytes(runtime, &client, timeout);
+
+    let warm_up = runtime.block_on(wait_for_warm_up(&client, settings));
+    eprintln!("many-collections: CRUD on {collections} collections after the warm-up ({warm_up:?})");
+    let crud_after_warm_up =
+        runtime.block_on(workload::run_crud(&client, target, settings.threads, settings.duration, timeout, "CRUD warm"))?;
+    let resident_bytes_after_warm_up_crud = deployment.resident_bytes(runtime, &client, timeout);
 
     eprintln!("many-collections: dropping a database");
     let drop_database = drop_and_compact(runtime, &client, &deployment, settings, collections)?;
@@ -325,11 +367,19 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
         };
         let crud = runtime.block_on(workload::run_crud(
             &baseline_client,
-            target,
+            target.clone(),
             settings.threads,
             settings.duration,
             timeout,
             "baseline CRUD",
+        ))?;
+        let crud_second = runtime.block_on(workload::run_crud(
+            &baseline_client,
+            target,
+            settings.threads,
+            settings.duration,
+            timeout,
+            "baseline CRUD 2",
         ))?;
         if matches!(baseline_deployment, Deployment::External { .. }) && !settings.keep_data {
             let context = format!("dropDatabase {BASELINE_DATABASE}");
@@ -343,7 +393,7 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
         }
         runtime.block_on(client::close(baseline_client));
         stop(baseline_deployment, settings)?;
-        Some(BaselineFigures { documents, capped: documents < documents_wanted, load, crud })
+        Some(BaselineFigures { documents, capped: documents < documents_wanted, load, crud, crud_second })
     };
 
     Ok(NormalResult {
@@ -361,6 +411,9 @@ pub fn run_step(runtime: &Runtime, settings: &Settings, collections: u64) -> Ben
         database_stats_milliseconds_median,
         crud,
         resident_bytes_after_crud,
+        warm_up,
+        crud_after_warm_up,
+        resident_bytes_after_warm_up_crud,
         contention_before_creation,
         contention_after_creation,
         contention_before,
@@ -390,6 +443,24 @@ async fn probe_until_served(client: &Client, settings: &Settings, collections: u
             Err(_) => tokio::time::sleep(PROBE_INTERVAL).await,
         }
     }
+}
+
+/// Polls serverStatus until the catalog warm-up has finished (bounded by the phase timeout);
+/// None when the server reports no warm-up.
+async fn wait_for_warm_up(client: &Client, settings: &Settings) -> Option<WarmUpFigures> {
+    let deadline = Instant::now() + settings.phase_timeout;
+    let mut latest = None;
+    // Bounded by the phase deadline.
+    while Instant::now() < deadline {
+        let reply = client::command(client, "admin", doc! { "serverStatus": 1 }, settings.operation_timeout).await.ok()?;
+        let figures = status::warm_up(&reply)?;
+        if figures.finished() {
+            return Some(figures);
+        }
+        latest = Some(figures);
+        tokio::time::sleep(WARM_UP_POLL_INTERVAL).await;
+    }
+    latest
 }
 
 /// Median wall time of `CATALOG_COMMAND_RUNS` runs of a command, or the first error.

@@ -186,10 +186,14 @@ pub fn normal_table(result: &NormalResult) -> String {
         show(&result.database_stats_milliseconds_median),
         super::normal::CATALOG_COMMAND_RUNS
     );
-    let _ = writeln!(table, "{:<28}{}", "CRUD, N collections", crud_line(&result.crud));
+    let _ = writeln!(table, "{:<28}{}", "CRUD, N, after restart", crud_line(&result.crud));
     crud_operation_lines(&mut table, &result.crud);
+    let _ = writeln!(table, "{:<28}{}", "catalog warm-up", warm_up_line(result));
+    let _ = writeln!(table, "{:<28}{}", "CRUD, N, after warm-up", crud_line(&result.crud_after_warm_up));
+    crud_operation_lines(&mut table, &result.crud_after_warm_up);
     if let Some(baseline) = &result.baseline {
         let _ = writeln!(table, "{:<28}{}", "CRUD, 1 collection", crud_line(&baseline.crud));
+        let _ = writeln!(table, "{:<28}{}", "CRUD, 1 collection, 2nd", crud_line(&baseline.crud_second));
         let _ = writeln!(
             table,
             "{:<28}{} documents{} loaded in {:.2} s",
@@ -198,12 +202,20 @@ pub fn normal_table(result: &NormalResult) -> String {
             if baseline.capped { " (capped by --baseline-documents-cap)" } else { "" },
             seconds(baseline.load)
         );
+        let ratio = |ratio: Option<f64>| ratio.map_or("n/a".into(), |ratio| format!("{ratio:.3}"));
         let _ = writeln!(
             table,
             "{:<28}ops/s {}, p99 {}",
-            "ratio N / baseline",
-            result.operations_per_second_ratio().map_or("n/a".into(), |ratio| format!("{ratio:.3}")),
-            result.latency_p99_ratio().map_or("n/a".into(), |ratio| format!("{ratio:.3}"))
+            "ratio after restart",
+            ratio(result.operations_per_second_ratio()),
+            ratio(result.latency_p99_ratio())
+        );
+        let _ = writeln!(
+            table,
+            "{:<28}ops/s {}, p99 {} (against the baseline's 2nd phase)",
+            "ratio after warm-up",
+            ratio(result.warm_operations_per_second_ratio()),
+            ratio(result.warm_latency_p99_ratio())
         );
     }
     if result.contention_after.is_empty() && result.contention_after_creation.is_empty() {
@@ -256,6 +268,37 @@ pub fn normal_table(result: &NormalResult) -> String {
     table
 }
 
+/// The warm-up's state, size and time, and the server's RSS after the phase that followed.
+fn warm_up_line(result: &NormalResult) -> String {
+    let Some(warm_up) = &result.warm_up else {
+        return "none reported by the server".to_string();
+    };
+    format!(
+        "{}: {} entries, {} ({} bytes/collection) in {:.2} s; restart -> warm {}; RSS after the next phase {}",
+        warm_up.state,
+        grouped(warm_up.entries),
+        mebibytes(warm_up.heap_bytes),
+        warm_up.bytes_per_collection().map_or("n/a".into(), |bytes| format!("{bytes:.0}")),
+        seconds(warm_up.elapsed),
+        result.restart_to_warm().map_or("n/a".into(), |elapsed| format!("{:.2} s", seconds(elapsed))),
+        optional_mebibytes(result.resident_bytes_after_warm_up_crud)
+    )
+}
+
+fn warm_up_json(result: &NormalResult) -> Value {
+    let Some(warm_up) = &result.warm_up else {
+        return Value::Null;
+    };
+    json!({
+        "state": warm_up.state,
+        "entries": warm_up.entries,
+        "heap_bytes": warm_up.heap_bytes,
+        "bytes_per_collection": warm_up.bytes_per_collection().map(|bytes| rounded(bytes, 1)),
+        "seconds": rounded(seconds(warm_up.elapsed), 3),
+        "restart_to_warm_seconds": result.restart_to_warm().map(|elapsed| rounded(seconds(elapsed), 3)),
+    })
+}
+
 pub fn normal_json(result: &NormalResult) -> Value {
     let restart = result.restart.as_ref().map(|restart| {
         json!({
@@ -273,6 +316,7 @@ pub fn normal_json(result: &NormalResult) -> Value {
             "capped": baseline.capped,
             "load_seconds": rounded(seconds(baseline.load), 3),
             "crud": crud_json(&baseline.crud),
+            "crud_second": crud_json(&baseline.crud_second),
         })
     });
     let drop = &result.drop_database;
@@ -301,6 +345,11 @@ pub fn normal_json(result: &NormalResult) -> Value {
         "baseline": baseline,
         "operations_per_second_ratio": result.operations_per_second_ratio().map(|ratio| rounded(ratio, 4)),
         "latency_p99_ratio": result.latency_p99_ratio().map(|ratio| rounded(ratio, 4)),
+        "warm_up": warm_up_json(result),
+        "crud_after_warm_up": crud_json(&result.crud_after_warm_up),
+        "resident_bytes_after_warm_up_crud": result.resident_bytes_after_warm_up_crud,
+        "after_warm_up_operations_per_second_ratio": result.warm_operations_per_second_ratio().map(|ratio| rounded(ratio, 4)),
+        "after_warm_up_latency_p99_ratio": result.warm_latency_p99_ratio().map(|ratio| rounded(ratio, 4)),
         "contention_counters": {
             "before_create": counters_json(&result.contention_before_creation),
             "after_create": counters_json(&result.contention_after_creation),

@@ -84,6 +84,40 @@ pub fn difference(before: &Counters, after: &Counters) -> Counters {
         .collect()
 }
 
+/// The server's catalog warm-up (`serverStatus.myriad.catalogCache.warmUp`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WarmUpFigures {
+    /// "not started", "running", "done", "abandoned" or "failed".
+    pub state: String,
+    pub entries: u64,
+    pub heap_bytes: u64,
+    /// From the warm-up thread's start (right after open) to its table's installation.
+    pub elapsed: std::time::Duration,
+}
+
+impl WarmUpFigures {
+    /// True once the warm-up will change nothing more.
+    pub fn finished(&self) -> bool {
+        !matches!(self.state.as_str(), "not started" | "running")
+    }
+
+    pub fn bytes_per_collection(&self) -> Option<f64> {
+        (self.entries > 0).then(|| self.heap_bytes as f64 / self.entries as f64)
+    }
+}
+
+/// The warm-up section of a serverStatus reply, None when the server has none.
+pub fn warm_up(reply: &Document) -> Option<WarmUpFigures> {
+    let section = reply.get_document("myriad").ok()?.get_document("catalogCache").ok()?.get_document("warmUp").ok()?;
+    let number = |name: &str| section.get(name).and_then(numeric).unwrap_or(0.0);
+    Some(WarmUpFigures {
+        state: section.get_str("state").ok()?.to_string(),
+        entries: number("entries") as u64,
+        heap_bytes: number("heapBytes") as u64,
+        elapsed: std::time::Duration::from_secs_f64(number("elapsedMillis").max(0.0) / 1000.0),
+    })
+}
+
 /// `serverStatus.mem.resident` (MiB) in bytes, for servers the bench did not start.
 pub fn resident_bytes(reply: &Document) -> Option<u64> {
     let memory = reply.get_document("mem").ok()?;
@@ -123,6 +157,22 @@ mod tests {
         );
         assert!(contention_counters(&doc! { "ok": 1 }).is_empty());
         assert_eq!(resident_bytes(&reply), Some(12 * 1024 * 1024));
+    }
+
+    #[test]
+    fn reads_the_warm_up_section() {
+        let reply = doc! { "myriad": { "catalogCache": { "warmUp": {
+            "state": "done", "entries": 1000_i64, "heapBytes": 220_000_i64, "elapsedMillis": 1500.0,
+        } } } };
+        let figures = warm_up(&reply).expect("a warm-up section");
+        assert_eq!(figures.state, "done");
+        assert!(figures.finished());
+        assert_eq!((figures.entries, figures.heap_bytes), (1000, 220_000));
+        assert_eq!(figures.bytes_per_collection(), Some(220.0));
+        assert_eq!(figures.elapsed, std::time::Duration::from_millis(1500));
+        let running = doc! { "myriad": { "catalogCache": { "warmUp": { "state": "running" } } } };
+        assert!(!warm_up(&running).expect("a warm-up section").finished());
+        assert_eq!(warm_up(&doc! { "ok": 1 }), None);
     }
 
     #[test]

@@ -122,8 +122,11 @@ impl Target {
     }
 }
 
-/// Documents inserted by the CRUD phase get `_id`s from here up, far above any preloaded id.
+/// Documents inserted by the CRUD phases get `_id`s from here up, far above any preloaded id.
 const INSERTED_ID_BASE: i64 = 1 << 40;
+/// The next inserted `_id`, shared by every phase of the process, so a second phase against
+/// the same collections never inserts an `_id` the first one did.
+static NEXT_INSERTED_ID: AtomicI64 = AtomicI64::new(INSERTED_ID_BASE);
 /// Inserted documents each task remembers for its later deletes.
 const REMEMBERED_INSERTS_LIMIT: usize = 1024;
 /// Latencies are recorded in microseconds with 2 significant digits (1% resolution), which
@@ -196,7 +199,6 @@ pub async fn run_crud(
     label: &str,
 ) -> BenchResult<CrudOutcome> {
     let target = Arc::new(target);
-    let next_inserted_id = Arc::new(AtomicI64::new(INSERTED_ID_BASE));
     let completed_counter = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = started + duration;
@@ -204,7 +206,6 @@ pub async fn run_crud(
     for task_index in 0..threads {
         let client = client.clone();
         let target = Arc::clone(&target);
-        let next_inserted_id = Arc::clone(&next_inserted_id);
         let completed_counter = Arc::clone(&completed_counter);
         let per_operation = empty_operation_figures(operation_timeout)?;
         let seed = rand::random::<u64>() ^ task_index as u64;
@@ -224,7 +225,7 @@ pub async fn run_crud(
                     slot,
                     &mut random,
                     &mut remembered,
-                    &next_inserted_id,
+                    &NEXT_INSERTED_ID,
                     operation_timeout,
                 )
                 .await;

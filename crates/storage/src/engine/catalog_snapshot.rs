@@ -37,11 +37,6 @@ impl Engine {
         Ok(Some(CollectionHandle { entry }))
     }
 
-    /// The DDL generation of the current catalog snapshot.
-    pub(crate) fn catalog_generation(&self) -> u64 {
-        self.catalog.load().generation
-    }
-
     pub(crate) fn catalog_snapshot(&self) -> Arc<Catalog> {
         self.catalog.load_full()
     }

@@ -173,6 +173,8 @@ pub struct Engine {
     /// Set while the catalog warm-up runs: lazy loads then leave publishing to it, so its
     /// batch swaps do not keep losing to theirs.
     pub(crate) warming: std::sync::atomic::AtomicBool,
+    /// Where the warm-up stands (serverStatus).
+    pub(crate) warm_up: crate::catalog::WarmUpRecord,
     /// Wakes tailable cursors waiting for inserts into capped collections.
     pub(crate) capped_inserts: crate::capped_inserts::CappedInsertNotifier,
     /// Every oplog entry at or below this record id may have been trimmed (`oplog.rs`).

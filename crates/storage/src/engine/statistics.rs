@@ -248,8 +248,10 @@ impl Engine {
             "columnFamilies": COLUMN_FAMILIES.iter().map(|name| Bson::String(name.to_string())).collect::<Vec<_>>(),
             "columnFamilyFigures": family_figures,
             "catalogCache": {
-                "collections": as_i64(snapshot.collections.len()),
-                "indexes": as_i64(snapshot.cached_index_count),
+                "collections": as_i64(snapshot.collection_count()),
+                "indexes": as_i64(snapshot.index_count()),
+                "changesOverWarmed": as_i64(snapshot.change_count()),
+                "warmUp": self.warm_up_document(),
                 "generation": i64::try_from(snapshot.generation).unwrap_or(i64::MAX),
                 "lazyLoads": counter(&self.counters.catalog_lazy_loads),
                 "publishRetries": counter(&self.counters.catalog_publish_retries),
@@ -274,9 +276,31 @@ impl Engine {
         }
     }
 
+    /// serverStatus's `catalogCache.warmUp`: the warm-up's state, its table's size and memory,
+    /// and how long it took.
+    fn warm_up_document(&self) -> Document {
+        let status = self.warm_up_status();
+        let as_i64 = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
+        let bytes_per_collection = if status.entries > 0 { status.heap_bytes as f64 / status.entries as f64 } else { 0.0 };
+        let mut document = bson::doc! {
+            "state": status.state,
+            "entries": as_i64(status.entries),
+            "heapBytes": as_i64(status.heap_bytes),
+            "bytesPerCollection": bytes_per_collection,
+            "sharedIndexSpecs": as_i64(status.shared_specs),
+            "elapsedMillis": status.elapsed.as_secs_f64() * 1000.0,
+            "truncated": status.truncated,
+            "entriesBound": as_i64(self.catalog_warm_up_entries),
+        };
+        if let Some(error) = status.error {
+            document.insert("error", error);
+        }
+        document
+    }
+
     /// Number of cached catalog entries (collections) in the current snapshot.
     pub fn cached_collection_count(&self) -> usize {
-        self.catalog.load().collections.len()
+        self.catalog.load().collection_count()
     }
 
     /// Number of raw keys under a prefix in the records and index families (tests, validation).

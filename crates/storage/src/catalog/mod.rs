@@ -5,13 +5,25 @@
 //! reused; an entry is immutable once published (DDL publishes a new `Arc`); the snapshot only
 //! ever holds entries that were read from or written to the catalog column family.
 
+#[cfg(test)]
+mod decoding_tests;
+mod index_entry;
+mod raw_fields;
+mod snapshot;
+mod warm_up_status;
+
 use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
 use bson::{spec::BinarySubtype, Binary, Bson, Document, RawArrayBuf, RawBinaryRef, RawDocument, RawDocumentBuf};
 
-use crate::index::{id_index_spec, key_fields_from_raw, FieldKind, IndexField, ParsedIndexSpec, ID_INDEX_NAME};
+use crate::index::{id_index_spec, FieldKind, ID_INDEX_NAME};
 use crate::StorageError;
+
+pub(crate) use index_entry::{IndexEntry, SpecInterner};
+pub(crate) use snapshot::{Catalog, WarmedCatalog};
+pub use warm_up_status::WarmUpStatus;
+pub(crate) use warm_up_status::WarmUpRecord;
 
 /// Version of the catalog entry document layout.
 const ENTRY_FORMAT: i32 = 1;
@@ -39,322 +51,33 @@ fn serialize_document(document: &Document) -> Result<Vec<u8>, StorageError> {
     Ok(bytes)
 }
 
-/// Where a string or document sits in an index entry's spec bytes.
-#[derive(Clone, Copy, Debug)]
-struct Span {
-    start: u32,
-    length: u32,
-}
-
-impl Span {
-    /// The span of `part`, a slice borrowed from `whole`.
-    fn of(whole: &[u8], part: &[u8]) -> Span {
-        let start = (part.as_ptr() as usize).wrapping_sub(whole.as_ptr() as usize);
-        assert!(start <= whole.len() && part.len() <= whole.len() - start, "a span lies within its spec");
-        // Specs are at most 16 MiB, so both fit.
-        Span { start: start as u32, length: part.len() as u32 }
-    }
-
-    fn slice(self, whole: &[u8]) -> &[u8] {
-        &whole[self.start as usize..(self.start + self.length) as usize]
-    }
-}
-
-/// An index spec parsed once, when its catalog entry is built (so once per catalog snapshot,
-/// never per query): where its name, key pattern and key fields sit in the spec bytes. A few
-/// bytes per field, and reading it allocates nothing.
-#[derive(Clone, Debug)]
-struct SpecLayout {
-    name: Span,
-    key_pattern: Span,
-    fields: Box<[(Span, FieldKind)]>,
-    /// A partial index's filter, parsed once with the layout.
-    partial_filter: Option<Arc<myriad_query::filter::Filter>>,
-    /// `hidden: true` in the spec: maintained, never used by the query planner.
-    hidden: bool,
-    /// The spec has `expireAfterSeconds`: a TTL index (MongoDB's `isIndexTTL`).
-    ttl: bool,
-    /// The index's collation (its spec's `collation`; None: simple): its keys are the
-    /// comparison values of the documents' values under it.
-    collator: Option<Arc<myriad_collation::Collator>>,
-}
-
-impl SpecLayout {
-    fn parse(bytes: &[u8]) -> Result<SpecLayout, StorageError> {
-        let corrupt = |what: String| StorageError::Corrupt(format!("index spec: {what}"));
-        let raw = RawDocument::from_bytes(bytes).map_err(|error| corrupt(error.to_string()))?;
-        let name = raw.get_str("name").map_err(|error| corrupt(error.to_string()))?;
-        let key_pattern = raw.get_document("key").map_err(|error| corrupt(error.to_string()))?;
-        let fields = key_fields_from_raw(key_pattern)?
-            .into_iter()
-            .map(|field| match field.path {
-                std::borrow::Cow::Borrowed(path) => Ok((Span::of(bytes, path.as_bytes()), field.kind)),
-                std::borrow::Cow::Owned(_) => Err(corrupt("a key field path is not in the spec".to_string())),
-            })
-            .collect::<Result<Box<[_]>, _>>()?;
-        // An older catalog's specs have no collation: simple, as they were written.
-        let collator = match raw.get("collation") {
-            Ok(Some(bson::RawBsonRef::Document(collation))) => {
-                let collation = Document::try_from(collation).map_err(|error| corrupt(error.to_string()))?;
-                myriad_collation::parse(&collation).map_err(|error| corrupt(error.message))?
-            }
-            _ => None,
-        };
-        // A partial filter compares strings by the index's collation, as mongod's does.
-        let partial_filter = match raw.get("partialFilterExpression") {
-            Ok(Some(expression)) => {
-                let expression = Bson::try_from(expression).map_err(|error| corrupt(error.to_string()))?;
-                Some(Arc::new(crate::partial::parse_partial_filter(&expression)?.with_collator(collator.clone())))
-            }
-            _ => None,
-        };
-        let hidden = matches!(raw.get("hidden"), Ok(Some(bson::RawBsonRef::Boolean(true))));
-        let ttl = matches!(raw.get("expireAfterSeconds"), Ok(Some(_)));
-        let (name, key_pattern) = (Span::of(bytes, name.as_bytes()), Span::of(bytes, key_pattern.as_bytes()));
-        Ok(SpecLayout { name, key_pattern, fields, partial_filter, hidden, ttl, collator })
-    }
-}
-
-/// The layout of the standard `_id_` spec, shared by every collection's `_id_` index.
-fn id_spec_layout() -> &'static SpecLayout {
-    static LAYOUT: OnceLock<SpecLayout> = OnceLock::new();
-    LAYOUT.get_or_init(|| SpecLayout::parse(id_spec_bytes()).expect("the standard _id_ spec parses"))
-}
-
-/// One index of a collection, as cached in memory. Compact on purpose (a node caches up to
-/// millions of them): the spec is kept as bytes, with its layout parsed once.
-#[derive(Clone, Debug)]
-pub(crate) struct IndexEntry {
-    pub(crate) prefix: u64,
-    pub(crate) unique: bool,
-    pub(crate) sparse: bool,
-    /// True while the index is being built (docs/design-storage.md, "Index builds"): writers maintain it
-    /// only for records at or below the build's position, and it is hidden from
-    /// [`CollectionHandle::indexes`] so queries never use it.
-    pub(crate) building: bool,
-    /// The key format version (`myriad_keystring::FORMAT_VERSION`) its entries are written in;
-    /// 1 when the stored entry has no `keyFormat` (written before version 2). An older format is
-    /// rebuilt at open (docs/FORMAT.md, "Upgrading from version 1").
-    pub(crate) key_format: u8,
-    /// The full spec as given to createIndexes (normalized), exactly sized; empty for the
-    /// standard `_id_` spec.
-    spec: Box<[u8]>,
-    /// Where the spec's parts are; None for the standard `_id_` spec.
-    layout: Option<Box<SpecLayout>>,
-}
-
-impl IndexEntry {
-    pub(crate) fn from_parsed(parsed: &ParsedIndexSpec, prefix: u64) -> Result<Self, StorageError> {
-        Self::from_spec_bytes(serialize_document(&parsed.spec)?, prefix, parsed.unique, parsed.sparse)
-    }
-
-    fn from_spec_bytes(bytes: Vec<u8>, prefix: u64, unique: bool, sparse: bool) -> Result<Self, StorageError> {
-        let (spec, layout) = if bytes.as_slice() == id_spec_bytes() {
-            (Box::default(), None)
-        } else {
-            // Parsed once here, so the accessors below never meet a malformed spec.
-            let layout = SpecLayout::parse(&bytes)?;
-            (bytes.into_boxed_slice(), Some(Box::new(layout)))
-        };
-        let index = IndexEntry { prefix, unique, sparse, building: false, key_format: myriad_keystring::FORMAT_VERSION, spec, layout };
-        if index.name().is_empty() {
-            return Err(StorageError::Corrupt("index spec has no name".to_string()));
-        }
-        Ok(index)
-    }
-
-    fn spec_bytes(&self) -> &[u8] {
-        if self.spec.is_empty() {
-            id_spec_bytes()
-        } else {
-            &self.spec
-        }
-    }
-
-    fn layout(&self) -> &SpecLayout {
-        self.layout.as_deref().unwrap_or_else(|| id_spec_layout())
-    }
-
-    fn spec_raw(&self) -> Result<&RawDocument, StorageError> {
-        RawDocument::from_bytes(self.spec_bytes()).map_err(|error| StorageError::Corrupt(format!("index spec: {error}")))
-    }
-
-    fn text(&self, span: Span) -> &str {
-        // Spans point at strings the layout parse read as UTF-8.
-        std::str::from_utf8(span.slice(self.spec_bytes())).unwrap_or_default()
-    }
-
-    /// The index name (validated non-empty when the entry was built).
-    pub(crate) fn name(&self) -> &str {
-        self.text(self.layout().name)
-    }
-
-    /// The key pattern fields, paths borrowed from the spec bytes (parsed when the entry was
-    /// built: this only copies positions).
-    pub(crate) fn fields(&self) -> Result<Vec<IndexField<'_>>, StorageError> {
-        Ok(self.layout().fields.iter().map(|(path, kind)| IndexField { path: self.text(*path).into(), kind: *kind }).collect())
-    }
-
-    /// The keys `document` has in this index: none when a partial index's filter rejects it.
-    pub(crate) fn document_keys(&self, fields: &[IndexField<'_>], document: &Document) -> Result<crate::index::DocumentKeys, StorageError> {
-        if let Some(filter) = &self.layout().partial_filter {
-            if !filter.matches(document) {
-                return Ok(crate::index::DocumentKeys::default());
-            }
-        }
-        crate::index::generate_keys(fields, self.sparse, document, self.collator().map(|collator| &**collator))
-    }
-
-    /// The index's collation (None: simple).
-    pub(crate) fn collator(&self) -> Option<&Arc<myriad_collation::Collator>> {
-        self.layout().collator.as_ref()
-    }
-
-    /// True when a document's keys in this index depend on its `_id` alone: every key field
-    /// is `_id` or under it, and no partial filter looks at other fields.
-    pub(crate) fn keys_from_id_alone(&self, fields: &[IndexField<'_>]) -> bool {
-        !self.is_partial() && fields.iter().all(|field| field.path == "_id" || field.path.starts_with("_id."))
-    }
-
-    /// The one key field of an index keyed by the `_id` value alone (`{_id: 1}`, `{_id:
-    /// "hashed"}`, no partial filter), found without building the field list.
-    pub(crate) fn id_alone_field(&self) -> Option<IndexField<'_>> {
-        match &*self.layout().fields {
-            [(path, kind)] if !self.is_partial() && self.text(*path) == "_id" => Some(IndexField { path: self.text(*path).into(), kind: *kind }),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn is_partial(&self) -> bool {
-        self.layout().partial_filter.is_some()
-    }
-
-    /// True for an index hidden from the query planner (`hidden: true`).
-    pub(crate) fn hidden(&self) -> bool {
-        self.layout().hidden
-    }
-
-    /// True for a TTL index: its spec has `expireAfterSeconds` (whatever its value; the TTL
-    /// monitor skips values it cannot use, as MongoDB's does).
-    pub(crate) fn is_ttl(&self) -> bool {
-        self.layout().ttl
-    }
-
-    /// A copy with another spec (collMod of `expireAfterSeconds` or `hidden`): same prefix,
-    /// flags and key format. The spec must keep the name and key pattern.
-    pub(crate) fn with_spec(&self, spec: &Document) -> Result<IndexEntry, StorageError> {
-        let mut changed = Self::from_spec_bytes(serialize_document(spec)?, self.prefix, self.unique, self.sparse)?;
-        assert!(changed.name() == self.name(), "a spec change keeps the index name");
-        changed.building = self.building;
-        changed.key_format = self.key_format;
-        Ok(changed)
-    }
-
-    /// The key pattern as stored in the spec.
-    fn key_pattern_raw(&self) -> &RawDocument {
-        let bytes = self.layout().key_pattern.slice(self.spec_bytes());
-        // The layout parse read these bytes as a document.
-        RawDocument::from_bytes(bytes).expect("a key pattern span holds a document")
-    }
-
-    pub(crate) fn spec_document(&self) -> Result<Document, StorageError> {
-        Document::try_from(self.spec_raw()?)
-            .map_err(|error| StorageError::Corrupt(format!("index spec: {error}")))
-    }
-
-    pub(crate) fn key_pattern(&self) -> Result<Document, StorageError> {
-        match self.spec_document()?.remove("key") {
-            Some(Bson::Document(key_pattern)) => Ok(key_pattern),
-            _ => Err(StorageError::Corrupt(format!("index {} has no key pattern", self.name()))),
-        }
-    }
-
-    pub(crate) fn info(&self) -> Result<IndexInfo, StorageError> {
-        let options = self.spec_document()?;
-        let key_pattern = match options.get("key") {
-            Some(Bson::Document(key_pattern)) => key_pattern.clone(),
-            _ => return Err(StorageError::Corrupt(format!("index {} has no key pattern", self.name()))),
-        };
-        Ok(IndexInfo {
-            name: self.name().to_string(),
-            key_pattern,
-            unique: self.unique,
-            sparse: self.sparse,
-            options,
-            prefix: self.prefix,
-        })
-    }
-
-    fn to_raw(&self) -> Result<RawDocumentBuf, StorageError> {
-        let mut document = RawDocumentBuf::new();
-        document.append("name", self.name());
-        document.append("prefix", prefix_to_i64(self.prefix));
-        document.append("ident", format!("index-{}", self.prefix));
-        document.append("unique", self.unique);
-        document.append("sparse", self.sparse);
-        document.append_ref("spec", self.spec_raw()?);
-        // Only while building: a ready index's entry is byte-identical to the format before
-        // background builds existed.
-        if self.building {
-            document.append("building", true);
-        }
-        // Absent for version 1, so entries written before key format 2 read as version 1.
-        if self.key_format != 1 {
-            document.append("keyFormat", i32::from(self.key_format));
-        }
-        Ok(document)
-    }
-
-    fn from_raw(document: &RawDocument) -> Result<Self, StorageError> {
-        let corrupt = |what: &str| StorageError::Corrupt(format!("catalog index entry: {what}"));
-        let name = document.get_str("name").map_err(|_| corrupt("name"))?;
-        let prefix =
-            document.get_i64("prefix").ok().and_then(|prefix| u64::try_from(prefix).ok()).ok_or_else(|| corrupt("prefix"))?;
-        let unique = document.get_bool("unique").map_err(|_| corrupt("unique"))?;
-        let sparse = document.get_bool("sparse").map_err(|_| corrupt("sparse"))?;
-        let spec = document.get_document("spec").map_err(|_| corrupt("spec"))?;
-        let building = match document.get("building") {
-            Ok(None) => false,
-            Ok(Some(bson::RawBsonRef::Boolean(building))) => building,
-            _ => return Err(corrupt("building")),
-        };
-        let key_format = match document.get("keyFormat") {
-            Ok(None) => 1,
-            Ok(Some(bson::RawBsonRef::Int32(version))) => u8::try_from(version).map_err(|_| corrupt("keyFormat"))?,
-            _ => return Err(corrupt("keyFormat")),
-        };
-        if key_format == 0 || key_format > myriad_keystring::FORMAT_VERSION {
-            return Err(corrupt("keyFormat is not a version this engine reads"));
-        }
-        let mut index = Self::from_spec_bytes(spec.as_bytes().to_vec(), prefix, unique, sparse)?;
-        index.building = building;
-        index.key_format = key_format;
-        if index.name() != name {
-            return Err(corrupt("name differs from the spec's"));
-        }
-        Ok(index)
-    }
-}
 
 /// One collection and its indexes, as cached in memory.
 #[derive(Debug)]
 pub(crate) struct CollectionEntry {
     /// "db.collection"; the map key of the snapshot shares this allocation.
     pub(crate) namespace: Arc<str>,
-    /// Length of the database part of `namespace`.
-    pub(crate) db_len: usize,
     pub(crate) prefix: u64,
     pub(crate) uuid: [u8; 16],
-    /// createCollection options as BSON bytes, exactly sized; empty when there were none.
-    options: Box<[u8]>,
-    /// What the command layer derives from the options (the parsed validator), computed on
-    /// first use and kept with this version of the entry; None (8 bytes) without options.
-    derived: Option<Box<DerivedFromOptions>>,
+    /// createCollection options, None (8 bytes) when there were none: the common case.
+    options: Option<Box<EntryOptions>>,
     pub(crate) indexes: Box<[IndexEntry]>,
+    /// Length of the database part of `namespace` (at most 63 bytes, validated at creation).
+    db_len: u16,
     /// The compressor the collection was created with (`storageEngine` option): its records
     /// live in that compressor's family. None: the `records` family (node default), or
     /// `local_records` for the local database. Fixed at creation (`compression.rs`).
     pub(crate) block_compressor: Option<crate::compression::BlockCompressor>,
+}
+
+/// A collection's createCollection options and what is derived from them.
+#[derive(Debug)]
+struct EntryOptions {
+    /// The options as BSON bytes, exactly sized.
+    bytes: Box<[u8]>,
+    /// What the command layer derives from the options (the parsed validator), computed on
+    /// first use and kept with this version of the entry.
+    derived: DerivedFromOptions,
 }
 
 /// A value derived once from an entry's options (see [`CollectionHandle::options_derived`]).
@@ -403,14 +126,14 @@ impl CollectionEntry {
         options: Box<[u8]>,
         indexes: Vec<IndexEntry>,
     ) -> Self {
-        let derived = if options.is_empty() { None } else { Some(Box::default()) };
+        let options = if options.is_empty() { None } else { Some(Box::new(EntryOptions { bytes: options, derived: DerivedFromOptions::default() })) };
         CollectionEntry {
-            namespace: namespace_of(db, collection).into(),
-            db_len: db.len(),
+            namespace: shared_namespace(db, collection),
+            // Database names are at most 63 bytes (`validate_database_name`).
+            db_len: u16::try_from(db.len()).unwrap_or(u16::MAX),
             prefix,
             uuid,
             options,
-            derived,
             indexes: indexes.into_boxed_slice(),
             block_compressor: None,
         }
@@ -425,24 +148,41 @@ impl CollectionEntry {
 
     /// The createCollection options as stored (empty when there were none).
     pub(crate) fn options_bytes(&self) -> &[u8] {
-        &self.options
+        self.options.as_ref().map_or(&[], |options| &options.bytes)
     }
 
     /// The createCollection options.
     pub(crate) fn options_document(&self) -> Result<Document, StorageError> {
-        if self.options.is_empty() {
+        let Some(options) = &self.options else {
             return Ok(Document::new());
-        }
-        Document::from_reader(&self.options[..])
+        };
+        Document::from_reader(&options.bytes[..])
             .map_err(|error| StorageError::Corrupt(format!("collection options: {error}")))
     }
 
     pub(crate) fn db(&self) -> &str {
-        self.namespace.get(..self.db_len).unwrap_or_default()
+        self.namespace.get(..usize::from(self.db_len)).unwrap_or_default()
     }
 
     pub(crate) fn collection(&self) -> &str {
-        self.namespace.get(self.db_len + 1..).unwrap_or_default()
+        self.namespace.get(usize::from(self.db_len) + 1..).unwrap_or_default()
+    }
+
+    /// Heap bytes this entry holds of its own: the entry's allocation (with its reference
+    /// counts), the namespace's, the index list's and the options'. Shared index specs are
+    /// not counted here (see [`SpecInterner::heap_bytes`]); unshared ones are.
+    pub(crate) fn heap_bytes(&self, specs_shared: bool) -> usize {
+        let counts = 2 * std::mem::size_of::<usize>();
+        let mut bytes = counts + std::mem::size_of::<CollectionEntry>();
+        bytes += counts + self.namespace.len();
+        bytes += self.indexes.len() * std::mem::size_of::<IndexEntry>();
+        if let Some(options) = &self.options {
+            bytes += std::mem::size_of::<EntryOptions>() + options.bytes.len();
+        }
+        if !specs_shared {
+            bytes += self.indexes.iter().filter_map(IndexEntry::shared_spec).map(|spec| spec.heap_bytes()).sum::<usize>();
+        }
+        bytes
     }
 
     pub(crate) fn is_local(&self) -> bool {
@@ -467,7 +207,7 @@ impl CollectionEntry {
     /// A copy with a different namespace (rename) and the same prefixes.
     pub(crate) fn renamed(&self, db: &str, collection: &str) -> Result<Self, StorageError> {
         let indexes = self.indexes_cloned()?;
-        Ok(CollectionEntry::with_options_bytes(db, collection, self.prefix, self.uuid, self.options.clone(), indexes)
+        Ok(CollectionEntry::with_options_bytes(db, collection, self.prefix, self.uuid, self.options_bytes().into(), indexes)
             .keeping_family_of(self))
     }
 
@@ -478,7 +218,7 @@ impl CollectionEntry {
             self.collection(),
             self.prefix,
             self.uuid,
-            self.options.clone(),
+            self.options_bytes().into(),
             indexes,
         )
         .keeping_family_of(self)
@@ -495,7 +235,7 @@ impl CollectionEntry {
         for index in self.indexes.iter() {
             indexes.push(index.to_raw()?);
         }
-        let options = if self.options.is_empty() { EMPTY_DOCUMENT_BYTES } else { &self.options[..] };
+        let options = if self.options.is_none() { EMPTY_DOCUMENT_BYTES } else { self.options_bytes() };
         let options = RawDocument::from_bytes(options)
             .map_err(|error| StorageError::Corrupt(format!("collection options: {error}")))?;
         let mut document = RawDocumentBuf::new();
@@ -517,40 +257,76 @@ impl CollectionEntry {
     /// first touch of a collection after a restart (the catalog loads lazily), so it must not
     /// build an owned document per entry.
     pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, StorageError> {
+        Self::decode(bytes, None)
+    }
+
+    /// [`CollectionEntry::from_bytes`], sharing index specs through `interner` (the warm-up's
+    /// decoder: byte-identical specs are parsed and stored once).
+    pub(crate) fn from_bytes_sharing_specs(bytes: &[u8], interner: &mut SpecInterner) -> Result<Self, StorageError> {
+        Self::decode(bytes, Some(interner))
+    }
+
+    /// One pass over the entry's fields (a field lookup per name would walk the document once
+    /// per field), each index read in one pass too, with the minimal walker of `raw_fields`.
+    fn decode(bytes: &[u8], mut interner: Option<&mut SpecInterner>) -> Result<Self, StorageError> {
         let corrupt = |what: &str| StorageError::Corrupt(format!("catalog entry: {what}"));
-        let raw = RawDocument::from_bytes(bytes).map_err(|error| corrupt(&error.to_string()))?;
-        let with_family = match raw.get_i32("format") {
-            Ok(ENTRY_FORMAT) => false,
-            Ok(ENTRY_FORMAT_WITH_FAMILY) => true,
+        let (mut format, mut db, mut collection, mut prefix, mut uuid) = (None, None, None, None, None);
+        let (mut options, mut indexes, mut family) = (None, None, None);
+        fn missing<T>(value: Option<T>, what: &str) -> Result<T, StorageError> {
+            value.ok_or_else(|| StorageError::Corrupt(format!("catalog entry: {what}")))
+        }
+        for field in raw_fields::RawFields::new(bytes)? {
+            let field = field?;
+            match field.key {
+                b"format" => format = format.or(field.as_i32()),
+                b"db" => db = db.or(Some(missing(field.as_str(), "db")?)),
+                b"collection" => collection = collection.or(Some(missing(field.as_str(), "collection")?)),
+                b"prefix" => prefix = prefix.or(Some(missing(field.as_i64().and_then(|number| u64::try_from(number).ok()), "prefix")?)),
+                b"uuid" => {
+                    let bytes = match field.as_binary() {
+                        Some((0x04, bytes)) => bytes,
+                        _ => return Err(corrupt("uuid")),
+                    };
+                    uuid = Some(<[u8; 16]>::try_from(bytes).map_err(|_| corrupt("uuid length"))?);
+                }
+                b"options" => options = options.or(Some(missing(field.as_document(), "options")?)),
+                b"indexes" => indexes = indexes.or(Some(missing(field.as_array(), "indexes")?)),
+                key if key == crate::compression::ENTRY_FAMILY_FIELD.as_bytes() => {
+                    let name = field.as_str().ok_or_else(|| {
+                        StorageError::Corrupt(format!("catalog entry: malformed {}", crate::compression::ENTRY_FAMILY_FIELD))
+                    })?;
+                    let compressor = crate::compression::BlockCompressor::of_family(name)
+                        .ok_or_else(|| StorageError::Corrupt(format!("catalog entry names an unknown family '{name}'")))?;
+                    family = Some(compressor);
+                }
+                _ => {}
+            }
+        }
+        let with_family = match format {
+            Some(ENTRY_FORMAT) => false,
+            Some(ENTRY_FORMAT_WITH_FAMILY) => true,
             _ => return Err(corrupt("unknown format")),
         };
-        let block_compressor = crate::compression::entry_compressor(raw)?;
-        if block_compressor.is_some() != with_family {
+        if family.is_some() != with_family {
             return Err(corrupt("records family and format disagree"));
         }
-        let db = raw.get_str("db").map_err(|_| corrupt("db"))?;
-        let collection = raw.get_str("collection").map_err(|_| corrupt("collection"))?;
-        let prefix = raw.get_i64("prefix").ok().and_then(|prefix| u64::try_from(prefix).ok()).ok_or_else(|| corrupt("prefix"))?;
-        let uuid = match raw.get_binary("uuid") {
-            Ok(binary) if binary.subtype == BinarySubtype::Uuid => {
-                <[u8; 16]>::try_from(binary.bytes).map_err(|_| corrupt("uuid length"))?
-            }
-            _ => return Err(corrupt("uuid")),
-        };
-        let options = raw.get_document("options").map_err(|_| corrupt("options"))?;
+        let (db, collection) = (db.ok_or_else(|| corrupt("db"))?, collection.ok_or_else(|| corrupt("collection"))?);
+        let (prefix, uuid) = (prefix.ok_or_else(|| corrupt("prefix"))?, uuid.ok_or_else(|| corrupt("uuid"))?);
+        let options = options.ok_or_else(|| corrupt("options"))?;
         // An empty document is 5 bytes (length and terminator); store none for it.
-        let options: Box<[u8]> = if options.as_bytes().len() <= 5 { Box::default() } else { options.as_bytes().into() };
-        let mut indexes = Vec::new();
-        for index in raw.get_array("indexes").map_err(|_| corrupt("indexes"))? {
-            let index = index.map_err(|error| corrupt(&error.to_string()))?;
-            let index = index.as_document().ok_or_else(|| corrupt("index is not a document"))?;
-            indexes.push(IndexEntry::from_raw(index)?);
+        let options: Box<[u8]> = if options.len() <= 5 { Box::default() } else { options.into() };
+        let indexes = indexes.ok_or_else(|| corrupt("indexes"))?;
+        // Sized exactly, so the list becomes the entry's boxed slice without a reallocation.
+        let mut decoded = Vec::with_capacity(raw_fields::RawFields::new(indexes)?.count());
+        for index in raw_fields::RawFields::new(indexes)? {
+            let index = index?.as_document().ok_or_else(|| corrupt("index is not a document"))?;
+            decoded.push(IndexEntry::from_raw(index, interner.as_deref_mut())?);
         }
-        if indexes.first().map(IndexEntry::name) != Some(ID_INDEX_NAME) {
+        if decoded.first().map(IndexEntry::name) != Some(ID_INDEX_NAME) {
             return Err(corrupt("first index is not _id_"));
         }
-        let mut entry = Self::with_options_bytes(db, collection, prefix, uuid, options, indexes);
-        entry.block_compressor = block_compressor;
+        let mut entry = Self::with_options_bytes(db, collection, prefix, uuid, options, decoded);
+        entry.block_compressor = family;
         debug_assert!(entry.to_bytes().is_ok_and(|written| written == bytes), "catalog entries round-trip");
         Ok(entry)
     }
@@ -572,6 +348,22 @@ pub(crate) fn entry_prefixes(bytes: &[u8]) -> Result<(u64, Vec<u64>), StorageErr
         indexes.push(prefix_of(document)?);
     }
     Ok((collection, indexes))
+}
+
+/// "db.collection" in one allocation (a `String` turned into `Arc<str>` is copied into a
+/// second one): names are at most 255 bytes (`validate_namespace`), assembled on the stack.
+fn shared_namespace(db: &str, collection: &str) -> Arc<str> {
+    const STACK_BYTES: usize = 256;
+    let length = db.len() + 1 + collection.len();
+    if length > STACK_BYTES {
+        return namespace_of(db, collection).into();
+    }
+    let mut buffer = [0u8; STACK_BYTES];
+    buffer[..db.len()].copy_from_slice(db.as_bytes());
+    buffer[db.len()] = b'.';
+    buffer[db.len() + 1..length].copy_from_slice(collection.as_bytes());
+    // Two strings joined by an ASCII dot are UTF-8.
+    Arc::from(std::str::from_utf8(&buffer[..length]).expect("joined names are UTF-8"))
 }
 
 pub(crate) fn namespace_of(db: &str, collection: &str) -> String {
@@ -731,7 +523,7 @@ impl CollectionHandle {
     /// costs one branch. A caller asking for a different type than the cached one gets a
     /// fresh, uncached value.
     pub fn options_derived<T: Any + Send + Sync>(&self, derive: impl Fn(Result<Document, StorageError>) -> T) -> Option<Arc<T>> {
-        let cache = self.entry.derived.as_ref()?;
+        let cache = &self.entry.options.as_ref()?.derived;
         let compute = || derive(self.entry.options_document());
         let cached = cache.0.get_or_init(|| Arc::new(compute()) as Arc<dyn Any + Send + Sync>).clone();
         Some(cached.downcast::<T>().unwrap_or_else(|_| Arc::new(compute())))
@@ -780,36 +572,6 @@ impl CollectionHandle {
     }
 }
 
-/// The immutable snapshot published through `ArcSwap`. Cloning is O(1) (persistent map).
-#[derive(Clone, Default)]
-pub(crate) struct Catalog {
-    /// Bumped by every DDL publication; lazy loads publish only if it did not move.
-    pub(crate) generation: u64,
-    pub(crate) collections: imbl::OrdMap<Arc<str>, Arc<CollectionEntry>>,
-    /// Sum of the index counts of the cached collections.
-    pub(crate) cached_index_count: usize,
-}
-
-impl Catalog {
-    pub(crate) fn get(&self, namespace: &str) -> Option<&Arc<CollectionEntry>> {
-        self.collections.get(namespace)
-    }
-
-    pub(crate) fn insert(&mut self, entry: Arc<CollectionEntry>) {
-        let added = entry.indexes.len();
-        if let Some(previous) = self.collections.insert(entry.namespace.clone(), entry) {
-            self.cached_index_count = self.cached_index_count.saturating_sub(previous.indexes.len());
-        }
-        self.cached_index_count += added;
-    }
-
-    pub(crate) fn remove(&mut self, namespace: &str) {
-        if let Some(previous) = self.collections.remove(namespace) {
-            self.cached_index_count = self.cached_index_count.saturating_sub(previous.indexes.len());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -817,7 +579,7 @@ mod tests {
     #[test]
     fn entries_round_trip_through_bson() {
         let id_index = IndexEntry::from_parsed(&id_index_spec(), 8).unwrap();
-        assert!(id_index.spec.is_empty(), "the standard _id spec is shared");
+        assert!(id_index.shared_spec().is_none(), "the standard _id spec is shared");
         let options = bson::doc! {"capped": false};
         let entry = CollectionEntry::new("shop", "orders", 7, [3; 16], &options, vec![id_index]).unwrap();
         let decoded = CollectionEntry::from_bytes(&entry.to_bytes().unwrap()).unwrap();
