@@ -2,6 +2,7 @@
 clean stop at the end of the session. Tests wait for a condition with `wait_until` (poll until
 it holds, fail after a deadline), never for a fixed time."""
 
+import collections
 import json
 import os
 import pathlib
@@ -188,11 +189,18 @@ class Cluster:
                     self.config_address = line[len("config server "):].split(",")[0].strip()
                     ready.set()
 
-        threading.Thread(target=read_stdout, daemon=True).start()
-        threading.Thread(target=lambda: [None for _ in self.process.stderr], daemon=True).start()
-        if not ready.wait(CLUSTER_STARTUP_TIMEOUT_SECONDS):
+        errors = collections.deque(maxlen=40)
+
+        def read_stdout_then_wake() -> None:
+            read_stdout()
+            ready.set()  # the launcher exited: stop waiting, report its errors
+
+        threading.Thread(target=read_stdout_then_wake, daemon=True).start()
+        threading.Thread(target=lambda: errors.extend(self.process.stderr), daemon=True).start()
+        if not ready.wait(CLUSTER_STARTUP_TIMEOUT_SECONDS) or self.config_address is None:
             self.process.kill()
-            raise RuntimeError("myriad cluster did not print its connection string")
+            self.process.wait()
+            raise RuntimeError("myriad cluster did not print its connection string; its last errors:\n" + "".join(errors))
 
     def client(self, **options) -> pymongo.MongoClient:
         return pymongo.MongoClient(self.uri, serverSelectionTimeoutMS=20_000, **options)

@@ -101,31 +101,55 @@ impl Layout {
     }
 }
 
+/// Where a plan's new ports come from: `--port P` gives P + offset; `--port 0` gives free ports
+/// drawn in one call, so no two members get the same one (the OS may hand out a port again once
+/// the listener that found it closed).
+enum Ports {
+    Offsets(u16),
+    Free(std::vec::IntoIter<u16>),
+}
+
+impl Ports {
+    fn take(&mut self, offset: usize) -> Result<u16, String> {
+        match self {
+            Ports::Offsets(base) => offset_port(*base, offset),
+            Ports::Free(ports) => ports.next().ok_or_else(|| "the plan drew too few free ports".to_string()),
+        }
+    }
+}
+
 fn plan_layout(options: &ClusterOptions, existing: Option<Layout>) -> Result<Layout, String> {
     let replicas = options.replicas.max(1);
-    // Router, then each group's R members: config at 1..=R, shard k at 1+R(k+1)...
-    let offset_port = |offset: usize| offset_port(options.port, offset, &options.bind_ip);
-    let group_port = |group: usize, member: usize| offset_port(1 + group * replicas + member);
-    let mut layout = match existing {
-        Some(layout) => {
-            if layout.shards.len() > options.shards {
-                return Err(format!("the cluster in this directory has {} shards; start it with --shards {} or more", layout.shards.len(), layout.shards.len()));
-            }
-            if layout.replicas() != replicas {
-                return Err(format!("the cluster in this directory has {} members per shard; start it with --replicas {}", layout.replicas(), layout.replicas()));
-            }
-            layout
+    if let Some(layout) = &existing {
+        if layout.shards.len() > options.shards {
+            return Err(format!("the cluster in this directory has {} shards; start it with --shards {} or more", layout.shards.len(), layout.shards.len()));
         }
+        if layout.replicas() != replicas {
+            return Err(format!("the cluster in this directory has {} members per shard; start it with --replicas {}", layout.replicas(), layout.replicas()));
+        }
+    }
+    let added_shards = options.shards - existing.as_ref().map_or(0, |layout| layout.shards.len());
+    let added_ports = added_shards * replicas + if existing.is_none() { 1 + replicas } else { 0 };
+    let mut ports = match options.port {
+        0 => Ports::Free(supervision::free_ports(added_ports, &options.bind_ip)?.into_iter()),
+        base => Ports::Offsets(base),
+    };
+    // Router, then each group's R members: config at 1..=R, shard k at 1+R(k+1)...
+    let group_ports = |ports: &mut Ports, group: usize| (0..replicas).map(|member| ports.take(1 + group * replicas + member)).collect::<Result<Vec<u16>, String>>();
+    let mut layout = match existing {
+        Some(layout) => layout,
         None => {
-            let replica_ports = if replicas > 1 { vec![(1..replicas).map(|member| group_port(0, member)).collect::<Result<Vec<u16>, String>>()?] } else { Vec::new() };
-            Layout { router: offset_port(0)?, config: group_port(0, 0)?, shards: Vec::new(), replica_ports }
+            let router = ports.take(0)?;
+            let config = group_ports(&mut ports, 0)?;
+            let replica_ports = if replicas > 1 { vec![config[1..].to_vec()] } else { Vec::new() };
+            Layout { router, config: config[0], shards: Vec::new(), replica_ports }
         }
     };
     while layout.shards.len() < options.shards {
-        let group = 1 + layout.shards.len();
-        layout.shards.push(group_port(group, 0)?);
+        let shard = group_ports(&mut ports, 1 + layout.shards.len())?;
+        layout.shards.push(shard[0]);
         if replicas > 1 {
-            layout.replica_ports.push((1..replicas).map(|member| group_port(group, member)).collect::<Result<Vec<u16>, String>>()?);
+            layout.replica_ports.push(shard[1..].to_vec());
         }
     }
     Ok(layout)
@@ -230,5 +254,18 @@ mod tests {
         assert_eq!(grown.shards.len(), 3);
         let fewer = plan_layout(&options(40000, 1, directory.path()), Layout::load(&path).expect("loads"));
         assert!(fewer.is_err());
+    }
+
+    #[test]
+    fn free_ports_are_distinct_across_every_member() {
+        let directory = tempfile::tempdir().expect("temp dir");
+        for _ in 0..20 {
+            let layout = plan_layout(&ClusterOptions { replicas: 3, ..options(0, 4, directory.path()) }, None).expect("layout");
+            let mut ports: Vec<u16> = (0..=layout.shards.len()).flat_map(|group| layout.group_ports(group)).chain([layout.router]).collect();
+            assert_eq!(ports.len(), 1 + 5 * 3);
+            ports.sort_unstable();
+            ports.dedup();
+            assert_eq!(ports.len(), 1 + 5 * 3, "{layout:?}");
+        }
     }
 }

@@ -86,7 +86,7 @@ fn plan_layout(options: &ReplicaSetOptions, existing: Option<Layout>) -> Result<
     let ports = if options.port == 0 {
         supervision::free_ports(options.members, &options.bind_ip)?
     } else {
-        (0..options.members).map(|offset| offset_port(options.port, offset, &options.bind_ip)).collect::<Result<Vec<u16>, String>>()?
+        (0..options.members).map(|offset| offset_port(options.port, offset)).collect::<Result<Vec<u16>, String>>()?
     };
     Ok(Layout { name: options.name.clone(), ports })
 }

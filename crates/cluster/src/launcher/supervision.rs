@@ -79,23 +79,14 @@ impl Member {
     }
 }
 
-/// A port nothing listens on now (the OS's choice).
-pub fn free_port(bind_ip: &str) -> Result<u16, String> {
-    let listener = TcpListener::bind((bind_ip, 0)).map_err(|error| format!("cannot find a free port: {error}"))?;
-    listener.local_addr().map(|address| address.port()).map_err(|error| error.to_string())
-}
-
 /// `count` distinct ports nothing listens on now (all held open while chosen).
 pub fn free_ports(count: usize, bind_ip: &str) -> Result<Vec<u16>, String> {
     let listeners = (0..count).map(|_| TcpListener::bind((bind_ip, 0))).collect::<Result<Vec<_>, _>>().map_err(|error| format!("cannot find a free port: {error}"))?;
     listeners.iter().map(|listener| listener.local_addr().map(|address| address.port()).map_err(|error| error.to_string())).collect()
 }
 
-/// `base + offset`, or a free port when `base` is 0.
-pub fn offset_port(base: u16, offset: usize, bind_ip: &str) -> Result<u16, String> {
-    if base == 0 {
-        return free_port(bind_ip);
-    }
+/// `base + offset` (`--port P`: member ports follow P).
+pub fn offset_port(base: u16, offset: usize) -> Result<u16, String> {
     u16::try_from(usize::from(base) + offset).map_err(|_| "ports past 65535".to_string())
 }
 
