@@ -9,7 +9,7 @@ use std::path::PathBuf;
 const REPLAY_STACK_BYTES: usize = 64 * 1024 * 1024;
 
 /// Runs `function` over every file of the target's corpus; returns how many there were.
-pub fn replay(target: &'static str, function: fn(&[u8])) -> usize {
+pub fn replay(target: &'static str, function: impl Fn(&[u8]) + Send + 'static) -> usize {
     let directory = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&directory)
         .unwrap_or_else(|error| panic!("corpus {}: {error}", directory.display()))

@@ -299,6 +299,28 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
         scan.cover(spec, uncoverable(&index));
         return single(Access::IndexScan(scan));
     }
+    let candidates = index_candidates(collection, spec, &multikey);
+    match candidates.len() {
+        0 if crate::knobs::no_table_scan() => Err(CommandError::new(
+            myriad_reply::error::NO_QUERY_EXECUTION_PLANS,
+            format!("No indexed plan found for the query (notablescan is set): {filter}"),
+        )),
+        0 => single(Access::CollectionScan { last_record_id: None }),
+        1 => single(candidates.into_iter().next().expect("one candidate")),
+        _ => choose_among(backend, collection, spec, candidates, run_trial),
+    }
+}
+
+/// The plans the planner weighs for `spec` (its collation resolved) when no hint and no `_id`
+/// equality decides: an index scan per index that bounds the filter or gives the sort, and the
+/// union plan of a top-level `$or`. Every one must return what a collection scan returns (the
+/// differential test, `tests/planner_differential.rs`, forces each).
+pub fn candidate_plans(backend: &dyn Backend, collection: &CollectionHandle, spec: &QuerySpec) -> Vec<Access> {
+    index_candidates(collection, spec, &MultikeyIndexes::new(backend, collection, spec.sort.is_some()))
+}
+
+fn index_candidates(collection: &CollectionHandle, spec: &QuerySpec, multikey: &MultikeyIndexes) -> Vec<Access> {
+    let filter = &spec.filter_document;
     let mut candidates: Vec<Access> = collection
         .index_views()
         .filter(|index| usable(index, filter, spec.collator()))
@@ -310,16 +332,8 @@ pub fn plan_query(backend: &dyn Backend, collection: &CollectionHandle, spec: &Q
             Some(Access::IndexScan(candidate.scan))
         })
         .collect();
-    candidates.extend(or_candidate(collection, filter, spec.collator(), &multikey).map(Access::Or));
-    match candidates.len() {
-        0 if crate::knobs::no_table_scan() => Err(CommandError::new(
-            myriad_reply::error::NO_QUERY_EXECUTION_PLANS,
-            format!("No indexed plan found for the query (notablescan is set): {filter}"),
-        )),
-        0 => single(Access::CollectionScan { last_record_id: None }),
-        1 => single(candidates.into_iter().next().expect("one candidate")),
-        _ => choose_among(backend, collection, spec, candidates, run_trial),
-    }
+    candidates.extend(or_candidate(collection, filter, spec.collator(), multikey).map(Access::Or));
+    candidates
 }
 
 /// The union plan of a top-level `$or`: for each branch the index that bounds most of its
