@@ -365,7 +365,7 @@ fn prepare_in_order(
 /// reached, or is not (or no longer) its set's primary.
 fn retryable(error: &ClusterError) -> bool {
     matches!(error, ClusterError::HostUnreachable { .. } | ClusterError::NetworkTimeout { .. })
-        || [10107, 13435, 11602, 189, 91].contains(&error.code())
+        || myriad_error_codes::NOT_PRIMARY_ERRORS.contains(&error.code())
 }
 
 /// The abort's error for the router: NoSuchTransaction unless a participant gave a cause,

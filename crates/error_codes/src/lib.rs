@@ -454,6 +454,25 @@ const MAX_LOCATION_NAMES: usize = 8192;
 
 /// MongoDB's `codeName` for `code`: its name in the table, else `Location<code>`.
 ///
+/// MongoDB's `NetworkError` category: the host was not reached (HostUnreachable,
+/// HostNotFound, NetworkTimeout, SocketException).
+pub const NETWORK_ERRORS: &[i32] = &[6, 7, 89, 9001];
+
+/// MongoDB's `NotPrimaryError` and `ShutdownError` categories: the member is not, or no longer,
+/// a primary able to run the command (NotWritablePrimary, NotPrimaryNoSecondaryOk,
+/// NotPrimaryOrSecondary, InterruptedDueToReplStateChange, PrimarySteppedDown,
+/// ShutdownInProgress, InterruptedAtShutdown).
+pub const NOT_PRIMARY_ERRORS: &[i32] = &[10107, 13435, 13436, 11602, 189, 91, 11600];
+
+/// ExceededTimeLimit: an operation timed out inside the server (not the client's maxTimeMS).
+const EXCEEDED_TIME_LIMIT: i32 = 262;
+
+/// The errors after which the retryable-writes specification sends a write again: a network,
+/// not-primary or shutdown error, or ExceededTimeLimit.
+pub fn is_retryable_write_error(code: i32) -> bool {
+    NETWORK_ERRORS.contains(&code) || NOT_PRIMARY_ERRORS.contains(&code) || code == EXCEEDED_TIME_LIMIT
+}
+
 /// Location names are built once per code and kept for the life of the process (the set of
 /// codes is the finite set of constants in the program), so every caller gets a
 /// `&'static str`.

@@ -39,8 +39,6 @@ use crate::request::CommandRequest;
 pub const FAIL_COMMAND: &str = "failCommand";
 /// mongod's FailPointSetFailed: an unknown fail point name.
 const FAIL_POINT_SET_FAILED: ErrorCode = ErrorCode::new(266);
-/// The error codes the retryable-writes specification retries.
-const RETRYABLE_CODES: &[i32] = &[6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436];
 /// The commands that are retryable writes when they carry a `txnNumber`.
 const RETRYABLE_WRITE_COMMANDS: &[&str] =
     &["insert", "update", "delete", "findAndModify", "findandmodify", "bulkWrite", "commitTransaction", "abortTransaction"];
@@ -426,7 +424,8 @@ fn labels_for(kind: LabelledKind, reply: &Document) -> Vec<Bson> {
     let listed = |codes: &[i32], code: Option<i64>| code.is_some_and(|code| codes.iter().any(|listed| i64::from(*listed) == code));
     let failed_code = if matches!(reply.get("ok"), Some(Bson::Double(ok)) if *ok == 1.0) { None } else { code(reply) };
     let write_concern_code = reply.get_document("writeConcernError").ok().and_then(code);
-    if kind == LabelledKind::RetryableWrite && (listed(RETRYABLE_CODES, failed_code) || listed(RETRYABLE_CODES, write_concern_code)) {
+    let retryable = |code: Option<i64>| code.and_then(|code| i32::try_from(code).ok()).is_some_and(myriad_error_codes::is_retryable_write_error);
+    if kind == LabelledKind::RetryableWrite && (retryable(failed_code) || retryable(write_concern_code)) {
         vec![Bson::String("RetryableWriteError".into())]
     } else if kind == LabelledKind::TransactionStatement && listed(crate::transactions::TRANSIENT_CODES, failed_code) {
         vec![Bson::String("TransientTransactionError".into())]

@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 use bson::{doc, Bson, Document};
 use myriad_commands::transaction_statements::check_fields;
 use myriad_commands::transactions::TRANSIENT_CODES;
+// A shard the router could not reach: its write path reports it as a write error, and in a
+// transaction it is transient, as a network error of a statement is for mongos.
+use myriad_error_codes::NETWORK_ERRORS;
 use parking_lot::Mutex;
 
 use crate::error::{ClusterError, ClusterResult};
@@ -343,17 +346,12 @@ async fn abort_participants(context: &RouterContext, transaction: &RouterTransac
     futures_util::future::join_all(calls).await;
 }
 
-/// Codes of a shard the router could not reach (HostUnreachable, HostNotFound, NetworkTimeout,
-/// SocketException): the router's write path reports them as write errors, and in a
-/// transaction they are transient, as a network error of a statement is for mongos.
-const NETWORK_CODES: &[i32] = &[6, 7, 89, 9001];
-
 /// The first write error whose code is transient, as a command error.
 fn transient_write_error(reply: &Document) -> Option<ClusterError> {
     let errors = reply.get_array("writeErrors").ok()?;
     let error = errors.iter().filter_map(Bson::as_document).find(|error| {
         let code = error.get_i32("code").unwrap_or(0);
-        TRANSIENT_CODES.contains(&code) || NETWORK_CODES.contains(&code)
+        TRANSIENT_CODES.contains(&code) || NETWORK_ERRORS.contains(&code)
     })?;
     let code = error.get_i32("code").unwrap_or(0);
     Some(ClusterError::Remote { code, message: error.get_str("errmsg").unwrap_or_default().to_string(), extra: None })
@@ -381,7 +379,7 @@ fn error_labels(error: &ClusterError) -> Vec<String> {
 fn with_transient_label(error: ClusterError) -> ClusterError {
     let labels = error_labels(&error);
     let transient = TRANSIENT_CODES.contains(&error.code())
-        || NETWORK_CODES.contains(&error.code())
+        || NETWORK_ERRORS.contains(&error.code())
         || matches!(error, ClusterError::HostUnreachable { .. } | ClusterError::NetworkTimeout { .. });
     if !transient || labels.iter().any(|label| label == "UnknownTransactionCommitResult") {
         return error;
