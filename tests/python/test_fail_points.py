@@ -158,7 +158,9 @@ def test_a_blocked_command_holds_up_no_other_connection(admin, test_server, coll
 
     def blocked_find() -> None:
         try:
-            blocked["fail_points"]["things"].find_one(max_time_ms=60_000)
+            # Turning the fail point off does not end a block already begun (as in mongod):
+            # maxTimeMS does, after the other connection's work below had its chance.
+            blocked["fail_points"]["things"].find_one(max_time_ms=10_000)
         except pymongo.errors.PyMongoError as error:
             outcome["error"] = error
 
@@ -169,9 +171,10 @@ def test_a_blocked_command_holds_up_no_other_connection(admin, test_server, coll
         assert collection.find_one({"_id": index}) == {"_id": index}
     assert thread.is_alive(), "the blocked find is still waiting"
     admin.command("configureFailPoint", "failCommand", mode="off")
-    blocked.close()
     thread.join(timeout=120)
+    blocked.close()
     assert not thread.is_alive()
+    assert getattr(outcome.get("error"), "code", None) == 50, outcome
 
 
 def test_write_concern_error_is_added_to_write_commands_only(admin, collection):
