@@ -313,27 +313,6 @@ def test_bank_transfers_keep_the_total_under_concurrent_clients(replica_set):
                 wait_until(lambda: member_balances() == expected, f"member {index} applied every commit")
 
 
-def test_snapshot_reads_at_a_cluster_time_are_exact_or_refused(replica_set):
-    """A member keeps no history of snapshots: a read at the latest applied time runs, a read at
-    an older time is SnapshotTooOld (239) instead of a read of newer data, and atClusterTime
-    outside the snapshot level or beside afterClusterTime is InvalidOptions, as in mongod."""
-    with replica_set.client() as client:
-        database = client.transactions_at_cluster_time
-        database.drop_collection("items")
-        database.items.insert_one({"_id": 1})
-        latest = database.command("ping")["operationTime"]
-        found = database.command("find", "items", readConcern={"level": "snapshot", "atClusterTime": latest})
-        assert [document["_id"] for document in found["cursor"]["firstBatch"]] == [1]
-        database.items.insert_one({"_id": 2})
-        with pytest.raises(OperationFailure) as raised:
-            database.command("find", "items", readConcern={"level": "snapshot", "atClusterTime": latest})
-        assert raised.value.code == 239 and raised.value.details["codeName"] == "SnapshotTooOld"
-        for concern in ({"level": "majority", "atClusterTime": latest}, {"level": "snapshot", "atClusterTime": latest, "afterClusterTime": latest}):
-            with pytest.raises(OperationFailure) as raised:
-                database.command("find", "items", readConcern=concern)
-            assert raised.value.code == 72
-
-
 def test_a_transaction_past_sixteen_mebibytes_is_refused_and_aborted(replica_set):
     with replica_set.client() as client:
         database = client.transactions_too_large

@@ -28,7 +28,7 @@ pub use myriad_execution::{
     access, aggregate_server_state, aggregate_sources, backend, bulk, cluster_time, collation,
     command_class, context, cursor, execution, fail_point, generic_arguments, knobs, latency,
     let_variables, log, logical_sessions, member_write_concern, modify, operation, plan, profiler,
-    request, retryable, role, session, stages, system_databases, topology, transaction_statements,
+    request, retryable, role, session, snapshot_read, stages, system_databases, topology, transaction_statements,
     transactions, ttl,
     validation, write,
 };

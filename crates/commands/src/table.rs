@@ -319,7 +319,14 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
         })
         .and_then(|()| {
             let statement = crate::transaction_statements::begin_statement(context, request)?;
-            let ran = crate::auth::with_current_users(users, || (spec.handler)(context, request));
+            let snapshot_read = crate::snapshot_read::begin(context, request)?;
+            let ran = crate::snapshot_read::with_snapshot_read(snapshot_read.clone(), || {
+                crate::auth::with_current_users(users, || (spec.handler)(context, request))
+            });
+            let ran = match &snapshot_read {
+                Some(read) => ran.map(|reply| read.annotate(reply)),
+                None => ran,
+            };
             match statement {
                 Some(statement) => statement.finish(ran),
                 None => ran,

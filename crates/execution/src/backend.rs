@@ -163,6 +163,12 @@ pub trait Backend: Send + Sync {
     fn begin_transaction(&self) -> BackendResult<TransactionId> {
         Err(StorageError::IllegalOperation("Transaction numbers are only allowed on a replica set member or mongos".into()))
     }
+    /// Opens a read-only transaction reading the data as it was at cluster time `at` (a
+    /// snapshot read outside a transaction, `crate::snapshot_read`); SnapshotTooOld past the
+    /// history this member keeps.
+    fn begin_transaction_at(&self, at: myriad_storage::ClusterTime) -> BackendResult<TransactionId> {
+        Err(StorageError::SnapshotTooOld(format!("no snapshot history to read at Timestamp({}, {})", at.0, at.1)))
+    }
     /// Writes every write of transaction `id` (with the session's `record` of the commit) as
     /// one write, or none; the transaction is closed either way.
     fn commit_transaction(&self, id: TransactionId, _record: Option<StatementRecord<'_>>, _durability: Durability) -> BackendResult<()> {
@@ -379,6 +385,9 @@ impl Backend for Engine {
     }
     fn begin_transaction(&self) -> BackendResult<TransactionId> {
         Ok(Engine::begin_transaction(self))
+    }
+    fn begin_transaction_at(&self, at: myriad_storage::ClusterTime) -> BackendResult<TransactionId> {
+        Engine::begin_transaction_at(self, at)
     }
     fn commit_transaction(&self, id: TransactionId, record: Option<StatementRecord<'_>>, durability: Durability) -> BackendResult<()> {
         Engine::commit_transaction(self, id, record, durability)
@@ -640,6 +649,9 @@ impl<B: Backend> Backend for ContractBackend<B> {
     }
     fn begin_transaction(&self) -> BackendResult<TransactionId> {
         self.inner.begin_transaction()
+    }
+    fn begin_transaction_at(&self, at: myriad_storage::ClusterTime) -> BackendResult<TransactionId> {
+        self.inner.begin_transaction_at(at)
     }
     fn commit_transaction(&self, id: TransactionId, record: Option<StatementRecord<'_>>, durability: Durability) -> BackendResult<()> {
         self.inner.commit_transaction(id, record, durability)

@@ -167,6 +167,9 @@ pub struct Cursor {
     /// The ownership filter of the command that opened the cursor (a shard's routing
     /// snapshot), restored for each getMore (see [`crate::role`]).
     pub ownership_filter: Option<std::sync::Arc<dyn crate::role::OwnershipFilter>>,
+    /// The snapshot read of the command that opened the cursor (`crate::snapshot_read`): its
+    /// getMores read the same point of history.
+    pub snapshot_read: Option<std::sync::Arc<crate::snapshot_read::SnapshotRead>>,
     last_used: Instant,
     retained_bytes: usize,
 }
@@ -180,6 +183,7 @@ impl Cursor {
             owner_users: myriad_auth::current_users(),
             query_end: QueryEnd::default(),
             ownership_filter: crate::role::current_ownership_filter(),
+            snapshot_read: crate::snapshot_read::current_snapshot_read(),
             last_used: Instant::now(),
             retained_bytes: 0,
         }

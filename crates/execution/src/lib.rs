@@ -49,6 +49,7 @@ pub mod request;
 pub mod retryable;
 pub mod role;
 pub mod session;
+pub mod snapshot_read;
 pub mod stages;
 pub mod system_databases;
 pub mod topology;

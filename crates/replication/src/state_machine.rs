@@ -112,6 +112,7 @@ impl StateMachine {
             None => AppliedState::default(),
         };
         recent.lock().record(&state);
+        engine.start_history_at((state.optime.seconds, state.optime.increment));
         Ok(StateMachine { engine, state, recent, oplog, snapshots })
     }
 
@@ -130,8 +131,10 @@ impl StateMachine {
         }
         let term = entry.log_id.leader_id.term;
         let mut entries = Vec::new();
+        let mut entry_first = None;
         for write in &writes {
             let first = state.optime.next(Some(write.wall_time_ms), term);
+            entry_first.get_or_insert(first);
             // Each operation is an oplog entry with its own timestamp: the write's optime is the last.
             let operations = write.operations.len() as u32;
             state.optime = Optime { increment: first.increment + operations.saturating_sub(1), ..first };
@@ -149,6 +152,11 @@ impl StateMachine {
             tokio::task::block_in_place(|| self.engine.apply_replicated_group(&writes, (APPLIED_KEY, &marker), oplog))
         }
         .map_err(apply_error)?;
+        // The point of history goes in before the optime is published, so a snapshot read
+        // that waited for this optime finds it.
+        if let Some(first) = entry_first {
+            self.engine.record_history_point((first.seconds, first.increment), (state.optime.seconds, state.optime.increment));
+        }
         self.recent.lock().record(&state);
         self.state = state;
         Ok(())
@@ -213,6 +221,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // This member's oplog has no entries between its last and the snapshot's position.
         let optime = state.optime;
         self.engine.forget_oplog_history_through(oplog_record_id(Timestamp { time: optime.seconds, increment: optime.increment.max(1) }));
+        self.engine.start_history_at((optime.seconds, optime.increment));
         self.recent.lock().record(&state);
         self.state = state;
         Ok(())

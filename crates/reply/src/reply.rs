@@ -56,6 +56,41 @@ impl Reply {
     }
 }
 
+impl Reply {
+    /// The reply with `field: value` added to its `cursor` document, or at its top level when it
+    /// has none (a snapshot read's `atClusterTime`: in the cursor for find and aggregate, at the
+    /// top for distinct). An encoded reply is copied once, batch bytes included.
+    pub fn with_cursor_field(self, field: &str, value: bson::RawBson) -> Reply {
+        match self {
+            Reply::Document(mut document) => {
+                let value = Bson::try_from(value).expect("a RawBson owns a valid value");
+                match document.get_document_mut("cursor") {
+                    Ok(cursor) => drop(cursor.insert(field, value)),
+                    Err(_) => drop(document.insert(field, value)),
+                }
+                Reply::Document(document)
+            }
+            Reply::Encoded(mut raw) => {
+                let Ok(cursor) = raw.get_document("cursor") else {
+                    raw.append(field, value);
+                    return Reply::Encoded(raw);
+                };
+                let mut cursor = cursor.to_raw_document_buf();
+                cursor.append(field, value);
+                let mut copied = RawDocumentBuf::new();
+                for (name, element) in raw.iter().flatten() {
+                    if name == "cursor" {
+                        copied.append(name, cursor.clone());
+                    } else {
+                        copied.append(name, element.to_raw_bson());
+                    }
+                }
+                Reply::Encoded(copied)
+            }
+        }
+    }
+}
+
 /// Encodes a document built in memory (a projection's or a pipeline's output).
 pub fn encode_document(document: &Document) -> CommandResult<RawDocumentBuf> {
     RawDocumentBuf::from_document(document).map_err(|error| CommandError::internal(format!("cannot encode a result: {error}")))
@@ -100,6 +135,19 @@ pub fn cursor_reply_with_token(
 mod tests {
     use super::*;
     use bson::doc;
+
+    #[test]
+    fn a_cursor_field_goes_into_the_cursor_of_either_form_and_else_at_the_top() {
+        let time = bson::Timestamp { time: 7, increment: 3 };
+        let batch = vec![doc! { "_id": 1 }];
+        let encoded = cursor_reply("firstBatch", 0, "d.c", encode_documents(batch.clone()).unwrap());
+        let expected = doc! { "cursor": { "firstBatch": batch.clone(), "id": 0_i64, "ns": "d.c", "atClusterTime": time }, "ok": 1.0 };
+        assert_eq!(encoded.clone().with_cursor_field("atClusterTime", bson::RawBson::Timestamp(time)).into_document(), expected);
+        let document = Reply::Document(encoded.into_document());
+        assert_eq!(document.with_cursor_field("atClusterTime", bson::RawBson::Timestamp(time)).into_document(), expected);
+        let distinct = Reply::Document(doc! { "values": [1], "ok": 1.0 });
+        assert_eq!(distinct.with_cursor_field("atClusterTime", bson::RawBson::Timestamp(time)).into_document(), doc! { "values": [1], "ok": 1.0, "atClusterTime": time });
+    }
 
     #[test]
     fn an_encoded_cursor_reply_decodes_to_the_document_form() {

@@ -83,6 +83,9 @@ pub enum StorageError {
     NoSuchTransaction(String),
     /// A new database's name differs only in case from an existing one's: DatabaseDifferCase.
     DatabaseDifferCase { existing: String, requested: String },
+    /// A read at a cluster time older than the snapshot history keeps (`transaction/history.rs`):
+    /// SnapshotTooOld.
+    SnapshotTooOld(String),
 }
 
 impl StorageError {
@@ -120,6 +123,7 @@ impl StorageError {
             StorageError::TransactionTooLarge(_) => 334,
             StorageError::NoSuchTransaction(_) => 251,
             StorageError::DatabaseDifferCase { .. } => 13297,
+            StorageError::SnapshotTooOld(_) => 239,
         }
     }
 
@@ -163,6 +167,7 @@ impl StorageError {
             StorageError::TransactionTooLarge(_) => "TransactionTooLarge",
             StorageError::NoSuchTransaction(_) => "NoSuchTransaction",
             StorageError::DatabaseDifferCase { .. } => "DatabaseDifferCase",
+            StorageError::SnapshotTooOld(_) => "SnapshotTooOld",
         }
     }
 }
@@ -220,7 +225,10 @@ impl fmt::Display for StorageError {
             }
             StorageError::Replication { message, .. } => write!(formatter, "{message}"),
             StorageError::OutOfDiskSpace(message) => write!(formatter, "{message}"),
-            StorageError::WriteConflict(message) | StorageError::TransactionTooLarge(message) | StorageError::NoSuchTransaction(message) => write!(formatter, "{message}"),
+            StorageError::WriteConflict(message)
+            | StorageError::TransactionTooLarge(message)
+            | StorageError::NoSuchTransaction(message)
+            | StorageError::SnapshotTooOld(message) => write!(formatter, "{message}"),
             StorageError::DatabaseDifferCase { existing, requested } => {
                 write!(formatter, "db already exists with different case already have: [{existing}] trying to create [{requested}]")
             }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use bson::Document;
 use parking_lot::Mutex;
-use rocksdb::Snapshot;
 
 use crate::catalog::CollectionEntry;
 use crate::RecordId;
@@ -33,6 +32,8 @@ pub(crate) struct Transactions {
     pub(crate) claims: Mutex<HashMap<Vec<u8>, TransactionId>>,
     /// Prepared transactions, waiting for their decision (`transaction/prepare.rs`).
     pub(crate) prepared: Mutex<HashMap<TransactionId, Prepared>>,
+    /// A replica-set member's snapshot history (`transaction/history.rs`), oldest first.
+    pub(crate) history: Mutex<std::collections::VecDeque<crate::transaction::HistoryPoint>>,
 }
 
 /// The coordinator's decision for a prepared transaction, sent to the thread holding it.
@@ -70,10 +71,9 @@ pub(crate) struct CollectionChanges {
 
 pub(crate) struct OpenTransaction {
     pub(crate) id: TransactionId,
-    /// SAFETY (of the 'static): the snapshot belongs to the engine's [`Transactions`], which
-    /// is declared before the database in [`Engine`](crate::Engine) and so dropped before it; the snapshot is
-    /// only lent out by reference, under this transaction's lock.
-    pub(crate) snapshot: Snapshot<'static>,
+    /// What every read of the transaction sees: the database when it began, or a point of
+    /// the snapshot history (`transaction/history.rs`, which says why it may be 'static).
+    pub(crate) snapshot: Arc<crate::transaction::HeldSnapshot>,
     pub(crate) collections: BTreeMap<u64, CollectionChanges>,
     pub(crate) operations: Vec<Operation>,
     pub(crate) next_provisional_id: RecordId,

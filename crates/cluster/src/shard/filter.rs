@@ -249,6 +249,9 @@ impl<B: Backend> Backend for FilteringBackend<B> {
     fn begin_transaction(&self) -> BackendResult<myriad_storage::TransactionId> {
         self.inner.begin_transaction()
     }
+    fn begin_transaction_at(&self, at: myriad_storage::ClusterTime) -> BackendResult<myriad_storage::TransactionId> {
+        self.inner.begin_transaction_at(at)
+    }
     fn commit_transaction(
         &self,
         id: myriad_storage::TransactionId,

@@ -79,8 +79,10 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
     }
     // A failed read closes the cursor, as MongoDB does.
     let filter = cursor.ownership_filter.clone();
-    let (batch, exhausted) =
-        crate::role::with_ownership_filter(filter, || next_batch(context.backend.as_ref(), &mut cursor.source, &arguments))?;
+    let snapshot_read = cursor.snapshot_read.clone();
+    let (batch, exhausted) = crate::snapshot_read::with_snapshot_read(snapshot_read, || {
+        crate::role::with_ownership_filter(filter, || next_batch(context.backend.as_ref(), &mut cursor.source, &arguments))
+    })?;
     let token = match &cursor.source {
         CursorSource::ChangeStream(stream) => Some(crate::reply::encode_document(&stream.post_batch_resume_token())?),
         _ => None,

@@ -113,6 +113,15 @@ const PARAMETERS: &[Parameter] = &[
         startup: true,
     },
     Parameter {
+        name: "minSnapshotHistoryWindowInSeconds",
+        kind: Kind::Settable {
+            read: |_| Bson::Int32(myriad_storage::SNAPSHOT_HISTORY_WINDOW_SECONDS.load(Ordering::Relaxed) as i32),
+            write: |_, value| store_in_range(&myriad_storage::SNAPSHOT_HISTORY_WINDOW_SECONDS, "minSnapshotHistoryWindowInSeconds", value, 0),
+            boolean: false,
+        },
+        startup: true,
+    },
+    Parameter {
         name: "indexScanDedupMaxBytes",
         kind: Kind::Settable {
             read: |_| Bson::Int64(knobs::INDEX_SCAN_DEDUP_MAX_BYTES.load(Ordering::Relaxed) as i64),

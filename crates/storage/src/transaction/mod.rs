@@ -20,6 +20,7 @@
 //!   before its database.
 
 mod commit;
+mod history;
 mod prepare;
 mod prepared_record;
 mod reads;
@@ -31,7 +32,9 @@ use std::sync::Arc;
 
 use bson::{Document, RawDocumentBuf};
 use parking_lot::Mutex;
-use rocksdb::Snapshot;
+
+pub use history::{ClusterTime, MAX_HISTORY_POINTS, SNAPSHOT_HISTORY_WINDOW_SECONDS};
+pub(crate) use history::{HeldSnapshot, HistoryPoint};
 
 use crate::catalog::{CollectionEntry, CollectionHandle};
 use crate::keys;
@@ -43,11 +46,12 @@ use crate::{Engine, RecordId, StorageError};
 impl Engine {
     /// Opens a transaction reading the database as it is now.
     pub fn begin_transaction(&self) -> TransactionId {
+        self.open_transaction(self.hold_snapshot())
+    }
+
+    /// Opens a transaction whose reads see `snapshot`.
+    fn open_transaction(&self, snapshot: Arc<HeldSnapshot>) -> TransactionId {
         let id = self.transactions.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        // SAFETY: the snapshot's lifetime is extended to 'static; it is kept in
-        // `self.transactions`, which is dropped before `self.db` (field order in `Engine`), and
-        // never handed out beyond a borrow of its transaction (see `OpenTransaction::snapshot`).
-        let snapshot: Snapshot<'static> = unsafe { std::mem::transmute::<Snapshot<'_>, Snapshot<'static>>(self.db.snapshot()) };
         let transaction = OpenTransaction {
             id,
             snapshot,

@@ -100,7 +100,7 @@ impl Engine {
             let mut position = start_after;
             while position.is_none_or(|position| position < PROVISIONAL_RECORD_IDS) && records.len() < max_count {
                 let wanted = max_count - records.len();
-                let batch = self.scan_records_at(&handle.entry, position, wanted, Some(&transaction.snapshot))?;
+                let batch = self.scan_records_at(&handle.entry, position, wanted, Some(&**transaction.snapshot))?;
                 let exhausted = batch.len() < wanted;
                 for (record_id, document) in batch {
                     position = Some(record_id);
@@ -175,7 +175,7 @@ impl Engine {
                     reverse,
                     position.as_deref(),
                     max_count,
-                    Some(&transaction.snapshot),
+                    Some(&**transaction.snapshot),
                 )?;
                 let exhausted = batch.len() < max_count;
                 let last = batch.last().map(|(key, _, _)| key.clone());
