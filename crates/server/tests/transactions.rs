@@ -158,3 +158,51 @@ async fn through_a_router_transactions_across_two_shards_move_every_item_exactly
     }
     assert_eq!(count, ITEMS);
 }
+
+/// Snapshot sessions (issue 26, item 2) through the Rust driver: while writers increment a
+/// counter, every read of one snapshot session (find, aggregate, distinct) answers the value of
+/// its first read, later sessions never read an older value, and the final session reads
+/// exactly every increment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn snapshot_sessions_read_one_point_in_time_while_writers_increment() {
+    const WRITERS: i64 = 4;
+    const INCREMENTS: i64 = 40;
+    let set = TestReplicaSet::start(3).await;
+    let client = set.client().await;
+    let counters = client.database("snapshot_sessions").collection::<Document>("counters");
+    counters.insert_one(doc! {"_id": 1, "value": 0_i64}).await.expect("counter");
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|_| {
+            let counters = counters.clone();
+            tokio::spawn(async move {
+                for _ in 0..INCREMENTS {
+                    counters.update_one(doc! {"_id": 1}, doc! {"$inc": {"value": 1_i64}}).await.expect("increment");
+                }
+            })
+        })
+        .collect();
+    let read_session = |counters: mongodb::Collection<Document>| async move {
+        let mut session = counters.client().start_session().snapshot(true).await.expect("snapshot session");
+        let value = |document: Option<Document>| document.expect("counter").get_i64("value").expect("value");
+        let first = value(counters.find_one(doc! {"_id": 1}).session(&mut session).await.expect("find"));
+        let again = value(counters.find_one(doc! {"_id": 1}).session(&mut session).await.expect("find again"));
+        let mut cursor = counters.aggregate(vec![doc! {"$match": {"_id": 1}}]).session(&mut session).await.expect("aggregate");
+        let aggregated = cursor.next(&mut session).await.expect("one document").expect("aggregate result");
+        let distinct = counters.distinct("value", doc! {}).session(&mut session).await.expect("distinct");
+        assert_eq!((again, aggregated.get_i64("value").expect("value")), (first, first), "one session, one point in time");
+        assert_eq!(distinct, vec![bson::Bson::Int64(first)]);
+        first
+    };
+    let mut previous = 0;
+    let mut sessions = 0;
+    while sessions < 10 || writers.iter().any(|writer| !writer.is_finished()) {
+        let first = read_session(counters.clone()).await;
+        assert!(first >= previous, "a later session read {first} after {previous}");
+        previous = first;
+        sessions += 1;
+    }
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    assert_eq!(read_session(counters.clone()).await, WRITERS * INCREMENTS);
+}
