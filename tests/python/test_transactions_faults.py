@@ -225,3 +225,41 @@ def member_documents(replica_set, index):
             return {document["_id"]: document["n"] for document in client.prepared_failover.items.find({})}
     except PyMongoError:
         return None
+
+
+def test_reads_of_a_prepared_transactions_collection_wait_for_its_decision(replica_set):
+    """MongoDB's prepare conflicts: once a transaction is prepared, a read outside transactions
+    of a collection it wrote waits for the decision and then sees the outcome (never the data
+    from before a commit that has been decided); maxTimeMS ends such a wait with
+    MaxTimeMSExpired; a read of another collection does not wait."""
+    with replica_set.client(retryWrites=False) as client:
+        database = client.prepare_conflicts
+        database.items.drop()
+        database.others.drop()
+        database.items.insert_many([{"_id": 1, "n": 0}, {"_id": 2, "n": 0}])
+        database.others.insert_one({"_id": 1})
+        with client.start_session() as session:
+            session.start_transaction(write_concern=WriteConcern("majority"))
+            database.items.update_one({"_id": 1}, {"$set": {"n": 10}}, session=session)
+            database.items.insert_one({"_id": 3, "n": 30}, session=session)
+            client.admin.command("prepareTransaction", session=session)
+            assert database.others.find_one({"_id": 1}) == {"_id": 1}
+            with pytest.raises(PyMongoError) as raised:
+                database.items.find_one({"_id": 2}, max_time_ms=300)
+            assert getattr(raised.value, "code", None) == 50
+            seen = {}
+            readers = [
+                threading.Thread(target=lambda: seen.update(by_id=database.items.find_one({"_id": 1}))),
+                threading.Thread(target=lambda: seen.update(scanned=sorted(document["_id"] for document in database.items.find({})))),
+                threading.Thread(target=lambda: seen.update(counted=database.items.count_documents({"n": {"$gt": 5}}))),
+            ]
+            for reader in readers:
+                reader.start()
+            for reader in readers:
+                reader.join(timeout=1.0)
+            assert all(reader.is_alive() for reader in readers), "reads of the prepared collection wait for the decision"
+            session.commit_transaction()
+            for reader in readers:
+                reader.join(timeout=60)
+            assert not any(reader.is_alive() for reader in readers)
+        assert seen == {"by_id": {"_id": 1, "n": 10}, "scanned": [1, 2, 3], "counted": 2}

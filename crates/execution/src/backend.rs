@@ -230,6 +230,24 @@ impl WriteSession for WriteTransaction<'_> {
     }
 }
 
+/// How long one wait for a prepared transaction's decision lasts before the operation checks
+/// whether it was interrupted.
+const PREPARE_CONFLICT_SLICE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A read outside transactions of a collection that a prepared transaction wrote waits for
+/// that transaction's decision, so it sees the outcome (MongoDB's prepare conflicts, here per
+/// collection: the granularity of the stripes the prepared transaction holds), interruptibly
+/// by maxTimeMS and killOp.
+fn wait_for_prepared(engine: &Engine, handle: &CollectionHandle) -> BackendResult<()> {
+    while !engine.wait_for_prepared_decisions(handle.prefix(), PREPARE_CONFLICT_SLICE) {
+        if let Err(error) = crate::operation::check_interrupt() {
+            let code_name = myriad_error_codes::code_name(error.code);
+            return Err(StorageError::Interrupted { code: error.code, code_name, message: error.message });
+        }
+    }
+    Ok(())
+}
+
 impl Backend for Engine {
     fn collection(&self, db: &str, collection: &str) -> BackendResult<Option<CollectionHandle>> {
         Engine::collection(self, db, collection)
@@ -279,7 +297,7 @@ impl Backend for Engine {
     ) -> BackendResult<Vec<(RecordId, RawDocumentBuf)>> {
         match current_transaction() {
             Some(id) => Engine::transaction_scan_records(self, id, handle, start_after, max_count),
-            None => Engine::scan_records(self, handle, start_after, max_count),
+            None => wait_for_prepared(self, handle).and_then(|()| Engine::scan_records(self, handle, start_after, max_count)),
         }
     }
     fn scan_index(
@@ -293,7 +311,7 @@ impl Backend for Engine {
     ) -> BackendResult<Vec<(Vec<u8>, RecordId)>> {
         match current_transaction() {
             Some(id) => Engine::transaction_scan_index(self, id, handle, index_name, range, reverse, start_after, max_count),
-            None => Engine::scan_index(self, handle, index_name, range, reverse, start_after, max_count),
+            None => wait_for_prepared(self, handle).and_then(|()| Engine::scan_index(self, handle, index_name, range, reverse, start_after, max_count)),
         }
     }
     fn scan_index_values(
@@ -307,7 +325,8 @@ impl Backend for Engine {
     ) -> BackendResult<Vec<IndexValuesEntry>> {
         match current_transaction() {
             Some(id) => Engine::transaction_scan_index_values(self, id, handle, index_name, range, reverse, start_after, max_count),
-            None => Engine::scan_index_values(self, handle, index_name, range, reverse, start_after, max_count),
+            None => wait_for_prepared(self, handle)
+                .and_then(|()| Engine::scan_index_values(self, handle, index_name, range, reverse, start_after, max_count)),
         }
     }
     fn index_keystrings(&self, handle: &CollectionHandle, index_name: &str, document: &RawDocument) -> BackendResult<Vec<Vec<u8>>> {
@@ -316,13 +335,13 @@ impl Backend for Engine {
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
         match current_transaction() {
             Some(id) => Engine::transaction_get_record(self, id, handle, record_id),
-            None => Engine::get_record(self, handle, record_id),
+            None => wait_for_prepared(self, handle).and_then(|()| Engine::get_record(self, handle, record_id)),
         }
     }
     fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>> {
         match current_transaction() {
             Some(transaction) => Engine::transaction_find_by_id(self, transaction, handle, id),
-            None => Engine::find_by_id(self, handle, id),
+            None => wait_for_prepared(self, handle).and_then(|()| Engine::find_by_id(self, handle, id)),
         }
     }
     fn validate_collection(&self, handle: &CollectionHandle) -> BackendResult<ValidationReport> {

@@ -83,6 +83,9 @@ pub enum StorageError {
     NoSuchTransaction(String),
     /// A new database's name differs only in case from an existing one's: DatabaseDifferCase.
     DatabaseDifferCase { existing: String, requested: String },
+    /// The operation was interrupted (maxTimeMS, killOp) while it waited in storage, for a
+    /// prepared transaction's decision say: the code the operation layer chose.
+    Interrupted { code: i32, code_name: &'static str, message: String },
     /// A read at a cluster time older than the snapshot history keeps (`transaction/history.rs`):
     /// SnapshotTooOld.
     SnapshotTooOld(String),
@@ -124,6 +127,7 @@ impl StorageError {
             StorageError::NoSuchTransaction(_) => 251,
             StorageError::DatabaseDifferCase { .. } => 13297,
             StorageError::SnapshotTooOld(_) => 239,
+            StorageError::Interrupted { code, .. } => *code,
         }
     }
 
@@ -168,6 +172,7 @@ impl StorageError {
             StorageError::NoSuchTransaction(_) => "NoSuchTransaction",
             StorageError::DatabaseDifferCase { .. } => "DatabaseDifferCase",
             StorageError::SnapshotTooOld(_) => "SnapshotTooOld",
+            StorageError::Interrupted { code_name, .. } => code_name,
         }
     }
 }
@@ -223,7 +228,7 @@ impl fmt::Display for StorageError {
             StorageError::DollarPrefixedField(field) => {
                 write!(formatter, "_id fields may not contain '$'-prefixed fields: {field} is not valid for storage.")
             }
-            StorageError::Replication { message, .. } => write!(formatter, "{message}"),
+            StorageError::Replication { message, .. } | StorageError::Interrupted { message, .. } => write!(formatter, "{message}"),
             StorageError::OutOfDiskSpace(message) => write!(formatter, "{message}"),
             StorageError::WriteConflict(message)
             | StorageError::TransactionTooLarge(message)

@@ -32,6 +32,13 @@ pub(crate) struct Transactions {
     pub(crate) claims: Mutex<HashMap<Vec<u8>, TransactionId>>,
     /// Prepared transactions, waiting for their decision (`transaction/prepare.rs`).
     pub(crate) prepared: Mutex<HashMap<TransactionId, Prepared>>,
+    /// The collection prefixes each prepared transaction wrote, from its prepare until its
+    /// decision is written (or it is released): reads of them wait (prepare conflicts).
+    pub(crate) undecided: Mutex<HashMap<TransactionId, Vec<u64>>>,
+    /// `undecided.len()`, read without the lock by every read outside transactions.
+    pub(crate) undecided_count: std::sync::atomic::AtomicUsize,
+    /// Notified when a transaction leaves `undecided`.
+    pub(crate) decided: parking_lot::Condvar,
     /// A replica-set member's snapshot history (`transaction/history.rs`), oldest first.
     pub(crate) history: Mutex<std::collections::VecDeque<crate::transaction::HistoryPoint>>,
 }

@@ -53,8 +53,9 @@ impl Engine {
         let (prepared_sender, prepared_receiver) = mpsc::sync_channel::<Result<(), StorageError>>(1);
         let (decision_sender, decision_receiver) = mpsc::sync_channel::<Decision>(1);
         let engine = Arc::clone(self);
+        let prefixes: Vec<u64> = transaction.lock().prefixes().collect();
+        let written_prefixes = prefixes.clone();
         let spawned = std::thread::Builder::new().name("prepared-transaction".into()).spawn(move || {
-            let prefixes: Vec<u64> = transaction.lock().prefixes().collect();
             let Some(mut guards) = engine.try_lock_stripes(prefixes, PREPARE_LOCK_TIMEOUT) else {
                 let _ = prepared_sender.send(Err(write_conflict()));
                 return;
@@ -115,6 +116,10 @@ impl Engine {
         }
         match prepared_receiver.recv() {
             Ok(Ok(())) => {
+                let mut undecided = self.transactions.undecided.lock();
+                undecided.insert(id, written_prefixes);
+                self.transactions.undecided_count.store(undecided.len(), std::sync::atomic::Ordering::Release);
+                drop(undecided);
                 self.transactions.prepared.lock().insert(id, Prepared { session, transaction_number, decision: decision_sender });
                 Ok(())
             }
@@ -167,11 +172,46 @@ impl Engine {
         self.transactions.prepared.lock().contains_key(&id)
     }
 
-    /// Closes the transaction and releases its claims once its prepared thread is done.
+    /// Closes the transaction and releases its claims once its prepared thread is done (its
+    /// decision written, or the transaction released), and wakes the reads waiting for it.
     pub(super) fn finish_prepared(&self, id: TransactionId) {
         let removed = self.transactions.open.lock().remove(&id);
         if let Some(transaction) = removed {
             self.release_claims(&transaction.lock());
+        }
+        let mut undecided = self.transactions.undecided.lock();
+        if undecided.remove(&id).is_some() {
+            self.transactions.undecided_count.store(undecided.len(), std::sync::atomic::Ordering::Release);
+            self.transactions.decided.notify_all();
+        }
+    }
+
+    /// Waits, for at most `timeout`, until no prepared transaction that wrote the collection
+    /// of `prefix` is undecided; true once none is (a read of it then sees the outcome). A read
+    /// outside transactions calls it before reading, as MongoDB's reads meet prepare conflicts.
+    pub fn wait_for_prepared_decisions(&self, prefix: u64, timeout: std::time::Duration) -> bool {
+        if self.transactions.undecided_count.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            return true;
+        }
+        let wait = || {
+            let mut undecided = self.transactions.undecided.lock();
+            let deadline = std::time::Instant::now() + timeout;
+            while undecided.values().any(|prefixes| prefixes.contains(&prefix)) {
+                if self.transactions.decided.wait_until(&mut undecided, deadline).timed_out() {
+                    return !undecided.values().any(|prefixes| prefixes.contains(&prefix));
+                }
+            }
+            true
+        };
+        // A read on a runtime worker (a point read runs on its connection's task) must not hold
+        // the worker while it waits, or Raft's heartbeats stall with it: `block_in_place` hands
+        // the worker's other tasks to another thread first.
+        let on_a_multi_thread_runtime = tokio::runtime::Handle::try_current()
+            .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if on_a_multi_thread_runtime {
+            tokio::task::block_in_place(wait)
+        } else {
+            wait()
         }
     }
 }
