@@ -11,7 +11,7 @@ import threading
 import pymongo
 from bson import Timestamp
 import pytest
-from pymongo.errors import DuplicateKeyError, NotPrimaryError, OperationFailure
+from pymongo.errors import DuplicateKeyError, NotPrimaryError, OperationFailure, PyMongoError
 
 from conftest import AcknowledgedInserts, ReplicaSet, Server, wait_until
 
@@ -252,6 +252,60 @@ def test_step_down_elects_another_member():
                 client.admin.command("replSetStepDown", 10)
             assert refused.value.details["code"] == 10107
         assert second != first
+    finally:
+        running.stop()
+
+
+def test_step_down_succeeds_under_a_write_load_and_loses_no_acknowledged_write():
+    """replSetStepDown while four clients insert back to back: the primary takes no new write
+    while it steps down (so its log goes quiet and another member is elected), the writers'
+    retryable writes move to the new primary, and the set holds exactly the acknowledged
+    inserts, each once."""
+    running = ReplicaSet(members=3)
+    try:
+        first = running.wait_for_primary()
+        acknowledged = []
+        acknowledged_lock = threading.Lock()
+        stop = threading.Event()
+        errors = []
+
+        def writer(number):
+            with running.client(retryWrites=True) as client:
+                collection = client.step_down_load.items
+                count = 0
+                while not stop.is_set():
+                    count += 1
+                    try:
+                        collection.insert_one({"_id": f"{number}-{count}"})
+                    except PyMongoError as error:
+                        errors.append(error)
+                        continue
+                    with acknowledged_lock:
+                        acknowledged.append(f"{number}-{count}")
+
+        writers = [threading.Thread(target=writer, args=(number,)) for number in range(4)]
+        for thread in writers:
+            thread.start()
+        wait_until(lambda: len(acknowledged) >= 50, "the writers under way", timeout=30)
+        with running.member_client(first) as client:
+            client.admin.command("replSetStepDown", 30)
+        def other_primary():
+            index = running.primary_index()
+            return (index,) if index is not None and index != first else None
+
+        wait_until(other_primary, "another primary")
+        before = len(acknowledged)
+        wait_until(lambda: len(acknowledged) >= before + 50, "the writers going on with the new primary", timeout=60)
+        stop.set()
+        for thread in writers:
+            thread.join(timeout=60)
+        assert not any(thread.is_alive() for thread in writers)
+        with running.client() as client:
+            stored = [document["_id"] for document in client.step_down_load.items.find({}, {"_id": 1})]
+        assert len(stored) == len(set(stored)), "no insert twice"
+        assert set(acknowledged) <= set(stored), "every acknowledged insert is stored"
+        # A write whose outcome the client did not learn may be stored; none other.
+        assert len(set(stored) - set(acknowledged)) <= len(errors)
     finally:
         running.stop()
 

@@ -52,6 +52,8 @@ def test_find_aggregate_and_distinct_read_exactly_the_writes_at_or_before_the_ti
         latest = database.command("find", "items", readConcern={"level": "snapshot"})
         assert ids_of(latest) == [0, 2, 3, 4, 5]
         assert latest["cursor"]["atClusterTime"] >= times[-1]
+        history = client.admin.command("serverStatus")["myriad"]["transactions"]["snapshotHistory"]
+        assert history["points"] >= len(times) and history["oldest"] <= times[0] <= times[-1] <= history["newest"]
 
 
 def test_get_mores_read_the_snapshot_of_their_find(replica_set):
@@ -210,3 +212,29 @@ def test_concurrent_snapshot_readers_see_each_writer_exactly_up_to_its_acknowled
         for number, count, time_of_read in recorded[:: max(1, len(recorded) // 40)]:
             found = collection.database.command("find", "items", filter={"writer": number}, readConcern=at(time_of_read), batchSize=1000)
             assert len(found["cursor"]["firstBatch"]) == count
+
+
+def test_other_commands_and_standalones_refuse_the_snapshot_level_as_mongod_does(replica_set, server):
+    with replica_set.client() as client:
+        database = client.snapshot_reads_unsupported
+        database.items.insert_one({"_id": 1})
+        for command in ({"count": "items"}, {"listCollections": 1}, {"insert": "items", "documents": [{"_id": 2}]}):
+            with pytest.raises(OperationFailure) as raised:
+                database.command({**command, "readConcern": {"level": "snapshot"}})
+            name = next(iter(command))
+            assert raised.value.code == 72, raised.value.details
+            assert raised.value.details["errmsg"] == (
+                f'Command {name} does not support {{ readConcern: {{ level: "snapshot", provenance: "clientSupplied" }} }}'
+                " :: caused by :: read concern not supported"
+            )
+        # A snapshot session sends the level with its writes too: refused, nothing written.
+        with client.start_session(snapshot=True) as session:
+            with pytest.raises(OperationFailure) as raised:
+                database.items.insert_one({"_id": 3}, session=session)
+            assert raised.value.code == 72
+        assert database.items.count_documents({}) == 1
+    with server.client() as client:
+        with pytest.raises(OperationFailure) as raised:
+            client.snapshot_reads_standalone.command("find", "items", readConcern={"level": "snapshot"})
+        assert raised.value.code == 123 and raised.value.details["codeName"] == "NotAReplicaSet"
+        assert raised.value.details["errmsg"] == "node needs to be a replica set member to use readConcern: snapshot"

@@ -17,7 +17,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use bson::{Bson, RawBson, Timestamp};
-use myriad_reply::error::CommandResult;
+use myriad_reply::error::{CommandError, CommandResult, ErrorCode};
 use myriad_reply::Reply;
 use myriad_storage::TransactionId;
 
@@ -56,14 +56,33 @@ pub fn current_snapshot_read() -> Option<Arc<SnapshotRead>> {
     CURRENT.with(|current| current.borrow().clone())
 }
 
+/// mongod 5.0+'s answer to a snapshot read on a standalone.
+const NOT_A_REPLICA_SET: ErrorCode = ErrorCode::new(123);
+const INVALID_OPTIONS: ErrorCode = ErrorCode::new(72);
+
 /// Opens the snapshot read `request` asks for, if it is one (see the module documentation).
+/// Outside a transaction, `level: "snapshot"` on a standalone is NotAReplicaSet (123) and on
+/// any other command than find, aggregate and distinct InvalidOptions (72), as mongod answers
+/// them (a driver's snapshot session sends the level with every command, writes included).
 pub fn begin(context: &ServerContext, request: &CommandRequest) -> CommandResult<Option<Arc<SnapshotRead>>> {
-    if context.replication.get().is_none() || !SNAPSHOT_READ_COMMANDS.contains(&request.name.as_str()) || request.body.contains_key("autocommit") {
+    if context.process != crate::Process::Node || request.body.contains_key("autocommit") {
         return Ok(None);
     }
     let Some(Bson::Document(concern)) = request.body.get("readConcern") else { return Ok(None) };
     if concern.get_str("level") != Ok("snapshot") {
         return Ok(None);
+    }
+    if context.replication.get().is_none() {
+        return Err(CommandError::new(NOT_A_REPLICA_SET, "node needs to be a replica set member to use readConcern: snapshot"));
+    }
+    if !SNAPSHOT_READ_COMMANDS.contains(&request.name.as_str()) {
+        return Err(CommandError::new(
+            INVALID_OPTIONS,
+            format!(
+                "Command {} does not support {{ readConcern: {{ level: \"snapshot\", provenance: \"clientSupplied\" }} }} :: caused by :: read concern not supported",
+                request.name
+            ),
+        ));
     }
     let at = match concern.get("atClusterTime") {
         Some(Bson::Timestamp(at)) => *at,

@@ -104,6 +104,10 @@ pub struct ReplicaSetMember {
     group_commit: Arc<GroupCommit>,
     /// Whether this member restored its prepared transactions in its term as primary.
     leadership: Arc<Leadership>,
+    /// Set while replSetStepDown runs: the member takes no new write, so its log goes quiet
+    /// and, with its heartbeats off, the others' election timers fire even under a write load
+    /// (MongoDB's step-down also stops writes before it waits for a successor).
+    stepping_down: std::sync::atomic::AtomicBool,
 }
 
 /// A member's start-up settings.
@@ -154,6 +158,7 @@ impl ReplicaSetMember {
             contacts: Arc::default(),
             group_commit: Arc::default(),
             leadership: Arc::default(),
+            stepping_down: std::sync::atomic::AtomicBool::new(false),
         });
         engine.set_replicator(Some(Arc::new(Replicator(Arc::downgrade(&member)))));
         if let Some(id) = member.log_store.member_id()? {
@@ -315,6 +320,9 @@ impl ReplicaSetMember {
     /// True when this member is the primary, applied every entry of earlier terms and
     /// prepared again the prepared transactions it holds records of (`leadership.rs`).
     pub fn is_writable_primary(&self) -> bool {
+        if self.stepping_down.load(std::sync::atomic::Ordering::Acquire) {
+            return false;
+        }
         self.metrics().is_some_and(|metrics| {
             self.leadership.ready_in(metrics.current_term)
                 && metrics.state == ServerState::Leader
@@ -454,7 +462,9 @@ impl ReplicaSetMember {
             return Err(ReplicationError::NotPrimary("not primary so can't step down".into()));
         }
         self.freeze(seconds);
-        // Without heartbeats, the others' election timers fire; a newer term then demotes this one.
+        // No new writes, then no heartbeats: the others' election timers fire, and a newer term
+        // demotes this member.
+        let _stepping_down = SteppingDown::begin(&self.stepping_down);
         raft.runtime_config().heartbeat(false);
         let deadline = Instant::now() + Duration::from_millis(ELECTION_TIMEOUT_MAX_MS * 5);
         let mut metrics = raft.metrics();
@@ -628,6 +638,22 @@ impl WriteReplicator for Replicator {
             Some(member) => member.replicate(write),
             None => Err(not_writable_primary()),
         }
+    }
+}
+
+/// Marks a member as stepping down until dropped (whatever way replSetStepDown ends).
+struct SteppingDown<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl<'a> SteppingDown<'a> {
+    fn begin(flag: &'a std::sync::atomic::AtomicBool) -> SteppingDown<'a> {
+        flag.store(true, std::sync::atomic::Ordering::Release);
+        SteppingDown(flag)
+    }
+}
+
+impl Drop for SteppingDown<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
     }
 }
 

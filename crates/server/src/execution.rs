@@ -28,6 +28,11 @@ pub const INLINE_COMMANDS: &[&str] = &[
 /// blocking pool's expensive commands, and never on a runtime worker.
 pub const CONTROL_LANE_COMMANDS: &[&str] = &["serverStatus", "saslStart", "saslContinue", "authenticate", "logout", "connectionStatus"];
 
+/// Commands that wait for other commands of this process and so never take a blocking-pool
+/// thread: each runs on a thread of its own ([`crate::lanes::own_thread`]).
+pub const OWN_THREAD_COMMANDS: &[&str] =
+    &["prepareTransaction", "commitTransaction", "abortTransaction", "coordinateCommitTransaction"];
+
 /// Runs a command. The handshake, liveness and operation-control commands run right here on
 /// the connection task, so they never queue behind slow commands for a blocking-pool thread;
 /// so do point reads, and point writes, a few at a time (see [`INLINE_WRITES`]).
@@ -41,6 +46,12 @@ pub async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) 
     let may_wait = context.replication.get().is_some() && request.body.contains_key("readConcern");
     if INLINE_COMMANDS.contains(&request.name.as_str()) || (point == Some(PointOperation::Read) && !may_wait) {
         return run_inline(context, &request);
+    }
+    if OWN_THREAD_COMMANDS.contains(&request.name.as_str()) {
+        let thread_context = Arc::clone(context);
+        return crate::lanes::own_thread("myriad-transaction", move || run_inline(&thread_context, &request))
+            .await
+            .unwrap_or_else(|error| error.to_reply().into());
     }
     if CONTROL_LANE_COMMANDS.contains(&request.name.as_str()) {
         let lane_context = Arc::clone(context);

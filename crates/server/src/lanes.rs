@@ -14,6 +14,13 @@
 //!   (serverStatus lists the catalog, authentication reads users), which must not wait for a
 //!   blocking-pool thread that a scan holds, nor hold a runtime worker (`execution.rs`).
 //!
+//! - Own threads ([`own_thread`]) run the commands that wait for other commands of the same
+//!   process: a transaction's prepare, commit and abort, and a two-phase commit's coordination.
+//!   Reads and writes waiting for a prepared transaction's decision may fill the blocking pool,
+//!   and a coordinator waits for its own shard's prepare; on the pool, either could hold every
+//!   thread the other needs (seen: 16 cross-shard transfers, 8 pool threads, each a coordinator
+//!   waiting for a prepare queued behind it).
+//!
 //! A job waits in its lane's queue as a parked task, holding no thread. Lane threads enter the
 //! runtime's context, so code that needs it runs there as on the blocking pool.
 //!
@@ -44,6 +51,27 @@ static CONTROL: OnceLock<Lane> = OnceLock::new();
 /// Runs `work` on the decode lane and waits for it without holding a runtime thread.
 pub async fn decode<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, CommandError> {
     DECODE.get_or_init(|| Lane::start("myriad-decode", decode_threads(), decode_nice_increment())).run(work).await
+}
+
+/// Runs `work` on a thread of its own, started for it, and waits for it without holding a
+/// runtime thread: for the commands that wait for other commands of this process to finish
+/// (a two-phase commit's coordinator waits for its own shard's prepare and commit; a prepared
+/// transaction's decision is what the reads and writes queued behind it wait for), which on a
+/// bounded pool could each hold a thread the other needs.
+pub async fn own_thread<T: Send + 'static>(name: &str, work: impl FnOnce() -> T + Send + 'static) -> Result<T, CommandError> {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    let runtime = tokio::runtime::Handle::try_current().ok();
+    let spawned = std::thread::Builder::new().name(name.to_string()).stack_size(LANE_THREAD_STACK_BYTES).spawn(move || {
+        let _context = runtime.as_ref().map(tokio::runtime::Handle::enter);
+        if let Ok(result) = std::panic::catch_unwind(AssertUnwindSafe(work)) {
+            let _ = answer.send(result);
+        }
+    });
+    if let Err(error) = spawned {
+        return Err(CommandError::internal(format!("cannot start a thread: {error}")));
+    }
+    // A job that panicked dropped its answer without sending it.
+    answered.await.map_err(|_| CommandError::internal("the work failed"))
 }
 
 /// Runs `work` on the control lane and waits for it without holding a runtime thread.

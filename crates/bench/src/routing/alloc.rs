@@ -6,8 +6,17 @@
 //! atomic, so those threads never share a contended cache line on every allocation. Per-thread
 //! counting is also what the routing benchmark wants: it measures the delta across a build on the
 //! building thread.
+//!
+//! Underneath it is the server's allocator, mimalloc, so what the benchmarks time (a routing
+//! refresh frees the nodes it replaced) is timed with the allocator a router uses; until
+//! 2026-11-29 it was glibc's (docs/benchmarks.md says which runs used which).
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
+
+use mimalloc::MiMalloc;
+
+/// The allocator every call is forwarded to.
+static INNER: MiMalloc = MiMalloc;
 use std::cell::Cell;
 
 thread_local! {
@@ -28,12 +37,12 @@ pub fn net_allocated_bytes() -> i64 {
 
 pub struct CountingAllocator;
 
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `System`'s
+// SAFETY: every method forwards to `INNER` with the caller's arguments unchanged, so its
 // guarantees hold; the counting touches only a thread-local `Cell`, which never allocates.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        let pointer = unsafe { System.alloc(layout) };
+        let pointer = unsafe { INNER.alloc(layout) };
         if !pointer.is_null() {
             add(layout.size() as i64);
         }
@@ -42,7 +51,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        let pointer = unsafe { System.alloc_zeroed(layout) };
+        let pointer = unsafe { INNER.alloc_zeroed(layout) };
         if !pointer.is_null() {
             add(layout.size() as i64);
         }
@@ -50,14 +59,14 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged; `pointer` came from this allocator, i.e. from `System`.
-        unsafe { System.dealloc(pointer, layout) };
+        // SAFETY: forwarded unchanged; `pointer` came from this allocator, i.e. from `INNER`.
+        unsafe { INNER.dealloc(pointer, layout) };
         add(-(layout.size() as i64));
     }
 
     unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded unchanged; `pointer` came from this allocator, i.e. from `System`.
-        let moved = unsafe { System.realloc(pointer, layout, new_size) };
+        // SAFETY: forwarded unchanged; `pointer` came from this allocator, i.e. from `INNER`.
+        let moved = unsafe { INNER.realloc(pointer, layout, new_size) };
         if !moved.is_null() {
             add(new_size as i64 - layout.size() as i64);
         }

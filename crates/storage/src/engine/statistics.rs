@@ -273,6 +273,23 @@ impl Engine {
                 "gatheredSyncs": as_u64(self.journal.gathered_syncs()),
             },
             "diskSpace": self.disk_space_status(),
+            "transactions": self.transactions_document(),
+        }
+    }
+
+    /// serverStatus's `transactions`: open and prepared transactions, and the snapshot history
+    /// (`transaction/history.rs`) a snapshot read can reach.
+    fn transactions_document(&self) -> Document {
+        let as_i64 = |value: usize| i64::try_from(value).unwrap_or(i64::MAX);
+        let timestamp = |(time, increment): crate::ClusterTime| Bson::Timestamp(bson::Timestamp { time, increment });
+        let history = match self.snapshot_history_bounds() {
+            Some((oldest, newest, points)) => bson::doc! { "oldest": timestamp(oldest), "newest": timestamp(newest), "points": as_i64(points) },
+            None => bson::doc! { "points": 0_i64 },
+        };
+        bson::doc! {
+            "open": as_i64(self.transactions.open.lock().len()),
+            "prepared": as_i64(self.transactions.undecided_count.load(Ordering::Acquire)),
+            "snapshotHistory": history,
         }
     }
 
