@@ -31,7 +31,6 @@ use bson::{doc, Bson, Document};
 use parking_lot::Mutex;
 
 use myriad_reply::error::{CommandError, CommandResult, BAD_VALUE, INTERRUPTED, MAX_TIME_MS_EXPIRED};
-use crate::stages::ExecutionCounters;
 
 /// Commands whose body is larger than this are shown truncated by currentOp (MongoDB shows
 /// at most about 1 KB of a command).
@@ -285,13 +284,8 @@ fn note(update: impl FnOnce(&mut OperationMetrics)) {
     });
 }
 
-/// Adds the keys and documents examined by an execution that ran within this operation
-/// (find's first batch, count, distinct).
-pub fn note_examined(counters: &ExecutionCounters) {
-    note_examined_amounts(counters.keys_examined, counters.documents_examined);
-}
-
-/// Adds keys and documents examined to the running operation (nothing outside one).
+/// Adds keys and documents examined to the running operation (nothing outside one): an
+/// execution's counters (find's first batch, count, distinct) or a cursor's batch.
 pub fn note_examined_amounts(keys: u64, documents: u64) {
     note(|metrics| {
         let examined = metrics.examined.get_or_insert_with(Examined::default);
@@ -411,9 +405,8 @@ mod tests {
         {
             let guard = table.begin(start(&body, None));
             assert_eq!(guard.metrics(), OperationMetrics::default(), "notes outside an operation are dropped");
-            let counters = ExecutionCounters { keys_examined: 4, documents_examined: 3, ..ExecutionCounters::default() };
-            note_examined(&counters);
-            note_examined(&counters);
+            note_examined_amounts(4, 3);
+            note_examined_amounts(4, 3);
             note_updated(2, 1, 0);
             note_updated(1, 1, 1);
             note_deleted(5);

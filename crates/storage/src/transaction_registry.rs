@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use bson::Document;
 use parking_lot::Mutex;
+use rocksdb::Snapshot;
 
 use crate::catalog::CollectionEntry;
 use crate::RecordId;
@@ -40,7 +41,7 @@ pub(crate) struct Transactions {
     /// Notified when a transaction leaves `undecided`.
     pub(crate) decided: parking_lot::Condvar,
     /// A replica-set member's snapshot history (`transaction/history.rs`), oldest first.
-    pub(crate) history: Mutex<std::collections::VecDeque<crate::transaction::HistoryPoint>>,
+    pub(crate) history: Mutex<std::collections::VecDeque<HistoryPoint>>,
 }
 
 /// The coordinator's decision for a prepared transaction, sent to the thread holding it.
@@ -80,7 +81,7 @@ pub(crate) struct OpenTransaction {
     pub(crate) id: TransactionId,
     /// What every read of the transaction sees: the database when it began, or a point of
     /// the snapshot history (`transaction/history.rs`, which says why it may be 'static).
-    pub(crate) snapshot: Arc<crate::transaction::HeldSnapshot>,
+    pub(crate) snapshot: Arc<HeldSnapshot>,
     pub(crate) collections: BTreeMap<u64, CollectionChanges>,
     pub(crate) operations: Vec<Operation>,
     pub(crate) next_provisional_id: RecordId,
@@ -91,4 +92,33 @@ pub(crate) struct OpenTransaction {
     /// wrote them, with the record holding each: one lookup answers "does a record the
     /// transaction wrote hold this key", instead of decoding every written record.
     pub(crate) unique_keys: HashMap<Vec<u8>, RecordId>,
+}
+
+/// A cluster time as `(seconds, increment)`, ordered as MongoDB's timestamps.
+pub type ClusterTime = (u32, u32);
+
+/// A RocksDB snapshot shared by the snapshot history and the transactions that read it. Its
+/// 'static lifetime is `Engine::hold_snapshot`'s to justify (`transaction/history.rs`).
+pub(crate) struct HeldSnapshot(Snapshot<'static>);
+
+impl HeldSnapshot {
+    pub(crate) fn new(snapshot: Snapshot<'static>) -> HeldSnapshot {
+        HeldSnapshot(snapshot)
+    }
+}
+
+impl std::ops::Deref for HeldSnapshot {
+    type Target = Snapshot<'static>;
+
+    fn deref(&self) -> &Snapshot<'static> {
+        &self.0
+    }
+}
+
+/// One point of the snapshot history: the database after the log entry whose operations have
+/// the timestamps `first..=last`.
+pub(crate) struct HistoryPoint {
+    pub(crate) first: ClusterTime,
+    pub(crate) last: ClusterTime,
+    pub(crate) snapshot: Arc<HeldSnapshot>,
 }

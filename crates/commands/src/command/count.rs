@@ -30,7 +30,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             break;
         }
     }
-    crate::operation::note_examined(&execution.counters);
+    crate::operation::note_examined_amounts(execution.counters.keys_examined, execution.counters.documents_examined);
     Ok(doc! { "n": count_value(count), "ok": 1.0 })
 }
 

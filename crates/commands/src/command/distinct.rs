@@ -38,7 +38,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             values.add(value)?;
         }
     }
-    crate::operation::note_examined(&execution.counters);
+    crate::operation::note_examined_amounts(execution.counters.keys_examined, execution.counters.documents_examined);
     let values = values.finish();
     Ok(doc! { "values": values, "ok": 1.0 })
 }

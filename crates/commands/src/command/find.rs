@@ -161,7 +161,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         query_end.seen_only_past_the_end = false;
     }
     let batch = execution.next_batch(context.backend.as_ref(), options.batch_size)?;
-    crate::operation::note_examined(&execution.counters);
+    crate::operation::note_examined_amounts(execution.counters.keys_examined, execution.counters.documents_examined);
     check_collection_alive(context.backend.as_ref(), &collection, "find command")?;
     let stays_open = query_end.stays_open(batch.len(), options.batch_size, execution.is_exhausted());
     let cursor_id = if options.single_batch || !stays_open {

@@ -14,33 +14,23 @@
 //! - A time before the oldest point is SnapshotTooOld, never a read of other data.
 //! - The snapshots belong to the engine's transactions registry, dropped before the database.
 
-use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rocksdb::Snapshot;
 
+use crate::transaction_registry::{HeldSnapshot, HistoryPoint};
+
 use crate::{Engine, StorageError, TransactionId};
+
+/// A cluster time as `(seconds, increment)`, ordered as MongoDB's timestamps.
+pub type ClusterTime = crate::transaction_registry::ClusterTime;
 
 /// `minSnapshotHistoryWindowInSeconds` (MongoDB's 300 s): how long a point of history is kept.
 pub static SNAPSHOT_HISTORY_WINDOW_SECONDS: AtomicU64 = AtomicU64::new(300);
 /// The most points kept, whatever the window (each holds back RocksDB's compaction of the
 /// versions it sees).
 pub const MAX_HISTORY_POINTS: usize = 100_000;
-
-/// A cluster time as `(seconds, increment)`, ordered as MongoDB's timestamps.
-pub type ClusterTime = (u32, u32);
-
-/// A RocksDB snapshot shared by the history and the read-only transactions that read it.
-pub(crate) struct HeldSnapshot(Snapshot<'static>);
-
-impl Deref for HeldSnapshot {
-    type Target = Snapshot<'static>;
-
-    fn deref(&self) -> &Snapshot<'static> {
-        &self.0
-    }
-}
 
 impl Engine {
     /// A snapshot of the database as it is now, kept by the transactions registry.
@@ -49,7 +39,7 @@ impl Engine {
         // engine's transactions registry (open transactions and the history), which is declared
         // before `self.db` in `Engine` and so dropped before it, and lent out by reference only.
         let snapshot: Snapshot<'static> = unsafe { std::mem::transmute::<Snapshot<'_>, Snapshot<'static>>(self.db.snapshot()) };
-        Arc::new(HeldSnapshot(snapshot))
+        Arc::new(HeldSnapshot::new(snapshot))
     }
 
     /// Starts the history over with one point: the database as it is now, at cluster time
@@ -109,13 +99,6 @@ impl Engine {
         let history = self.transactions.history.lock();
         Some((history.front()?.first, history.back()?.last, history.len()))
     }
-}
-
-/// One point of history: the database after the entry whose operations are `first..=last`.
-pub(crate) struct HistoryPoint {
-    first: ClusterTime,
-    last: ClusterTime,
-    snapshot: Arc<HeldSnapshot>,
 }
 
 fn format_time((seconds, increment): ClusterTime) -> String {

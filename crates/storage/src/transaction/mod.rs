@@ -34,7 +34,7 @@ use bson::{Document, RawDocumentBuf};
 use parking_lot::Mutex;
 
 pub use history::{ClusterTime, MAX_HISTORY_POINTS, SNAPSHOT_HISTORY_WINDOW_SECONDS};
-pub(crate) use history::{HeldSnapshot, HistoryPoint};
+use crate::transaction_registry::HeldSnapshot;
 
 use crate::catalog::{CollectionEntry, CollectionHandle};
 use crate::keys;
