@@ -75,6 +75,7 @@ fn a_prepared_transaction_commits_and_writers_wait_for_its_decision() {
     assert_eq!(counter(&engine, &handle, 1), 1000 + 100);
     assert_eq!(counter(&engine, &handle, 2), 100);
     assert!(engine.executed_statement(&SessionId([7; myriad_storage::SESSION_ID_LEN]), 1, i32::MIN).unwrap().is_some(), "the commit's record is written with it");
+    wait_for_prepared_threads(&engine);
 }
 
 #[test]
@@ -101,6 +102,7 @@ fn an_aborted_prepared_transaction_writes_nothing_and_a_stale_one_does_not_prepa
     let refused = engine.prepare_transaction(stale, record(&result, 3));
     assert!(matches!(refused, Err(myriad_storage::StorageError::WriteConflict(_))), "{refused:?}");
     assert_eq!(counter(&engine, &handle, 1), 2);
+    wait_for_prepared_threads(&engine);
 }
 
 /// A prepared transaction survives the engine's end (a crash or a failover) as its record: the
@@ -138,14 +140,8 @@ fn a_prepared_transaction_is_prepared_again_after_the_engine_reopens() {
         engine.transaction_insert(second, &other, &doc! {"_id": 9}).unwrap();
         engine.prepare_transaction(second, statement(aborting, 8)).expect("prepare the second");
         assert_eq!(engine.release_prepared_transactions(), 2, "both let go, nothing written");
-        // The released threads end and give back their hold on the engine (bounded wait).
-        for _ in 0..500 {
-            if Arc::strong_count(&engine) == 1 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(Arc::strong_count(&engine), 1, "released prepared threads end");
+        // The released threads end and give back their hold on the engine.
+        wait_for_prepared_threads(&engine);
     }
     let engine = Arc::new(common::open(directory.path()));
     let accounts = engine.collection("bank", "accounts").unwrap().unwrap();
@@ -181,4 +177,18 @@ fn a_prepared_transaction_is_prepared_again_after_the_engine_reopens() {
     assert_eq!(engine.restore_prepared_transactions(), (0, Vec::new()), "decided transactions leave no record");
     increment(&engine, &accounts, 3, 1);
     assert_eq!(counter(&engine, &accounts, 3), 31, "the stripes were let go");
+    wait_for_prepared_threads(&engine);
+}
+
+/// Waits (bounded) until the decided transactions' threads have ended and given back their hold
+/// on the engine, so the engine closes here and not on one of them while the test process
+/// exits (RocksDB's static objects are torn down at exit: closing a database then crashed).
+fn wait_for_prepared_threads(engine: &Arc<Engine>) {
+    for _ in 0..500 {
+        if Arc::strong_count(engine) == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(Arc::strong_count(engine), 1, "the prepared transactions' threads end");
 }

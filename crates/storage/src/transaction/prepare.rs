@@ -53,9 +53,9 @@ impl Engine {
         let (prepared_sender, prepared_receiver) = mpsc::sync_channel::<Result<(), StorageError>>(1);
         let (decision_sender, decision_receiver) = mpsc::sync_channel::<Decision>(1);
         let engine = Arc::clone(self);
-        let prefixes: Vec<u64> = transaction.lock().prefixes().collect();
-        let written_prefixes = prefixes.clone();
+        let written_prefixes: Vec<u64> = transaction.lock().prefixes().collect();
         let spawned = std::thread::Builder::new().name("prepared-transaction".into()).spawn(move || {
+            let prefixes: Vec<u64> = transaction.lock().prefixes().collect();
             let Some(mut guards) = engine.try_lock_stripes(prefixes, PREPARE_LOCK_TIMEOUT) else {
                 let _ = prepared_sender.send(Err(write_conflict()));
                 return;
