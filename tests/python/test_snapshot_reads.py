@@ -22,6 +22,13 @@ def at(time_of_read):
     return {"level": "snapshot", "atClusterTime": time_of_read}
 
 
+def fresh_items_then_time(database, count):
+    """`items` holding `_id` 0..count-1 and nothing else; the cluster time after the inserts."""
+    database.drop_collection("items")
+    database.items.insert_many([{"_id": number} for number in range(count)])
+    return database.command("ping")["operationTime"]
+
+
 def ids_of(reply, batch="firstBatch"):
     return sorted(document["_id"] for document in reply["cursor"][batch])
 
@@ -59,9 +66,7 @@ def test_find_aggregate_and_distinct_read_exactly_the_writes_at_or_before_the_ti
 def test_get_mores_read_the_snapshot_of_their_find(replica_set):
     with replica_set.client() as client:
         database = client.snapshot_reads_get_more
-        database.drop_collection("items")
-        database.items.insert_many([{"_id": number} for number in range(10)])
-        time_of_read = database.command("ping")["operationTime"]
+        time_of_read = fresh_items_then_time(database, 10)
         first = database.command("find", "items", sort={"_id": 1}, batchSize=3, readConcern=at(time_of_read))
         database.items.delete_many({"_id": {"$lt": 8}})
         database.items.insert_many([{"_id": number} for number in range(10, 20)])
@@ -77,9 +82,7 @@ def test_get_mores_read_the_snapshot_of_their_find(replica_set):
 def test_a_secondary_reads_the_same_snapshot_once_it_applied_that_far(replica_set):
     with replica_set.client() as client:
         database = client.snapshot_reads_secondary
-        database.drop_collection("items")
-        database.items.insert_many([{"_id": number} for number in range(5)])
-        time_of_read = database.command("ping")["operationTime"]
+        time_of_read = fresh_items_then_time(database, 5)
         database.items.insert_many([{"_id": number} for number in range(5, 10)])
         primary = replica_set.wait_for_primary()
         for index in range(len(replica_set.servers)):

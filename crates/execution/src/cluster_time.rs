@@ -23,12 +23,11 @@
 use std::time::Duration;
 
 use bson::{doc, spec::BinarySubtype, Binary, Bson, Document, RawBson, RawDocumentBuf, Timestamp};
-use myriad_reply::error::{CommandError, CommandResult, ErrorCode};
+use myriad_reply::error::{CommandError, CommandResult, ErrorCode, INVALID_OPTIONS};
 use myriad_reply::Reply;
 
 use crate::{CommandRequest, ServerContext};
 
-const INVALID_OPTIONS: ErrorCode = ErrorCode::new(72);
 const NOT_WRITABLE_PRIMARY: ErrorCode = ErrorCode::new(10107);
 /// How long one wait for replication lasts before the command checks its own interruption.
 const WAIT_SLICE: Duration = Duration::from_millis(100);

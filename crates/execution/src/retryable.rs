@@ -21,15 +21,13 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use bson::{spec::BinarySubtype, Bson, RawDocumentBuf};
-use myriad_reply::error::{CommandError, CommandResult, ErrorCode};
+use myriad_reply::error::{CommandError, CommandResult, INVALID_OPTIONS, TRANSACTION_TOO_OLD};
 use myriad_storage::{SessionId, StatementRecord};
 use parking_lot::{Condvar, Mutex};
 
 use crate::backend::WriteSession;
 use crate::{CommandRequest, ServerContext};
 
-const TRANSACTION_TOO_OLD: ErrorCode = ErrorCode::new(225);
-const INVALID_OPTIONS: ErrorCode = ErrorCode::new(72);
 
 /// How long a waiting retry sleeps between checks of its own interruption.
 const CHECKOUT_POLL: Duration = Duration::from_millis(20);

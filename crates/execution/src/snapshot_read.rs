@@ -17,7 +17,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use bson::{Bson, RawBson, Timestamp};
-use myriad_reply::error::{CommandError, CommandResult, ErrorCode};
+use myriad_reply::error::{CommandError, CommandResult, INVALID_OPTIONS, NOT_A_REPLICA_SET};
 use myriad_reply::Reply;
 use myriad_storage::TransactionId;
 
@@ -55,10 +55,6 @@ thread_local! {
 pub fn current_snapshot_read() -> Option<Arc<SnapshotRead>> {
     CURRENT.with(|current| current.borrow().clone())
 }
-
-/// mongod 5.0+'s answer to a snapshot read on a standalone.
-const NOT_A_REPLICA_SET: ErrorCode = ErrorCode::new(123);
-const INVALID_OPTIONS: ErrorCode = ErrorCode::new(72);
 
 /// Opens the snapshot read `request` asks for, if it is one (see the module documentation).
 /// Outside a transaction, `level: "snapshot"` on a standalone is NotAReplicaSet (123) and on
