@@ -29,6 +29,7 @@ pub mod path;
 pub mod projection;
 pub mod regex;
 pub mod sort;
+pub mod timeseries;
 pub mod update;
 pub mod validation_error;
 

@@ -19,6 +19,12 @@ use crate::reply::Reply;
 use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
+    run_as(context, request, None)
+}
+
+/// `aggregate`, its cursor registered (and its reply's `ns` given) as `namespace` when given:
+/// a time-series collection's reads run over its buckets, as the collection's cursor.
+pub fn run_as(context: &ServerContext, request: &CommandRequest, namespace: Option<&str>) -> CommandResult<Reply> {
     let bound = crate::let_variables::bound_request(request)?;
     let request = bound.as_ref().unwrap_or(request);
     if request.flag("explain")? {
@@ -29,6 +35,11 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         Some(value) if crate::request::integer_value(value) == Some(1) => None,
         _ => return Err(CommandError::new(FAILED_TO_PARSE, "aggregate requires a collection name or 1")),
     };
+    if let (Some(name), None) = (&collection_name, namespace) {
+        if let Some(timeseries) = super::timeseries::resolve(context, &request.db, name)? {
+            return super::timeseries::aggregate(context, request, name, &timeseries);
+        }
+    }
     let mut stages = pipeline_stages(request)?;
     let plan_cache_entries = take_plan_cache_stats(context, &mut stages, request)?;
     let cursor_options = match request.optional_document("cursor")? {
@@ -69,9 +80,10 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
         Some(source) => Some(crate::aggregate_sources::source_documents(context, request, source, collection_name.as_deref())?),
         None => None,
     };
-    let namespace = match &collection_name {
-        Some(name) => format!("{}.{}", request.db, name),
-        None => format!("{}.$cmd.aggregate", request.db),
+    let namespace = match (namespace, &collection_name) {
+        (Some(namespace), _) => namespace.to_string(),
+        (None, Some(name)) => format!("{}.{}", request.db, name),
+        (None, None) => format!("{}.$cmd.aggregate", request.db),
     };
     let execution = match &collection_name {
         None => None,

@@ -39,6 +39,7 @@ struct IndexChange {
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
+    super::timeseries::refuse(context, request, &name)?;
     let mut changes = Document::new();
     let mut index_change = None;
     for (key, value) in request.body.iter().skip(1) {

@@ -20,6 +20,9 @@ pub fn scale(request: &CommandRequest) -> CommandResult<i64> {
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
+    if super::timeseries::resolve(context, &request.db, &name)?.is_some() {
+        return super::timeseries::coll_stats(context, request, &name);
+    }
     let namespace = format!("{}.{}", request.db, name);
     let scale = scale(request)?;
     let Some(collection) = context.backend.collection(&request.db, &name)? else {

@@ -14,6 +14,9 @@ const COUNT_BATCH: usize = 1024;
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
+    if let Some(timeseries) = super::timeseries::resolve(context, &request.db, &name)? {
+        return super::timeseries::count(context, request, &name, &timeseries);
+    }
     let spec = super::find::parse_query_spec(request, "query")?;
     let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Ok(doc! { "n": count_value(0), "ok": 1.0 });

@@ -27,7 +27,16 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let options = collection_options(request)?;
     crate::validation::check_options("create", &request.db, &name, &options)?;
     myriad_execution::namespace_rules::check_client_create(&request.db, &name)?;
-    for unsupported in ["viewOn", "timeseries", "clusteredIndex"] {
+    if options.contains_key("timeseries") {
+        return super::timeseries::create(context, request, &name, &options);
+    }
+    if options.contains_key("expireAfterSeconds") {
+        return Err(CommandError::new(
+            INVALID_OPTIONS,
+            "'expireAfterSeconds' option is only supported on time-series collections or when 'clusteredIndex' is specified",
+        ));
+    }
+    for unsupported in ["viewOn", "clusteredIndex"] {
         let requested = options.get(unsupported).is_some_and(|value| crate::request::truthy(value).unwrap_or(true));
         if requested {
             return Err(CommandError::new(

@@ -9,6 +9,9 @@ use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = written_collection_name(request, context.replication.get().is_some())?;
+    if let Some(timeseries) = super::timeseries::resolve(context, &request.db, &name)? {
+        return super::timeseries::create_indexes(context, request, &name, &timeseries);
+    }
     let mut specs: Vec<Document> = match request.optional_array("indexes")? {
         Some(specs) if !specs.is_empty() => specs
             .iter()

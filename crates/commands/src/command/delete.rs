@@ -125,6 +125,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let bound = crate::let_variables::bound_request(request)?;
     let request = bound.as_ref().unwrap_or(request);
     let Arguments { statements, ordered, durability, name } = parse_arguments(request, context.replication.get().is_some())?;
+    if let Some(timeseries) = super::timeseries::resolve(context, &request.db, &name)? {
+        return super::timeseries::delete(context, request, &name, &timeseries);
+    }
     let retry = crate::retryable::begin(context, request, statements.len())?;
     let mut deleted = 0i64;
     let mut write_errors = WriteErrors::default();

@@ -11,6 +11,9 @@ use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
+    if let Some(timeseries) = super::timeseries::resolve(context, &request.db, &name)? {
+        return super::timeseries::distinct(context, request, &name, &timeseries);
+    }
     let key = match request.body.get("key") {
         Some(Bson::String(key)) => key.clone(),
         Some(other) => return Err(crate::request::field_type_error("key", "string", other)),

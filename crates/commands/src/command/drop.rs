@@ -8,6 +8,9 @@ use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
+    if super::timeseries::resolve(context, &request.db, &name)?.is_some() {
+        return super::timeseries::drop(context, request, &name);
+    }
     let namespace = format!("{}.{}", request.db, name);
     let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Ok(doc! { "ok": 1.0 });

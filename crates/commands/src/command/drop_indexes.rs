@@ -8,6 +8,9 @@ use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
+    if let Some(timeseries) = super::timeseries::resolve(context, &request.db, &name)? {
+        return super::timeseries::drop_indexes(context, request, &name, &timeseries);
+    }
     if context.backend.collection(&request.db, &name)?.is_none() {
         return Err(CommandError::new(NAMESPACE_NOT_FOUND, format!("ns not found {}.{}", request.db, name)));
     }

@@ -144,6 +144,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<R
     let bound = crate::let_variables::bound_request(request)?;
     let request = bound.as_ref().unwrap_or(request);
     let name = request.collection_name()?;
+    if let Some(timeseries) = super::timeseries::resolve(context, &request.db, &name)? {
+        return super::timeseries::find(context, request, &name, &timeseries);
+    }
     let namespace = format!("{}.{}", request.db, name);
     let options = cursor_options(request)?;
     let spec = if options.tailable { parse_tailable_spec(request)? } else { parse_query_spec(request, "filter")? };

@@ -20,6 +20,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let bound = crate::let_variables::bound_request(request)?;
     let request = bound.as_ref().unwrap_or(request);
     let name = written_collection_name(request, context.replication.get().is_some())?;
+    super::timeseries::refuse(context, request, &name)?;
     let empty = Document::new();
     let filter = request.optional_document("query")?.unwrap_or(&empty);
     let sort = match request.optional_document("sort")? {

@@ -39,6 +39,9 @@ pub fn check_arguments(request: &CommandRequest) -> CommandResult<()> {
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let Arguments { documents, ordered, durability, bypass_validation, collection } = parse_arguments(request, context.replication.get().is_some())?;
+    if let Some(timeseries) = super::timeseries::resolve(context, &request.db, &collection)? {
+        return super::timeseries::insert(context, request, &collection, &timeseries);
+    }
     let retry = crate::retryable::begin(context, request, documents.len())?;
     let statements = documents.into_iter().enumerate().map(|(index, document)| InsertStatement {
         index,

@@ -12,9 +12,13 @@ use crate::{CommandRequest, ServerContext};
 
 pub fn describe(collection: &CollectionHandle, name_only: bool) -> CommandResult<Document> {
     if name_only {
-        return Ok(doc! { "name": collection.name(), "type": "collection" });
+        let kind = if super::timeseries::of_collection(collection).is_some() { "timeseries" } else { "collection" };
+        return Ok(doc! { "name": collection.name(), "type": kind });
     }
     let options = collection.options()?;
+    if let Some(entry) = super::timeseries::describe(collection, &options) {
+        return Ok(entry);
+    }
     let mut id_index = doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_" };
     // The `_id` index has the collection's default collation (as mongod shows it).
     if let Ok(collation) = options.get_document("collation") {

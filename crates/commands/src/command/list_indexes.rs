@@ -7,6 +7,9 @@ use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = request.collection_name()?;
+    if let Some(timeseries) = super::timeseries::resolve(context, &request.db, &name)? {
+        return super::timeseries::list_indexes(context, request, &name, &timeseries);
+    }
     let namespace = format!("{}.{}", request.db, name);
     let Some(collection) = context.backend.collection(&request.db, &name)? else {
         return Err(CommandError::new(NAMESPACE_NOT_FOUND, format!("ns does not exist: {namespace}")));

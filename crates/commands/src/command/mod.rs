@@ -44,6 +44,7 @@ pub mod roles;
 pub mod sasl;
 pub mod server_status;
 pub mod sessions;
+pub mod timeseries;
 pub mod update;
 pub mod users;
 pub mod validate;

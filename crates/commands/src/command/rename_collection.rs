@@ -35,6 +35,9 @@ pub fn source_and_target(request: &CommandRequest) -> CommandResult<(String, Str
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let (source, target) = source_and_target(request)?;
     let (source_db, source_collection) = split_namespace(&source)?;
+    if super::timeseries::resolve(context, source_db, source_collection)?.is_some() {
+        return Err(CommandError::new(crate::error::ILLEGAL_OPERATION, format!("Cannot rename time-series collection {source}")));
+    }
     let (target_db, target_collection) = split_namespace(&target)?;
     if source == target {
         return Err(CommandError::new(crate::error::ILLEGAL_OPERATION, "Can't rename a collection to itself"));

@@ -35,6 +35,7 @@ pub mod sources;
 mod stages;
 mod sub_pipeline;
 mod union_with;
+mod unpack_bucket;
 mod window;
 mod writes;
 
@@ -81,7 +82,8 @@ enum Stage {
     Skip(u64),
     Limit(u64),
     Count(String),
-    Unwind(Unwind),
+    /// `$unwind` and `$_internalUnpackBucket`: one document in, several out, streamed.
+    FanOut(FanOut),
     ReplaceRoot(Expression),
     /// `$lookup $graphLookup $redact`.
     Transform(Arc<dyn TransformStage>),
@@ -284,7 +286,7 @@ impl Pipeline {
     /// `output`, which the caller buffers: past the stage memory limit the push fails with
     /// `ExceededMemoryLimit`, before the document that would go past it is kept.
     fn push(&self, index: usize, document: Document, states: &mut [Running], output: &mut Vec<Document>) -> QueryResult<()> {
-        let mut unwinding: Vec<(usize, &Unwind, Unwinding)> = Vec::new();
+        let mut unwinding: Vec<(usize, &FanOut, FanOutState)> = Vec::new();
         let mut fanned_out_bytes: u64 = 0;
         let mut current = Some((index, document));
         loop {
@@ -320,7 +322,7 @@ impl Pipeline {
                     }
                     output.push(document);
                 }
-                Step::Unwind(next, unwind, document) => unwinding.push((next, unwind, unwind.start(document))),
+                Step::Unwind(next, unwind, document) => unwinding.push((next, unwind, unwind.start(document)?)),
             }
         }
     }
@@ -344,7 +346,7 @@ impl Pipeline {
                 Stage::Project(projection) => within_depth_limit(projection.apply(&document, None)?)?,
                 Stage::AddFields(add_fields) => within_depth_limit(add_fields.apply(document)?)?,
                 Stage::ReplaceRoot(expression) => within_depth_limit(replace_root(expression, &document)?)?,
-                Stage::Unwind(unwind) => return Ok(Step::Unwind(next, unwind, document)),
+                Stage::FanOut(fan_out) => return Ok(Step::Unwind(next, fan_out, document)),
                 Stage::Skip(_) | Stage::Limit(_) => {
                     if !passes_skip_or_limit(states.get_mut(index)) {
                         return Ok(Step::Consumed);
@@ -418,6 +420,36 @@ impl Pipeline {
     }
 }
 
+/// A stage that makes several documents of one, handed on one at a time.
+#[derive(Clone, Debug)]
+pub(crate) enum FanOut {
+    Unwind(Unwind),
+    UnpackBucket(unpack_bucket::UnpackBucket),
+}
+
+/// One document being fanned out.
+enum FanOutState {
+    Unwind(Unwinding),
+    Unpack(unpack_bucket::Unpacking),
+}
+
+impl FanOut {
+    fn start(&self, document: Document) -> QueryResult<FanOutState> {
+        Ok(match self {
+            FanOut::Unwind(unwind) => FanOutState::Unwind(unwind.start(document)),
+            FanOut::UnpackBucket(unpack) => FanOutState::Unpack(unpack.start(&document)?),
+        })
+    }
+
+    fn next_document(&self, state: &mut FanOutState) -> Option<Document> {
+        match (self, state) {
+            (FanOut::Unwind(unwind), FanOutState::Unwind(unwinding)) => unwind.next_document(unwinding),
+            (FanOut::UnpackBucket(unpack), FanOutState::Unpack(unpacking)) => unpack.next_document(unpacking),
+            _ => None,
+        }
+    }
+}
+
 /// Where one document went in [`Pipeline::push_streaming`].
 enum Step<'a> {
     /// A stage dropped or kept it (a filter, a skip, a blocking stage).
@@ -425,7 +457,7 @@ enum Step<'a> {
     /// It came out of the last stage.
     Emitted(Document),
     /// It reached this `$unwind`; the stages after it start at the index.
-    Unwind(usize, &'a Unwind, Document),
+    Unwind(usize, &'a FanOut, Document),
 }
 
 /// What a blocking stage emits once its input ended, pulled a document at a time.

@@ -257,7 +257,8 @@ fn parse_stage_core(name: &str, argument: &Bson, parsed: &mut Vec<Stage>) -> Que
             }
             Stage::Count(field.clone())
         }
-        "$unwind" => Stage::Unwind(Unwind::parse(argument)?),
+        "$unwind" => Stage::FanOut(super::FanOut::Unwind(Unwind::parse(argument)?)),
+        "$_internalUnpackBucket" => Stage::FanOut(super::FanOut::UnpackBucket(super::unpack_bucket::UnpackBucket::parse(argument)?)),
         "$replaceRoot" => {
             let Bson::Document(options) = argument else {
                 return Err(QueryError::Location(40229, "expected an object as specification for $replaceRoot stage".into()));

@@ -1,0 +1,284 @@
+//! `insert` into a time-series collection: each measurement needs a date in its time field
+//! (else a write error, as mongod answers); the measurements are grouped by their meta value
+//! (normalized) and, within a group, in time order, packed into buckets.
+//!
+//! A measurement goes into the newest bucket of its meta value whose span covers its time
+//! and which has room (found through the buckets' meta-and-time index), else into a new one.
+//! A bucket is written back only where its `control.count` is still the one read (compare
+//! and set); a writer that finds it changed reads it again and adds its measurements to the
+//! new version, so concurrent inserts never lose one.
+
+use bson::{doc, Bson, DateTime, Document};
+use myriad_query::sort::SortSpec;
+use myriad_query::timeseries::{measurement_size_bytes, normalize_meta, Bucket, BucketLayout};
+
+use super::{internal_request, Timeseries};
+use crate::bulk::{is_interruption, write_reply, WriteErrors};
+use crate::error::{CommandError, CommandResult, ErrorCode, BAD_VALUE, NAMESPACE_NOT_FOUND, WRITE_CONFLICT};
+use crate::execution::Execution;
+use crate::plan::QuerySpec;
+use crate::request::InsertDocument;
+use crate::{CommandRequest, ServerContext};
+
+/// How many times a writer reads a bucket again after losing a race for it (to a delete, or
+/// to a writer of another process), before it puts its measurements into a bucket of their own.
+const MAX_BUCKET_WRITE_ATTEMPTS: usize = 8;
+/// Writers of one collection and meta value take turns on one of these (as MongoDB's bucket
+/// catalog serialises writers of an open bucket), so they do not race for the same bucket.
+static WRITER_STRIPES: [std::sync::Mutex<()>; 64] = [const { std::sync::Mutex::new(()) }; 64];
+/// How many of the newest candidate buckets a measurement looks at.
+const CANDIDATE_BUCKETS: usize = 4;
+
+/// One measurement: its statement index, time, and document without the meta field.
+struct Measurement {
+    index: usize,
+    time_ms: i64,
+    document: Document,
+}
+
+/// A bucket being filled: as read (`stored_count` measurements, None for a new one) plus the
+/// measurements this command added.
+struct OpenBucket {
+    bucket: Bucket,
+    stored_count: Option<usize>,
+    added: Vec<Document>,
+}
+
+pub fn insert(context: &ServerContext, request: &CommandRequest, name: &str, timeseries: &Timeseries) -> CommandResult<Document> {
+    super::refuse_in_transaction(request, name)?;
+    let documents = request.insert_documents()?;
+    crate::write::check_batch_size(documents.len())?;
+    let ordered = crate::write::ordered(request)?;
+    let layout = &timeseries.layout;
+    let mut write_errors = WriteErrors::default();
+    let mut groups: Vec<(Option<Bson>, Vec<Measurement>)> = Vec::new();
+    for (index, document) in documents.iter().enumerate() {
+        let document = match document {
+            InsertDocument::Decoded(document) => (*document).clone(),
+            InsertDocument::Raw { document, .. } => Document::try_from(*document).map_err(|error| CommandError::bad_value(error.to_string()))?,
+        };
+        match measurement(layout, index, document) {
+            Ok((meta, measurement)) => match groups.iter_mut().find(|(group_meta, _)| *group_meta == meta) {
+                Some((_, group)) => group.push(measurement),
+                None => groups.push((meta, vec![measurement])),
+            },
+            Err(error) => {
+                write_errors.push(index, error);
+                if ordered {
+                    break;
+                }
+            }
+        }
+    }
+    let mut inserted = 0i64;
+    let mut write_concern_error = None;
+    for (meta, mut measurements) in groups {
+        measurements.sort_by_key(|measurement| measurement.time_ms);
+        match write_group(context, request, name, layout, meta, &measurements, &mut write_concern_error) {
+            Ok(()) => inserted += measurements.len() as i64,
+            Err(error) if is_interruption(&error) => return Err(error),
+            Err(error) => {
+                for measurement in &measurements {
+                    write_errors.push(measurement.index, error.clone());
+                }
+            }
+        }
+    }
+    let mut reply = write_reply(inserted, write_errors);
+    if let Some(error) = write_concern_error {
+        reply.insert("writeConcernError", error);
+    }
+    Ok(reply)
+}
+
+/// Checks a measurement's time, gives it an `_id` when it has none, and takes its meta value
+/// out (normalized).
+fn measurement(layout: &BucketLayout, index: usize, mut document: Document) -> CommandResult<(Option<Bson>, Measurement)> {
+    let time_ms = match document.get(&layout.time_field) {
+        Some(Bson::DateTime(time)) => time.timestamp_millis(),
+        _ => {
+            return Err(CommandError::new(BAD_VALUE, format!("'{}' must be present and contain a valid BSON UTC datetime value", layout.time_field)))
+        }
+    };
+    if !document.contains_key("_id") {
+        let mut with_id = doc! { "_id": bson::oid::ObjectId::new() };
+        with_id.extend(document);
+        document = with_id;
+    }
+    let meta = layout.meta_field.as_ref().and_then(|field| document.remove(field)).map(|value| normalize_meta(&value));
+    Ok((meta, Measurement { index, time_ms, document }))
+}
+
+fn write_group(
+    context: &ServerContext,
+    request: &CommandRequest,
+    name: &str,
+    layout: &BucketLayout,
+    meta: Option<Bson>,
+    measurements: &[Measurement],
+    write_concern_error: &mut Option<Bson>,
+) -> CommandResult<()> {
+    let buckets = Timeseries::buckets_name(name);
+    let _turn = writer_stripe(&request.db, name, &meta).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut open: Option<OpenBucket> = None;
+    for measurement in measurements {
+        let size_bytes = measurement_size_bytes(&measurement.document);
+        if !open.as_ref().is_some_and(|open| open.bucket.accepts(layout, measurement.time_ms, size_bytes)) {
+            if let Some(full) = open.take() {
+                commit(context, request, &buckets, layout, full, write_concern_error)?;
+            }
+            open = Some(find_open_bucket(context, request, &buckets, layout, &meta, measurement.time_ms, size_bytes)?);
+        }
+        let filling = open.as_mut().expect("a bucket was just opened");
+        filling.bucket.push(layout, &measurement.document);
+        filling.added.push(measurement.document.clone());
+    }
+    match open {
+        Some(last) => commit(context, request, &buckets, layout, last, write_concern_error),
+        None => Ok(()),
+    }
+}
+
+fn writer_stripe(db: &str, name: &str, meta: &Option<Bson>) -> &'static std::sync::Mutex<()> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (db, name).hash(&mut hasher);
+    if let Some(meta) = meta {
+        bson::to_vec(&doc! { "": meta.clone() }).unwrap_or_default().hash(&mut hasher);
+    }
+    &WRITER_STRIPES[(hasher.finish() % WRITER_STRIPES.len() as u64) as usize]
+}
+
+/// The newest stored bucket of this meta value that covers `time_ms` and has room, else a
+/// new bucket starting at `time_ms` rounded down.
+fn find_open_bucket(
+    context: &ServerContext,
+    request: &CommandRequest,
+    buckets: &str,
+    layout: &BucketLayout,
+    meta: &Option<Bson>,
+    time_ms: i64,
+    size_bytes: usize,
+) -> CommandResult<OpenBucket> {
+    let collection = context
+        .backend
+        .collection(&request.db, buckets)?
+        .ok_or_else(|| CommandError::new(NAMESPACE_NOT_FOUND, format!("Time-series buckets collection {}.{buckets} does not exist", request.db)))?;
+    let min_time = format!("control.min.{}", layout.time_field);
+    let earliest_start_ms = time_ms.saturating_sub(layout.max_span_seconds.saturating_mul(1000));
+    let mut filter = doc! { min_time.clone(): { "$lte": DateTime::from_millis(time_ms), "$gt": DateTime::from_millis(earliest_start_ms) } };
+    match (meta, &layout.meta_field) {
+        (Some(meta), _) => filter.insert("meta", doc! { "$eq": meta.clone() }),
+        (None, Some(_)) => filter.insert("meta", doc! { "$exists": false }),
+        (None, None) => None,
+    };
+    let mut spec = QuerySpec::for_filter(filter)?;
+    spec.sort = Some(SortSpec::parse(&doc! { min_time: -1 })?);
+    spec.limit = Some(CANDIDATE_BUCKETS as u64);
+    let mut execution = Execution::new(context.backend.as_ref(), collection, spec)?;
+    for raw in execution.next_batch(context.backend.as_ref(), CANDIDATE_BUCKETS)? {
+        let bucket = Bucket::from_document(layout, &crate::execution::to_document(&raw)?)?;
+        if bucket.meta() == meta.as_ref() && bucket.accepts(layout, time_ms, size_bytes) {
+            return Ok(OpenBucket { stored_count: Some(bucket.count()), bucket, added: Vec::new() });
+        }
+    }
+    Ok(OpenBucket { bucket: Bucket::new(layout, layout.bucket_start_ms(time_ms), meta.clone()), stored_count: None, added: Vec::new() })
+}
+
+/// Writes a bucket: a new one inserted, a stored one replaced where its count is still the
+/// one read; after losing a race, read again and retried.
+fn commit(
+    context: &ServerContext,
+    request: &CommandRequest,
+    buckets: &str,
+    layout: &BucketLayout,
+    mut open: OpenBucket,
+    write_concern_error: &mut Option<Bson>,
+) -> CommandResult<()> {
+    for attempt in 0..=MAX_BUCKET_WRITE_ATTEMPTS {
+        if attempt == MAX_BUCKET_WRITE_ATTEMPTS {
+            open = own_bucket(layout, open);
+        }
+        let document = open.bucket.to_document(layout);
+        let reply = match open.stored_count {
+            None => super::super::insert::run(context, &internal_request(request, doc! { "insert": buckets, "documents": [document] }))?,
+            Some(count) => {
+                let count = i32::try_from(count).expect("a bucket holds at most 1000 measurements");
+                let statement = doc! { "q": { "_id": open.bucket.id(), "control.count": count }, "u": document };
+                super::super::update::run(context, &internal_request(request, doc! { "update": buckets, "updates": [statement] }))?
+            }
+        };
+        if let Some(error) = reply.get("writeConcernError") {
+            write_concern_error.get_or_insert_with(|| error.clone());
+        }
+        if let Some(error) = first_write_error(&reply) {
+            return Err(error);
+        }
+        if reply.get("n").and_then(crate::request::integer_value) == Some(1) {
+            return Ok(());
+        }
+        if open.stored_count.is_none() {
+            return Err(CommandError::new(WRITE_CONFLICT, format!("A new bucket of {}.{buckets} was not inserted", request.db)));
+        }
+        open = reopen(context, request, buckets, layout, open)?;
+    }
+    unreachable!("the last attempt inserts a bucket of its own, which answers one way or the other")
+}
+
+/// After a lost race: the bucket as stored now with this command's measurements added, or,
+/// when they no longer fit (or it is gone), a new bucket of them.
+fn reopen(context: &ServerContext, request: &CommandRequest, buckets: &str, layout: &BucketLayout, open: OpenBucket) -> CommandResult<OpenBucket> {
+    let collection = context.backend.collection(&request.db, buckets)?;
+    let stored = match &collection {
+        Some(collection) => context.backend.find_by_id(collection, &Bson::ObjectId(open.bucket.id()))?,
+        None => None,
+    };
+    if let Some((_, raw)) = stored {
+        let mut bucket = Bucket::from_document(layout, &crate::execution::to_document(&raw)?)?;
+        let stored_count = bucket.count();
+        if push_all(layout, &mut bucket, &open.added) {
+            return Ok(OpenBucket { bucket, stored_count: Some(stored_count), added: open.added });
+        }
+    }
+    Ok(own_bucket(layout, open))
+}
+
+/// A new bucket holding only this command's measurements.
+fn own_bucket(layout: &BucketLayout, open: OpenBucket) -> OpenBucket {
+    let first_ms = open.added.iter().filter_map(|document| time_of(layout, document)).min().unwrap_or(open.bucket.start_ms());
+    let mut bucket = Bucket::new(layout, layout.bucket_start_ms(first_ms), open.bucket.meta().cloned());
+    let fits = push_all(layout, &mut bucket, &open.added);
+    assert!(fits, "measurements that fit one bucket fit a new bucket starting at the first of them");
+    OpenBucket { bucket, stored_count: None, added: open.added }
+}
+
+/// Adds every measurement when all fit, else adds none and answers false.
+fn push_all(layout: &BucketLayout, bucket: &mut Bucket, measurements: &[Document]) -> bool {
+    let mut grown = bucket.clone();
+    for measurement in measurements {
+        let size_bytes = measurement_size_bytes(measurement);
+        let Some(time_ms) = time_of(layout, measurement) else { return false };
+        if !grown.accepts(layout, time_ms, size_bytes) {
+            return false;
+        }
+        grown.push(layout, measurement);
+    }
+    *bucket = grown;
+    true
+}
+
+fn time_of(layout: &BucketLayout, measurement: &Document) -> Option<i64> {
+    match measurement.get(&layout.time_field) {
+        Some(Bson::DateTime(time)) => Some(time.timestamp_millis()),
+        _ => None,
+    }
+}
+
+/// The first write error of an internal write's reply, as a command error.
+pub(super) fn first_write_error(reply: &Document) -> Option<CommandError> {
+    let Ok(errors) = reply.get_array("writeErrors") else { return None };
+    let Some(Bson::Document(error)) = errors.first() else { return None };
+    let code = error.get("code").and_then(crate::request::integer_value).unwrap_or(1);
+    let message = error.get_str("errmsg").unwrap_or("bucket write failed");
+    Some(CommandError::new(ErrorCode::new(i32::try_from(code).unwrap_or(1)), message))
+}
