@@ -14,6 +14,7 @@ pub mod many_collections;
 pub mod ops;
 pub mod replication;
 pub mod routing;
+pub mod timeseries;
 pub mod transactions;
 pub mod writes;
 mod server;

@@ -52,6 +52,9 @@ enum BenchCommand {
     /// while 4 and 16 clients run full scans, as ratios to an idle server's in the same run,
     /// and the throughput the heavy clients keep.
     Isolation(myriad_bench::isolation::IsolationArgs),
+    /// A time-series collection against the same measurements in a normal collection: bytes
+    /// per measurement on disk and a time-range aggregation's median, as ratios.
+    Timeseries(myriad_bench::timeseries::TimeseriesArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         BenchCommand::Replication(arguments) => myriad_bench::replication::run(&arguments),
         BenchCommand::Transactions(arguments) => myriad_bench::transactions::run(&arguments),
         BenchCommand::Isolation(arguments) => myriad_bench::isolation::run(&arguments),
+        BenchCommand::Timeseries(arguments) => myriad_bench::timeseries::run(&arguments),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -107,7 +107,6 @@ impl Bucket {
     /// Appends a measurement (without its meta field; its time field a date).
     pub fn push(&mut self, layout: &BucketLayout, measurement: &Document) {
         let index = self.count;
-        let key_bytes = index.to_string().len() + 2;
         for (field, value) in measurement {
             if layout.meta_field.as_deref() == Some(field.as_str()) {
                 continue;
@@ -120,7 +119,7 @@ impl Bucket {
                 }
             };
             column.resize(index, None);
-            self.data_size_bytes += key_bytes + value_size_bytes(value);
+            self.data_size_bytes += entry_size_bytes(index, value);
             column.push(Some(value.clone()));
         }
         self.count += 1;
@@ -169,6 +168,27 @@ impl Bucket {
         kept
     }
 
+    /// The measurement at `index`, its values moved out (unpacking visits each index once;
+    /// the bucket is not read again after).
+    pub fn take_measurement(&mut self, layout: &BucketLayout, index: usize) -> Document {
+        let mut document = Document::new();
+        let mut columns = self.columns.iter_mut();
+        if let Some((name, values)) = columns.next() {
+            if let Some(time) = values.get_mut(index).and_then(Option::take) {
+                document.insert(name.clone(), time);
+            }
+        }
+        if let (Some(field), Some(meta)) = (&layout.meta_field, &self.meta) {
+            document.insert(field.clone(), meta.clone());
+        }
+        for (name, values) in columns {
+            if let Some(value) = values.get_mut(index).and_then(Option::take) {
+                document.insert(name.clone(), value);
+            }
+        }
+        document
+    }
+
     /// The stored document.
     pub fn to_document(&self, layout: &BucketLayout) -> Document {
         let mut min = Document::new();
@@ -211,7 +231,7 @@ impl Bucket {
     }
 
     /// Reads a stored bucket back, checking the layout's invariants.
-    pub fn from_document(layout: &BucketLayout, document: &Document) -> QueryResult<Bucket> {
+    pub fn from_document(layout: &BucketLayout, mut document: Document) -> QueryResult<Bucket> {
         let invalid = |what: &str| QueryError::Location(INVALID_BUCKET, format!("Time-series bucket {what}"));
         let id = match document.get("_id") {
             Some(Bson::ObjectId(id)) => *id,
@@ -222,8 +242,9 @@ impl Bucket {
             Some(Bson::DateTime(start)) => start.timestamp_millis(),
             _ => return Err(invalid(&format!("has no date at control.min.{}", layout.time_field))),
         };
-        let Some(Bson::Document(data)) = document.get("data") else { return Err(invalid("has no data document")) };
-        let Some(Bson::Document(times)) = data.get(&layout.time_field) else {
+        let meta = document.remove("meta");
+        let Some(Bson::Document(mut data)) = document.remove("data") else { return Err(invalid("has no data document")) };
+        let Some(Bson::Document(times)) = data.remove(&layout.time_field) else {
             return Err(invalid(&format!("has no data.{} column", layout.time_field)));
         };
         let count = times.len();
@@ -236,28 +257,25 @@ impl Bucket {
         }
         let mut data_size_bytes = 0;
         for (name, column) in data {
-            if *name == layout.time_field {
-                continue;
-            }
             let Bson::Document(column) = column else { return Err(invalid(&format!("column {name} is not a document"))) };
             let values = decode_column(column, count).ok_or_else(|| invalid(&format!("column {name} is malformed")))?;
-            data_size_bytes += bson::to_vec(column).map_or(0, |bytes| bytes.len());
-            columns.push((name.clone(), values));
+            data_size_bytes += values.iter().enumerate().filter_map(|(index, value)| Some(entry_size_bytes(index, value.as_ref()?))).sum::<usize>();
+            columns.push((name, values));
         }
-        Ok(Bucket { id, start_ms, meta: document.get("meta").cloned(), columns, count, data_size_bytes })
+        Ok(Bucket { id, start_ms, meta, columns, count, data_size_bytes })
     }
 }
 
 /// A column's values by index: keys "0" to "count-1", increasing, each at most once.
-fn decode_column(column: &Document, count: usize) -> Option<Vec<Option<Bson>>> {
+fn decode_column(column: Document, count: usize) -> Option<Vec<Option<Bson>>> {
     let mut values = vec![None; count];
     let mut next_allowed = 0usize;
     for (key, value) in column {
         let index: usize = key.parse().ok()?;
-        if index < next_allowed || index >= count || key != &index.to_string() {
+        if index < next_allowed || index >= count || key != index.to_string() {
             return None;
         }
-        values[index] = Some(value.clone());
+        values[index] = Some(value);
         next_allowed = index + 1;
     }
     Some(values)
@@ -275,6 +293,12 @@ fn bucket_id(start_ms: i64) -> ObjectId {
 /// What a measurement adds to a bucket's data, approximately (its values and their keys).
 pub fn measurement_size_bytes(measurement: &Document) -> usize {
     measurement.iter().map(|(field, value)| field.len() + 6 + value_size_bytes(value)).sum()
+}
+
+/// What one column entry takes in a bucket: its key ("<index>" and its terminator), its type
+/// byte and its value.
+fn entry_size_bytes(index: usize, value: &Bson) -> usize {
+    index.to_string().len() + 2 + value_size_bytes(value)
 }
 
 /// A value's BSON size (type byte and key excluded).
@@ -362,7 +386,9 @@ fn collect_bucket_conditions(filter: &Document, layout: &BucketLayout, condition
 
 /// Bounds on a bucket's time range from a condition on the time field: a measurement at or
 /// after `t` lives in a bucket whose max is at or after `t`, one before `t` in a bucket whose
-/// (rounded-down) min is before `t`.
+/// (rounded-down) min is before `t`. The same bounds on `_id`, whose time part is the bucket's
+/// start (in `(t - span, t]` for a measurement at `t`), let the planner scan the buckets by
+/// their `_id` index when no other index fits, as MongoDB's clustered buckets are scanned.
 fn time_conditions(condition: &Bson, layout: &BucketLayout, conditions: &mut Vec<Document>) {
     let min = format!("control.min.{}", layout.time_field);
     let max = format!("control.max.{}", layout.time_field);
@@ -373,27 +399,46 @@ fn time_conditions(condition: &Bson, layout: &BucketLayout, conditions: &mut Vec
         }
         _ => return,
     };
+    let span_ms = layout.max_span_seconds.saturating_mul(1000);
     for (operator, operand) in operators {
-        if !matches!(operand, Bson::DateTime(_)) {
-            continue;
-        }
-        let (path, bound) = match operator {
-            "$gt" => (&max, "$gt"),
-            "$gte" => (&max, "$gte"),
-            "$lt" => (&min, "$lt"),
-            "$lte" => (&min, "$lte"),
-            "$eq" => {
-                conditions.push(bson::doc! { min.clone(): { "$lte": operand.clone() } });
-                (&max, "$gte")
-            }
+        let Bson::DateTime(time) = operand else { continue };
+        let time_ms = time.timestamp_millis();
+        let (lower, upper) = match operator {
+            "$gt" | "$gte" => (true, false),
+            "$lt" | "$lte" => (false, true),
+            "$eq" => (true, true),
             _ => continue,
         };
-        let mut bound_document = Document::new();
-        bound_document.insert(bound, operand.clone());
-        let mut condition = Document::new();
-        condition.insert(path.clone(), bound_document);
-        conditions.push(condition);
+        if lower {
+            conditions.push(bound(&max, if operator == "$gt" { "$gt" } else { "$gte" }, operand.clone()));
+            if let Some(id) = id_at_seconds(time_ms.saturating_sub(span_ms).div_euclid(1000), 0x00) {
+                conditions.push(bound("_id", "$gte", Bson::ObjectId(id)));
+            }
+        }
+        if upper {
+            conditions.push(bound(&min, if operator == "$lt" { "$lt" } else { "$lte" }, operand.clone()));
+            if let Some(id) = id_at_seconds(time_ms.div_euclid(1000), 0xff) {
+                conditions.push(bound("_id", "$lte", Bson::ObjectId(id)));
+            }
+        }
     }
+}
+
+fn bound(path: &str, operator: &str, value: Bson) -> Document {
+    let mut comparison = Document::new();
+    comparison.insert(operator, value);
+    let mut condition = Document::new();
+    condition.insert(path, comparison);
+    condition
+}
+
+/// The ObjectId with time part `seconds` and every other byte `fill`; None when `seconds` is
+/// outside what the 4 bytes hold (bucket ids clamp there, so no bound is safe).
+fn id_at_seconds(seconds: i64, fill: u8) -> Option<ObjectId> {
+    let seconds = u32::try_from(seconds).ok().filter(|seconds| *seconds > 0 && *seconds < u32::MAX)?;
+    let mut bytes = [fill; 12];
+    bytes[..4].copy_from_slice(&seconds.to_be_bytes());
+    Some(ObjectId::from_bytes(bytes))
 }
 
 #[cfg(test)]

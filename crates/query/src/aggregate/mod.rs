@@ -437,7 +437,7 @@ impl FanOut {
     fn start(&self, document: Document) -> QueryResult<FanOutState> {
         Ok(match self {
             FanOut::Unwind(unwind) => FanOutState::Unwind(unwind.start(document)),
-            FanOut::UnpackBucket(unpack) => FanOutState::Unpack(unpack.start(&document)?),
+            FanOut::UnpackBucket(unpack) => FanOutState::Unpack(unpack.start(document)?),
         })
     }
 

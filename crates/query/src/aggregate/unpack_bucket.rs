@@ -48,7 +48,7 @@ impl UnpackBucket {
         Ok(UnpackBucket { layout: BucketLayout { time_field, meta_field, max_span_seconds, rounding_seconds: max_span_seconds } })
     }
 
-    pub(crate) fn start(&self, bucket: &Document) -> QueryResult<Unpacking> {
+    pub(crate) fn start(&self, bucket: Document) -> QueryResult<Unpacking> {
         Ok(Unpacking { bucket: Bucket::from_document(&self.layout, bucket)?, next: 0 })
     }
 
@@ -56,7 +56,7 @@ impl UnpackBucket {
         if unpacking.next >= unpacking.bucket.count() {
             return None;
         }
-        let measurement = unpacking.bucket.measurement(&self.layout, unpacking.next);
+        let measurement = unpacking.bucket.take_measurement(&self.layout, unpacking.next);
         unpacking.next += 1;
         Some(measurement)
     }

@@ -27,11 +27,12 @@ fn a_bucket_reads_back_the_measurements_it_was_given() {
     assert_eq!(stored.get_document("control").unwrap().get_document("min").unwrap().get("t"), Some(&at(60_000)));
     assert_eq!(stored.get_document("control").unwrap().get_document("max").unwrap().get("t"), Some(&at(90_000)));
     assert_eq!(stored.get_document("data").unwrap().get_document("y").unwrap(), &doc! { "1": "only here" });
-    let read = Bucket::from_document(&layout, &stored).unwrap();
+    let read = Bucket::from_document(&layout, stored).unwrap();
     assert_eq!(read.count(), 3);
+    let mut taken = read.clone();
     for (index, measurement) in measurements.iter().enumerate() {
-        let back = read.measurement(&layout, index);
-        assert_eq!(&back, measurement, "measurement {index}");
+        assert_eq!(&read.measurement(&layout, index), measurement, "measurement {index}");
+        assert_eq!(&taken.take_measurement(&layout, index), measurement, "measurement {index}");
     }
 }
 
@@ -59,22 +60,29 @@ fn malformed_stored_buckets_are_errors() {
         doc! { "_id": id, "control": { "min": { "t": at(0) } }, "data": { "t": { "0": at(0) }, "x": { "3": 1 } } },
     ];
     for case in cases {
-        assert!(Bucket::from_document(&layout, &case).is_err(), "{case}");
+        assert!(Bucket::from_document(&layout, case.clone()).is_err(), "{case}");
     }
 }
 
 #[test]
 fn filters_on_time_and_meta_become_bucket_bounds() {
     let layout = layout(Some("m"));
-    let filter = doc! { "t": { "$gte": at(10), "$lt": at(20) }, "m.site": "x", "value": { "$gt": 3 } };
+    let day_ms = 86_400_000;
+    let filter = doc! { "t": { "$gte": at(day_ms), "$lt": at(2 * day_ms) }, "m.site": "x", "value": { "$gt": 3 } };
+    let lowest = bson::oid::ObjectId::from_bytes([0, 1, 0x43, 0x70, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let highest = bson::oid::ObjectId::from_bytes([0, 2, 0xa3, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
     assert_eq!(
         bucket_filter(&filter, &layout),
         doc! { "$and": [
-            { "control.max.t": { "$gte": at(10) } },
-            { "control.min.t": { "$lt": at(20) } },
+            { "control.max.t": { "$gte": at(day_ms) } },
+            { "_id": { "$gte": lowest } },
+            { "control.min.t": { "$lt": at(2 * day_ms) } },
+            { "_id": { "$lte": highest } },
             { "meta.site": "x" },
         ] }
     );
+    // Before 1970 plus one span, no bound on `_id` is safe (bucket ids clamp at 0).
+    assert_eq!(bucket_filter(&doc! { "t": { "$gt": at(10) } }, &layout), doc! { "control.max.t": { "$gt": at(10) } });
     assert_eq!(bucket_filter(&doc! { "value": 1, "t": 5 }, &layout), Document::new());
     assert_eq!(bucket_filter(&doc! { "mx": 1 }, &layout), Document::new());
     assert_eq!(bucket_filter(&doc! { "m": { "$in": [1, 2] } }, &layout), doc! { "meta": { "$in": [1, 2] } });

@@ -36,7 +36,7 @@ pub fn create(context: &ServerContext, request: &CommandRequest, name: &str, opt
         return Err(CommandError::new(NAMESPACE_EXISTS, format!("Collection {}.{name} already exists.", request.db)));
     }
     let buckets = Timeseries::buckets_name(name);
-    let bucket_options = doc! { "timeseries": timeseries.options.clone() };
+    let bucket_options = bucket_options(&timeseries, options);
     match context.backend.collection(&request.db, &buckets)? {
         Some(existing) if existing.options()? != bucket_options => {
             return Err(CommandError::new(NAMESPACE_EXISTS, format!("Collection {}.{buckets} already exists.", request.db)));
@@ -57,6 +57,13 @@ pub fn create(context: &ServerContext, request: &CommandRequest, name: &str, opt
             if same { Ok(doc! { "ok": 1.0 }) } else { Err(error) }
         }
     }
+}
+
+/// The buckets collection's options: the settings, and the given storage engine options or
+/// else zstd block compression (the bytes of a bucket's columns compress well together).
+fn bucket_options(timeseries: &Timeseries, given: &Document) -> Document {
+    let storage_engine = given.get("storageEngine").cloned().unwrap_or_else(|| doc! { "wiredTiger": { "configString": "block_compressor=zstd" } }.into());
+    doc! { "timeseries": timeseries.options.clone(), "storageEngine": storage_engine }
 }
 
 fn default_bucket_indexes(timeseries: &Timeseries) -> Vec<Document> {

@@ -63,7 +63,7 @@ fn delete_statement(context: &ServerContext, request: &CommandRequest, name: &st
         let finished = batch.len() < BUCKET_BATCH;
         for raw in batch {
             crate::operation::check_interrupt()?;
-            let bucket = Bucket::from_document(layout, &crate::execution::to_document(&raw)?)?;
+            let bucket = Bucket::from_document(layout, crate::execution::to_document(&raw)?)?;
             deleted += delete_from_bucket(context, request, &buckets, &collection, layout, &filter, bucket)?;
         }
         if finished || execution.is_exhausted() {
@@ -110,7 +110,7 @@ fn delete_from_bucket(
             return Ok(removed as i64);
         }
         let Some((_, raw)) = context.backend.find_by_id(collection, &Bson::ObjectId(bucket.id()))? else { return Ok(0) };
-        bucket = Bucket::from_document(layout, &crate::execution::to_document(&raw)?)?;
+        bucket = Bucket::from_document(layout, crate::execution::to_document(&raw)?)?;
     }
     Err(CommandError::new(WRITE_CONFLICT, format!("Could not rewrite a bucket of {}.{buckets} after {MAX_BUCKET_ATTEMPTS} attempts", request.db)))
 }

@@ -177,7 +177,7 @@ fn find_open_bucket(
     spec.limit = Some(CANDIDATE_BUCKETS as u64);
     let mut execution = Execution::new(context.backend.as_ref(), collection, spec)?;
     for raw in execution.next_batch(context.backend.as_ref(), CANDIDATE_BUCKETS)? {
-        let bucket = Bucket::from_document(layout, &crate::execution::to_document(&raw)?)?;
+        let bucket = Bucket::from_document(layout, crate::execution::to_document(&raw)?)?;
         if bucket.meta() == meta.as_ref() && bucket.accepts(layout, time_ms, size_bytes) {
             return Ok(OpenBucket { stored_count: Some(bucket.count()), bucket, added: Vec::new() });
         }
@@ -234,7 +234,7 @@ fn reopen(context: &ServerContext, request: &CommandRequest, buckets: &str, layo
         None => None,
     };
     if let Some((_, raw)) = stored {
-        let mut bucket = Bucket::from_document(layout, &crate::execution::to_document(&raw)?)?;
+        let mut bucket = Bucket::from_document(layout, crate::execution::to_document(&raw)?)?;
         let stored_count = bucket.count();
         if push_all(layout, &mut bucket, &open.added) {
             return Ok(OpenBucket { bucket, stored_count: Some(stored_count), added: open.added });
