@@ -266,3 +266,28 @@ def test_expire_after_seconds_removes_buckets_whose_measurements_all_expired(ttl
         assert db.list_collections(filter={"name": "events"}).next()["options"]["expireAfterSeconds"] == 3600
         wait_until(lambda: db.events.count_documents({}) == 5, "expired buckets removed", timeout=60)
         assert {document["old"] for document in db.events.find()} == {False}
+
+
+def test_other_pipelines_read_the_measurements_and_writes_of_documents_are_refused(db):
+    weather = fresh(db)
+    weather.insert_many([{"t": START + datetime.timedelta(minutes=number), "m": {"sensor": number % 3}, "v": number} for number in range(30)])
+    db.drop_collection("sensors")
+    db.sensors.insert_many([{"_id": sensor} for sensor in range(3)])
+    joined = list(
+        db.sensors.aggregate([
+            {"$lookup": {"from": "weather", "localField": "_id", "foreignField": "m.sensor", "as": "readings"}},
+            {"$project": {"count": {"$size": "$readings"}}},
+            {"$sort": {"_id": 1}},
+        ])
+    )
+    assert [row["count"] for row in joined] == [10, 10, 10]
+    united = list(db.sensors.aggregate([{"$unionWith": {"coll": "weather", "pipeline": [{"$match": {"v": {"$lt": 5}}}]}}]))
+    assert len(united) == 3 + 5
+    for stage in ({"$out": "weather"}, {"$merge": {"into": "weather"}}):
+        with pytest.raises(OperationFailure) as refused:
+            list(db.sensors.aggregate([stage]))
+        assert refused.value.code == 166
+    with pytest.raises(OperationFailure) as refused:
+        db.client.admin.command("bulkWrite", 1, ops=[{"insert": 0, "document": {"t": START}}], nsInfo=[{"ns": db.name + ".weather"}])
+    assert refused.value.code == 166
+    assert weather.count_documents({}) == 30

@@ -58,6 +58,31 @@ impl BackendForeignSource {
     }
 }
 
+/// `$out` and `$merge` write documents, not measurements: a time-series target is refused
+/// (mongod's $out takes a `timeseries` spec for that, not built here).
+fn refuse_timeseries_target(existing: Option<&CollectionHandle>, stage: &str) -> QueryResult<()> {
+    match existing {
+        Some(collection) if crate::timeseries::of_collection(collection).is_some() => Err(QueryError::Location(
+            166,
+            format!("Namespace {} is a time-series collection; {stage} into it is not supported", collection.namespace()),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A time-series collection's measurements, read by another pipeline.
+struct MeasurementReader {
+    backend: Arc<dyn Backend>,
+    stream: crate::timeseries::MeasurementStream,
+}
+
+impl DocumentStream for MeasurementReader {
+    fn next_document(&mut self) -> QueryResult<Option<Document>> {
+        check_interrupt().map_err(query_error)?;
+        self.stream.next_measurement(self.backend.as_ref()).map_err(query_error)
+    }
+}
+
 /// A query over another collection, a document at a time.
 struct ExecutionStream {
     backend: Arc<dyn Backend>,
@@ -93,6 +118,18 @@ impl ForeignSource for BackendForeignSource {
     fn read(&self, namespace: &Namespace, filter: &Document) -> QueryResult<Box<dyn DocumentStream>> {
         check_interrupt().map_err(query_error)?;
         let collection = self.backend.collection(self.database(namespace), &namespace.collection).map_err(|error| query_error(error.into()))?;
+        if let Some(timeseries) = collection.as_ref().and_then(crate::timeseries::of_collection) {
+            let stream = crate::timeseries::MeasurementStream::open(
+                self.backend.as_ref(),
+                self.database(namespace),
+                &namespace.collection,
+                &timeseries,
+                filter,
+                self.collation.clone(),
+            )
+            .map_err(query_error)?;
+            return Ok(Box::new(MeasurementReader { backend: self.backend.clone(), stream }));
+        }
         let execution = match collection {
             Some(collection) => {
                 let mut spec = query_spec(filter)?;
@@ -111,6 +148,7 @@ impl ForeignSource for BackendForeignSource {
     fn begin_out(&self, target: &Namespace) -> QueryResult<Box<dyn OutWriter>> {
         let db = self.database(target).to_string();
         let existing = self.backend.collection(&db, &target.collection).map_err(|error| query_error(error.into()))?;
+        refuse_timeseries_target(existing.as_ref(), "$out")?;
         if let Some(existing) = &existing {
             if existing.capped_bounds().is_some() {
                 return Err(QueryError::Location(17152, format!("namespace '{db}.{}' is capped so it can't be used for $out", target.collection)));
@@ -139,6 +177,8 @@ impl ForeignSource for BackendForeignSource {
     }
 
     fn check_merge_target(&self, target: &Namespace, on: &[String]) -> QueryResult<()> {
+        let existing = self.backend.collection(self.database(target), &target.collection).map_err(|error| query_error(error.into()))?;
+        refuse_timeseries_target(existing.as_ref(), "$merge")?;
         if on == ["_id"] {
             return Ok(());
         }

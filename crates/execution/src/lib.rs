@@ -52,6 +52,7 @@ pub mod session;
 pub mod snapshot_read;
 pub mod stages;
 pub mod system_databases;
+pub mod timeseries;
 pub mod topology;
 pub mod transaction_statements;
 pub mod transactions;

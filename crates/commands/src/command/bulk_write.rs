@@ -39,6 +39,14 @@ const EXCEEDED_MEMORY_LIMIT: ErrorCode = ErrorCode::new(146);
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Reply> {
     let bulk = parse::parse(request)?;
+    for namespace in &bulk.namespaces {
+        if super::timeseries::resolve(context, &namespace.db, &namespace.collection)?.is_some() {
+            return Err(CommandError::new(
+                crate::error::ErrorCode::new(166),
+                format!("Namespace {}.{} is a time-series collection; bulkWrite into it is not supported, insert measurements with insert", namespace.db, namespace.collection),
+            ));
+        }
+    }
     let durability = crate::write::durability(request)?;
     let mut results = Results::new(bulk.errors_only);
     let retry = crate::retryable::begin(context, request, bulk.operations.len())?;

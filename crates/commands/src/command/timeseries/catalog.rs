@@ -13,7 +13,9 @@ use bson::{doc, Bson, Document};
 use myriad_query::timeseries::BucketLayout;
 use myriad_storage::CollectionHandle;
 
-use super::{internal_request, parse_create_options, stored_options, Timeseries};
+use myriad_execution::timeseries::{parse_create_options, stored_options};
+
+use super::{internal_request, Timeseries};
 use crate::error::{CommandError, CommandResult, CANNOT_CREATE_INDEX, INVALID_OPTIONS, NAMESPACE_EXISTS, NAMESPACE_NOT_FOUND};
 use crate::{CommandRequest, ServerContext};
 
