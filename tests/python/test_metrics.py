@@ -61,6 +61,12 @@ def test_a_node_serves_its_server_status_as_prometheus_metrics():
         finds = ('myriad_metrics_commands_total', '{command="find"}')
         assert after[finds] - before.get(finds, 0) == 3
         assert after[("myriad_op_latencies_ops", '{kind="reads"}')] >= 3
+        # The latency histograms: cumulative buckets ending at +Inf, which counts every read.
+        reads = {labels: value for (name, labels), value in after.items() if name == "myriad_op_latencies_microseconds_bucket" and 'kind="reads"' in labels}
+        infinite = [value for labels, value in reads.items() if 'le="+Inf"' in labels]
+        assert infinite == [after[("myriad_op_latencies_microseconds_count", '{kind="reads"}')]] and infinite[0] >= 3
+        ordered = sorted((float(re.search(r'le="([^"]+)"', labels).group(1).replace("+Inf", "inf")), value) for labels, value in reads.items())
+        assert [value for _, value in ordered] == sorted(value for _, value in ordered), ordered
         assert after[("myriad_uptime", "")] >= 0
         # RocksDB's cache and compaction figures (serverStatus' `myriad` section).
         assert after[("myriad_myriad_blockCache_capacityBytes", "")] == 64 * 1024 * 1024

@@ -75,6 +75,13 @@ fn bucket_lower_bound(index: usize) -> u64 {
     bounds.nth(index).unwrap_or(u64::MAX)
 }
 
+/// The exclusive upper bound, in µs, of the bucket whose lower bound (`micros`) is `lower`;
+/// None for the last, open-ended bucket or a bound that starts no bucket.
+pub fn bucket_upper_bound_micros(lower: u64) -> Option<u64> {
+    let index = (0..BUCKETS).find(|index| bucket_lower_bound(*index) == lower)?;
+    (index + 1 < BUCKETS).then(|| bucket_lower_bound(index + 1))
+}
+
 struct KindLatencies {
     latency_micros: AtomicU64,
     operations: AtomicU64,

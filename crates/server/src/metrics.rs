@@ -10,7 +10,11 @@
 //!   `myriad_opcounters_insert`, `myriad_myriad_blockCache_usageBytes`);
 //! - the per-command counters `metrics.commands.<name>.{total,failed}` are one family with a
 //!   `command` label (`myriad_metrics_commands_total{command="find"}`), and `opLatencies`'
-//!   `{reads,writes,commands,transactions}.{latency,ops}` one family with a `kind` label.
+//!   `{reads,writes,commands,transactions}.{latency,ops}` one family with a `kind` label;
+//! - `opLatencies`' histograms (serverStatus with `opLatencies: {histograms: true}`) one
+//!   Prometheus histogram, `myriad_op_latencies_microseconds{kind}`: mongod's buckets, each
+//!   bucket's `le` the next one's lower bound (the last `+Inf`), counts cumulated, `_sum` the
+//!   kind's total latency and `_count` its operations.
 //!
 //! Bounds: the walk descends at most [`MAX_DEPTH`] documents deep and skips arrays; a scrape
 //! is one serverStatus (bounded by that command's own limits). The listener binds only the
@@ -67,7 +71,8 @@ async fn respond<B>(context: &Arc<ServerContext>, service: &dyn Service, request
     if request.method() != hyper::Method::GET || request.uri().path() != "/metrics" {
         return plain(StatusCode::NOT_FOUND, "only GET /metrics is served here\n".into());
     }
-    let status = match CommandRequest::new("admin".into(), doc! { "serverStatus": 1 }, ConnectionInfo::internal(SCRAPE_CONNECTION_ID)) {
+    let scrape = doc! { "serverStatus": 1, "opLatencies": { "histograms": true } };
+    let status = match CommandRequest::new("admin".into(), scrape, ConnectionInfo::internal(SCRAPE_CONNECTION_ID)) {
         Ok(command) => service.run(context, command).await.into_document(),
         Err(error) => return plain(StatusCode::INTERNAL_SERVER_ERROR, format!("{}\n", error.message)),
     };
@@ -122,9 +127,62 @@ pub fn render(status: &Document) -> Result<String, std::fmt::Error> {
     registry.register("metrics_commands_failed", "serverStatus metrics.commands.<command>.failed", commands_failed);
     registry.register("op_latencies_latency_microseconds", "serverStatus opLatencies.<kind>.latency", latency);
     registry.register("op_latencies_ops", "serverStatus opLatencies.<kind>.ops", operations);
+    if let Ok(latencies) = status.get_document("opLatencies") {
+        registry.register("op_latencies_microseconds", "serverStatus opLatencies.<kind>.histogram", LatencyHistograms::of(latencies));
+    }
     let mut text = String::new();
     encode(&mut text, &registry)?;
     Ok(text)
+}
+
+/// opLatencies' histograms, one per kind, as Prometheus histograms with a `kind` label.
+#[derive(Debug)]
+struct LatencyHistograms {
+    /// Per kind: its name, total latency (µs), operations, and (upper bound, count) buckets.
+    kinds: Vec<(String, f64, u64, Vec<(f64, u64)>)>,
+}
+
+impl LatencyHistograms {
+    fn of(latencies: &Document) -> LatencyHistograms {
+        let number = |value: Option<&Bson>| match value {
+            Some(Bson::Int64(number)) => u64::try_from(*number).unwrap_or(0),
+            Some(Bson::Int32(number)) => u64::try_from(*number).unwrap_or(0),
+            _ => 0,
+        };
+        let mut kinds = Vec::new();
+        for (kind, figures) in latencies {
+            let Bson::Document(figures) = figures else { continue };
+            let Ok(histogram) = figures.get_array("histogram") else { continue };
+            let mut buckets: Vec<(f64, u64)> = histogram
+                .iter()
+                .filter_map(Bson::as_document)
+                .map(|bucket| {
+                    let lower = number(bucket.get("micros"));
+                    let upper = myriad_commands::latency::bucket_upper_bound_micros(lower).map_or(f64::MAX, |upper| upper as f64);
+                    (upper, number(bucket.get("count")))
+                })
+                .collect();
+            if buckets.last().is_none_or(|(upper, _)| *upper != f64::MAX) {
+                buckets.push((f64::MAX, 0));
+            }
+            kinds.push((kind.clone(), number(figures.get("latency")) as f64, number(figures.get("ops")), buckets));
+        }
+        LatencyHistograms { kinds }
+    }
+}
+
+impl prometheus_client::encoding::EncodeMetric for LatencyHistograms {
+    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (kind, sum, count, buckets) in &self.kinds {
+            let labels = vec![("kind".to_string(), kind.clone())];
+            encoder.encode_family(&labels)?.encode_histogram::<()>(*sum, *count, buckets, None)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Histogram
+    }
 }
 
 /// Collects every number under `document` (booleans as 0 or 1) with its path.
@@ -166,7 +224,7 @@ mod tests {
             "opcounters": { "insert": 5i64 },
             "storageEngine": { "persistent": true, "name": "rocksdb" },
             "metrics": { "commands": { "find": { "total": 7i64, "failed": 1i64 }, "insert": { "total": 2i64, "failed": 0i64 } } },
-            "opLatencies": { "reads": { "latency": 120i64, "ops": 4i64 } },
+            "opLatencies": { "reads": { "histogram": [ { "micros": 64i64, "count": 3i64 }, { "micros": 256i64, "count": 1i64 } ], "latency": 120i64, "ops": 4i64 } },
             "locks": [ { "ignored": 1 } ],
             "weird.name": { "a-b": 2 },
         };
@@ -181,6 +239,12 @@ mod tests {
             "myriad_metrics_commands_total{command=\"insert\"} 2.0",
             "myriad_op_latencies_latency_microseconds{kind=\"reads\"} 120.0",
             "myriad_op_latencies_ops{kind=\"reads\"} 4.0",
+            "# TYPE myriad_op_latencies_microseconds histogram",
+            "myriad_op_latencies_microseconds_sum{kind=\"reads\"} 120.0",
+            "myriad_op_latencies_microseconds_count{kind=\"reads\"} 4",
+            "myriad_op_latencies_microseconds_bucket{le=\"128.0\",kind=\"reads\"} 3",
+            "myriad_op_latencies_microseconds_bucket{le=\"512.0\",kind=\"reads\"} 4",
+            "myriad_op_latencies_microseconds_bucket{le=\"+Inf\",kind=\"reads\"} 4",
             "myriad_weird_name_a_b 2.0",
             "# EOF",
         ] {
