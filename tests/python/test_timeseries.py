@@ -113,6 +113,11 @@ def test_measurements_are_packed_into_buckets_and_read_back_as_inserted(db):
     stats = db.command("collStats", "weather")
     assert stats["timeseries"]["bucketsNs"] == db.name + ".system.buckets.weather"
     assert stats["timeseries"]["bucketCount"] == len(buckets)
+    status = db.client.admin.command("serverStatus")
+    assert status["catalogStats"]["timeseries"] >= 1
+    # The open buckets kept: one per meta value written last (11 here), within their bounds.
+    assert 11 <= status["myriad"]["timeseries"]["openBuckets"] <= 4096
+    assert 0 < status["myriad"]["timeseries"]["openBucketBytes"] <= 64 << 20
 
 
 def matches(measurement, low, high, sensor, minimum):

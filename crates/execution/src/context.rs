@@ -115,6 +115,8 @@ pub struct ServerContext {
     pub retryable_writes: crate::retryable::Checkouts,
     /// Each session's latest multi-document transaction (`transactions/`).
     pub transactions: crate::transactions::SessionTransactions,
+    /// Time-series collections' open buckets (`timeseries.rs`).
+    pub open_buckets: crate::timeseries::OpenBuckets,
 }
 
 /// The kind of process a [`ServerContext`] serves, as drivers tell them apart (a router's
@@ -190,6 +192,7 @@ impl ServerContext {
             fail_points: crate::fail_point::FailPoints::default(),
             retryable_writes: crate::retryable::Checkouts::default(),
             transactions: crate::transactions::SessionTransactions::default(),
+            open_buckets: crate::timeseries::OpenBuckets::default(),
         }
     }
 

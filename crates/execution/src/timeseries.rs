@@ -223,3 +223,142 @@ impl MeasurementStream {
         }
     }
 }
+
+/// How many open buckets [`OpenBuckets`] keeps at most.
+const MAX_OPEN_BUCKETS: usize = 4096;
+/// And how many bytes of measurements, at most.
+const MAX_OPEN_BUCKET_BYTES: usize = 64 << 20;
+
+/// Which open bucket: the buckets collection's key prefix (a dropped and recreated
+/// collection has another) and the meta value's BSON bytes.
+type OpenBucketKey = (u64, Vec<u8>);
+
+/// The bucket a writer of one collection and meta value last wrote, as written: the next
+/// insert of that meta value appends to it without reading it back. MongoDB's bucket catalog
+/// keeps its open buckets in memory the same way.
+///
+/// Invariants: an entry is used only by a writer holding its [`writer_turn`] and only while
+/// the topology counter is the one it was written under (a step-down and a later election
+/// may have let another primary change the bucket); a delete forgets the entries of the meta
+/// values it rewrites; the write itself still compares `control.count`, so an entry that is
+/// stale anyway costs a lost race, never a lost measurement. Bounded by
+/// [`MAX_OPEN_BUCKETS`] and [`MAX_OPEN_BUCKET_BYTES`]: past either, the least recently used
+/// entries go (their buckets are found on disk again when needed).
+#[derive(Default)]
+pub struct OpenBuckets {
+    entries: parking_lot::Mutex<OpenBucketEntries>,
+}
+
+#[derive(Default)]
+struct OpenBucketEntries {
+    by_key: std::collections::HashMap<OpenBucketKey, OpenBucket>,
+    bytes: usize,
+    clock: u64,
+}
+
+struct OpenBucket {
+    bucket: myriad_query::timeseries::Bucket,
+    topology: i64,
+    size_bytes: usize,
+    used: u64,
+}
+
+/// The key of a meta value (None: measurements without one).
+pub fn open_bucket_key(buckets_prefix: u64, meta: Option<&Bson>) -> OpenBucketKey {
+    let bytes = meta.map(|meta| bson::to_vec(&doc! { "": meta.clone() }).unwrap_or_default()).unwrap_or_default();
+    (buckets_prefix, bytes)
+}
+
+impl OpenBuckets {
+    /// The open bucket of `key` when it was written under `topology`; taken out (the writer
+    /// puts it back once written).
+    pub fn take(&self, key: &OpenBucketKey, topology: i64) -> Option<myriad_query::timeseries::Bucket> {
+        let mut entries = self.entries.lock();
+        let entry = entries.by_key.remove(key)?;
+        entries.bytes -= entry.size_bytes;
+        (entry.topology == topology).then_some(entry.bucket)
+    }
+
+    /// Keeps `bucket`, as just written under `topology`, for the next writer of `key`.
+    pub fn put(&self, key: OpenBucketKey, bucket: myriad_query::timeseries::Bucket, topology: i64) {
+        let size_bytes = bucket.size_bytes() + key.1.len();
+        let mut entries = self.entries.lock();
+        entries.clock += 1;
+        let used = entries.clock;
+        if let Some(replaced) = entries.by_key.insert(key, OpenBucket { bucket, topology, size_bytes, used }) {
+            entries.bytes -= replaced.size_bytes;
+        }
+        entries.bytes += size_bytes;
+        while entries.by_key.len() > MAX_OPEN_BUCKETS || entries.bytes > MAX_OPEN_BUCKET_BYTES {
+            let Some(oldest) = entries.by_key.iter().min_by_key(|(_, entry)| entry.used).map(|(key, _)| key.clone()) else { break };
+            if let Some(evicted) = entries.by_key.remove(&oldest) {
+                entries.bytes -= evicted.size_bytes;
+            }
+        }
+    }
+
+    /// Drops the open bucket of `key` (a delete rewrote or removed a bucket of it).
+    pub fn forget(&self, key: &OpenBucketKey) {
+        let mut entries = self.entries.lock();
+        if let Some(entry) = entries.by_key.remove(key) {
+            entries.bytes -= entry.size_bytes;
+        }
+    }
+
+    /// How many open buckets, and how many bytes of measurements, are kept.
+    pub fn figures(&self) -> (usize, usize) {
+        let entries = self.entries.lock();
+        (entries.by_key.len(), entries.bytes)
+    }
+}
+
+/// Writers of one collection and meta value (inserts, and deletes rewriting a bucket of it)
+/// take turns on one of these, as MongoDB's bucket catalog serialises writers of an open
+/// bucket, so they never race for one bucket and [`OpenBuckets`] stays true.
+static WRITER_STRIPES: [parking_lot::Mutex<()>; 64] = [const { parking_lot::Mutex::new(()) }; 64];
+
+/// The turn of the writers of `key`.
+pub fn writer_turn(key: &OpenBucketKey) -> parking_lot::MutexGuard<'static, ()> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut hasher);
+    WRITER_STRIPES[(hasher.finish() % WRITER_STRIPES.len() as u64) as usize].lock()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use myriad_query::timeseries::Bucket;
+
+    fn bucket(layout: &BucketLayout, measurements: usize) -> Bucket {
+        let mut bucket = Bucket::new(layout, 0, None);
+        for index in 0..measurements {
+            bucket.push(layout, &doc! { "t": bson::DateTime::from_millis(index as i64), "value": "x".repeat(100) });
+        }
+        bucket
+    }
+
+    #[test]
+    fn open_buckets_stay_within_their_bounds_and_their_topology() {
+        let layout = BucketLayout { time_field: "t".into(), meta_field: Some("m".into()), max_span_seconds: 3600, rounding_seconds: 60 };
+        let open = OpenBuckets::default();
+        let key = |meta: i32| open_bucket_key(7, Some(&Bson::Int32(meta)));
+        open.put(key(0), bucket(&layout, 3), 1);
+        assert!(open.take(&key(0), 2).is_none(), "written under another topology");
+        assert!(open.take(&key(0), 1).is_none(), "taken out by the first take, even when refused");
+        open.put(key(0), bucket(&layout, 3), 1);
+        assert_eq!(open.take(&key(0), 1).map(|bucket| bucket.count()), Some(3));
+        for meta in 0..(MAX_OPEN_BUCKETS as i32 + 10) {
+            open.put(key(meta), bucket(&layout, 1), 1);
+        }
+        assert_eq!(open.figures().0, MAX_OPEN_BUCKETS);
+        assert!(open.take(&key(0), 1).is_none(), "the least recently used went first");
+        let large = bucket(&layout, 1000);
+        for meta in 0..2000 {
+            open.put(key(meta), large.clone(), 1);
+        }
+        assert!(open.figures().1 <= MAX_OPEN_BUCKET_BYTES, "{:?}", open.figures());
+        open.forget(&key(1999));
+        assert!(open.take(&key(1999), 1).is_none());
+    }
+}

@@ -97,6 +97,11 @@ impl Bucket {
         self.count
     }
 
+    /// The measurements' bytes, approximately (what [`MAX_BUCKET_SIZE_BYTES`] bounds).
+    pub fn size_bytes(&self) -> usize {
+        self.data_size_bytes
+    }
+
     /// True when `measurement` (its time at `time_ms`, `size_bytes` of values) fits here.
     pub fn accepts(&self, layout: &BucketLayout, time_ms: i64, size_bytes: usize) -> bool {
         self.count < MAX_MEASUREMENTS_PER_BUCKET

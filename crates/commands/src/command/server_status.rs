@@ -54,12 +54,14 @@ pub const MAX_COLLECTIONS_EXAMINED_FOR_CAPPED: usize = 100_000;
 /// local), capped, clustered and time-series ones, views, and the internal collections and
 /// views. Collection counts come from the per-database counters (one read per database);
 /// only counting capped collections reads catalog entries, bounded by
-/// [`MAX_COLLECTIONS_EXAMINED_FOR_CAPPED`]. Myriad has no views, time-series or clustered
-/// collections, so those are 0.
+/// [`MAX_COLLECTIONS_EXAMINED_FOR_CAPPED`], as does telling time-series collections (counted
+/// apart, as mongod counts them; their buckets collections are internal). Myriad has no views
+/// or clustered collections, so those are 0.
 fn catalog_stats(context: &ServerContext) -> CommandResult<Document> {
     let mut user_collections = 0_i64;
     let mut internal_collections = 0_i64;
     let mut capped = 0_i64;
+    let mut timeseries = 0_i64;
     let mut examined = 0_usize;
     for database in context.backend.list_databases()? {
         if INTERNAL_DATABASES.contains(&database.name.as_str()) {
@@ -76,6 +78,11 @@ fn catalog_stats(context: &ServerContext) -> CommandResult<Document> {
                 user_collections -= 1;
                 internal_collections += 1;
             }
+            if super::timeseries::of_collection(collection).is_some() {
+                user_collections -= 1;
+                timeseries += 1;
+                continue;
+            }
             let options = collection.options()?;
             if options.get("capped").and_then(crate::request::truthy).unwrap_or(false) {
                 capped += 1;
@@ -87,7 +94,7 @@ fn catalog_stats(context: &ServerContext) -> CommandResult<Document> {
         "collections": count(user_collections),
         "capped": count(capped),
         "clustered": 0,
-        "timeseries": 0,
+        "timeseries": count(timeseries),
         "views": 0,
         "internalCollections": count(internal_collections),
         "internalViews": 0,
@@ -156,7 +163,16 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             "persistent": true,
             "backupCursorOpen": false,
         },
-        "myriad": context.backend.status(),
+        "myriad": myriad_section(context),
         "ok": 1.0,
     })
+}
+
+/// The storage engine's own figures, and the time-series open buckets kept in memory.
+fn myriad_section(context: &ServerContext) -> Document {
+    let mut section = context.backend.status();
+    let (open_buckets, open_bucket_bytes) = context.open_buckets.figures();
+    let count = |number: usize| i64::try_from(number).unwrap_or(i64::MAX);
+    section.insert("timeseries", doc! { "openBuckets": count(open_buckets), "openBucketBytes": count(open_bucket_bytes) });
+    section
 }

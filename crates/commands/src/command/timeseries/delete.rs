@@ -1,10 +1,11 @@
 //! `delete` on a time-series collection (any filter, `limit: 0`, as MongoDB 7.0 allows): the
-//! buckets the filter's bounds leave in are read in batches; a bucket whose measurements all
-//! match is deleted, one where some match is rewritten without them, each only where its
-//! `control.count` is still the one read (else it is read again), so a concurrent insert into
-//! the same bucket is never lost.
+//! buckets the filter's bounds leave in are read in batches; each is read again under the turn
+//! of its meta value's writers (so no insert into it runs meanwhile), then deleted when all
+//! its measurements match or rewritten without the matching ones, where its `control.count`
+//! is still the one read (a backstop: no writer of this process can have changed it).
 
 use bson::{doc, Bson, Document};
+use myriad_execution::timeseries::{open_bucket_key, writer_turn};
 use myriad_query::filter::Filter;
 use myriad_query::timeseries::{bucket_filter, Bucket, BucketLayout};
 
@@ -80,8 +81,15 @@ fn delete_from_bucket(
     collection: &myriad_storage::CollectionHandle,
     layout: &BucketLayout,
     filter: &Filter,
-    mut bucket: Bucket,
+    bucket: Bucket,
 ) -> CommandResult<i64> {
+    // Under the turn of the bucket's writers, read again: an insert may have grown it since
+    // the batch was read, and its open bucket (if kept) is forgotten, since this rewrites it.
+    let key = open_bucket_key(collection.prefix(), bucket.meta());
+    let _turn = writer_turn(&key);
+    context.open_buckets.forget(&key);
+    let Some((_, raw)) = context.backend.find_by_id(collection, &Bson::ObjectId(bucket.id()))? else { return Ok(0) };
+    let mut bucket = Bucket::from_document(layout, crate::execution::to_document(&raw)?)?;
     for _ in 0..MAX_BUCKET_ATTEMPTS {
         let mut kept = Vec::with_capacity(bucket.count());
         for index in 0..bucket.count() {

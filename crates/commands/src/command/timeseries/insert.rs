@@ -3,14 +3,20 @@
 //! (normalized) and, within a group, in time order, packed into buckets.
 //!
 //! A measurement goes into the newest bucket of its meta value whose span covers its time
-//! and which has room (found through the buckets' meta-and-time index), else into a new one.
-//! A bucket is written back only where its `control.count` is still the one read (compare
-//! and set); a writer that finds it changed reads it again and adds its measurements to the
-//! new version, so concurrent inserts never lose one.
+//! and which has room: the open bucket this process last wrote for that meta value
+//! ([`myriad_execution::timeseries::OpenBuckets`]), else the newest such bucket on disk
+//! (found through the buckets' meta-and-time index), else a new one. Every writer of one
+//! collection and meta value (inserts, and deletes rewriting its buckets) holds its
+//! [`writer_turn`] from reading a bucket to writing it, and a replica set has one writing
+//! primary, so a bucket is replaced by `_id` without racing anyone; one that went meanwhile
+//! (the TTL monitor removes whole buckets) is found missing (`n: 0`) and its measurements go
+//! into another.
 
 use bson::{doc, Bson, DateTime, Document};
 use myriad_query::sort::SortSpec;
+use myriad_execution::timeseries::{open_bucket_key, writer_turn};
 use myriad_query::timeseries::{measurement_size_bytes, normalize_meta, Bucket, BucketLayout};
+use myriad_storage::CollectionHandle;
 
 use super::{internal_request, Timeseries};
 use crate::bulk::{is_interruption, write_reply, WriteErrors};
@@ -20,12 +26,9 @@ use crate::plan::QuerySpec;
 use crate::request::InsertDocument;
 use crate::{CommandRequest, ServerContext};
 
-/// How many times a writer reads a bucket again after losing a race for it (to a delete, or
-/// to a writer of another process), before it puts its measurements into a bucket of their own.
+/// How many times a writer reads a bucket again after finding it gone or changed, before it
+/// puts its measurements into a bucket of their own.
 const MAX_BUCKET_WRITE_ATTEMPTS: usize = 8;
-/// Writers of one collection and meta value take turns on one of these (as MongoDB's bucket
-/// catalog serialises writers of an open bucket), so they do not race for the same bucket.
-static WRITER_STRIPES: [std::sync::Mutex<()>; 64] = [const { std::sync::Mutex::new(()) }; 64];
 /// How many of the newest candidate buckets a measurement looks at.
 const CANDIDATE_BUCKETS: usize = 4;
 
@@ -119,51 +122,46 @@ fn write_group(
     write_concern_error: &mut Option<Bson>,
 ) -> CommandResult<()> {
     let buckets = Timeseries::buckets_name(name);
-    let _turn = writer_stripe(&request.db, name, &meta).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut open: Option<OpenBucket> = None;
+    let collection = context
+        .backend
+        .collection(&request.db, &buckets)?
+        .ok_or_else(|| CommandError::new(NAMESPACE_NOT_FOUND, format!("Time-series buckets collection {}.{buckets} does not exist", request.db)))?;
+    let key = open_bucket_key(collection.prefix(), meta.as_ref());
+    let _turn = writer_turn(&key);
+    let topology = context.topology.counter();
+    let mut open: Option<OpenBucket> =
+        context.open_buckets.take(&key, topology).map(|bucket| OpenBucket { stored_count: Some(bucket.count()), bucket, added: Vec::new() });
     for measurement in measurements {
         let size_bytes = measurement_size_bytes(&measurement.document);
         if !open.as_ref().is_some_and(|open| open.bucket.accepts(layout, measurement.time_ms, size_bytes)) {
             if let Some(full) = open.take() {
-                commit(context, request, &buckets, layout, full, write_concern_error)?;
+                if !full.added.is_empty() {
+                    commit(context, request, &buckets, layout, full, write_concern_error)?;
+                }
             }
-            open = Some(find_open_bucket(context, request, &buckets, layout, &meta, measurement.time_ms, size_bytes)?);
+            open = Some(find_open_bucket(context, &collection, layout, &meta, measurement.time_ms, size_bytes)?);
         }
         let filling = open.as_mut().expect("a bucket was just opened");
         filling.bucket.push(layout, &measurement.document);
         filling.added.push(measurement.document.clone());
     }
-    match open {
-        Some(last) => commit(context, request, &buckets, layout, last, write_concern_error),
-        None => Ok(()),
+    if let Some(last) = open.filter(|last| !last.added.is_empty()) {
+        let written = commit(context, request, &buckets, layout, last, write_concern_error)?;
+        context.open_buckets.put(key, written, topology);
     }
-}
-
-fn writer_stripe(db: &str, name: &str, meta: &Option<Bson>) -> &'static std::sync::Mutex<()> {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (db, name).hash(&mut hasher);
-    if let Some(meta) = meta {
-        bson::to_vec(&doc! { "": meta.clone() }).unwrap_or_default().hash(&mut hasher);
-    }
-    &WRITER_STRIPES[(hasher.finish() % WRITER_STRIPES.len() as u64) as usize]
+    Ok(())
 }
 
 /// The newest stored bucket of this meta value that covers `time_ms` and has room, else a
 /// new bucket starting at `time_ms` rounded down.
 fn find_open_bucket(
     context: &ServerContext,
-    request: &CommandRequest,
-    buckets: &str,
+    collection: &CollectionHandle,
     layout: &BucketLayout,
     meta: &Option<Bson>,
     time_ms: i64,
     size_bytes: usize,
 ) -> CommandResult<OpenBucket> {
-    let collection = context
-        .backend
-        .collection(&request.db, buckets)?
-        .ok_or_else(|| CommandError::new(NAMESPACE_NOT_FOUND, format!("Time-series buckets collection {}.{buckets} does not exist", request.db)))?;
     let min_time = format!("control.min.{}", layout.time_field);
     let earliest_start_ms = time_ms.saturating_sub(layout.max_span_seconds.saturating_mul(1000));
     let mut filter = doc! { min_time.clone(): { "$lte": DateTime::from_millis(time_ms), "$gt": DateTime::from_millis(earliest_start_ms) } };
@@ -175,7 +173,7 @@ fn find_open_bucket(
     let mut spec = QuerySpec::for_filter(filter)?;
     spec.sort = Some(SortSpec::parse(&doc! { min_time: -1 })?);
     spec.limit = Some(CANDIDATE_BUCKETS as u64);
-    let mut execution = Execution::new(context.backend.as_ref(), collection, spec)?;
+    let mut execution = Execution::new(context.backend.as_ref(), collection.clone(), spec)?;
     for raw in execution.next_batch(context.backend.as_ref(), CANDIDATE_BUCKETS)? {
         let bucket = Bucket::from_document(layout, crate::execution::to_document(&raw)?)?;
         if bucket.meta() == meta.as_ref() && bucket.accepts(layout, time_ms, size_bytes) {
@@ -185,8 +183,9 @@ fn find_open_bucket(
     Ok(OpenBucket { bucket: Bucket::new(layout, layout.bucket_start_ms(time_ms), meta.clone()), stored_count: None, added: Vec::new() })
 }
 
-/// Writes a bucket: a new one inserted, a stored one replaced where its count is still the
-/// one read; after losing a race, read again and retried.
+/// Writes a bucket: a new one inserted, a stored one replaced by `_id`; when the stored one
+/// has gone, the measurements added are written again into what [`reopen`] finds. The bucket
+/// as written.
 fn commit(
     context: &ServerContext,
     request: &CommandRequest,
@@ -194,7 +193,7 @@ fn commit(
     layout: &BucketLayout,
     mut open: OpenBucket,
     write_concern_error: &mut Option<Bson>,
-) -> CommandResult<()> {
+) -> CommandResult<Bucket> {
     for attempt in 0..=MAX_BUCKET_WRITE_ATTEMPTS {
         if attempt == MAX_BUCKET_WRITE_ATTEMPTS {
             open = own_bucket(layout, open);
@@ -202,9 +201,8 @@ fn commit(
         let document = open.bucket.to_document(layout);
         let reply = match open.stored_count {
             None => super::super::insert::run(context, &internal_request(request, doc! { "insert": buckets, "documents": [document] }))?,
-            Some(count) => {
-                let count = i32::try_from(count).expect("a bucket holds at most 1000 measurements");
-                let statement = doc! { "q": { "_id": open.bucket.id(), "control.count": count }, "u": document };
+            Some(_) => {
+                let statement = doc! { "q": { "_id": open.bucket.id() }, "u": document };
                 super::super::update::run(context, &internal_request(request, doc! { "update": buckets, "updates": [statement] }))?
             }
         };
@@ -215,7 +213,7 @@ fn commit(
             return Err(error);
         }
         if reply.get("n").and_then(crate::request::integer_value) == Some(1) {
-            return Ok(());
+            return Ok(open.bucket);
         }
         if open.stored_count.is_none() {
             return Err(CommandError::new(WRITE_CONFLICT, format!("A new bucket of {}.{buckets} was not inserted", request.db)));
@@ -225,8 +223,8 @@ fn commit(
     unreachable!("the last attempt inserts a bucket of its own, which answers one way or the other")
 }
 
-/// After a lost race: the bucket as stored now with this command's measurements added, or,
-/// when they no longer fit (or it is gone), a new bucket of them.
+/// After a write that found nothing to replace: the bucket as stored now with this command's
+/// measurements added, or, when they no longer fit (or it is gone), a new bucket of them.
 fn reopen(context: &ServerContext, request: &CommandRequest, buckets: &str, layout: &BucketLayout, open: OpenBucket) -> CommandResult<OpenBucket> {
     let collection = context.backend.collection(&request.db, buckets)?;
     let stored = match &collection {

@@ -13,9 +13,9 @@
 //!
 //! Every bucket write is an ordinary `insert`, `update` or `delete` of `system.buckets.<name>`
 //! run through the same handlers, so it takes the commit pipeline (replication, the oplog,
-//! change streams) like any other write. Concurrent writers never lose a measurement: a
-//! bucket is rewritten only where its `control.count` is still the one read (compare and set),
-//! and a writer that loses the race reads the bucket again.
+//! change streams) like any other write. Concurrent writers never lose a measurement: every
+//! writer of one collection and meta value holds its turn
+//! ([`myriad_execution::timeseries::writer_turn`]) from reading a bucket to writing it.
 //!
 //! Not here yet: updates and findAndModify on a time-series collection (refused with
 //! mongod's code for an unsupported operation), BSONColumn-compressed (version 2) buckets,
