@@ -296,3 +296,18 @@ def test_other_pipelines_read_the_measurements_and_writes_of_documents_are_refus
         db.client.admin.command("bulkWrite", 1, ops=[{"insert": 0, "document": {"t": START}}], nsInfo=[{"ns": db.name + ".weather"}])
     assert refused.value.code == 166
     assert weather.count_documents({}) == 30
+
+
+def test_explain_shows_the_pipeline_over_the_buckets_and_its_index(db):
+    weather = fresh(db)
+    weather.insert_many([{"t": START + datetime.timedelta(minutes=number), "m": {"sensor": number % 3}, "v": number} for number in range(30)])
+    query = {"m.sensor": 1, "t": {"$gte": START}}
+    for explained in (weather.find(query).explain(), db.command("aggregate", "weather", pipeline=[{"$match": query}], explain=True)):
+        stages = explained["stages"]
+        planner = stages[0]["$cursor"]["queryPlanner"]
+        assert planner["namespace"] == db.name + ".system.buckets.weather"
+        assert "IXSCAN" in str(planner["winningPlan"])
+        assert any("$_internalUnpackBucket" in stage for stage in stages)
+    counted = db.command("explain", {"count": "weather", "query": query})
+    assert counted["command"]["count"] == "weather"
+    assert any("$_internalUnpackBucket" in stage for stage in counted["stages"])

@@ -28,6 +28,11 @@ pub fn run_as(context: &ServerContext, request: &CommandRequest, namespace: Opti
     let bound = crate::let_variables::bound_request(request)?;
     let request = bound.as_ref().unwrap_or(request);
     if request.flag("explain")? {
+        if let (Some(Bson::String(name)), None) = (request.first_value(), namespace) {
+            if let Some(timeseries) = super::timeseries::resolve(context, &request.db, name)? {
+                return super::timeseries::explain(context, request, name, &timeseries, super::explain::Verbosity::QueryPlanner).map(Reply::from);
+            }
+        }
         return explain(context, request, super::explain::Verbosity::QueryPlanner).map(Reply::from);
     }
     let collection_name = match request.first_value() {

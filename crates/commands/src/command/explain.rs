@@ -75,6 +75,11 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     // The inner command's `let` is bound in its filters as the command itself binds it.
     let inner = crate::let_variables::bound_request(&inner)?.unwrap_or(inner);
     let name = inner.collection_name()?;
+    if matches!(inner.name.as_str(), "find" | "aggregate" | "count" | "distinct") {
+        if let Some(timeseries) = super::timeseries::resolve(context, &inner.db, &name)? {
+            return super::timeseries::explain(context, &inner, &name, &timeseries, verbosity);
+        }
+    }
     let (spec, wrapper) = match inner.name.as_str() {
         "find" => (super::find::parse_query_spec(&inner, "filter")?, Wrapper::None),
         "count" => (super::find::parse_query_spec(&inner, "query")?, Wrapper::Count),

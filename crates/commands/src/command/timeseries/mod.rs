@@ -36,7 +36,7 @@ use crate::{CommandRequest, ServerContext};
 pub use catalog::{coll_stats, create, create_indexes, describe, drop, drop_indexes, list_indexes};
 pub use delete::delete;
 pub use insert::insert;
-pub use read::{aggregate, count, distinct, find};
+pub use read::{aggregate, count, distinct, explain, find};
 pub use myriad_execution::timeseries::{of_collection, Timeseries, BUCKETS_PREFIX};
 #[cfg(test)]
 use myriad_execution::timeseries::{from_stored_options, parse_create_options, stored_options};

@@ -49,7 +49,18 @@ fn run_pipeline(context: &ServerContext, request: &CommandRequest, name: &str, s
     super::super::aggregate::run_as(context, &internal_request(request, body), Some(&namespace))
 }
 
-pub fn aggregate(context: &ServerContext, request: &CommandRequest, name: &str, timeseries: &Timeseries) -> CommandResult<Reply> {
+/// The pipeline over the buckets that answers `request` (find, aggregate, count or distinct).
+fn stages_of(request: &CommandRequest, timeseries: &Timeseries) -> CommandResult<Vec<Bson>> {
+    match request.name.as_str() {
+        "aggregate" => aggregate_stages(request, timeseries),
+        "find" => find_stages(request, timeseries),
+        "count" => count_stages(request, timeseries),
+        "distinct" => distinct_stages(request, timeseries),
+        other => Err(CommandError::internal(format!("{other} is not a time-series read"))),
+    }
+}
+
+fn aggregate_stages(request: &CommandRequest, timeseries: &Timeseries) -> CommandResult<Vec<Bson>> {
     let user_stages = super::super::aggregate::pipeline_stages(request)?;
     let leading_filter = user_stages.first().and_then(|stage| stage.get_document("$match").ok());
     let mut stages = measurement_stages(timeseries, None);
@@ -60,14 +71,19 @@ pub fn aggregate(context: &ServerContext, request: &CommandRequest, name: &str, 
         }
     }
     stages.extend(user_stages.into_iter().map(Bson::Document));
-    let batch_size = request.optional_document("cursor")?.and_then(|cursor| cursor.get("batchSize").cloned());
-    if request.optional_document("cursor")?.is_none() {
+    Ok(stages)
+}
+
+pub fn aggregate(context: &ServerContext, request: &CommandRequest, name: &str, timeseries: &Timeseries) -> CommandResult<Reply> {
+    let stages = aggregate_stages(request, timeseries)?;
+    let Some(cursor) = request.optional_document("cursor")? else {
         return Err(CommandError::new(crate::error::FAILED_TO_PARSE, "The 'cursor' option is required, except for aggregate with the explain argument"));
-    }
+    };
+    let batch_size = cursor.get("batchSize").cloned();
     run_pipeline(context, request, name, stages, batch_size)
 }
 
-pub fn find(context: &ServerContext, request: &CommandRequest, name: &str, timeseries: &Timeseries) -> CommandResult<Reply> {
+fn find_stages(request: &CommandRequest, timeseries: &Timeseries) -> CommandResult<Vec<Bson>> {
     let spec = super::super::find::parse_query_spec(request, "filter")?;
     let mut stages = measurement_stages(timeseries, Some(&spec.filter_document));
     if let Some(sort) = request.optional_document("sort")?.filter(|sort| !sort.is_empty()) {
@@ -82,12 +98,28 @@ pub fn find(context: &ServerContext, request: &CommandRequest, name: &str, times
     if let Some(projection) = request.optional_document("projection")?.filter(|projection| !projection.is_empty()) {
         stages.push(Bson::Document(doc! { "$project": projection.clone() }));
     }
-    let batch_size = match (request.body.get("batchSize"), spec.limit) {
+    Ok(stages)
+}
+
+pub fn find(context: &ServerContext, request: &CommandRequest, name: &str, timeseries: &Timeseries) -> CommandResult<Reply> {
+    let stages = find_stages(request, timeseries)?;
+    let limit = super::super::find::parse_query_spec(request, "filter")?.limit;
+    let batch_size = match (request.body.get("batchSize"), limit) {
         (Some(size), _) => Some(size.clone()),
         (None, Some(limit)) => Some(Bson::Int64(i64::try_from(limit.min(super::super::find::DEFAULT_FIRST_BATCH_SIZE as u64)).unwrap_or(101))),
         (None, None) => None,
     };
     run_pipeline(context, request, name, stages, batch_size)
+}
+
+/// `explain` of a read of a time-series collection: the explain of the pipeline over its
+/// buckets that answers it.
+pub fn explain(context: &ServerContext, inner: &CommandRequest, name: &str, timeseries: &Timeseries, verbosity: super::super::explain::Verbosity) -> CommandResult<Document> {
+    let stages = stages_of(inner, timeseries)?;
+    let body = doc! { "aggregate": Timeseries::buckets_name(name), "pipeline": stages, "cursor": {} };
+    let mut reply = super::super::aggregate::explain(context, &internal_request(inner, body), verbosity)?;
+    reply.insert("command", super::super::explain::command_document(inner));
+    Ok(reply)
 }
 
 /// The documents of a pipeline that answers one document (count, distinct).
@@ -97,7 +129,7 @@ fn single_result(context: &ServerContext, request: &CommandRequest, name: &str, 
     Ok(cursor.get_array("firstBatch").ok().and_then(|batch| batch.first()).and_then(|first| first.as_document().cloned()))
 }
 
-pub fn count(context: &ServerContext, request: &CommandRequest, name: &str, timeseries: &Timeseries) -> CommandResult<Document> {
+fn count_stages(request: &CommandRequest, timeseries: &Timeseries) -> CommandResult<Vec<Bson>> {
     let spec = super::super::find::parse_query_spec(request, "query")?;
     let mut stages = measurement_stages(timeseries, Some(&spec.filter_document));
     if spec.skip > 0 {
@@ -107,12 +139,16 @@ pub fn count(context: &ServerContext, request: &CommandRequest, name: &str, time
         stages.push(Bson::Document(doc! { "$limit": i64::try_from(limit).unwrap_or(i64::MAX) }));
     }
     stages.push(Bson::Document(doc! { "$count": "n" }));
-    let counted = single_result(context, request, name, stages)?;
+    Ok(stages)
+}
+
+pub fn count(context: &ServerContext, request: &CommandRequest, name: &str, timeseries: &Timeseries) -> CommandResult<Document> {
+    let counted = single_result(context, request, name, count_stages(request, timeseries)?)?;
     let n = counted.and_then(|result| result.get("n").cloned()).unwrap_or(Bson::Int32(0));
     Ok(doc! { "n": n, "ok": 1.0 })
 }
 
-pub fn distinct(context: &ServerContext, request: &CommandRequest, name: &str, timeseries: &Timeseries) -> CommandResult<Document> {
+fn distinct_stages(request: &CommandRequest, timeseries: &Timeseries) -> CommandResult<Vec<Bson>> {
     let key = match request.body.get("key") {
         Some(Bson::String(key)) => key.clone(),
         Some(other) => return Err(request.wrong_type("key", "string", other)),
@@ -124,8 +160,12 @@ pub fn distinct(context: &ServerContext, request: &CommandRequest, name: &str, t
     stages.push(Bson::Document(doc! { "$unwind": { "path": &path, "preserveNullAndEmptyArrays": true } }));
     stages.push(Bson::Document(doc! { "$match": { &key: { "$exists": true } } }));
     stages.push(Bson::Document(doc! { "$group": { "_id": Bson::Null, "values": { "$addToSet": path } } }));
-    let values = single_result(context, request, name, stages)?.and_then(|result| result.get_array("values").ok().cloned()).unwrap_or_default();
-    let mut values = values;
+    Ok(stages)
+}
+
+pub fn distinct(context: &ServerContext, request: &CommandRequest, name: &str, timeseries: &Timeseries) -> CommandResult<Document> {
+    let found = single_result(context, request, name, distinct_stages(request, timeseries)?)?;
+    let mut values = found.and_then(|result| result.get_array("values").ok().cloned()).unwrap_or_default();
     values.sort_by(myriad_keystring::compare::compare_values);
     Ok(doc! { "values": values, "ok": 1.0 })
 }
