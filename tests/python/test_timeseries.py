@@ -14,7 +14,9 @@ import pytest
 from bson import ObjectId
 from pymongo.errors import BulkWriteError, OperationFailure
 
-from conftest import Server, wait_until
+import pymongo
+
+from conftest import Cluster, Server, wait_until
 
 START = datetime.datetime(2026, 11, 1, tzinfo=datetime.timezone.utc)
 
@@ -311,3 +313,19 @@ def test_explain_shows_the_pipeline_over_the_buckets_and_its_index(db):
     counted = db.command("explain", {"count": "weather", "query": query})
     assert counted["command"]["count"] == "weather"
     assert any("$_internalUnpackBucket" in stage for stage in counted["stages"])
+
+
+def test_an_unsharded_time_series_collection_works_through_a_router(tmp_path):
+    cluster = Cluster(str(tmp_path))
+    try:
+        with pymongo.MongoClient(cluster.uri, serverSelectionTimeoutMS=10_000) as client:
+            db = client.timeseries_routed
+            db.create_collection("weather", timeseries={"timeField": "t", "metaField": "m"})
+            db.weather.insert_many([{"t": START + datetime.timedelta(minutes=number), "m": number % 2, "v": number} for number in range(10)])
+            assert sorted(document["v"] for document in db.weather.find({"m": 1})) == [1, 3, 5, 7, 9]
+            assert db.weather.count_documents({"v": {"$gte": 4}}) == 6
+            assert {entry["name"]: entry["type"] for entry in db.list_collections()}["weather"] == "timeseries"
+            assert db.weather.delete_many({"v": {"$lt": 3}}).deleted_count == 3
+            assert db.weather.count_documents({}) == 7
+    finally:
+        cluster.stop()

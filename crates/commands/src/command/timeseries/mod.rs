@@ -19,7 +19,8 @@
 //!
 //! Not here yet: updates and findAndModify on a time-series collection (refused with
 //! mongod's code for an unsupported operation), BSONColumn-compressed (version 2) buckets,
-//! time-series collections through the router, and retryable inserts.
+//! sharded time-series collections (an unsharded one works through a router, which sends its
+//! commands to its shard), and retryable inserts.
 
 mod catalog;
 mod delete;
