@@ -31,3 +31,30 @@ fn open_create_insert_read_reopen() {
     let stats = engine.collection_stats(&handle).unwrap();
     assert_eq!(stats.count, 3);
 }
+
+#[test]
+fn values_derived_from_options_are_kept_one_per_type() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let directory = tempfile::tempdir().unwrap();
+    let engine = common::open(directory.path());
+    let plain = engine.create_collection("shop", "plain", doc! {}).unwrap();
+    assert!(plain.options_derived(|_| 1_u8).is_none(), "no options: nothing derived, nothing called");
+    let handle = engine.create_collection("shop", "with_options", doc! {"validator": {"a": 1}, "collation": {"locale": "fr"}}).unwrap();
+    let calls = AtomicUsize::new(0);
+    let count_u8 = |_: Result<bson::Document, myriad_storage::StorageError>| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        7_u8
+    };
+    let count_string = |options: Result<bson::Document, myriad_storage::StorageError>| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        options.unwrap().get_document("validator").unwrap().to_string()
+    };
+    for _ in 0..3 {
+        assert_eq!(*handle.options_derived(count_u8).unwrap(), 7);
+        assert_eq!(*handle.options_derived(count_string).unwrap(), doc! {"a": 1}.to_string());
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 2, "each type derived once, neither evicting the other");
+    let again = engine.collection("shop", "with_options").unwrap().unwrap();
+    assert_eq!(*again.options_derived(count_u8).unwrap(), 7);
+    assert_eq!(calls.load(Ordering::Relaxed), 2, "shared by every handle to the same version");
+}

@@ -12,7 +12,7 @@ mod raw_fields;
 mod snapshot;
 mod warm_up_status;
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::sync::{Arc, OnceLock};
 
 use bson::{spec::BinarySubtype, Binary, Bson, Document, RawArrayBuf, RawBinaryRef, RawDocument, RawDocumentBuf};
@@ -80,13 +80,18 @@ struct EntryOptions {
     derived: DerivedFromOptions,
 }
 
-/// A value derived once from an entry's options (see [`CollectionHandle::options_derived`]).
+/// The values derived once from an entry's options, one per type (see
+/// [`CollectionHandle::options_derived`]): the parsed validator, the default collation, the
+/// time-series settings. At most [`MAX_DERIVED_TYPES`].
 #[derive(Default)]
-struct DerivedFromOptions(OnceLock<Arc<dyn Any + Send + Sync>>);
+struct DerivedFromOptions(parking_lot::RwLock<Vec<(TypeId, Arc<dyn Any + Send + Sync>)>>);
+
+/// How many types of derived values an entry keeps (the command layer has three).
+const MAX_DERIVED_TYPES: usize = 8;
 
 impl std::fmt::Debug for DerivedFromOptions {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(if self.0.get().is_some() { "DerivedFromOptions(set)" } else { "DerivedFromOptions(unset)" })
+        write!(formatter, "DerivedFromOptions({} kept)", self.0.read().len())
     }
 }
 
@@ -518,15 +523,28 @@ impl CollectionHandle {
     }
 
     /// A value the caller derives from the options (such as a parsed validator), computed
-    /// once per version of the catalog entry and shared by every handle to that version.
-    /// None, without calling `derive`, when the collection has no options: the common case
-    /// costs one branch. A caller asking for a different type than the cached one gets a
-    /// fresh, uncached value.
+    /// once per version of the catalog entry and type of value, and shared by every handle to
+    /// that version. None, without calling `derive`, when the collection has no options: the
+    /// common case costs one branch. Each type is kept apart, so callers deriving different
+    /// things never evict each other's.
     pub fn options_derived<T: Any + Send + Sync>(&self, derive: impl Fn(Result<Document, StorageError>) -> T) -> Option<Arc<T>> {
         let cache = &self.entry.options.as_ref()?.derived;
-        let compute = || derive(self.entry.options_document());
-        let cached = cache.0.get_or_init(|| Arc::new(compute()) as Arc<dyn Any + Send + Sync>).clone();
-        Some(cached.downcast::<T>().unwrap_or_else(|_| Arc::new(compute())))
+        let wanted = TypeId::of::<T>();
+        let kept = |slots: &[(TypeId, Arc<dyn Any + Send + Sync>)]| {
+            slots.iter().find(|(kind, _)| *kind == wanted).and_then(|(_, value)| value.clone().downcast::<T>().ok())
+        };
+        if let Some(value) = kept(&cache.0.read()) {
+            return Some(value);
+        }
+        let value = Arc::new(derive(self.entry.options_document()));
+        let mut slots = cache.0.write();
+        if let Some(existing) = kept(&slots) {
+            return Some(existing);
+        }
+        if slots.len() < MAX_DERIVED_TYPES {
+            slots.push((wanted, value.clone() as Arc<dyn Any + Send + Sync>));
+        }
+        Some(value)
     }
 
     fn ready_indexes(&self) -> impl Iterator<Item = &IndexEntry> {
