@@ -1,9 +1,11 @@
 """The oplog and change streams on a replica set (issue 23, items 5 and 6), through pymongo:
 local.oplog.rs in MongoDB's entry format and capped by --oplogSizeMB; change events of a
 collection, a database and the deployment, with resume tokens, startAtOperationTime,
-updateLookup, invalidate after a drop, the allowed stages; concurrent writers seen exactly once
-and in order; a stream that resumes across a kill -9 of the primary without losing or repeating
-an event."""
+updateLookup, invalidate after a drop, the allowed stages; pre- and post-images of collections
+with changeStreamPreAndPostImages (`fullDocumentBeforeChange` and `fullDocument` as
+`whenAvailable` or `required`), against a model of each document under concurrent writers;
+concurrent writers seen exactly once and in order; a stream that resumes across a kill -9 of the
+primary without losing or repeating an event."""
 
 import threading
 
@@ -75,6 +77,82 @@ def test_collection_events_tokens_and_lookup(replica_set):
         with collection.watch(full_document="updateLookup") as looked_up:
             collection.update_one({"_id": 2}, {"$set": {"y": 1}})
             assert looked_up.next()["fullDocument"] == {"_id": 2, "y": 1}
+
+
+def test_pre_and_post_images_of_a_collection_that_keeps_them(replica_set):
+    with replica_set.client() as client:
+        database = client.stream_images
+        database.drop_collection("kept")
+        database.create_collection("kept", changeStreamPreAndPostImages={"enabled": True})
+        kept = database.kept
+        kept.insert_one({"_id": 1, "a": 1, "n": {"x": 1}})
+        options = {"full_document": "required", "full_document_before_change": "required", "max_await_time_ms": 200}
+        with kept.watch(**options) as stream:
+            kept.update_one({"_id": 1}, {"$set": {"n.y": 2, "b": 3}, "$unset": {"a": ""}})
+            kept.replace_one({"_id": 1}, {"z": 1})
+            kept.delete_one({"_id": 1})
+            update, replace, delete = next_events(stream, 3)
+        assert update["fullDocumentBeforeChange"] == {"_id": 1, "a": 1, "n": {"x": 1}}
+        assert update["fullDocument"] == {"_id": 1, "n": {"x": 1, "y": 2}, "b": 3}
+        assert replace["fullDocumentBeforeChange"] == {"_id": 1, "n": {"x": 1, "y": 2}, "b": 3}
+        assert replace["fullDocument"] == {"_id": 1, "z": 1}
+        assert delete["fullDocumentBeforeChange"] == {"_id": 1, "z": 1} and "fullDocument" not in delete
+        # The oplog entries carry the pre-image; the insert has none to carry.
+        entries = list(client.local["oplog.rs"].find({"ns": "stream_images.kept"}))
+        assert ["preImage" in entry for entry in entries] == [False, True, True, True]
+        # A collection without the option: whenAvailable gives null, required fails the stream.
+        database.drop_collection("plain")
+        plain = database.plain
+        plain.insert_one({"_id": 1})
+        with plain.watch(full_document="whenAvailable", full_document_before_change="whenAvailable", max_await_time_ms=200) as stream:
+            plain.update_one({"_id": 1}, {"$set": {"a": 1}})
+            (update,) = next_events(stream, 1)
+        assert update["fullDocument"] is None and update["fullDocumentBeforeChange"] is None
+        with plain.watch(full_document_before_change="required", max_await_time_ms=200) as stream:
+            plain.delete_one({"_id": 1})
+            with pytest.raises(OperationFailure) as refused:
+                next_events(stream, 1)
+        assert refused.value.code == 47
+        # collMod turns it on for what follows.
+        plain.insert_one({"_id": 2, "v": 0})
+        database.command("collMod", "plain", changeStreamPreAndPostImages={"enabled": True})
+        assert database.list_collections(filter={"name": "plain"}).next()["options"]["changeStreamPreAndPostImages"] == {"enabled": True}
+        with plain.watch(full_document_before_change="required", max_await_time_ms=200) as stream:
+            plain.update_one({"_id": 2}, {"$inc": {"v": 1}})
+            assert next_events(stream, 1)[0]["fullDocumentBeforeChange"] == {"_id": 2, "v": 0}
+        for value, code in [(True, 14), ({}, 40414), ({"enabled": 1}, 14), ({"enabled": True, "other": 1}, 40415)]:
+            with pytest.raises(OperationFailure) as refused:
+                database.command("collMod", "plain", changeStreamPreAndPostImages=value)
+            assert refused.value.code == code, value
+
+
+def test_pre_images_match_a_model_under_concurrent_writers(replica_set):
+    with replica_set.client() as client:
+        database = client.stream_images_concurrent
+        database.drop_collection("counters")
+        database.create_collection("counters", changeStreamPreAndPostImages={"enabled": True})
+        counters = database.counters
+        counters.insert_many([{"_id": key, "v": 0} for key in range(4)])
+        writers, rounds = 4, 25
+        with counters.watch(full_document="required", full_document_before_change="required", max_await_time_ms=200) as stream:
+            def write(writer):
+                for _ in range(rounds):
+                    counters.update_one({"_id": writer % 4}, {"$inc": {"v": 1}})
+            threads = [threading.Thread(target=write, args=(writer,)) for writer in range(writers)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            events = next_events(stream, writers * rounds)
+        # In stream order, each event's pre-image is the document as the previous event of the
+        # same key left it, and its post-image one more.
+        last = {key: 0 for key in range(4)}
+        for event in events:
+            key = event["documentKey"]["_id"]
+            assert event["fullDocumentBeforeChange"] == {"_id": key, "v": last[key]}
+            assert event["fullDocument"] == {"_id": key, "v": last[key] + 1}
+            last[key] += 1
+        assert sum(last.values()) == writers * rounds
 
 
 def test_database_and_deployment_streams_and_pipelines(replica_set):

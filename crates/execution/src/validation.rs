@@ -20,7 +20,7 @@ use myriad_query::filter::Filter;
 use myriad_storage::{CollectionHandle, StorageError};
 
 use crate::backend::WriteSession;
-use myriad_reply::error::{CommandError, CommandResult, ErrorCode, BAD_VALUE, INVALID_OPTIONS};
+use myriad_reply::error::{CommandError, CommandResult, ErrorCode, BAD_VALUE, INVALID_OPTIONS, MISSING_FIELD, UNKNOWN_FIELD};
 use crate::{CommandRequest, ServerContext};
 
 pub const DOCUMENT_VALIDATION_FAILURE: ErrorCode = ErrorCode::new(121);
@@ -87,10 +87,29 @@ pub fn parse_action(command: &str, value: &Bson) -> CommandResult<ValidationActi
     }
 }
 
+/// `changeStreamPreAndPostImages: {enabled: <bool>}`.
+fn check_change_images(command: &str, images: &Bson) -> CommandResult<()> {
+    let Bson::Document(images) = images else {
+        return Err(crate::request::field_type_error(&format!("{command}.changeStreamPreAndPostImages"), "object", images));
+    };
+    if let Some(other) = images.keys().find(|key| *key != "enabled") {
+        return Err(CommandError::new(UNKNOWN_FIELD, format!("BSON field 'changeStreamPreAndPostImages.{other}' is an unknown field.")));
+    }
+    match images.get("enabled") {
+        Some(Bson::Boolean(_)) => Ok(()),
+        Some(other) => Err(crate::request::field_type_error("changeStreamPreAndPostImages.enabled", "bool", other)),
+        None => Err(CommandError::new(MISSING_FIELD, "BSON field 'changeStreamPreAndPostImages.enabled' is missing but a required field")),
+    }
+}
+
 /// Checks the validation options of a create or collMod on `db.collection`: the validator
 /// is a document, may not use `$where`, `$near`, `$nearSphere`, `$geoNear` or `$text`, and
-/// parses as a filter; level and action are known values.
+/// parses as a filter; level and action are known values. Also `changeStreamPreAndPostImages`
+/// (`{enabled: <bool>}`, as mongod parses it), which create and collMod take too.
 pub fn check_options(command: &str, db: &str, collection: &str, options: &Document) -> CommandResult<()> {
+    if let Some(images) = options.get("changeStreamPreAndPostImages") {
+        check_change_images(command, images)?;
+    }
     if let Some(level) = options.get("validationLevel") {
         parse_level(command, level)?;
     }

@@ -127,11 +127,18 @@ impl WriteTransaction<'_> {
                     (OperationKind::Delete, id, None)
                 }
             };
-            let diff = match (kind, self.pre_images.get(record_id), &document) {
-                (OperationKind::Update, Some(pre_image), Some(post_image)) => {
+            let pre_image = self.pre_images.get(record_id);
+            let diff = match (kind, pre_image, &document) {
+                (OperationKind::Update, Some(pre_image), Some(post_image)) if pre_image.diffed => {
                     let post_image = post_image.to_document().map_err(|error| StorageError::Corrupt(format!("record: {error}")))?;
-                    Some(crate::update_diff::update_diff(pre_image, &post_image))
+                    Some(crate::update_diff::update_diff(&pre_image.document, &post_image))
                 }
+                _ => None,
+            };
+            let change_pre_image = match pre_image {
+                Some(pre_image) if entry.records_change_images() && kind != OperationKind::Insert => Some(
+                    RawDocumentBuf::from_document(&pre_image.document).map_err(|error| StorageError::Corrupt(format!("pre-image: {error}")))?,
+                ),
                 _ => None,
             };
             operations.push(OperationRecord {
@@ -141,6 +148,7 @@ impl WriteTransaction<'_> {
                 id,
                 document,
                 diff,
+                pre_image: change_pre_image,
             });
         }
         let indexes_family = engine.indexes_family(&entry)?;

@@ -69,6 +69,7 @@ mod transaction;
 mod transaction_registry;
 mod ttl;
 mod update_diff;
+pub use update_diff::apply_update_diff;
 mod validate;
 mod warm;
 mod write;

@@ -32,7 +32,15 @@ pub struct OperationRecord {
     /// An update's `$v: 2` diff from its pre-image (`update_diff.rs`), when it was kept (on a
     /// replica-set member): the oplog then logs the diff, not the post-image.
     pub diff: Option<Document>,
+    /// The document before an update, replacement or delete, for a collection with
+    /// `changeStreamPreAndPostImages: {enabled: true}` on a replica-set member: the oplog entry
+    /// carries it as `preImage` (see [`OperationRecord::to_oplog_entry`]).
+    pub pre_image: Option<RawDocumentBuf>,
 }
+
+/// The largest oplog entry a pre-image is added to: past it the entry goes without one (a
+/// change stream then finds none, as mongod's finds none for an expired pre-image).
+pub const MAX_ENTRY_WITH_PRE_IMAGE_BYTES: usize = 16 * 1024 * 1024;
 
 impl OperationRecord {
     /// `{op, ns, ui, o, o2?}` as in `local.oplog.rs` (updates as their diff when kept, else in
@@ -54,6 +62,13 @@ impl OperationRecord {
         }
         if self.kind == OperationKind::Update {
             entry.insert("o2", doc! { "_id": self.id.clone() });
+        }
+        if let Some(pre_image) = &self.pre_image {
+            let entry_bytes = bson::to_vec(&entry).map_or(usize::MAX, |bytes| bytes.len());
+            if entry_bytes.saturating_add(pre_image.as_bytes().len()) < MAX_ENTRY_WITH_PRE_IMAGE_BYTES {
+                let pre_image = pre_image.to_document().map_err(|error| StorageError::Corrupt(format!("pre-image: {error}")))?;
+                entry.insert("preImage", pre_image);
+            }
         }
         Ok(entry)
     }
@@ -103,5 +118,6 @@ pub(crate) fn command_record(db: &str, collection_uuid: [u8; 16], command: Docum
         id: Bson::Null,
         document: Some(document),
         diff: None,
+        pre_image: None,
     })
 }

@@ -48,10 +48,72 @@ fn diff_at(old: &Document, new: &Document, depth: usize) -> Document {
     diff
 }
 
+/// The document a `$v: 2` diff turns `old` into (what [`update_diff`] encodes, read back):
+/// deleted fields go, updated ones take their new value in place, nested diffs apply to their
+/// subdocument, inserted fields come last. Change streams make post-images this way from a
+/// pre-image and the oplog's diff, as mongod does.
+pub fn apply_update_diff(old: &Document, diff: &Document) -> Document {
+    apply_at(old, diff, 0)
+}
+
+fn apply_at(old: &Document, diff: &Document, depth: usize) -> Document {
+    let part = |key: &str| diff.get_document(key).ok();
+    let (deleted, updated, inserted) = (part("d"), part("u"), part("i"));
+    let mut new = Document::new();
+    for (name, value) in old {
+        if deleted.is_some_and(|deleted| deleted.contains_key(name)) {
+            continue;
+        }
+        let value = match (updated.and_then(|updated| updated.get(name)), diff.get(format!("s{name}")), value) {
+            (Some(after), _, _) => after.clone(),
+            (None, Some(Bson::Document(nested)), Bson::Document(before)) if depth < MAX_DIFF_DEPTH => Bson::Document(apply_at(before, nested, depth + 1)),
+            (None, _, before) => before.clone(),
+        };
+        new.insert(name.clone(), value);
+    }
+    for (name, value) in inserted.into_iter().flatten() {
+        new.insert(name.clone(), value.clone());
+    }
+    new
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use bson::doc;
+
+    fn document(depth: u32) -> proptest::prelude::BoxedStrategy<Document> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![any::<i32>().prop_map(Bson::Int32), "[a-c]{0,2}".prop_map(Bson::String), Just(Bson::Null), Just(Bson::Boolean(true))];
+        let value = if depth == 0 { leaf.boxed() } else { prop_oneof![3 => leaf, 1 => document(depth - 1).prop_map(Bson::Document)].boxed() };
+        proptest::collection::vec(("[a-e]", value), 0..5).prop_map(|fields| fields.into_iter().collect()).boxed()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn applying_a_diff_reads_back_what_it_encoded(old in document(3), new in document(3)) {
+            proptest::prop_assert_eq!(apply_update_diff(&old, &update_diff(&old, &new)), new);
+        }
+    }
+
+    #[test]
+    fn a_diff_applied_to_its_pre_image_gives_the_post_image() {
+        let old = doc! { "_id": 1, "a": 1, "b": "x", "c": { "d": 1, "e": 2, "k": { "z": 0 } }, "f": [1, 2] };
+        let changes = [
+            doc! { "_id": 1, "a": 1.0, "c": { "d": 1, "e": 3, "g": true, "k": { "z": 1 } }, "f": [1, 2, 3], "h": null },
+            doc! { "_id": 1 },
+            doc! { "_id": 1, "a": 1, "b": "x", "c": "flat", "f": [1, 2] },
+            old.clone(),
+        ];
+        for new in changes {
+            let applied = apply_update_diff(&old, &update_diff(&old, &new));
+            assert_eq!(applied, new);
+            // Fields keep their order: old ones in place, inserted ones last.
+            let order: Vec<&String> = applied.keys().collect();
+            let expected: Vec<&String> = new.keys().collect();
+            assert_eq!(order, expected);
+        }
+    }
 
     #[test]
     fn fields_are_deleted_updated_inserted_and_nested() {

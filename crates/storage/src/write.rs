@@ -37,6 +37,16 @@ pub(crate) struct CappedTrim {
     pub(crate) trimmed_through: Option<RecordId>,
 }
 
+/// A record's content before this transaction first changed it: kept on a replica-set member
+/// for an update's `$v: 2` diff (`diffed`) and, for a collection with
+/// `changeStreamPreAndPostImages`, for the oplog's pre-image of updates, replacements and
+/// deletes.
+pub(crate) struct PreImage {
+    pub(crate) document: Document,
+    /// The update is logged as its diff from this document.
+    pub(crate) diffed: bool,
+}
+
 /// An open write transaction on one collection. Dropping it without `commit` discards it.
 pub struct WriteTransaction<'e> {
     pub(crate) engine: &'e Engine,
@@ -67,7 +77,7 @@ pub struct WriteTransaction<'e> {
     pub(crate) operations: usize,
     /// The pre-image of each record this transaction updated, kept on a replica-set member for
     /// the oplog's update diffs (`update_diff.rs`).
-    pub(crate) pre_images: BTreeMap<RecordId, Document>,
+    pub(crate) pre_images: BTreeMap<RecordId, PreImage>,
     /// Session records of retryable writes (`sessions.rs`), catalog keys to put.
     pub(crate) session_records: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Trimming state of a capped collection, once an insert needed it.
@@ -721,8 +731,8 @@ impl<'e> WriteTransaction<'e> {
         self.plan_entries(&entry, record_id, KeySource::Document(&old), KeySource::Document(new), &mut planned)?;
         self.apply_entries(&mut planned);
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64 - current_len as i64;
-        if keep_pre_image && self.engine.is_replicated() && !self.pre_images.contains_key(&record_id) {
-            self.pre_images.insert(record_id, old);
+        if (keep_pre_image || entry.records_change_images()) && self.engine.is_replicated() && !self.pre_images.contains_key(&record_id) {
+            self.pre_images.insert(record_id, PreImage { document: old, diffed: keep_pre_image });
         }
         self.records.insert(record_id, Some(bytes));
         self.operations += 1;
@@ -745,6 +755,9 @@ impl<'e> WriteTransaction<'e> {
         self.collection_delta[stats::COLLECTION_DOCUMENTS] -= 1;
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] -= current_len as i64;
         self.deleted_ids.insert(record_id, old.get("_id").cloned().unwrap_or(Bson::Null));
+        if entry.records_change_images() && self.engine.is_replicated() && !self.pre_images.contains_key(&record_id) {
+            self.pre_images.insert(record_id, PreImage { document: old, diffed: false });
+        }
         self.records.insert(record_id, None);
         self.operations += 1;
         Ok(())

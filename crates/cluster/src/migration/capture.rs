@@ -174,6 +174,7 @@ mod tests {
             id: Bson::Int32(id),
             document: x.map(|x| RawDocumentBuf::from_document(&doc! { "_id": id, "x": x }).expect("raw")),
             diff: None,
+            pre_image: None,
         }
     }
 

@@ -20,11 +20,12 @@ const GENERIC_FIELDS: &[&str] = &[
     "apiDeprecationErrors", "maxTimeMS",
 ];
 
-const VALIDATION_FIELDS: &[&str] = &["validator", "validationLevel", "validationAction"];
+/// Options collMod replaces in the collection's options, checked as create checks them.
+const OPTION_FIELDS: &[&str] = &["validator", "validationLevel", "validationAction", "changeStreamPreAndPostImages"];
 
 /// collMod options MongoDB 7.0 accepts that Myriad refuses for now.
 const UNSUPPORTED_FIELDS: &[&str] = &[
-    "expireAfterSeconds", "viewOn", "pipeline", "changeStreamPreAndPostImages", "recordPreImages", "timeseries",
+    "expireAfterSeconds", "viewOn", "pipeline", "recordPreImages", "timeseries",
     "cappedSize", "cappedMax", "dryRun", "clusteredIndex", "usePowerOf2Sizes", "noPadding", "isTimeseriesNamespace",
 ];
 
@@ -46,7 +47,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         if GENERIC_FIELDS.contains(&key.as_str()) {
             continue;
         }
-        if VALIDATION_FIELDS.contains(&key.as_str()) {
+        if OPTION_FIELDS.contains(&key.as_str()) {
             changes.insert(key.clone(), value.clone());
         } else if key == "index" {
             index_change = parse_index_change(value)?;

@@ -75,9 +75,19 @@ pub(crate) struct CollectionEntry {
 struct EntryOptions {
     /// The options as BSON bytes, exactly sized.
     bytes: Box<[u8]>,
+    /// `changeStreamPreAndPostImages: {enabled: true}`: updates and deletes keep their
+    /// pre-images in the oplog (`operation_record.rs`).
+    change_images: bool,
     /// What the command layer derives from the options (the parsed validator), computed on
     /// first use and kept with this version of the entry.
     derived: DerivedFromOptions,
+}
+
+/// `changeStreamPreAndPostImages.enabled` of options stored as `bytes`.
+fn change_images_enabled(bytes: &[u8]) -> bool {
+    let Ok(options) = RawDocument::from_bytes(bytes) else { return false };
+    let Ok(Some(images)) = options.get_document("changeStreamPreAndPostImages").map(Some).or_else(|_| Ok::<_, ()>(None)) else { return false };
+    images.get_bool("enabled").unwrap_or(false)
 }
 
 /// The values derived once from an entry's options, one per type (see
@@ -131,7 +141,12 @@ impl CollectionEntry {
         options: Box<[u8]>,
         indexes: Vec<IndexEntry>,
     ) -> Self {
-        let options = if options.is_empty() { None } else { Some(Box::new(EntryOptions { bytes: options, derived: DerivedFromOptions::default() })) };
+        let options = if options.is_empty() {
+            None
+        } else {
+            let change_images = change_images_enabled(&options);
+            Some(Box::new(EntryOptions { bytes: options, change_images, derived: DerivedFromOptions::default() }))
+        };
         CollectionEntry {
             namespace: shared_namespace(db, collection),
             // Database names are at most 63 bytes (`validate_database_name`).
@@ -142,6 +157,12 @@ impl CollectionEntry {
             indexes: indexes.into_boxed_slice(),
             block_compressor: None,
         }
+    }
+
+    /// True when the collection's change streams get pre- and post-images
+    /// (`changeStreamPreAndPostImages: {enabled: true}`).
+    pub(crate) fn records_change_images(&self) -> bool {
+        self.options.as_ref().is_some_and(|options| options.change_images)
     }
 
     /// A copy with different createCollection options (collMod), same prefixes and indexes.

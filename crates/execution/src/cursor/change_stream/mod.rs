@@ -60,9 +60,24 @@ enum Scope {
 enum FullDocument {
     Default,
     UpdateLookup,
-    /// `whenAvailable`: post-images are not recorded, so updates carry `fullDocument: null`.
+    /// `whenAvailable` / `required`: an update's post-image, its oplog pre-image with the
+    /// diff applied (collections with `changeStreamPreAndPostImages`); else null / an error.
     WhenAvailable,
+    Required,
 }
+
+/// `fullDocumentBeforeChange`: the pre-image an update, replacement or delete's oplog entry
+/// carries (`preImage`, collections with `changeStreamPreAndPostImages`).
+#[derive(Clone, Copy, PartialEq)]
+enum BeforeChange {
+    Off,
+    /// Null when the entry has none.
+    WhenAvailable,
+    /// NoMatchingDocument (47) when the entry has none.
+    Required,
+}
+
+const NO_MATCHING_DOCUMENT: ErrorCode = ErrorCode::new(47);
 
 /// An open change stream (a cursor source).
 pub struct ChangeStream {
@@ -71,8 +86,7 @@ pub struct ChangeStream {
     /// The last oplog entry consumed (or the start position).
     position: RecordId,
     full_document: FullDocument,
-    /// `fullDocumentBeforeChange: whenAvailable`: pre-images are not recorded (null).
-    before_change: bool,
+    before_change: BeforeChange,
     show_expanded_events: bool,
     stages: Option<Pipeline>,
     /// The timestamp of the invalidate to return next.
@@ -165,14 +179,14 @@ enum Start {
 struct Options {
     all_changes_for_cluster: bool,
     full_document: FullDocument,
-    before_change: bool,
+    before_change: BeforeChange,
     show_expanded_events: bool,
     start: Start,
 }
 
 impl Options {
     fn parse(specification: &Document) -> CommandResult<Options> {
-        let mut options = Options { all_changes_for_cluster: false, full_document: FullDocument::Default, before_change: false, show_expanded_events: false, start: Start::Now };
+        let mut options = Options { all_changes_for_cluster: false, full_document: FullDocument::Default, before_change: BeforeChange::Off, show_expanded_events: false, start: Start::Now };
         let mut starts = 0;
         for (name, value) in specification {
             let flag = || value.as_bool().ok_or_else(|| crate::request::field_type_error(&format!("$changeStream.{name}"), "bool", value));
@@ -184,15 +198,15 @@ impl Options {
                         Some("default") => FullDocument::Default,
                         Some("updateLookup") => FullDocument::UpdateLookup,
                         Some("whenAvailable") => FullDocument::WhenAvailable,
-                        Some("required") => return Err(not_recorded("fullDocument: \"required\"")),
+                        Some("required") => FullDocument::Required,
                         _ => return Err(CommandError::bad_value(format!("unrecognized value for fullDocument: {value}"))),
                     }
                 }
                 "fullDocumentBeforeChange" => {
                     options.before_change = match value.as_str() {
-                        Some("off") => false,
-                        Some("whenAvailable") => true,
-                        Some("required") => return Err(not_recorded("fullDocumentBeforeChange: \"required\"")),
+                        Some("off") => BeforeChange::Off,
+                        Some("whenAvailable") => BeforeChange::WhenAvailable,
+                        Some("required") => BeforeChange::Required,
                         _ => return Err(CommandError::bad_value(format!("unrecognized value for fullDocumentBeforeChange: {value}"))),
                     }
                 }
@@ -224,9 +238,6 @@ impl Options {
     }
 }
 
-fn not_recorded(option: &str) -> CommandError {
-    CommandError::new(ErrorCode::new(238), format!("{option} needs recorded pre- and post-images, which this server does not keep yet"))
-}
 
 impl ChangeStream {
     pub fn is_finished(&self) -> bool {
@@ -351,25 +362,33 @@ impl ChangeStream {
             "i" => {
                 event.insert("fullDocument", object.clone());
             }
-            "u" if object.contains_key("$v") => {
-                match self.full_document {
-                    FullDocument::UpdateLookup => {
-                        event.insert("fullDocument", lookup(backend, namespace, &id)?);
-                    }
-                    FullDocument::WhenAvailable => {
-                        event.insert("fullDocument", Bson::Null);
-                    }
-                    FullDocument::Default => {}
+            "u" if object.contains_key("$v") => match self.full_document {
+                FullDocument::UpdateLookup => {
+                    event.insert("fullDocument", lookup(backend, namespace, &id)?);
                 }
-            }
+                FullDocument::WhenAvailable | FullDocument::Required => {
+                    let diff = object.get_document("diff").cloned().unwrap_or_default();
+                    let post_image = entry.get_document("preImage").ok().map(|pre_image| myriad_storage::apply_update_diff(pre_image, &diff));
+                    match post_image {
+                        Some(post_image) => event.insert("fullDocument", post_image),
+                        None if self.full_document == FullDocument::Required => return Err(image_missing("post", &event)),
+                        None => event.insert("fullDocument", Bson::Null),
+                    };
+                }
+                FullDocument::Default => {}
+            },
             "u" => {
                 event.insert("fullDocument", object.clone());
             }
             "d" => {}
             _ => return Ok(None),
         }
-        if self.before_change && operation != "i" {
-            event.insert("fullDocumentBeforeChange", Bson::Null);
+        if self.before_change != BeforeChange::Off && operation != "i" {
+            match entry.get_document("preImage") {
+                Ok(pre_image) => event.insert("fullDocumentBeforeChange", pre_image.clone()),
+                Err(_) if self.before_change == BeforeChange::Required => return Err(image_missing("pre", &event)),
+                Err(_) => event.insert("fullDocumentBeforeChange", Bson::Null),
+            };
         }
         event.insert("ns", event::namespace_document(namespace));
         event.insert("documentKey", doc! { "_id": id });
@@ -458,6 +477,14 @@ impl ChangeStream {
             Scope::Deployment => !is_internal(db),
         }
     }
+}
+
+/// mongod's error for a `required` image an event has none of (the collection has no
+/// `changeStreamPreAndPostImages`, or had none when the change was made).
+fn image_missing(which: &str, event: &Document) -> CommandError {
+    let option = if which == "pre" { "pre-image for all update, delete and replace events" } else { "post-image for all update events" };
+    let token = event.get("_id").map(ToString::to_string).unwrap_or_default();
+    CommandError::new(NO_MATCHING_DOCUMENT, format!("Change stream was configured to require a {option}, but the {which}-image was not found for event: {token}"))
 }
 
 fn is_internal(db: &str) -> bool {
