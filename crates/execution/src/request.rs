@@ -189,7 +189,17 @@ impl CommandRequest {
     /// TypeMismatch for a wrongly typed field, named as MongoDB names it:
     /// `'<command>.<field>'` (`'insert.ordered'`, `'update.updates.q'`).
     pub fn wrong_type(&self, field: &str, expected: &str, actual: &Bson) -> CommandError {
-        field_type_error(&format!("{}.{field}", self.name), expected, actual)
+        field_type_error(&format!("{}.{field}", self.parser_context()), expected, actual)
+    }
+
+    /// The name mongod's IDL parser gives the command in its messages: `FindCommandRequest`
+    /// for find, the command's name for the others.
+    pub fn parser_context(&self) -> &str {
+        if self.name == "find" {
+            "FindCommandRequest"
+        } else {
+            &self.name
+        }
     }
 }
 

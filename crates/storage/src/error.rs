@@ -186,7 +186,7 @@ impl fmt::Display for StorageError {
             StorageError::NamespaceExists(namespace) => {
                 write!(formatter, "namespace already exists: {namespace}")
             }
-            StorageError::IndexNotFound(what) => write!(formatter, "index not found: {what}"),
+            StorageError::IndexNotFound(what) => write!(formatter, "{what}"),
             StorageError::IndexOptionsConflict(what) => write!(formatter, "{what}"),
             StorageError::IndexKeySpecsConflict(what) => write!(formatter, "{what}"),
             StorageError::DuplicateKey { namespace, index_name, key_value, .. } => write!(

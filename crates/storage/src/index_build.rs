@@ -247,7 +247,7 @@ impl Engine {
             }
             if same_key && same_options {
                 return Err(StorageError::IndexOptionsConflict(format!(
-                    "index already exists with a different name: {name}"
+                    "Index already exists with a different name: {name}"
                 )));
             }
         }

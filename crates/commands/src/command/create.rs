@@ -133,7 +133,12 @@ fn capped_required() -> CommandError {
 fn wrong_type(field: &str, value: &Bson, expected: &str) -> CommandError {
     CommandError::new(
         TYPE_MISMATCH,
-        format!("BSON field 'create.{field}' is the wrong type '{}', expected types '{expected}'", crate::request::type_name(value)),
+        // mongod's list closes its quote before its bracket: '[bool, long, int, decimal, double']
+        format!(
+            "BSON field 'create.{field}' is the wrong type '{}', expected types '{}']",
+            crate::request::type_name(value),
+            expected.strip_suffix(']').unwrap_or(expected)
+        ),
     )
 }
 

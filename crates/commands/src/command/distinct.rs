@@ -16,7 +16,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     }
     let key = match request.body.get("key") {
         Some(Bson::String(key)) => key.clone(),
-        Some(other) => return Err(crate::request::field_type_error("key", "string", other)),
+        Some(other) => return Err(crate::request::field_type_error("distinct.key", "string", other)),
         None => return Err(CommandError::new(crate::error::MISSING_FIELD, "BSON field 'distinct.key' is missing but a required field")),
     };
     let components = split_path(&key)?;

@@ -37,12 +37,13 @@ pub fn parse_query_spec(request: &CommandRequest, filter_field: &str) -> Command
         Some(sort) if !sort.is_empty() => Some(SortSpec::parse(sort)?),
         _ => None,
     };
-    let skip = match request.optional_integer("skip")? {
-        Some(skip) if skip < 0 => return Err(CommandError::bad_value("skip value must be non-negative")),
+    let skip = match safe_int64_field(request, "skip")? {
+        Some(skip) if skip < 0 => return Err(negative("skip", skip)),
         Some(skip) => skip as u64,
         None => 0,
     };
-    let limit = match request.optional_integer("limit")? {
+    let limit = match safe_int64_field(request, "limit")? {
+        Some(limit) if limit < 0 && request.name == "find" => return Err(negative("limit", limit)),
         Some(limit) if limit < 0 => Some(limit.unsigned_abs()),
         Some(0) | None => None,
         Some(limit) => Some(limit as u64),
@@ -58,6 +59,29 @@ pub fn parse_query_spec(request: &CommandRequest, filter_field: &str) -> Command
     Ok(QuerySpec { filter: Arc::new(filter), filter_document, projection, sort, skip, limit, hint, allow_disk_use, min_max, collation })
 }
 
+/// A `safeInt64` field of the command (`skip`, `limit`): any number, a fraction truncated;
+/// another type is mongod's TypeMismatch.
+fn safe_int64_field(request: &CommandRequest, field: &str) -> CommandResult<Option<i64>> {
+    match request.body.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(value) => super::create::safe_int64(value).map(Some).ok_or_else(|| {
+            CommandError::new(
+                TYPE_MISMATCH,
+                format!(
+                    "BSON field '{}.{field}' is the wrong type '{}', expected types '[long, int, decimal, double']",
+                    request.parser_context(),
+                    crate::request::type_name(value)
+                ),
+            )
+        }),
+    }
+}
+
+/// mongod's validator message for a negative `skip` or `limit`.
+fn negative(field: &str, value: i64) -> CommandError {
+    CommandError::new(LOCATION_51024, format!("BSON field '{field}' value must be >= 0, actual value '{value}'"))
+}
+
 /// `batchSize` as MongoDB's `safeInt64` reads it: any number, a fraction truncated toward
 /// zero (2.5 is 2); absent or null is `default`; negative is an error (51024).
 pub fn batch_size(request: &CommandRequest, field: &str, default: usize) -> CommandResult<usize> {
@@ -66,7 +90,7 @@ pub fn batch_size(request: &CommandRequest, field: &str, default: usize) -> Comm
         Some(value) => value,
     };
     let Some(size) = super::create::safe_int64(value) else {
-        let command = if request.name == "find" { "FindCommandRequest" } else { request.name.as_str() };
+        let command = request.parser_context();
         return Err(CommandError::new(
             TYPE_MISMATCH,
             format!(

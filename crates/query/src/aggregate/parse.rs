@@ -183,14 +183,21 @@ pub(crate) fn parse_stage(name: &str, argument: &Bson, parsed: &mut Parsed, nest
     Ok(())
 }
 
+/// `$skip` and `$limit`'s argument, as mongod's `parseIntegerElementToNonNegativeLong` reads
+/// it: a number (5107200 / 5107201, "Expected a number in: ..."), integral ("Expected an
+/// integer: ..."), not negative; and a `$limit` of 0 is 15958.
 fn non_negative_count(stage: &str, argument: &Bson) -> QueryResult<u64> {
-    let (type_code, negative_code) = if stage == "$skip" { (15972, 15956) } else { (15957, 15958) };
-    let value = integral_value(argument).ok_or_else(|| {
-        QueryError::Location(type_code, format!("invalid argument to {stage} stage: Expected an integer: {argument}"))
-    })?;
-    if value < 0 || (stage == "$limit" && value == 0) {
-        let message = if stage == "$skip" { "Cannot skip a negative number of documents".to_string() } else { "the limit must be positive".to_string() };
-        return Err(QueryError::Location(negative_code, message));
+    let code = if stage == "$skip" { 5107200 } else { 5107201 };
+    let invalid = |what: String| QueryError::Location(code, format!("invalid argument to {stage} stage: {what}"));
+    if !matches!(argument, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)) {
+        return Err(invalid(format!("Expected a number in: {stage}: {argument}")));
+    }
+    let value = integral_value(argument).ok_or_else(|| invalid(format!("Expected an integer: {stage}: {argument}")))?;
+    if value < 0 {
+        return Err(invalid(format!("Expected a non-negative number in: {stage}: {argument}")));
+    }
+    if stage == "$limit" && value == 0 {
+        return Err(QueryError::Location(15958, "the limit must be positive".into()));
     }
     Ok(u64::try_from(value).unwrap_or(0))
 }

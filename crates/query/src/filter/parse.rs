@@ -234,7 +234,7 @@ fn parse_size(argument: &Bson) -> QueryResult<i64> {
     match argument {
         Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
             let size = integral_value(argument)
-                .ok_or_else(|| QueryError::BadValue(format!("Failed to parse $size. Expected an integer, but found {argument}")))?;
+                .ok_or_else(|| QueryError::BadValue(format!("Failed to parse $size. Expected an integer: $size: {argument}")))?;
             if size < 0 {
                 return Err(QueryError::BadValue(format!("Failed to parse $size. Expected a non-negative number in: $size: {size}")));
             }

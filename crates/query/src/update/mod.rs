@@ -324,18 +324,30 @@ fn check_conflicts(modifications: &[Modification]) -> QueryResult<()> {
             paths.push(to.texts());
         }
     }
-    paths.sort();
+    let mut sorted: Vec<&Vec<String>> = paths.iter().collect();
+    sorted.sort();
     // In sorted order a path and any path it prefixes are separated only by paths it also
-    // prefixes, so checking neighbours finds every conflict.
-    for pair in paths.windows(2) {
-        let [shorter, longer] = pair else { continue };
-        if longer.len() >= shorter.len() && longer[..shorter.len()] == shorter[..] {
+    // prefixes, so checking neighbours finds whether any conflict exists.
+    let prefixes = |shorter: &[String], longer: &[String]| longer.len() >= shorter.len() && longer[..shorter.len()] == shorter[..];
+    if !sorted.windows(2).any(|pair| prefixes(pair[0], pair[1])) {
+        return Ok(());
+    }
+    // mongod adds the paths in order and names the first one that meets an earlier one, and
+    // where (the shorter of the two): found with the paths added so far and their prefixes.
+    let mut added: std::collections::HashSet<&[String]> = std::collections::HashSet::new();
+    let mut extended: std::collections::HashSet<&[String]> = std::collections::HashSet::new();
+    for path in &paths {
+        let meets_shorter = (1..=path.len()).map(|length| &path[..length]).find(|prefix| added.contains(prefix));
+        let conflict = meets_shorter.or_else(|| extended.contains(path.as_slice()).then_some(path.as_slice()));
+        if let Some(at) = conflict {
             return Err(QueryError::ConflictingUpdateOperators(format!(
                 "Updating the path '{}' would create a conflict at '{}'",
-                longer.join("."),
-                shorter.join(".")
+                path.join("."),
+                at.join(".")
             )));
         }
+        added.insert(path);
+        extended.extend((1..path.len()).map(|length| &path[..length]));
     }
     Ok(())
 }

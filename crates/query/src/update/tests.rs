@@ -160,6 +160,7 @@ fn errors_match_mongodb() {
         (doc! {"_id": 1}, doc! {"$unset": {"_id": 1}}, vec![], 66, "immutable field '_id'"),
         (doc! {"_id": 1}, doc! {"$set": {"a": 1}, "$inc": {"a": 1}}, vec![], 40, "Updating the path 'a' would create a conflict at 'a'"),
         (doc! {"_id": 1}, doc! {"$set": {"a": 1, "a.b": 1}}, vec![], 40, "Updating the path 'a.b' would create a conflict at 'a'"),
+        (doc! {"_id": 1}, doc! {"$set": {"a.b": 1}, "$unset": {"a": 1}}, vec![], 40, "Updating the path 'a' would create a conflict at 'a'"),
         (doc! {"_id": 1}, doc! {"$rename": {"a": "b"}, "$set": {"b.c": 1}}, vec![], 40, "conflict"),
         (doc! {"_id": 1, "a": "x"}, doc! {"$inc": {"a": 1}}, vec![], 14, "Cannot apply $inc to a value of non-numeric type"),
         (doc! {"_id": 1}, doc! {"$inc": {"a": "x"}}, vec![], 14, "Cannot increment with non-numeric argument"),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bson::{doc, Document};
 
 use crate::catalog::RoutingInfo;
-use crate::error::{ClusterError, ClusterResult};
+use crate::error::ClusterResult;
 use crate::router::context::RouterContext;
 use crate::router::forward;
 use crate::router::request::RouterRequest;
@@ -19,11 +19,10 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
     let Some(database) = context.database(&request.db, false).await? else {
         return crate::router::command::on_any_shard(context, request, &request.collection()?).await;
     };
-    let skip = request.optional_integer("skip")?.unwrap_or(0);
-    let limit = request.optional_integer("limit")?.unwrap_or(0).unsigned_abs();
-    if skip < 0 {
-        return Err(ClusterError::bad_value("skip value must be non-negative"));
-    }
+    // The node's parser checks the query's fields (one implementation of its errors).
+    let spec = myriad_commands::command::find::parse_query_spec(&request.node_request()?, "query")?;
+    let skip = i64::try_from(spec.skip).unwrap_or(i64::MAX);
+    let limit = spec.limit.unwrap_or(0);
     let filter = request.optional_document("query")?.cloned().unwrap_or_default();
     let total = with_routing_retries!(context, &namespace, |routing| count_on_shards(context, request, &database.primary, &routing, &filter, skip as u64, limit).await)?;
     let mut counted = total.saturating_sub(skip as u64);

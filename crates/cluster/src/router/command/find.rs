@@ -30,18 +30,14 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
     if request.flag("tailable") {
         return Err(ClusterError::coded(ILLEGAL_OPERATION, "tailable cursors are not supported through the router yet"));
     }
+    // The node's parser checks the command's fields first (one implementation of its errors).
+    let node_request = request.node_request()?;
+    myriad_commands::command::find::parse_query_spec(&node_request, "filter")?;
+    let batch_size = myriad_commands::command::find::batch_size(&node_request, "batchSize", DEFAULT_FIRST_BATCH_SIZE)?;
     let Some(database) = context.database(&request.db, false).await? else {
         return on_any_shard(context, request, &request.collection()?).await;
     };
-    let batch_size = match request.optional_integer("batchSize")? {
-        Some(size) if size < 0 => return Err(ClusterError::bad_value("BatchSize value must be non-negative")),
-        Some(size) => size as usize,
-        None => DEFAULT_FIRST_BATCH_SIZE,
-    };
-    let mut single_batch = request.flag("singleBatch");
-    if request.optional_integer("limit")?.is_some_and(|limit| limit < 0) {
-        single_batch = true;
-    }
+    let single_batch = request.flag("singleBatch");
     let collection = request.collection()?;
     let cursor = with_routing_retries!(context, &namespace, |routing| open(context, request, &collection, &database.primary, &routing).await)?;
     first_batch(context, cursor, batch_size, single_batch, &namespace).await
@@ -80,11 +76,10 @@ struct Merge {
 impl Merge {
     /// Takes skip (and, when sorting, the projection) out of the shards' command.
     fn for_find(request: &RouterRequest, body: &mut Document) -> ClusterResult<Merge> {
-        let skip = request.optional_integer("skip")?.unwrap_or(0);
-        if skip < 0 {
-            return Err(ClusterError::bad_value("skip value must be non-negative"));
-        }
-        let limit = request.optional_integer("limit")?.filter(|limit| *limit != 0).map(i64::unsigned_abs);
+        // The node's parser checks the query's fields (one implementation of its errors).
+        let spec = myriad_commands::command::find::parse_query_spec(&request.node_request()?, "filter")?;
+        let skip = i64::try_from(spec.skip).unwrap_or(i64::MAX);
+        let limit = spec.limit;
         body.remove("skip");
         if let Some(limit) = limit {
             body.insert("limit", i64::try_from(limit.saturating_add(skip as u64)).unwrap_or(i64::MAX));
