@@ -244,12 +244,69 @@ def test_indexes_are_shown_in_the_collections_fields(db):
     assert refused.value.code == 72
 
 
-def test_updates_are_refused_and_drop_removes_the_buckets(db):
+def test_updates_change_measurements_in_their_buckets(db):
+    weather = fresh(db)
+    generator = random.Random(3)
+    measurements = random_measurements(generator, 600)
+    weather.insert_many(measurements)
+    model = {m["_id"]: as_stored(m) for m in measurements}
+    for minimum, amount in [(30, 1), (-20, 10), (100, 5)]:
+        matching = [key for key, m in model.items() if m["temperature"] >= minimum]
+        result = weather.update_many({"temperature": {"$gte": minimum}}, {"$inc": {"seen": amount}})
+        assert (result.matched_count, result.modified_count) == (len(matching), len(matching))
+        for key in matching:
+            model[key]["seen"] = model[key].get("seen", 0) + amount
+        assert {document["_id"]: document for document in weather.find()} == model
+    one = weather.update_one({"temperature": {"$lt": 0}}, {"$set": {"single": True}})
+    assert (one.matched_count, one.modified_count) == (1, 1)
+    assert weather.count_documents({"single": True}) == 1
+    # The meta value of every measurement of its buckets: the buckets' meta changes.
+    sensor_one = [key for key, m in model.items() if m.get("m", {}).get("sensor") == 1]
+    result = weather.update_many({"m.sensor": 1}, {"$set": {"m.sensor": 7}})
+    assert result.modified_count == len(sensor_one)
+    assert weather.count_documents({"m.sensor": 7}) == len(sensor_one) and weather.count_documents({"m.sensor": 1}) == 0
+    assert db["system.buckets.weather"].count_documents({"meta.sensor": 7}) > 0
+    # What would move a measurement to another bucket is refused.
+    for query, update in [({}, {"$set": {"t": START}}), ({"temperature": {"$gte": 30}}, {"$set": {"m": {"sensor": 8}}})]:
+        with pytest.raises(OperationFailure) as refused:
+            weather.update_many(query, update)
+        assert refused.value.code == 72
+    with pytest.raises(OperationFailure) as refused:
+        weather.update_one({}, [{"$set": {"x": 1}}])
+    assert refused.value.code == 72
+    upserted = weather.update_one({"t": START, "m": {"sensor": 42}}, {"$set": {"v": 1}}, upsert=True)
+    assert upserted.upserted_id is not None
+    assert weather.find_one({"m.sensor": 42}, {"_id": 0}) == {"t": utc(START), "m": {"sensor": 42}, "v": 1}
+    with pytest.raises(OperationFailure) as refused:
+        weather.find_one_and_update({}, {"$set": {"v": 2}})
+    assert refused.value.code == 166
+
+
+def test_an_updater_and_concurrent_inserters_on_the_same_buckets(db):
+    weather = fresh(db)
+    weather.insert_many([{"_id": f"pre-{number}", "t": START + datetime.timedelta(seconds=number), "m": number % 2, "pre": True} for number in range(40)])
+    rounds, writers, per_writer = 15, 4, 60
+
+    def write(writer):
+        for number in range(per_writer):
+            weather.insert_one({"_id": f"{writer}-{number}", "t": START + datetime.timedelta(seconds=number), "m": number % 2})
+
+    threads = [threading.Thread(target=write, args=(writer,)) for writer in range(writers)]
+    for thread in threads:
+        thread.start()
+    for _ in range(rounds):
+        assert weather.update_many({"pre": True}, {"$inc": {"c": 1}}).modified_count == 40
+    for thread in threads:
+        thread.join()
+    documents = list(weather.find())
+    assert len(documents) == 40 + writers * per_writer == len({document["_id"] for document in documents})
+    assert all(document.get("c") == rounds for document in documents if document.get("pre"))
+    assert not any("c" in document for document in documents if not document.get("pre"))
+
+
+def test_drop_removes_the_buckets(db):
     weather = fresh(db)
     weather.insert_one({"t": START, "m": 1, "v": 1})
-    with pytest.raises(OperationFailure) as refused:
-        weather.update_many({}, {"$set": {"v": 2}})
-    assert refused.value.code == 166
     db.drop_collection("weather")
     names = db.list_collection_names()
     assert "weather" not in names and "system.buckets.weather" not in names

@@ -159,18 +159,20 @@ impl Bucket {
 
     /// This bucket (same id, start and meta) holding only the measurements at `indexes`.
     pub fn retaining(&self, layout: &BucketLayout, indexes: &[usize]) -> Bucket {
-        let mut kept = Bucket {
-            id: self.id,
-            start_ms: self.start_ms,
-            meta: self.meta.clone(),
-            columns: vec![(layout.time_field.clone(), Vec::new())],
-            count: 0,
-            data_size_bytes: 0,
-        };
-        for &index in indexes {
-            kept.push(layout, &self.measurement(layout, index));
+        let measurements: Vec<Document> = indexes.iter().map(|&index| self.measurement(layout, index)).collect();
+        self.rebuilt(layout, self.meta.clone(), &measurements)
+    }
+
+    /// This bucket (same id and start) holding `measurements` (their meta fields left out)
+    /// under `meta`. Their times must stay within the bucket's span (asserted).
+    pub fn rebuilt(&self, layout: &BucketLayout, meta: Option<Bson>, measurements: &[Document]) -> Bucket {
+        let mut rebuilt = Bucket { id: self.id, start_ms: self.start_ms, meta, columns: vec![(layout.time_field.clone(), Vec::new())], count: 0, data_size_bytes: 0 };
+        for measurement in measurements {
+            let within = matches!(measurement.get(&layout.time_field), Some(Bson::DateTime(time)) if layout.covers(self.start_ms, time.timestamp_millis()));
+            assert!(within, "a rebuilt bucket keeps its measurements within its span");
+            rebuilt.push(layout, measurement);
         }
-        kept
+        rebuilt
     }
 
     /// The measurement at `index`, its values moved out (unpacking visits each index once;

@@ -361,7 +361,9 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let bound = crate::let_variables::bound_request(request)?;
     let request = bound.as_ref().unwrap_or(request);
     let Arguments { statements, ordered, durability, name, bypass_validation } = parse_arguments(request, context.replication.get().is_some())?;
-    super::timeseries::refuse(context, request, &name)?;
+    if let Some(timeseries) = super::timeseries::resolve(context, &request.db, &name)? {
+        return super::timeseries::update(context, request, &name, &timeseries);
+    }
     let variables = update_variables(request)?;
     let retry = crate::retryable::begin(context, request, statements.len())?;
     let (mut matched, mut modified) = (0i64, 0i64);

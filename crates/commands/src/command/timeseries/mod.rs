@@ -7,7 +7,8 @@
 //! - `find`, `aggregate`, `count` and `distinct` run as a pipeline over the buckets that starts
 //!   with a `$match` on bucket bounds (time and meta, so the planner can use the buckets'
 //!   indexes) and `$_internalUnpackBucket` ([`read`]);
-//! - `delete` rewrites or removes the buckets whose measurements match ([`delete`]);
+//! - `delete` and `update` rewrite or remove the buckets whose measurements match
+//!   ([`rewrite`]);
 //! - `createIndexes`, `listIndexes`, `dropIndexes`, `collStats` and `drop` translate between
 //!   the collection's fields and the buckets' ([`catalog`]).
 //!
@@ -17,15 +18,15 @@
 //! writer of one collection and meta value holds its turn
 //! ([`myriad_execution::timeseries::writer_turn`]) from reading a bucket to writing it.
 //!
-//! Not here yet: updates and findAndModify on a time-series collection (refused with
-//! mongod's code for an unsupported operation), BSONColumn-compressed (version 2) buckets,
+//! Not here yet: findAndModify, pipeline and replacement updates, updates that move a
+//! measurement to another bucket (refused), BSONColumn-compressed (version 2) buckets,
 //! sharded time-series collections (an unsharded one works through a router, which sends its
 //! commands to its shard), and retryable inserts.
 
 mod catalog;
-mod delete;
 mod insert;
 mod read;
+mod rewrite;
 
 use std::sync::Arc;
 
@@ -35,7 +36,7 @@ use crate::error::{CommandError, CommandResult, ErrorCode, OPERATION_NOT_SUPPORT
 use crate::{CommandRequest, ServerContext};
 
 pub use catalog::{coll_stats, create, create_indexes, describe, drop, drop_indexes, list_indexes};
-pub use delete::delete;
+pub use rewrite::{delete, update};
 pub use insert::insert;
 pub use read::{aggregate, count, distinct, explain, find};
 pub use myriad_execution::timeseries::{of_collection, Timeseries, BUCKETS_PREFIX};
