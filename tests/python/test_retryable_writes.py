@@ -23,6 +23,24 @@ def send_twice(database, session, command):
     return first, second
 
 
+def test_the_oplog_names_the_session_transaction_number_and_statement(replica_set):
+    with replica_set.client(retryWrites=False) as client:
+        database = client.retryable_oplog
+        database.drop_collection("c")
+        database.c.insert_one({"_id": 0})
+        with client.start_session() as session:
+            lsid_id = session.session_id["id"]
+            database.command(SON([("insert", "c"), ("documents", [{"_id": 1}, {"_id": 2}]), ("txnNumber", Int64(4))]), session=session)
+            database.command(SON([("update", "c"), ("updates", [{"q": {"_id": 1}, "u": {"$set": {"x": 1}}}]), ("txnNumber", Int64(5))]), session=session)
+            database.command(SON([("delete", "c"), ("deletes", [{"q": {"_id": 2}, "limit": 1}]), ("txnNumber", Int64(6))]), session=session)
+        entries = list(client.local["oplog.rs"].find({"ns": "retryable_oplog.c"}))
+        assert [entry["op"] for entry in entries] == ["i", "i", "i", "u", "d"]
+        plain, *retryable = entries
+        assert "lsid" not in plain and "txnNumber" not in plain and "stmtId" not in plain
+        assert [(entry["lsid"]["id"], entry["txnNumber"], entry["stmtId"]) for entry in retryable] == [
+            (lsid_id, 4, 0), (lsid_id, 4, 1), (lsid_id, 5, 0), (lsid_id, 6, 0)]
+
+
 def test_every_write_command_is_applied_once_and_answers_as_first(replica_set):
     with replica_set.client(retryWrites=False) as client:
         database = client.retryable_once

@@ -149,6 +149,7 @@ impl WriteTransaction<'_> {
                 document,
                 diff,
                 pre_image: change_pre_image,
+                statement: self.statement_of.get(record_id).copied(),
             });
         }
         let indexes_family = engine.indexes_family(&entry)?;

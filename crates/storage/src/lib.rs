@@ -94,7 +94,7 @@ pub use oplog::{oplog_record_id, oplog_timestamp, Oplog, OplogAppend, OPLOG_COLL
 pub use snapshot::{read_checkpoint_catalog_key, write_snapshot_archive};
 pub use sessions::{SessionHeader, SessionId, StatementRecord, SESSION_ID_LEN};
 pub use replication::{ReplicatedEffect, ReplicatedWrite, WriteReplicator};
-pub use operation_record::{OperationKind, OperationObserver, OperationRecord};
+pub use operation_record::{OperationKind, OperationObserver, OperationRecord, StatementOrigin};
 pub use transaction::{ClusterTime, TransactionId, MAX_HISTORY_POINTS, MAX_TRANSACTION_BYTES, SNAPSHOT_HISTORY_WINDOW_SECONDS};
 pub use ttl::TtlIndex;
 pub use storage_size::{CollectionStorage, DatabaseStorage};

@@ -36,6 +36,29 @@ pub struct OperationRecord {
     /// `changeStreamPreAndPostImages: {enabled: true}` on a replica-set member: the oplog entry
     /// carries it as `preImage` (see [`OperationRecord::to_oplog_entry`]).
     pub pre_image: Option<RawDocumentBuf>,
+    /// The retryable write statement that made this change, when one did: its oplog entry
+    /// carries `lsid`, `txnNumber` and `stmtId`, as mongod's.
+    pub statement: Option<StatementOrigin>,
+}
+
+/// A retryable write's statement: its session, transaction number and statement id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatementOrigin {
+    pub session: crate::sessions::SessionId,
+    pub transaction_number: i64,
+    pub statement_id: i32,
+}
+
+impl StatementOrigin {
+    /// The session as an lsid: `{id: UUID, uid: BinData}` (`uid` only when authenticated).
+    pub fn lsid(&self) -> Document {
+        let bytes = &self.session.0;
+        let mut lsid = doc! { "id": Binary { subtype: BinarySubtype::Uuid, bytes: bytes[..16].to_vec() } };
+        if bytes[16..].iter().any(|byte| *byte != 0) {
+            lsid.insert("uid", Binary { subtype: BinarySubtype::Generic, bytes: bytes[16..].to_vec() });
+        }
+        lsid
+    }
 }
 
 /// The largest oplog entry a pre-image is added to: past it the entry goes without one (a
@@ -62,6 +85,11 @@ impl OperationRecord {
         }
         if self.kind == OperationKind::Update {
             entry.insert("o2", doc! { "_id": self.id.clone() });
+        }
+        if let Some(statement) = &self.statement {
+            entry.insert("lsid", statement.lsid());
+            entry.insert("txnNumber", statement.transaction_number);
+            entry.insert("stmtId", statement.statement_id);
         }
         if let Some(pre_image) = &self.pre_image {
             let entry_bytes = bson::to_vec(&entry).map_or(usize::MAX, |bytes| bytes.len());
@@ -119,5 +147,6 @@ pub(crate) fn command_record(db: &str, collection_uuid: [u8; 16], command: Docum
         document: Some(document),
         diff: None,
         pre_image: None,
+        statement: None,
     })
 }

@@ -151,6 +151,14 @@ impl WriteTransaction<'_> {
         value.extend_from_slice(record.result.as_bytes());
         self.session_records.insert(record.session.header_key(), encode_header(header).to_vec());
         self.session_records.insert(record.session.statement_key(record.statement_id), value);
+        let origin = crate::operation_record::StatementOrigin {
+            session: record.session,
+            transaction_number: record.transaction_number,
+            statement_id: record.statement_id,
+        };
+        for record_id in std::mem::take(&mut self.unattributed_records) {
+            self.statement_of.insert(record_id, origin);
+        }
         self.operations += 1;
         Ok(())
     }

@@ -80,6 +80,11 @@ pub struct WriteTransaction<'e> {
     pub(crate) pre_images: BTreeMap<RecordId, PreImage>,
     /// Session records of retryable writes (`sessions.rs`), catalog keys to put.
     pub(crate) session_records: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Records written since the last recorded statement (`sessions.rs`): the next
+    /// [`Self::record_statement`] names the statement that wrote them.
+    pub(crate) unattributed_records: Vec<RecordId>,
+    /// The retryable statement that wrote each record, for its oplog entry.
+    pub(crate) statement_of: BTreeMap<RecordId, crate::operation_record::StatementOrigin>,
     /// Trimming state of a capped collection, once an insert needed it.
     pub(crate) capped_trim: Option<CappedTrim>,
     /// Owners of unique index keys read ahead in one batch (`read_unique_owners`), sorted by
@@ -313,6 +318,8 @@ impl Engine {
             index_limits,
             operations: 0,
             session_records: BTreeMap::new(),
+            unattributed_records: Vec::new(),
+            statement_of: BTreeMap::new(),
             pre_images: BTreeMap::new(),
             capped_trim: None,
             unique_owners_read: Vec::new(),
@@ -680,6 +687,7 @@ impl<'e> WriteTransaction<'e> {
         self.collection_delta[stats::COLLECTION_DOCUMENTS] += 1;
         self.collection_delta[stats::COLLECTION_DATA_SIZE_BYTES] += bytes.len() as i64;
         self.records.insert(record_id, Some(bytes));
+        self.unattributed_records.push(record_id);
         assert!(self.first_inserted.is_none_or(|first| first < record_id), "record ids of one transaction ascend");
         self.first_inserted.get_or_insert(record_id);
         self.operations += 1;
@@ -735,6 +743,7 @@ impl<'e> WriteTransaction<'e> {
             self.pre_images.insert(record_id, PreImage { document: old, diffed: keep_pre_image });
         }
         self.records.insert(record_id, Some(bytes));
+        self.unattributed_records.push(record_id);
         self.operations += 1;
         Ok(())
     }
@@ -759,6 +768,7 @@ impl<'e> WriteTransaction<'e> {
             self.pre_images.insert(record_id, PreImage { document: old, diffed: false });
         }
         self.records.insert(record_id, None);
+        self.unattributed_records.push(record_id);
         self.operations += 1;
         Ok(())
     }

@@ -175,6 +175,7 @@ mod tests {
             document: x.map(|x| RawDocumentBuf::from_document(&doc! { "_id": id, "x": x }).expect("raw")),
             diff: None,
             pre_image: None,
+            statement: None,
         }
     }
 

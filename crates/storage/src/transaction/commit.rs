@@ -96,6 +96,9 @@ impl Engine {
                 other => other,
             })?;
             if let Some(record) = record.take() {
+                // The commit's record names no operation: a transaction's operations carry no
+                // statement of their own.
+                write.unattributed_records.clear();
                 write.record_statement(record)?;
             }
             let (batch, records, write_effects, allocated) = write.prepare()?.into_parts();
