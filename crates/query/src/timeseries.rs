@@ -262,6 +262,10 @@ impl Bucket {
         if columns[0].1.iter().any(|time| !matches!(time, Some(Bson::DateTime(_)))) {
             return Err(invalid("has a measurement without a date in its time column"));
         }
+        let outside = |time: &Option<Bson>| !matches!(time, Some(Bson::DateTime(time)) if layout.covers(start_ms, time.timestamp_millis()));
+        if columns[0].1.iter().any(outside) {
+            return Err(invalid("has a measurement outside its span"));
+        }
         let mut data_size_bytes = 0;
         for (name, column) in data {
             let Bson::Document(column) = column else { return Err(invalid(&format!("column {name} is not a document"))) };

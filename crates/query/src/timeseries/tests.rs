@@ -58,6 +58,7 @@ fn malformed_stored_buckets_are_errors() {
         doc! { "_id": id, "control": { "min": { "t": at(0) } }, "data": { "t": { "1": at(0) } } },
         doc! { "_id": id, "control": { "min": { "t": at(0) } }, "data": { "t": { "0": 5 } } },
         doc! { "_id": id, "control": { "min": { "t": at(0) } }, "data": { "t": { "0": at(0) }, "x": { "3": 1 } } },
+        doc! { "_id": id, "control": { "min": { "t": at(0) } }, "data": { "t": { "0": at(3_600_000) } } },
     ];
     for case in cases {
         assert!(Bucket::from_document(&layout, case.clone()).is_err(), "{case}");

@@ -196,7 +196,7 @@ fn commit(
 ) -> CommandResult<Bucket> {
     for attempt in 0..=MAX_BUCKET_WRITE_ATTEMPTS {
         if attempt == MAX_BUCKET_WRITE_ATTEMPTS {
-            open = own_bucket(layout, open);
+            open = own_bucket(layout, open)?;
         }
         let document = open.bucket.to_document(layout);
         let reply = match open.stored_count {
@@ -238,16 +238,19 @@ fn reopen(context: &ServerContext, request: &CommandRequest, buckets: &str, layo
             return Ok(OpenBucket { bucket, stored_count: Some(stored_count), added: open.added });
         }
     }
-    Ok(own_bucket(layout, open))
+    own_bucket(layout, open)
 }
 
-/// A new bucket holding only this command's measurements.
-fn own_bucket(layout: &BucketLayout, open: OpenBucket) -> OpenBucket {
+/// A new bucket holding only this command's measurements (they fit one bucket, so they fit
+/// one starting at the first of them; a bucket written by hand into `system.buckets` with a
+/// start off the collection's rounding could break that, and is an error, not a panic).
+fn own_bucket(layout: &BucketLayout, open: OpenBucket) -> CommandResult<OpenBucket> {
     let first_ms = open.added.iter().filter_map(|document| time_of(layout, document)).min().unwrap_or(open.bucket.start_ms());
     let mut bucket = Bucket::new(layout, layout.bucket_start_ms(first_ms), open.bucket.meta().cloned());
-    let fits = push_all(layout, &mut bucket, &open.added);
-    assert!(fits, "measurements that fit one bucket fit a new bucket starting at the first of them");
-    OpenBucket { bucket, stored_count: None, added: open.added }
+    if !push_all(layout, &mut bucket, &open.added) {
+        return Err(CommandError::new(WRITE_CONFLICT, "The measurements of a time-series bucket no longer fit one bucket"));
+    }
+    Ok(OpenBucket { bucket, stored_count: None, added: open.added })
 }
 
 /// Adds every measurement when all fit, else adds none and answers false.
