@@ -50,6 +50,44 @@ def test_mongosh_session(server):
     }
 
 
+# A time-series collection as mongosh users make and read one.
+TIMESERIES = r"""
+const weather = db.getSiblingDB("mongosh_timeseries");
+weather.dropDatabase();
+weather.createCollection("readings", { timeseries: { timeField: "t", metaField: "sensor", granularity: "minutes" }, expireAfterSeconds: 86400 * 365 * 60 });
+const start = new Date("2026-11-01T00:00:00Z");
+weather.readings.insertMany([...Array(30).keys()].map(i => ({ t: new Date(start.getTime() + i * 60000), sensor: { id: i % 3 }, temp: i })));
+const results = {};
+results.info = weather.getCollectionInfos({ name: "readings" }).map(info => ({ type: info.type, timeseries: info.options.timeseries }));
+results.count = weather.readings.countDocuments({ "sensor.id": 1 });
+results.first = weather.readings.find({ "sensor.id": 2 }, { _id: 0 }).sort({ t: 1 }).limit(1).toArray();
+results.averages = weather.readings.aggregate([{ $group: { _id: "$sensor.id", avg: { $avg: "$temp" } } }, { $sort: { _id: 1 } }]).toArray();
+results.indexes = weather.readings.getIndexes().map(index => index.key);
+results.deleted = weather.readings.deleteMany({ temp: { $lt: 10 } }).deletedCount;
+results.buckets = weather.getCollection("system.buckets.readings").countDocuments() > 0;
+print(JSON.stringify(results));
+"""
+
+
+@pytest.mark.skipif(MONGOSH is None, reason="mongosh is optional and not installed")
+def test_mongosh_timeseries_session(server):
+    completed = subprocess.run(
+        [MONGOSH, "--quiet", "--norc", server.uri(), "--eval", TIMESERIES],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    results = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert results == {
+        "info": [{"type": "timeseries", "timeseries": {"timeField": "t", "metaField": "sensor", "granularity": "minutes", "bucketMaxSpanSeconds": 86400}}],
+        "count": 10,
+        "first": [{"t": "2026-11-01T00:02:00.000Z", "sensor": {"id": 2}, "temp": 2}],
+        "averages": [{"_id": 0, "avg": 13.5}, {"_id": 1, "avg": 14.5}, {"_id": 2, "avg": 15.5}],
+        "indexes": [{"sensor": 1, "t": 1}],
+        "deleted": 10,
+        "buckets": True,
+    }
+
+
 # The diagnostic tools of the idealo write-up, as a user types them: explain with execution
 # statistics, the profiler's shell helpers, system.profile and currentOp. Level 1 with
 # slowms -1 makes every operation "slow" without depending on timing.

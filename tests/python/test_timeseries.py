@@ -92,6 +92,10 @@ def test_invalid_options_get_mongods_codes(db, options, code):
     with pytest.raises(OperationFailure) as refused:
         db.create_collection("refused", expireAfterSeconds=10)
     assert refused.value.code == 72
+    with pytest.raises(OperationFailure) as refused:
+        db.create_collection("refused", timeseries={"timeField": "t"}, expireAfterSeconds=2**31)
+    assert refused.value.code == 72
+    assert "system.buckets.refused" not in db.list_collection_names()
 
 
 def test_measurements_are_packed_into_buckets_and_read_back_as_inserted(db):

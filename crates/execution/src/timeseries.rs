@@ -137,8 +137,13 @@ pub fn parse_create_options(timeseries: &Bson, expire_after_seconds: Option<&Bso
     let expire_after_seconds = match expire_after_seconds {
         None => None,
         Some(value) => match crate::request::integer_value(value) {
-            Some(seconds) if seconds >= 0 => Some(seconds),
-            _ => return Err(CommandError::new(INVALID_OPTIONS, "TTL index 'expireAfterSeconds' option must be a non-negative integer")),
+            Some(seconds) if (0..=i64::from(i32::MAX)).contains(&seconds) => Some(seconds),
+            _ => {
+                return Err(CommandError::new(
+                    INVALID_OPTIONS,
+                    format!("TTL index 'expireAfterSeconds' option must be within an acceptable range [0, {}]", i32::MAX),
+                ))
+            }
         },
     };
     Ok(Timeseries {

@@ -39,17 +39,24 @@ pub fn create(context: &ServerContext, request: &CommandRequest, name: &str, opt
     }
     let buckets = Timeseries::buckets_name(name);
     let bucket_options = bucket_options(&timeseries, options);
-    match context.backend.collection(&request.db, &buckets)? {
+    let created_buckets = match context.backend.collection(&request.db, &buckets)? {
         Some(existing) if existing.options()? != bucket_options => {
             return Err(CommandError::new(NAMESPACE_EXISTS, format!("Collection {}.{buckets} already exists.", request.db)));
         }
-        Some(_) => {}
+        Some(_) => false,
         None => {
             context.backend.create_collection(&request.db, &buckets, bucket_options)?;
+            true
         }
-    }
+    };
     let indexes: Vec<Bson> = default_bucket_indexes(&timeseries).into_iter().map(Bson::Document).collect();
-    super::super::create_indexes::run(context, &internal_request(request, doc! { "createIndexes": &buckets, "indexes": indexes }))?;
+    if let Err(error) = super::super::create_indexes::run(context, &internal_request(request, doc! { "createIndexes": &buckets, "indexes": indexes })) {
+        // Leave no buckets collection without its collection behind.
+        if created_buckets {
+            let _ = context.backend.drop_collection(&request.db, &buckets);
+        }
+        return Err(error);
+    }
     match context.backend.create_collection(&request.db, name, stored.clone()) {
         Ok(_) => Ok(doc! { "ok": 1.0 }),
         Err(error) => {
