@@ -117,6 +117,9 @@ def test_measurements_are_packed_into_buckets_and_read_back_as_inserted(db):
         assert max(times) - bucket["control"]["min"]["t"] < datetime.timedelta(hours=1)
         assert bucket["control"]["version"] == 1
     stats = db.command("collStats", "weather")
+    (figures,) = weather.aggregate([{"$collStats": {"count": {}}}])
+    assert figures["count"] == len(buckets)
+    assert {row["name"] for row in weather.aggregate([{"$indexStats": {}}])} >= {"m_1_t_1"}
     assert stats["timeseries"]["bucketsNs"] == db.name + ".system.buckets.weather"
     assert stats["timeseries"]["bucketCount"] == len(buckets)
     status = db.client.admin.command("serverStatus")

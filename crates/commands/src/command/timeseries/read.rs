@@ -60,8 +60,15 @@ fn stages_of(request: &CommandRequest, timeseries: &Timeseries) -> CommandResult
     }
 }
 
+/// First stages that read the collection's figures, not its documents: they run on the
+/// buckets collection as they are.
+const FIGURES_STAGES: &[&str] = &["$collStats", "$indexStats", "$planCacheStats"];
+
 fn aggregate_stages(request: &CommandRequest, timeseries: &Timeseries) -> CommandResult<Vec<Bson>> {
     let user_stages = super::super::aggregate::pipeline_stages(request)?;
+    if user_stages.first().is_some_and(|stage| FIGURES_STAGES.iter().any(|name| stage.contains_key(*name))) {
+        return Ok(user_stages.into_iter().map(Bson::Document).collect());
+    }
     let leading_filter = user_stages.first().and_then(|stage| stage.get_document("$match").ok());
     let mut stages = measurement_stages(timeseries, None);
     if let Some(filter) = leading_filter {
