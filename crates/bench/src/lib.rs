@@ -5,6 +5,7 @@
 mod cleanup;
 mod client;
 mod cluster;
+pub mod chart;
 pub mod cluster_refresh;
 pub mod compression;
 mod error;

@@ -95,6 +95,9 @@ pub struct ClusterRefreshArgs {
     #[arg(long = "work-dir")]
     pub work_directory: Option<PathBuf>,
     /// Print one JSON line with every figure after the table.
+    /// Write the headline figure as an SVG chart to this file (docs/figures/).
+    #[arg(long = "plot")]
+    pub plot: Option<std::path::PathBuf>,
     #[arg(long = "json")]
     pub json: bool,
     /// Any single operation (shardCollection of millions of chunks included) taking longer
@@ -198,6 +201,9 @@ fn run_benchmark(arguments: &ClusterRefreshArgs) -> BenchResult<()> {
     print!("{}", report::targets_table(&points));
     if settings.json {
         println!("{}", report::json(&points, settings.migrate, settings.security.name()));
+    }
+    if let Some(path) = &arguments.plot {
+        crate::chart::write(path, &report::svg(&points))?;
     }
     Ok(())
 }

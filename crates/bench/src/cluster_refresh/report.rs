@@ -291,3 +291,11 @@ mod tests {
         assert_eq!(point.refresh_micros_percentile(0.5), 300.0);
     }
 }
+
+/// The headline chart: the second router's refresh p50 against the chunk count, with the
+/// 1 ms target.
+pub fn svg(points: &[Point]) -> String {
+    let values: Vec<(f64, f64)> = points.iter().map(|point| (point.chunks as f64, point.refresh_micros_percentile(0.5))).collect();
+    let series = vec![crate::chart::Series { name: "refresh p50 (µs)".to_string(), values }];
+    crate::chart::lines("Routing refresh on a real cluster: second router's p50", "chunks", "µs", &series, Some(REFRESH_MEDIAN_TARGET_MICROS))
+}

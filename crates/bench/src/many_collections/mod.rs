@@ -15,7 +15,7 @@
 
 mod args;
 mod normal;
-mod plot;
+pub(crate) mod plot;
 mod populate;
 mod report;
 mod status;

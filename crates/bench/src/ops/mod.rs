@@ -74,6 +74,9 @@ pub struct OpsArgs {
     #[arg(long = "work-dir")]
     pub work_directory: Option<PathBuf>,
     /// Print one JSON line with every figure after the table.
+    /// Write the headline figure as an SVG chart to this file (docs/figures/).
+    #[arg(long = "plot")]
+    pub plot: Option<std::path::PathBuf>,
     #[arg(long = "json")]
     pub json: bool,
     /// Any single operation (or the loading of the documents) taking longer fails the run.
@@ -176,6 +179,9 @@ fn run_benchmark(arguments: &OpsArgs) -> BenchResult<()> {
     print!("{}", report::table(&results, &settings.connections));
     if settings.json {
         println!("{}", report::json(&results));
+    }
+    if let Some(path) = &arguments.plot {
+        crate::chart::write(path, &report::svg(&results, &settings.connections))?;
     }
     Ok(())
 }

@@ -296,3 +296,27 @@ mod tests {
         assert!(text.contains("insert_one through the router >= 0.50 x directly at 16 connections: 0.40 (missed)"), "{text}");
     }
 }
+
+/// The headline chart: each operation's rate as a ratio to ping's, one bar per connection
+/// count, with the operation's target where it has one.
+pub fn svg(results: &[OperationResult], connection_counts: &[usize]) -> String {
+    let mut operations: Vec<Operation> = Vec::new();
+    for result in results.iter().filter(|result| result.operation != Operation::Ping) {
+        if !operations.contains(&result.operation) {
+            operations.push(result.operation);
+        }
+    }
+    let categories: Vec<String> = operations.iter().map(|operation| operation.name().to_string()).collect();
+    let series: Vec<crate::chart::Series<Option<f64>>> = connection_counts
+        .iter()
+        .map(|&connections| crate::chart::Series {
+            name: format!("{connections} connection(s)"),
+            values: operations.iter().map(|&operation| find(results, operation, connections).and_then(|result| result.ratio_to_ping)).collect(),
+        })
+        .collect();
+    let targets: Vec<Option<f64>> = operations
+        .iter()
+        .map(|&operation| TARGETS.iter().find(|target| target.operation == operation).map(|target| target.minimum_ratio_to_ping))
+        .collect();
+    crate::chart::bars("Hot-path operations: rate / ping's rate", "ratio to ping", &categories, &series, &targets)
+}

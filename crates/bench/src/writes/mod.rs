@@ -106,6 +106,9 @@ pub struct WritesArgs {
     #[arg(long = "work-dir")]
     pub work_directory: Option<PathBuf>,
     /// Print one JSON line with every figure after the tables.
+    /// Write the headline figure as an SVG chart to this file (docs/figures/).
+    #[arg(long = "plot")]
+    pub plot: Option<std::path::PathBuf>,
     #[arg(long = "json")]
     pub json: bool,
     /// Any single operation taking longer fails the run.
@@ -273,6 +276,9 @@ fn run_benchmark(arguments: &WritesArgs) -> BenchResult<()> {
     print!("{}", report::table(&figures));
     if settings.json {
         println!("{}", report::json(&figures));
+    }
+    if let Some(path) = &arguments.plot {
+        crate::chart::write(path, &report::svg(&figures))?;
     }
     Ok(())
 }

@@ -286,3 +286,13 @@ pub(crate) fn json(figures: &Figures) -> Value {
         "load_average": figures.load_average,
     })
 }
+
+/// The headline chart: each target's measured ratio beside its bound.
+pub(crate) fn svg(figures: &Figures) -> String {
+    let verdicts = verdicts(figures);
+    let categories: Vec<String> =
+        verdicts.iter().map(|verdict| verdict.name.split(['>', '<']).next().unwrap_or(&verdict.name).trim().to_string()).collect();
+    let series = vec![crate::chart::Series { name: "measured".to_string(), values: verdicts.iter().map(|verdict| verdict.measured).collect() }];
+    let targets: Vec<Option<f64>> = verdicts.iter().map(|verdict| Some(verdict.bound)).collect();
+    crate::chart::bars("The write path against its ceilings (ratios)", "ratio", &categories, &series, &targets)
+}
