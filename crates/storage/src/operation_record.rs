@@ -44,7 +44,8 @@ pub struct OperationRecord {
 /// A retryable write's statement: its session, transaction number and statement id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatementOrigin {
-    pub session: crate::sessions::SessionId,
+    /// The session's id bytes (`SessionId`'s: the lsid's `id`, then its `uid` or zeros).
+    pub session: [u8; 48],
     pub transaction_number: i64,
     pub statement_id: i32,
 }
@@ -52,7 +53,7 @@ pub struct StatementOrigin {
 impl StatementOrigin {
     /// The session as an lsid: `{id: UUID, uid: BinData}` (`uid` only when authenticated).
     pub fn lsid(&self) -> Document {
-        let bytes = &self.session.0;
+        let bytes = &self.session;
         let mut lsid = doc! { "id": Binary { subtype: BinarySubtype::Uuid, bytes: bytes[..16].to_vec() } };
         if bytes[16..].iter().any(|byte| *byte != 0) {
             lsid.insert("uid", Binary { subtype: BinarySubtype::Generic, bytes: bytes[16..].to_vec() });

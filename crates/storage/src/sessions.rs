@@ -152,7 +152,7 @@ impl WriteTransaction<'_> {
         self.session_records.insert(record.session.header_key(), encode_header(header).to_vec());
         self.session_records.insert(record.session.statement_key(record.statement_id), value);
         let origin = crate::operation_record::StatementOrigin {
-            session: record.session,
+            session: record.session.0,
             transaction_number: record.transaction_number,
             statement_id: record.statement_id,
         };
