@@ -310,6 +310,21 @@ impl OpenBuckets {
         }
     }
 
+    /// Drops every open bucket of the buckets collection with key prefix `buckets_prefix` (the
+    /// collection is being dropped).
+    pub fn forget_collection(&self, buckets_prefix: u64) {
+        let mut entries = self.entries.lock();
+        let mut freed = 0;
+        entries.by_key.retain(|(prefix, _), entry| {
+            let keep = *prefix != buckets_prefix;
+            if !keep {
+                freed += entry.size_bytes;
+            }
+            keep
+        });
+        entries.bytes -= freed;
+    }
+
     /// How many open buckets, and how many bytes of measurements, are kept.
     pub fn figures(&self) -> (usize, usize) {
         let entries = self.entries.lock();
@@ -365,5 +380,10 @@ mod tests {
         assert!(open.figures().1 <= MAX_OPEN_BUCKET_BYTES, "{:?}", open.figures());
         open.forget(&key(1999));
         assert!(open.take(&key(1999), 1).is_none());
+        let other = open_bucket_key(8, None);
+        open.put(other.clone(), bucket(&layout, 2), 1);
+        open.forget_collection(7);
+        assert_eq!(open.figures().0, 1, "only the other collection's bucket stays");
+        assert_eq!(open.figures().1, bucket(&layout, 2).size_bytes() + other.1.len());
     }
 }

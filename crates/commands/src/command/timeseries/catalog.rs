@@ -260,6 +260,7 @@ pub fn drop(context: &ServerContext, request: &CommandRequest, name: &str) -> Co
     let mut indexes_were = 0;
     if let Some(collection) = context.backend.collection(&request.db, &buckets)? {
         indexes_were = collection.index_count() as i32;
+        context.open_buckets.forget_collection(collection.prefix());
         context.cursors.kill_namespace(&format!("{}.{buckets}", request.db));
         context.backend.drop_collection(&request.db, &buckets)?;
     }
