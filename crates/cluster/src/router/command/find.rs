@@ -32,18 +32,33 @@ pub async fn run(context: &Arc<RouterContext>, request: &RouterRequest) -> Clust
     }
     // The node's parser checks the command's fields first (one implementation of its errors).
     let node_request = request.node_request()?;
-    myriad_commands::command::find::parse_query_spec(&node_request, "filter")?;
+    let spec = myriad_commands::command::find::parse_query_spec(&node_request, "filter")?;
+    let window = Window { skip: spec.skip, limit: spec.limit };
     let batch_size = myriad_commands::command::find::batch_size(&node_request, "batchSize", DEFAULT_FIRST_BATCH_SIZE)?;
     let Some(database) = context.database(&request.db, false).await? else {
         return on_any_shard(context, request, &request.collection()?).await;
     };
     let single_batch = request.flag("singleBatch");
     let collection = request.collection()?;
-    let cursor = with_routing_retries!(context, &namespace, |routing| open(context, request, &collection, &database.primary, &routing).await)?;
+    let cursor = with_routing_retries!(context, &namespace, |routing| open(context, request, &collection, &database.primary, &routing, window).await)?;
     first_batch(context, cursor, batch_size, single_batch, &namespace).await
 }
 
-async fn open(context: &RouterContext, request: &RouterRequest, collection: &str, primary: &str, routing: &RoutingInfo) -> ClusterResult<RouterCursor> {
+/// The command's `skip` and `limit`, as the node's parser read them.
+#[derive(Clone, Copy)]
+struct Window {
+    skip: u64,
+    limit: Option<u64>,
+}
+
+async fn open(
+    context: &RouterContext,
+    request: &RouterRequest,
+    collection: &str,
+    primary: &str,
+    routing: &RoutingInfo,
+    window: Window,
+) -> ClusterResult<RouterCursor> {
     let filter = request.optional_document("filter")?.cloned().unwrap_or_default();
     let targets = match routing {
         RoutingInfo::Unsharded => vec![primary.to_string()],
@@ -52,7 +67,7 @@ async fn open(context: &RouterContext, request: &RouterRequest, collection: &str
     let mut body = request.forwarded_body();
     let mut cursor_setup = Merge::default();
     if targets.len() > 1 {
-        cursor_setup = Merge::for_find(request, &mut body)?;
+        cursor_setup = Merge::for_find(request, &mut body, window)?;
     }
     let requests = targets.into_iter().map(|shard| (shard, body.clone())).collect();
     let sources = open_sources(context, &request.db, collection, requests, routing).await?;
@@ -75,14 +90,11 @@ struct Merge {
 
 impl Merge {
     /// Takes skip (and, when sorting, the projection) out of the shards' command.
-    fn for_find(request: &RouterRequest, body: &mut Document) -> ClusterResult<Merge> {
-        // The node's parser checks the query's fields (one implementation of its errors).
-        let spec = myriad_commands::command::find::parse_query_spec(&request.node_request()?, "filter")?;
-        let skip = i64::try_from(spec.skip).unwrap_or(i64::MAX);
-        let limit = spec.limit;
+    fn for_find(request: &RouterRequest, body: &mut Document, window: Window) -> ClusterResult<Merge> {
+        let Window { skip, limit } = window;
         body.remove("skip");
         if let Some(limit) = limit {
-            body.insert("limit", i64::try_from(limit.saturating_add(skip as u64)).unwrap_or(i64::MAX));
+            body.insert("limit", i64::try_from(limit.saturating_add(skip)).unwrap_or(i64::MAX));
         }
         body.remove("singleBatch");
         let sort = match request.optional_document("sort")? {
@@ -98,7 +110,7 @@ impl Merge {
             }
             _ => None,
         };
-        Ok(Merge { sort, projection, skip: skip as u64, limit })
+        Ok(Merge { sort, projection, skip, limit })
     }
 }
 
