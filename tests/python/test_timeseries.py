@@ -204,6 +204,11 @@ def test_deletes_remove_exactly_the_matching_measurements(db):
         assert sorted(document["_id"] for document in weather.find()) == sorted(remaining)
     with pytest.raises(OperationFailure):
         weather.delete_one({})
+    # A filter that fails on a measurement fails the delete (not a silent non-match).
+    with pytest.raises(OperationFailure) as refused:
+        weather.delete_many({"$expr": {"$divide": ["$temperature", 0]}})
+    assert refused.value.code == 2
+    assert sorted(document["_id"] for document in weather.find()) == sorted(remaining)
 
 
 def test_concurrent_inserters_and_a_deleter_lose_and_repeat_nothing(db):

@@ -96,20 +96,26 @@ pub fn insert(context: &ServerContext, request: &CommandRequest, name: &str, tim
 
 /// Checks a measurement's time, gives it an `_id` when it has none, and takes its meta value
 /// out (normalized).
-fn measurement(layout: &BucketLayout, index: usize, mut document: Document) -> CommandResult<(Option<Bson>, Measurement)> {
+fn measurement(layout: &BucketLayout, index: usize, document: Document) -> CommandResult<(Option<Bson>, Measurement)> {
     let time_ms = match document.get(&layout.time_field) {
         Some(Bson::DateTime(time)) => time.timestamp_millis(),
         _ => {
             return Err(CommandError::new(BAD_VALUE, format!("'{}' must be present and contain a valid BSON UTC datetime value", layout.time_field)))
         }
     };
-    if !document.contains_key("_id") {
-        let mut with_id = doc! { "_id": bson::oid::ObjectId::new() };
-        with_id.extend(document);
-        document = with_id;
-    }
+    let mut document = with_id(document);
     let meta = layout.meta_field.as_ref().and_then(|field| document.remove(field)).map(|value| normalize_meta(&value));
     Ok((meta, Measurement { index, time_ms, document }))
+}
+
+/// `document` with an `_id` first when it had none (a fresh ObjectId, as mongod gives one).
+pub(super) fn with_id(document: Document) -> Document {
+    if document.contains_key("_id") {
+        return document;
+    }
+    let mut with_id = doc! { "_id": bson::oid::ObjectId::new() };
+    with_id.extend(document);
+    with_id
 }
 
 fn write_group(
@@ -136,7 +142,7 @@ fn write_group(
         if !open.as_ref().is_some_and(|open| open.bucket.accepts(layout, measurement.time_ms, size_bytes)) {
             if let Some(full) = open.take() {
                 if !full.added.is_empty() {
-                    commit(context, request, &buckets, layout, full, write_concern_error)?;
+                    commit(context, request, &collection, layout, full, write_concern_error)?;
                 }
             }
             open = Some(find_open_bucket(context, &collection, layout, &meta, measurement.time_ms, size_bytes)?);
@@ -146,7 +152,7 @@ fn write_group(
         filling.added.push(measurement.document.clone());
     }
     if let Some(last) = open.filter(|last| !last.added.is_empty()) {
-        let written = commit(context, request, &buckets, layout, last, write_concern_error)?;
+        let written = commit(context, request, &collection, layout, last, write_concern_error)?;
         context.open_buckets.put(key, written, topology);
     }
     Ok(())
@@ -189,11 +195,12 @@ fn find_open_bucket(
 fn commit(
     context: &ServerContext,
     request: &CommandRequest,
-    buckets: &str,
+    collection: &CollectionHandle,
     layout: &BucketLayout,
     mut open: OpenBucket,
     write_concern_error: &mut Option<Bson>,
 ) -> CommandResult<Bucket> {
+    let buckets = collection.name();
     for attempt in 0..=MAX_BUCKET_WRITE_ATTEMPTS {
         if attempt == MAX_BUCKET_WRITE_ATTEMPTS {
             open = own_bucket(layout, open)?;
@@ -218,21 +225,15 @@ fn commit(
         if open.stored_count.is_none() {
             return Err(CommandError::new(WRITE_CONFLICT, format!("A new bucket of {}.{buckets} was not inserted", request.db)));
         }
-        open = reopen(context, request, buckets, layout, open)?;
+        open = reopen(context, collection, layout, open)?;
     }
     unreachable!("the last attempt inserts a bucket of its own, which answers one way or the other")
 }
 
 /// After a write that found nothing to replace: the bucket as stored now with this command's
 /// measurements added, or, when they no longer fit (or it is gone), a new bucket of them.
-fn reopen(context: &ServerContext, request: &CommandRequest, buckets: &str, layout: &BucketLayout, open: OpenBucket) -> CommandResult<OpenBucket> {
-    let collection = context.backend.collection(&request.db, buckets)?;
-    let stored = match &collection {
-        Some(collection) => context.backend.find_by_id(collection, &Bson::ObjectId(open.bucket.id()))?,
-        None => None,
-    };
-    if let Some((_, raw)) = stored {
-        let mut bucket = Bucket::from_document(layout, crate::execution::to_document(&raw)?)?;
+fn reopen(context: &ServerContext, collection: &CollectionHandle, layout: &BucketLayout, open: OpenBucket) -> CommandResult<OpenBucket> {
+    if let Some(mut bucket) = super::stored_bucket(context, collection, layout, open.bucket.id())? {
         let stored_count = bucket.count();
         if push_all(layout, &mut bucket, &open.added) {
             return Ok(OpenBucket { bucket, stored_count: Some(stored_count), added: open.added });

@@ -31,6 +31,7 @@ mod rewrite;
 use std::sync::Arc;
 
 use bson::Document;
+use myriad_storage::CollectionHandle;
 
 use crate::error::{CommandError, CommandResult, ErrorCode, OPERATION_NOT_SUPPORTED_IN_TRANSACTION};
 use crate::{CommandRequest, ServerContext};
@@ -67,6 +68,17 @@ pub fn refuse(context: &ServerContext, request: &CommandRequest, name: &str) -> 
         ));
     }
     Ok(())
+}
+
+/// The bucket stored under `id` now, read and checked; None when it is gone.
+fn stored_bucket(
+    context: &ServerContext,
+    collection: &CollectionHandle,
+    layout: &myriad_query::timeseries::BucketLayout,
+    id: bson::oid::ObjectId,
+) -> CommandResult<Option<myriad_query::timeseries::Bucket>> {
+    let Some((_, raw)) = context.backend.find_by_id(collection, &bson::Bson::ObjectId(id))? else { return Ok(None) };
+    Ok(Some(myriad_query::timeseries::Bucket::from_document(layout, crate::execution::to_document(&raw)?)?))
 }
 
 /// Writes to a time-series collection are refused inside a transaction, as in MongoDB 7.0.

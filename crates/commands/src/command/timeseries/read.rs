@@ -53,7 +53,7 @@ fn run_pipeline(context: &ServerContext, request: &CommandRequest, name: &str, s
 fn stages_of(request: &CommandRequest, timeseries: &Timeseries) -> CommandResult<Vec<Bson>> {
     match request.name.as_str() {
         "aggregate" => aggregate_stages(request, timeseries),
-        "find" => find_stages(request, timeseries),
+        "find" => find_stages(request, timeseries).map(|(stages, _)| stages),
         "count" => count_stages(request, timeseries),
         "distinct" => distinct_stages(request, timeseries),
         other => Err(CommandError::internal(format!("{other} is not a time-series read"))),
@@ -90,7 +90,8 @@ pub fn aggregate(context: &ServerContext, request: &CommandRequest, name: &str, 
     run_pipeline(context, request, name, stages, batch_size)
 }
 
-fn find_stages(request: &CommandRequest, timeseries: &Timeseries) -> CommandResult<Vec<Bson>> {
+/// find's pipeline, and its `limit`.
+fn find_stages(request: &CommandRequest, timeseries: &Timeseries) -> CommandResult<(Vec<Bson>, Option<u64>)> {
     let spec = super::super::find::parse_query_spec(request, "filter")?;
     let mut stages = measurement_stages(timeseries, Some(&spec.filter_document));
     if let Some(sort) = request.optional_document("sort")?.filter(|sort| !sort.is_empty()) {
@@ -105,12 +106,11 @@ fn find_stages(request: &CommandRequest, timeseries: &Timeseries) -> CommandResu
     if let Some(projection) = request.optional_document("projection")?.filter(|projection| !projection.is_empty()) {
         stages.push(Bson::Document(doc! { "$project": projection.clone() }));
     }
-    Ok(stages)
+    Ok((stages, spec.limit))
 }
 
 pub fn find(context: &ServerContext, request: &CommandRequest, name: &str, timeseries: &Timeseries) -> CommandResult<Reply> {
-    let stages = find_stages(request, timeseries)?;
-    let limit = super::super::find::parse_query_spec(request, "filter")?.limit;
+    let (stages, limit) = find_stages(request, timeseries)?;
     let batch_size = match (request.body.get("batchSize"), limit) {
         (Some(size), _) => Some(size.clone()),
         (None, Some(limit)) => Some(Bson::Int64(i64::try_from(limit.min(super::super::find::DEFAULT_FIRST_BATCH_SIZE as u64)).unwrap_or(101))),

@@ -64,7 +64,12 @@ pub fn delete(context: &ServerContext, request: &CommandRequest, name: &str, tim
             }
             let filter = Filter::parse(filter_document)?;
             let (matched, _) = rewrite_buckets(context, request, name, layout, filter_document, false, &mut |bucket| {
-                let kept: Vec<usize> = (0..bucket.count()).filter(|index| !filter.try_matches(&bucket.measurement(layout, *index)).unwrap_or(false)).collect();
+                let mut kept = Vec::with_capacity(bucket.count());
+                for index in 0..bucket.count() {
+                    if !filter.try_matches(&bucket.measurement(layout, index))? {
+                        kept.push(index);
+                    }
+                }
                 let removed = (bucket.count() - kept.len()) as i64;
                 let change = match kept.len() {
                     _ if removed == 0 => BucketChange::Keep,
@@ -163,12 +168,7 @@ fn update_statement(context: &ServerContext, request: &CommandRequest, name: &st
     }
     let seed = myriad_query::upsert_seed(filter_document)?;
     let insert_context = UpdateContext { is_upsert_insert: true, ..context_now };
-    let mut document = update.apply_to(&seed, &insert_context)?.unwrap_or(seed);
-    if !document.contains_key("_id") {
-        let mut with_id = doc! { "_id": bson::oid::ObjectId::new() };
-        with_id.extend(document);
-        document = with_id;
-    }
+    let document = super::insert::with_id(update.apply_to(&seed, &insert_context)?.unwrap_or(seed));
     let id = document.get("_id").cloned();
     let reply = super::insert(context, &internal_request(request, doc! { "insert": name, "documents": [document] }), name, timeseries)?;
     if let Some(error) = first_write_error(&reply) {
@@ -285,8 +285,7 @@ fn rewrite_bucket(
     let key = open_bucket_key(collection.prefix(), bucket.meta());
     let _turn = writer_turn(&key);
     context.open_buckets.forget(&key);
-    let Some((_, raw)) = context.backend.find_by_id(collection, &Bson::ObjectId(bucket.id()))? else { return Ok((0, 0)) };
-    let mut bucket = Bucket::from_document(layout, crate::execution::to_document(&raw)?)?;
+    let Some(mut bucket) = super::stored_bucket(context, collection, layout, bucket.id())? else { return Ok((0, 0)) };
     for _ in 0..MAX_BUCKET_ATTEMPTS {
         let Rewrite { change: bucket_change, matched, modified } = change(&bucket)?;
         let count = i32::try_from(bucket.count()).expect("a bucket holds at most 1000 measurements");
@@ -308,8 +307,8 @@ fn rewrite_bucket(
         if reply.get("n").and_then(crate::request::integer_value) == Some(1) {
             return Ok((matched, modified));
         }
-        let Some((_, raw)) = context.backend.find_by_id(collection, &Bson::ObjectId(bucket.id()))? else { return Ok((0, 0)) };
-        bucket = Bucket::from_document(layout, crate::execution::to_document(&raw)?)?;
+        let Some(stored) = super::stored_bucket(context, collection, layout, bucket.id())? else { return Ok((0, 0)) };
+        bucket = stored;
     }
     Err(CommandError::new(WRITE_CONFLICT, format!("Could not rewrite a bucket of {}.{buckets} after {MAX_BUCKET_ATTEMPTS} attempts", request.db)))
 }
