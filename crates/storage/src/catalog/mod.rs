@@ -86,8 +86,7 @@ struct EntryOptions {
 /// `changeStreamPreAndPostImages.enabled` of options stored as `bytes`.
 fn change_images_enabled(bytes: &[u8]) -> bool {
     let Ok(options) = RawDocument::from_bytes(bytes) else { return false };
-    let Ok(Some(images)) = options.get_document("changeStreamPreAndPostImages").map(Some).or_else(|_| Ok::<_, ()>(None)) else { return false };
-    images.get_bool("enabled").unwrap_or(false)
+    options.get_document("changeStreamPreAndPostImages").and_then(|images| images.get_bool("enabled")).unwrap_or(false)
 }
 
 /// The values derived once from an entry's options, one per type (see
