@@ -8,6 +8,13 @@ import pytest
 
 MONGOSH = shutil.which("mongosh")
 
+
+def run_script(uri, script):
+    """Runs `script` in mongosh against `uri`; the JSON its last line prints."""
+    completed = subprocess.run([MONGOSH, "--quiet", "--norc", uri, "--eval", script], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
 SCRIPT = r"""
 const shop = db.getSiblingDB("mongosh_session");
 shop.dropDatabase();
@@ -29,12 +36,7 @@ print(JSON.stringify(results));
 
 @pytest.mark.skipif(MONGOSH is None, reason="mongosh is optional and not installed")
 def test_mongosh_session(server):
-    completed = subprocess.run(
-        [MONGOSH, "--quiet", "--norc", server.uri(), "--eval", SCRIPT],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert completed.returncode == 0, completed.stderr
-    results = json.loads(completed.stdout.strip().splitlines()[-1])
+    results = run_script(server.uri(), SCRIPT)
     assert results == {
         "insert": True,
         "insertMany": 2,
@@ -71,12 +73,7 @@ print(JSON.stringify(results));
 
 @pytest.mark.skipif(MONGOSH is None, reason="mongosh is optional and not installed")
 def test_mongosh_timeseries_session(server):
-    completed = subprocess.run(
-        [MONGOSH, "--quiet", "--norc", server.uri(), "--eval", TIMESERIES],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    results = json.loads(completed.stdout.strip().splitlines()[-1])
+    results = run_script(server.uri(), TIMESERIES)
     assert results == {
         "info": [{"type": "timeseries", "timeseries": {"timeField": "t", "metaField": "sensor", "granularity": "minutes", "bucketMaxSpanSeconds": 86400}}],
         "count": 10,
@@ -142,12 +139,7 @@ print(JSON.stringify(results));
 
 @pytest.mark.skipif(MONGOSH is None, reason="mongosh is optional and not installed")
 def test_mongosh_diagnostics_session(server):
-    completed = subprocess.run(
-        [MONGOSH, "--quiet", "--norc", server.uri(), "--eval", DIAGNOSTICS],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    results = json.loads(completed.stdout.strip().splitlines()[-1])
+    results = run_script(server.uri(), DIAGNOSTICS)
     assert results["explain"] == {
         "stage": "FETCH",
         "inputStage": "IXSCAN",
