@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -60,6 +61,8 @@ class Server:
         )
         ready = threading.Event()
         self.port = None
+        # The last log lines, printed by `stop` when the server had exited on its own.
+        self.log_tail = collections.deque(maxlen=40)
 
         # MYRIAD_TEST_LOG_DIR keeps each server's log lines in a file there (for debugging).
         log_directory = os.environ.get("MYRIAD_TEST_LOG_DIR")
@@ -68,6 +71,7 @@ class Server:
         def drain() -> None:
             # Keep reading stderr for the server's whole life so it never blocks on a full pipe.
             for line in self.process.stderr:
+                self.log_tail.append(line)
                 if log_file is not None:
                     log_file.write(line)
                     log_file.flush()
@@ -88,6 +92,9 @@ class Server:
         return pymongo.MongoClient(self.uri(), serverSelectionTimeoutMS=self.selection_timeout_ms, **options)
 
     def stop(self) -> None:
+        if self.process.poll() is not None:
+            print(f"myriad (pid {self.process.pid}) had exited with {self.process.returncode}; its last log lines:",
+                  *self.log_tail, sep="\n", file=sys.stderr)
         self.process.terminate()
         try:
             self.process.wait(timeout=30)
@@ -102,13 +109,18 @@ class ReplicaSet:
     """`members` nodes started with `--replSet NAME`, each on its own temp dir and free port,
     initiated as one set; a member can be killed (SIGKILL) and restarted on its port and files."""
 
-    def __init__(self, members: int = 3, name: str = "rs0", extra_arguments: tuple = ()) -> None:
+    def __init__(self, members: int = 3, name: str = "rs0", extra_arguments: tuple = (), directories: dict = None,
+                 member_options: dict = None) -> None:
+        """`directories` and `member_options` map a member's index to its data directory (in the
+        shape of a TemporaryDirectory, which the set cleans up) and to more fields of its entry in
+        the configuration."""
         self.name = name
         self.extra_arguments = ("--replSet", name, *extra_arguments)
-        self.directories = [tempfile.TemporaryDirectory(prefix="myriad-rs-") for _ in range(members)]
+        self.directories = [(directories or {}).get(index) or tempfile.TemporaryDirectory(prefix="myriad-rs-") for index in range(members)]
         self.servers = [Server(self.extra_arguments, data_directory=directory) for directory in self.directories]
         self.ports = [member.port for member in self.servers]
-        config = {"_id": name, "members": [{"_id": index, "host": f"127.0.0.1:{port}"} for index, port in enumerate(self.ports)]}
+        config = {"_id": name, "members": [{"_id": index, "host": f"127.0.0.1:{port}", **(member_options or {}).get(index, {})}
+                                           for index, port in enumerate(self.ports)]}
         self.servers[0].client().admin.command("replSetInitiate", config)
         self.wait_for_primary()
 

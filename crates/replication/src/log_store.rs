@@ -7,6 +7,12 @@
 //! toward a majority must survive a power loss). openraft 0.9 appends each proposal on its own
 //! and waits for the sync before replicating it, so concurrent writes share an fsync only by
 //! sharing an entry (`group_commit.rs`).
+//!
+//! The log lives on the `--dbpath` filesystem beside the engine: its appends pass the engine's
+//! free-space guard as writes that cannot be refused (`myriad_storage::disk_space`), so a member
+//! whose disk fills waits for space instead of RocksDB meeting a full disk; its memtable (and so
+//! the WAL file RocksDB preallocates) is sized by [`Engine::reserve_side_store`], which keeps
+//! their room free.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -15,6 +21,7 @@ use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, StorageError, StorageIOError, Vote};
+use myriad_storage::Engine;
 use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 
 use crate::{decode, encode, TypeConfig};
@@ -32,6 +39,8 @@ type Result<T> = std::result::Result<T, StorageError<u64>>;
 #[derive(Clone)]
 pub(crate) struct LogStore {
     db: Arc<DB>,
+    /// The engine on the same filesystem, whose free-space guard admits appends.
+    engine: Arc<Engine>,
 }
 
 fn io_error(error: impl std::fmt::Display) -> StorageError<u64> {
@@ -43,13 +52,28 @@ fn read_error(error: impl std::fmt::Display) -> StorageError<u64> {
 }
 
 impl LogStore {
-    pub(crate) fn open(path: &Path) -> std::result::Result<LogStore, String> {
-        let mut options = Options::default();
+    pub(crate) fn open(path: &Path, engine: Arc<Engine>) -> std::result::Result<LogStore, String> {
+        let memtable_bytes = engine.reserve_side_store();
+        let sized = || {
+            let mut options = Options::default();
+            options.set_write_buffer_size(memtable_bytes);
+            options
+        };
+        let mut options = sized();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
-        let families = [FAMILY_LOG, FAMILY_META].map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+        options.set_max_total_wal_size(memtable_bytes as u64 * 2);
+        let families = [FAMILY_LOG, FAMILY_META].map(|name| ColumnFamilyDescriptor::new(name, sized()));
         let db = DB::open_cf_descriptors(&options, path, families).map_err(|error| format!("replication log at {}: {error}", path.display()))?;
-        Ok(LogStore { db: Arc::new(db) })
+        Ok(LogStore { db: Arc::new(db), engine })
+    }
+
+    /// Writes `batch` synced, once the free-space guard admits it (below its floor, waits).
+    fn write_synced(&self, batch: WriteBatch) -> Result<()> {
+        tokio::task::block_in_place(|| {
+            self.engine.wait_for_disk_space(batch.size_in_bytes()).map_err(io_error)?;
+            self.db.write_opt(batch, &Self::synced()).map_err(io_error)
+        })
     }
 
     fn family(&self, name: &str) -> Result<&rocksdb::ColumnFamily> {
@@ -70,7 +94,9 @@ impl LogStore {
     }
 
     fn write_meta<T: serde::Serialize>(&self, key: &[u8], value: &T) -> Result<()> {
-        self.db.put_cf_opt(self.family(FAMILY_META)?, key, encode(value), &Self::synced()).map_err(io_error)
+        let mut batch = WriteBatch::default();
+        batch.put_cf(self.family(FAMILY_META)?, key, encode(value));
+        self.write_synced(batch)
     }
 
     /// This member's id, once it learned it (initiated, or first contacted by a leader).
@@ -166,9 +192,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         for entry in entries {
             batch.put_cf(family, index_key(entry.log_id.index), encode(&entry));
         }
-        let written = tokio::task::block_in_place(|| self.db.write_opt(batch, &Self::synced()));
+        let written = self.write_synced(batch);
         callback.log_io_completed(written.as_ref().map(drop).map_err(|error| std::io::Error::other(error.to_string())));
-        written.map_err(io_error)
+        written
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<()> {

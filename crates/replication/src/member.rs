@@ -139,7 +139,7 @@ impl ReplicaSetMember {
         transport: Arc<dyn Transport>,
         settings: MemberSettings,
     ) -> Result<Arc<ReplicaSetMember>, String> {
-        let log_store = LogStore::open(&dbpath.join("replication"))?;
+        let log_store = LogStore::open(&dbpath.join("replication"), Arc::clone(&engine))?;
         let snapshots = Snapshots::new(dbpath.join("replication-snapshot"), Arc::clone(&engine))?;
         let member = Arc::new(ReplicaSetMember {
             set_name: set_name.to_string(),

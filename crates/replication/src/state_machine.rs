@@ -145,12 +145,15 @@ impl StateMachine {
             state.optime = state.optime.next(None, term);
         }
         let marker = encode(&state);
-        if writes.is_empty() {
-            self.engine.write_replication_state(APPLIED_KEY, &marker)
-        } else {
-            let oplog = (!entries.is_empty()).then_some(OplogAppend { oplog: &mut self.oplog, entries });
-            tokio::task::block_in_place(|| self.engine.apply_replicated_group(&writes, (APPLIED_KEY, &marker), oplog))
-        }
+        // Either write may wait for disk space (`myriad_storage::disk_space`).
+        tokio::task::block_in_place(|| {
+            if writes.is_empty() {
+                self.engine.write_replication_state(APPLIED_KEY, &marker)
+            } else {
+                let oplog = (!entries.is_empty()).then_some(OplogAppend { oplog: &mut self.oplog, entries });
+                self.engine.apply_replicated_group(&writes, (APPLIED_KEY, &marker), oplog)
+            }
+        })
         .map_err(apply_error)?;
         // The point of history goes in before the optime is published, so a snapshot read
         // that waited for this optime finds it.

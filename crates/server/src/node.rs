@@ -112,6 +112,8 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     network::listen(Arc::clone(&context), Arc::new(NodeService), listening).await;
     // The TTL monitor finishes its current batch before the flush.
     let _ = tokio::task::spawn_blocking(move || ttl_monitor.stop()).await;
+    // A write waiting for disk space (a member applying its log) gives up, so Raft can stop.
+    monitored_engine.stop_disk_space_waits();
     if let Some(member) = &member {
         member.shutdown().await;
     }
@@ -141,6 +143,16 @@ fn start_disk_space_monitor(engine: &Arc<Engine>, logger: Arc<Logger>) -> Result
             DiskSpaceEvent::Resumed { available_bytes, required_bytes } => {
                 (Severity::Info, "Free disk space is above the reserve again: accepting writes", json!({ "availableBytes": available_bytes, "requiredBytes": required_bytes }))
             }
+            DiskSpaceEvent::Waiting { available_bytes, floor_bytes } => (
+                Severity::Warning,
+                "Free disk space is below the floor: applying the replication log waits until space returns",
+                json!({ "availableBytes": available_bytes, "floorBytes": floor_bytes }),
+            ),
+            DiskSpaceEvent::DoneWaiting { available_bytes, floor_bytes } => (
+                Severity::Info,
+                "Free disk space is above the floor again: applying the replication log resumes",
+                json!({ "availableBytes": available_bytes, "floorBytes": floor_bytes }),
+            ),
             DiskSpaceEvent::BallastReleased { bytes } => {
                 (Severity::Warning, "Deleted the ballast file at start-up: the disk was too full to recover without it", json!({ "bytes": bytes }))
             }

@@ -15,6 +15,15 @@
 //! [`INLINE_REFRESH_INTERVAL`]; so a burst of writes cannot overrun the reserve between two
 //! ticks, and writes resume by themselves once space returns.
 //!
+//! Some writes cannot be refused: a member applying a log entry the set has committed, the Raft
+//! log's own appends, repairs at open. They pass [`Engine::wait_for_disk_space`] instead, which
+//! admits them down to a lower floor (a quarter of the reserve, on top of what RocksDB itself
+//! needs) and below it waits, without a timeout, for space to come back; a member whose disk is
+//! fuller than its primary's lags instead of reaching a full disk inside RocksDB. Refusable
+//! writes stop at the reserve, so on a member whose disk fills only with its own writes the
+//! floor is never reached. Both kinds consume one budget each refresh sets, so writes between
+//! two refreshes cannot overrun either threshold.
+//!
 //! The ballast file ([`BALLAST_FILE_NAME`], as CockroachDB's) is space held back for the day
 //! the disk fills behind the node's back (another process, a huge compaction): open deletes it
 //! when less than the reserve is free, so RocksDB's recovery (which replays the WAL into new
@@ -97,6 +106,11 @@ fn configured_or(parameter: &AtomicI64, automatic: u64) -> u64 {
     u64::try_from(parameter.load(Ordering::Relaxed)).unwrap_or(automatic)
 }
 
+/// Memtable size of a side store ([`Engine::reserve_side_store`]) on a large filesystem: the
+/// Raft log is written in order and purged behind its snapshots, so small memtables cost it
+/// little.
+const SIDE_STORE_MEMTABLE_BYTES: u64 = 8 << 20;
+
 /// Shares of the filesystem the memtables and the WAL may take at most: RocksDB preallocates
 /// each WAL file at 1.1 times the largest memtable, and flushes write the memtables again, so on
 /// a small disk the production sizes (64 MiB memtables, a 70 MiB WAL file) would fill it before
@@ -139,6 +153,11 @@ pub enum DiskSpaceEvent {
     Refusing { available_bytes: u64, required_bytes: u64 },
     /// Writes are admitted again.
     Resumed { available_bytes: u64, required_bytes: u64 },
+    /// Writes that cannot be refused (applying the replication log, the Raft log, repairs)
+    /// wait for space from now on.
+    Waiting { available_bytes: u64, floor_bytes: u64 },
+    /// No such write waits any more.
+    DoneWaiting { available_bytes: u64, floor_bytes: u64 },
     /// Open deleted the ballast file (less than the reserve was free).
     BallastReleased { bytes: u64 },
     /// The ballast file was (re)created.
@@ -153,9 +172,22 @@ pub(crate) struct DiskSpaceGuard {
     /// What RocksDB preallocates for each new WAL file (1.1 times the largest memtable), kept
     /// free on top of the reserve: set by open once the memtable sizes are known.
     pub(crate) wal_preallocation_bytes: AtomicU64,
+    /// What RocksDB instances of their own under `--dbpath` (the Raft log) may write at once: a
+    /// memtable's flush and a WAL file's preallocation each ([`Engine::reserve_side_store`]).
+    side_store_bytes: AtomicU64,
     directory: PathBuf,
     /// Bytes writes may still add before the next refresh; writes are refused at or below 0.
     budget_bytes: AtomicI64,
+    /// Bytes any write may still add before the next refresh down to the floor; writes that
+    /// cannot be refused wait at or below 0. Every admitted write consumes it.
+    floor_budget_bytes: AtomicI64,
+    /// Set at shutdown: waits for space end with an error.
+    stopping: AtomicBool,
+    /// Writes waiting for space now, and since open.
+    waiting_writes: AtomicU64,
+    waited_writes: AtomicU64,
+    /// What the monitor last reported of the waits (each transition is logged once).
+    reported_waiting: AtomicBool,
     refusing: AtomicBool,
     /// What the monitor last reported (so each transition is logged once).
     reported_refusing: AtomicBool,
@@ -190,8 +222,14 @@ impl DiskSpaceGuard {
         Ok(DiskSpaceGuard {
             filesystem_total_bytes_at_open: space.total_bytes,
             wal_preallocation_bytes: AtomicU64::new(0),
+            side_store_bytes: AtomicU64::new(0),
             directory: directory.to_path_buf(),
             budget_bytes: AtomicI64::new(0),
+            floor_budget_bytes: AtomicI64::new(0),
+            stopping: AtomicBool::new(false),
+            waiting_writes: AtomicU64::new(0),
+            waited_writes: AtomicU64::new(0),
+            reported_waiting: AtomicBool::new(false),
             refusing: AtomicBool::new(false),
             reported_refusing: AtomicBool::new(false),
             available_bytes: AtomicU64::new(space.available_bytes),
@@ -216,12 +254,18 @@ impl DiskSpaceGuard {
         i64::try_from(self.reserve_bytes.load(Ordering::Relaxed) / 16).unwrap_or(i64::MAX)
     }
 
-    /// What must stay free: the reserve, the memtables (their flush) and one WAL file's
-    /// preallocation.
+    /// What must stay free: the reserve, the memtables (their flush), one WAL file's
+    /// preallocation and the side stores' share.
     fn required_bytes(&self) -> u64 {
-        [&self.reserve_bytes, &self.memtable_bytes, &self.compaction_bytes, &self.wal_preallocation_bytes]
+        [&self.reserve_bytes, &self.memtable_bytes, &self.compaction_bytes, &self.wal_preallocation_bytes, &self.side_store_bytes]
             .iter()
             .fold(0u64, |total, value| total.saturating_add(value.load(Ordering::Relaxed)))
+    }
+
+    /// What writes that cannot be refused leave free: what RocksDB itself needs (memtables,
+    /// compactions, a WAL file) and a quarter of the reserve.
+    fn floor_bytes(&self) -> u64 {
+        self.required_bytes().saturating_sub(self.reserve_bytes.load(Ordering::Relaxed) / 4 * 3)
     }
 
     fn refused(&self) -> StorageError {
@@ -233,6 +277,11 @@ impl DiskSpaceGuard {
             self.required_bytes(),
         ))
     }
+}
+
+/// Disk bytes a batch of `batch_bytes` may cost before the next refresh.
+fn disk_cost(batch_bytes: usize) -> i64 {
+    i64::try_from(batch_bytes).unwrap_or(i64::MAX).saturating_mul(DISK_BYTES_PER_BATCH_BYTE)
 }
 
 /// True for a write that only drops (collections, databases, indexes): it frees space.
@@ -251,12 +300,14 @@ impl Engine {
     /// OutOfDiskSpace. Drops are always admitted.
     pub(crate) fn admit_write(&self, batch_bytes: usize, operations: &[OperationRecord]) -> Result<(), StorageError> {
         let guard = &self.disk_space;
-        let cost = i64::try_from(batch_bytes).unwrap_or(i64::MAX).saturating_mul(DISK_BYTES_PER_BATCH_BYTE);
+        let cost = disk_cost(batch_bytes);
         if guard.budget_bytes.fetch_sub(cost, Ordering::AcqRel) > cost {
+            guard.floor_budget_bytes.fetch_sub(cost, Ordering::AcqRel);
             return Ok(());
         }
         guard.budget_bytes.fetch_add(cost, Ordering::AcqRel);
         if frees_space(operations) {
+            guard.floor_budget_bytes.fetch_sub(cost, Ordering::AcqRel);
             return Ok(());
         }
         // The budget is spent: look again (at most once per interval, by one writer).
@@ -269,10 +320,75 @@ impl Engine {
             }
         }
         if guard.budget_bytes.fetch_sub(cost, Ordering::AcqRel) > cost {
+            guard.floor_budget_bytes.fetch_sub(cost, Ordering::AcqRel);
             return Ok(());
         }
         guard.budget_bytes.fetch_add(cost, Ordering::AcqRel);
         Err(guard.refused())
+    }
+
+    /// Admits a write of `batch_bytes` that cannot be refused (a replicated entry to apply, the
+    /// Raft log, a repair at open) down to the floor, and below it waits for space, refreshing
+    /// every [`REFRESH_INTERVAL`]. Ends with an error only at shutdown
+    /// ([`Self::stop_disk_space_waits`]).
+    pub fn wait_for_disk_space(&self, batch_bytes: usize) -> Result<(), StorageError> {
+        let guard = &self.disk_space;
+        let cost = disk_cost(batch_bytes);
+        let (mut refreshed, mut waiting) = (false, false);
+        let outcome = loop {
+            if guard.floor_budget_bytes.fetch_sub(cost, Ordering::AcqRel) > cost {
+                guard.budget_bytes.fetch_sub(cost, Ordering::AcqRel);
+                break Ok(());
+            }
+            guard.floor_budget_bytes.fetch_add(cost, Ordering::AcqRel);
+            if guard.stopping.load(Ordering::Acquire) {
+                break Err(StorageError::OutOfDiskSpace(format!(
+                    "interrupted at shutdown while waiting for disk space: {} bytes free on the --dbpath filesystem, {} kept free",
+                    guard.available_bytes.load(Ordering::Relaxed),
+                    guard.floor_bytes()
+                )));
+            }
+            // The budget may only be stale: look again before counting this write as waiting.
+            if refreshed {
+                if !waiting {
+                    waiting = true;
+                    guard.waiting_writes.fetch_add(1, Ordering::AcqRel);
+                    guard.waited_writes.fetch_add(1, Ordering::Relaxed);
+                }
+                std::thread::sleep(REFRESH_INTERVAL);
+            }
+            refreshed = true;
+            // A failed statvfs leaves the budgets as they were: the loop waits on.
+            let _ = self.refresh_disk_space();
+        };
+        if waiting {
+            guard.waiting_writes.fetch_sub(1, Ordering::AcqRel);
+        }
+        outcome
+    }
+
+    /// Writes `batch` once [`Self::wait_for_disk_space`] admits it: the way into RocksDB for
+    /// writes that cannot be refused.
+    pub(crate) fn write_unrefusable(&self, batch: rocksdb::WriteBatch, options: &rocksdb::WriteOptions) -> Result<(), StorageError> {
+        self.wait_for_disk_space(batch.size_in_bytes())?;
+        self.db.write_opt(batch, options)?;
+        Ok(())
+    }
+
+    /// The memtable size for a RocksDB instance of its own under `--dbpath` (the Raft log):
+    /// [`SIDE_STORE_MEMTABLE_BYTES`], less on a filesystem under 2 GiB (as the engine's own,
+    /// [`fit_to_filesystem`]); from now on the guard keeps its flush and its WAL file's
+    /// preallocation free.
+    pub fn reserve_side_store(&self) -> usize {
+        let guard = &self.disk_space;
+        let memtable_bytes = SIDE_STORE_MEMTABLE_BYTES.min((guard.filesystem_total_bytes_at_open / MEMTABLE_SHARE_DIVISOR).max(1 << 20));
+        guard.side_store_bytes.fetch_add(memtable_bytes / 10 * 21, Ordering::Relaxed);
+        usize::try_from(memtable_bytes).unwrap_or(usize::MAX)
+    }
+
+    /// Ends every [`Self::wait_for_disk_space`] with an error, now and from now on (shutdown).
+    pub fn stop_disk_space_waits(&self) {
+        self.disk_space.stopping.store(true, Ordering::Release);
     }
 
     /// Measures free space and the memtables, and sets the budget and state from them.
@@ -300,6 +416,8 @@ impl Engine {
         let admits = if was_refusing { headroom > guard.resume_margin_bytes() } else { headroom > 0 };
         guard.refusing.store(!admits, Ordering::Relaxed);
         guard.budget_bytes.store(if admits { headroom } else { 0 }, Ordering::Release);
+        let floor = i64::try_from(guard.floor_bytes()).unwrap_or(i64::MAX);
+        guard.floor_budget_bytes.store(i64::try_from(space.available_bytes).unwrap_or(i64::MAX).saturating_sub(floor).max(0), Ordering::Release);
         Ok(())
     }
 
@@ -329,6 +447,16 @@ impl Engine {
             Ok(Some(bytes)) => events.push(DiskSpaceEvent::BallastCreated { bytes }),
             Ok(None) => {}
             Err(error) => events.push(DiskSpaceEvent::Failed { message: error.to_string() }),
+        }
+        let waiting = guard.waiting_writes.load(Ordering::Acquire) > 0;
+        if guard.reported_waiting.swap(waiting, Ordering::Relaxed) != waiting {
+            let available_bytes = guard.available_bytes.load(Ordering::Relaxed);
+            let floor_bytes = guard.floor_bytes();
+            events.push(if waiting {
+                DiskSpaceEvent::Waiting { available_bytes, floor_bytes }
+            } else {
+                DiskSpaceEvent::DoneWaiting { available_bytes, floor_bytes }
+            });
         }
         let refusing = guard.refusing.load(Ordering::Relaxed);
         if guard.reported_refusing.swap(refusing, Ordering::Relaxed) != refusing {
@@ -403,8 +531,12 @@ impl Engine {
             "memtableBytes": bytes(&guard.memtable_bytes),
             "pendingCompactionBytes": bytes(&guard.compaction_bytes),
             "walPreallocationBytes": bytes(&guard.wal_preallocation_bytes),
+            "sideStoreBytes": bytes(&guard.side_store_bytes),
             "requiredBytes": i64::try_from(guard.required_bytes()).unwrap_or(i64::MAX),
             "budgetBytes": guard.budget_bytes.load(Ordering::Relaxed).max(0),
+            "floorBytes": i64::try_from(guard.floor_bytes()).unwrap_or(i64::MAX),
+            "waitingWrites": bytes(&guard.waiting_writes),
+            "waitedWrites": bytes(&guard.waited_writes),
             "ballastBytes": bytes(&guard.ballast_bytes),
             "refusedWrites": bytes(&guard.refused_writes),
         }
@@ -474,5 +606,27 @@ mod tests {
         assert!(matches!(events.last(), None | Some(DiskSpaceEvent::BallastCreated { .. }) | Some(DiskSpaceEvent::Resumed { .. })), "{events:?}");
         assert!(engine.admit_write(100, &[]).is_ok());
         assert_eq!(engine.disk_space_status().get_str("state").unwrap(), "ok");
+    }
+
+    #[test]
+    fn unrefusable_writes_look_again_before_waiting_and_give_up_only_at_shutdown() {
+        let directory = tempfile::tempdir().unwrap();
+        let options = crate::EngineOptions { block_cache_size_bytes: 4 << 20, lock_stripes: 16, ..crate::EngineOptions::default() };
+        let engine = Engine::open(directory.path(), &options).unwrap();
+        let guard = &engine.disk_space;
+        // A spent budget on a roomy filesystem is only stale: one refresh admits the write.
+        guard.floor_budget_bytes.store(0, Ordering::Relaxed);
+        engine.wait_for_disk_space(100).unwrap();
+        assert_eq!(engine.disk_space_status().get_i64("waitedWrites").unwrap(), 0);
+        assert!(guard.floor_budget_bytes.load(Ordering::Relaxed) > 0);
+        // Below the floor at shutdown: an error, at once, and no write left counted as waiting.
+        guard.floor_budget_bytes.store(0, Ordering::Relaxed);
+        engine.stop_disk_space_waits();
+        let error = engine.wait_for_disk_space(100).unwrap_err();
+        assert_eq!(error.code(), 14031);
+        assert_eq!(engine.disk_space_status().get_i64("waitingWrites").unwrap(), 0);
+        // The floor lies under the refusal threshold by three quarters of the reserve.
+        let reserve = guard.reserve_bytes.load(Ordering::Relaxed);
+        assert_eq!(guard.required_bytes() - guard.floor_bytes(), reserve / 4 * 3);
     }
 }

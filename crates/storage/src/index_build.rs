@@ -619,7 +619,7 @@ impl Engine {
             batch.delete_cf(catalog, keys::build_marker_key(*prefix));
         }
         if !batch.is_empty() {
-            self.db.write_opt(batch, &self.ddl_write_options)?;
+            self.write_unrefusable(batch, &self.ddl_write_options)?;
         }
         Ok(run_at_open)
     }

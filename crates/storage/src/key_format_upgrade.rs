@@ -65,7 +65,7 @@ impl Engine {
                 pending += 1;
             }
             if pending == UPGRADE_BATCH_ENTRIES {
-                self.db.write_opt(std::mem::take(&mut batch), &self.ddl_write_options)?;
+                self.write_unrefusable(std::mem::take(&mut batch), &self.ddl_write_options)?;
                 pending = 0;
             }
             iterator.next();
@@ -75,7 +75,7 @@ impl Engine {
         batch.put_cf(catalog, keys::CATALOG_FORMAT_KEY, format_version.to_be_bytes());
         let mut synced = WriteOptions::default();
         synced.set_sync(true);
-        self.db.write_opt(batch, &synced)?;
+        self.write_unrefusable(batch, &synced)?;
         Ok(())
     }
 

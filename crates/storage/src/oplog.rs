@@ -113,6 +113,7 @@ impl Engine {
         delta[stats::DATABASE_INDEXES] = 1;
         batch.merge_cf(self.family(FAMILY_STATS)?, keys::stats_database_key(OPLOG_DATABASE), encode_counters(&delta));
         let entry = Arc::new(entry);
+        self.wait_for_disk_space(batch.size_in_bytes())?;
         self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel);
         let written = self.db.write_opt(batch, &self.ddl_write_options);
         if written.is_ok() {

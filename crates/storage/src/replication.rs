@@ -364,6 +364,9 @@ impl Engine {
         if let Some(oplog) = oplog {
             self.add_oplog_entries(&mut batch, oplog)?;
         }
+        // An entry the set committed cannot be refused: below the floor it waits for space,
+        // before any lock a reader could wait for is taken.
+        self.wait_for_disk_space(batch.size_in_bytes())?;
         if let Some(replication) = self.replication.load().as_ref() {
             let mut proposals = replication.proposals.lock();
             let waiting: Vec<bool> = writes.iter().map(|write| proposals.get(&write.proposal) == Some(&ProposalState::Waiting)).collect();
@@ -446,8 +449,9 @@ impl Engine {
 
     /// Writes a key of the catalog family for the replicator's own state (never replicated).
     pub fn write_replication_state(&self, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-        self.db.put_cf(self.family(FAMILY_CATALOG)?, key, value)?;
-        Ok(())
+        let mut batch = WriteBatch::default();
+        batch.put_cf(self.family(FAMILY_CATALOG)?, key, value);
+        self.write_unrefusable(batch, &WriteOptions::default())
     }
 }
 

@@ -102,7 +102,7 @@ impl Engine {
             batch.put_cf(self.family(family)?, key, value);
             records += 1;
             if batch_bytes >= INSTALL_BATCH_BYTES {
-                self.db.write(std::mem::take(&mut batch))?;
+                self.write_unrefusable(std::mem::take(&mut batch), &rocksdb::WriteOptions::default())?;
                 batch_bytes = 0;
             }
         }
@@ -113,7 +113,7 @@ impl Engine {
         }
         let mut synced = rocksdb::WriteOptions::default();
         synced.set_sync(true);
-        self.db.write_opt(batch, &synced)?;
+        self.write_unrefusable(batch, &synced)?;
         self.forget_derived_state(&mut ddl)?;
         Ok(records)
     }
@@ -163,7 +163,7 @@ impl Engine {
         }
         let mut synced = rocksdb::WriteOptions::default();
         synced.set_sync(true);
-        self.db.write_opt(batch, &synced)?;
+        self.write_unrefusable(batch, &synced)?;
         Ok(())
     }
 }

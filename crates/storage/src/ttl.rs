@@ -171,7 +171,7 @@ impl Engine {
             self.add_ttl_entries(&mut batch, &entry, entry.indexes.iter())?;
             pending += 1;
             if pending == BUILD_BATCH_ENTRIES {
-                self.db.write_opt(std::mem::take(&mut batch), &self.ddl_write_options)?;
+                self.write_unrefusable(std::mem::take(&mut batch), &self.ddl_write_options)?;
                 pending = 0;
             }
             iterator.next();
@@ -181,7 +181,7 @@ impl Engine {
         batch.put_cf(catalog, keys::CATALOG_TTL_COMPLETE_KEY, TTL_CATALOG_VERSION.to_be_bytes());
         let mut synced = WriteOptions::default();
         synced.set_sync(true);
-        self.db.write_opt(batch, &synced)?;
+        self.write_unrefusable(batch, &synced)?;
         Ok(())
     }
 }

@@ -98,7 +98,9 @@ impl Engine {
             None => {
                 let mut write_options = WriteOptions::default();
                 write_options.set_sync(true);
-                self.db.put_cf_opt(catalog, keys::CATALOG_FORMAT_KEY, FORMAT_VERSION.to_be_bytes(), &write_options)?;
+                let mut batch = rocksdb::WriteBatch::default();
+                batch.put_cf(catalog, keys::CATALOG_FORMAT_KEY, FORMAT_VERSION.to_be_bytes());
+                self.write_unrefusable(batch, &write_options)?;
                 Ok(false)
             }
         }
