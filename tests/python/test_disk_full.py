@@ -19,7 +19,7 @@ import time
 import pymongo
 import pytest
 from bson import Binary
-from pymongo.errors import OperationFailure
+from pymongo.errors import OperationFailure, WriteConcernError
 
 from conftest import ReplicaSet, Server, wait_until
 
@@ -86,11 +86,13 @@ def disk_space(client) -> dict:
     return client.admin.command("serverStatus")["myriad"]["diskSpace"]
 
 
-def fill(client, prefix: str) -> tuple:
+def fill(client, prefix: str, while_writing=None) -> tuple:
     """Concurrent writers (half j:true, half w:1) insert until each is refused
     REFUSALS_BEFORE_FULL times in a row; returns the acknowledged _ids and the number of
-    refusals. Any other failure fails the test."""
-    acknowledged, refused, failures = set(), [0], []
+    refusals, and the _ids whose write was applied but whose j:true was not met (a
+    writeConcernError: they may or may not be stored). Any other failure fails the test.
+    `while_writing`, if given, runs half a second after the writers start, beside them."""
+    acknowledged, unconfirmed, refused, failures = set(), set(), [0], []
     lock = threading.Lock()
 
     def writer(number: int) -> None:
@@ -105,6 +107,9 @@ def fill(client, prefix: str) -> tuple:
             try:
                 collection.insert_one({"_id": identifier, "payload": payload})
             except OperationFailure as error:
+                if isinstance(error, WriteConcernError):
+                    with lock:
+                        unconfirmed.add(identifier)
                 if error.code != OUT_OF_DISK_SPACE:
                     with lock:
                         failures.append(f"{identifier}: {error.code} {error}")
@@ -126,11 +131,14 @@ def fill(client, prefix: str) -> tuple:
     threads = [threading.Thread(target=writer, args=(number,)) for number in range(WRITERS)]
     for thread in threads:
         thread.start()
+    if while_writing is not None:
+        time.sleep(0.5)
+        while_writing()
     for thread in threads:
         thread.join(timeout=60)
     assert not any(thread.is_alive() for thread in threads), "a writer did not finish"
     assert failures == [], failures[:5]
-    return acknowledged, refused[0]
+    return acknowledged, unconfirmed, refused[0]
 
 
 def insert_until_refused(collection, acknowledged: set) -> OperationFailure:
@@ -155,6 +163,60 @@ def fill_with_file(path: str, leave_bytes: int) -> None:
         os.posix_fallocate(filler.fileno(), 0, max(free - leave_bytes, 4096))
 
 
+def assert_stored(collection, acknowledged: set, unconfirmed: set) -> None:
+    """Every acknowledged write is stored; nothing else is, but unconfirmed ones."""
+    stored = {document["_id"] for document in collection.find({}, {"_id": 1})}
+    assert acknowledged <= stored, sorted(acknowledged - stored)[:5]
+    assert stored <= acknowledged | unconfirmed, sorted(stored - acknowledged - unconfirmed)[:5]
+
+
+def take_every_free_byte(path: str) -> None:
+    """Allocates the filesystem's free space to one file, to the last block, as another process
+    writing a large file would (in chunks: the writers free and take space meanwhile)."""
+    with open(path, "wb") as filler:
+        size, chunk = 0, 1 << 20
+        while chunk >= 4096:
+            try:
+                os.posix_fallocate(filler.fileno(), size, chunk)
+                size += chunk
+            except OSError:
+                chunk //= 2
+
+
+def test_a_disk_filled_behind_the_nodes_back_never_takes_it_down(small_filesystem):
+    """Another process takes the last free byte while writers write, faster than the guard's
+    refresh: RocksDB meets the full disk itself. Its error becomes OutOfDiskSpace (the node then
+    refuses every write until restarted, and says so); the node never exits (RocksDB's own LOG,
+    whose appends would abort on the full disk, keeps to its header; the WAL is never synced
+    after a failed write); reads answer; every acknowledged write is there after a restart."""
+    directory = MountedDirectory(os.path.join(small_filesystem, "db"))
+    filler = os.path.join(small_filesystem, "filler")
+    server = start(directory)
+    try:
+        client = server.client()
+        wait_until(lambda: disk_space(client)["ballastBytes"] == BALLAST_BYTES, "the ballast file is created", timeout=20)
+        acknowledged, unconfirmed, refused = fill(client, "behind", while_writing=lambda: take_every_free_byte(filler))
+        assert refused >= WRITERS * REFUSALS_BEFORE_FULL, refused
+        assert server.process.poll() is None
+        assert disk_space(client)["state"] in ("writeFailed", "refusingWrites")
+        assert_stored(client.test.data, acknowledged, unconfirmed)
+        client.close()
+    finally:
+        server.stop()
+    assert server.process.returncode in (0, -15), server.process.returncode
+    os.remove(filler)
+    server = start(directory)
+    try:
+        client = server.client()
+        assert_stored(client.test.data, acknowledged, unconfirmed)
+        client.test.data.insert_one({"_id": "after-restart"})
+        assert disk_space(client)["state"] == "ok"
+        client.close()
+    finally:
+        server.stop()
+        directory.cleanup()
+
+
 def test_a_full_disk_refuses_writes_and_the_node_stays_up(small_filesystem):
     directory = MountedDirectory(os.path.join(small_filesystem, "db"))
     filler = os.path.join(small_filesystem, "filler")
@@ -168,7 +230,8 @@ def test_a_full_disk_refuses_writes_and_the_node_stays_up(small_filesystem):
         assert client.admin.command("getParameter", 1, diskSpaceReserveBytes=1)["diskSpaceReserveBytes"] == RESERVE_BYTES
         assert client.admin.command("setParameter", 1, diskSpaceReserveBytes=RESERVE_BYTES)["was"] == RESERVE_BYTES
         wait_until(lambda: disk_space(client)["ballastBytes"] == BALLAST_BYTES, "the ballast file is created", timeout=20)
-        acknowledged, refused = fill(client, "first")
+        acknowledged, unconfirmed, refused = fill(client, "first")
+        assert unconfirmed == set()
         assert refused >= WRITERS * REFUSALS_BEFORE_FULL and len(acknowledged) > 100, (refused, len(acknowledged))
         assert server.process.poll() is None
         assert disk_space(client)["refusedWrites"] >= WRITERS

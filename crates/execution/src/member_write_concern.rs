@@ -93,16 +93,7 @@ pub fn wait_after_write(context: &ServerContext, request: &CommandRequest, reply
                 "errmsg": "waiting for replication timed out",
                 "errInfo": { "wtimeout": true, "writeConcern": concern.clone() },
             };
-            match reply {
-                Reply::Document(document) => {
-                    document.insert("writeConcernError", error);
-                }
-                Reply::Encoded(raw) => {
-                    if let Ok(error) = bson::RawDocumentBuf::from_document(&error) {
-                        raw.append("writeConcernError", error);
-                    }
-                }
-            }
+            reply.add_write_concern_error(error);
             return Ok(());
         }
         crate::operation::check_interrupt()?;

@@ -63,6 +63,7 @@ impl LogStore {
         options.create_if_missing(true);
         options.create_missing_column_families(true);
         options.set_max_total_wal_size(memtable_bytes as u64 * 2);
+        myriad_storage::quiet_info_log(&mut options);
         let families = [FAMILY_LOG, FAMILY_META].map(|name| ColumnFamilyDescriptor::new(name, sized()));
         let db = DB::open_cf_descriptors(&options, path, families).map_err(|error| format!("replication log at {}: {error}", path.display()))?;
         Ok(LogStore { db: Arc::new(db), engine })

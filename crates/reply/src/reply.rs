@@ -27,6 +27,20 @@ impl From<Document> for Reply {
 }
 
 impl Reply {
+    /// Adds `writeConcernError: error` (the write was applied; its write concern was not met).
+    pub fn add_write_concern_error(&mut self, error: Document) {
+        match self {
+            Reply::Document(document) => {
+                document.insert("writeConcernError", error);
+            }
+            Reply::Encoded(raw) => {
+                if let Ok(error) = RawDocumentBuf::from_document(&error) {
+                    raw.append("writeConcernError", error);
+                }
+            }
+        }
+    }
+
     /// True when the reply's `ok` field is 1 (or true).
     pub fn is_ok(&self) -> bool {
         let ok = match self {

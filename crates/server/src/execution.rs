@@ -11,6 +11,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use bson::doc;
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 use myriad_commands::{dispatch, CommandError, CommandRequest, Reply, ServerContext};
@@ -100,8 +101,10 @@ async fn after_journal(context: &Arc<ServerContext>, reply: Reply, sequence: u64
     reply
 }
 
-/// [`after_journal`]'s wait: `reply` once `sequence` is durable, or the sync's error.
-async fn wait_durable_then(context: &Arc<ServerContext>, reply: Reply, sequence: u64) -> Reply {
+/// [`after_journal`]'s wait: `reply` once `sequence` is durable; when the sync fails, `reply`
+/// with the sync's error as its `writeConcernError` (the write was applied, its `j: true` not
+/// met: as MongoDB reports a write concern it could not satisfy).
+async fn wait_durable_then(context: &Arc<ServerContext>, mut reply: Reply, sequence: u64) -> Reply {
     loop {
         match context.backend.journal_progress(sequence) {
             myriad_storage::JournalProgress::Durable => return reply,
@@ -112,11 +115,13 @@ async fn wait_durable_then(context: &Arc<ServerContext>, reply: Reply, sequence:
             }
             myriad_storage::JournalProgress::Idle => {
                 let backend = Arc::clone(&context.backend);
-                return match tokio::task::spawn_blocking(move || backend.sync_journal_through(sequence)).await {
-                    Ok(Ok(())) => reply,
-                    Ok(Err(error)) => CommandError::from(error).to_reply().into(),
-                    Err(error) => CommandError::internal(format!("journal sync failed: {error}")).to_reply().into(),
+                let error = match tokio::task::spawn_blocking(move || backend.sync_journal_through(sequence)).await {
+                    Ok(Ok(())) => return reply,
+                    Ok(Err(error)) => CommandError::from(error),
+                    Err(error) => CommandError::internal(format!("journal sync failed: {error}")),
                 };
+                reply.add_write_concern_error(doc! { "code": error.code, "codeName": error.code_name(), "errmsg": error.message });
+                return reply;
             }
         }
     }

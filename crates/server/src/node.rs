@@ -153,6 +153,11 @@ fn start_disk_space_monitor(engine: &Arc<Engine>, logger: Arc<Logger>) -> Result
                 "Free disk space is above the floor again: applying the replication log resumes",
                 json!({ "availableBytes": available_bytes, "floorBytes": floor_bytes }),
             ),
+            DiskSpaceEvent::WriteFailed { message } => (
+                Severity::Error,
+                "A write to RocksDB failed: refusing every write until the node is restarted",
+                json!({ "error": message }),
+            ),
             DiskSpaceEvent::BallastReleased { bytes } => {
                 (Severity::Warning, "Deleted the ballast file at start-up: the disk was too full to recover without it", json!({ "bytes": bytes }))
             }

@@ -158,6 +158,9 @@ pub enum DiskSpaceEvent {
     Waiting { available_bytes: u64, floor_bytes: u64 },
     /// No such write waits any more.
     DoneWaiting { available_bytes: u64, floor_bytes: u64 },
+    /// RocksDB refused a write (the disk filled behind the guard's back): every write is
+    /// refused until a restart.
+    WriteFailed { message: String },
     /// Open deleted the ballast file (less than the reserve was free).
     BallastReleased { bytes: u64 },
     /// The ballast file was (re)created.
@@ -188,6 +191,8 @@ pub(crate) struct DiskSpaceGuard {
     waited_writes: AtomicU64,
     /// What the monitor last reported of the waits (each transition is logged once).
     reported_waiting: AtomicBool,
+    /// The monitor reported a failed write (`journal.rs`).
+    reported_write_failure: AtomicBool,
     refusing: AtomicBool,
     /// What the monitor last reported (so each transition is logged once).
     reported_refusing: AtomicBool,
@@ -230,6 +235,7 @@ impl DiskSpaceGuard {
             waiting_writes: AtomicU64::new(0),
             waited_writes: AtomicU64::new(0),
             reported_waiting: AtomicBool::new(false),
+            reported_write_failure: AtomicBool::new(false),
             refusing: AtomicBool::new(false),
             reported_refusing: AtomicBool::new(false),
             available_bytes: AtomicU64::new(space.available_bytes),
@@ -300,6 +306,10 @@ impl Engine {
     /// OutOfDiskSpace. Drops are always admitted.
     pub(crate) fn admit_write(&self, batch_bytes: usize, operations: &[OperationRecord]) -> Result<(), StorageError> {
         let guard = &self.disk_space;
+        if let Some(error) = self.journal.failed_write_error() {
+            guard.refused_writes.fetch_add(1, Ordering::Relaxed);
+            return Err(error);
+        }
         let cost = disk_cost(batch_bytes);
         if guard.budget_bytes.fetch_sub(cost, Ordering::AcqRel) > cost {
             guard.floor_budget_bytes.fetch_sub(cost, Ordering::AcqRel);
@@ -333,6 +343,9 @@ impl Engine {
     /// ([`Self::stop_disk_space_waits`]).
     pub fn wait_for_disk_space(&self, batch_bytes: usize) -> Result<(), StorageError> {
         let guard = &self.disk_space;
+        if let Some(error) = self.journal.failed_write_error() {
+            return Err(error);
+        }
         let cost = disk_cost(batch_bytes);
         let (mut refreshed, mut waiting) = (false, false);
         let outcome = loop {
@@ -371,8 +384,17 @@ impl Engine {
     /// writes that cannot be refused.
     pub(crate) fn write_unrefusable(&self, batch: rocksdb::WriteBatch, options: &rocksdb::WriteOptions) -> Result<(), StorageError> {
         self.wait_for_disk_space(batch.size_in_bytes())?;
-        self.db.write_opt(batch, options)?;
-        Ok(())
+        self.write_to_rocksdb(batch, options)
+    }
+
+    /// The one way a batch enters RocksDB: a write it refuses is recorded, so the WAL is never
+    /// synced after it (`journal.rs`, whose invariants say why).
+    pub(crate) fn write_to_rocksdb(&self, batch: rocksdb::WriteBatch, options: &rocksdb::WriteOptions) -> Result<(), StorageError> {
+        self.db.write_opt(batch, options).map_err(|error| {
+            let message = error.into_string();
+            self.journal.record_write_failure(&message);
+            StorageError::from_rocksdb_message(message)
+        })
     }
 
     /// The memtable size for a RocksDB instance of its own under `--dbpath` (the Raft log):
@@ -447,6 +469,11 @@ impl Engine {
             Ok(Some(bytes)) => events.push(DiskSpaceEvent::BallastCreated { bytes }),
             Ok(None) => {}
             Err(error) => events.push(DiskSpaceEvent::Failed { message: error.to_string() }),
+        }
+        if let Some(error) = self.journal.failed_write_error() {
+            if !guard.reported_write_failure.swap(true, Ordering::Relaxed) {
+                events.push(DiskSpaceEvent::WriteFailed { message: error.to_string() });
+            }
         }
         let waiting = guard.waiting_writes.load(Ordering::Acquire) > 0;
         if guard.reported_waiting.swap(waiting, Ordering::Relaxed) != waiting {
@@ -524,7 +551,11 @@ impl Engine {
         let guard = &self.disk_space;
         let bytes = |value: &AtomicU64| i64::try_from(value.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
         doc! {
-            "state": if guard.refusing.load(Ordering::Relaxed) { "refusingWrites" } else { "ok" },
+            "state": match (self.journal.write_failed.load(Ordering::Relaxed), guard.refusing.load(Ordering::Relaxed)) {
+                (true, _) => "writeFailed",
+                (false, true) => "refusingWrites",
+                (false, false) => "ok",
+            },
             "totalBytes": bytes(&guard.total_bytes),
             "availableBytes": bytes(&guard.available_bytes),
             "reserveBytes": bytes(&guard.reserve_bytes),

@@ -243,14 +243,20 @@ impl fmt::Display for StorageError {
 
 impl std::error::Error for StorageError {}
 
-impl From<rocksdb::Error> for StorageError {
-    fn from(error: rocksdb::Error) -> Self {
-        let message = error.into_string();
-        // Past the free-space guard (the disk filled behind the node's back), RocksDB stops
-        // writing with a background error: still MongoDB's OutOfDiskSpace to the client.
+impl StorageError {
+    /// The error for RocksDB's `message`. Past the free-space guard (the disk filled behind
+    /// the node's back), RocksDB stops writing with a background error: still MongoDB's
+    /// OutOfDiskSpace to the client.
+    pub(crate) fn from_rocksdb_message(message: String) -> StorageError {
         if message.contains("No space left on device") {
             return StorageError::OutOfDiskSpace(message);
         }
         StorageError::RocksDb(message)
+    }
+}
+
+impl From<rocksdb::Error> for StorageError {
+    fn from(error: rocksdb::Error) -> Self {
+        StorageError::from_rocksdb_message(error.into_string())
     }
 }

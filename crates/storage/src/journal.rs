@@ -32,9 +32,19 @@
 //!   waiter itself leads it.
 //! - A failed sync raises nothing in memory; its leader returns the error, and a waiter it
 //!   would have covered leads the next sync, which fails or succeeds for itself.
+//! - No sync after a failed write. A write RocksDB refused with an error may have left its WAL
+//!   file's writer with that error, and RocksDB's SyncWAL does not check for it: Debian's
+//!   build then aborts on an assertion (`WritableFileWriter::AssertFalseAndGetStatusForPrev
+//!   Error`, seen when another process filled the disk). Every write goes through
+//!   [`crate::Engine::write_to_rocksdb`], which records the first failure here, and a sync
+//!   first probes RocksDB with an empty unlogged write, which RocksDB answers with its
+//!   background error once a failed WAL append or flush stopped it (the probe closes the
+//!   window between another thread's failed append and its record here to the instant
+//!   between the append and RocksDB's own record of it). From the first failure on, every
+//!   sync answers that error and the free-space guard refuses every write, until a restart.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -79,6 +89,10 @@ pub(crate) struct JournalSync {
     pub(crate) stripe_holders: AtomicUsize,
     /// Syncs whose leader waited for writers under a stripe first.
     gathered_syncs: AtomicU64,
+    /// The first error RocksDB gave a write, after which the WAL is never synced again.
+    write_failure: Mutex<Option<String>>,
+    /// `write_failure` is set (read on every write's admission).
+    pub(crate) write_failed: AtomicBool,
 }
 
 impl Default for JournalSync {
@@ -92,6 +106,8 @@ impl Default for JournalSync {
             waits_covered_by_others: AtomicU64::new(0),
             stripe_holders: AtomicUsize::new(0),
             gathered_syncs: AtomicU64::new(0),
+            write_failure: Mutex::new(None),
+            write_failed: AtomicBool::new(false),
         }
     }
 }
@@ -200,9 +216,40 @@ impl JournalSync {
         // Read before the sync starts: every write published by now is in the WAL file.
         let target = db.latest_sequence_number();
         assert!(target >= sequence, "a write's sequence number {sequence} is beyond the published {target}");
-        db.flush_wal(true)?;
+        self.sync_wal_unless_a_write_failed(db)?;
         self.syncs.fetch_add(1, Ordering::Relaxed);
         leader.covered = Some(target);
+        Ok(())
+    }
+
+    /// Records that RocksDB refused a write with `message` (the first one is kept).
+    pub(crate) fn record_write_failure(&self, message: &str) {
+        self.write_failure.lock().get_or_insert_with(|| message.to_string());
+        self.write_failed.store(true, Ordering::Release);
+    }
+
+    /// The error every write and sync answers after a failed write, if one failed.
+    pub(crate) fn failed_write_error(&self) -> Option<StorageError> {
+        if !self.write_failed.load(Ordering::Acquire) {
+            return None;
+        }
+        let message = self.write_failure.lock().clone().unwrap_or_default();
+        Some(StorageError::from_rocksdb_message(format!("a write to RocksDB failed; the node takes no more writes until it is restarted: {message}")))
+    }
+
+    /// `flush_wal(true)`, unless a write failed since open or RocksDB has stopped writes: then
+    /// that failure, without touching the WAL (see the invariants).
+    pub(crate) fn sync_wal_unless_a_write_failed(&self, db: &DB) -> Result<(), StorageError> {
+        if let Some(error) = self.failed_write_error() {
+            return Err(error);
+        }
+        let mut probe = rocksdb::WriteOptions::default();
+        probe.disable_wal(true);
+        if let Err(error) = db.write_opt(rocksdb::WriteBatch::default(), &probe) {
+            self.record_write_failure(&error.into_string());
+            return Err(self.failed_write_error().expect("just recorded"));
+        }
+        db.flush_wal(true)?;
         Ok(())
     }
 

@@ -70,6 +70,7 @@ mod transaction_registry;
 mod ttl;
 mod update_diff;
 pub use update_diff::apply_update_diff;
+pub use options::quiet_info_log;
 mod validate;
 mod warm;
 mod write;

@@ -115,7 +115,7 @@ impl Engine {
         let entry = Arc::new(entry);
         self.wait_for_disk_space(batch.size_in_bytes())?;
         self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel);
-        let written = self.db.write_opt(batch, &self.ddl_write_options);
+        let written = self.write_to_rocksdb(batch, &self.ddl_write_options);
         if written.is_ok() {
             self.apply_catalog_effects(&mut ddl, vec![CatalogEffect::Publish(Arc::clone(&entry))]);
         }

@@ -299,8 +299,7 @@ impl Engine {
         self.admit_write(batch.size_in_bytes(), operations)?;
         let replication = self.replication.load();
         let Some(replication) = replication.as_ref().filter(|_| !local) else {
-            self.db.write_opt(batch, options)?;
-            return Ok(());
+            return self.write_to_rocksdb(batch, options);
         };
         let mut encoded_operations = Vec::with_capacity(operations.len());
         for operation in operations {
@@ -374,7 +373,7 @@ impl Engine {
                 // No write of the group changes the catalog (checked above, or it is alone and
                 // waited for): the writers that wait derive their effects, the others are derived
                 // here, after the write, as for any write nobody waits for.
-                self.db.write_opt(batch, &WriteOptions::default())?;
+                self.write_to_rocksdb(batch, &WriteOptions::default())?;
                 for (write, _) in writes.iter().zip(&waiting).filter(|(_, waiting)| **waiting) {
                     proposals.insert(write.proposal, ProposalState::Written);
                 }
@@ -397,13 +396,13 @@ impl Engine {
             }
         }
         if catalog_effects.is_empty() {
-            self.db.write_opt(batch, &WriteOptions::default())?;
+            self.write_to_rocksdb(batch, &WriteOptions::default())?;
         } else {
             // As a catalog change on the primary: under the DDL mutex, the sequence lock odd
             // from the write until the new snapshot is published.
             let mut ddl = self.lock_ddl();
             self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel);
-            let written = self.db.write_opt(batch, &WriteOptions::default());
+            let written = self.write_to_rocksdb(batch, &WriteOptions::default());
             if written.is_ok() {
                 self.apply_catalog_effects(&mut ddl, catalog_effects);
             }

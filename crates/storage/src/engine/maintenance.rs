@@ -25,8 +25,7 @@ impl Engine {
         for name in COLUMN_FAMILIES {
             self.db.flush_cf_opt(self.family(name)?, &flush_options)?;
         }
-        self.db.flush_wal(true)?;
-        Ok(())
+        self.journal.sync_wal_unless_a_write_failed(&self.db)
     }
 
     /// Makes every earlier commit durable: waits for a WAL sync covering it, shared with
