@@ -19,7 +19,7 @@ import time
 import pymongo
 import pytest
 from bson import Binary
-from pymongo.errors import OperationFailure, WriteConcernError
+from pymongo.errors import ConnectionFailure, DuplicateKeyError, OperationFailure, WriteConcernError
 
 from conftest import ReplicaSet, Server, wait_until
 
@@ -288,6 +288,24 @@ SECONDARY_FILLER_BYTES = 88 << 20
 REPLICATED_DOCUMENTS = 768
 
 
+def insert_through_failovers(collection, document: dict, timeout_seconds: float = 60) -> None:
+    """Inserts `document` until acknowledged, retrying across elections (a loaded machine's
+    members may elect another primary meanwhile); a DuplicateKeyError is a retry of an insert
+    that had committed."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            collection.insert_one(document)
+            return
+        except DuplicateKeyError:
+            return
+        except (ConnectionFailure, OperationFailure) as error:
+            retryable = isinstance(error, ConnectionFailure) or error.has_error_label("RetryableWriteError")
+            if not retryable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def test_a_secondary_with_a_full_disk_waits_then_catches_up(tmp_path):
     """The secondary's applies and Raft log appends pass the free-space guard as writes that
     cannot be refused: with its disk full it waits (serverStatus says so) instead of exiting,
@@ -311,7 +329,7 @@ def test_a_secondary_with_a_full_disk_waits_then_catches_up(tmp_path):
                 payload = Binary(os.urandom(DOCUMENT_BYTES))
                 for index in range(number, REPLICATED_DOCUMENTS, WRITERS):
                     try:
-                        collection.insert_one({"_id": index, "payload": payload})
+                        insert_through_failovers(collection, {"_id": index, "payload": payload})
                     except Exception as error:
                         with lock:
                             failures.append(f"{index}: {type(error).__name__} {error}")

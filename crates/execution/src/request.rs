@@ -29,6 +29,9 @@ pub struct CommandRequest {
     /// last value; see [`myriad_wire::DuplicateFields`]), as paths from the body, sequence
     /// documents under `[identifier, index]`. Checked by [`crate::request::duplicates`].
     pub duplicate_fields: Vec<myriad_wire::DuplicateFieldPath>,
+    /// It came in a large message (the server's decode lane took it): its command runs at the
+    /// same lower priority, so cheap commands never wait for a core behind it.
+    pub heavy: bool,
 }
 
 impl CommandRequest {
@@ -84,7 +87,7 @@ impl CommandRequest {
         if db != myriad_auth::EXTERNAL {
             validate_database_name(&db)?;
         }
-        Ok(CommandRequest { db, name, body: Arc::new(body), connection, raw_documents: None, duplicate_fields: Vec::new() })
+        Ok(CommandRequest { db, name, body: Arc::new(body), connection, raw_documents: None, duplicate_fields: Vec::new(), heavy: false })
     }
 
     /// This request with another body (fields removed or changed), all else the same.
@@ -96,6 +99,7 @@ impl CommandRequest {
             connection: self.connection.clone(),
             raw_documents: self.raw_documents.clone(),
             duplicate_fields: self.duplicate_fields.clone(),
+            heavy: self.heavy,
         }
     }
 

@@ -3,7 +3,9 @@
 //! folded in, duplicate fields). Messages of [`HEAVY_MESSAGE_BYTES`] or more, counting a
 //! compressed message's declared uncompressed size, do this on the decode lane
 //! ([`crate::lanes::decode`]); smaller ones on the connection task, where a thread hand-off
-//! would cost more than the decoding.
+//! would cost more than the decoding. A request from such a message is marked
+//! [`CommandRequest::heavy`]: its command runs at the decode lane's priority too
+//! (`execution.rs`).
 
 use bson::Document;
 
@@ -35,6 +37,13 @@ pub async fn decode(message: Vec<u8>, connection: ConnectionInfo) -> DecodedRequ
         return decode_request(&message, connection);
     }
     match crate::lanes::decode(move || decode_request(&message, connection)).await {
+        Ok(DecodedRequest::Msg { request, more_to_come, exhaust_allowed, compressor }) => {
+            let request = request.map(|mut request| {
+                request.heavy = true;
+                request
+            });
+            DecodedRequest::Msg { request, more_to_come, exhaust_allowed, compressor }
+        }
         Ok(decoded) => decoded,
         Err(error) => DecodedRequest::Invalid(error),
     }

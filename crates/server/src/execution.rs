@@ -37,7 +37,8 @@ pub const OWN_THREAD_COMMANDS: &[&str] =
 /// Runs a command. The handshake, liveness and operation-control commands run right here on
 /// the connection task, so they never queue behind slow commands for a blocking-pool thread;
 /// so do point reads, and point writes, a few at a time (see [`INLINE_WRITES`]).
-/// Everything else runs on the blocking pool (storage calls are synchronous). A panic becomes
+/// Everything else runs on the blocking pool (storage calls are synchronous), a large
+/// message's command on a thread of its own at a lower priority ([`crate::lanes::heavy`]). A panic becomes
 /// InternalError, not a crash. A data write's journal waits (`j: true`) are deferred to the
 /// end and waited for here, without holding a thread ([`after_journal`]).
 pub async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) -> Reply {
@@ -67,17 +68,23 @@ pub async fn run_command(context: &Arc<ServerContext>, request: CommandRequest) 
         }
     }
     let pool_context = Arc::clone(context);
-    let ran = tokio::task::spawn_blocking(move || {
+    let heavy = request.heavy;
+    let work = move || {
         if DEFERRED_JOURNAL_COMMANDS.contains(&request.name.as_str()) {
             myriad_storage::defer_journal_waits(|| dispatch(&pool_context, &request))
         } else {
             (dispatch(&pool_context, &request), 0)
         }
-    })
-    .await;
+    };
+    // A large message's command runs at its decoding's lower priority (`lanes::heavy`).
+    let ran = if heavy {
+        crate::lanes::heavy(work).await
+    } else {
+        tokio::task::spawn_blocking(work).await.map_err(|error| CommandError::internal(format!("command failed: {error}")))
+    };
     match ran {
         Ok((reply, sequence)) => after_journal(context, reply, sequence, latency_kind).await,
-        Err(error) => CommandError::internal(format!("command failed: {error}")).to_reply().into(),
+        Err(error) => error.to_reply().into(),
     }
 }
 

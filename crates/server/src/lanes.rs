@@ -59,10 +59,27 @@ pub async fn decode<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static
 /// transaction's decision is what the reads and writes queued behind it wait for), which on a
 /// bounded pool could each hold a thread the other needs.
 pub async fn own_thread<T: Send + 'static>(name: &str, work: impl FnOnce() -> T + Send + 'static) -> Result<T, CommandError> {
+    own_thread_at(name, 0, work).await
+}
+
+/// Runs the command of a large message ([`CommandRequest::heavy`]) on a thread of its own at
+/// the decode lane's lower priority: its CPU (a 40 MB insert's key generation and memtable
+/// inserts) then yields at once to a runtime worker woken by a cheap command, as its decoding
+/// does. A thread per command, not a lane: nothing queues (each connection runs one message
+/// at a time), so maxTimeMS, currentOp and killOp see the command as on the blocking pool; the
+/// thread's start is small beside half a megabyte of BSON.
+///
+/// [`CommandRequest::heavy`]: myriad_commands::CommandRequest::heavy
+pub async fn heavy<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, CommandError> {
+    own_thread_at("myriad-heavy", decode_nice_increment(), work).await
+}
+
+async fn own_thread_at<T: Send + 'static>(name: &str, nice_increment: i32, work: impl FnOnce() -> T + Send + 'static) -> Result<T, CommandError> {
     let (answer, answered) = tokio::sync::oneshot::channel();
     let runtime = tokio::runtime::Handle::try_current().ok();
     let spawned = std::thread::Builder::new().name(name.to_string()).stack_size(LANE_THREAD_STACK_BYTES).spawn(move || {
         let _context = runtime.as_ref().map(tokio::runtime::Handle::enter);
+        lower_priority(nice_increment);
         if let Ok(result) = std::panic::catch_unwind(AssertUnwindSafe(work)) {
             let _ = answer.send(result);
         }
@@ -207,5 +224,18 @@ mod tests {
         // SAFETY: as above.
         let own_nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
         assert_eq!(lane_nice, (own_nice + 5).min(19), "the lane's thread runs 5 nice levels lower");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_heavy_command_runs_at_the_decode_lanes_priority_and_a_panic_becomes_an_error() {
+        // SAFETY: getpriority takes no pointers; on Linux, 0 names the calling thread.
+        let (heavy_nice, in_context) = heavy(|| (unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }, tokio::runtime::Handle::try_current().is_ok()))
+            .await
+            .expect("answered");
+        // SAFETY: as above.
+        let own_nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        assert_eq!(heavy_nice, (own_nice + decode_nice_increment()).min(19));
+        assert!(in_context, "the command's thread runs in the runtime's context");
+        assert!(heavy(|| -> i32 { panic!("a command that panics") }).await.is_err());
     }
 }

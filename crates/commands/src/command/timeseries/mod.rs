@@ -112,6 +112,7 @@ fn internal_request(request: &CommandRequest, body: Document) -> CommandRequest 
         raw_documents: None,
         connection: request.connection.clone(),
         duplicate_fields: Vec::new(),
+        heavy: request.heavy,
     }
 }
 
