@@ -228,6 +228,28 @@ class Cluster:
 
 
 
+def start_router(config_address: str, *extra_arguments: str):
+    """Another router (`myriad router`) of the cluster whose config server is at
+    `config_address`; returns its process (the caller stops it) and its URI."""
+    process = subprocess.Popen(
+        [server_binary(), "router", "--configdb", config_address, "--port", "0", "--bind_ip", "127.0.0.1", *extra_arguments],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ready = threading.Event()
+    port = {}
+
+    def drain() -> None:
+        for line in process.stderr:
+            if "port" not in port and "Waiting for connections" in line:
+                port["port"] = json.loads(line)["attr"]["port"]
+                ready.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    if not ready.wait(120):
+        process.kill()
+        raise RuntimeError("the router did not start")
+    return process, f"mongodb://127.0.0.1:{port['port']}/"
+
+
 class AcknowledgedInserts:
     """`threads` clients inserting unique `_id`s (`prefix-thread-sequence`) into `collection`
     until stopped, keeping the ids whose insert was acknowledged: a failover test's exact model

@@ -15,7 +15,7 @@ from pymongo.errors import OperationFailure
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from conftest import Cluster, ReplicaSet
+from conftest import Cluster, ReplicaSet, start_router
 
 ACCOUNTS = 40
 INITIAL_BALANCE = 100
@@ -149,3 +149,35 @@ def test_concurrent_transfers_keep_every_balance_as_the_model_says(bank):
         stored = {document["_id"]: document["balance"] for document in client.bank.accounts.find({})}
     assert stored == dict(enumerate(model))
     assert sum(stored.values()) == ACCOUNTS * INITIAL_BALANCE
+
+
+def test_a_transaction_through_a_stale_router_retries_its_first_statement(bank):
+    """A chunk moved through another router: this router's first statement of a transaction
+    goes to the shard that owned it, which refuses it with StaleConfig. As mongos, the router
+    refreshes, aborts and forgets the participants that statement added, and sends it again,
+    starting the transaction where the chunk lives now; the transfer commits once. (Placed last:
+    it moves a chunk of the module's cluster, and moves it back.)"""
+    process, uri = start_router(bank.config_address)
+    other = pymongo.MongoClient(uri, serverSelectionTimeoutMS=20_000)
+    try:
+        with bank.client() as client:
+            accounts = reset(client)
+            for source, target in ((0, 30), (25, 5)):
+                # The source's chunk moves away behind this router's back, between transfers.
+                source_shard = "txa" if source < ACCOUNTS // 2 else "txb"
+                destination = "txb" if source_shard == "txa" else "txa"
+                other.admin.command("moveChunk", "bank.accounts", find={"_id": source}, to=destination, _waitForDelete=True)
+                with client.start_session() as session:
+                    with session.start_transaction(read_concern=ReadConcern("snapshot"), write_concern=WriteConcern(w="majority")):
+                        transfer(session, accounts, source, target, 10)
+            balances = {document["_id"]: document["balance"] for document in accounts.find()}
+            assert balances[0] == INITIAL_BALANCE - 10 and balances[30] == INITIAL_BALANCE + 10, balances
+            assert balances[25] == INITIAL_BALANCE - 10 and balances[5] == INITIAL_BALANCE + 10, balances
+            assert sum(balances.values()) == ACCOUNTS * INITIAL_BALANCE
+        # Back as the module's other tests found it: each half on its own shard.
+        other.admin.command("moveChunk", "bank.accounts", find={"_id": 0}, to="txa", _waitForDelete=True)
+        other.admin.command("moveChunk", "bank.accounts", find={"_id": ACCOUNTS // 2}, to="txb", _waitForDelete=True)
+    finally:
+        other.close()
+        process.terminate()
+        process.wait()

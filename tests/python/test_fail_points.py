@@ -11,7 +11,7 @@ from bson import Int64
 from bson.son import SON
 from pymongo.errors import AutoReconnect, OperationFailure
 
-from conftest import Cluster, Server, server_binary
+from conftest import Cluster, Server, server_binary, start_router
 
 
 @pytest.fixture(scope="module")
@@ -263,26 +263,6 @@ def test_concurrent_inserts_fail_exactly_times_commands(admin, test_server, coll
     stored = {document["_id"] for document in collection.find()}
     expected = {worker * 1000 + index for worker in range(threads) for index in range(per_thread)} - set(failures)
     assert stored == expected
-
-
-def start_router(config_address: str, *extra_arguments: str):
-    process = subprocess.Popen(
-        [server_binary(), "router", "--configdb", config_address, "--port", "0", "--bind_ip", "127.0.0.1", *extra_arguments],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    ready = threading.Event()
-    port = {}
-
-    def drain() -> None:
-        for line in process.stderr:
-            if "port" not in port and "Waiting for connections" in line:
-                port["port"] = json.loads(line)["attr"]["port"]
-                ready.set()
-
-    threading.Thread(target=drain, daemon=True).start()
-    if not ready.wait(120):
-        process.kill()
-        raise RuntimeError("the router did not start")
-    return process, f"mongodb://127.0.0.1:{port['port']}/"
 
 
 def test_a_router_honours_fail_points_and_labels_retryable_writes(tmp_path):

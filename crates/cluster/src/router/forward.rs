@@ -80,7 +80,9 @@ fn who_is_behind(snapshot: &RoutingInfo, error: &ClusterError) -> Behind {
     let (Ok(shard), Some(wanted)) = (extra.get_str("shardId"), extra.get("vWanted")) else { return Behind::Router };
     let Ok(wanted) = ShardVersion::parse(wanted) else { return Behind::Router };
     let known = snapshot.version_for(shard);
-    if !known.same_incarnation(&wanted) {
+    // A shard left with no chunk answers 0|0: it is not behind (versions of a shard that owns
+    // chunks only grow); the router is, since it still routes a chunk there.
+    if !known.same_incarnation(&wanted) || wanted.placement() == (0, 0) {
         return Behind::Router;
     }
     match wanted.placement().cmp(&known.placement()) {
@@ -96,6 +98,9 @@ fn who_is_behind(snapshot: &RoutingInfo, error: &ClusterError) -> Behind {
 /// refreshing.
 pub async fn after_stale(context: &RouterContext, namespace: &str, attempt: usize, error: Option<&ClusterError>) -> ClusterResult<Arc<RoutingInfo>> {
     RouterCounters::add(&context.counters.stale_config_retries, 1);
+    if let Some(shard) = error.and_then(ClusterError::extra).and_then(|extra| extra.get_str("shardId").ok()) {
+        crate::router::transaction::forget_refused_first_contact(shard);
+    }
     let snapshot = match error {
         Some(error) => context.cache.refresh_stale(namespace, |snapshot| who_is_behind(snapshot, error) != Behind::Router).await?,
         None => context.cache.refresh(namespace).await?,
@@ -169,6 +174,8 @@ mod tests {
         assert_eq!(who_is_behind(&snapshot, &stale("a", at(3))), Behind::Neither, "the snapshot already has it");
         assert_eq!(who_is_behind(&snapshot, &stale("b", at(4))), Behind::Shard, "the shard has not caught up");
         assert_eq!(who_is_behind(&snapshot, &stale("b", None)), Behind::Router, "a shard that knows nothing: refresh, as before");
+        let no_chunks = Some(ShardVersion { epoch, timestamp, major: 0, minor: 0 });
+        assert_eq!(who_is_behind(&snapshot, &stale("b", no_chunks)), Behind::Router, "the shard gave its last chunk away");
         let other = Some(ShardVersion { epoch: ObjectId::new(), timestamp, major: 1, minor: 1 });
         assert_eq!(who_is_behind(&snapshot, &stale("a", other)), Behind::Router, "another incarnation");
         assert_eq!(who_is_behind(&RoutingInfo::Unsharded, &stale("a", at(1))), Behind::Router);

@@ -14,6 +14,8 @@
 //! - An error in a statement, or a write error, aborts the transaction on every participant,
 //!   as mongos does; the error keeps the shard's labels, and a transient one gets
 //!   `TransientTransactionError`.
+//! - A shard that refused a statement with StaleConfig on the statement's first send to it
+//!   leaves the participants before the statement is sent again ([`forget_refused_first_contact`]).
 //! - The table of sessions' transactions is bounded: past [`MAX_SESSIONS`] entries, those
 //!   older than the lifetime limit are dropped.
 
@@ -66,6 +68,9 @@ pub struct Participant {
     pub shard: String,
     /// It ran a write command of the transaction.
     pub wrote: bool,
+    /// The statement that first reached it, and how many sends of that statement did.
+    first_statement: u32,
+    first_statement_sends: u32,
 }
 
 /// A client's transaction on the router.
@@ -80,6 +85,8 @@ pub struct RouterTransaction {
 struct State {
     phase: Phase,
     participants: Vec<Participant>,
+    /// Statements routed so far (the current one's number).
+    statements: u32,
 }
 
 impl RouterTransaction {
@@ -87,12 +94,16 @@ impl RouterTransaction {
     fn add_fields(&self, shard: &str, body: &mut Document) {
         let name = body.keys().next().cloned().unwrap_or_default();
         let mut state = self.state.lock();
+        let statement = state.statements;
         let known = state.participants.iter().position(|participant| participant.shard == shard);
         let first_contact = known.is_none();
         let index = known.unwrap_or_else(|| {
-            state.participants.push(Participant { shard: shard.to_string(), wrote: false });
+            state.participants.push(Participant { shard: shard.to_string(), wrote: false, first_statement: statement, first_statement_sends: 0 });
             state.participants.len() - 1
         });
+        if state.participants[index].first_statement == statement {
+            state.participants[index].first_statement_sends += 1;
+        }
         if WRITE_COMMANDS.contains(&name.as_str()) {
             state.participants[index].wrote = true;
         }
@@ -112,6 +123,10 @@ impl RouterTransaction {
 
     pub fn participants(&self) -> Vec<Participant> {
         self.state.lock().participants.clone()
+    }
+
+    fn begin_statement(&self) {
+        self.state.lock().statements += 1;
     }
 
     fn phase(&self) -> Phase {
@@ -135,6 +150,23 @@ impl RouterTransaction {
 /// for `shard`. Every send to a shard passes here.
 pub fn decorate(shard: &str, body: &mut Document) {
     let _ = CURRENT.try_with(|transaction| transaction.add_fields(shard, body));
+}
+
+/// Before a statement of the current transaction is sent again after `shard` refused it with
+/// StaleConfig (every retry passes `forward::after_stale`): when that refusal was the
+/// statement's only send to a shard it reached first, the shard leaves the participants. A
+/// shard checks the routing version before it starts anything, so it holds no transaction,
+/// and the next send (wherever the refreshed table routes it) starts the transaction there
+/// afresh; left in, the shard would be sent the rest without `startTransaction` and asked to
+/// commit a transaction it never had. As mongos forgets its pending participants.
+pub fn forget_refused_first_contact(shard: &str) {
+    let _ = CURRENT.try_with(|transaction| {
+        let mut state = transaction.state.lock();
+        let statement = state.statements;
+        state.participants.retain(|participant| {
+            participant.shard != shard || participant.first_statement != statement || participant.first_statement_sends != 1
+        });
+    });
 }
 
 /// Every session's latest transaction on this router.
@@ -195,6 +227,7 @@ where
     } else {
         continuing(context, &key, fields.number)?
     };
+    transaction.begin_statement();
     let outcome = CURRENT.scope(Arc::clone(&transaction), dispatch).await;
     match outcome {
         Ok(reply) if has_write_errors(&reply) => {
@@ -234,7 +267,7 @@ fn start(context: &RouterContext, request: &RouterRequest, key: Vec<u8>, session
         number,
         read_concern: request.body.get("readConcern").cloned(),
         started: Instant::now(),
-        state: Mutex::new(State { phase: Phase::Open, participants: Vec::new() }),
+        state: Mutex::new(State { phase: Phase::Open, participants: Vec::new(), statements: 0 }),
     });
     context.transactions.insert(key, Arc::clone(&transaction));
     Ok(transaction)

@@ -236,6 +236,9 @@ impl WriteRun<'_> {
             if refused.is_empty() {
                 break;
             }
+            for shard in &refused {
+                crate::router::transaction::forget_refused_first_contact(shard);
+            }
             routing = forward::after_stale(self.context, &namespace, attempt + 1, None).await?;
             shards = refused;
         }
