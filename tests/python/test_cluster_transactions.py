@@ -6,11 +6,16 @@ accounts with the driver's `with_transaction`; every account ends exactly as the
 committed transfers says, and the total never changes."""
 
 import random
+import socket
+import struct
 import tempfile
 import threading
+import uuid
 
+import bson
 import pymongo
 import pytest
+from bson import Binary, Int64
 from pymongo.errors import OperationFailure
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
@@ -155,8 +160,8 @@ def test_a_transaction_through_a_stale_router_retries_its_first_statement(bank):
     """A chunk moved through another router: this router's first statement of a transaction
     goes to the shard that owned it, which refuses it with StaleConfig. As mongos, the router
     refreshes, aborts and forgets the participants that statement added, and sends it again,
-    starting the transaction where the chunk lives now; the transfer commits once. (Placed last:
-    it moves a chunk of the module's cluster, and moves it back.)"""
+    starting the transaction where the chunk lives now; the transfer commits once. (It moves
+    chunks of the module's cluster, and moves them back.)"""
     process, uri = start_router(bank.config_address)
     other = pymongo.MongoClient(uri, serverSelectionTimeoutMS=20_000)
     try:
@@ -179,5 +184,92 @@ def test_a_transaction_through_a_stale_router_retries_its_first_statement(bank):
         other.admin.command("moveChunk", "bank.accounts", find={"_id": ACCOUNTS // 2}, to="txb", _waitForDelete=True)
     finally:
         other.close()
+        process.terminate()
+        process.wait()
+
+
+class RawConnection:
+    """One connection sending OP_MSG commands as given (pymongo would put its own session's
+    `lsid` on them): a transaction's statements through one router, its commit through another."""
+
+    def __init__(self, uri: str) -> None:
+        host, port = uri.split("//", 1)[1].split("/", 1)[0].split(",")[0].split(":")
+        self.socket = socket.create_connection((host, int(port)), timeout=60)
+        self.request_id = 0
+
+    def command(self, document: dict) -> dict:
+        payload = struct.pack("<I", 0) + b"\x00" + bson.encode(document)
+        self.request_id += 1
+        self.socket.sendall(struct.pack("<iiii", 16 + len(payload), self.request_id, 0, 2013) + payload)
+        (length,) = struct.unpack("<i", self._read(4))
+        # requestID, responseTo, opCode, flagBits, then section kind 0 and its document.
+        return bson.decode(self._read(length - 4)[17:])
+
+    def _read(self, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = self.socket.recv(count - len(data))
+            assert chunk, "the router closed the connection"
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+def test_a_commit_retried_through_another_router_recovers_the_decision(bank):
+    """Each statement's reply carries a recovery token; a router that never saw the transaction
+    asks the shard it names: a committed transaction answers ok, one whose router never committed
+    is aborted there (nothing of it ever becomes visible), and a read-only one's empty token
+    answers NoSuchTransaction, as mongos recovers."""
+    process, uri = start_router(bank.config_address)
+    first, second = RawConnection(bank.uri), RawConnection(uri)
+    session = {"id": Binary(uuid.uuid4().bytes, 4)}
+
+    def in_transaction(number: int, command: dict, start: bool = False) -> dict:
+        command = {**command, "lsid": session, "txnNumber": Int64(number), "autocommit": False, "$db": "bank"}
+        if start:
+            command["startTransaction"] = True
+        return first.command(command)
+
+    def move(number: int, source: int, target: int) -> dict:
+        for index, (account, amount) in enumerate(((source, -10), (target, 10))):
+            update = {"update": "accounts", "updates": [{"q": {"_id": account}, "u": {"$inc": {"balance": amount}}}]}
+            reply = in_transaction(number, update, start=index == 0)
+            assert reply["ok"] == 1 and reply["nModified"] == 1, reply
+        return reply["recoveryToken"]
+
+    def commit(connection, number: int, token: dict = None) -> dict:
+        command = {"commitTransaction": 1, "lsid": session, "txnNumber": Int64(number), "autocommit": False, "$db": "admin"}
+        if token is not None:
+            command["recoveryToken"] = token
+        return connection.command(command)
+
+    try:
+        with bank.client() as client:
+            accounts = reset(client)
+            # Committed through the first router: the second recovers the commit.
+            token = move(1, 0, 30)
+            assert token.get("recoveryShardId") in ("txa", "txb"), token
+            assert commit(first, 1)["ok"] == 1
+            assert commit(second, 1, token)["ok"] == 1
+            # Never committed by its router: the second's commit finds no decision and aborts.
+            token = move(2, 1, 31)
+            refused = commit(second, 2, token)
+            assert refused["ok"] == 0 and refused["code"] == 251, refused
+            assert commit(first, 2)["ok"] == 0
+            # Read only: an empty token.
+            reply = in_transaction(3, {"find": "accounts", "filter": {"_id": 2}}, start=True)
+            assert reply["ok"] == 1 and reply["recoveryToken"] == {}, reply
+            refused = commit(second, 3, reply["recoveryToken"])
+            assert refused["code"] == 251 and "only performed reads" in refused["errmsg"], refused
+            # Without a token, a router that does not know the transaction knows nothing.
+            assert commit(second, 2)["code"] == 251
+            balances = {document["_id"]: document["balance"] for document in accounts.find()}
+            expected = {account: INITIAL_BALANCE for account in range(ACCOUNTS)} | {0: INITIAL_BALANCE - 10, 30: INITIAL_BALANCE + 10}
+            assert balances == expected
+    finally:
+        first.close()
+        second.close()
         process.terminate()
         process.wait()

@@ -20,6 +20,12 @@
 //! run at once in a process ([`Coordinations`]), and a deposed primary cannot record a
 //! decision (the record is written with `w: "majority"`).
 //!
+//! Recovery tokens: a router that does not know the transaction (its commit is retried
+//! through another router) asks the shard its recovery token names with no participants. A
+//! record answers as above; without one the coordination ended or never began, and this
+//! shard's own outcome of the transaction answers
+//! (`myriad_commands::transaction_statements::recover_commit_decision`).
+//!
 //! Invariants: nothing is committed anywhere before the decision to commit is durable; a
 //! decision, once recorded, is the only one ever sent for the transaction; a participant that
 //! failed to prepare makes the decision abort. The coordinator's answer to the router is the
@@ -31,7 +37,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bson::{doc, Bson, Document, Timestamp};
-use myriad_commands::ServerContext;
+use myriad_commands::{CommandRequest, ServerContext};
 use parking_lot::Mutex;
 
 use crate::error::{ClusterError, ClusterResult};
@@ -135,17 +141,23 @@ pub fn coordinate(
     coordinations: &Coordinations,
     migrations: &Arc<MigrationState>,
     runtime: &tokio::runtime::Handle,
-    body: &Document,
+    request: &CommandRequest,
 ) -> ClusterResult<Document> {
+    let body = &request.body;
     let session = body.get_document("lsid").map_err(|_| ClusterError::bad_value("coordinateCommitTransaction needs lsid"))?.clone();
     let number = body.get_i64("txnNumber").map_err(|_| ClusterError::bad_value("coordinateCommitTransaction needs txnNumber"))?;
-    let participants = participant_names(body)?;
+    // No participants: a router recovering the decision with a recovery token.
+    let recovering = body.get_array("participants").is_ok_and(|participants| participants.is_empty());
+    let participants = if recovering { Vec::new() } else { participant_names(body)? };
     let write_concern = body.get("writeConcern").cloned();
     let id = doc! { "lsid": session.clone(), "txnNumber": number };
     let _claim = coordinations.claim(&id)?;
     let coordinator = Coordinator { context, migrations, runtime };
     if let Some(record) = local::find(context, "config", COORDINATORS, doc! { "_id": id.clone() }, None, Some(1))?.into_iter().next() {
         return resume(&coordinator, record, write_concern);
+    }
+    if recovering {
+        return Ok(myriad_commands::transaction_statements::recover_commit_decision(context, request)?);
     }
     record(context, &id, doc! { "_id": id.clone(), "participants": participants.clone() })?;
     let transaction = doc! { "lsid": session, "txnNumber": number, "autocommit": false };

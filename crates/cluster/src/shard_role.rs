@@ -111,7 +111,7 @@ impl ShardRole {
                 Err(_) => Err(ClusterError::bad_value("'getShardVersion' must be a namespace string")),
             },
             "_shardsvrChunkMedian" => chunk_median(context, body),
-            "coordinateCommitTransaction" => crate::coordinator::coordinate(context, &self.coordinations, &self.migrations, &self.runtime, body),
+            "coordinateCommitTransaction" => crate::coordinator::coordinate(context, &self.coordinations, &self.migrations, &self.runtime, request),
             name => return self.migrations.command(context, name, body).map(|result| result.map_err(Into::into)),
         };
         Some(result.map_err(Into::into))

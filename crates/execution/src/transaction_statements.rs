@@ -308,6 +308,39 @@ pub fn commit(context: &ServerContext, request: &CommandRequest) -> CommandResul
     }
 }
 
+/// A coordinator asked to recover a decision it no longer records (`coordinateCommitTransaction`
+/// with no participants, from a router holding a recovery token): the coordination ended, or
+/// never began. This shard took part in the transaction (a router names as recovery shard the
+/// coordinator, its first participant, or the one shard that wrote), so its own outcome is the
+/// transaction's: committed (in memory, or in the session's record after a restart) answers
+/// ok; anything else NoSuchTransaction, and a transaction still open here is aborted first, so
+/// it can never commit after that answer (as mongod's coordinator recovers).
+pub fn recover_commit_decision(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
+    let Some(fields) = check_fields(request)? else {
+        return Err(CommandError::new(COMMAND_FAILED, "coordinateCommitTransaction must be run within a transaction"));
+    };
+    let session = crate::retryable::session_id(request)?;
+    let _checkout = context.retryable_writes.check_out(session)?;
+    let number = fields.number;
+    let unknown = || no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."));
+    match session_transaction(context, &session) {
+        Some(existing) if existing.number == number => match existing.phase {
+            Phase::Committed => Ok(doc! { "ok": 1.0 }),
+            Phase::Open(id) => {
+                context.backend.abort_transaction(id);
+                context.transactions.set_phase(&session, number, Phase::Aborted);
+                Err(unknown())
+            }
+            Phase::Prepared(_) => Err(prepared_in_progress()),
+            Phase::Aborted => Err(no_such_transaction(format!("Transaction {number} has been aborted."))),
+        },
+        _ => match context.backend.executed_statement(&session, number, COMMIT_STATEMENT_ID)? {
+            Some(_) => Ok(doc! { "ok": 1.0 }),
+            None => Err(unknown()),
+        },
+    }
+}
+
 /// Commits the session's open or prepared transaction: an open one writes its writes with the
 /// session's record of the commit; a prepared one (the coordinator's decision) writes the
 /// commit built when it was prepared.

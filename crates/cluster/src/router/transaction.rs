@@ -16,6 +16,8 @@
 //!   `TransientTransactionError`.
 //! - A shard that refused a statement with StaleConfig on the statement's first send to it
 //!   leaves the participants before the statement is sent again ([`forget_refused_first_contact`]).
+//! - Every statement's reply carries a `recoveryToken` naming the shard whose outcome is the
+//!   transaction's; a commit this router does not know asks that shard (`recover_commit`).
 //! - The table of sessions' transactions is bounded: past [`MAX_SESSIONS`] entries, those
 //!   older than the lifetime limit are dropped.
 
@@ -125,6 +127,21 @@ impl RouterTransaction {
         self.state.lock().participants.clone()
     }
 
+    /// `{recoveryShardId}`, the shard a router that does not know this transaction asks for
+    /// its commit's outcome: the one participant that wrote (its commit decides), or with
+    /// several, the first participant (the two-phase commit's coordinator); `{}` while the
+    /// transaction only read.
+    fn recovery_token(&self) -> Document {
+        let state = self.state.lock();
+        let mut writers = state.participants.iter().filter(|participant| participant.wrote);
+        let shard = match (writers.next(), writers.next()) {
+            (None, _) => None,
+            (Some(writer), None) => Some(&writer.shard),
+            (Some(_), Some(_)) => state.participants.first().map(|participant| &participant.shard),
+        };
+        shard.map(|shard| doc! { "recoveryShardId": shard }).unwrap_or_default()
+    }
+
     fn begin_statement(&self) {
         self.state.lock().statements += 1;
     }
@@ -218,7 +235,7 @@ where
     let session = request.session().ok_or_else(|| ClusterError::coded(72, "Transaction number requires a session ID to also be specified"))?;
     let key = session_key(&session);
     match request.name.as_str() {
-        "commitTransaction" => return commit(context, request, &key, fields.number).await,
+        "commitTransaction" => return commit(context, request, &key, session, fields.number).await,
         "abortTransaction" => return abort(context, &key, fields.number).await,
         _ => {}
     }
@@ -239,7 +256,10 @@ where
                 None => Ok(reply),
             }
         }
-        Ok(reply) => Ok(reply),
+        Ok(mut reply) => {
+            reply.insert("recoveryToken", transaction.recovery_token());
+            Ok(reply)
+        }
         Err(error) => {
             abort_participants(context, &transaction).await;
             Err(with_transient_label(error))
@@ -289,10 +309,10 @@ fn continuing(context: &RouterContext, key: &[u8], number: i64) -> ClusterResult
 }
 
 /// `commitTransaction` through the router.
-async fn commit(context: &Arc<RouterContext>, request: &RouterRequest, key: &[u8], number: i64) -> ClusterResult<Document> {
+async fn commit(context: &Arc<RouterContext>, request: &RouterRequest, key: &[u8], session: Document, number: i64) -> ClusterResult<Document> {
     let transaction = match context.transactions.get(key) {
         Some(existing) if existing.number == number => existing,
-        _ => return Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
+        _ => return recover_commit(context, request, session, number).await,
     };
     if transaction.phase() == Phase::Aborted {
         return Err(no_such_transaction(format!("Transaction {number} has been aborted.")));
@@ -327,6 +347,24 @@ async fn commit(context: &Arc<RouterContext>, request: &RouterRequest, key: &[u8
             Err(with_transient_label(error))
         }
     }
+}
+
+/// `commitTransaction` for a transaction this router does not know (its statements went
+/// through another router, which the driver could no longer reach): the shard its recovery
+/// token names answers the decision (`crate::coordinator`, asked with no participants), as
+/// mongos recovers; an empty token means the transaction only read, and is safe to run again.
+async fn recover_commit(context: &RouterContext, request: &RouterRequest, session: Document, number: i64) -> ClusterResult<Document> {
+    let Ok(token) = request.body.get_document("recoveryToken") else {
+        return Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions.")));
+    };
+    let Ok(shard) = token.get_str("recoveryShardId") else {
+        return Err(no_such_transaction("Recovery token is empty, meaning the transaction only performed reads and can be safely retried".to_string()));
+    };
+    let mut body = doc! { "coordinateCommitTransaction": 1, "participants": [], "lsid": session, "txnNumber": number, "autocommit": false };
+    if let Some(write_concern) = request.body.get("writeConcern") {
+        body.insert("writeConcern", write_concern.clone());
+    }
+    context.shard_client(shard).await?.run("admin", body).await
 }
 
 /// Sends `commitTransaction` to each shard in turn; the last reply, or the first error.
