@@ -292,6 +292,43 @@ def test_namespaces(db, command, code, message):
     check(db, command, code, message.format(db=db.name))
 
 
+INDEX_SPECS = [
+    ("key_zero", {"key": {"z": 0}, "name": "z_0"}, 67,
+     'Error in specification { key: { z: 0 }, name: "z_0" } :: caused by :: Values in the index key pattern cannot be 0.'),
+    ("key_empty_field", {"key": {"": 1}, "name": "ef"}, 67,
+     'Error in specification { key: { : 1 }, name: "ef" } :: caused by :: Index keys cannot be an empty field.'),
+    ("key_dollar_field", {"key": {"$x": 1}, "name": "dx"}, 67,
+     "Error in specification { key: { $x: 1 }, name: \"dx\" } :: caused by :: "
+     "Index key contains an illegal field name: field name starts with '$'."),
+    ("key_empty", {"key": {}, "name": "e"}, 67, 'Error in specification { key: {}, name: "e" } :: caused by :: Index keys cannot be empty.'),
+    ("unknown_plugin", {"key": {"a": "foo"}, "name": "a_foo"}, 67,
+     "Error in specification { key: { a: \"foo\" }, name: \"a_foo\" } :: caused by :: Unknown index plugin 'foo'"),
+    ("unknown_field", {"key": {"u": 1}, "bogus": True, "name": "u_1"}, 197,
+     "Error in specification { key: { u: 1 }, bogus: true, name: \"u_1\" } :: caused by :: The field 'bogus' is not valid "
+     "for an index specification. Specification: { key: { u: 1 }, bogus: true, name: \"u_1\" }"),
+    # Checked once mongod has given the spec its version: `v: 2` shows.
+    ("empty_name", {"key": {"n": 1}, "name": ""}, 67,
+     'Error in specification { key: { n: 1 }, name: "", v: 2 } :: caused by :: index name cannot be empty'),
+    ("partial_and_sparse", {"key": {"p": 1}, "sparse": True, "partialFilterExpression": {"a": 1}, "name": "p_1"}, 67,
+     'Error in specification { key: { p: 1 }, sparse: true, partialFilterExpression: { a: 1 }, name: "p_1", v: 2 } '
+     ':: caused by :: cannot mix "partialFilterExpression" and "sparse" options'),
+]
+
+
+@pytest.mark.parametrize("spec, code, message", [row[1:] for row in INDEX_SPECS], ids=[row[0] for row in INDEX_SPECS])
+def test_index_specs(db, spec, code, message):
+    db.c.insert_one({"_id": 1, "a": 1})
+    check(db, {"createIndexes": "c", "indexes": [spec]}, code, message)
+
+
+def test_keys_in_messages_print_as_mongod_prints_them(db):
+    """BSONObj::toString: a double keeps its `.0`, field names are bare."""
+    db.c.insert_one({"_id": 1.0})
+    check(db, {"insert": "c", "documents": [{"_id": 1.0}]}, 11000, f"E11000 duplicate key error collection: {db.name}.c index: _id_ dup key: {{ _id: 1.0 }}")
+    check(db, {"insert": "c", "documents": [{"_id": 1}]}, 11000, f"E11000 duplicate key error collection: {db.name}.c index: _id_ dup key: {{ _id: 1 }}")
+    check(db, {"dropIndexes": "c", "index": {"a": 1}}, 27, "can't find index with key: { a: 1 }")
+
+
 def test_an_index_on_the_same_key_under_another_name(db):
     db.c.create_index("a", name="a_first")
     check(db, {"createIndexes": "c", "indexes": [{"key": {"a": 1}, "name": "a_second"}]}, 85,

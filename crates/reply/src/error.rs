@@ -151,28 +151,16 @@ impl From<WireError> for CommandError {
 
 impl From<StorageError> for CommandError {
     fn from(error: StorageError) -> CommandError {
+        // Storage errors know their MongoDB code (InternalError covers the rest) and text; the
+        // name comes from the one table.
+        let message = error.to_string();
         match error {
-            StorageError::DuplicateKey { namespace, index_name, key_pattern, key_value } => {
-                let key_text = render_key_value(&key_value);
-                CommandError {
-                    code: DUPLICATE_KEY.code,
-                    message: format!(
-                        "E11000 duplicate key error collection: {namespace} index: {index_name} dup key: {key_text}"
-                    ),
-                    extra: Some(doc! { "keyPattern": key_pattern, "keyValue": key_value }),
-                }
+            StorageError::DuplicateKey { key_pattern, key_value, .. } => {
+                CommandError { code: DUPLICATE_KEY.code, message, extra: Some(doc! { "keyPattern": key_pattern, "keyValue": key_value }) }
             }
-            // Storage errors know their MongoDB code (InternalError covers the rest); the name
-            // comes from the one table.
-            other => CommandError { code: other.code(), message: other.to_string(), extra: None },
+            other => CommandError { code: other.code(), message, extra: None },
         }
     }
-}
-
-/// `{ _id: 1 }` rendered MongoDB-style for the DuplicateKey message: `{ _id: 1 }`.
-fn render_key_value(key_value: &Document) -> String {
-    let fields: Vec<String> = key_value.iter().map(|(key, value)| format!("{key}: {value}")).collect();
-    format!("{{ {} }}", fields.join(", "))
 }
 
 pub type CommandResult<T> = Result<T, CommandError>;

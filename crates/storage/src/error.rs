@@ -191,16 +191,16 @@ impl fmt::Display for StorageError {
             StorageError::IndexKeySpecsConflict(what) => write!(formatter, "{what}"),
             StorageError::DuplicateKey { namespace, index_name, key_value, .. } => write!(
                 formatter,
-                "E11000 duplicate key error collection: {namespace} index: {index_name} dup key: {key_value}"
+                "E11000 duplicate key error collection: {namespace} index: {index_name} dup key: {}",
+                myriad_collation::shell_string(key_value)
             ),
             StorageError::CannotIndexParallelArrays(what) => {
                 write!(formatter, "cannot index parallel arrays {what}")
             }
-            StorageError::CannotCreateIndex(what) => write!(formatter, "cannot create index: {what}"),
+            // mongod's own texts: the code (CannotCreateIndex) names the failure.
+            StorageError::CannotCreateIndex(what) => write!(formatter, "{what}"),
             StorageError::InvalidNamespace(what) => write!(formatter, "invalid namespace: {what}"),
-            StorageError::InvalidIndexSpec(what) => {
-                write!(formatter, "invalid index specification: {what}")
-            }
+            StorageError::InvalidIndexSpec(what) => write!(formatter, "{what}"),
             StorageError::InvalidOptions(what) => write!(formatter, "{what}"),
             StorageError::InvalidDocument(what) => write!(formatter, "{what}"),
             StorageError::DocumentTooLarge => write!(

@@ -156,7 +156,7 @@ pub(crate) fn default_index_name(key_pattern: &Document) -> String {
 /// Parses a key pattern document into index fields.
 pub(crate) fn parse_key_pattern(key_pattern: &Document) -> Result<Vec<IndexField<'static>>, StorageError> {
     if key_pattern.is_empty() {
-        return Err(StorageError::CannotCreateIndex("index key pattern must not be empty".into()));
+        return Err(StorageError::CannotCreateIndex("Index keys cannot be empty.".into()));
     }
     if key_pattern.len() > MAX_KEY_PATTERN_FIELDS {
         return Err(StorageError::CannotCreateIndex(format!(
@@ -176,9 +176,7 @@ pub(crate) fn parse_key_pattern(key_pattern: &Document) -> Result<Vec<IndexField
                 } else if number < 0.0 {
                     FieldKind::Descending
                 } else {
-                    return Err(StorageError::CannotCreateIndex(format!(
-                        "values in the index key pattern can't be 0 or NaN (field {path})"
-                    )));
+                    return Err(StorageError::CannotCreateIndex("Values in the index key pattern cannot be 0.".into()));
                 }
             }
             Bson::String(kind) if kind == "hashed" => FieldKind::Hashed,
@@ -190,7 +188,7 @@ pub(crate) fn parse_key_pattern(key_pattern: &Document) -> Result<Vec<IndexField
                 )));
             }
             Bson::String(kind) => {
-                return Err(StorageError::CannotCreateIndex(format!("unknown index plugin '{kind}'")));
+                return Err(StorageError::CannotCreateIndex(format!("Unknown index plugin '{kind}'")));
             }
             other => {
                 return Err(StorageError::CannotCreateIndex(format!(
@@ -247,13 +245,16 @@ fn validate_key_path(path: &str) -> Result<(), StorageError> {
     if path.contains("$**") || path == "$**" {
         return Err(StorageError::CannotCreateIndex("wildcard indexes are not supported".into()));
     }
-    if path.is_empty() || path.split('.').any(|component| component.is_empty()) {
+    if path.is_empty() {
+        return Err(StorageError::CannotCreateIndex("Index keys cannot be an empty field.".into()));
+    }
+    if path.split('.').any(|component| component.is_empty()) {
         return Err(StorageError::CannotCreateIndex(format!("bad index key path '{path}'")));
     }
     if path.split('.').any(|component| component.starts_with('$')) {
-        return Err(StorageError::CannotCreateIndex(format!(
-            "index key path '{path}' may not start a component with '$'"
-        )));
+        return Err(StorageError::CannotCreateIndex(
+            "Index key contains an illegal field name: field name starts with '$'.".into(),
+        ));
     }
     if path.contains('\0') {
         return Err(StorageError::CannotCreateIndex("index key path contains a null byte".into()));
@@ -272,12 +273,30 @@ fn truthy(value: Option<&Bson>) -> bool {
     }
 }
 
+/// MongoDB's context for an error in a client's index spec: "Error in specification { ... }
+/// :: caused by :: <reason>", the spec as `BSONObj::toString` prints it.
+fn in_specification(spec: &Document, reason: impl std::fmt::Display) -> String {
+    format!("Error in specification {} :: caused by :: {reason}", myriad_collation::shell_string(spec))
+}
+
+/// The same for the checks mongod makes once it has given the spec its version (`v: 2`
+/// appended when the client sent none).
+fn in_versioned_specification(spec: &Document, reason: impl std::fmt::Display) -> String {
+    let mut versioned = spec.clone();
+    if !versioned.contains_key("v") {
+        versioned.insert("v", 2);
+    }
+    in_specification(&versioned, reason)
+}
+
 /// Validates one createIndexes spec.
 pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, StorageError> {
     for field in spec.keys() {
         if !KNOWN_SPEC_FIELDS.contains(&field.as_str()) {
-            return Err(StorageError::InvalidIndexSpec(format!(
-                "the field '{field}' is not valid for an index specification"
+            let shell = myriad_collation::shell_string(spec);
+            return Err(StorageError::InvalidIndexSpec(in_specification(
+                spec,
+                format!("The field '{field}' is not valid for an index specification. Specification: {shell}"),
             )));
         }
     }
@@ -286,12 +305,13 @@ pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, Stora
         Some(_) => return Err(StorageError::InvalidIndexSpec("'key' must be a document".into())),
         None => return Err(StorageError::InvalidIndexSpec("'key' is required".into())),
     };
-    let fields = parse_key_pattern(&key_pattern)?;
+    let fields = parse_key_pattern(&key_pattern).map_err(|error| match error {
+        StorageError::CannotCreateIndex(reason) => StorageError::CannotCreateIndex(in_specification(spec, reason)),
+        other => other,
+    })?;
     let name = match spec.get("name") {
         Some(Bson::String(name)) if !name.is_empty() => name.clone(),
-        Some(Bson::String(_)) => {
-            return Err(StorageError::InvalidIndexSpec("index name must not be empty".into()))
-        }
+        Some(Bson::String(_)) => return Err(StorageError::CannotCreateIndex(in_versioned_specification(spec, "index name cannot be empty"))),
         Some(_) => return Err(StorageError::InvalidIndexSpec("'name' must be a string".into())),
         None => default_index_name(&key_pattern),
     };
@@ -308,9 +328,10 @@ pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, Stora
     if let Some(expression) = spec.get("partialFilterExpression") {
         crate::partial::parse_partial_filter(expression)?;
         if truthy(spec.get("sparse")) {
-            return Err(StorageError::CannotCreateIndex(
-                "cannot mix \"partialFilterExpression\" and \"sparse\" options".into(),
-            ));
+            return Err(StorageError::CannotCreateIndex(in_versioned_specification(
+                spec,
+                "cannot mix \"partialFilterExpression\" and \"sparse\" options",
+            )));
         }
     }
     // The command layer stores the normalised collation (or none for the simple one); a

@@ -705,7 +705,7 @@ impl Engine {
                     Some(0) => return Err(cannot_drop_id()),
                     Some(position) => vec![position],
                     None => {
-                        return Err(StorageError::IndexNotFound(format!("can't find index with key: {key_pattern}")))
+                        return Err(StorageError::IndexNotFound(format!("can't find index with key: {}", myriad_collation::shell_string(key_pattern))))
                     }
                 }
             }
