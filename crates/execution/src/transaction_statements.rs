@@ -201,7 +201,7 @@ fn continuing(context: &ServerContext, session: &SessionId, number: i64) -> Comm
             TRANSACTION_TOO_OLD,
             format!("txnNumber {number} is less than last txnNumber {} seen in session", existing.number),
         )),
-        _ => Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
+        _ => Err(not_in_progress(number)),
     }
 }
 
@@ -280,12 +280,7 @@ impl Statement<'_> {
 /// `commitTransaction`: commits the session's transaction (once: a retry answers as the first
 /// commit did, from memory or from the session's record after a failover).
 pub fn commit(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
-    let Some(fields) = check_fields(request)? else {
-        return Err(CommandError::new(COMMAND_FAILED, "commitTransaction must be run within a transaction"));
-    };
-    let session = crate::retryable::session_id(request)?;
-    let _checkout = context.retryable_writes.check_out(session)?;
-    let number = fields.number;
+    let (session, number, _checkout) = ending_transaction(context, request)?;
     match session_transaction(context, &session) {
         Some(existing) if existing.number == number => match existing.phase {
             Phase::Open(_) | Phase::Prepared(_) => commit_transaction(context, request, session, number, existing.phase),
@@ -296,16 +291,33 @@ pub fn commit(context: &ServerContext, request: &CommandRequest) -> CommandResul
             TRANSACTION_TOO_OLD,
             format!("txnNumber {number} is less than last txnNumber {} seen in session", existing.number),
         )),
-        _ => match context.backend.executed_statement(&session, number, COMMIT_STATEMENT_ID)? {
-            Some(_) => {
-                context
-                    .transactions
-                    .set(session, SessionTransaction::new(number, Phase::Committed));
-                Ok(doc! { "ok": 1.0 })
-            }
-            None => Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
-        },
+        _ if commit_recorded(context, &session, number)? => {
+            context.transactions.set(session, SessionTransaction::new(number, Phase::Committed));
+            Ok(doc! { "ok": 1.0 })
+        }
+        _ => Err(not_in_progress(number)),
     }
+}
+
+/// The session and transaction number of a command that ends a transaction (or asks how it
+/// ended), the session checked out for the command's duration.
+fn ending_transaction<'c>(context: &'c ServerContext, request: &CommandRequest) -> CommandResult<(SessionId, i64, Checkout<'c>)> {
+    let Some(fields) = check_fields(request)? else {
+        return Err(CommandError::new(COMMAND_FAILED, format!("{} must be run within a transaction", request.name)));
+    };
+    let session = crate::retryable::session_id(request)?;
+    let checkout = context.retryable_writes.check_out(session)?;
+    Ok((session, fields.number, checkout))
+}
+
+/// Whether the session's record holds the commit of transaction `number` (memory no longer
+/// does after a failover or a restart).
+fn commit_recorded(context: &ServerContext, session: &SessionId, number: i64) -> CommandResult<bool> {
+    Ok(context.backend.executed_statement(session, number, COMMIT_STATEMENT_ID)?.is_some())
+}
+
+fn not_in_progress(number: i64) -> CommandError {
+    no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))
 }
 
 /// A coordinator asked to recover a decision it no longer records (`coordinateCommitTransaction`
@@ -316,28 +328,20 @@ pub fn commit(context: &ServerContext, request: &CommandRequest) -> CommandResul
 /// ok; anything else NoSuchTransaction, and a transaction still open here is aborted first, so
 /// it can never commit after that answer (as mongod's coordinator recovers).
 pub fn recover_commit_decision(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
-    let Some(fields) = check_fields(request)? else {
-        return Err(CommandError::new(COMMAND_FAILED, "coordinateCommitTransaction must be run within a transaction"));
-    };
-    let session = crate::retryable::session_id(request)?;
-    let _checkout = context.retryable_writes.check_out(session)?;
-    let number = fields.number;
-    let unknown = || no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."));
+    let (session, number, _checkout) = ending_transaction(context, request)?;
     match session_transaction(context, &session) {
         Some(existing) if existing.number == number => match existing.phase {
             Phase::Committed => Ok(doc! { "ok": 1.0 }),
             Phase::Open(id) => {
                 context.backend.abort_transaction(id);
                 context.transactions.set_phase(&session, number, Phase::Aborted);
-                Err(unknown())
+                Err(not_in_progress(number))
             }
             Phase::Prepared(_) => Err(prepared_in_progress()),
             Phase::Aborted => Err(no_such_transaction(format!("Transaction {number} has been aborted."))),
         },
-        _ => match context.backend.executed_statement(&session, number, COMMIT_STATEMENT_ID)? {
-            Some(_) => Ok(doc! { "ok": 1.0 }),
-            None => Err(unknown()),
-        },
+        _ if commit_recorded(context, &session, number)? => Ok(doc! { "ok": 1.0 }),
+        _ => Err(not_in_progress(number)),
     }
 }
 
@@ -438,7 +442,7 @@ pub fn prepare(context: &ServerContext, request: &CommandRequest) -> CommandResu
         // record of the commit answers, as after a failover).
         _ => match context.backend.executed_statement(&session, number, COMMIT_STATEMENT_ID)? {
             Some(_) => Err(CommandError::new(TRANSACTION_COMMITTED, format!("Transaction {number} has been committed."))),
-            None => Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
+            None => Err(not_in_progress(number)),
         },
     }
 }
@@ -468,6 +472,6 @@ pub fn abort(context: &ServerContext, request: &CommandRequest) -> CommandResult
             Phase::Committed => Err(CommandError::new(TRANSACTION_COMMITTED, format!("Transaction {number} has been committed."))),
             Phase::Aborted => Err(no_such_transaction(format!("Transaction {number} has been aborted."))),
         },
-        _ => Err(no_such_transaction(format!("Given transaction number {number} does not match any in-progress transactions."))),
+        _ => Err(not_in_progress(number)),
     }
 }
