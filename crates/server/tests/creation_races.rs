@@ -1,0 +1,185 @@
+//! 64 clients creating overlapping collection names at once through the Rust driver, on a
+//! standalone node and on a 3-member replica set (creations are committed in groups, storage's
+//! `creation.rs`; a replica set carries each group as one log entry and applies it on every
+//! member). Each name is created by exactly one client: an explicit `create` answers
+//! NamespaceExists (48) to the others, a `createIndexes` reports `createdCollectionAutomatically`
+//! to one client only. Creations that fail on their own fail alone, without failing the
+//! creations grouped with them: half the clients create in a database whose name differs only
+//! in case from the other half's, so one spelling wins and every creation in the other fails
+//! in its group with DatabaseDifferCase (13297). The catalog equals the exact model on the
+//! node, after its restart, and on every member of the set.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use mongodb::bson::{doc, Document};
+use mongodb::Client;
+use myriad_testkit::{error_code, eventually, TestReplicaSet, TestServer};
+
+const DATABASE: &str = "creation_races";
+const CLIENTS: usize = 64;
+/// Names each client tries; client c tries names c, c + 1, ... (mod NAMES), so every name is
+/// raced by NAMES_PER_CLIENT clients.
+const NAMES_PER_CLIENT: usize = 6;
+const NAMES: usize = 96;
+
+/// Collection name -> index names.
+type Model = BTreeMap<String, BTreeSet<String>>;
+
+/// The two spellings of the case-raced database.
+const CASE_DATABASES: [&str; 2] = ["CaseRace", "caserace"];
+
+/// What the clients reported.
+#[derive(Default)]
+struct Creators {
+    /// Per name in the test database, the clients that created it.
+    by_name: BTreeMap<String, Vec<usize>>,
+    /// Per spelling of the case-raced database, per name, the clients that created it.
+    cased: BTreeMap<&'static str, BTreeMap<String, Vec<usize>>>,
+    /// The spellings some creation was refused with DatabaseDifferCase.
+    refused_databases: BTreeSet<&'static str>,
+}
+
+fn explicit_name(number: usize) -> String {
+    format!("explicit_{number}")
+}
+
+fn indexed_name(number: usize) -> String {
+    format!("indexed_{number}")
+}
+
+/// The database a client creates its `case_` collections in: the two spellings differ only in
+/// case, so only one of them can exist.
+fn case_database(number: usize) -> &'static str {
+    if number % 2 == 0 {
+        CASE_DATABASES[0]
+    } else {
+        CASE_DATABASES[1]
+    }
+}
+
+fn case_name(offset: usize) -> String {
+    format!("case_{offset}")
+}
+
+/// One client's creations, three at a time: for each of its names an explicit `create`, a
+/// `createIndexes` on another name, and an explicit `create` in its spelling of the case-raced
+/// database.
+async fn race(client: Client, number: usize, creators: Arc<Mutex<Creators>>) {
+    let database = client.database(DATABASE);
+    let case_database = client.database(case_database(number));
+    for offset in 0..NAMES_PER_CLIENT {
+        let name = (number + offset) % NAMES;
+        let (explicit, indexed, cased) = futures_util::join!(
+            database.run_command(doc! { "create": explicit_name(name) }),
+            database.run_command(doc! { "createIndexes": indexed_name(name), "indexes": [{ "key": { "a": 1 }, "name": "a_1" }, { "key": { "b": 1, "c": -1 }, "name": "b_1_c_-1" }] }),
+            case_database.run_command(doc! { "create": case_name(offset) }),
+        );
+        match explicit {
+            Ok(_) => creators.lock().unwrap().by_name.entry(explicit_name(name)).or_default().push(number),
+            Err(error) => assert_eq!(error_code(&error), Some(48), "create {}: {error}", explicit_name(name)),
+        }
+        let reply = indexed.expect("createIndexes racing on one name");
+        if reply.get_bool("createdCollectionAutomatically") == Ok(true) {
+            creators.lock().unwrap().by_name.entry(indexed_name(name)).or_default().push(number);
+        }
+        let mut creators = creators.lock().unwrap();
+        match cased {
+            Ok(_) => creators.cased.entry(case_database(number)).or_default().entry(case_name(offset)).or_default().push(number),
+            Err(error) => {
+                let code = error_code(&error);
+                assert!(code == Some(48) || code == Some(13297), "create {}.{}: {error}", case_database(number), case_name(offset));
+                if code == Some(13297) {
+                    creators.refused_databases.insert(case_database(number));
+                }
+            }
+        }
+    }
+}
+
+/// Runs the race from `CLIENTS` clients (each its own connection pool) and returns the model.
+async fn race_from_many_clients(clients: Vec<Client>) -> Model {
+    let creators = Arc::new(Mutex::new(Creators::default()));
+    let tasks: Vec<_> = clients.into_iter().enumerate().map(|(number, client)| tokio::spawn(race(client, number, creators.clone()))).collect();
+    for task in join_all(tasks).await {
+        task.expect("client task");
+    }
+    let creators = creators.lock().unwrap();
+    let mut model = Model::new();
+    for name in 0..NAMES {
+        for (collection, indexes) in [(explicit_name(name), vec!["_id_"]), (indexed_name(name), vec!["_id_", "a_1", "b_1_c_-1"])] {
+            let winners = creators.by_name.get(&collection).cloned().unwrap_or_default();
+            assert_eq!(winners.len(), 1, "{collection}: created by clients {winners:?}");
+            model.insert(collection, indexes.into_iter().map(str::to_string).collect());
+        }
+    }
+    // One spelling won: its creations went through, one creator per name; every creation in
+    // the other failed alone.
+    assert_eq!(creators.cased.len(), 1, "both spellings of the database were created: {:?}", creators.cased.keys());
+    let (winner, names) = creators.cased.iter().next().expect("a winning spelling");
+    assert_eq!(names.len(), NAMES_PER_CLIENT, "{names:?}");
+    assert!(names.values().all(|clients| clients.len() == 1), "{names:?}");
+    let loser = CASE_DATABASES.into_iter().find(|spelling| spelling != winner).expect("the other spelling");
+    assert_eq!(creators.refused_databases, BTreeSet::from([loser]));
+    model
+}
+
+/// The catalog of the test database: listCollections, then listIndexes of each collection.
+async fn catalog(client: &Client) -> Model {
+    let database = client.database(DATABASE);
+    let mut catalog = Model::new();
+    for name in database.list_collection_names().await.expect("list collections") {
+        let indexes = database.collection::<Document>(&name).list_index_names().await.expect("list indexes");
+        catalog.insert(name, indexes.into_iter().collect());
+    }
+    catalog
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_clients_racing_on_names_create_each_once_and_the_catalog_survives_a_restart() {
+    let mut server = TestServer::start();
+    let mut clients = Vec::with_capacity(CLIENTS);
+    for _ in 0..CLIENTS {
+        clients.push(server.client().await);
+    }
+    let model = race_from_many_clients(clients).await;
+    let client = server.client().await;
+    assert_eq!(catalog(&client).await, model);
+    let stats = client.database(DATABASE).run_command(doc! { "dbStats": 1 }).await.expect("dbStats");
+    let collections = stats.get_i64("collections").or_else(|_| stats.get_i32("collections").map(i64::from));
+    assert_eq!(collections, Ok(model.len() as i64));
+
+    server.restart();
+    let client = server.client().await;
+    assert_eq!(catalog(&client).await, model, "the catalog after a restart");
+}
+
+/// A direct client of one member that may read from a secondary.
+async fn member_reader(set: &TestReplicaSet, index: usize) -> Client {
+    let uri = format!("mongodb://127.0.0.1:{}/?directConnection=true&readPreference=secondaryPreferred", set.member_port(index));
+    Client::with_uri_str(uri).await.expect("member client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_clients_racing_on_names_on_a_replica_set_give_every_member_the_model() {
+    let mut set = TestReplicaSet::start(3).await;
+    let mut clients = Vec::with_capacity(CLIENTS);
+    for _ in 0..CLIENTS {
+        clients.push(set.client().await);
+    }
+    let model = race_from_many_clients(clients).await;
+    assert_eq!(catalog(&set.client().await).await, model, "the primary's catalog");
+    for index in 0..set.len() {
+        let reader = member_reader(&set, index).await;
+        eventually(Duration::from_secs(60), "the member's catalog equals the model", || async { catalog(&reader).await == model }).await;
+    }
+    // A secondary killed and started again reads the groups back from its own files.
+    let primary = set.wait_for_primary().await;
+    let secondary = (primary + 1) % set.len();
+    set.kill(secondary);
+    set.restart(secondary);
+    let reader = member_reader(&set, secondary).await;
+    eventually(Duration::from_secs(60), "the restarted secondary's catalog equals the model", || async { catalog(&reader).await == model }).await;
+}
