@@ -10,6 +10,7 @@
 //! node, after its restart, and on every member of the set.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ const CLIENTS: usize = 64;
 /// Names each client tries; client c tries names c, c + 1, ... (mod NAMES), so every name is
 /// raced by NAMES_PER_CLIENT clients.
 const NAMES_PER_CLIENT: usize = 6;
-const NAMES: usize = 96;
+const NAMES: usize = CLIENTS;
 
 /// Collection name -> index names.
 type Model = BTreeMap<String, BTreeSet<String>>;
@@ -40,6 +41,14 @@ struct Creators {
     cased: BTreeMap<&'static str, BTreeMap<String, Vec<usize>>>,
     /// The spellings some creation was refused with DatabaseDifferCase.
     refused_databases: BTreeSet<&'static str>,
+}
+
+/// Each client creates its explicit collections capped with a size of its own: `create` of an
+/// existing collection with the same options succeeds (MongoDB 7.0), with others it answers
+/// NamespaceExists, so different sizes leave exactly one successful creator per name, and the
+/// stored size names it.
+fn capped_size(number: usize) -> i64 {
+    4096 * (number as i64 + 1)
 }
 
 fn explicit_name(number: usize) -> String {
@@ -69,13 +78,13 @@ fn case_name(offset: usize) -> String {
 /// database.
 async fn race(client: Client, number: usize, creators: Arc<Mutex<Creators>>) {
     let database = client.database(DATABASE);
-    let case_database = client.database(case_database(number));
+    let cased_database = client.database(case_database(number));
     for offset in 0..NAMES_PER_CLIENT {
         let name = (number + offset) % NAMES;
         let (explicit, indexed, cased) = futures_util::join!(
-            database.run_command(doc! { "create": explicit_name(name) }),
-            database.run_command(doc! { "createIndexes": indexed_name(name), "indexes": [{ "key": { "a": 1 }, "name": "a_1" }, { "key": { "b": 1, "c": -1 }, "name": "b_1_c_-1" }] }),
-            case_database.run_command(doc! { "create": case_name(offset) }),
+            database.run_command(doc! { "create": explicit_name(name), "capped": true, "size": capped_size(number) }).into_future(),
+            database.run_command(doc! { "createIndexes": indexed_name(name), "indexes": [{ "key": { "a": 1 }, "name": "a_1" }, { "key": { "b": 1, "c": -1 }, "name": "b_1_c_-1" }] }).into_future(),
+            cased_database.run_command(doc! { "create": case_name(offset), "capped": true, "size": capped_size(number) }).into_future(),
         );
         match explicit {
             Ok(_) => creators.lock().unwrap().by_name.entry(explicit_name(name)).or_default().push(number),
@@ -99,8 +108,9 @@ async fn race(client: Client, number: usize, creators: Arc<Mutex<Creators>>) {
     }
 }
 
-/// Runs the race from `CLIENTS` clients (each its own connection pool) and returns the model.
-async fn race_from_many_clients(clients: Vec<Client>) -> Model {
+/// Runs the race from `CLIENTS` clients (each its own connection pool) and returns the model:
+/// the catalog, and each explicit collection's capped size (its creator's).
+async fn race_from_many_clients(clients: Vec<Client>) -> (Model, BTreeMap<String, i64>) {
     let creators = Arc::new(Mutex::new(Creators::default()));
     let tasks: Vec<_> = clients.into_iter().enumerate().map(|(number, client)| tokio::spawn(race(client, number, creators.clone()))).collect();
     for task in join_all(tasks).await {
@@ -108,10 +118,14 @@ async fn race_from_many_clients(clients: Vec<Client>) -> Model {
     }
     let creators = creators.lock().unwrap();
     let mut model = Model::new();
+    let mut sizes = BTreeMap::new();
     for name in 0..NAMES {
         for (collection, indexes) in [(explicit_name(name), vec!["_id_"]), (indexed_name(name), vec!["_id_", "a_1", "b_1_c_-1"])] {
             let winners = creators.by_name.get(&collection).cloned().unwrap_or_default();
             assert_eq!(winners.len(), 1, "{collection}: created by clients {winners:?}");
+            if collection.starts_with("explicit_") {
+                sizes.insert(collection.clone(), capped_size(winners[0]));
+            }
             model.insert(collection, indexes.into_iter().map(str::to_string).collect());
         }
     }
@@ -123,7 +137,20 @@ async fn race_from_many_clients(clients: Vec<Client>) -> Model {
     assert!(names.values().all(|clients| clients.len() == 1), "{names:?}");
     let loser = CASE_DATABASES.into_iter().find(|spelling| spelling != winner).expect("the other spelling");
     assert_eq!(creators.refused_databases, BTreeSet::from([loser]));
-    model
+    (model, sizes)
+}
+
+/// The capped size each explicit collection was stored with, by name.
+async fn capped_sizes(client: &Client) -> BTreeMap<String, i64> {
+    let listed = client.database(DATABASE).run_command(doc! { "listCollections": 1, "filter": { "options.capped": true } }).await.expect("listCollections");
+    let first = listed.get_document("cursor").and_then(|cursor| cursor.get_array("firstBatch")).expect("firstBatch");
+    let mut sizes = BTreeMap::new();
+    for entry in first.iter().filter_map(|entry| entry.as_document()) {
+        let options = entry.get_document("options").expect("options");
+        let size = options.get_i64("size").or_else(|_| options.get_i32("size").map(i64::from)).expect("size");
+        sizes.insert(entry.get_str("name").expect("name").to_string(), size);
+    }
+    sizes
 }
 
 /// The catalog of the test database: listCollections, then listIndexes of each collection.
@@ -144,9 +171,10 @@ async fn sixty_four_clients_racing_on_names_create_each_once_and_the_catalog_sur
     for _ in 0..CLIENTS {
         clients.push(server.client().await);
     }
-    let model = race_from_many_clients(clients).await;
+    let (model, sizes) = race_from_many_clients(clients).await;
     let client = server.client().await;
     assert_eq!(catalog(&client).await, model);
+    assert_eq!(capped_sizes(&client).await, sizes);
     let stats = client.database(DATABASE).run_command(doc! { "dbStats": 1 }).await.expect("dbStats");
     let collections = stats.get_i64("collections").or_else(|_| stats.get_i32("collections").map(i64::from));
     assert_eq!(collections, Ok(model.len() as i64));
@@ -154,6 +182,7 @@ async fn sixty_four_clients_racing_on_names_create_each_once_and_the_catalog_sur
     server.restart();
     let client = server.client().await;
     assert_eq!(catalog(&client).await, model, "the catalog after a restart");
+    assert_eq!(capped_sizes(&client).await, sizes, "the creators' options after a restart");
 }
 
 /// A direct client of one member that may read from a secondary.
@@ -169,11 +198,12 @@ async fn sixty_four_clients_racing_on_names_on_a_replica_set_give_every_member_t
     for _ in 0..CLIENTS {
         clients.push(set.client().await);
     }
-    let model = race_from_many_clients(clients).await;
+    let (model, sizes) = race_from_many_clients(clients).await;
     assert_eq!(catalog(&set.client().await).await, model, "the primary's catalog");
     for index in 0..set.len() {
         let reader = member_reader(&set, index).await;
         eventually(Duration::from_secs(60), "the member's catalog equals the model", || async { catalog(&reader).await == model }).await;
+        assert_eq!(capped_sizes(&reader).await, sizes, "member {index}: the creators' options");
     }
     // A secondary killed and started again reads the groups back from its own files.
     let primary = set.wait_for_primary().await;
@@ -182,4 +212,5 @@ async fn sixty_four_clients_racing_on_names_on_a_replica_set_give_every_member_t
     set.restart(secondary);
     let reader = member_reader(&set, secondary).await;
     eventually(Duration::from_secs(60), "the restarted secondary's catalog equals the model", || async { catalog(&reader).await == model }).await;
+    assert_eq!(capped_sizes(&reader).await, sizes, "the restarted secondary: the creators' options");
 }
