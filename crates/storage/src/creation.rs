@@ -33,7 +33,8 @@ use crate::operation_record::{command_record, CatalogEffect, OperationRecord};
 use crate::catalog::database_entry_bytes;
 use crate::engine::{validate_namespace, DatabaseDelta, Engine};
 use crate::families::{FAMILY_CATALOG, FAMILY_STATS};
-use crate::index::{id_index_spec, ParsedIndexSpec};
+use crate::index::ParsedIndexSpec;
+use crate::index_conflicts::IndexConflicts;
 use crate::stats::{self, encode_counters};
 use crate::{keys, CreateIndexesOutcome, StorageError};
 
@@ -125,10 +126,10 @@ impl Engine {
         collection: &str,
         parsed: &[ParsedIndexSpec],
     ) -> Result<Option<CreateIndexesOutcome>, StorageError> {
-        let template = CollectionEntry::new(db, collection, 0, [0; 16], &Document::new(), vec![IndexEntry::from_parsed(&id_index_spec(), 0)?])?;
+        let mut conflicts = IndexConflicts::of_new_collection();
         let mut to_build: Vec<ParsedIndexSpec> = Vec::new();
         for spec in parsed {
-            if Self::check_index_conflicts(&template, &to_build, spec)? {
+            if conflicts.admit(spec)? {
                 to_build.push(spec.clone());
             }
         }

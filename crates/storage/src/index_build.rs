@@ -33,8 +33,9 @@ use crate::engine::{validate_namespace, CreateIndexesOutcome, DatabaseDelta, Eng
 use crate::stripes::StripeGuard;
 use crate::families::{FAMILY_CATALOG, FAMILY_INDEXES, FAMILY_LOCAL_INDEXES, FAMILY_STATS};
 use crate::index_build_registry::IndexBuild;
+use crate::index_conflicts::IndexConflicts;
 use crate::index::{
-    DocumentKeys, IndexField, key_value_document, parse_index_spec, same_key_pattern, same_options,
+    DocumentKeys, IndexField, key_value_document, parse_index_spec, same_key_pattern,
     ParsedIndexSpec, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION,
 };
 use crate::keys;
@@ -161,8 +162,9 @@ impl Engine {
         let indexes_before = entry.indexes.len();
         let mut to_build: Vec<ParsedIndexSpec> = Vec::new();
         let mut joined: Vec<Arc<IndexBuild>> = Vec::new();
+        let mut conflicts = IndexConflicts::of_entry(&entry)?;
         for spec in parsed {
-            if Self::check_index_conflicts(&entry, &to_build, &spec)? {
+            if conflicts.admit(&spec)? {
                 to_build.push(spec);
             } else if let Some(existing) = entry.index(&spec.name).filter(|index| index.building) {
                 if let Some(build) = self.index_builds.get(existing.prefix) {
@@ -217,41 +219,6 @@ impl Engine {
             )));
         }
         Ok(())
-    }
-
-    /// Applies MongoDB's conflict rules (indexes being built included); `Ok(true)` when `spec`
-    /// must be built, `Ok(false)` when an identical index exists (or is already requested).
-    pub(crate) fn check_index_conflicts(entry: &CollectionEntry, requested: &[ParsedIndexSpec], spec: &ParsedIndexSpec) -> Result<bool, StorageError> {
-        let mut existing: Vec<(String, Document, Document)> = Vec::with_capacity(entry.indexes.len() + requested.len());
-        for index in entry.indexes.iter() {
-            existing.push((index.name().to_string(), index.key_pattern()?, index.spec_document()?));
-        }
-        for other in requested {
-            existing.push((other.name.clone(), other.key_pattern.clone(), other.spec.clone()));
-        }
-        for (name, key_pattern, options) in &existing {
-            let same_key = same_key_pattern(key_pattern, &spec.key_pattern);
-            let same_options = same_options(options, &spec.spec);
-            if *name == spec.name {
-                if !same_key {
-                    return Err(StorageError::IndexKeySpecsConflict(format!(
-                        "an index named '{name}' already exists with a different key pattern"
-                    )));
-                }
-                if !same_options && name != ID_INDEX_NAME {
-                    return Err(StorageError::IndexOptionsConflict(format!(
-                        "an index named '{name}' already exists with different options"
-                    )));
-                }
-                return Ok(false);
-            }
-            if same_key && same_options {
-                return Err(StorageError::IndexOptionsConflict(format!(
-                    "Index already exists with a different name: {name}"
-                )));
-            }
-        }
-        Ok(true)
     }
 
     /// Runs the build on this thread unless another thread already does; then waits for its

@@ -50,6 +50,7 @@ mod families;
 mod index;
 mod index_build;
 mod index_build_registry;
+mod index_conflicts;
 mod index_scan;
 mod journal;
 mod key_format_upgrade;

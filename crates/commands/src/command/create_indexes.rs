@@ -9,7 +9,11 @@ use crate::{CommandRequest, ServerContext};
 
 pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
     let name = written_collection_name(request, context.replication.get().is_some())?;
-    if let Some(timeseries) = super::timeseries::resolve(context, &request.db, &name)? {
+    // One lookup serves the time-series check and the default collation: a missing name costs
+    // a point read each time (absent names are not cached), and most createIndexes of a node
+    // of many collections create their collection.
+    let collection = context.backend.collection(&request.db, &name)?;
+    if let Some(timeseries) = collection.as_ref().and_then(super::timeseries::of_collection) {
         return super::timeseries::create_indexes(context, request, &name, &timeseries);
     }
     let mut specs: Vec<Document> = match request.optional_array("indexes")? {
@@ -28,7 +32,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
             ))
         }
     };
-    let collection_default = context.backend.collection(&request.db, &name)?.and_then(|collection| crate::collation::collection_default(&collection));
+    let collection_default = collection.and_then(|collection| crate::collation::collection_default(&collection));
     for spec in &mut specs {
         validate_id_index_spec(spec)?;
         validate_hidden(spec)?;
