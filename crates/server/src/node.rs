@@ -71,7 +71,7 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     engine.resume_index_builds().map_err(|error| format!("cannot start the index build thread: {error}"))?;
     // The catalog cache fills in the background, so the first operation on each collection
     // after a restart does not pay for reading and parsing its entry (docs/design-storage.md).
-    engine.start_catalog_warming().map_err(|error| format!("cannot start the catalog warm-up thread: {error}"))?;
+    let warming = engine.start_catalog_warming().map_err(|error| format!("cannot start the catalog warm-up thread: {error}"))?;
     let options = ServerOptions {
         dbpath: arguments.dbpath.clone(),
         port,
@@ -114,6 +114,9 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     let _ = tokio::task::spawn_blocking(move || ttl_monitor.stop()).await;
     // A write waiting for disk space (a member applying its log) gives up, so Raft can stop.
     monitored_engine.stop_disk_space_waits();
+    // The warm-up leaves RocksDB before the process exits (its library is torn down at exit).
+    monitored_engine.stop_catalog_warming();
+    let _ = tokio::task::spawn_blocking(move || warming.join()).await;
     if let Some(member) = &member {
         member.shutdown().await;
     }

@@ -49,7 +49,12 @@ struct ScannedEntries {
     shared_spec_bytes: usize,
     shared_specs: usize,
     truncated: bool,
+    /// The scan stopped for shutdown: nothing is installed.
+    stopped: bool,
 }
+
+/// Entries between two looks at the shutdown flag.
+const STOP_CHECK_ENTRIES: usize = 1024;
 
 impl Engine {
     /// Loads every catalog entry (up to the bound) into the snapshot's warmed table; returns
@@ -83,6 +88,13 @@ impl Engine {
         self.warm_up.0.lock().clone()
     }
 
+    /// Stops the warm-up's scan at its next step (shutdown): the process must not exit while
+    /// the thread is inside RocksDB, whose library is torn down at exit (segfaults seen in
+    /// `catalog-warm` threads). The caller then joins the thread.
+    pub fn stop_catalog_warming(&self) {
+        self.warm_up_stopping.store(true, Ordering::Release);
+    }
+
     /// Starts [`Engine::warm_catalog`] on a background thread.
     pub fn start_catalog_warming(self: &Arc<Self>) -> std::io::Result<std::thread::JoinHandle<Result<usize, StorageError>>> {
         let engine = Arc::clone(self);
@@ -95,6 +107,9 @@ impl Engine {
             return Ok(None);
         };
         let scanned = self.scan_catalog()?;
+        if scanned.stopped {
+            return Ok(None);
+        }
         let count = scanned.entries.len();
         let warmed = Arc::new(WarmedCatalog::build(scanned.entries, scanned.shared_spec_bytes));
         {
@@ -166,9 +181,10 @@ impl Engine {
                 .map(|scan| scan.join().unwrap_or_else(|_| Err(StorageError::Corrupt("a catalog warm-up scan panicked".to_string()))))
                 .collect()
         });
-        let mut scanned = ScannedEntries { entries: Vec::new(), shared_spec_bytes: 0, shared_specs: 0, truncated: false };
+        let mut scanned = ScannedEntries { entries: Vec::new(), shared_spec_bytes: 0, shared_specs: 0, truncated: false, stopped: false };
         for part in parts {
             let part = part?;
+            scanned.stopped |= part.stopped;
             let room = self.catalog_warm_up_entries.saturating_sub(scanned.entries.len());
             scanned.truncated |= part.truncated || part.entries.len() > room;
             scanned.entries.extend(part.entries.into_iter().take(room));
@@ -206,10 +222,14 @@ impl Engine {
         options.fill_cache(false);
         let mut iterator = self.db.raw_iterator_cf_opt(self.family(FAMILY_CATALOG)?, options);
         iterator.seek(from);
-        let (mut entries, mut interner, mut truncated) = (Vec::new(), SpecInterner::default(), false);
+        let (mut entries, mut interner, mut truncated, mut stopped) = (Vec::new(), SpecInterner::default(), false, false);
         while let (Some(key), Some(value)) = (iterator.key(), iterator.value()) {
             if entries.len() >= self.catalog_warm_up_entries {
                 truncated = true;
+                break;
+            }
+            if entries.len() % STOP_CHECK_ENTRIES == 0 && self.warm_up_stopping.load(Ordering::Acquire) {
+                stopped = true;
                 break;
             }
             let entry = CollectionEntry::from_bytes_sharing_specs(value, &mut interner)?;
@@ -220,7 +240,7 @@ impl Engine {
             iterator.next();
         }
         iterator.status()?;
-        Ok(ScannedEntries { entries, shared_spec_bytes: interner.heap_bytes(), shared_specs: interner.len(), truncated })
+        Ok(ScannedEntries { entries, shared_spec_bytes: interner.heap_bytes(), shared_specs: interner.len(), truncated, stopped })
     }
 }
 

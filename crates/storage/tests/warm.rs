@@ -38,6 +38,25 @@ fn warming_loads_every_entry_and_never_resurrects_a_dropped_one() {
 }
 
 #[test]
+fn a_stopped_warm_up_leaves_rocksdb_and_installs_nothing() {
+    let directory = tempfile::tempdir().unwrap();
+    {
+        let engine = common::open(directory.path());
+        for index in 0..3_000 {
+            engine.create_collection("db", &format!("c{index}"), doc! {}).unwrap();
+        }
+    }
+    let engine = Arc::new(common::open(directory.path()));
+    // Shutdown came first: the scan stops at its first look, and the thread ends.
+    engine.stop_catalog_warming();
+    assert_eq!(engine.start_catalog_warming().unwrap().join().unwrap().unwrap(), 0);
+    assert_eq!(engine.warm_up_status().state, "abandoned");
+    assert_eq!(engine.cached_collection_count(), 0);
+    // Operations still load their entries on first use.
+    assert!(engine.collection("db", "c7").unwrap().is_some());
+}
+
+#[test]
 fn the_warm_up_stops_at_its_budget_and_the_rest_loads_on_first_use() {
     let directory = tempfile::tempdir().unwrap();
     {

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 #[derive(Clone, Debug, Default)]
 pub struct WarmUpStatus {
     /// "not started", "running", "done", "abandoned" (an install of a snapshot archive reset
-    /// the catalog meanwhile) or "failed".
+    /// the catalog meanwhile, or shutdown stopped the scan) or "failed".
     pub state: &'static str,
     /// Entries in the warmed table.
     pub entries: usize,

@@ -173,6 +173,8 @@ pub struct Engine {
     /// Set while the catalog warm-up runs: lazy loads then leave publishing to it, so its
     /// batch swaps do not keep losing to theirs.
     pub(crate) warming: std::sync::atomic::AtomicBool,
+    /// Set at shutdown: the warm-up's scan stops at its next step ([`Engine::stop_catalog_warming`]).
+    pub(crate) warm_up_stopping: std::sync::atomic::AtomicBool,
     /// Where the warm-up stands (serverStatus).
     pub(crate) warm_up: crate::catalog::WarmUpRecord,
     /// Wakes tailable cursors waiting for inserts into capped collections.

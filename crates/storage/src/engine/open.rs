@@ -61,6 +61,7 @@ impl Engine {
             observer: arc_swap::ArcSwapOption::empty(),
             catalog_warm_up_entries: options.catalog_warm_up_entries,
             warming: std::sync::atomic::AtomicBool::new(false),
+            warm_up_stopping: std::sync::atomic::AtomicBool::new(false),
             warm_up: crate::catalog::WarmUpRecord::default(),
             capped_inserts: crate::capped_inserts::CappedInsertNotifier::default(),
             oplog_trimmed_through: std::sync::atomic::AtomicI64::new(0),
