@@ -408,6 +408,17 @@ impl Engine {
         usize::try_from(memtable_bytes).unwrap_or(usize::MAX)
     }
 
+    /// As if the disk had filled until ordinary writes are refused, leaving `floor_budget_bytes`
+    /// above the floor, and no refresh for an hour (unit tests of other modules).
+    #[cfg(test)]
+    pub(crate) fn pretend_disk_full(&self, floor_budget_bytes: i64) {
+        let guard = &self.disk_space;
+        guard.refusing.store(true, Ordering::Relaxed);
+        guard.budget_bytes.store(0, Ordering::Relaxed);
+        guard.floor_budget_bytes.store(floor_budget_bytes, Ordering::Relaxed);
+        *guard.last_refresh.lock() = Instant::now() + std::time::Duration::from_secs(3600);
+    }
+
     /// Ends every [`Self::wait_for_disk_space`] with an error, now and from now on (shutdown).
     pub fn stop_disk_space_waits(&self) {
         self.disk_space.stopping.store(true, Ordering::Release);

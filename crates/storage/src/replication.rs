@@ -297,6 +297,20 @@ impl Engine {
         operations: &[OperationRecord],
     ) -> Result<(), StorageError> {
         self.admit_write(batch.size_in_bytes(), operations)?;
+        self.write_admitted(batch, options, local, effects, operations)
+    }
+
+    /// [`Self::write_logged`] for a batch the caller already admitted (through the free-space
+    /// guard, or its floor for a write that may not be refused). An error from the local path
+    /// wrote nothing; one from the replication log may leave the write's outcome unknown.
+    pub(crate) fn write_admitted(
+        &self,
+        batch: WriteBatch,
+        options: &WriteOptions,
+        local: bool,
+        effects: impl FnOnce() -> Result<Vec<ReplicatedEffect>, StorageError>,
+        operations: &[OperationRecord],
+    ) -> Result<(), StorageError> {
         let replication = self.replication.load();
         let Some(replication) = replication.as_ref().filter(|_| !local) else {
             return self.write_to_rocksdb(batch, options);

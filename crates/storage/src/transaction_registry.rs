@@ -46,13 +46,28 @@ pub(crate) struct Transactions {
 
 /// The coordinator's decision for a prepared transaction, sent to the thread holding it.
 pub(crate) enum Decision {
-    Commit(crate::journal::Durability, std::sync::mpsc::SyncSender<Result<(), crate::StorageError>>),
+    /// Commit: the thread writes the built commit (the free-space guard's floor admits it, as a
+    /// write that may not be refused) and answers how that went.
+    Commit(crate::journal::Durability, std::sync::mpsc::SyncSender<CommitAnswer>),
     /// Abort: the thread deletes the transaction's prepare record (a replicated write) and
     /// answers with that write's outcome.
     Abort(std::sync::mpsc::SyncSender<Result<(), crate::StorageError>>),
     /// This member stepped down: the thread lets go of the stripes and writes nothing; the
     /// prepare record stays for the next primary, which prepares the transaction again.
     Release,
+}
+
+/// How a prepared transaction's commit went.
+pub(crate) enum CommitAnswer {
+    /// Written: the transaction is committed and ended.
+    Written,
+    /// Its write failed after it may have been made (the replication log's outcome unknown, or
+    /// the journal's sync after the write): the transaction ended, its record decides.
+    Failed(crate::StorageError),
+    /// Refused before anything was written (a storage write failure latched earlier, or
+    /// shutdown during the wait for disk space): still prepared, its stripes and record kept,
+    /// so the coordinator's next commitTransaction tries again.
+    Refused(crate::StorageError),
 }
 
 /// A prepared transaction: the session it belongs to and the channel to the thread holding

@@ -119,8 +119,20 @@ impl Engine {
         guards: &mut [(usize, StripeGuard<'_>)],
         durability: Durability,
     ) -> Result<(), StorageError> {
+        self.admit_write(built.batch.size_in_bytes(), &built.operations)?;
+        self.write_admitted_commit(built, guards, durability)
+    }
+
+    /// [`Self::write_commit`] for a commit the caller admitted through the free-space guard
+    /// (or its floor).
+    pub(super) fn write_admitted_commit(
+        &self,
+        built: BuiltCommit,
+        guards: &mut [(usize, StripeGuard<'_>)],
+        durability: Durability,
+    ) -> Result<(), StorageError> {
         let BuiltCommit { batch, operations, effects, allocations } = built;
-        self.write_logged(batch, &WriteOptions::default(), false, move || Ok(effects), &operations)?;
+        self.write_admitted(batch, &WriteOptions::default(), false, move || Ok(effects), &operations)?;
         let written_through = self.db.latest_sequence_number();
         for (prefix, allocated) in allocations {
             let stripe = crate::engine::stripe_index(prefix, self.stripes.len());
@@ -164,6 +176,21 @@ pub(super) struct BuiltCommit {
 }
 
 impl BuiltCommit {
+    /// A copy, so that a prepared commit refused before its write can be written later.
+    pub(super) fn duplicate(&self) -> BuiltCommit {
+        BuiltCommit {
+            batch: WriteBatch::from_data(self.batch.data()),
+            operations: self.operations.clone(),
+            effects: self.effects.clone(),
+            allocations: self.allocations.clone(),
+        }
+    }
+
+    /// Bytes of the commit's write.
+    pub(super) fn size_in_bytes(&self) -> usize {
+        self.batch.size_in_bytes()
+    }
+
     /// Makes the commit delete `key` of `family` too (a prepared transaction's record).
     pub(super) fn delete_key(&mut self, family: &rocksdb::ColumnFamily, key: &[u8]) {
         self.batch.delete_cf(family, key);

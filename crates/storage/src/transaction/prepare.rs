@@ -16,6 +16,9 @@
 //!   that times out answers WriteConflict and its coordinator aborts it.
 //! - Once prepared, the only outcomes are the built commit (written as one write of the commit
 //!   pipeline) or nothing; a commit that fails to write is the storage error, never half of it.
+//!   The commit waits at the free-space guard's floor instead of being refused for want of
+//!   space; refused before its write anyway (a latched write failure, shutdown), the
+//!   transaction stays prepared with its stripes, and the next commit tries again.
 //! - The holding thread does not count as a stripe holder for the journal's gathering (it is
 //!   not about to write), and ends when the decision comes or the engine drops it.
 
@@ -30,7 +33,7 @@ use crate::{Engine, StorageError};
 use super::prepared_record::{encode, OwnedRecord};
 use super::{write_conflict, TransactionId};
 use crate::families::FAMILY_CATALOG;
-use crate::transaction_registry::{Decision, Prepared};
+use crate::transaction_registry::{CommitAnswer, Decision, Prepared};
 
 /// How long a prepare waits for its stripes before it gives up (WriteConflict).
 pub const PREPARE_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -94,20 +97,30 @@ impl Engine {
                 return;
             }
             drop(prepared_sender);
-            let decision = decision_receiver.recv();
-            drop(parked);
-            match decision {
-                Ok(Decision::Commit(durability, answer)) => {
-                    let written = engine.write_commit(built, &mut guards, durability);
-                    drop(guards);
-                    let _ = answer.send(written);
+            let mut parked = Some(parked);
+            loop {
+                let decision = decision_receiver.recv();
+                drop(parked.take());
+                match decision {
+                    Ok(Decision::Commit(durability, answer)) => {
+                        // A commit may not be refused for want of space: it waits at the floor.
+                        if let Err(error) = engine.wait_for_disk_space(built.size_in_bytes()) {
+                            let _ = answer.send(CommitAnswer::Refused(error));
+                            parked = Some(engine.park_stripe_holders(guards.len()));
+                            continue;
+                        }
+                        let written = engine.write_admitted_commit(built.duplicate(), &mut guards, durability);
+                        drop(guards);
+                        let _ = answer.send(written.map_or_else(CommitAnswer::Failed, |()| CommitAnswer::Written));
+                    }
+                    Ok(Decision::Abort(answer)) => {
+                        let _ = answer.send(engine.write_prepared_record(&session, None));
+                    }
+                    // Released (this member stepped down), or the engine dropped the
+                    // transaction: nothing is written.
+                    Ok(Decision::Release) | Err(_) => {}
                 }
-                Ok(Decision::Abort(answer)) => {
-                    let _ = answer.send(engine.write_prepared_record(&session, None));
-                }
-                // Released (this member stepped down), or the engine dropped the transaction:
-                // nothing is written.
-                Ok(Decision::Release) | Err(_) => {}
+                break;
             }
         });
         if let Err(error) = spawned {
@@ -136,14 +149,23 @@ impl Engine {
 
     /// Commits prepared transaction `id`: writes the commit built when it was prepared (which
     /// deletes its record).
+    /// A commit refused before anything was written (see [`CommitAnswer::Refused`]) leaves
+    /// the transaction prepared, so a later commit tries again.
     pub fn commit_prepared(&self, id: TransactionId, durability: Durability) -> Result<(), StorageError> {
-        let prepared = self.transactions.prepared.lock().remove(&id);
-        let prepared = prepared.ok_or_else(|| StorageError::NoSuchTransaction(format!("Transaction {id} is not prepared")))?;
+        let decision = self.transactions.prepared.lock().get(&id).map(|prepared| prepared.decision.clone());
+        let decision = decision.ok_or_else(|| StorageError::NoSuchTransaction(format!("Transaction {id} is not prepared")))?;
         let (answer_sender, answer_receiver) = mpsc::sync_channel(1);
-        let outcome = match prepared.decision.send(Decision::Commit(durability, answer_sender)) {
-            Ok(()) => answer_receiver.recv().unwrap_or_else(|_| Err(StorageError::NoSuchTransaction("a prepared transaction's thread ended".into()))),
-            Err(_) => Err(StorageError::NoSuchTransaction("a prepared transaction's thread ended".into())),
+        let ended = || StorageError::NoSuchTransaction("a prepared transaction's thread ended".into());
+        let answer = match decision.send(Decision::Commit(durability, answer_sender)) {
+            Ok(()) => answer_receiver.recv().unwrap_or_else(|_| CommitAnswer::Failed(ended())),
+            Err(_) => CommitAnswer::Failed(ended()),
         };
+        let outcome = match answer {
+            CommitAnswer::Refused(error) => return Err(error),
+            CommitAnswer::Written => Ok(()),
+            CommitAnswer::Failed(error) => Err(error),
+        };
+        self.transactions.prepared.lock().remove(&id);
         self.finish_prepared(id);
         outcome
     }
@@ -213,5 +235,56 @@ impl Engine {
         } else {
             wait()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bson::{doc, Bson, RawDocumentBuf};
+
+    use crate::journal::Durability;
+    use crate::sessions::StatementRecord;
+    use crate::{Engine, SessionId};
+
+    #[test]
+    fn a_prepared_commit_waits_at_the_floor_and_stays_prepared_when_refused() {
+        let directory = tempfile::tempdir().unwrap();
+        let options = crate::EngineOptions { block_cache_size_bytes: 4 << 20, lock_stripes: 16, ..crate::EngineOptions::default() };
+        let engine = Arc::new(Engine::open(directory.path(), &options).unwrap());
+        let handle = engine.get_or_create_collection("bank", "accounts").unwrap();
+        let mut write = engine.begin_write(&handle);
+        let record_id = write.insert(&doc! {"_id": 1, "balance": 100}).unwrap();
+        write.commit(Durability::Default).unwrap();
+        let stored_record = |session: &SessionId| engine.db.get_cf(engine.family(crate::families::FAMILY_CATALOG).unwrap(), session.prepared_key()).unwrap();
+        let balance = || engine.find_by_id(&handle, &Bson::Int32(1)).unwrap().unwrap().1.to_document().unwrap().get_i32("balance").unwrap();
+
+        let transaction = engine.begin_transaction();
+        engine.transaction_update(transaction, &handle, record_id, &doc! {"_id": 1, "balance": 40}).unwrap();
+        let result = RawDocumentBuf::from_document(&doc! {"committed": true}).unwrap();
+        let session = SessionId([3; crate::SESSION_ID_LEN]);
+        engine.prepare_transaction(transaction, StatementRecord { session, transaction_number: 1, statement_id: i32::MIN, result: &result }).unwrap();
+
+        // The disk is as full as the guard refuses ordinary writes at; it never refreshes.
+        // Ordinary writes are refused, and there is no room above the floor either, at
+        // shutdown: the commit is refused before its write.
+        engine.pretend_disk_full(0);
+        assert_eq!(engine.admit_write(100, &[]).unwrap_err().code(), 14031, "ordinary writes are refused");
+        engine.stop_disk_space_waits();
+        let refused = engine.commit_prepared(transaction, Durability::Default).unwrap_err();
+        assert_eq!(refused.code(), 14031, "{refused}");
+        assert!(engine.is_prepared(transaction), "a commit refused before its write leaves the transaction prepared");
+        assert_eq!(balance(), 100);
+        assert!(stored_record(&session).is_some(), "and keeps its record");
+
+        // Room above the floor (still below the refusal threshold): the commit is written.
+        engine.pretend_disk_full(1 << 30);
+        engine.commit_prepared(transaction, Durability::Default).expect("a prepared commit is not refused for want of space");
+        assert!(!engine.is_prepared(transaction));
+        assert_eq!(balance(), 40);
+        assert!(stored_record(&session).is_none(), "the commit deleted the record");
+        let error = engine.commit_prepared(transaction, Durability::Default).unwrap_err();
+        assert_eq!(error.code_name(), "NoSuchTransaction");
     }
 }
