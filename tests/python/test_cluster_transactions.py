@@ -10,6 +10,7 @@ import socket
 import struct
 import tempfile
 import threading
+import time
 import uuid
 
 import bson
@@ -154,6 +155,67 @@ def test_concurrent_transfers_keep_every_balance_as_the_model_says(bank):
         stored = {document["_id"]: document["balance"] for document in client.bank.accounts.find({})}
     assert stored == dict(enumerate(model))
     assert sum(stored.values()) == ACCOUNTS * INITIAL_BALANCE
+
+
+def test_readers_at_one_cluster_time_never_see_part_of_a_transfer_across_shards(bank):
+    """Four clients move amounts between an account on each shard (every transfer a two-phase
+    commit) while three readers sum every balance in snapshot transactions: the router gives
+    each reader one cluster time for both shards, so every sum is the total, never a transfer
+    seen on one shard and not on the other. The readers also see the transfers move on."""
+    with bank.client() as client:
+        reset(client)
+    stop = threading.Event()
+    failures, sums, transfers = [], [], [0]
+    lock = threading.Lock()
+    half = ACCOUNTS // 2
+
+    def move(seed):
+        generator = random.Random(seed)
+        try:
+            with bank.client() as client:
+                accounts = client.bank.accounts
+                while not stop.is_set():
+                    source, target = generator.randrange(half), half + generator.randrange(half)
+                    if generator.random() < 0.5:
+                        source, target = target, source
+                    amount = generator.randint(1, 5)
+                    with client.start_session() as session:
+                        session.with_transaction(lambda session: transfer(session, accounts, source, target, amount))
+                    with lock:
+                        transfers[0] += 1
+        except Exception as error:  # reported below with its cause
+            failures.append(repr(error))
+
+    def read():
+        try:
+            with bank.client() as client:
+                accounts = client.bank.accounts
+                while not stop.is_set():
+                    with client.start_session() as session:
+                        with session.start_transaction(read_concern=ReadConcern("snapshot")):
+                            balances = [document["balance"] for document in accounts.find({}, session=session)]
+                    with lock:
+                        sums.append((len(balances), sum(balances)))
+        except Exception as error:  # reported below with its cause
+            failures.append(repr(error))
+
+    threads = [threading.Thread(target=move, args=(seed,)) for seed in range(4)] + [threading.Thread(target=read) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (transfers[0] < 150 or len(sums) < 150) and not failures:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=120)
+    assert not failures, failures[:3]
+    assert transfers[0] >= 20 and len(sums) >= 20, (transfers[0], len(sums))
+    partial = [entry for entry in sums if entry != (ACCOUNTS, ACCOUNTS * INITIAL_BALANCE)]
+    assert not partial, f"{len(partial)} of {len(sums)} snapshot reads saw part of a transfer: {partial[:5]}"
+    with bank.client() as client:
+        assert sum(document["balance"] for document in client.bank.accounts.find({})) == ACCOUNTS * INITIAL_BALANCE
 
 
 def test_a_transaction_through_a_stale_router_retries_its_first_statement(bank):

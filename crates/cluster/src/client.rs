@@ -107,7 +107,15 @@ impl NodeClient {
     /// the member is not the primary, which means it did not run; after a failed exchange the
     /// primary is looked for afresh by the next call, never by resending (the command may have
     /// run).
-    async fn exchange_message(&self, db: &str, mut body: Document) -> ClusterResult<Vec<u8>> {
+    async fn exchange_message(&self, db: &str, body: Document) -> ClusterResult<Vec<u8>> {
+        let reply = self.exchange_message_once(db, body).await?;
+        if let Ok(body) = reply_body_bytes(&reply).and_then(|bytes| bson::RawDocument::from_bytes(bytes).map_err(|error| error.to_string())) {
+            crate::cluster_clock::observe_reply(body);
+        }
+        Ok(reply)
+    }
+
+    async fn exchange_message_once(&self, db: &str, mut body: Document) -> ClusterResult<Vec<u8>> {
         body.insert("$db", Bson::String(db.to_string()));
         let Some(set) = &self.set else {
             return self.exchange_with(&self.address, body).await;
@@ -306,6 +314,12 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, message: &[
 
 /// The body (the kind-0 section) of an uncompressed OP_MSG reply, without decoding it.
 pub(crate) fn raw_reply_body(message: &[u8]) -> Result<RawDocumentBuf, String> {
+    let bytes = reply_body_bytes(message)?;
+    RawDocumentBuf::from_bytes(bytes.to_vec()).map_err(|error| format!("bad reply body: {error}"))
+}
+
+/// The bytes of an uncompressed OP_MSG reply's body section.
+fn reply_body_bytes(message: &[u8]) -> Result<&[u8], String> {
     let op_code = message.get(12..16).and_then(|bytes| <[u8; 4]>::try_from(bytes).ok()).map(i32::from_le_bytes);
     if op_code != Some(OP_CODE_MSG) {
         return Err(format!("a reply with op code {op_code:?} where OP_MSG was expected"));
@@ -319,8 +333,7 @@ pub(crate) fn raw_reply_body(message: &[u8]) -> Result<RawDocumentBuf, String> {
         let length = length.and_then(|length| usize::try_from(length).ok()).filter(|length| *length >= 5 && position + 1 + length <= end);
         let Some(length) = length else { return Err("a truncated OP_MSG section".to_string()) };
         if kind == 0 {
-            let bytes = message[position + 1..position + 1 + length].to_vec();
-            return RawDocumentBuf::from_bytes(bytes).map_err(|error| format!("bad reply body: {error}"));
+            return Ok(&message[position + 1..position + 1 + length]);
         }
         position += 1 + length;
     }

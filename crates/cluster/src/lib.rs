@@ -38,6 +38,7 @@ pub mod auto_split;
 pub mod balancer;
 pub mod catalog;
 pub mod client;
+pub mod cluster_clock;
 pub mod config_server;
 pub mod coordinator;
 pub mod error;

@@ -45,6 +45,15 @@ pub struct ShardRole {
     runtime: tokio::runtime::Handle,
 }
 
+/// The `readConcern.atClusterTime` a request reads at (a transaction's first statement on this
+/// shard, or a snapshot read).
+fn read_time(request: &CommandRequest) -> Option<bson::Timestamp> {
+    match request.body.get_document("readConcern").ok()?.get("atClusterTime") {
+        Some(bson::Bson::Timestamp(time)) => Some(*time),
+        _ => None,
+    }
+}
+
 impl ShardRole {
     /// The node's context with the orphan filter in its backend and the shard role installed;
     /// resumes the shard identity a previous `addShard` stored.
@@ -82,6 +91,9 @@ impl RoleHook for ShardRole {
         self.state.catch_up(&namespace, &received);
         let _write = self.migrations.admit(&stripped.name, &namespace, &received)?;
         let filter = self.migrations.pin(&namespace, &received, || self.state.check_version(&namespace, &received))?;
+        if let (Some(at), Some(identity)) = (read_time(&stripped), self.state.identity()) {
+            self.migrations.check_read_time(&namespace, at, &identity.shard_name)?;
+        }
         let filter = filter.map(|filter| filter as Arc<dyn OwnershipFilter>);
         let filtered = filter.as_ref().is_some_and(|filter| {
             let (db, collection) = crate::catalog::documents::split_namespace(&namespace);

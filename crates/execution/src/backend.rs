@@ -181,9 +181,26 @@ pub trait Backend: Send + Sync {
     fn prepare_transaction(self: Arc<Self>, id: TransactionId, _record: StatementRecord<'_>) -> BackendResult<()> {
         Err(StorageError::NoSuchTransaction(format!("Transaction {id} is no longer open")))
     }
-    /// Writes prepared transaction `id`'s commit.
-    fn commit_prepared(&self, id: TransactionId, _durability: Durability) -> BackendResult<()> {
+    /// Writes prepared transaction `id`'s commit; with the coordinator's `commit_time`, a
+    /// read at a time from it on sees the commit. Refused before its write, the transaction
+    /// stays prepared ([`Backend::is_prepared`]).
+    fn commit_prepared(&self, id: TransactionId, _durability: Durability, _commit_time: Option<myriad_storage::ClusterTime>) -> BackendResult<()> {
         Err(StorageError::NoSuchTransaction(format!("Transaction {id} is not prepared")))
+    }
+    /// True while transaction `id` is prepared and undecided.
+    fn is_prepared(&self, _id: TransactionId) -> bool {
+        false
+    }
+    /// The timestamp of prepared transaction `id`'s record (None when it was prepared again
+    /// from a stored record).
+    fn prepare_time(&self, _id: TransactionId) -> Option<myriad_storage::ClusterTime> {
+        None
+    }
+    /// Makes this member's clock pass `at` (a time asked to read at): every later write gets a
+    /// later optime, and once it returns, the member applied an entry after `at`. Only a
+    /// primary can; nothing off a replica set.
+    fn advance_cluster_time(&self, _at: myriad_storage::ClusterTime) -> BackendResult<()> {
+        Ok(())
     }
     /// Aborts prepared transaction `id`, durably (its record is deleted).
     fn abort_prepared(&self, id: TransactionId) -> BackendResult<()> {
@@ -238,6 +255,19 @@ const PREPARE_CONFLICT_SLICE: std::time::Duration = std::time::Duration::from_mi
 /// that transaction's decision, so it sees the outcome (MongoDB's prepare conflicts, here per
 /// collection: the granularity of the stripes the prepared transaction holds), interruptibly
 /// by maxTimeMS and killOp.
+/// Before a transaction opened at a cluster time (a snapshot read, or a transaction at the
+/// router's `atClusterTime`) reads a collection: it waits, as a read outside transactions does,
+/// for the decision of the prepared transactions that wrote the collection, then reads the
+/// collection with the commit of one that is visible at its time but was written after it
+/// (`myriad_storage`'s late commits), so every shard shows a two-phase commit whole or not at all.
+fn meet_prepared_at_read_time(engine: &Engine, id: TransactionId, handle: &CollectionHandle) -> BackendResult<()> {
+    if engine.transaction_read_time(id).is_none() {
+        return Ok(());
+    }
+    wait_for_prepared(engine, handle)?;
+    engine.meet_late_commits(id, handle.prefix())
+}
+
 fn wait_for_prepared(engine: &Engine, handle: &CollectionHandle) -> BackendResult<()> {
     while !engine.wait_for_prepared_decisions(handle.prefix(), PREPARE_CONFLICT_SLICE) {
         if let Err(error) = crate::operation::check_interrupt() {
@@ -296,7 +326,7 @@ impl Backend for Engine {
         max_count: usize,
     ) -> BackendResult<Vec<(RecordId, RawDocumentBuf)>> {
         match current_transaction() {
-            Some(id) => Engine::transaction_scan_records(self, id, handle, start_after, max_count),
+            Some(id) => meet_prepared_at_read_time(self, id, handle).and_then(|()| Engine::transaction_scan_records(self, id, handle, start_after, max_count)),
             None => wait_for_prepared(self, handle).and_then(|()| Engine::scan_records(self, handle, start_after, max_count)),
         }
     }
@@ -310,7 +340,8 @@ impl Backend for Engine {
         max_count: usize,
     ) -> BackendResult<Vec<(Vec<u8>, RecordId)>> {
         match current_transaction() {
-            Some(id) => Engine::transaction_scan_index(self, id, handle, index_name, range, reverse, start_after, max_count),
+            Some(id) => meet_prepared_at_read_time(self, id, handle)
+                .and_then(|()| Engine::transaction_scan_index(self, id, handle, index_name, range, reverse, start_after, max_count)),
             None => wait_for_prepared(self, handle).and_then(|()| Engine::scan_index(self, handle, index_name, range, reverse, start_after, max_count)),
         }
     }
@@ -324,7 +355,8 @@ impl Backend for Engine {
         max_count: usize,
     ) -> BackendResult<Vec<IndexValuesEntry>> {
         match current_transaction() {
-            Some(id) => Engine::transaction_scan_index_values(self, id, handle, index_name, range, reverse, start_after, max_count),
+            Some(id) => meet_prepared_at_read_time(self, id, handle)
+                .and_then(|()| Engine::transaction_scan_index_values(self, id, handle, index_name, range, reverse, start_after, max_count)),
             None => wait_for_prepared(self, handle)
                 .and_then(|()| Engine::scan_index_values(self, handle, index_name, range, reverse, start_after, max_count)),
         }
@@ -334,13 +366,13 @@ impl Backend for Engine {
     }
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
         match current_transaction() {
-            Some(id) => Engine::transaction_get_record(self, id, handle, record_id),
+            Some(id) => meet_prepared_at_read_time(self, id, handle).and_then(|()| Engine::transaction_get_record(self, id, handle, record_id)),
             None => wait_for_prepared(self, handle).and_then(|()| Engine::get_record(self, handle, record_id)),
         }
     }
     fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>> {
         match current_transaction() {
-            Some(transaction) => Engine::transaction_find_by_id(self, transaction, handle, id),
+            Some(transaction) => meet_prepared_at_read_time(self, transaction, handle).and_then(|()| Engine::transaction_find_by_id(self, transaction, handle, id)),
             None => wait_for_prepared(self, handle).and_then(|()| Engine::find_by_id(self, handle, id)),
         }
     }
@@ -417,8 +449,18 @@ impl Backend for Engine {
     fn prepare_transaction(self: Arc<Self>, id: TransactionId, record: StatementRecord<'_>) -> BackendResult<()> {
         Engine::prepare_transaction(&self, id, record)
     }
-    fn commit_prepared(&self, id: TransactionId, durability: Durability) -> BackendResult<()> {
-        Engine::commit_prepared(self, id, durability)
+    fn commit_prepared(&self, id: TransactionId, durability: Durability, commit_time: Option<myriad_storage::ClusterTime>) -> BackendResult<()> {
+        Engine::commit_prepared(self, id, durability, commit_time)
+    }
+    fn is_prepared(&self, id: TransactionId) -> bool {
+        Engine::is_prepared(self, id)
+    }
+    fn prepare_time(&self, id: TransactionId) -> Option<myriad_storage::ClusterTime> {
+        Engine::prepare_time(self, id)
+    }
+    fn advance_cluster_time(&self, at: myriad_storage::ClusterTime) -> BackendResult<()> {
+        self.raise_cluster_time_floor(at);
+        self.write_no_op()
     }
     fn abort_prepared(&self, id: TransactionId) -> BackendResult<()> {
         Engine::abort_prepared_transaction(self, id)
@@ -681,8 +723,17 @@ impl<B: Backend> Backend for ContractBackend<B> {
     fn prepare_transaction(self: Arc<Self>, id: TransactionId, record: StatementRecord<'_>) -> BackendResult<()> {
         Arc::clone(&self.inner).prepare_transaction(id, record)
     }
-    fn commit_prepared(&self, id: TransactionId, durability: Durability) -> BackendResult<()> {
-        self.inner.commit_prepared(id, durability)
+    fn commit_prepared(&self, id: TransactionId, durability: Durability, commit_time: Option<myriad_storage::ClusterTime>) -> BackendResult<()> {
+        self.inner.commit_prepared(id, durability, commit_time)
+    }
+    fn is_prepared(&self, id: TransactionId) -> bool {
+        self.inner.is_prepared(id)
+    }
+    fn prepare_time(&self, id: TransactionId) -> Option<myriad_storage::ClusterTime> {
+        self.inner.prepare_time(id)
+    }
+    fn advance_cluster_time(&self, at: myriad_storage::ClusterTime) -> BackendResult<()> {
+        self.inner.advance_cluster_time(at)
     }
     fn abort_prepared(&self, id: TransactionId) -> BackendResult<()> {
         self.inner.abort_prepared(id)

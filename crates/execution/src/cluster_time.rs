@@ -11,8 +11,9 @@
 //! - `linearizable`: only on the primary, which first confirms with a round of heartbeats that
 //!   it still is, and applies everything committed by then (Raft's read index), so the read
 //!   sees every write acknowledged before it began;
-//! - `snapshot` with `atClusterTime`: the command waits until the member applied that far,
-//!   then reads the snapshot history at that time (`crate::snapshot_read`; SnapshotTooOld past
+//! - `snapshot` with `atClusterTime`: a primary whose log is behind that time makes its clock
+//!   pass it with a no-op entry (the router's one time across shards); the command waits until
+//!   the member applied that far, then reads the snapshot history at that time (`crate::snapshot_read`; SnapshotTooOld past
 //!   the history it keeps);
 //! - `local`, `available`, `majority`, `snapshot`: a member applies only entries Raft has
 //!   committed (a majority holds them, and acknowledgements wait for that too), so what any
@@ -79,6 +80,25 @@ pub fn annotate_error(context: &ServerContext, error: &mut CommandError) {
     extra.insert("operationTime", time);
 }
 
+/// How far ahead of this member's wall clock a time to read at may be (a router's clock is the
+/// latest optime of its shards, which the same kind of clock gives).
+const MAX_READ_TIME_AHEAD_SECONDS: u64 = 60;
+
+/// A read at `at` on a primary whose log has not reached it: the member's clock is made to pass
+/// `at` (one no-op entry), so the snapshot at `at` holds every write this member will ever give
+/// a time at or before `at` (a router reads several shards at one time, and their logs advance
+/// apart). A secondary waits for its primary's log instead.
+fn reach_read_time(context: &ServerContext, member: &myriad_replication::ReplicaSetMember, at: Timestamp) -> CommandResult<()> {
+    if u64::from(at.time) > wall_clock_seconds() + MAX_READ_TIME_AHEAD_SECONDS {
+        return Err(CommandError::new(INVALID_OPTIONS, "readConcern atClusterTime value must not be greater than the current clusterTime"));
+    }
+    let applied = member.last_applied_optime();
+    if member.is_writable_primary() && (applied.seconds, applied.increment) < (at.time, at.increment) {
+        context.backend.advance_cluster_time((at.time, at.increment))?;
+    }
+    Ok(())
+}
+
 /// Applies `request`'s read concern on a member before the command runs (see the module
 /// comment); nothing on a standalone or a router.
 pub fn before_command(context: &ServerContext, request: &CommandRequest) -> CommandResult<()> {
@@ -129,6 +149,9 @@ pub fn before_command(context: &ServerContext, request: &CommandRequest) -> Comm
         // gossips one cluster time over shards whose clocks advance apart), and waiting for
         // this set's log to pass it could wait for a write that never comes.
         let primary_has_it = at.is_none() && member.is_writable_primary() && u64::from(time.time) <= wall_clock_seconds();
+        if let Some(at) = at {
+            reach_read_time(context, member, at)?;
+        }
         while !primary_has_it && !member.block_on(member.wait_for_optime(time.time, time.increment, WAIT_SLICE)) {
             crate::operation::check_interrupt()?;
         }

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use bson::{doc, Bson, Document, RawDocumentBuf};
+use bson::{doc, Bson, Document, RawDocumentBuf, Timestamp};
 use myriad_reply::error::{
     CommandError, CommandResult, CONFLICTING_OPERATION_IN_PROGRESS, INVALID_OPTIONS, NO_SUCH_TRANSACTION,
     OPERATION_NOT_SUPPORTED_IN_TRANSACTION, TRANSACTION_COMMITTED, TRANSACTION_TOO_OLD,
@@ -137,7 +137,7 @@ pub fn begin_statement<'c>(context: &'c ServerContext, request: &CommandRequest)
     let checkout = context.retryable_writes.check_out(session)?;
     context.transactions.start_expiry(&context.backend);
     context.transactions.expire_session(&session, context.backend.as_ref());
-    let id = if fields.start { start(context, session, fields.number)? } else { continuing(context, &session, fields.number)? };
+    let id = if fields.start { start(context, request, session, fields.number)? } else { continuing(context, &session, fields.number)? };
     let current = CurrentTransaction::enter(Some(id));
     Ok(Some(Statement { context, session, number: fields.number, id, began: Instant::now(), _checkout: checkout, _current: current }))
 }
@@ -158,7 +158,17 @@ fn check_read_concern(read_concern: &Bson) -> CommandResult<()> {
     }
 }
 
-fn start(context: &ServerContext, session: SessionId, number: i64) -> CommandResult<TransactionId> {
+/// `readConcern.atClusterTime` of a transaction's first statement (a router's global
+/// snapshot: `crate::cluster_time::before_command` made this member reach it already).
+fn read_time(request: &CommandRequest) -> Option<myriad_storage::ClusterTime> {
+    let Some(Bson::Document(concern)) = request.body.get("readConcern") else { return None };
+    match concern.get("atClusterTime") {
+        Some(Bson::Timestamp(time)) => Some((time.time, time.increment)),
+        _ => None,
+    }
+}
+
+fn start(context: &ServerContext, request: &CommandRequest, session: SessionId, number: i64) -> CommandResult<TransactionId> {
     let recorded = context.backend.session_header(&session)?.map(|header| header.transaction_number);
     let latest = session_transaction(context, &session).map(|transaction| transaction.number).max(recorded);
     if let Some(latest) = latest.filter(|latest| *latest > number) {
@@ -168,7 +178,11 @@ fn start(context: &ServerContext, session: SessionId, number: i64) -> CommandRes
         ));
     }
     if let Some(existing) = session_transaction(context, &session) {
-        if existing.number == number {
+        // A router starts a first statement over at a later time after a snapshot error: on a
+        // member of a cluster an aborted, never prepared transaction starts again at its
+        // number, as on mongod's shards.
+        let restart = existing.phase == Phase::Aborted && context.role.get().is_some();
+        if existing.number == number && !restart {
             return Err(CommandError::new(
                 CONFLICTING_OPERATION_IN_PROGRESS,
                 format!("Cannot start transaction {number} on session because a transaction with the same number has already started."),
@@ -181,7 +195,10 @@ fn start(context: &ServerContext, session: SessionId, number: i64) -> CommandRes
             context.backend.abort_transaction(old);
         }
     }
-    let id = context.backend.begin_transaction()?;
+    let id = match read_time(request) {
+        Some(at) => context.backend.begin_transaction_at(at)?,
+        None => context.backend.begin_transaction()?,
+    };
     context.transactions.set(session, SessionTransaction { statements: 1, running: true, ..SessionTransaction::new(number, Phase::Open(id)) });
     Ok(id)
 }
@@ -356,7 +373,18 @@ fn commit_transaction(context: &ServerContext, request: &CommandRequest, session
             let record = StatementRecord { session, transaction_number: number, statement_id: COMMIT_STATEMENT_ID, result: &result };
             context.backend.commit_transaction(id, Some(record), durability)
         }
-        Phase::Prepared(id) => context.backend.commit_prepared(id, durability),
+        Phase::Prepared(id) => {
+            let commit_time = match request.body.get("commitTimestamp") {
+                Some(Bson::Timestamp(time)) if (time.time, time.increment) != (0, 0) => Some((time.time, time.increment)),
+                _ => None,
+            };
+            let committed = context.backend.commit_prepared(id, durability, commit_time);
+            if committed.is_err() && context.backend.is_prepared(id) {
+                // Refused before its write: still prepared, for the coordinator to try again.
+                return committed.map(|()| doc! { "ok": 1.0 }).map_err(CommandError::from);
+            }
+            committed
+        }
         Phase::Committed | Phase::Aborted => return Err(CommandError::internal("only an open or prepared transaction commits")),
     };
     finish_commit(context, request, session, number, committed)
@@ -413,7 +441,12 @@ pub fn prepare(context: &ServerContext, request: &CommandRequest) -> CommandResu
     let session = crate::retryable::session_id(request)?;
     let _checkout = context.retryable_writes.check_out(session)?;
     let number = fields.number;
-    let prepared = || doc! { "prepareTimestamp": crate::cluster_time::now_timestamp(context), "ok": 1.0 };
+    // The record's own timestamp: the member's applied optime may not show the record yet.
+    // A transaction prepared again from its record answers the time now, later than it.
+    let prepared = |id: TransactionId| {
+        let time = context.backend.prepare_time(id).map(|(time, increment)| Timestamp { time, increment });
+        doc! { "prepareTimestamp": time.unwrap_or_else(|| crate::cluster_time::now_timestamp(context)), "ok": 1.0 }
+    };
     match session_transaction(context, &session) {
         Some(existing) if existing.number == number => match existing.phase {
             Phase::Open(id) => {
@@ -422,7 +455,7 @@ pub fn prepare(context: &ServerContext, request: &CommandRequest) -> CommandResu
                 match std::sync::Arc::clone(&context.backend).prepare_transaction(id, record) {
                     Ok(()) => {
                         context.transactions.set_phase(&session, number, Phase::Prepared(id));
-                        Ok(prepared())
+                        Ok(prepared(id))
                     }
                     Err(error) => {
                         context.transactions.set_phase(&session, number, Phase::Aborted);
@@ -434,7 +467,7 @@ pub fn prepare(context: &ServerContext, request: &CommandRequest) -> CommandResu
                     }
                 }
             }
-            Phase::Prepared(_) => Ok(prepared()),
+            Phase::Prepared(id) => Ok(prepared(id)),
             Phase::Committed => Err(CommandError::new(TRANSACTION_COMMITTED, format!("Transaction {number} has been committed."))),
             Phase::Aborted => Err(no_such_transaction(format!("Transaction {number} has been aborted."))),
         },

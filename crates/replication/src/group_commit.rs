@@ -242,7 +242,7 @@ mod tests {
     use myriad_storage::ReplicatedEffect;
 
     fn write(proposal: u64, batch_bytes: usize, effects: Vec<ReplicatedEffect>) -> ReplicatedWrite {
-        ReplicatedWrite { families: 1, proposal, wall_time_ms: 5, batch: vec![7; batch_bytes], effects, operations: vec![vec![1, 2]] }
+        ReplicatedWrite { families: 1, proposal, wall_time_ms: 5, not_before: 0, batch: vec![7; batch_bytes], effects, operations: vec![vec![1, 2]] }
     }
 
     #[test]

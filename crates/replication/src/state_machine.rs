@@ -40,7 +40,8 @@ pub(crate) struct AppliedState {
 
 /// MongoDB's optime: a timestamp (seconds, increment) and the term. Derived from the log alone
 /// (the seconds from each write's proposal time, never going back; the increment counting
-/// entries within one second), so every member gives an entry the same optime.
+/// entries within one second; and past the write's `not_before`, the proposer's clock floor),
+/// so every member gives an entry the same optime.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Optime {
     pub seconds: u32,
@@ -55,6 +56,20 @@ impl Optime {
             Optime { seconds: proposed, increment: 1, term }
         } else {
             Optime { seconds: self.seconds, increment: self.increment + 1, term }
+        }
+    }
+
+    /// The optime after `self` for a write with `not_before` (packed; 0 for none): at least
+    /// [`Self::next`], and after the floor.
+    fn next_after(self, wall_time_ms: i64, not_before: u64, term: u64) -> Optime {
+        let next = self.next(Some(wall_time_ms), term);
+        let (seconds, increment) = myriad_storage::unpack_cluster_time(not_before);
+        if not_before == 0 || (next.seconds, next.increment) > (seconds, increment) {
+            next
+        } else if increment == u32::MAX {
+            Optime { seconds: seconds.saturating_add(1), increment: 1, term }
+        } else {
+            Optime { seconds, increment: increment + 1, term }
         }
     }
 }
@@ -132,9 +147,11 @@ impl StateMachine {
         let term = entry.log_id.leader_id.term;
         let mut entries = Vec::new();
         let mut entry_first = None;
+        let mut first_times = Vec::with_capacity(writes.len());
         for write in &writes {
-            let first = state.optime.next(Some(write.wall_time_ms), term);
+            let first = state.optime.next_after(write.wall_time_ms, write.not_before, term);
             entry_first.get_or_insert(first);
+            first_times.push((first.seconds, first.increment));
             // Each operation is an oplog entry with its own timestamp: the write's optime is the last.
             let operations = write.operations.len() as u32;
             state.optime = Optime { increment: first.increment + operations.saturating_sub(1), ..first };
@@ -151,7 +168,7 @@ impl StateMachine {
                 self.engine.write_replication_state(APPLIED_KEY, &marker)
             } else {
                 let oplog = (!entries.is_empty()).then_some(OplogAppend { oplog: &mut self.oplog, entries });
-                self.engine.apply_replicated_group(&writes, (APPLIED_KEY, &marker), oplog)
+                self.engine.apply_replicated_group(&writes, &first_times, (APPLIED_KEY, &marker), oplog)
             }
         })
         .map_err(apply_error)?;
@@ -232,5 +249,23 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>> {
         self.snapshots.current()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Optime;
+
+    #[test]
+    fn an_optime_passes_the_clock_floor_and_never_goes_back() {
+        let start = Optime { seconds: 100, increment: 4, term: 1 };
+        let pack = |seconds, increment| myriad_storage::pack_cluster_time((seconds, increment));
+        // No floor, or one already passed: the wall clock's rule.
+        assert_eq!(start.next_after(100_500, 0, 1), Optime { seconds: 100, increment: 5, term: 1 });
+        assert_eq!(start.next_after(101_000, pack(100, 9), 1), Optime { seconds: 101, increment: 1, term: 1 });
+        // A floor ahead of the log: just after it.
+        assert_eq!(start.next_after(100_500, pack(100, 9), 2), Optime { seconds: 100, increment: 10, term: 2 });
+        assert_eq!(start.next_after(100_500, pack(103, 0), 1), Optime { seconds: 103, increment: 1, term: 1 });
+        assert_eq!(start.next_after(100_500, pack(103, u32::MAX), 1), Optime { seconds: 104, increment: 1, term: 1 });
     }
 }

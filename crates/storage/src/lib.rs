@@ -95,7 +95,7 @@ pub use commit::{PreparedWrite, RELEASE_BEFORE_WRITE_MIN_OPERATIONS};
 pub use oplog::{oplog_record_id, oplog_timestamp, Oplog, OplogAppend, OPLOG_COLLECTION, OPLOG_DATABASE};
 pub use snapshot::{read_checkpoint_catalog_key, write_snapshot_archive};
 pub use sessions::{SessionHeader, SessionId, StatementRecord, SESSION_ID_LEN};
-pub use replication::{ReplicatedEffect, ReplicatedWrite, WriteReplicator};
+pub use replication::{pack_cluster_time, unpack_cluster_time, ReplicatedEffect, ReplicatedWrite, WriteReplicator};
 pub use operation_record::{OperationKind, OperationObserver, OperationRecord, StatementOrigin};
 pub use transaction::{ClusterTime, TransactionId, MAX_HISTORY_POINTS, MAX_TRANSACTION_BYTES, SNAPSHOT_HISTORY_WINDOW_SECONDS};
 pub use ttl::TtlIndex;

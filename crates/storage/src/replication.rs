@@ -76,6 +76,10 @@ pub struct ReplicatedWrite {
     pub proposal: u64,
     /// Milliseconds since the epoch when the writer proposed it (the oplog's `wall`).
     pub wall_time_ms: i64,
+    /// A cluster time its optime must pass (0: none), packed as `seconds << 32 | increment`:
+    /// the proposer's clock floor ([`Engine::raise_cluster_time_floor`]), so that the shards of
+    /// a cluster keep one clock (a time read at, or a prepared transaction's commit time).
+    pub not_before: u64,
     /// `WriteBatch::data()`.
     pub batch: Vec<u8>,
     pub effects: Vec<ReplicatedEffect>,
@@ -83,7 +87,11 @@ pub struct ReplicatedWrite {
     pub operations: Vec<Vec<u8>>,
 }
 
+/// Version 3 adds `not_before` after `wall_time_ms` (2 is taken by a log entry's group header,
+/// which a lone write of version 1 never starts with); a write without one is still encoded as
+/// version 1, and both decode.
 const FORMAT_VERSION: u8 = 1;
+const FORMAT_VERSION_WITH_CLOCK: u8 = 3;
 
 impl ReplicatedWrite {
     /// True when applying it changes the catalog (prefixes, published or forgotten entries):
@@ -98,10 +106,13 @@ impl ReplicatedWrite {
     pub fn encode(&self) -> Vec<u8> {
         let operations_bytes: usize = self.operations.iter().map(|operation| operation.len() + 4).sum();
         let mut out = Vec::with_capacity(64 + self.batch.len() + operations_bytes);
-        out.push(FORMAT_VERSION);
+        out.push(if self.not_before == 0 { FORMAT_VERSION } else { FORMAT_VERSION_WITH_CLOCK });
         out.extend_from_slice(&self.families.to_le_bytes());
         out.extend_from_slice(&self.proposal.to_le_bytes());
         out.extend_from_slice(&self.wall_time_ms.to_le_bytes());
+        if self.not_before != 0 {
+            out.extend_from_slice(&self.not_before.to_le_bytes());
+        }
         put_length(&mut out, self.effects.len());
         for effect in &self.effects {
             encode_effect(&mut out, effect);
@@ -117,12 +128,16 @@ impl ReplicatedWrite {
     pub fn decode(bytes: &[u8]) -> Result<ReplicatedWrite, StorageError> {
         let mut reader = Reader { bytes, position: 0 };
         let version = reader.byte()?;
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != FORMAT_VERSION_WITH_CLOCK {
             return Err(corrupt(format!("replicated write format {version}")));
         }
         let families = reader.u64()?;
         let proposal = reader.u64()?;
         let wall_time_ms = reader.u64()? as i64;
+        let not_before = if version == FORMAT_VERSION_WITH_CLOCK { reader.u64()? } else { 0 };
+        if version == FORMAT_VERSION_WITH_CLOCK && not_before == 0 {
+            return Err(corrupt("a replicated write of format 3 without its clock".to_string()));
+        }
         let effect_count = reader.length()?;
         let mut effects = Vec::with_capacity(effect_count.min(1024));
         for _ in 0..effect_count {
@@ -137,7 +152,7 @@ impl ReplicatedWrite {
         if reader.position != bytes.len() {
             return Err(corrupt(format!("{} bytes after a replicated write", bytes.len() - reader.position)));
         }
-        Ok(ReplicatedWrite { families, proposal, wall_time_ms, batch, effects, operations })
+        Ok(ReplicatedWrite { families, proposal, wall_time_ms, not_before, batch, effects, operations })
     }
 }
 
@@ -237,8 +252,9 @@ impl<'a> Reader<'a> {
 enum ProposalState {
     /// Its writer waits; nobody wrote its batch yet.
     Waiting,
-    /// The state machine wrote its batch; its writer applies the effects.
-    Written,
+    /// The state machine wrote its batch (its operations' first timestamp, when the state
+    /// machine gave it); its writer applies the effects.
+    Written(Option<crate::ClusterTime>),
 }
 
 /// The replicator installed on an engine and the proposals its writers wait for.
@@ -246,14 +262,48 @@ pub(crate) struct Replication {
     replicator: Arc<dyn WriteReplicator>,
     proposals: Mutex<HashMap<u64, ProposalState>>,
     next_proposal: AtomicU64,
+    /// The cluster time every write proposed from now on must pass (packed as
+    /// [`ReplicatedWrite::not_before`]); it only rises.
+    cluster_time_floor: AtomicU64,
+}
+
+/// A cluster time packed as `seconds << 32 | increment` (ordered as the time).
+pub fn pack_cluster_time((seconds, increment): crate::ClusterTime) -> u64 {
+    (u64::from(seconds) << 32) | u64::from(increment)
+}
+
+/// The inverse of [`pack_cluster_time`].
+pub fn unpack_cluster_time(packed: u64) -> crate::ClusterTime {
+    ((packed >> 32) as u32, packed as u32)
 }
 
 impl Engine {
     /// Installs (or, with None, removes) the replicator every non-`local` write goes through.
     pub fn set_replicator(&self, replicator: Option<Arc<dyn WriteReplicator>>) {
         self.replication.store(replicator.map(|replicator| {
-            Arc::new(Replication { replicator, proposals: Mutex::new(HashMap::new()), next_proposal: AtomicU64::new(first_proposal_id()) })
+            Arc::new(Replication {
+                replicator,
+                proposals: Mutex::new(HashMap::new()),
+                next_proposal: AtomicU64::new(first_proposal_id()),
+                cluster_time_floor: AtomicU64::new(0),
+            })
         }));
+    }
+
+    /// Raises the clock floor: every write this member proposes from now on gets an optime
+    /// after `time` (a hybrid logical clock's receive rule, as mongod advances its cluster time
+    /// on a time it is asked to read at or commit at). Nothing off a replica set.
+    pub fn raise_cluster_time_floor(&self, time: crate::ClusterTime) {
+        if let Some(replication) = self.replication.load().as_ref() {
+            replication.cluster_time_floor.fetch_max(pack_cluster_time(time), Ordering::AcqRel);
+        }
+    }
+
+    /// Writes nothing through the replication log: once it returns, this member applied an
+    /// entry whose optime passes its clock floor (a read at a time ahead of the log waits for
+    /// that). Only a primary can; an error otherwise.
+    pub fn write_no_op(&self) -> Result<(), StorageError> {
+        self.write_admitted(WriteBatch::default(), &WriteOptions::default(), false, || Ok(Vec::new()), &[]).map(|_| ())
     }
 
     /// True when writes go through a replication log.
@@ -297,12 +347,13 @@ impl Engine {
         operations: &[OperationRecord],
     ) -> Result<(), StorageError> {
         self.admit_write(batch.size_in_bytes(), operations)?;
-        self.write_admitted(batch, options, local, effects, operations)
+        self.write_admitted(batch, options, local, effects, operations).map(|_| ())
     }
 
     /// [`Self::write_logged`] for a batch the caller already admitted (through the free-space
     /// guard, or its floor for a write that may not be refused). An error from the local path
     /// wrote nothing; one from the replication log may leave the write's outcome unknown.
+    /// Returns the write's first timestamp when it went through the replication log.
     pub(crate) fn write_admitted(
         &self,
         batch: WriteBatch,
@@ -310,10 +361,10 @@ impl Engine {
         local: bool,
         effects: impl FnOnce() -> Result<Vec<ReplicatedEffect>, StorageError>,
         operations: &[OperationRecord],
-    ) -> Result<(), StorageError> {
+    ) -> Result<Option<crate::ClusterTime>, StorageError> {
         let replication = self.replication.load();
         let Some(replication) = replication.as_ref().filter(|_| !local) else {
-            return self.write_to_rocksdb(batch, options);
+            return self.write_to_rocksdb(batch, options).map(|()| None);
         };
         let mut encoded_operations = Vec::with_capacity(operations.len());
         for operation in operations {
@@ -324,6 +375,7 @@ impl Engine {
             families: self.family_fingerprint()?,
             proposal,
             wall_time_ms: wall_time_ms(),
+            not_before: replication.cluster_time_floor.load(Ordering::Acquire),
             batch: batch.data().to_vec(),
             effects: effects()?,
             operations: encoded_operations,
@@ -332,7 +384,7 @@ impl Engine {
         let replicated = replication.replicator.replicate(write);
         let state = replication.proposals.lock().remove(&proposal);
         match (state, replicated) {
-            (Some(ProposalState::Written), _) => Ok(()),
+            (Some(ProposalState::Written(first_time)), _) => Ok(first_time),
             (_, Err(error)) => Err(error),
             (_, Ok(())) => Err(StorageError::Replication {
                 code: 11602,
@@ -344,16 +396,25 @@ impl Engine {
 
     /// Applies one log entry holding one write on this member ([`Self::apply_replicated_group`]).
     pub fn apply_replicated(&self, write: &ReplicatedWrite, marker: (&[u8], &[u8]), oplog: Option<OplogAppend<'_>>) -> Result<(), StorageError> {
-        self.apply_replicated_group(std::slice::from_ref(write), marker, oplog)
+        self.apply_replicated_group(std::slice::from_ref(write), &[], marker, oplog)
     }
 
     /// Applies one log entry on this member: writes the batches of its `writes` (a group commit:
     /// one write, or several without catalog effects) with `marker` (the applier's position, a
     /// catalog-family key and value) and `oplog`'s entries in one atomic RocksDB write, then,
     /// for each write that no waiting writer of this member proposed, derives its in-memory
-    /// effects under the locks a writer would hold.
-    pub fn apply_replicated_group(&self, writes: &[ReplicatedWrite], marker: (&[u8], &[u8]), mut oplog: Option<OplogAppend<'_>>) -> Result<(), StorageError> {
-        self.apply_replicated_batch(writes, marker, oplog.as_mut())?;
+    /// effects under the locks a writer would hold. `first_times` are the writes' first
+    /// timestamps (their optimes' start, as the state machine gave them; empty when unknown),
+    /// handed to their writers.
+    pub fn apply_replicated_group(
+        &self,
+        writes: &[ReplicatedWrite],
+        first_times: &[crate::ClusterTime],
+        marker: (&[u8], &[u8]),
+        mut oplog: Option<OplogAppend<'_>>,
+    ) -> Result<(), StorageError> {
+        assert!(first_times.is_empty() || first_times.len() == writes.len(), "one first timestamp per write");
+        self.apply_replicated_batch(writes, first_times, marker, oplog.as_mut())?;
         if let Some(oplog) = oplog {
             self.notify_oplog(oplog.oplog);
         }
@@ -361,7 +422,13 @@ impl Engine {
     }
 
     /// [`Self::apply_replicated_group`]; `oplog`'s entries go in the same RocksDB write.
-    fn apply_replicated_batch(&self, writes: &[ReplicatedWrite], marker: (&[u8], &[u8]), oplog: Option<&mut OplogAppend<'_>>) -> Result<(), StorageError> {
+    fn apply_replicated_batch(
+        &self,
+        writes: &[ReplicatedWrite],
+        first_times: &[crate::ClusterTime],
+        marker: (&[u8], &[u8]),
+        oplog: Option<&mut OplogAppend<'_>>,
+    ) -> Result<(), StorageError> {
         let fingerprint = self.family_fingerprint()?;
         if let Some(write) = writes.iter().find(|write| write.families != fingerprint) {
             return Err(StorageError::Corrupt(format!(
@@ -388,8 +455,8 @@ impl Engine {
                 // waited for): the writers that wait derive their effects, the others are derived
                 // here, after the write, as for any write nobody waits for.
                 self.write_to_rocksdb(batch, &WriteOptions::default())?;
-                for (write, _) in writes.iter().zip(&waiting).filter(|(_, waiting)| **waiting) {
-                    proposals.insert(write.proposal, ProposalState::Written);
+                for (position, write) in writes.iter().enumerate().filter(|(position, _)| waiting[*position]) {
+                    proposals.insert(write.proposal, ProposalState::Written(first_times.get(position).copied()));
                 }
                 drop(proposals);
                 for (write, _) in writes.iter().zip(&waiting).filter(|(_, waiting)| !**waiting) {
@@ -552,6 +619,7 @@ mod tests {
             families: 7,
             proposal: 42,
             wall_time_ms: 1_700_000_000_000,
+            not_before: 0,
             batch: vec![1, 2, 3],
             effects: vec![
                 ReplicatedEffect::RecordIds { prefix: 9, through: 100 },
@@ -563,14 +631,19 @@ mod tests {
             ],
             operations: vec![vec![8, 0, 0, 0, 0], vec![]],
         };
-        let encoded = write.encode();
-        assert_eq!(ReplicatedWrite::decode(&encoded).unwrap(), write);
-        for cut in 0..encoded.len() {
-            assert!(ReplicatedWrite::decode(&encoded[..cut]).is_err(), "a write cut at {cut} bytes decodes");
+        for not_before in [0, pack_cluster_time((1_700_000_001, 7))] {
+            let write = ReplicatedWrite { not_before, ..write.clone() };
+            let encoded = write.encode();
+            assert_eq!(encoded[0], if not_before == 0 { 1 } else { 3 }, "a write without a clock keeps format 1");
+            assert_eq!(ReplicatedWrite::decode(&encoded).unwrap(), write);
+            for cut in 0..encoded.len() {
+                assert!(ReplicatedWrite::decode(&encoded[..cut]).is_err(), "a write cut at {cut} bytes decodes");
+            }
+            let mut longer = encoded.clone();
+            longer.push(0);
+            assert!(ReplicatedWrite::decode(&longer).is_err());
         }
-        let mut longer = encoded.clone();
-        longer.push(0);
-        assert!(ReplicatedWrite::decode(&longer).is_err());
+        assert_eq!(unpack_cluster_time(pack_cluster_time((5, 9))), (5, 9));
     }
 
     #[test]
@@ -583,7 +656,7 @@ mod tests {
             for (key, value) in pairs {
                 batch.put_cf(catalog, key, value);
             }
-            ReplicatedWrite { families: 0, proposal: 0, wall_time_ms: 0, batch: batch.data().to_vec(), effects: Vec::new(), operations: Vec::new() }
+            ReplicatedWrite { families: 0, proposal: 0, wall_time_ms: 0, not_before: 0, batch: batch.data().to_vec(), effects: Vec::new(), operations: Vec::new() }
         };
         let writes = [write_of(&[(b"Ta", b"1"), (b"Tb", b"2")]), write_of(&[(b"Tc", b"3")]), write_of(&[(b"Ta", b"4")])];
         let batch = concatenated_batch(&writes).unwrap();

@@ -36,6 +36,9 @@ pub(crate) struct Transactions {
     /// The collection prefixes each prepared transaction wrote, from its prepare until its
     /// decision is written (or it is released): reads of them wait (prepare conflicts).
     pub(crate) undecided: Mutex<HashMap<TransactionId, Vec<u64>>>,
+    /// Prepared transactions whose commit was written after a time it is visible at
+    /// (`transaction/late_commits.rs`), oldest first.
+    pub(crate) late_commits: Mutex<std::collections::VecDeque<LateCommit>>,
     /// `undecided.len()`, read without the lock by every read outside transactions.
     pub(crate) undecided_count: std::sync::atomic::AtomicUsize,
     /// Notified when a transaction leaves `undecided`.
@@ -48,7 +51,9 @@ pub(crate) struct Transactions {
 pub(crate) enum Decision {
     /// Commit: the thread writes the built commit (the free-space guard's floor admits it, as a
     /// write that may not be refused) and answers how that went.
-    Commit(crate::journal::Durability, std::sync::mpsc::SyncSender<CommitAnswer>),
+    /// With the coordinator's commit time, if it sent one: the commit's optime passes it, and
+    /// the commit is recorded as late (`transaction/late_commits.rs`).
+    Commit(crate::journal::Durability, Option<ClusterTime>, std::sync::mpsc::SyncSender<CommitAnswer>),
     /// Abort: the thread deletes the transaction's prepare record (a replicated write) and
     /// answers with that write's outcome.
     Abort(std::sync::mpsc::SyncSender<Result<(), crate::StorageError>>),
@@ -75,6 +80,8 @@ pub(crate) enum CommitAnswer {
 pub(crate) struct Prepared {
     pub(crate) session: crate::SessionId,
     pub(crate) transaction_number: i64,
+    /// Its record's timestamp (None when prepared again from a stored record).
+    pub(crate) prepare_time: Option<ClusterTime>,
     pub(crate) decision: std::sync::mpsc::SyncSender<Decision>,
 }
 
@@ -97,6 +104,12 @@ pub(crate) struct OpenTransaction {
     /// What every read of the transaction sees: the database when it began, or a point of
     /// the snapshot history (`transaction/history.rs`, which says why it may be 'static).
     pub(crate) snapshot: Arc<HeldSnapshot>,
+    /// The cluster time it reads at, when it was opened at one (`Engine::begin_transaction_at`).
+    pub(crate) read_time: Option<ReadTime>,
+    /// Collections it reads through another snapshot than `snapshot`: the state right after a
+    /// prepared transaction's commit that is visible at `read_time` but was written after it
+    /// (`transaction/late_commits.rs`).
+    pub(crate) late_snapshots: HashMap<u64, Arc<HeldSnapshot>>,
     pub(crate) collections: BTreeMap<u64, CollectionChanges>,
     pub(crate) operations: Vec<Operation>,
     pub(crate) next_provisional_id: RecordId,
@@ -111,6 +124,32 @@ pub(crate) struct OpenTransaction {
 
 /// A cluster time as `(seconds, increment)`, ordered as MongoDB's timestamps.
 pub type ClusterTime = (u32, u32);
+
+/// The time a transaction reads at, and the last timestamp its snapshot holds (the `last` of
+/// the history point it reads: at or before `at`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadTime {
+    pub(crate) at: ClusterTime,
+    pub(crate) snapshot_through: ClusterTime,
+}
+
+impl OpenTransaction {
+    /// The snapshot its reads of the collection `prefix` see.
+    pub(crate) fn snapshot_of(&self, prefix: u64) -> &HeldSnapshot {
+        self.late_snapshots.get(&prefix).unwrap_or(&self.snapshot)
+    }
+}
+
+/// A prepared transaction's commit, visible at `commit_time` (its coordinator's decision) but
+/// written at `written_at` (the commit's own optime, later).
+pub(crate) struct LateCommit {
+    pub(crate) prefixes: Vec<u64>,
+    pub(crate) commit_time: ClusterTime,
+    pub(crate) written_at: ClusterTime,
+    /// The database right after the commit's write, taken while the transaction still held
+    /// its collections' stripes.
+    pub(crate) snapshot: Arc<HeldSnapshot>,
+}
 
 /// A RocksDB snapshot shared by the snapshot history and the transactions that read it. Its
 /// 'static lifetime is `Engine::hold_snapshot`'s to justify (`transaction/history.rs`).

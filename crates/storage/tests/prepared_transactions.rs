@@ -68,7 +68,7 @@ fn a_prepared_transaction_commits_and_writers_wait_for_its_decision() {
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(counter(&engine, &handle, 1), 0, "nobody wrote record 1 while the transaction is prepared");
     assert_eq!(counter(&engine, &handle, 2), 0, "writers of the prepared collection wait for its decision");
-    engine.commit_prepared(transaction, Durability::Default).expect("commit prepared");
+    engine.commit_prepared(transaction, Durability::Default, None).expect("commit prepared");
     for writer in writers {
         writer.join().unwrap();
     }
@@ -165,7 +165,7 @@ fn a_prepared_transaction_is_prepared_again_after_the_engine_reopens() {
     assert!(matches!(conflict, Err(myriad_storage::StorageError::WriteConflict(_))), "{conflict:?}");
     engine.abort_transaction(intruder);
 
-    engine.commit_prepared(first, Durability::Default).expect("commit the restored transaction");
+    engine.commit_prepared(first, Durability::Default, None).expect("commit the restored transaction");
     engine.abort_prepared_transaction(second).expect("abort the restored transaction");
     assert_eq!(counter(&engine, &accounts, 1), 11);
     assert!(engine.find_by_id(&accounts, &Bson::Int32(2)).unwrap().is_none(), "its delete");

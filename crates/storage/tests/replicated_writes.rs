@@ -172,6 +172,7 @@ fn a_member_with_other_family_ids_refuses_the_log() {
         families: engine.family_fingerprint().unwrap() ^ 1,
         proposal: 0,
         wall_time_ms: 0,
+        not_before: 0,
         batch: rocksdb_free_empty_batch(),
         effects: Vec::new(),
         operations: Vec::new(),

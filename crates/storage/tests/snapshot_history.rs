@@ -1,5 +1,5 @@
 //! The snapshot history (`transaction/history.rs`): a read at a cluster time sees exactly the
-//! writes of the points at or before it, a time inside a point's range reads that point, times
+//! writes of the points at or before it, a time inside a point's range reads the point before, times
 //! before the oldest kept point are SnapshotTooOld, and points leave by the window and by count
 //! while the newest always stays. A model (the counter's value after each point) is checked
 //! against reads at every time.
@@ -42,8 +42,9 @@ fn reads_at_a_time_see_exactly_the_points_at_or_before_it() {
     assert_eq!(counter_at(&engine, &handle, (100, 9)), Ok(0), "between points: the earlier one");
     for value in 1..=5 {
         let seconds = 100 + value as u32;
-        assert_eq!(counter_at(&engine, &handle, (seconds, 1)), Ok(value), "the start of a point's range");
-        assert_eq!(counter_at(&engine, &handle, (seconds, 2)), Ok(value), "inside a point's range");
+        assert_eq!(counter_at(&engine, &handle, (seconds, 1)), Ok(value - 1), "the start of a point's range: the point before");
+        assert_eq!(counter_at(&engine, &handle, (seconds, 2)), Ok(value - 1), "inside a point's range: the point before");
+        assert_eq!(counter_at(&engine, &handle, (seconds, 3)), Ok(value), "the end of a point's range");
         assert_eq!(counter_at(&engine, &handle, (seconds, 7)), Ok(value), "after it, before the next");
     }
     assert_eq!(counter_at(&engine, &handle, (99, 5)), Err(239), "before the history: SnapshotTooOld");
@@ -71,6 +72,7 @@ fn points_leave_by_the_window_and_the_newest_stays() {
     set_counter(&engine, &handle, 3);
     engine.record_history_point((9_000, 1), (9_000, 4));
     assert_eq!(engine.snapshot_history_bounds(), Some(((9_000, 1), (9_000, 4), 1)));
-    assert_eq!(counter_at(&engine, &handle, (9_000, 2)), Ok(3));
+    assert_eq!(counter_at(&engine, &handle, (9_000, 4)), Ok(3));
+    assert_eq!(counter_at(&engine, &handle, (9_000, 2)), Err(239), "inside the only point left: nothing holds only the writes before it");
     assert_eq!(counter_at(&engine, &handle, (1_301, 1)), Err(239));
 }

@@ -25,7 +25,9 @@ pub mod snapshots;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use bson::{Binary, Bson, Document};
+use std::collections::HashMap;
+
+use bson::{Binary, Bson, Document, Timestamp};
 use myriad_commands::ServerContext;
 use parking_lot::Mutex;
 
@@ -77,8 +79,16 @@ pub struct MigrationState {
     pub range_deleter: RangeDeleter,
     activity: Mutex<Option<Activity>>,
     incoming: Mutex<Option<Arc<Incoming>>>,
+    /// The cluster time this shard last took ownership of a chunk of each namespace (its
+    /// applied optime when a received chunk was committed): a read at an earlier time would
+    /// miss the chunk's documents (`check_read_time`).
+    received: Mutex<HashMap<String, Timestamp>>,
     nodes: NodePool,
 }
+
+/// Namespaces whose latest received chunk is remembered; past it the oldest is forgotten
+/// (reads that old are past the snapshot history anyway, SnapshotTooOld).
+const MAX_RECEIVED_NAMESPACES: usize = 10_000;
 
 impl MigrationState {
     pub fn new(runtime: tokio::runtime::Handle, context: Weak<ServerContext>, sharding: Arc<ShardingState>) -> Arc<MigrationState> {
@@ -92,6 +102,7 @@ impl MigrationState {
             range_deleter: RangeDeleter::default(),
             activity: Mutex::new(None),
             incoming: Mutex::new(None),
+            received: Mutex::new(HashMap::new()),
             nodes: NodePool::default(),
         })
     }
@@ -181,6 +192,32 @@ impl MigrationState {
     /// True while this shard donates from the namespace (auto-split leaves it alone).
     pub fn is_donating(&self, namespace: &str) -> bool {
         self.activity.lock().as_ref().is_some_and(|activity| activity.donating && activity.namespace == namespace)
+    }
+
+    /// Notes that this shard took ownership of a chunk of `namespace` at cluster time `time`.
+    pub fn note_received(&self, namespace: &str, time: Timestamp) {
+        let mut received = self.received.lock();
+        if received.len() >= MAX_RECEIVED_NAMESPACES && !received.contains_key(namespace) {
+            let oldest = received.iter().min_by_key(|(_, time)| (time.time, time.increment)).map(|(namespace, _)| namespace.clone());
+            if let Some(oldest) = oldest {
+                received.remove(&oldest);
+            }
+        }
+        received.insert(namespace.to_string(), time);
+    }
+
+    /// StaleChunkHistory (250) when a read at `at` of `namespace` would miss a chunk this shard
+    /// received after it (a router then reads at a later time, as MongoDB's chunk history
+    /// refuses reads older than a chunk's arrival).
+    pub fn check_read_time(&self, namespace: &str, at: Timestamp, shard: &str) -> ClusterResult<()> {
+        let received = self.received.lock().get(namespace).copied();
+        match received {
+            Some(received) if (received.time, received.increment) > (at.time, at.increment) => Err(ClusterError::coded(
+                250,
+                format!("Read timestamp {at} is older than the history of {namespace}'s chunks on shard {shard}, which received one at {received}"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     pub fn incoming(&self) -> Option<Arc<Incoming>> {

@@ -320,6 +320,7 @@ pub fn finalize(state: &MigrationState, context: &ServerContext, body: &Document
     }
     if decision == Decision::Committed {
         if let Some(task) = &task {
+            state.note_received(&task.namespace, myriad_commands::cluster_time::now_timestamp(context));
             state.refresh_routing(&task.namespace);
         }
     } else {

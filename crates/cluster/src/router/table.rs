@@ -95,7 +95,7 @@ const SETTINGS_WRITES: &[&str] = &["insert", "update", "delete", "findAndModify"
 /// Runs one command and always returns a reply body (errors become `ok: 0` replies).
 pub async fn run(context: &Arc<RouterContext>, request: RouterRequest) -> Document {
     RouterCounters::add(&context.counters.command, 1);
-    let outcome = match crate::router::transaction::run(context, &request, dispatch(context, &request)).await {
+    let outcome = match crate::router::transaction::run(context, &request, || dispatch(context, &request)).await {
         Some(outcome) => outcome,
         None => dispatch(context, &request).await,
     };

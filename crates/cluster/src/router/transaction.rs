@@ -79,7 +79,11 @@ pub struct Participant {
 pub struct RouterTransaction {
     session: Document,
     number: i64,
-    read_concern: Option<Bson>,
+    /// The read concern its participants start with (with the router's `atClusterTime` at
+    /// level snapshot, renewed by [`RouterTransaction::renew_read_time`]).
+    read_concern: Mutex<Option<Bson>>,
+    /// The router chose the time it reads at (the client gave none).
+    read_time_chosen: bool,
     started: Instant,
     state: Mutex<State>,
 }
@@ -117,8 +121,8 @@ impl RouterTransaction {
         body.remove("readConcern");
         if first_contact {
             body.insert("startTransaction", true);
-            if let Some(read_concern) = &self.read_concern {
-                body.insert("readConcern", read_concern.clone());
+            if let Some(read_concern) = self.read_concern.lock().clone() {
+                body.insert("readConcern", read_concern);
             }
         }
     }
@@ -140,6 +144,26 @@ impl RouterTransaction {
             (Some(_), Some(_)) => state.participants.first().map(|participant| &participant.shard),
         };
         shard.map(|shard| doc! { "recoveryShardId": shard }).unwrap_or_default()
+    }
+
+    /// After a shard refused the first statement because the chosen time is older than its
+    /// data (StaleChunkHistory: a chunk it received since; or SnapshotTooOld): the
+    /// participants, aborted by the caller, are forgotten and the transaction reads at the
+    /// router's latest time, which that refusal advanced (as mongos starts the statement over
+    /// with a new global snapshot). False when the client chose the time.
+    fn renew_read_time(&self) -> bool {
+        if !self.read_time_chosen {
+            return false;
+        }
+        let mut state = self.state.lock();
+        state.participants.clear();
+        state.phase = Phase::Open;
+        drop(state);
+        let mut read_concern = self.read_concern.lock();
+        if let (Some(Bson::Document(concern)), Some(time)) = (read_concern.as_mut(), crate::cluster_clock::latest()) {
+            concern.insert("atClusterTime", time);
+        }
+        true
     }
 
     fn begin_statement(&self) {
@@ -217,8 +241,9 @@ fn session_key(session: &Document) -> Vec<u8> {
 
 /// Routes a command that carries `autocommit` (a statement of a transaction, or its commit or
 /// abort); None for any other command.
-pub async fn run<F>(context: &Arc<RouterContext>, request: &RouterRequest, dispatch: F) -> Option<ClusterResult<Document>>
+pub async fn run<D, F>(context: &Arc<RouterContext>, request: &RouterRequest, dispatch: D) -> Option<ClusterResult<Document>>
 where
+    D: Fn() -> F,
     F: std::future::Future<Output = ClusterResult<Document>>,
 {
     if !request.body.contains_key("autocommit") {
@@ -227,8 +252,9 @@ where
     Some(run_in_transaction(context, request, dispatch).await)
 }
 
-async fn run_in_transaction<F>(context: &Arc<RouterContext>, request: &RouterRequest, dispatch: F) -> ClusterResult<Document>
+async fn run_in_transaction<D, F>(context: &Arc<RouterContext>, request: &RouterRequest, dispatch: D) -> ClusterResult<Document>
 where
+    D: Fn() -> F,
     F: std::future::Future<Output = ClusterResult<Document>>,
 {
     let fields = check_fields(&request.node_request()?)?.ok_or_else(|| ClusterError::internal("a transaction command without its fields"))?;
@@ -245,7 +271,16 @@ where
         continuing(context, &key, fields.number)?
     };
     transaction.begin_statement();
-    let outcome = CURRENT.scope(Arc::clone(&transaction), dispatch).await;
+    let mut outcome = CURRENT.scope(Arc::clone(&transaction), dispatch()).await;
+    let mut renewals = 0;
+    while fields.start && renewals < MAX_READ_TIME_RENEWALS && is_snapshot_error(&outcome) {
+        abort_participants(context, &transaction).await;
+        if !transaction.renew_read_time() {
+            break;
+        }
+        renewals += 1;
+        outcome = CURRENT.scope(Arc::clone(&transaction), dispatch()).await;
+    }
     match outcome {
         Ok(reply) if has_write_errors(&reply) => {
             abort_participants(context, &transaction).await;
@@ -282,15 +317,48 @@ fn start(context: &RouterContext, request: &RouterRequest, key: Vec<u8>, session
             ));
         }
     }
+    let (read_concern, read_time_chosen) = at_one_time(request.body.get("readConcern"));
     let transaction = Arc::new(RouterTransaction {
         session,
         number,
-        read_concern: request.body.get("readConcern").cloned(),
+        read_concern: Mutex::new(read_concern),
+        read_time_chosen,
         started: Instant::now(),
         state: Mutex::new(State { phase: Phase::Open, participants: Vec::new(), statements: 0 }),
     });
     context.transactions.insert(key, Arc::clone(&transaction));
     Ok(transaction)
+}
+
+/// A transaction's read concern as its participants get it: at level `snapshot` without an
+/// `atClusterTime`, the router's latest cluster time is added, so every shard reads at that one
+/// time and a two-phase commit is seen whole or not at all (as mongos picks the global snapshot).
+/// True when the router chose the time.
+fn at_one_time(read_concern: Option<&Bson>) -> (Option<Bson>, bool) {
+    let Some(Bson::Document(concern)) = read_concern else { return (read_concern.cloned(), false) };
+    if concern.get_str("level") != Ok("snapshot") || concern.contains_key("atClusterTime") {
+        return (Some(Bson::Document(concern.clone())), false);
+    }
+    let mut concern = concern.clone();
+    let Some(time) = crate::cluster_clock::latest() else { return (Some(Bson::Document(concern)), false) };
+    concern.insert("atClusterTime", time);
+    (Some(Bson::Document(concern)), true)
+}
+
+/// How many times a first statement starts over at a later time.
+const MAX_READ_TIME_RENEWALS: usize = 5;
+/// What a shard answers a read at a time older than its data: SnapshotTooOld (239),
+/// SnapshotUnavailable (246), StaleChunkHistory (250).
+const SNAPSHOT_ERRORS: &[i32] = &[239, 246, 250];
+
+/// The snapshot error the outcome of a statement carries, as a command error or a write error.
+fn is_snapshot_error(outcome: &ClusterResult<Document>) -> bool {
+    match outcome {
+        Err(error) => SNAPSHOT_ERRORS.contains(&error.code()),
+        Ok(reply) => reply
+            .get_array("writeErrors")
+            .is_ok_and(|errors| errors.iter().filter_map(Bson::as_document).any(|error| SNAPSHOT_ERRORS.contains(&error.get_i32("code").unwrap_or(0)))),
+    }
 }
 
 fn continuing(context: &RouterContext, key: &[u8], number: i64) -> ClusterResult<Arc<RouterTransaction>> {

@@ -266,8 +266,22 @@ impl<B: Backend> Backend for FilteringBackend<B> {
     fn prepare_transaction(self: Arc<Self>, id: myriad_storage::TransactionId, record: myriad_storage::StatementRecord<'_>) -> BackendResult<()> {
         Arc::clone(&self.inner).prepare_transaction(id, record)
     }
-    fn commit_prepared(&self, id: myriad_storage::TransactionId, durability: myriad_storage::Durability) -> BackendResult<()> {
-        self.inner.commit_prepared(id, durability)
+    fn commit_prepared(
+        &self,
+        id: myriad_storage::TransactionId,
+        durability: myriad_storage::Durability,
+        commit_time: Option<myriad_storage::ClusterTime>,
+    ) -> BackendResult<()> {
+        self.inner.commit_prepared(id, durability, commit_time)
+    }
+    fn is_prepared(&self, id: myriad_storage::TransactionId) -> bool {
+        self.inner.is_prepared(id)
+    }
+    fn prepare_time(&self, id: myriad_storage::TransactionId) -> Option<myriad_storage::ClusterTime> {
+        self.inner.prepare_time(id)
+    }
+    fn advance_cluster_time(&self, at: myriad_storage::ClusterTime) -> BackendResult<()> {
+        self.inner.advance_cluster_time(at)
     }
     fn abort_prepared(&self, id: myriad_storage::TransactionId) -> BackendResult<()> {
         self.inner.abort_prepared(id)

@@ -120,19 +120,19 @@ impl Engine {
         durability: Durability,
     ) -> Result<(), StorageError> {
         self.admit_write(built.batch.size_in_bytes(), &built.operations)?;
-        self.write_admitted_commit(built, guards, durability)
+        self.write_admitted_commit(built, guards, durability).map(|_| ())
     }
 
     /// [`Self::write_commit`] for a commit the caller admitted through the free-space guard
-    /// (or its floor).
+    /// (or its floor). Returns the commit's first timestamp on a replica-set member.
     pub(super) fn write_admitted_commit(
         &self,
         built: BuiltCommit,
         guards: &mut [(usize, StripeGuard<'_>)],
         durability: Durability,
-    ) -> Result<(), StorageError> {
+    ) -> Result<Option<super::ClusterTime>, StorageError> {
         let BuiltCommit { batch, operations, effects, allocations } = built;
-        self.write_admitted(batch, &WriteOptions::default(), false, move || Ok(effects), &operations)?;
+        let written_at = self.write_admitted(batch, &WriteOptions::default(), false, move || Ok(effects), &operations)?;
         let written_through = self.db.latest_sequence_number();
         for (prefix, allocated) in allocations {
             let stripe = crate::engine::stripe_index(prefix, self.stripes.len());
@@ -146,7 +146,7 @@ impl Engine {
         if durability == Durability::Journaled {
             self.journal.wait_durable(&self.db, written_through)?;
         }
-        Ok(())
+        Ok(written_at)
     }
 
     /// WriteConflict when a record the transaction wrote (and that existed at its snapshot)

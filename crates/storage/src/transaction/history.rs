@@ -5,9 +5,12 @@
 //!
 //! Invariants:
 //! - Points are in the order of their entries' optimes, each covering the timestamps of its
-//!   entry's operations `[first, last]`. A read at `T` takes the newest point whose `first` is
-//!   at or before `T`: every write at or before `T` is in it. An entry is one atomic apply, so
-//!   a time inside an entry's range reads its whole group of writes.
+//!   entry's operations `[first, last]`. A read at `T` takes the newest point whose `last` is
+//!   at or before `T`: no write after `T` is in it. An entry is one atomic apply, so a time
+//!   inside an entry's range reads the point before it, without that entry's writes. (A time
+//!   a member gave out, a reply's `operationTime`, is always an entry's `last`; a time inside
+//!   an entry is another shard's, and reading the entry whole there would show writes after
+//!   the time, a two-phase commit's among them.)
 //! - The newest point is never dropped; older ones go once the newest is more than the window
 //!   past them, or when there are more than [`MAX_HISTORY_POINTS`] (so a member under a heavy
 //!   write load keeps a shorter history rather than unbounded snapshots).
@@ -19,7 +22,7 @@ use std::sync::Arc;
 
 use rocksdb::Snapshot;
 
-use crate::transaction_registry::{HeldSnapshot, HistoryPoint};
+use crate::transaction_registry::{HeldSnapshot, HistoryPoint, ReadTime};
 
 use crate::{Engine, StorageError, TransactionId};
 
@@ -74,23 +77,24 @@ impl Engine {
         }
     }
 
-    /// Opens a read-only transaction reading the database as it was at cluster time `at`: the
-    /// newest point of history at or before it. SnapshotTooOld when the history no longer
-    /// reaches back that far (or was never recorded, off a replica set).
+    /// Opens a transaction reading the database as it was at cluster time `at`: the newest
+    /// point of history whose writes are all at or before it. SnapshotTooOld when the history
+    /// no longer reaches back that far (or was never recorded, off a replica set).
     pub fn begin_transaction_at(&self, at: ClusterTime) -> Result<TransactionId, StorageError> {
-        let snapshot = {
+        let (snapshot, snapshot_through) = {
             let history = self.transactions.history.lock();
-            let position = history.partition_point(|point| point.first <= at);
+            let position = history.partition_point(|point| point.last <= at);
             if position == 0 {
-                let oldest = history.front().map_or_else(|| "none".to_string(), |point| format_time(point.first));
+                let oldest = history.front().map_or_else(|| "none".to_string(), |point| format_time(point.last));
                 return Err(StorageError::SnapshotTooOld(format!(
                     "Read timestamp {} is older than the oldest available timestamp ({oldest}).",
                     format_time(at)
                 )));
             }
-            Arc::clone(&history[position - 1].snapshot)
+            let point = &history[position - 1];
+            (Arc::clone(&point.snapshot), point.last)
         };
-        Ok(self.open_transaction(snapshot))
+        Ok(self.open_transaction(snapshot, Some(ReadTime { at, snapshot_through })))
     }
 
     /// The oldest and newest cluster times the history can be read at, and its number of points

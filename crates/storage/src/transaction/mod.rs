@@ -21,6 +21,7 @@
 
 mod commit;
 mod history;
+mod late_commits;
 mod prepare;
 mod prepared_record;
 mod reads;
@@ -46,15 +47,17 @@ use crate::{Engine, RecordId, StorageError};
 impl Engine {
     /// Opens a transaction reading the database as it is now.
     pub fn begin_transaction(&self) -> TransactionId {
-        self.open_transaction(self.hold_snapshot())
+        self.open_transaction(self.hold_snapshot(), None)
     }
 
-    /// Opens a transaction whose reads see `snapshot`.
-    fn open_transaction(&self, snapshot: Arc<HeldSnapshot>) -> TransactionId {
+    /// Opens a transaction whose reads see `snapshot`, the database at `read_time` if given.
+    fn open_transaction(&self, snapshot: Arc<HeldSnapshot>, read_time: Option<crate::transaction_registry::ReadTime>) -> TransactionId {
         let id = self.transactions.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let transaction = OpenTransaction {
             id,
             snapshot,
+            read_time,
+            late_snapshots: HashMap::new(),
             collections: BTreeMap::new(),
             operations: Vec::new(),
             next_provisional_id: PROVISIONAL_RECORD_IDS,
@@ -210,7 +213,7 @@ impl Engine {
     ) -> Result<bool, StorageError> {
         let key = keys::record_key(entry.prefix, record_id);
         let family = self.records_family(entry)?;
-        Ok(transaction.snapshot.get_pinned_cf(family, key)?.as_deref() != self.db.get_pinned_cf(family, key)?.as_deref())
+        Ok(transaction.snapshot_of(entry.prefix).get_pinned_cf(family, key)?.as_deref() != self.db.get_pinned_cf(family, key)?.as_deref())
     }
 
     /// The unique checks of a document the transaction writes as `record_id`: per unique ready
@@ -229,7 +232,7 @@ impl Engine {
             for key in index.document_keys(&fields, document)?.keys {
                 let full_key = keys::index_entry_key(index.prefix, key.keystring(), None);
                 self.claim(transaction, full_key.clone())?;
-                let at_snapshot = transaction.snapshot.get_pinned_cf(family, &full_key)?.map(|value| keys::read_i64(&value)).transpose()?;
+                let at_snapshot = transaction.snapshot_of(entry.prefix).get_pinned_cf(family, &full_key)?.map(|value| keys::read_i64(&value)).transpose()?;
                 let now = self.db.get_pinned_cf(family, &full_key)?.map(|value| keys::read_i64(&value)).transpose()?;
                 if at_snapshot != now {
                     return Err(write_conflict());

@@ -31,7 +31,7 @@ use crate::sessions::StatementRecord;
 use crate::{Engine, StorageError};
 
 use super::prepared_record::{encode, OwnedRecord};
-use super::{write_conflict, TransactionId};
+use super::{write_conflict, ClusterTime, TransactionId};
 use crate::families::FAMILY_CATALOG;
 use crate::transaction_registry::{CommitAnswer, Decision, Prepared};
 
@@ -53,13 +53,15 @@ impl Engine {
         let transaction = self.transactions.open.lock().get(&id).cloned();
         let transaction = transaction.ok_or_else(|| StorageError::NoSuchTransaction(format!("Transaction {id} is no longer open")))?;
         let (session, transaction_number) = (record.session, record.transaction_number);
-        let (prepared_sender, prepared_receiver) = mpsc::sync_channel::<Result<(), StorageError>>(1);
+        let (prepared_sender, prepared_receiver) = mpsc::sync_channel::<Result<Option<ClusterTime>, StorageError>>(1);
         let (decision_sender, decision_receiver) = mpsc::sync_channel::<Decision>(1);
         let engine = Arc::clone(self);
         let written_prefixes: Vec<u64> = transaction.lock().prefixes().collect();
+        // Undecided from before its record is written, so no read at a time after the record's
+        // misses it (the reads of its collections wait, `late_commits.rs`); undone on failure.
+        self.set_undecided(id, Some(written_prefixes.clone()));
         let spawned = std::thread::Builder::new().name("prepared-transaction".into()).spawn(move || {
-            let prefixes: Vec<u64> = transaction.lock().prefixes().collect();
-            let Some(mut guards) = engine.try_lock_stripes(prefixes, PREPARE_LOCK_TIMEOUT) else {
+            let Some(mut guards) = engine.try_lock_stripes(written_prefixes.iter().copied(), PREPARE_LOCK_TIMEOUT) else {
                 let _ = prepared_sender.send(Err(write_conflict()));
                 return;
             };
@@ -71,9 +73,9 @@ impl Engine {
                     Ok((built, encoded))
                 })
             };
-            let mut built = match built {
-                Ok((built, encoded)) => match encoded.map_or(Ok(()), |encoded| engine.write_prepared_record(&session, Some(&encoded))) {
-                    Ok(()) => built,
+            let built = match built {
+                Ok((built, encoded)) => match encoded.map_or(Ok(None), |encoded| engine.write_prepared_record(&session, Some(&encoded))) {
+                    Ok(record_time) => (built, record_time),
                     Err(error) => {
                         let _ = prepared_sender.send(Err(error));
                         return;
@@ -84,6 +86,7 @@ impl Engine {
                     return;
                 }
             };
+            let (mut built, record_time) = built;
             match engine.family(FAMILY_CATALOG) {
                 Ok(family) => built.delete_key(family, &session.prepared_key()),
                 Err(error) => {
@@ -93,7 +96,7 @@ impl Engine {
             }
             // Not about to write: the journal's group commit must not wait for this holder.
             let parked = engine.park_stripe_holders(guards.len());
-            if prepared_sender.send(Ok(())).is_err() {
+            if prepared_sender.send(Ok(record_time)).is_err() {
                 return;
             }
             drop(prepared_sender);
@@ -102,19 +105,25 @@ impl Engine {
                 let decision = decision_receiver.recv();
                 drop(parked.take());
                 match decision {
-                    Ok(Decision::Commit(durability, answer)) => {
+                    Ok(Decision::Commit(durability, commit_time, answer)) => {
                         // A commit may not be refused for want of space: it waits at the floor.
                         if let Err(error) = engine.wait_for_disk_space(built.size_in_bytes()) {
                             let _ = answer.send(CommitAnswer::Refused(error));
                             parked = Some(engine.park_stripe_holders(guards.len()));
                             continue;
                         }
+                        if let Some(commit_time) = commit_time {
+                            engine.raise_cluster_time_floor(commit_time);
+                        }
                         let written = engine.write_admitted_commit(built.duplicate(), &mut guards, durability);
+                        if let (Ok(Some(written_at)), Some(commit_time)) = (&written, commit_time) {
+                            engine.record_late_commit(written_prefixes.clone(), commit_time, *written_at);
+                        }
                         drop(guards);
-                        let _ = answer.send(written.map_or_else(CommitAnswer::Failed, |()| CommitAnswer::Written));
+                        let _ = answer.send(written.map_or_else(CommitAnswer::Failed, |_| CommitAnswer::Written));
                     }
                     Ok(Decision::Abort(answer)) => {
-                        let _ = answer.send(engine.write_prepared_record(&session, None));
+                        let _ = answer.send(engine.write_prepared_record(&session, None).map(|_| ()));
                     }
                     // Released (this member stepped down), or the engine dropped the
                     // transaction: nothing is written.
@@ -124,26 +133,34 @@ impl Engine {
             }
         });
         if let Err(error) = spawned {
+            self.set_undecided(id, None);
             self.abort_transaction(id);
             return Err(StorageError::NoSuchTransaction(format!("cannot start a prepared transaction's thread: {error}")));
         }
-        match prepared_receiver.recv() {
-            Ok(Ok(())) => {
-                let mut undecided = self.transactions.undecided.lock();
-                undecided.insert(id, written_prefixes);
-                self.transactions.undecided_count.store(undecided.len(), std::sync::atomic::Ordering::Release);
-                drop(undecided);
-                self.transactions.prepared.lock().insert(id, Prepared { session, transaction_number, decision: decision_sender });
-                Ok(())
+        let failed = match prepared_receiver.recv() {
+            Ok(Ok(prepare_time)) => {
+                self.transactions.prepared.lock().insert(id, Prepared { session, transaction_number, prepare_time, decision: decision_sender });
+                return Ok(());
             }
-            Ok(Err(error)) => {
-                self.abort_transaction(id);
-                Err(error)
-            }
-            Err(_) => {
-                self.abort_transaction(id);
-                Err(StorageError::NoSuchTransaction("a prepared transaction's thread ended before preparing".into()))
-            }
+            Ok(Err(error)) => error,
+            Err(_) => StorageError::NoSuchTransaction("a prepared transaction's thread ended before preparing".into()),
+        };
+        self.set_undecided(id, None);
+        self.abort_transaction(id);
+        Err(failed)
+    }
+
+    /// Marks transaction `id` undecided over the collections `prefixes` (Some), or no longer
+    /// (None), waking the reads that wait for it.
+    fn set_undecided(&self, id: TransactionId, prefixes: Option<Vec<u64>>) {
+        let mut undecided = self.transactions.undecided.lock();
+        let changed = match prefixes {
+            Some(prefixes) => undecided.insert(id, prefixes).is_none(),
+            None => undecided.remove(&id).is_some(),
+        };
+        if changed {
+            self.transactions.undecided_count.store(undecided.len(), std::sync::atomic::Ordering::Release);
+            self.transactions.decided.notify_all();
         }
     }
 
@@ -151,12 +168,14 @@ impl Engine {
     /// deletes its record).
     /// A commit refused before anything was written (see [`CommitAnswer::Refused`]) leaves
     /// the transaction prepared, so a later commit tries again.
-    pub fn commit_prepared(&self, id: TransactionId, durability: Durability) -> Result<(), StorageError> {
+    /// With `commit_time` (the coordinator's), the commit's optime passes it, and a reader at a
+    /// time from `commit_time` on sees the commit (`late_commits.rs`).
+    pub fn commit_prepared(&self, id: TransactionId, durability: Durability, commit_time: Option<ClusterTime>) -> Result<(), StorageError> {
         let decision = self.transactions.prepared.lock().get(&id).map(|prepared| prepared.decision.clone());
         let decision = decision.ok_or_else(|| StorageError::NoSuchTransaction(format!("Transaction {id} is not prepared")))?;
         let (answer_sender, answer_receiver) = mpsc::sync_channel(1);
         let ended = || StorageError::NoSuchTransaction("a prepared transaction's thread ended".into());
-        let answer = match decision.send(Decision::Commit(durability, answer_sender)) {
+        let answer = match decision.send(Decision::Commit(durability, commit_time, answer_sender)) {
             Ok(()) => answer_receiver.recv().unwrap_or_else(|_| CommitAnswer::Failed(ended())),
             Err(_) => CommitAnswer::Failed(ended()),
         };
@@ -201,15 +220,12 @@ impl Engine {
         if let Some(transaction) = removed {
             self.release_claims(&transaction.lock());
         }
-        let mut undecided = self.transactions.undecided.lock();
-        if undecided.remove(&id).is_some() {
-            self.transactions.undecided_count.store(undecided.len(), std::sync::atomic::Ordering::Release);
-            self.transactions.decided.notify_all();
-        }
+        self.set_undecided(id, None);
     }
 
-    /// Waits, for at most `timeout`, until no prepared transaction that wrote the collection
-    /// of `prefix` is undecided; true once none is (a read of it then sees the outcome). A read
+    /// Waits, for at most `timeout`, until every prepared transaction that wrote the collection
+    /// of `prefix` and is undecided now is decided; true once they are (a read of it then sees
+    /// their outcomes). A read
     /// outside transactions calls it before reading, as MongoDB's reads meet prepare conflicts.
     pub fn wait_for_prepared_decisions(&self, prefix: u64, timeout: std::time::Duration) -> bool {
         if self.transactions.undecided_count.load(std::sync::atomic::Ordering::Acquire) == 0 {
@@ -217,10 +233,15 @@ impl Engine {
         }
         let wait = || {
             let mut undecided = self.transactions.undecided.lock();
+            // Only those undecided now: one prepared later was prepared after the read began
+            // (after its time, for a read at a time), and waiting for it too could starve the
+            // read under a steady stream of prepares.
+            let waited: Vec<TransactionId> =
+                undecided.iter().filter(|(_, prefixes)| prefixes.contains(&prefix)).map(|(id, _)| *id).collect();
             let deadline = std::time::Instant::now() + timeout;
-            while undecided.values().any(|prefixes| prefixes.contains(&prefix)) {
+            while waited.iter().any(|id| undecided.contains_key(id)) {
                 if self.transactions.decided.wait_until(&mut undecided, deadline).timed_out() {
-                    return !undecided.values().any(|prefixes| prefixes.contains(&prefix));
+                    return !waited.iter().any(|id| undecided.contains_key(id));
                 }
             }
             true
@@ -272,7 +293,7 @@ mod tests {
         engine.pretend_disk_full(0);
         assert_eq!(engine.admit_write(100, &[]).unwrap_err().code(), 14031, "ordinary writes are refused");
         engine.stop_disk_space_waits();
-        let refused = engine.commit_prepared(transaction, Durability::Default).unwrap_err();
+        let refused = engine.commit_prepared(transaction, Durability::Default, None).unwrap_err();
         assert_eq!(refused.code(), 14031, "{refused}");
         assert!(engine.is_prepared(transaction), "a commit refused before its write leaves the transaction prepared");
         assert_eq!(balance(), 100);
@@ -280,11 +301,11 @@ mod tests {
 
         // Room above the floor (still below the refusal threshold): the commit is written.
         engine.pretend_disk_full(1 << 30);
-        engine.commit_prepared(transaction, Durability::Default).expect("a prepared commit is not refused for want of space");
+        engine.commit_prepared(transaction, Durability::Default, None).expect("a prepared commit is not refused for want of space");
         assert!(!engine.is_prepared(transaction));
         assert_eq!(balance(), 40);
         assert!(stored_record(&session).is_none(), "the commit deleted the record");
-        let error = engine.commit_prepared(transaction, Durability::Default).unwrap_err();
+        let error = engine.commit_prepared(transaction, Durability::Default, None).unwrap_err();
         assert_eq!(error.code_name(), "NoSuchTransaction");
     }
 }

@@ -30,7 +30,7 @@ use crate::sessions::{StatementRecord, PREPARED_TAG};
 use crate::transaction_registry::Decision;
 use crate::{Engine, RecordId, SessionId, StorageError};
 
-use super::{OpenTransaction, Operation, TransactionId};
+use super::{ClusterTime, OpenTransaction, Operation, TransactionId};
 
 /// A session record the prepared thread owns until the commit writes it.
 pub(super) struct OwnedRecord {
@@ -133,14 +133,16 @@ fn decode(session: SessionId, bytes: &[u8]) -> Result<PreparedRecord, StorageErr
 impl Engine {
     /// Writes (`Some`) or deletes (`None`) a prepared transaction's record, as one replicated
     /// write.
-    pub(super) fn write_prepared_record(&self, session: &SessionId, value: Option<&[u8]>) -> Result<(), StorageError> {
+    /// Returns the write's timestamp on a replica-set member.
+    pub(super) fn write_prepared_record(&self, session: &SessionId, value: Option<&[u8]>) -> Result<Option<ClusterTime>, StorageError> {
         let mut batch = WriteBatch::default();
         let family = self.family(FAMILY_CATALOG)?;
         match value {
             Some(value) => batch.put_cf(family, session.prepared_key(), value),
             None => batch.delete_cf(family, session.prepared_key()),
         }
-        self.write_logged(batch, &WriteOptions::default(), false, || Ok(Vec::new()), &[])
+        self.admit_write(batch.size_in_bytes(), &[])?;
+        self.write_admitted(batch, &WriteOptions::default(), false, || Ok(Vec::new()), &[])
     }
 
     /// Prepares again every transaction whose record is stored and that is not prepared here
@@ -224,6 +226,12 @@ impl Engine {
     }
 
     /// The transaction number and id of `session`'s prepared transaction, if it has one here.
+    /// The time transaction `id` was prepared at: its record's timestamp (None for one
+    /// prepared again from its record, or off a replica set).
+    pub fn prepare_time(&self, id: TransactionId) -> Option<ClusterTime> {
+        self.transactions.prepared.lock().get(&id).and_then(|prepared| prepared.prepare_time)
+    }
+
     pub fn prepared_transaction_of(&self, session: &SessionId) -> Option<(i64, TransactionId)> {
         let prepared = self.transactions.prepared.lock();
         prepared.iter().find(|(_, prepared)| prepared.session == *session).map(|(id, prepared)| (prepared.transaction_number, *id))

@@ -42,7 +42,7 @@ impl Engine {
             return Ok(None);
         }
         let family = self.records_family(&handle.entry)?;
-        match transaction.snapshot.get_cf(family, keys::record_key(handle.entry.prefix, record_id))? {
+        match transaction.snapshot_of(handle.entry.prefix).get_cf(family, keys::record_key(handle.entry.prefix, record_id))? {
             Some(bytes) => Ok(Some(RawDocumentBuf::from_bytes(bytes).map_err(|error| StorageError::Corrupt(format!("record: {error}")))?)),
             None => Ok(None),
         }
@@ -76,7 +76,7 @@ impl Engine {
                 .index(ID_INDEX_NAME)
                 .ok_or_else(|| StorageError::Corrupt(format!("{} has no _id index", handle.entry.namespace)))?;
             let key = keys::index_entry_key(index.prefix, &wanted, None);
-            let Some(value) = transaction.snapshot.get_pinned_cf(self.indexes_family(&handle.entry)?, key)? else {
+            let Some(value) = transaction.snapshot_of(handle.entry.prefix).get_pinned_cf(self.indexes_family(&handle.entry)?, key)? else {
                 return Ok(None);
             };
             let record_id = keys::read_i64(&value)?;
@@ -100,7 +100,7 @@ impl Engine {
             let mut position = start_after;
             while position.is_none_or(|position| position < PROVISIONAL_RECORD_IDS) && records.len() < max_count {
                 let wanted = max_count - records.len();
-                let batch = self.scan_records_at(&handle.entry, position, wanted, Some(&**transaction.snapshot))?;
+                let batch = self.scan_records_at(&handle.entry, position, wanted, Some(&**transaction.snapshot_of(handle.entry.prefix)))?;
                 let exhausted = batch.len() < wanted;
                 for (record_id, document) in batch {
                     position = Some(record_id);
@@ -175,7 +175,7 @@ impl Engine {
                     reverse,
                     position.as_deref(),
                     max_count,
-                    Some(&**transaction.snapshot),
+                    Some(&**transaction.snapshot_of(handle.entry.prefix)),
                 )?;
                 let exhausted = batch.len() < max_count;
                 let last = batch.last().map(|(key, _, _)| key.clone());
