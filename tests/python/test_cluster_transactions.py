@@ -159,9 +159,10 @@ def test_concurrent_transfers_keep_every_balance_as_the_model_says(bank):
 
 def test_readers_at_one_cluster_time_never_see_part_of_a_transfer_across_shards(bank):
     """Four clients move amounts between an account on each shard (every transfer a two-phase
-    commit) while three readers sum every balance in snapshot transactions: the router gives
-    each reader one cluster time for both shards, so every sum is the total, never a transfer
-    seen on one shard and not on the other. The readers also see the transfers move on."""
+    commit) while four readers sum every balance, two in snapshot transactions and two with
+    snapshot sessions (snapshot reads outside transactions): the router gives each read one
+    cluster time for both shards, so every sum is the total, never a transfer seen on one shard
+    and not on the other."""
     with bank.client() as client:
         reset(client)
     stop = threading.Event()
@@ -186,20 +187,29 @@ def test_readers_at_one_cluster_time_never_see_part_of_a_transfer_across_shards(
         except Exception as error:  # reported below with its cause
             failures.append(repr(error))
 
-    def read():
+    def read(in_transaction):
         try:
             with bank.client() as client:
                 accounts = client.bank.accounts
                 while not stop.is_set():
-                    with client.start_session() as session:
-                        with session.start_transaction(read_concern=ReadConcern("snapshot")):
+                    if in_transaction:
+                        with client.start_session() as session:
+                            with session.start_transaction(read_concern=ReadConcern("snapshot")):
+                                balances = [document["balance"] for document in accounts.find({}, session=session)]
+                    else:
+                        # A snapshot session: the first read's reply names the time, and the
+                        # second reads at it too.
+                        with client.start_session(snapshot=True, causal_consistency=False) as session:
                             balances = [document["balance"] for document in accounts.find({}, session=session)]
+                            again = [document["balance"] for document in accounts.find({}, session=session)]
+                            assert again == balances, "a snapshot session's reads see one time"
                     with lock:
                         sums.append((len(balances), sum(balances)))
         except Exception as error:  # reported below with its cause
             failures.append(repr(error))
 
-    threads = [threading.Thread(target=move, args=(seed,)) for seed in range(4)] + [threading.Thread(target=read) for _ in range(3)]
+    readers = [threading.Thread(target=read, args=(in_transaction,)) for in_transaction in (True, True, False, False)]
+    threads = [threading.Thread(target=move, args=(seed,)) for seed in range(4)] + readers
     for thread in threads:
         thread.start()
     try:

@@ -95,9 +95,13 @@ const SETTINGS_WRITES: &[&str] = &["insert", "update", "delete", "findAndModify"
 /// Runs one command and always returns a reply body (errors become `ok: 0` replies).
 pub async fn run(context: &Arc<RouterContext>, request: RouterRequest) -> Document {
     RouterCounters::add(&context.counters.command, 1);
-    let outcome = match crate::router::transaction::run(context, &request, || dispatch(context, &request)).await {
-        Some(outcome) => outcome,
-        None => dispatch(context, &request).await,
+    let outcome = if let Some(read_time) = snapshot_read_time(&request) {
+        read_at_one_time(context, request, read_time).await
+    } else {
+        match crate::router::transaction::run(context, &request, || dispatch(context, &request)).await {
+            Some(outcome) => outcome,
+            None => dispatch(context, &request).await,
+        }
     };
     match outcome {
         Ok(mut reply) => {
@@ -107,6 +111,54 @@ pub async fn run(context: &Arc<RouterContext>, request: RouterRequest) -> Docume
             reply
         }
         Err(error) => error.to_reply(),
+    }
+}
+
+/// The commands that read at a snapshot outside a transaction (as on a node).
+const SNAPSHOT_READ_COMMANDS: &[&str] = &["find", "aggregate", "distinct"];
+/// How many times a snapshot read starts over at a later time after a shard refused its time.
+const MAX_READ_TIME_RENEWALS: usize = 5;
+
+/// The time a snapshot read outside a transaction reads at: the client's `atClusterTime`, else
+/// (None inside) the router's latest cluster time. None for any other command, or before the
+/// router heard any member's time.
+fn snapshot_read_time(request: &RouterRequest) -> Option<Option<bson::Timestamp>> {
+    if !SNAPSHOT_READ_COMMANDS.contains(&request.name.as_str()) || request.body.contains_key("autocommit") {
+        return None;
+    }
+    let concern = request.body.get_document("readConcern").ok()?;
+    if concern.get_str("level") != Ok("snapshot") {
+        return None;
+    }
+    match concern.get("atClusterTime") {
+        Some(bson::Bson::Timestamp(time)) => Some(Some(*time)),
+        _ => crate::cluster_clock::latest().map(|_| None),
+    }
+}
+
+/// A snapshot read outside a transaction: every shard reads at one time (the client's, or the
+/// router's latest, renewed when a shard answers that the time is older than its data), and the
+/// reply names it (`cursor.atClusterTime`, or `atClusterTime` for distinct) as a node's does,
+/// so a driver's snapshot session reads its later commands at the same time.
+async fn read_at_one_time(context: &Arc<RouterContext>, mut request: RouterRequest, client_time: Option<bson::Timestamp>) -> ClusterResult<Document> {
+    let mut renewals = 0;
+    loop {
+        let time = client_time.or_else(crate::cluster_clock::latest).ok_or_else(|| ClusterError::internal("no cluster time to read at"))?;
+        if let Ok(concern) = request.body.get_document_mut("readConcern") {
+            concern.insert("atClusterTime", time);
+        }
+        let outcome = dispatch(context, &request).await;
+        if client_time.is_none() && renewals < MAX_READ_TIME_RENEWALS && crate::router::transaction::is_snapshot_error(&outcome) {
+            renewals += 1;
+            continue;
+        }
+        let mut reply = outcome?;
+        if request.name == "distinct" {
+            reply.insert("atClusterTime", time);
+        } else if let Ok(cursor) = reply.get_document_mut("cursor") {
+            cursor.insert("atClusterTime", time);
+        }
+        return Ok(reply);
     }
 }
 

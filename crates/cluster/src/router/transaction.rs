@@ -352,7 +352,7 @@ const MAX_READ_TIME_RENEWALS: usize = 5;
 const SNAPSHOT_ERRORS: &[i32] = &[239, 246, 250];
 
 /// The snapshot error the outcome of a statement carries, as a command error or a write error.
-fn is_snapshot_error(outcome: &ClusterResult<Document>) -> bool {
+pub(crate) fn is_snapshot_error(outcome: &ClusterResult<Document>) -> bool {
     match outcome {
         Err(error) => SNAPSHOT_ERRORS.contains(&error.code()),
         Ok(reply) => reply
