@@ -263,3 +263,30 @@ def test_reads_of_a_prepared_transactions_collection_wait_for_its_decision(repli
                 reader.join(timeout=60)
             assert not any(reader.is_alive() for reader in readers)
         assert seen == {"by_id": {"_id": 1, "n": 10}, "scanned": [1, 2, 3], "counted": 2}
+
+
+def test_a_member_stopped_with_a_prepared_transaction_exits_cleanly_and_prepares_it_again():
+    """SIGTERM to a primary holding a prepared transaction: its thread lets go of the engine
+    before the process exits (exit code 0, where a thread left inside RocksDB at exit could
+    crash it), the record stays, and the restarted member prepares the transaction again, so
+    the commit sent after the restart writes it."""
+    single = ReplicaSet(members=1)
+    try:
+        single.wait_for_primary()
+        with single.client(retryWrites=False) as client:
+            items = client.prepared_shutdown.items
+            items.insert_many([{"_id": 1, "n": 0}])
+            session = client.start_session()
+            session.start_transaction(write_concern=WriteConcern("majority"))
+            items.update_one({"_id": 1}, {"$set": {"n": 7}}, session=session)
+            client.admin.command("prepareTransaction", session=session)
+            member = single.servers[0]
+            member.process.terminate()
+            assert member.process.wait(timeout=60) == 0, "a member stopped with a prepared transaction exits cleanly"
+            single.restart(0)
+            single.wait_for_primary()
+            session.commit_transaction()
+            session.end_session()
+            assert items.find_one({"_id": 1}) == {"_id": 1, "n": 7}
+    finally:
+        single.stop()

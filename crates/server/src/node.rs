@@ -119,6 +119,13 @@ async fn run(arguments: ServerArguments, argv: Vec<String>, logger: Logger) -> R
     let _ = tokio::task::spawn_blocking(move || warming.join()).await;
     if let Some(member) = &member {
         member.shutdown().await;
+        // Prepared transactions' threads hold the engine until their decision: released, they
+        // end before the process exits (their records stay for the next primary).
+        let engine = Arc::clone(&monitored_engine);
+        let ended = tokio::task::spawn_blocking(move || engine.end_prepared_transactions(std::time::Duration::from_secs(10))).await;
+        if !matches!(ended, Ok(true)) {
+            context.logger.info("STORAGE", 22320, "SignalHandler", "A prepared transaction's thread was still running at shutdown", json!(null));
+        }
     }
     let backend = Arc::clone(&context.backend);
     let flushed = tokio::task::spawn_blocking(move || backend.flush()).await;

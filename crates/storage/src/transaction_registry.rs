@@ -39,6 +39,8 @@ pub(crate) struct Transactions {
     /// Prepared transactions whose commit was written after a time it is visible at
     /// (`transaction/late_commits.rs`), oldest first.
     pub(crate) late_commits: Mutex<std::collections::VecDeque<LateCommit>>,
+    /// Prepared transactions' threads still running (each holds the engine until it ends).
+    pub(crate) prepared_threads: Arc<std::sync::atomic::AtomicUsize>,
     /// `undecided.len()`, read without the lock by every read outside transactions.
     pub(crate) undecided_count: std::sync::atomic::AtomicUsize,
     /// Notified when a transaction leaves `undecided`.

@@ -60,79 +60,88 @@ impl Engine {
         // Undecided from before its record is written, so no read at a time after the record's
         // misses it (the reads of its collections wait, `late_commits.rs`); undone on failure.
         self.set_undecided(id, Some(written_prefixes.clone()));
+        self.transactions.prepared_threads.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let spawned = std::thread::Builder::new().name("prepared-transaction".into()).spawn(move || {
-            let Some(mut guards) = engine.try_lock_stripes(written_prefixes.iter().copied(), PREPARE_LOCK_TIMEOUT) else {
-                let _ = prepared_sender.send(Err(write_conflict()));
-                return;
-            };
-            // The transaction's lock is held only while building: an abort may take it after.
-            let built = {
-                let transaction = transaction.lock();
-                engine.build_commit(&transaction, Some(record.borrow()), &mut guards).and_then(|built| {
-                    let encoded = if write_record { Some(encode(&transaction, &record)?) } else { None };
-                    Ok((built, encoded))
-                })
-            };
-            let built = match built {
-                Ok((built, encoded)) => match encoded.map_or(Ok(None), |encoded| engine.write_prepared_record(&session, Some(&encoded))) {
-                    Ok(record_time) => (built, record_time),
+            // The body owns the engine and lets go of it when it returns, before the thread
+            // counts itself out: shutdown waits for that count (`end_prepared_transactions`).
+            let threads = Arc::clone(&engine.transactions.prepared_threads);
+            let body = move || {
+                let Some(mut guards) = engine.try_lock_stripes(written_prefixes.iter().copied(), PREPARE_LOCK_TIMEOUT) else {
+                    let _ = prepared_sender.send(Err(write_conflict()));
+                    return;
+                };
+                // The transaction's lock is held only while building: an abort may take it after.
+                let built = {
+                    let transaction = transaction.lock();
+                    engine.build_commit(&transaction, Some(record.borrow()), &mut guards).and_then(|built| {
+                        let encoded = if write_record { Some(encode(&transaction, &record)?) } else { None };
+                        Ok((built, encoded))
+                    })
+                };
+                let built = match built {
+                    Ok((built, encoded)) => match encoded.map_or(Ok(None), |encoded| engine.write_prepared_record(&session, Some(&encoded))) {
+                        Ok(record_time) => (built, record_time),
+                        Err(error) => {
+                            let _ = prepared_sender.send(Err(error));
+                            return;
+                        }
+                    },
                     Err(error) => {
                         let _ = prepared_sender.send(Err(error));
                         return;
                     }
-                },
-                Err(error) => {
-                    let _ = prepared_sender.send(Err(error));
+                };
+                let (mut built, record_time) = built;
+                match engine.family(FAMILY_CATALOG) {
+                    Ok(family) => built.delete_key(family, &session.prepared_key()),
+                    Err(error) => {
+                        let _ = prepared_sender.send(Err(error));
+                        return;
+                    }
+                }
+                // Not about to write: the journal's group commit must not wait for this holder.
+                let parked = engine.park_stripe_holders(guards.len());
+                if prepared_sender.send(Ok(record_time)).is_err() {
                     return;
+                }
+                drop(prepared_sender);
+                let mut parked = Some(parked);
+                loop {
+                    let decision = decision_receiver.recv();
+                    drop(parked.take());
+                    match decision {
+                        Ok(Decision::Commit(durability, commit_time, answer)) => {
+                            // A commit may not be refused for want of space: it waits at the floor.
+                            if let Err(error) = engine.wait_for_disk_space(built.size_in_bytes()) {
+                                let _ = answer.send(CommitAnswer::Refused(error));
+                                parked = Some(engine.park_stripe_holders(guards.len()));
+                                continue;
+                            }
+                            if let Some(commit_time) = commit_time {
+                                engine.raise_cluster_time_floor(commit_time);
+                            }
+                            let written = engine.write_admitted_commit(built.duplicate(), &mut guards, durability);
+                            if let (Ok(Some(written_at)), Some(commit_time)) = (&written, commit_time) {
+                                engine.record_late_commit(written_prefixes.clone(), commit_time, *written_at);
+                            }
+                            drop(guards);
+                            let _ = answer.send(written.map_or_else(CommitAnswer::Failed, |_| CommitAnswer::Written));
+                        }
+                        Ok(Decision::Abort(answer)) => {
+                            let _ = answer.send(engine.write_prepared_record(&session, None).map(|_| ()));
+                        }
+                        // Released (this member stepped down), or the engine dropped the
+                        // transaction: nothing is written.
+                        Ok(Decision::Release) | Err(_) => {}
+                    }
+                    break;
                 }
             };
-            let (mut built, record_time) = built;
-            match engine.family(FAMILY_CATALOG) {
-                Ok(family) => built.delete_key(family, &session.prepared_key()),
-                Err(error) => {
-                    let _ = prepared_sender.send(Err(error));
-                    return;
-                }
-            }
-            // Not about to write: the journal's group commit must not wait for this holder.
-            let parked = engine.park_stripe_holders(guards.len());
-            if prepared_sender.send(Ok(record_time)).is_err() {
-                return;
-            }
-            drop(prepared_sender);
-            let mut parked = Some(parked);
-            loop {
-                let decision = decision_receiver.recv();
-                drop(parked.take());
-                match decision {
-                    Ok(Decision::Commit(durability, commit_time, answer)) => {
-                        // A commit may not be refused for want of space: it waits at the floor.
-                        if let Err(error) = engine.wait_for_disk_space(built.size_in_bytes()) {
-                            let _ = answer.send(CommitAnswer::Refused(error));
-                            parked = Some(engine.park_stripe_holders(guards.len()));
-                            continue;
-                        }
-                        if let Some(commit_time) = commit_time {
-                            engine.raise_cluster_time_floor(commit_time);
-                        }
-                        let written = engine.write_admitted_commit(built.duplicate(), &mut guards, durability);
-                        if let (Ok(Some(written_at)), Some(commit_time)) = (&written, commit_time) {
-                            engine.record_late_commit(written_prefixes.clone(), commit_time, *written_at);
-                        }
-                        drop(guards);
-                        let _ = answer.send(written.map_or_else(CommitAnswer::Failed, |_| CommitAnswer::Written));
-                    }
-                    Ok(Decision::Abort(answer)) => {
-                        let _ = answer.send(engine.write_prepared_record(&session, None).map(|_| ()));
-                    }
-                    // Released (this member stepped down), or the engine dropped the
-                    // transaction: nothing is written.
-                    Ok(Decision::Release) | Err(_) => {}
-                }
-                break;
-            }
+            body();
+            threads.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         });
         if let Err(error) = spawned {
+            self.transactions.prepared_threads.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
             self.set_undecided(id, None);
             self.abort_transaction(id);
             return Err(StorageError::NoSuchTransaction(format!("cannot start a prepared transaction's thread: {error}")));
@@ -206,6 +215,21 @@ impl Engine {
         };
         self.finish_prepared(id);
         outcome
+    }
+
+    /// At shutdown: lets go of every prepared transaction (their records stay for the next
+    /// primary) and waits, at most `timeout`, until their threads have let go of the engine, so
+    /// none is left inside RocksDB while the process exits. True once none is left.
+    pub fn end_prepared_transactions(&self, timeout: Duration) -> bool {
+        self.release_prepared_transactions();
+        let deadline = std::time::Instant::now() + timeout;
+        while self.transactions.prepared_threads.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
     }
 
     /// True when transaction `id` is prepared.
@@ -307,5 +331,7 @@ mod tests {
         assert!(stored_record(&session).is_none(), "the commit deleted the record");
         let error = engine.commit_prepared(transaction, Durability::Default, None).unwrap_err();
         assert_eq!(error.code_name(), "NoSuchTransaction");
+        assert!(engine.end_prepared_transactions(std::time::Duration::from_secs(10)), "the prepared transaction's thread ends");
+        assert_eq!(Arc::strong_count(&engine), 1, "and has let go of the engine");
     }
 }
