@@ -229,9 +229,10 @@ def member_documents(replica_set, index):
 
 def test_reads_of_a_prepared_transactions_collection_wait_for_its_decision(replica_set):
     """MongoDB's prepare conflicts: once a transaction is prepared, a read outside transactions
-    of a collection it wrote waits for the decision and then sees the outcome (never the data
-    from before a commit that has been decided); maxTimeMS ends such a wait with
-    MaxTimeMSExpired; a read of another collection does not wait."""
+    of a document it wrote (updated, or inserted) waits for the decision and then sees the
+    outcome (never the data from before a commit that has been decided), and so does a scan
+    of its collection; maxTimeMS ends such a wait with MaxTimeMSExpired; a read of another
+    document by `_id`, or of another collection, does not wait."""
     with replica_set.client(retryWrites=False) as client:
         database = client.prepare_conflicts
         database.items.drop()
@@ -244,9 +245,11 @@ def test_reads_of_a_prepared_transactions_collection_wait_for_its_decision(repli
             database.items.insert_one({"_id": 3, "n": 30}, session=session)
             client.admin.command("prepareTransaction", session=session)
             assert database.others.find_one({"_id": 1}) == {"_id": 1}
-            with pytest.raises(PyMongoError) as raised:
-                database.items.find_one({"_id": 2}, max_time_ms=300)
-            assert getattr(raised.value, "code", None) == 50
+            assert database.items.find_one({"_id": 2}, max_time_ms=300) == {"_id": 2, "n": 0}, "a document it did not write"
+            for written in (1, 3):
+                with pytest.raises(PyMongoError) as raised:
+                    database.items.find_one({"_id": written}, max_time_ms=300)
+                assert getattr(raised.value, "code", None) == 50, written
             seen = {}
             readers = [
                 threading.Thread(target=lambda: seen.update(by_id=database.items.find_one({"_id": 1}))),

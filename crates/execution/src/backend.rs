@@ -251,10 +251,10 @@ impl WriteSession for WriteTransaction<'_> {
 /// whether it was interrupted.
 const PREPARE_CONFLICT_SLICE: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// A read outside transactions of a collection that a prepared transaction wrote waits for
-/// that transaction's decision, so it sees the outcome (MongoDB's prepare conflicts, here per
-/// collection: the granularity of the stripes the prepared transaction holds), interruptibly
-/// by maxTimeMS and killOp.
+/// A scan outside transactions of a collection that a prepared transaction wrote waits for
+/// that transaction's decision, so it sees the outcome (MongoDB's prepare conflicts; a scan
+/// here meets them per collection, where a point read meets them per document, `read_point`),
+/// interruptibly by maxTimeMS and killOp.
 /// Before a transaction opened at a cluster time (a snapshot read, or a transaction at the
 /// router's `atClusterTime`) reads a collection: it waits, as a read outside transactions does,
 /// for the decision of the prepared transactions that wrote the collection, then reads the
@@ -268,12 +268,45 @@ fn meet_prepared_at_read_time(engine: &Engine, id: TransactionId, handle: &Colle
     engine.meet_late_commits(id, handle.prefix())
 }
 
+/// A point read outside transactions (a record by id, or a document by `_id`) waits only for a
+/// prepared transaction that wrote that very document (MongoDB's per-document prepare
+/// conflicts); then it reads. A scan waits for every one that wrote the collection
+/// ([`wait_for_prepared`]).
+fn read_point<T>(engine: &Engine, handle: &CollectionHandle, record_id: Option<RecordId>, id: Option<&Bson>, read: impl Fn() -> BackendResult<T>, found_record: impl Fn(&T) -> Option<RecordId>) -> BackendResult<T> {
+    loop {
+        if let Some(writer) = engine.prepared_writer_of(handle, record_id, id) {
+            wait_for_decision(engine, writer)?;
+            continue;
+        }
+        let found = read()?;
+        // Found by `_id`: the record may be one a prepared transaction deletes or rewrites.
+        match found_record(&found).and_then(|found| engine.prepared_writer_of(handle, Some(found), None)) {
+            Some(writer) => wait_for_decision(engine, writer)?,
+            None => return Ok(found),
+        }
+    }
+}
+
+fn wait_for_decision(engine: &Engine, writer: TransactionId) -> BackendResult<()> {
+    while !engine.wait_for_decision(writer, PREPARE_CONFLICT_SLICE) {
+        interrupted()?;
+    }
+    Ok(())
+}
+
+fn interrupted() -> BackendResult<()> {
+    match crate::operation::check_interrupt() {
+        Ok(()) => Ok(()),
+        Err(error) => {
+            let code_name = myriad_error_codes::code_name(error.code);
+            Err(StorageError::Interrupted { code: error.code, code_name, message: error.message })
+        }
+    }
+}
+
 fn wait_for_prepared(engine: &Engine, handle: &CollectionHandle) -> BackendResult<()> {
     while !engine.wait_for_prepared_decisions(handle.prefix(), PREPARE_CONFLICT_SLICE) {
-        if let Err(error) = crate::operation::check_interrupt() {
-            let code_name = myriad_error_codes::code_name(error.code);
-            return Err(StorageError::Interrupted { code: error.code, code_name, message: error.message });
-        }
+        interrupted()?;
     }
     Ok(())
 }
@@ -367,13 +400,13 @@ impl Backend for Engine {
     fn get_record(&self, handle: &CollectionHandle, record_id: RecordId) -> BackendResult<Option<RawDocumentBuf>> {
         match current_transaction() {
             Some(id) => meet_prepared_at_read_time(self, id, handle).and_then(|()| Engine::transaction_get_record(self, id, handle, record_id)),
-            None => wait_for_prepared(self, handle).and_then(|()| Engine::get_record(self, handle, record_id)),
+            None => read_point(self, handle, Some(record_id), None, || Engine::get_record(self, handle, record_id), |_| None),
         }
     }
     fn find_by_id(&self, handle: &CollectionHandle, id: &Bson) -> BackendResult<Option<(RecordId, RawDocumentBuf)>> {
         match current_transaction() {
             Some(transaction) => meet_prepared_at_read_time(self, transaction, handle).and_then(|()| Engine::transaction_find_by_id(self, transaction, handle, id)),
-            None => wait_for_prepared(self, handle).and_then(|()| Engine::find_by_id(self, handle, id)),
+            None => read_point(self, handle, None, Some(id), || Engine::find_by_id(self, handle, id), |found| found.as_ref().map(|(record_id, _)| *record_id)),
         }
     }
     fn validate_collection(&self, handle: &CollectionHandle) -> BackendResult<ValidationReport> {

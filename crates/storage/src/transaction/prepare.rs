@@ -26,9 +26,12 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bson::Bson;
+
+use crate::catalog::CollectionHandle;
 use crate::journal::Durability;
 use crate::sessions::StatementRecord;
-use crate::{Engine, StorageError};
+use crate::{Engine, RecordId, StorageError};
 
 use super::prepared_record::{encode, OwnedRecord};
 use super::{write_conflict, ClusterTime, TransactionId};
@@ -247,6 +250,46 @@ impl Engine {
         self.set_undecided(id, None);
     }
 
+    /// The prepared, undecided transaction that wrote the document a point read of `handle`
+    /// looks for (record `record_id`, or the `_id` `id`), if any: a read of that document must
+    /// wait for its decision, and a read of another document need not (MongoDB's prepare
+    /// conflicts are per document). The write claimed the record's key and its `_id` key.
+    pub fn prepared_writer_of(&self, handle: &CollectionHandle, record_id: Option<RecordId>, id: Option<&Bson>) -> Option<TransactionId> {
+        if self.transactions.undecided_count.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut keys = Vec::with_capacity(2);
+        if let Some(record_id) = record_id {
+            keys.push(crate::keys::record_key(handle.entry.prefix, record_id).to_vec());
+        }
+        if let (Some(id), Some(index)) = (id, handle.entry.index(crate::index::ID_INDEX_NAME)) {
+            let keystring = myriad_keystring::encode_key([(id, myriad_keystring::Direction::Ascending)]);
+            keys.push(crate::keys::index_entry_key(index.prefix, &keystring, None));
+        }
+        let owners: Vec<TransactionId> = {
+            let claims = self.transactions.claims.lock();
+            keys.iter().filter_map(|key| claims.get(key).copied()).collect()
+        };
+        let undecided = self.transactions.undecided.lock();
+        owners.into_iter().find(|owner| undecided.contains_key(owner))
+    }
+
+    /// Waits, for at most `timeout`, for prepared transaction `id`'s decision; true once it
+    /// is decided (or was never prepared).
+    pub fn wait_for_decision(&self, id: TransactionId, timeout: Duration) -> bool {
+        let wait = || {
+            let mut undecided = self.transactions.undecided.lock();
+            let deadline = std::time::Instant::now() + timeout;
+            while undecided.contains_key(&id) {
+                if self.transactions.decided.wait_until(&mut undecided, deadline).timed_out() {
+                    return !undecided.contains_key(&id);
+                }
+            }
+            true
+        };
+        off_the_runtime_workers(wait)
+    }
+
     /// Waits, for at most `timeout`, until every prepared transaction that wrote the collection
     /// of `prefix` and is undecided now is decided; true once they are (a read of it then sees
     /// their outcomes). A read
@@ -270,16 +313,20 @@ impl Engine {
             }
             true
         };
-        // A read on a runtime worker (a point read runs on its connection's task) must not hold
-        // the worker while it waits, or Raft's heartbeats stall with it: `block_in_place` hands
-        // the worker's other tasks to another thread first.
-        let on_a_multi_thread_runtime = tokio::runtime::Handle::try_current()
-            .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if on_a_multi_thread_runtime {
-            tokio::task::block_in_place(wait)
-        } else {
-            wait()
-        }
+        off_the_runtime_workers(wait)
+    }
+}
+
+/// Runs a wait. A read on a runtime worker (a point read runs on its connection's task) must
+/// not hold the worker while it waits, or Raft's heartbeats stall with it: `block_in_place`
+/// hands the worker's other tasks to another thread first.
+fn off_the_runtime_workers<T>(wait: impl FnOnce() -> T) -> T {
+    let on_a_multi_thread_runtime =
+        tokio::runtime::Handle::try_current().is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if on_a_multi_thread_runtime {
+        tokio::task::block_in_place(wait)
+    } else {
+        wait()
     }
 }
 
