@@ -65,6 +65,10 @@ pub enum ReplicatedEffect {
     Publish { entry: Vec<u8> },
     /// The namespace leaves the catalog snapshot (loaded again from disk if it still exists).
     Forget { namespace: String },
+    /// A prepared transaction's commit over the collections `prefixes`, visible from
+    /// `commit_time` (its coordinator's): every member records it as a late commit
+    /// (`transaction/late_commits.rs`), so a member that becomes primary knows it too.
+    LateCommit { prefixes: Vec<u64>, commit_time: crate::ClusterTime },
 }
 
 /// One entry of the replication log: a batch, the effects it implies, its operation records.
@@ -184,6 +188,14 @@ fn encode_effect(out: &mut Vec<u8>, effect: &ReplicatedEffect) {
             out.push(6);
             put_bytes(out, namespace.as_bytes());
         }
+        ReplicatedEffect::LateCommit { prefixes, commit_time } => {
+            out.push(7);
+            out.extend_from_slice(&pack_cluster_time(*commit_time).to_le_bytes());
+            put_length(out, prefixes.len());
+            for prefix in prefixes {
+                out.extend_from_slice(&prefix.to_le_bytes());
+            }
+        }
     }
 }
 
@@ -197,6 +209,15 @@ fn decode_effect(reader: &mut Reader<'_>) -> Result<ReplicatedEffect, StorageErr
         6 => ReplicatedEffect::Forget {
             namespace: String::from_utf8(reader.bytes()?.to_vec()).map_err(|_| corrupt("namespace is not UTF-8".into()))?,
         },
+        7 => {
+            let commit_time = unpack_cluster_time(reader.u64()?);
+            let count = reader.length()?;
+            let mut prefixes = Vec::with_capacity(count.min(1024));
+            for _ in 0..count {
+                prefixes.push(reader.u64()?);
+            }
+            ReplicatedEffect::LateCommit { prefixes, commit_time }
+        }
         tag => return Err(corrupt(format!("replicated effect tag {tag}"))),
     })
 }
@@ -459,8 +480,8 @@ impl Engine {
                     proposals.insert(write.proposal, ProposalState::Written(first_times.get(position).copied()));
                 }
                 drop(proposals);
-                for (write, _) in writes.iter().zip(&waiting).filter(|(_, waiting)| !**waiting) {
-                    self.apply_data_effects(&write.effects);
+                for (position, write) in writes.iter().enumerate().filter(|(position, _)| !waiting[*position]) {
+                    self.apply_data_effects(&write.effects, first_times.get(position).copied());
                 }
                 return Ok(());
             }
@@ -490,8 +511,8 @@ impl Engine {
             self.catalog_change_sequence.fetch_add(1, Ordering::AcqRel);
             written?;
         }
-        for write in writes {
-            self.apply_data_effects(&write.effects);
+        for (position, write) in writes.iter().enumerate() {
+            self.apply_data_effects(&write.effects, first_times.get(position).copied());
         }
         Ok(())
     }
@@ -501,7 +522,10 @@ impl Engine {
     /// for the collection's inserts in flight (`lock_stripe_for_write`): a counter's maximum
     /// needs none of them written, and on the primary their writers may wait for entries this
     /// state machine has yet to apply (a capped collection has no insert in flight).
-    fn apply_data_effects(&self, effects: &[ReplicatedEffect]) {
+    /// `first_time` is the write's first timestamp (a late commit is recorded at it, with the
+    /// database as this write left it: the prepared transaction's collections had no other
+    /// writer between its prepare and this write).
+    fn apply_data_effects(&self, effects: &[ReplicatedEffect], first_time: Option<crate::ClusterTime>) {
         for effect in effects {
             match effect {
                 ReplicatedEffect::RecordIds { prefix, through } => {
@@ -517,6 +541,11 @@ impl Engine {
                     *oldest = (*oldest).max(through + 1);
                 }
                 ReplicatedEffect::CappedInserted { prefix } => self.capped_inserts.notify(*prefix),
+                ReplicatedEffect::LateCommit { prefixes, commit_time } => {
+                    if let Some(written_at) = first_time.filter(|written_at| *commit_time < *written_at) {
+                        self.record_late_commit(prefixes.clone(), *commit_time, written_at);
+                    }
+                }
                 ReplicatedEffect::Prefixes { .. } | ReplicatedEffect::Publish { .. } | ReplicatedEffect::Forget { .. } => {}
             }
         }
@@ -628,6 +657,7 @@ mod tests {
                 ReplicatedEffect::Prefixes { next: 12 },
                 ReplicatedEffect::Publish { entry: vec![5; 40] },
                 ReplicatedEffect::Forget { namespace: "db.c".into() },
+                ReplicatedEffect::LateCommit { prefixes: vec![9, 12], commit_time: (1_700_000_000, 4) },
             ],
             operations: vec![vec![8, 0, 0, 0, 0], vec![]],
         };

@@ -3,7 +3,8 @@
 //! on sees the commit, whether it opened before the commit's write or after it; a reader before
 //! the commit time does not; and neither sees what was written after the commit. The engine's
 //! writes go through a replicator that gives each write the next timestamp past its clock floor
-//! and records a point of history after it, as a member's state machine does.
+//! and records a point of history after it, as a member's state machine does, on the primary
+//! and on a follower, which derives the late commit from the log.
 
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -12,9 +13,11 @@ use myriad_storage::{ClusterTime, Durability, Engine, EngineOptions, ReplicatedW
 
 const MARKER_KEY: &[u8] = b"Rtest-applied";
 
-/// One timestamp per write (every write here has at most one operation), past the write's floor.
+/// One timestamp per write (every write here has at most one operation), past the write's
+/// floor; applied on the primary (its writer waits) and on a follower (nobody waits there).
 struct ClockReplicator {
     engine: OnceLock<Weak<Engine>>,
+    follower: Arc<Engine>,
     last: Mutex<ClusterTime>,
 }
 
@@ -25,8 +28,10 @@ impl WriteReplicator for ClockReplicator {
         let next = (last.0, last.1 + 1).max((floor.0, floor.1 + 1));
         *last = next;
         let engine = self.engine.get().and_then(Weak::upgrade).expect("the engine is open");
-        engine.apply_replicated_group(std::slice::from_ref(&write), &[next], (MARKER_KEY, &next.1.to_be_bytes()), None)?;
-        engine.record_history_point(next, next);
+        for member in [&engine, &self.follower] {
+            member.apply_replicated_group(std::slice::from_ref(&write), &[next], (MARKER_KEY, &next.1.to_be_bytes()), None)?;
+            member.record_history_point(next, next);
+        }
         Ok(())
     }
 }
@@ -48,10 +53,12 @@ fn set_counter(engine: &Engine, handle: &myriad_storage::CollectionHandle, value
 fn a_commit_written_after_its_commit_time_is_seen_from_that_time_on() {
     let directory = tempfile::tempdir().unwrap();
     let options = EngineOptions { block_cache_size_bytes: 8 << 20, lock_stripes: 64, ..EngineOptions::default() };
-    let engine = Arc::new(Engine::open(directory.path(), &options).unwrap());
-    let replicator = Arc::new(ClockReplicator { engine: OnceLock::new(), last: Mutex::new((100, 0)) });
+    let engine = Arc::new(Engine::open(&directory.path().join("primary"), &options).unwrap());
+    let follower = Arc::new(Engine::open(&directory.path().join("follower"), &options).unwrap());
+    let replicator = Arc::new(ClockReplicator { engine: OnceLock::new(), follower: Arc::clone(&follower), last: Mutex::new((100, 0)) });
     replicator.engine.set(Arc::downgrade(&engine)).unwrap_or_else(|_| unreachable!());
     engine.start_history_at((100, 0));
+    follower.start_history_at((100, 0));
     engine.set_replicator(Some(replicator.clone()));
     let handle = engine.get_or_create_collection("bank", "counters").unwrap();
     let mut write = engine.begin_write(&handle);
@@ -87,6 +94,15 @@ fn a_commit_written_after_its_commit_time_is_seen_from_that_time_on() {
     for reader in [early_reader, late_reader, before, at_write, latest] {
         engine.abort_transaction(reader);
     }
+    // The follower derived the late commit from the log: a member that becomes primary reads
+    // at the commit time as the primary did.
+    let follower_handle = follower.collection("bank", "counters").unwrap().expect("replicated");
+    let on_follower = follower.begin_transaction_at(prepared_at).unwrap();
+    assert_eq!(counter(&follower, on_follower, &follower_handle), 10, "the follower knows the late commit");
+    let before_on_follower = follower.begin_transaction_at(before_prepare).unwrap();
+    assert_eq!(counter(&follower, before_on_follower, &follower_handle), 0);
+    follower.abort_transaction(on_follower);
+    follower.abort_transaction(before_on_follower);
     engine.set_replicator(None);
     // The prepared transaction's thread lets go of the engine just after its answer: wait, so
     // the engine closes here, not while the process exits.

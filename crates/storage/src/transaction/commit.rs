@@ -186,6 +186,11 @@ impl BuiltCommit {
         }
     }
 
+    /// Adds an effect every member derives from the commit.
+    pub(super) fn add_effect(&mut self, effect: ReplicatedEffect) {
+        self.effects.push(effect);
+    }
+
     /// Bytes of the commit's write.
     pub(super) fn size_in_bytes(&self) -> usize {
         self.batch.size_in_bytes()

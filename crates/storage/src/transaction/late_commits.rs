@@ -34,7 +34,7 @@ impl Engine {
     /// Records the commit of a prepared transaction that wrote the collections `prefixes`,
     /// visible from `commit_time` and written at `written_at`. Called right after the commit's
     /// write, under the transaction's stripes.
-    pub(super) fn record_late_commit(&self, prefixes: Vec<u64>, commit_time: ClusterTime, written_at: ClusterTime) {
+    pub(crate) fn record_late_commit(&self, prefixes: Vec<u64>, commit_time: ClusterTime, written_at: ClusterTime) {
         assert!(commit_time < written_at, "a prepared commit is written after its commit time");
         let snapshot = self.hold_snapshot();
         let oldest_readable = self.transactions.history.lock().front().map(|point| point.first);

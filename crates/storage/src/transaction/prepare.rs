@@ -30,6 +30,7 @@ use bson::Bson;
 
 use crate::catalog::CollectionHandle;
 use crate::journal::Durability;
+use crate::replication::ReplicatedEffect;
 use crate::sessions::StatementRecord;
 use crate::{Engine, RecordId, StorageError};
 
@@ -123,7 +124,11 @@ impl Engine {
                             if let Some(commit_time) = commit_time {
                                 engine.raise_cluster_time_floor(commit_time);
                             }
-                            let written = engine.write_admitted_commit(built.duplicate(), &mut guards, durability);
+                            let mut commit = built.duplicate();
+                        if let Some(commit_time) = commit_time {
+                            commit.add_effect(ReplicatedEffect::LateCommit { prefixes: written_prefixes.clone(), commit_time });
+                        }
+                        let written = engine.write_admitted_commit(commit, &mut guards, durability);
                             if let (Ok(Some(written_at)), Some(commit_time)) = (&written, commit_time) {
                                 engine.record_late_commit(written_prefixes.clone(), commit_time, *written_at);
                             }
