@@ -21,6 +21,7 @@ import time
 import pytest
 from bson.son import SON
 from pymongo.errors import PyMongoError
+from pymongo.read_concern import ReadConcern
 
 from conftest import wait_until
 from test_cluster_transactions import ACCOUNTS, INITIAL_BALANCE, reset, two_shard_bank
@@ -153,9 +154,10 @@ def test_a_coordinator_killed_after_deciding_commit_delivers_it_once_restarted(c
 def test_a_bank_workload_across_shards_keeps_its_ledger_through_kills_of_each_shard(cluster):
     """Four clients move amounts between random accounts, each transfer writing its ledger
     entry (an unsharded collection on rca) in the same transaction, while each shard in turn
-    is killed (SIGKILL) and restarted. After the run every account is exactly its initial
-    balance plus the ledger's transfers (all of a transaction or none of it, on both shards),
-    every transfer a client saw committed is in the ledger, and the total is unchanged."""
+    is killed (SIGKILL) and restarted, and a reader sums every balance in snapshot transactions.
+    After the run every account is exactly its initial balance plus the ledger's transfers (all
+    of a transaction or none of it, on both shards), every transfer a client saw committed is in
+    the ledger, the total is unchanged, and no snapshot read saw part of a transfer."""
     import random
 
     with cluster.client() as client:
@@ -192,7 +194,24 @@ def test_a_bank_workload_across_shards_keeps_its_ledger_through_kills_of_each_sh
                         failures.append(repr(error))
                     time.sleep(0.2)
 
-    threads = [threading.Thread(target=run, args=(seed,)) for seed in range(4)]
+    sums = []
+
+    def read():
+        # Snapshot transactions at the router's one cluster time: every sum is the total, even
+        # while a shard is killed and prepares its transactions again on restart.
+        with cluster.client() as client:
+            accounts = client.bank.accounts
+            while not stop.is_set():
+                try:
+                    with client.start_session() as session:
+                        with session.start_transaction(read_concern=ReadConcern("snapshot")):
+                            balances = [document["balance"] for document in accounts.find({}, session=session)]
+                    with lock:
+                        sums.append((len(balances), sum(balances)))
+                except PyMongoError:  # a shard being killed: the read is tried again
+                    time.sleep(0.2)
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in range(4)] + [threading.Thread(target=read)]
     for thread in threads:
         thread.start()
     try:
@@ -210,6 +229,8 @@ def test_a_bank_workload_across_shards_keeps_its_ledger_through_kills_of_each_sh
         transfers = [(entry["source"], entry["target"], entry["amount"]) for entry in client.bank.ledger.find({})]
         recorded = {entry["_id"] for entry in client.bank.ledger.find({}, {"_id": 1})}
         assert len(acknowledged) > 20, (len(acknowledged), failures[:3])
+        partial = [entry for entry in sums if entry != (ACCOUNTS, ACCOUNTS * INITIAL_BALANCE)]
+        assert len(sums) > 10 and not partial, f"{len(partial)} of {len(sums)} snapshot reads saw part of a transfer: {partial[:5]}"
         assert set(acknowledged) <= recorded, "every acknowledged transfer is durable"
         wait_until(lambda: balances(client) == expected(transfers), "balances as the ledger says", timeout=60, interval=0.5)
         assert sum(balances(client).values()) == ACCOUNTS * INITIAL_BALANCE
