@@ -152,12 +152,78 @@ def test_a_coordinator_killed_after_deciding_commit_delivers_it_once_restarted(c
 
 
 def test_a_bank_workload_across_shards_keeps_its_ledger_through_kills_of_each_shard(cluster):
+    """Each shard in turn is killed (SIGKILL) and restarted during the bank workload."""
+
+    def kill_each_shard():
+        for name in ("rca", "rcb"):
+            time.sleep(3)
+            restart(cluster.shards[name])
+        time.sleep(3)
+
+    bank_workload(cluster, kill_each_shard)
+
+
+def test_a_bank_workload_across_shards_keeps_its_ledger_through_partitions_between_shards(cluster):
+    """The two shards stop reaching each other (the `clusterNetworkPartition` fail point on
+    both: a coordinator's prepares and decisions, and recovery, fail as to an unreachable host)
+    for 3 s, twice, during the bank workload; prepared participants hold their transactions
+    until the decision reaches them after the partition heals."""
+    shard_a, shard_b = cluster.shards["rca"], cluster.shards["rcb"]
+
+    def cut(shard, other):
+        command = SON([("configureFailPoint", "clusterNetworkPartition"), ("mode", "alwaysOn"), ("data", {"hosts": [other.hosts()]})])
+        with shard.member_client(0) as client:
+            client.admin.command(command)
+
+    def heal():
+        for shard in (shard_a, shard_b):
+            with shard.member_client(0) as client:
+                client.admin.command("configureFailPoint", "clusterNetworkPartition", mode="off")
+
+    probes = []
+
+    def probe():
+        # A transfer across the shards, without the driver's retries, while they are cut apart:
+        # its two-phase commit cannot reach the other shard, so it does not commit.
+        with cluster.client() as client:
+            try:
+                with client.start_session() as session:
+                    with session.start_transaction():
+                        transfer_across(client, session)
+                probes.append("committed")
+            except PyMongoError as error:
+                probes.append(repr(error))
+
+    def partition_twice():
+        try:
+            for _ in range(2):
+                time.sleep(2)
+                cut(shard_a, shard_b)
+                cut(shard_b, shard_a)
+                probe()
+                time.sleep(1)
+                heal()
+            time.sleep(2)
+        finally:
+            heal()
+
+    bank_workload(cluster, partition_twice)
+    assert probes and "committed" not in probes, probes
+
+
+def transfer_across(client, session):
+    accounts = client.bank.accounts
+    accounts.update_one({"_id": 0}, {"$inc": {"balance": -1}}, session=session)
+    accounts.update_one({"_id": ACCOUNTS - 1}, {"$inc": {"balance": 1}}, session=session)
+
+
+def bank_workload(cluster, disturb):
     """Four clients move amounts between random accounts, each transfer writing its ledger
-    entry (an unsharded collection on rca) in the same transaction, while each shard in turn
-    is killed (SIGKILL) and restarted, and a reader sums every balance in snapshot transactions.
-    After the run every account is exactly its initial balance plus the ledger's transfers (all
-    of a transaction or none of it, on both shards), every transfer a client saw committed is in
-    the ledger, the total is unchanged, and no snapshot read saw part of a transfer."""
+    entry (an unsharded collection on rca) in the same transaction, and a reader sums every
+    balance in snapshot transactions, while `disturb` runs. After the run every account is
+    exactly its initial balance plus the ledger's transfers (all of a transaction or none of
+    it, on both shards), every transfer a client saw committed is in the ledger, the total is
+    unchanged, and no snapshot read saw part of a transfer. Returns the transfers' errors."""
     import random
 
     with cluster.client() as client:
@@ -215,10 +281,7 @@ def test_a_bank_workload_across_shards_keeps_its_ledger_through_kills_of_each_sh
     for thread in threads:
         thread.start()
     try:
-        for name in ("rca", "rcb"):
-            time.sleep(3)
-            restart(cluster.shards[name])
-        time.sleep(3)
+        disturb()
     finally:
         stop.set()
         for thread in threads:
@@ -234,3 +297,4 @@ def test_a_bank_workload_across_shards_keeps_its_ledger_through_kills_of_each_sh
         assert set(acknowledged) <= recorded, "every acknowledged transfer is durable"
         wait_until(lambda: balances(client) == expected(transfers), "balances as the ledger says", timeout=60, interval=0.5)
         assert sum(balances(client).values()) == ACCOUNTS * INITIAL_BALANCE
+    return failures

@@ -141,6 +141,9 @@ impl NodeClient {
 
     /// One exchange with `host` on a pooled (or new) connection.
     async fn exchange_with(&self, host: &str, body: Document) -> ClusterResult<Vec<u8>> {
+        if myriad_commands::fail_point::cluster_partition_cuts(host) {
+            return Err(ClusterError::HostUnreachable { host: host.to_string(), reason: "cut by the clusterNetworkPartition fail point".to_string() });
+        }
         let (request_id, encoded) = encode_request(&self.next_request_id, body)?;
         let mut stream = self.take_connection(host).await?;
         let exchange = tokio::time::timeout(self.call_timeout, exchange(&mut stream, &encoded, request_id)).await;

@@ -58,6 +58,7 @@ const RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
 const RECOVERY_BATCH: i64 = 64;
 const NO_SUCH_TRANSACTION: i32 = 251;
 const TRANSACTION_COMMITTED: i32 = 256;
+const TRANSACTION_TOO_OLD: i32 = 225;
 
 /// The coordinator's decision.
 #[derive(Clone, Copy, Debug)]
@@ -209,8 +210,13 @@ fn deliver(
         Decision::Abort => ("abortTransaction", None),
     };
     let sent = send_all(coordinator.migrations, coordinator.runtime, participants, &transaction, command, extra, DECISION_ATTEMPTS)?;
+    // TransactionTooOld: the participant's session moved on to a later transaction, which it
+    // can only do once this one was decided there (a prepared transaction takes no successor),
+    // and the only decision ever sent is this one: its answer to an earlier delivery was lost
+    // (a partition) and the client, told the outcome, ran the next transaction.
     let acknowledged = sent.iter().all(|(_, reply)| match (decision, reply) {
         (_, Ok(_)) => true,
+        (_, Err(error)) if error.code() == TRANSACTION_TOO_OLD => true,
         (Decision::Commit(_), Err(error)) => error.code() == TRANSACTION_COMMITTED,
         (Decision::Abort, Err(error)) => error.code() == NO_SUCH_TRANSACTION,
     });

@@ -498,3 +498,22 @@ mod tests {
         assert_eq!(retryable_write_labels(&retryable, &write_concern).len(), 1);
     }
 }
+
+/// The hosts this process's calls to other cluster members do not reach: a test's network
+/// partition between a router and a shard, or between shards (the `clusterNetworkPartition`
+/// fail point, `myriad_cluster`'s client checks it). Empty outside tests: then the check is one
+/// relaxed atomic load.
+static CLUSTER_PARTITION: parking_lot::RwLock<Vec<String>> = parking_lot::RwLock::new(Vec::new());
+static CLUSTER_PARTITION_SET: AtomicBool = AtomicBool::new(false);
+
+/// Cuts this process's calls to `hosts` (`host:port`); an empty list heals.
+pub fn set_cluster_partition(hosts: Vec<String>) {
+    let mut partition = CLUSTER_PARTITION.write();
+    CLUSTER_PARTITION_SET.store(!hosts.is_empty(), Ordering::Release);
+    *partition = hosts;
+}
+
+/// True when a call of this process to `host` is cut by the test's partition.
+pub fn cluster_partition_cuts(host: &str) -> bool {
+    CLUSTER_PARTITION_SET.load(Ordering::Acquire) && CLUSTER_PARTITION.read().iter().any(|cut| cut == host)
+}

@@ -15,7 +15,15 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         None => return Err(CommandError::bad_value("configureFailPoint needs a fail point name")),
     };
     if name == REPLICATION_NETWORK_PARTITION {
-        return partition(context, request);
+        let Some(member) = context.replication.get() else {
+            return Err(CommandError::new(crate::error::ErrorCode::new(76), "replicationNetworkPartition needs a replica-set member"));
+        };
+        member.set_unreachable(partition_hosts(request, name)?);
+        return Ok(configured_reply(0));
+    }
+    if name == CLUSTER_NETWORK_PARTITION {
+        crate::fail_point::set_cluster_partition(partition_hosts(request, name)?);
+        return Ok(configured_reply(0));
     }
     let count = context.fail_points.configure(name, &request.body)?;
     Ok(configured_reply(count))
@@ -24,11 +32,12 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
 /// A replica-set member's test fail point: `{mode: "alwaysOn", data: {hosts: [...]}}` makes it
 /// send nothing to those members (`mode: "off"` heals); set on both sides, a partition.
 const REPLICATION_NETWORK_PARTITION: &str = "replicationNetworkPartition";
+/// The same for the calls a router or a shard makes to other cluster members (commands, a
+/// coordinator's prepare and decision): they fail as unreachable hosts do.
+const CLUSTER_NETWORK_PARTITION: &str = "clusterNetworkPartition";
 
-fn partition(context: &ServerContext, request: &CommandRequest) -> CommandResult<Document> {
-    let Some(member) = context.replication.get() else {
-        return Err(CommandError::new(crate::error::ErrorCode::new(76), "replicationNetworkPartition needs a replica-set member"));
-    };
+/// The hosts of a partition fail point: `data.hosts` for `alwaysOn`, none for `off`.
+fn partition_hosts(request: &CommandRequest, name: &str) -> CommandResult<Vec<String>> {
     let hosts = match request.body.get("mode") {
         Some(Bson::String(mode)) if mode == "off" => Vec::new(),
         Some(Bson::String(mode)) if mode == "alwaysOn" => {
@@ -38,11 +47,10 @@ fn partition(context: &ServerContext, request: &CommandRequest) -> CommandResult
                     .iter()
                     .map(|host| host.as_str().map(str::to_string).ok_or_else(|| CommandError::bad_value("data.hosts holds host:port strings")))
                     .collect::<CommandResult<Vec<String>>>()?,
-                _ => return Err(CommandError::bad_value("replicationNetworkPartition needs data.hosts")),
+                _ => return Err(CommandError::bad_value(format!("{name} needs data.hosts"))),
             }
         }
-        _ => return Err(CommandError::bad_value("replicationNetworkPartition takes mode alwaysOn or off")),
+        _ => return Err(CommandError::bad_value(format!("{name} takes mode alwaysOn or off"))),
     };
-    member.set_unreachable(hosts);
-    Ok(configured_reply(0))
+    Ok(hosts)
 }
