@@ -1,7 +1,8 @@
 """MongoDB's messages (issue 24, item 9): refused commands answer with mongod 7.0's error code
 AND its exact errmsg. One table per family, each row a command and what mongod answers:
 
-  1. command parsing (the IDL parser: wrong type 14, missing field 40414, and command checks),
+  1. command parsing (the IDL parser: wrong type 14, missing field 40414, unknown field 40415,
+     and command checks),
   2. aggregation stages and expressions,
   3. query (filter) operators,
   4. update operators (answered as a write error of the update command),
@@ -12,12 +13,17 @@ src/mongo/idl/idl_parser.cpp (the 'BSON field ...' sentences), src/mongo/db/quer
 query_request_helper.cpp (find's parser context is 'FindCommandRequest'),
 src/mongo/db/pipeline/ (document_source_*.cpp, expression.cpp, accumulator parsing),
 src/mongo/db/matcher/expression_parser.cpp, src/mongo/util/regex_util.cpp, src/mongo/db/update/
-(*_node.cpp, update_object_node.cpp, storage_validation.cpp) and src/mongo/db/catalog/
-(drop_indexes.cpp, rename_collection.cpp, create_collection.cpp). A message is compared whole
+(*_node.cpp, update_object_node.cpp, storage_validation.cpp), src/mongo/db/catalog/
+(drop_indexes.cpp, rename_collection.cpp, create_collection.cpp, index_catalog_impl.cpp,
+index_key_validate.cpp) and the commands' IDL files (find_command.idl, aggregate_command.idl,
+write_ops.idl... for the fields strict parsers take, generic_argument.idl for those every
+command takes). A message is compared whole
 unless it embeds a rendering of a document, where only the fixed part is compared (noted on
 the row)."""
 
 import pytest
+from bson.int64 import Int64
+from bson.objectid import ObjectId
 from pymongo.errors import OperationFailure
 
 EXACT, PREFIX = "exact", "prefix"
@@ -119,6 +125,78 @@ PARSING = [
 @pytest.mark.parametrize("command, code, message", [row[1:] for row in PARSING], ids=[row[0] for row in PARSING])
 def test_parsing(db, command, code, message):
     check(db, command, code, message)
+
+
+# mongod's IDL parsers are strict: a top-level field that is neither the command's own nor a
+# generic argument is 40415, named with the parser's context (find's is FindCommandRequest).
+UNKNOWN_FIELDS = [
+    ("hello_topologyVersion", {"isMaster": 1, "topologyVersion": {"processId": ObjectId(), "counter": Int64(0), "bogus": 1},
+                               "maxAwaitTimeMS": 1}, "hello.topologyVersion.bogus"),
+    ("find", {"find": "c", "filter": {}, "bogus": 1}, "FindCommandRequest.bogus"),
+    ("aggregate", {"aggregate": "c", "pipeline": [], "cursor": {}, "bogus": 1}, "aggregate.bogus"),
+    ("insert", {"insert": "c", "documents": [{}], "bogus": 1}, "insert.bogus"),
+    ("update", {"update": "c", "updates": [{"q": {}, "u": {}}], "bogus": 1}, "update.bogus"),
+    ("delete", {"delete": "c", "deletes": [{"q": {}, "limit": 0}], "bogus": 1}, "delete.bogus"),
+    ("findAndModify", {"findAndModify": "c", "query": {}, "remove": True, "bogus": 1}, "findAndModify.bogus"),
+    ("count", {"count": "c", "query": {}, "bogus": 1}, "count.bogus"),
+    ("distinct", {"distinct": "c", "key": "a", "bogus": 1}, "distinct.bogus"),
+    ("createIndexes", {"createIndexes": "c", "indexes": [{"key": {"b": 1}, "name": "b_1"}], "bogus": 1}, "createIndexes.bogus"),
+    ("listCollections", {"listCollections": 1, "bogus": 1}, "listCollections.bogus"),
+    ("listIndexes", {"listIndexes": "c", "bogus": 1}, "listIndexes.bogus"),
+    ("getMore", {"getMore": Int64(1), "collection": "c", "bogus": 1}, "getMore.bogus"),
+    ("killCursors", {"killCursors": "c", "cursors": [], "bogus": 1}, "killCursors.bogus"),
+    ("create", {"create": "unknown_option", "bogus": 1}, "create.bogus"),
+    ("drop", {"drop": "c", "bogus": 1}, "drop.bogus"),
+    ("dropIndexes", {"dropIndexes": "c", "index": "*", "bogus": 1}, "dropIndexes.bogus"),
+    ("deleteIndexes", {"deleteIndexes": "c", "index": "*", "bogus": 1}, "dropIndexes.bogus"),
+    ("dropDatabase", {"dropDatabase": 1, "bogus": 1}, "dropDatabase.bogus"),
+    ("explained_find", {"explain": {"find": "c", "bogus": 1}}, "FindCommandRequest.bogus"),
+    # The other 40415 parsers answer in the same words.
+    ("collMod", {"collMod": "c", "bogus": 1}, "collMod.bogus"),
+    ("bulkWrite_cursor", {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": "elsewhere.c"}],
+                          "cursor": {"bogus": 1}}, "bulkWrite.cursor.bogus"),
+]
+
+
+@pytest.mark.parametrize("command, path", [row[1:] for row in UNKNOWN_FIELDS], ids=[row[0] for row in UNKNOWN_FIELDS])
+def test_unknown_fields(db, command, path):
+    db.c.insert_one({"_id": 1, "a": 1})
+    target = db.client.admin if "bulkWrite" in command else db
+    check(target, command, 40415, f"BSON field '{path}' is an unknown field.")
+    # Refused before anything ran: the collection and its documents are as they were.
+    assert db.c.count_documents({}) == 1
+    assert "unknown_option" not in db.list_collection_names()
+
+
+def test_hello_takes_unknown_fields(db):
+    """mongod's hello parser is not strict: drivers add handshake fields (pymongo's backpressure)."""
+    assert db.command({"hello": 1, "bogus": 1})["ok"] == 1.0
+
+
+def test_an_unknown_field_of_renameCollection(db):
+    db.c.insert_one({"_id": 1})
+    command = {"renameCollection": f"{db.name}.c", "to": f"{db.name}.d", "bogus": 1}
+    check(db.client.admin, command, 40415, "BSON field 'renameCollection.bogus' is an unknown field.")
+    assert db.list_collection_names() == ["c"]
+
+
+def test_what_mongod_takes_is_not_refused(db):
+    """The commands' own fields, internal ones included, and the generic arguments pass."""
+    db.c.insert_one({"_id": 1, "a": 1})
+    generic = {"comment": "c", "maxTimeMS": 10000, "readConcern": {"level": "local"}, "$readPreference": {"mode": "primary"}}
+    find = {"find": "c", "filter": {"a": 1}, "projection": {"a": 1}, "sort": {"a": 1}, "hint": {"_id": 1}, "skip": 0,
+            "limit": 5, "batchSize": 5, "singleBatch": False, "allowDiskUse": True, "let": {"x": 1}, "collation": {"locale": "simple"},
+            "noCursorTimeout": False, "allowPartialResults": False, "returnKey": False, "showRecordId": False, "tailable": False,
+            "awaitData": False, "readOnce": False, "mirrored": False, **generic}
+    assert db.command(find)["cursor"]["firstBatch"] == [{"_id": 1, "a": 1}]
+    write = {"ordered": True, "bypassDocumentValidation": False, "writeConcern": {"w": 1}, "comment": "c"}
+    assert db.command({"insert": "c", "documents": [{"_id": 2}], **write})["n"] == 1
+    assert db.command({"update": "c", "updates": [{"q": {"_id": 2}, "u": {"$set": {"a": 2}}}], "let": {}, **write})["nModified"] == 1
+    assert db.command({"delete": "c", "deletes": [{"q": {"_id": 2}, "limit": 1}], "let": {}, **write})["n"] == 1
+    assert db.command({"count": "c", "query": {}, "fields": {"a": 1}, "limit": 10, "skip": 0, **generic})["n"] == 1
+    assert db.command({"distinct": "c", "key": "a", "query": {}, **generic})["values"] == [1]
+    aggregate = {"aggregate": "c", "pipeline": [], "cursor": {}, "allowDiskUse": False, "let": {}, **generic}
+    assert db.command(aggregate)["cursor"]["firstBatch"] == [{"_id": 1, "a": 1}]
 
 
 # --- 2. Aggregation stages and expressions ---------------------------------------------------
