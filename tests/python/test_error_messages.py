@@ -407,10 +407,48 @@ def test_keys_in_messages_print_as_mongod_prints_them(db):
     check(db, {"dropIndexes": "c", "index": {"a": 1}}, 27, "can't find index with key: { a: 1 }")
 
 
-def test_an_index_on_the_same_key_under_another_name(db):
-    db.c.create_index("a", name="a_first")
-    check(db, {"createIndexes": "c", "indexes": [{"key": {"a": 1}, "name": "a_second"}]}, 85,
-          "Index already exists with a different name: a_first")
+# index_catalog_impl.cpp: an index of the requested name is looked for first (86 when the key
+# or an identifying option differs: unique, sparse, partialFilterExpression, collation; 85 when
+# only other options do), then one of the same key and identifying options under another name
+# (85). Specs print as mongod stores them: v, unique and hidden when set, key, name, the rest.
+SAME_NAME = ("An existing index has the same name as the requested index. When index names are not specified, they are "
+             "auto generated and can cause conflicts. Please refer to our documentation. ")
+EXISTING_A_1 = 'existing index: { v: 2, key: { a: 1 }, name: "a_1" }'
+
+INDEX_CONFLICTS = [
+    ("same_name_other_key", {"key": {"b": 1}, "name": "a_1"}, 86,
+     SAME_NAME + 'Requested index: { v: 2, key: { b: 1 }, name: "a_1" }, ' + EXISTING_A_1),
+    ("same_name_unique_added", {"key": {"a": 1}, "name": "a_1", "unique": True}, 86,
+     SAME_NAME + 'Requested index: { v: 2, unique: true, key: { a: 1 }, name: "a_1" }, ' + EXISTING_A_1),
+    ("same_name_sparse_added", {"key": {"a": 1}, "name": "a_1", "sparse": True}, 86,
+     SAME_NAME + 'Requested index: { v: 2, key: { a: 1 }, name: "a_1", sparse: true }, ' + EXISTING_A_1),
+    ("same_name_ttl_added", {"key": {"a": 1}, "name": "a_1", "expireAfterSeconds": 10}, 85,
+     "An equivalent index already exists with the same name but different options. "
+     'Requested index: { v: 2, key: { a: 1 }, name: "a_1", expireAfterSeconds: 10 }, ' + EXISTING_A_1),
+    ("other_name_identical", {"key": {"a": 1}, "name": "a_second"}, 85, "Index already exists with a different name: a_1"),
+    ("other_name_ttl_added", {"key": {"a": 1}, "name": "a_ttl", "expireAfterSeconds": 10}, 85,
+     "An equivalent index already exists with a different name and options. "
+     'Requested index: { v: 2, key: { a: 1 }, name: "a_ttl", expireAfterSeconds: 10 }, ' + EXISTING_A_1),
+]
+
+
+@pytest.mark.parametrize("spec, code, message", [row[1:] for row in INDEX_CONFLICTS], ids=[row[0] for row in INDEX_CONFLICTS])
+def test_index_conflicts(db, spec, code, message):
+    db.c.create_index("a")
+    check(db, {"createIndexes": "c", "indexes": [spec]}, code, message)
+    assert sorted(index["name"] for index in db.c.list_indexes()) == ["_id_", "a_1"]
+
+
+def test_another_identifying_option_is_another_index(db):
+    db.c.create_index("a")
+    db.c.create_index("a", name="a_sparse", sparse=True)
+    assert sorted(index["name"] for index in db.c.list_indexes()) == ["_id_", "a_1", "a_sparse"]
+
+
+def test_specs_are_listed_as_mongod_stores_them(db):
+    db.command({"createIndexes": "c", "indexes": [{"key": {"a": 1}, "name": "a_1", "sparse": True, "unique": 1, "hidden": False}]})
+    listed = [index for index in db.c.list_indexes() if index["name"] == "a_1"]
+    assert [list(index.items()) for index in listed] == [[("v", 2), ("unique", True), ("key", {"a": 1}), ("name", "a_1"), ("sparse", True)]]
 
 
 RENAMES = [

@@ -59,7 +59,7 @@ pub(crate) struct ParsedIndexSpec {
     pub(crate) fields: Vec<IndexField<'static>>,
     pub(crate) unique: bool,
     pub(crate) sparse: bool,
-    /// The spec as given, with `v: 2` added when absent and the obsolete `ns` removed.
+    /// The spec as mongod stores it (see [`normalized_spec`]).
     pub(crate) spec: Document,
 }
 
@@ -90,22 +90,24 @@ const KNOWN_SPEC_FIELDS: &[&str] = &[
     "dropDups",
 ];
 
-/// Options whose difference makes two specs with the same key different indexes.
-const SIGNIFICANT_OPTIONS: &[&str] = &[
-    "unique",
-    "sparse",
-    "expireAfterSeconds",
-    "partialFilterExpression",
-    "collation",
-    "hidden",
-    "weights",
-    "default_language",
-    "language_override",
-    "bits",
-    "min",
-    "max",
-    "wildcardProjection",
-];
+/// Options that identify an index: two specs on the same key that differ in one of them are
+/// different indexes (mongod's `IndexDescriptor::compareIndexOptions`).
+const IDENTIFYING_OPTIONS: &[&str] = &["unique", "sparse", "partialFilterExpression", "collation", "wildcardProjection"];
+
+/// Spec fields that are not compared as options: the key and name (compared apart) and what
+/// mongod leaves out (the version, creation-time and obsolete fields).
+const NOT_COMPARED_FIELDS: &[&str] = &["key", "name", "v", "ns", "background", "dropDups", "textIndexVersion", "2dsphereIndexVersion"];
+
+/// How a requested index compares with an existing one (mongod's `IndexDescriptor::Comparison`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IndexComparison {
+    /// Another key, or another identifying option: a different index.
+    Different,
+    /// The same key and identifying options, other options different: the two cannot coexist.
+    Equivalent,
+    /// The same index.
+    Identical,
+}
 
 /// The 64-bit hash a hashed index stores for `value` (as `Bson::Int64`); the same function
 /// routes hashed shard keys (see [`myriad_keystring::hash_value`]).
@@ -375,44 +377,72 @@ pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, Stora
             ));
         }
     }
-    let mut normalized = Document::new();
-    if !spec.contains_key("v") {
-        normalized.insert("v", 2);
-    }
-    for (field, value) in spec {
-        match (field.as_str(), expire_after_seconds) {
-            // Dropped (obsolete), or meaning what its absence means.
-            ("ns", _) => {}
-            ("hidden", _) if !hidden => {}
-            // Stored as the Int32 MongoDB's listIndexes shows.
-            ("expireAfterSeconds", Some(seconds)) => {
-                normalized.insert(field.clone(), seconds);
-            }
-            _ => {
-                normalized.insert(field.clone(), value.clone());
-            }
-        }
-    }
-    if !spec.contains_key("name") {
-        normalized.insert("name", name.clone());
-    }
+    let normalized = normalized_spec(spec, &key_pattern, &name, expire_after_seconds);
     Ok(ParsedIndexSpec { name, key_pattern, fields, unique, sparse, spec: normalized })
 }
 
-/// True when two specs have the same significant options (unique, sparse, TTL...).
-pub(crate) fn same_options(left: &Document, right: &Document) -> bool {
-    SIGNIFICANT_OPTIONS.iter().all(|option| {
-        let left_value = left.get(*option);
-        let right_value = right.get(*option);
-        match (*option, left_value, right_value) {
-            ("unique" | "sparse" | "hidden", _, _) => truthy(left_value) == truthy(right_value),
-            (_, None, None) => true,
-            (_, Some(left_value), Some(right_value)) => {
-                myriad_keystring::values_equal(left_value, right_value)
-            }
-            _ => false,
+/// Compares a requested spec with an existing one, as mongod compares index descriptors:
+/// key pattern and identifying options first, then every other option by value.
+pub(crate) fn compare_indexes(existing_key: &Document, existing: &Document, requested_key: &Document, requested: &Document) -> IndexComparison {
+    if !same_key_pattern(existing_key, requested_key) {
+        return IndexComparison::Different;
+    }
+    let same_option = |option: &str| match (option, existing.get(option), requested.get(option)) {
+        ("unique" | "sparse" | "hidden", left, right) => truthy(left) == truthy(right),
+        (_, None, None) => true,
+        (_, Some(left), Some(right)) => myriad_keystring::values_equal(left, right),
+        _ => false,
+    };
+    if !IDENTIFYING_OPTIONS.iter().all(|option| same_option(option)) {
+        return IndexComparison::Different;
+    }
+    let compared = |field: &String| !IDENTIFYING_OPTIONS.contains(&field.as_str()) && !NOT_COMPARED_FIELDS.contains(&field.as_str());
+    let others_same = existing.keys().chain(requested.keys()).filter(|field| compared(field)).all(|field| same_option(field));
+    if others_same {
+        IndexComparison::Identical
+    } else {
+        IndexComparison::Equivalent
+    }
+}
+
+/// The spec as mongod stores it (see [`in_stored_order`]), with `expireAfterSeconds` as the
+/// Int32 listIndexes shows.
+fn normalized_spec(spec: &Document, key_pattern: &Document, name: &str, expire_after_seconds: Option<i32>) -> Document {
+    let mut normalized = in_stored_order(spec, key_pattern, name);
+    if let Some(seconds) = expire_after_seconds {
+        // Replaced in place: the field keeps its position.
+        normalized.insert("expireAfterSeconds", seconds);
+    }
+    normalized
+}
+
+/// An index spec in the order and form mongod stores and lists it (its
+/// `IndexCatalogImpl::_fixIndexSpec`): `v` (2 when absent), `unique: true` and `hidden: true`
+/// when set (a false one is dropped), `key`, `name`, then every other field in the order
+/// given, without the obsolete `ns` and `dropDups`. Specs stored before this order was kept
+/// are listed in it too.
+pub fn in_stored_order(spec: &Document, key_pattern: &Document, name: &str) -> Document {
+    let version = match spec.get("v") {
+        Some(Bson::Int32(version)) => *version,
+        Some(Bson::Int64(version)) => i32::try_from(*version).unwrap_or(2),
+        // Checked to be 1.0 or 2.0 when created.
+        Some(Bson::Double(version)) => *version as i32,
+        _ => 2,
+    };
+    let mut ordered = bson::doc! { "v": version };
+    for flag in ["unique", "hidden"] {
+        if truthy(spec.get(flag)) {
+            ordered.insert(flag, true);
         }
-    })
+    }
+    ordered.insert("key", key_pattern.clone());
+    ordered.insert("name", name);
+    for (field, value) in spec {
+        if !matches!(field.as_str(), "v" | "unique" | "hidden" | "key" | "name" | "ns" | "dropDups") {
+            ordered.insert(field.clone(), value.clone());
+        }
+    }
+    ordered
 }
 
 /// True when two key patterns are the same (field order and numerically equal values).

@@ -9,7 +9,7 @@
 use bson::Document;
 
 use crate::catalog::CollectionEntry;
-use crate::index::{id_index_spec, same_key_pattern, same_options, ParsedIndexSpec, ID_INDEX_NAME};
+use crate::index::{compare_indexes, id_index_spec, same_key_pattern, IndexComparison, ParsedIndexSpec, ID_INDEX_NAME};
 use crate::StorageError;
 
 /// The name, key pattern and spec of each index a requested spec is checked against.
@@ -35,29 +35,52 @@ impl IndexConflicts {
 
     /// Applies MongoDB's conflict rules to `spec`: `Ok(true)` when it must be built (it is then
     /// compared with the specs admitted after it), `Ok(false)` when an identical index exists or
-    /// was admitted earlier, an error when it conflicts with one.
+    /// was admitted earlier, an error when it conflicts with one. As mongod, an index of the
+    /// same name is looked for first, then one of the same key and identifying options.
     pub(crate) fn admit(&mut self, spec: &ParsedIndexSpec) -> Result<bool, StorageError> {
-        for (name, key_pattern, options) in &self.indexes {
-            let same_key = same_key_pattern(key_pattern, &spec.key_pattern);
-            let same_options = same_options(options, &spec.spec);
-            if *name == spec.name {
-                if !same_key {
-                    return Err(StorageError::IndexKeySpecsConflict(format!(
-                        "an index named '{name}' already exists with a different key pattern"
-                    )));
-                }
-                if !same_options && name != ID_INDEX_NAME {
-                    return Err(StorageError::IndexOptionsConflict(format!(
-                        "an index named '{name}' already exists with different options"
-                    )));
-                }
+        let compare = |key_pattern: &Document, options: &Document| compare_indexes(key_pattern, options, &spec.key_pattern, &spec.spec);
+        if let Some((name, key_pattern, options)) = self.indexes.iter().find(|(name, _, _)| *name == spec.name) {
+            // The _id index's options are its own: asking for it again is asking for it.
+            if name == ID_INDEX_NAME && same_key_pattern(key_pattern, &spec.key_pattern) {
                 return Ok(false);
             }
-            if same_key && same_options {
-                return Err(StorageError::IndexOptionsConflict(format!("Index already exists with a different name: {name}")));
+            return match compare(key_pattern, options) {
+                IndexComparison::Different => Err(StorageError::IndexKeySpecsConflict(format!(
+                    "An existing index has the same name as the requested index. When index names are not specified, they \
+                     are auto generated and can cause conflicts. Please refer to our documentation. {}",
+                    requested_and_existing(&spec.spec, options)
+                ))),
+                IndexComparison::Equivalent => Err(StorageError::IndexOptionsConflict(format!(
+                    "An equivalent index already exists with the same name but different options. {}",
+                    requested_and_existing(&spec.spec, options)
+                ))),
+                IndexComparison::Identical => Ok(false),
+            };
+        }
+        for (name, key_pattern, options) in &self.indexes {
+            match compare(key_pattern, options) {
+                IndexComparison::Different => {}
+                IndexComparison::Equivalent => {
+                    return Err(StorageError::IndexOptionsConflict(format!(
+                        "An equivalent index already exists with a different name and options. {}",
+                        requested_and_existing(&spec.spec, options)
+                    )))
+                }
+                IndexComparison::Identical => {
+                    return Err(StorageError::IndexOptionsConflict(format!("Index already exists with a different name: {name}")))
+                }
             }
         }
         self.indexes.push((spec.name.clone(), spec.key_pattern.clone(), spec.spec.clone()));
         Ok(true)
     }
+}
+
+/// "Requested index: <spec>, existing index: <spec>", each printed as mongod prints a BSONObj.
+fn requested_and_existing(requested: &Document, existing: &Document) -> String {
+    format!(
+        "Requested index: {}, existing index: {}",
+        myriad_collation::shell_string(requested),
+        myriad_collation::shell_string(existing)
+    )
 }
