@@ -390,6 +390,20 @@ INDEX_SPECS = [
     ("partial_and_sparse", {"key": {"p": 1}, "sparse": True, "partialFilterExpression": {"a": 1}, "name": "p_1"}, 67,
      'Error in specification { key: { p: 1 }, sparse: true, partialFilterExpression: { a: 1 }, name: "p_1", v: 2 } '
      ':: caused by :: cannot mix "partialFilterExpression" and "sparse" options'),
+    # index_key_validate::validateIndexSpecTTL: the spec as sent is the context of a bad value
+    # (mongod's type message closes no quote), and ends the compound-key refusal.
+    ("ttl_not_a_number", {"key": {"t": 1}, "name": "t_1", "expireAfterSeconds": "x"}, 67,
+     '. Index spec: { key: { t: 1 }, name: "t_1", expireAfterSeconds: "x" } :: caused by :: '
+     "TTL index 'expireAfterSeconds' option must be numeric, but received a type of 'string"),
+    ("ttl_negative", {"key": {"t": 1}, "name": "t_1", "expireAfterSeconds": -1}, 67,
+     '. Index spec: { key: { t: 1 }, name: "t_1", expireAfterSeconds: -1 } :: caused by :: '
+     "TTL index 'expireAfterSeconds' option cannot be less than 0"),
+    ("ttl_beyond_32_bits", {"key": {"t": 1}, "name": "t_1", "expireAfterSeconds": 2**31}, 67,
+     '. Index spec: { key: { t: 1 }, name: "t_1", expireAfterSeconds: 2147483648 } :: caused by :: '
+     "TTL index 'expireAfterSeconds' must be within the range of a 32-bit integer"),
+    ("ttl_compound", {"key": {"t": 1, "u": 1}, "name": "t_1_u_1", "expireAfterSeconds": 10}, 67,
+     "TTL indexes are single-field indexes, compound indexes do not support TTL. "
+     'Index spec: { key: { t: 1, u: 1 }, name: "t_1_u_1", expireAfterSeconds: 10 }'),
 ]
 
 

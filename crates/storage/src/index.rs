@@ -353,7 +353,7 @@ pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, Stora
         ));
     }
     let expire_after_seconds = match spec.get("expireAfterSeconds") {
-        Some(value) => Some(validate_ttl_option(value, &fields)?),
+        Some(value) => Some(validate_ttl_option(spec, value, &fields)?),
         None => None,
     };
     let hidden = match spec.get("hidden") {
@@ -774,25 +774,32 @@ pub fn expire_after_seconds_number(value: &Bson) -> Option<f64> {
     }
 }
 
-/// Validates `expireAfterSeconds` of a createIndexes spec with key `fields` (MongoDB's rules,
-/// all CannotCreateIndex) and returns it as the Int32 the spec stores.
-pub(crate) fn validate_ttl_option(value: &Bson, fields: &[IndexField<'_>]) -> Result<i32, StorageError> {
-    let refuse = |message: String| Err(StorageError::CannotCreateIndex(message));
+/// Validates `expireAfterSeconds` of the createIndexes spec `spec` with key `fields` (MongoDB's
+/// rules and texts, all CannotCreateIndex) and returns it as the Int32 the spec stores. As
+/// mongod's `validateIndexSpecTTL`, a bad value's reason comes after the spec as given (". Index
+/// spec: { ... } :: caused by :: <reason>"), and the compound-key refusal ends with it.
+pub(crate) fn validate_ttl_option(spec: &Document, value: &Bson, fields: &[IndexField<'_>]) -> Result<i32, StorageError> {
+    let shell = || myriad_collation::shell_string(spec);
+    let refuse = |reason: &str| Err(StorageError::CannotCreateIndex(format!(". Index spec: {} :: caused by :: {reason}", shell())));
     let Some(seconds) = expire_after_seconds_number(value) else {
         let type_name = myriad_query::bson_types::type_name(value);
-        return refuse(format!("TTL index 'expireAfterSeconds' option must be numeric, but received a type of '{type_name}'"));
+        // mongod's text closes no quote after the type name.
+        return refuse(&format!("TTL index 'expireAfterSeconds' option must be numeric, but received a type of '{type_name}"));
     };
     if seconds.is_nan() {
-        return refuse("TTL index 'expireAfterSeconds' option must not be NaN".to_string());
+        return refuse("TTL index 'expireAfterSeconds' option must not be NaN");
     }
     if seconds < f64::from(i32::MIN) || seconds > f64::from(i32::MAX) {
-        return refuse("TTL index 'expireAfterSeconds' must be within the range of a 32-bit integer".to_string());
+        return refuse("TTL index 'expireAfterSeconds' must be within the range of a 32-bit integer");
     }
     if seconds < 0.0 {
-        return refuse("TTL index 'expireAfterSeconds' option cannot be less than 0".to_string());
+        return refuse("TTL index 'expireAfterSeconds' option cannot be less than 0");
     }
     if fields.len() != 1 {
-        return refuse("TTL indexes are single-field indexes, compound indexes do not support TTL".to_string());
+        return Err(StorageError::CannotCreateIndex(format!(
+            "TTL indexes are single-field indexes, compound indexes do not support TTL. Index spec: {}",
+            shell()
+        )));
     }
     // Checked to be within 0..=i32::MAX just above.
     Ok(seconds as i32)
