@@ -13,11 +13,13 @@
 //! ones drivers never send, so nothing mongod takes is refused. A command absent from the
 //! table takes any field, as mongod's non-IDL commands do (ping, serverStatus...), and so does
 //! `hello`: its parser takes unknown fields, so that drivers may add handshake fields (pymongo
-//! 4.20 sends `backpressure` to every server). Commands
-//! whose parsers also check nested documents or answer some known fields specially
-//! (hello's `topologyVersion`, `collMod`, `bulkWrite`, `authenticate`) keep those checks in
-//! their handlers, with the same generic arguments ([`GENERIC_ARGUMENTS`]) and the same text
-//! ([`CommandError::unknown_field`]).
+//! 4.20 sends `backpressure` to every server). Commands whose parsers also check nested
+//! documents or answer some known fields specially (hello's `topologyVersion`, `collMod`,
+//! `bulkWrite`, `authenticate`) keep those checks in their handlers, with the same generic
+//! arguments ([`GENERIC_ARGUMENTS`]) and the same text ([`CommandError::unknown_field`]).
+//!
+//! The statements of update and delete (`updates.*`, `deletes.*`) are strict in mongod too;
+//! they are not checked here yet.
 
 use myriad_reply::error::{CommandError, CommandResult};
 
