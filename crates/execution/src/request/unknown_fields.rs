@@ -18,9 +18,12 @@
 //! `bulkWrite`, `authenticate`) keep those checks in their handlers, with the same generic
 //! arguments ([`GENERIC_ARGUMENTS`]) and the same text ([`CommandError::unknown_field`]).
 //!
-//! The statements of update and delete (`updates.*`, `deletes.*`) are strict in mongod too;
-//! they are not checked here yet.
+//! The statements of update and delete are parsed strictly too (mongod's `UpdateOpEntry` and
+//! `DeleteOpEntry`): an unknown field of one is "BSON field 'update.updates.<field>' is an
+//! unknown field." ([`STRICT_STATEMENTS`]). Fields are checked in the order they come, as
+//! mongod's parser meets them.
 
+use bson::Bson;
 use myriad_reply::error::{CommandError, CommandResult};
 
 use super::CommandRequest;
@@ -149,6 +152,26 @@ const STRICT_COMMANDS: &[StrictCommand] = &[
     },
 ];
 
+/// The statements of a write command, parsed strictly: the command, the array that holds
+/// them and the fields a statement takes (no generic arguments inside).
+struct StrictStatements {
+    command: &'static str,
+    array: &'static str,
+    fields: &'static [&'static str],
+}
+
+const STRICT_STATEMENTS: &[StrictStatements] = &[
+    StrictStatements {
+        command: "update",
+        array: "updates",
+        fields: &[
+            "q", "u", "c", "arrayFilters", "hint", "multi", "upsert", "upsertSupplied", "collation", "sampleId", "sort",
+            "$_allowShardKeyUpdatesWithoutFullShardKeyInQuery",
+        ],
+    },
+    StrictStatements { command: "delete", array: "deletes", fields: &["q", "limit", "hint", "collation", "sampleId"] },
+];
+
 /// The strict parser of the command named `command` (any of its spellings), when mongod has
 /// one.
 fn strict_command(command: &str) -> Option<&'static StrictCommand> {
@@ -160,19 +183,36 @@ fn is_write_command_field(strict: &StrictCommand, field: &str) -> bool {
     matches!(strict.names, ["insert"] | ["update"] | ["delete"]) && WRITE_COMMAND_FIELDS.contains(&field)
 }
 
-/// 40415 for the first top-level field of `request` that its command's strict parser does
-/// not take; nothing for a command mongod does not parse strictly. The command's own first
-/// field (its name) is never checked.
+/// 40415 for the first field of `request` that its command's strict parser does not take, at
+/// the top level or in a statement; nothing for a command mongod does not parse strictly. The
+/// command's own first field (its name) is never checked.
 pub fn check_command(request: &CommandRequest) -> CommandResult<()> {
     let Some(strict) = strict_command(&request.name) else { return Ok(()) };
-    let unknown = request.body.keys().skip(1).find(|field| {
-        let field = field.as_str();
-        !strict.fields.contains(&field) && !GENERIC_ARGUMENTS.contains(&field) && !is_write_command_field(strict, field)
-    });
-    match unknown {
-        Some(field) => Err(CommandError::unknown_field(&format!("{}.{field}", strict.context))),
-        None => Ok(()),
+    let statements = STRICT_STATEMENTS.iter().find(|statements| strict.names[0] == statements.command);
+    for (field, value) in request.body.iter().skip(1) {
+        let name = field.as_str();
+        if !strict.fields.contains(&name) && !GENERIC_ARGUMENTS.contains(&name) && !is_write_command_field(strict, name) {
+            return Err(CommandError::unknown_field(&format!("{}.{field}", strict.context)));
+        }
+        if let (Some(statements), Bson::Array(entries)) = (statements, value) {
+            if statements.array == name {
+                check_statements(strict.context, statements, entries)?;
+            }
+        }
     }
+    Ok(())
+}
+
+/// 40415 for the first field of a statement that its parser does not take (statements that
+/// are not documents are the command's own parser's to refuse).
+fn check_statements(context: &str, statements: &StrictStatements, entries: &[Bson]) -> CommandResult<()> {
+    for entry in entries {
+        let Bson::Document(statement) = entry else { continue };
+        if let Some(field) = statement.keys().find(|field| !statements.fields.contains(&field.as_str())) {
+            return Err(CommandError::unknown_field(&format!("{context}.{}.{field}", statements.array)));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -216,6 +256,18 @@ mod tests {
         assert_eq!(refused(doc! { "deleteIndexes": "c", "index": "a_1" }), None);
         let alias = refused(doc! { "deleteIndexes": "c", "index": "a_1", "x": 1 });
         assert_eq!(alias.map(|(_, message)| message), Some("BSON field 'dropIndexes.x' is an unknown field.".to_string()));
+    }
+
+    #[test]
+    fn statements_are_parsed_strictly_in_order() {
+        let statement_field = refused(doc! { "update": "c", "updates": [{ "q": {}, "u": {} }, { "q": {}, "u": {}, "x": 1 }] });
+        assert_eq!(statement_field.map(|(_, message)| message), Some("BSON field 'update.updates.x' is an unknown field.".to_string()));
+        let delete = refused(doc! { "delete": "c", "deletes": [{ "q": {}, "limit": 0, "multi": true }] });
+        assert_eq!(delete.map(|(_, message)| message), Some("BSON field 'delete.deletes.multi' is an unknown field.".to_string()));
+        let first = refused(doc! { "update": "c", "bogus": 1, "updates": [{ "q": {}, "u": {}, "x": 1 }] });
+        assert_eq!(first.map(|(_, message)| message), Some("BSON field 'update.bogus' is an unknown field.".to_string()));
+        let full = doc! { "q": {}, "u": [], "c": {}, "arrayFilters": [], "hint": {}, "multi": true, "upsert": true, "collation": {}, "sort": {} };
+        assert_eq!(refused(doc! { "update": "c", "updates": [full, 5] }), None, "a statement of another type is the parser's to refuse");
     }
 
     #[test]
