@@ -90,25 +90,6 @@ const KNOWN_SPEC_FIELDS: &[&str] = &[
     "dropDups",
 ];
 
-/// Options that identify an index: two specs on the same key that differ in one of them are
-/// different indexes (mongod's `IndexDescriptor::compareIndexOptions`).
-const IDENTIFYING_OPTIONS: &[&str] = &["unique", "sparse", "partialFilterExpression", "collation", "wildcardProjection"];
-
-/// Spec fields that are not compared as options: the key and name (compared apart) and what
-/// mongod leaves out (the version, creation-time and obsolete fields).
-const NOT_COMPARED_FIELDS: &[&str] = &["key", "name", "v", "ns", "background", "dropDups", "textIndexVersion", "2dsphereIndexVersion"];
-
-/// How a requested index compares with an existing one (mongod's `IndexDescriptor::Comparison`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum IndexComparison {
-    /// Another key, or another identifying option: a different index.
-    Different,
-    /// The same key and identifying options, other options different: the two cannot coexist.
-    Equivalent,
-    /// The same index.
-    Identical,
-}
-
 /// The 64-bit hash a hashed index stores for `value` (as `Bson::Int64`); the same function
 /// routes hashed shard keys (see [`myriad_keystring::hash_value`]).
 pub use myriad_keystring::hash_value as hashed_index_value;
@@ -264,7 +245,7 @@ fn validate_key_path(path: &str) -> Result<(), StorageError> {
     Ok(())
 }
 
-fn truthy(value: Option<&Bson>) -> bool {
+pub(crate) fn truthy(value: Option<&Bson>) -> bool {
     match value {
         None | Some(Bson::Null) | Some(Bson::Undefined) => false,
         Some(Bson::Boolean(flag)) => *flag,
@@ -379,30 +360,6 @@ pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, Stora
     }
     let normalized = normalized_spec(spec, &key_pattern, &name, expire_after_seconds);
     Ok(ParsedIndexSpec { name, key_pattern, fields, unique, sparse, spec: normalized })
-}
-
-/// Compares a requested spec with an existing one, as mongod compares index descriptors:
-/// key pattern and identifying options first, then every other option by value.
-pub(crate) fn compare_indexes(existing_key: &Document, existing: &Document, requested_key: &Document, requested: &Document) -> IndexComparison {
-    if !same_key_pattern(existing_key, requested_key) {
-        return IndexComparison::Different;
-    }
-    let same_option = |option: &str| match (option, existing.get(option), requested.get(option)) {
-        ("unique" | "sparse" | "hidden", left, right) => truthy(left) == truthy(right),
-        (_, None, None) => true,
-        (_, Some(left), Some(right)) => myriad_keystring::values_equal(left, right),
-        _ => false,
-    };
-    if !IDENTIFYING_OPTIONS.iter().all(|option| same_option(option)) {
-        return IndexComparison::Different;
-    }
-    let compared = |field: &String| !IDENTIFYING_OPTIONS.contains(&field.as_str()) && !NOT_COMPARED_FIELDS.contains(&field.as_str());
-    let others_same = existing.keys().chain(requested.keys()).filter(|field| compared(field)).all(|field| same_option(field));
-    if others_same {
-        IndexComparison::Identical
-    } else {
-        IndexComparison::Equivalent
-    }
 }
 
 /// The spec as mongod stores it (see [`in_stored_order`]), with `expireAfterSeconds` as the

@@ -9,7 +9,7 @@
 use bson::Document;
 
 use crate::catalog::CollectionEntry;
-use crate::index::{compare_indexes, id_index_spec, same_key_pattern, IndexComparison, ParsedIndexSpec, ID_INDEX_NAME};
+use crate::index::{id_index_spec, same_key_pattern, truthy, ParsedIndexSpec, ID_INDEX_NAME};
 use crate::StorageError;
 
 /// The name, key pattern and spec of each index a requested spec is checked against.
@@ -83,4 +83,47 @@ fn requested_and_existing(requested: &Document, existing: &Document) -> String {
         myriad_collation::shell_string(requested),
         myriad_collation::shell_string(existing)
     )
+}
+
+/// Options that identify an index: two specs on the same key that differ in one of them are
+/// different indexes (mongod's `IndexDescriptor::compareIndexOptions`).
+const IDENTIFYING_OPTIONS: &[&str] = &["unique", "sparse", "partialFilterExpression", "collation", "wildcardProjection"];
+
+/// Spec fields that are not compared as options: the key and name (compared apart) and what
+/// mongod leaves out (the version, creation-time and obsolete fields).
+const NOT_COMPARED_FIELDS: &[&str] = &["key", "name", "v", "ns", "background", "dropDups", "textIndexVersion", "2dsphereIndexVersion"];
+
+/// How a requested index compares with an existing one (mongod's `IndexDescriptor::Comparison`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IndexComparison {
+    /// Another key, or another identifying option: a different index.
+    Different,
+    /// The same key and identifying options, other options different: the two cannot coexist.
+    Equivalent,
+    /// The same index.
+    Identical,
+}
+
+/// Compares a requested spec with an existing one, as mongod compares index descriptors:
+/// key pattern and identifying options first, then every other option by value.
+fn compare_indexes(existing_key: &Document, existing: &Document, requested_key: &Document, requested: &Document) -> IndexComparison {
+    if !same_key_pattern(existing_key, requested_key) {
+        return IndexComparison::Different;
+    }
+    let same_option = |option: &str| match (option, existing.get(option), requested.get(option)) {
+        ("unique" | "sparse" | "hidden", left, right) => truthy(left) == truthy(right),
+        (_, None, None) => true,
+        (_, Some(left), Some(right)) => myriad_keystring::values_equal(left, right),
+        _ => false,
+    };
+    if !IDENTIFYING_OPTIONS.iter().all(|option| same_option(option)) {
+        return IndexComparison::Different;
+    }
+    let compared = |field: &String| !IDENTIFYING_OPTIONS.contains(&field.as_str()) && !NOT_COMPARED_FIELDS.contains(&field.as_str());
+    let others_same = existing.keys().chain(requested.keys()).filter(|field| compared(field)).all(|field| same_option(field));
+    if others_same {
+        IndexComparison::Identical
+    } else {
+        IndexComparison::Equivalent
+    }
 }
