@@ -1,7 +1,8 @@
 """MongoDB's messages (issue 24, item 9): refused commands answer with mongod 7.0's error code
 AND its exact errmsg. One table per family, each row a command and what mongod answers:
 
-  1. command parsing (the IDL parser: wrong type 14, missing field 40414, and command checks),
+  1. command parsing (the IDL parser: wrong type 14, missing field 40414, unknown field 40415,
+     and command checks),
   2. aggregation stages and expressions,
   3. query (filter) operators,
   4. update operators (answered as a write error of the update command),
@@ -12,12 +13,17 @@ src/mongo/idl/idl_parser.cpp (the 'BSON field ...' sentences), src/mongo/db/quer
 query_request_helper.cpp (find's parser context is 'FindCommandRequest'),
 src/mongo/db/pipeline/ (document_source_*.cpp, expression.cpp, accumulator parsing),
 src/mongo/db/matcher/expression_parser.cpp, src/mongo/util/regex_util.cpp, src/mongo/db/update/
-(*_node.cpp, update_object_node.cpp, storage_validation.cpp) and src/mongo/db/catalog/
-(drop_indexes.cpp, rename_collection.cpp, create_collection.cpp). A message is compared whole
+(*_node.cpp, update_object_node.cpp, storage_validation.cpp), src/mongo/db/catalog/
+(drop_indexes.cpp, rename_collection.cpp, create_collection.cpp, index_catalog_impl.cpp,
+index_key_validate.cpp) and the commands' IDL files (find_command.idl, aggregate_command.idl,
+write_ops.idl... for the fields strict parsers take, generic_argument.idl for those every
+command takes). A message is compared whole
 unless it embeds a rendering of a document, where only the fixed part is compared (noted on
 the row)."""
 
 import pytest
+from bson.int64 import Int64
+from bson.objectid import ObjectId
 from pymongo.errors import OperationFailure
 
 EXACT, PREFIX = "exact", "prefix"
@@ -119,6 +125,80 @@ PARSING = [
 @pytest.mark.parametrize("command, code, message", [row[1:] for row in PARSING], ids=[row[0] for row in PARSING])
 def test_parsing(db, command, code, message):
     check(db, command, code, message)
+
+
+# mongod's IDL parsers are strict: a top-level field that is neither the command's own nor a
+# generic argument is 40415, named with the parser's context (find's is FindCommandRequest).
+UNKNOWN_FIELDS = [
+    ("hello_topologyVersion", {"isMaster": 1, "topologyVersion": {"processId": ObjectId(), "counter": Int64(0), "bogus": 1},
+                               "maxAwaitTimeMS": 1}, "hello.topologyVersion.bogus"),
+    ("find", {"find": "c", "filter": {}, "bogus": 1}, "FindCommandRequest.bogus"),
+    ("aggregate", {"aggregate": "c", "pipeline": [], "cursor": {}, "bogus": 1}, "aggregate.bogus"),
+    ("insert", {"insert": "c", "documents": [{}], "bogus": 1}, "insert.bogus"),
+    ("update", {"update": "c", "updates": [{"q": {}, "u": {}}], "bogus": 1}, "update.bogus"),
+    ("delete", {"delete": "c", "deletes": [{"q": {}, "limit": 0}], "bogus": 1}, "delete.bogus"),
+    ("update_statement", {"update": "c", "updates": [{"q": {}, "u": {"$set": {"a": 2}}, "bogus": 1}]}, "update.updates.bogus"),
+    ("delete_statement", {"delete": "c", "deletes": [{"q": {}, "limit": 0, "bogus": 1}]}, "delete.deletes.bogus"),
+    ("findAndModify", {"findAndModify": "c", "query": {}, "remove": True, "bogus": 1}, "findAndModify.bogus"),
+    ("count", {"count": "c", "query": {}, "bogus": 1}, "count.bogus"),
+    ("distinct", {"distinct": "c", "key": "a", "bogus": 1}, "distinct.bogus"),
+    ("createIndexes", {"createIndexes": "c", "indexes": [{"key": {"b": 1}, "name": "b_1"}], "bogus": 1}, "createIndexes.bogus"),
+    ("listCollections", {"listCollections": 1, "bogus": 1}, "listCollections.bogus"),
+    ("listIndexes", {"listIndexes": "c", "bogus": 1}, "listIndexes.bogus"),
+    ("getMore", {"getMore": Int64(1), "collection": "c", "bogus": 1}, "getMore.bogus"),
+    ("killCursors", {"killCursors": "c", "cursors": [], "bogus": 1}, "killCursors.bogus"),
+    ("create", {"create": "unknown_option", "bogus": 1}, "create.bogus"),
+    ("drop", {"drop": "c", "bogus": 1}, "drop.bogus"),
+    ("dropIndexes", {"dropIndexes": "c", "index": "*", "bogus": 1}, "dropIndexes.bogus"),
+    ("deleteIndexes", {"deleteIndexes": "c", "index": "*", "bogus": 1}, "dropIndexes.bogus"),
+    ("dropDatabase", {"dropDatabase": 1, "bogus": 1}, "dropDatabase.bogus"),
+    ("explained_find", {"explain": {"find": "c", "bogus": 1}}, "FindCommandRequest.bogus"),
+    # The other 40415 parsers answer in the same words.
+    ("collMod", {"collMod": "c", "bogus": 1}, "collMod.bogus"),
+    ("bulkWrite_cursor", {"bulkWrite": 1, "ops": [{"insert": 0, "document": {}}], "nsInfo": [{"ns": "elsewhere.c"}],
+                          "cursor": {"bogus": 1}}, "bulkWrite.cursor.bogus"),
+]
+
+
+@pytest.mark.parametrize("command, path", [row[1:] for row in UNKNOWN_FIELDS], ids=[row[0] for row in UNKNOWN_FIELDS])
+def test_unknown_fields(db, command, path):
+    db.c.insert_one({"_id": 1, "a": 1})
+    target = db.client.admin if "bulkWrite" in command else db
+    check(target, command, 40415, f"BSON field '{path}' is an unknown field.")
+    # Refused before anything ran: the collection and its documents are as they were.
+    assert list(db.c.find()) == [{"_id": 1, "a": 1}]
+    assert "unknown_option" not in db.list_collection_names()
+
+
+def test_hello_takes_unknown_fields(db):
+    """mongod's hello parser is not strict: drivers add handshake fields (pymongo's backpressure)."""
+    assert db.command({"hello": 1, "bogus": 1})["ok"] == 1.0
+
+
+def test_an_unknown_field_of_renameCollection(db):
+    db.c.insert_one({"_id": 1})
+    command = {"renameCollection": f"{db.name}.c", "to": f"{db.name}.d", "bogus": 1}
+    check(db.client.admin, command, 40415, "BSON field 'renameCollection.bogus' is an unknown field.")
+    assert db.list_collection_names() == ["c"]
+
+
+def test_what_mongod_takes_is_not_refused(db):
+    """The commands' own fields, internal ones included, and the generic arguments pass."""
+    db.c.insert_one({"_id": 1, "a": 1})
+    generic = {"comment": "c", "maxTimeMS": 10000, "readConcern": {"level": "local"}, "$readPreference": {"mode": "primary"}}
+    find = {"find": "c", "filter": {"a": 1}, "projection": {"a": 1}, "sort": {"a": 1}, "hint": {"_id": 1}, "skip": 0,
+            "limit": 5, "batchSize": 5, "singleBatch": False, "allowDiskUse": True, "let": {"x": 1}, "collation": {"locale": "simple"},
+            "noCursorTimeout": False, "allowPartialResults": False, "returnKey": False, "showRecordId": False, "tailable": False,
+            "awaitData": False, "readOnce": False, "mirrored": False, **generic}
+    assert db.command(find)["cursor"]["firstBatch"] == [{"_id": 1, "a": 1}]
+    write = {"ordered": True, "bypassDocumentValidation": False, "writeConcern": {"w": 1}, "comment": "c"}
+    assert db.command({"insert": "c", "documents": [{"_id": 2}], **write})["n"] == 1
+    assert db.command({"update": "c", "updates": [{"q": {"_id": 2}, "u": {"$set": {"a": 2}}}], "let": {}, **write})["nModified"] == 1
+    assert db.command({"delete": "c", "deletes": [{"q": {"_id": 2}, "limit": 1}], "let": {}, **write})["n"] == 1
+    assert db.command({"count": "c", "query": {}, "fields": {"a": 1}, "limit": 10, "skip": 0, **generic})["n"] == 1
+    assert db.command({"distinct": "c", "key": "a", "query": {}, **generic})["values"] == [1]
+    aggregate = {"aggregate": "c", "pipeline": [], "cursor": {}, "allowDiskUse": False, "let": {}, **generic}
+    assert db.command(aggregate)["cursor"]["firstBatch"] == [{"_id": 1, "a": 1}]
 
 
 # --- 2. Aggregation stages and expressions ---------------------------------------------------
@@ -312,6 +392,20 @@ INDEX_SPECS = [
     ("partial_and_sparse", {"key": {"p": 1}, "sparse": True, "partialFilterExpression": {"a": 1}, "name": "p_1"}, 67,
      'Error in specification { key: { p: 1 }, sparse: true, partialFilterExpression: { a: 1 }, name: "p_1", v: 2 } '
      ':: caused by :: cannot mix "partialFilterExpression" and "sparse" options'),
+    # index_key_validate::validateIndexSpecTTL: the spec as sent is the context of a bad value
+    # (mongod's type message closes no quote), and ends the compound-key refusal.
+    ("ttl_not_a_number", {"key": {"t": 1}, "name": "t_1", "expireAfterSeconds": "x"}, 67,
+     '. Index spec: { key: { t: 1 }, name: "t_1", expireAfterSeconds: "x" } :: caused by :: '
+     "TTL index 'expireAfterSeconds' option must be numeric, but received a type of 'string"),
+    ("ttl_negative", {"key": {"t": 1}, "name": "t_1", "expireAfterSeconds": -1}, 67,
+     '. Index spec: { key: { t: 1 }, name: "t_1", expireAfterSeconds: -1 } :: caused by :: '
+     "TTL index 'expireAfterSeconds' option cannot be less than 0"),
+    ("ttl_beyond_32_bits", {"key": {"t": 1}, "name": "t_1", "expireAfterSeconds": 2**31}, 67,
+     '. Index spec: { key: { t: 1 }, name: "t_1", expireAfterSeconds: 2147483648 } :: caused by :: '
+     "TTL index 'expireAfterSeconds' must be within the range of a 32-bit integer"),
+    ("ttl_compound", {"key": {"t": 1, "u": 1}, "name": "t_1_u_1", "expireAfterSeconds": 10}, 67,
+     "TTL indexes are single-field indexes, compound indexes do not support TTL. "
+     'Index spec: { key: { t: 1, u: 1 }, name: "t_1_u_1", expireAfterSeconds: 10 }'),
 ]
 
 
@@ -329,10 +423,48 @@ def test_keys_in_messages_print_as_mongod_prints_them(db):
     check(db, {"dropIndexes": "c", "index": {"a": 1}}, 27, "can't find index with key: { a: 1 }")
 
 
-def test_an_index_on_the_same_key_under_another_name(db):
-    db.c.create_index("a", name="a_first")
-    check(db, {"createIndexes": "c", "indexes": [{"key": {"a": 1}, "name": "a_second"}]}, 85,
-          "Index already exists with a different name: a_first")
+# index_catalog_impl.cpp: an index of the requested name is looked for first (86 when the key
+# or an identifying option differs: unique, sparse, partialFilterExpression, collation; 85 when
+# only other options do), then one of the same key and identifying options under another name
+# (85). Specs print as mongod stores them: v, unique and hidden when set, key, name, the rest.
+SAME_NAME = ("An existing index has the same name as the requested index. When index names are not specified, they are "
+             "auto generated and can cause conflicts. Please refer to our documentation. ")
+EXISTING_A_1 = 'existing index: { v: 2, key: { a: 1 }, name: "a_1" }'
+
+INDEX_CONFLICTS = [
+    ("same_name_other_key", {"key": {"b": 1}, "name": "a_1"}, 86,
+     SAME_NAME + 'Requested index: { v: 2, key: { b: 1 }, name: "a_1" }, ' + EXISTING_A_1),
+    ("same_name_unique_added", {"key": {"a": 1}, "name": "a_1", "unique": True}, 86,
+     SAME_NAME + 'Requested index: { v: 2, unique: true, key: { a: 1 }, name: "a_1" }, ' + EXISTING_A_1),
+    ("same_name_sparse_added", {"key": {"a": 1}, "name": "a_1", "sparse": True}, 86,
+     SAME_NAME + 'Requested index: { v: 2, key: { a: 1 }, name: "a_1", sparse: true }, ' + EXISTING_A_1),
+    ("same_name_ttl_added", {"key": {"a": 1}, "name": "a_1", "expireAfterSeconds": 10}, 85,
+     "An equivalent index already exists with the same name but different options. "
+     'Requested index: { v: 2, key: { a: 1 }, name: "a_1", expireAfterSeconds: 10 }, ' + EXISTING_A_1),
+    ("other_name_identical", {"key": {"a": 1}, "name": "a_second"}, 85, "Index already exists with a different name: a_1"),
+    ("other_name_ttl_added", {"key": {"a": 1}, "name": "a_ttl", "expireAfterSeconds": 10}, 85,
+     "An equivalent index already exists with a different name and options. "
+     'Requested index: { v: 2, key: { a: 1 }, name: "a_ttl", expireAfterSeconds: 10 }, ' + EXISTING_A_1),
+]
+
+
+@pytest.mark.parametrize("spec, code, message", [row[1:] for row in INDEX_CONFLICTS], ids=[row[0] for row in INDEX_CONFLICTS])
+def test_index_conflicts(db, spec, code, message):
+    db.c.create_index("a")
+    check(db, {"createIndexes": "c", "indexes": [spec]}, code, message)
+    assert sorted(index["name"] for index in db.c.list_indexes()) == ["_id_", "a_1"]
+
+
+def test_another_identifying_option_is_another_index(db):
+    db.c.create_index("a")
+    db.c.create_index("a", name="a_sparse", sparse=True)
+    assert sorted(index["name"] for index in db.c.list_indexes()) == ["_id_", "a_1", "a_sparse"]
+
+
+def test_specs_are_listed_as_mongod_stores_them(db):
+    db.command({"createIndexes": "c", "indexes": [{"key": {"a": 1}, "name": "a_1", "sparse": True, "unique": 1, "hidden": False}]})
+    listed = [index for index in db.c.list_indexes() if index["name"] == "a_1"]
+    assert [list(index.items()) for index in listed] == [[("v", 2), ("unique", True), ("key", {"a": 1}), ("name", "a_1"), ("sparse", True)]]
 
 
 RENAMES = [

@@ -287,6 +287,9 @@ fn run_table(context: &ServerContext, request: &CommandRequest) -> CommandResult
         return Err(CommandError::new(COMMAND_NOT_FOUND, format!("no such command: '{}'", request.name)));
     };
     crate::generic_arguments::check_api_parameters(request, spec.name)?;
+    // mongod's strict parsers refuse unknown fields before anything of the command runs,
+    // authorization included.
+    crate::request::unknown_fields::check_command(request)?;
     access::check_external_database(request, spec.name)?;
     access::authorize(context, request, spec.name, spec.access)?;
     crate::generic_arguments::check_read_concern(request)?;

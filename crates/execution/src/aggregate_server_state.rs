@@ -140,10 +140,7 @@ pub fn index_stats(context: &ServerContext, db: &str, name: &str) -> CommandResu
         .indexes()?
         .into_iter()
         .map(|index| {
-            let mut spec = index.options.clone();
-            if !spec.contains_key("key") {
-                spec = doc! { "v": 2, "key": index.key_pattern.clone(), "name": index.name.clone() };
-            }
+            let spec = myriad_storage::in_stored_order(&index.options, &index.key_pattern, &index.name);
             doc! {
                 "name": index.name,
                 "key": index.key_pattern,

@@ -1,8 +1,10 @@
 //! A decoded command: its database, body (with OP_MSG document sequences folded in, but for
 //! an insert's `documents`, kept as bytes) and typed accessors that reply with MongoDB's
-//! errors for wrongly typed fields, and ([`duplicates`]) the refusal of repeated field names.
+//! errors for wrongly typed fields, the refusal of repeated field names ([`duplicates`]) and of
+//! fields a strictly parsed command does not take ([`unknown_fields`]).
 
 pub mod duplicates;
+pub mod unknown_fields;
 
 use std::sync::Arc;
 

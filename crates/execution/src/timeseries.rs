@@ -10,7 +10,7 @@ use bson::{doc, Bson, Document};
 use myriad_query::timeseries::BucketLayout;
 use myriad_storage::CollectionHandle;
 
-use myriad_reply::error::{CommandError, CommandResult, BAD_VALUE, INVALID_OPTIONS, MISSING_FIELD, UNKNOWN_FIELD};
+use myriad_reply::error::{CommandError, CommandResult, BAD_VALUE, INVALID_OPTIONS, MISSING_FIELD};
 
 /// The prefix of a time-series collection's buckets collection.
 pub const BUCKETS_PREFIX: &str = "system.buckets.";
@@ -76,7 +76,7 @@ pub fn parse_create_options(timeseries: &Bson, expire_after_seconds: Option<&Bso
             "granularity" => granularity = Some(string(value)?),
             "bucketMaxSpanSeconds" => max_span = Some(seconds(value)?),
             "bucketRoundingSeconds" => rounding = Some(seconds(value)?),
-            other => return Err(CommandError::new(UNKNOWN_FIELD, format!("BSON field 'create.timeseries.{other}' is an unknown field."))),
+            other => return Err(CommandError::unknown_field(&format!("create.timeseries.{other}"))),
         }
     }
     let time_field = time_field.ok_or_else(|| CommandError::new(MISSING_FIELD, "BSON field 'create.timeseries.timeField' is missing but a required field"))?;

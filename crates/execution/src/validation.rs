@@ -20,7 +20,7 @@ use myriad_query::filter::Filter;
 use myriad_storage::{CollectionHandle, StorageError};
 
 use crate::backend::WriteSession;
-use myriad_reply::error::{CommandError, CommandResult, ErrorCode, BAD_VALUE, INVALID_OPTIONS, MISSING_FIELD, UNKNOWN_FIELD};
+use myriad_reply::error::{CommandError, CommandResult, ErrorCode, BAD_VALUE, INVALID_OPTIONS, MISSING_FIELD};
 use crate::{CommandRequest, ServerContext};
 
 pub const DOCUMENT_VALIDATION_FAILURE: ErrorCode = ErrorCode::new(121);
@@ -93,7 +93,7 @@ fn check_change_images(command: &str, images: &Bson) -> CommandResult<()> {
         return Err(crate::request::field_type_error(&format!("{command}.changeStreamPreAndPostImages"), "object", images));
     };
     if let Some(other) = images.keys().find(|key| *key != "enabled") {
-        return Err(CommandError::new(UNKNOWN_FIELD, format!("BSON field 'changeStreamPreAndPostImages.{other}' is an unknown field.")));
+        return Err(CommandError::unknown_field(&format!("changeStreamPreAndPostImages.{other}")));
     }
     match images.get("enabled") {
         Some(Bson::Boolean(_)) => Ok(()),

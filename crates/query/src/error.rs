@@ -38,7 +38,16 @@ pub enum QueryError {
     Location(i32, String),
 }
 
+/// MongoDB's IDL parser's code for a field its strict parsers do not know.
+pub const UNKNOWN_FIELD_CODE: i32 = 40415;
+
 impl QueryError {
+    /// MongoDB's IDL parser refusing a field a strict parser does not know: `path` is the
+    /// parser's context and the field (`aggregate.bogus`, `$merge.into.x`).
+    pub fn unknown_field(path: &str) -> QueryError {
+        QueryError::Location(UNKNOWN_FIELD_CODE, format!("BSON field '{path}' is an unknown field."))
+    }
+
     pub fn code(&self) -> i32 {
         match self {
             QueryError::BadValue(_) => 2,

@@ -97,6 +97,12 @@ impl CommandError {
         CommandError::new(TYPE_MISMATCH, message)
     }
 
+    /// MongoDB's IDL parser refusing a field a strict parser does not know (40415); `path` is
+    /// the parser's context and the field (`find.bogus` is `FindCommandRequest.bogus`).
+    pub fn unknown_field(path: &str) -> CommandError {
+        QueryError::unknown_field(path).into()
+    }
+
     pub fn internal(message: impl Into<String>) -> CommandError {
         CommandError::new(INTERNAL_ERROR, message)
     }

@@ -142,7 +142,9 @@ impl RouterService {
     async fn route(&self, context: &Arc<ServerContext>, request: CommandRequest, node_access: Option<Access>) -> Reply {
         let Some(spec) = router_table::find_command(&request.name) else { return not_found(&request.name) };
         let access = node_access.or(spec.access).unwrap_or(Access::Authenticated);
-        let authorized = access::check_external_database(&request, spec.name)
+        // As on a node: a strict parser's unknown field is refused before anything else.
+        let authorized = myriad_commands::request::unknown_fields::check_command(&request)
+            .and_then(|()| access::check_external_database(&request, spec.name))
             .and_then(|()| access::authorize(context, &request, spec.name, access))
             .and_then(|()| myriad_commands::command::sessions::check_session_fields_on_router(&request))
             .and_then(|()| check_write_arguments(&request));

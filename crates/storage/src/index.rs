@@ -59,7 +59,7 @@ pub(crate) struct ParsedIndexSpec {
     pub(crate) fields: Vec<IndexField<'static>>,
     pub(crate) unique: bool,
     pub(crate) sparse: bool,
-    /// The spec as given, with `v: 2` added when absent and the obsolete `ns` removed.
+    /// The spec as mongod stores it (see [`normalized_spec`]).
     pub(crate) spec: Document,
 }
 
@@ -88,23 +88,6 @@ const KNOWN_SPEC_FIELDS: &[&str] = &[
     "bucketSize",
     "wildcardProjection",
     "dropDups",
-];
-
-/// Options whose difference makes two specs with the same key different indexes.
-const SIGNIFICANT_OPTIONS: &[&str] = &[
-    "unique",
-    "sparse",
-    "expireAfterSeconds",
-    "partialFilterExpression",
-    "collation",
-    "hidden",
-    "weights",
-    "default_language",
-    "language_override",
-    "bits",
-    "min",
-    "max",
-    "wildcardProjection",
 ];
 
 /// The 64-bit hash a hashed index stores for `value` (as `Bson::Int64`); the same function
@@ -262,7 +245,7 @@ fn validate_key_path(path: &str) -> Result<(), StorageError> {
     Ok(())
 }
 
-fn truthy(value: Option<&Bson>) -> bool {
+pub(crate) fn truthy(value: Option<&Bson>) -> bool {
     match value {
         None | Some(Bson::Null) | Some(Bson::Undefined) => false,
         Some(Bson::Boolean(flag)) => *flag,
@@ -351,7 +334,7 @@ pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, Stora
         ));
     }
     let expire_after_seconds = match spec.get("expireAfterSeconds") {
-        Some(value) => Some(validate_ttl_option(value, &fields)?),
+        Some(value) => Some(validate_ttl_option(spec, value, &fields)?),
         None => None,
     };
     let hidden = match spec.get("hidden") {
@@ -375,44 +358,48 @@ pub(crate) fn parse_index_spec(spec: &Document) -> Result<ParsedIndexSpec, Stora
             ));
         }
     }
-    let mut normalized = Document::new();
-    if !spec.contains_key("v") {
-        normalized.insert("v", 2);
-    }
-    for (field, value) in spec {
-        match (field.as_str(), expire_after_seconds) {
-            // Dropped (obsolete), or meaning what its absence means.
-            ("ns", _) => {}
-            ("hidden", _) if !hidden => {}
-            // Stored as the Int32 MongoDB's listIndexes shows.
-            ("expireAfterSeconds", Some(seconds)) => {
-                normalized.insert(field.clone(), seconds);
-            }
-            _ => {
-                normalized.insert(field.clone(), value.clone());
-            }
-        }
-    }
-    if !spec.contains_key("name") {
-        normalized.insert("name", name.clone());
-    }
+    let normalized = normalized_spec(spec, &key_pattern, &name, expire_after_seconds);
     Ok(ParsedIndexSpec { name, key_pattern, fields, unique, sparse, spec: normalized })
 }
 
-/// True when two specs have the same significant options (unique, sparse, TTL...).
-pub(crate) fn same_options(left: &Document, right: &Document) -> bool {
-    SIGNIFICANT_OPTIONS.iter().all(|option| {
-        let left_value = left.get(*option);
-        let right_value = right.get(*option);
-        match (*option, left_value, right_value) {
-            ("unique" | "sparse" | "hidden", _, _) => truthy(left_value) == truthy(right_value),
-            (_, None, None) => true,
-            (_, Some(left_value), Some(right_value)) => {
-                myriad_keystring::values_equal(left_value, right_value)
-            }
-            _ => false,
+/// The spec as mongod stores it (see [`in_stored_order`]), with `expireAfterSeconds` as the
+/// Int32 listIndexes shows.
+fn normalized_spec(spec: &Document, key_pattern: &Document, name: &str, expire_after_seconds: Option<i32>) -> Document {
+    let mut normalized = in_stored_order(spec, key_pattern, name);
+    if let Some(seconds) = expire_after_seconds {
+        // Replaced in place: the field keeps its position.
+        normalized.insert("expireAfterSeconds", seconds);
+    }
+    normalized
+}
+
+/// An index spec in the order and form mongod stores and lists it (its
+/// `IndexCatalogImpl::_fixIndexSpec`): `v` (2 when absent), `unique: true` and `hidden: true`
+/// when set (a false one is dropped), `key`, `name`, then every other field in the order
+/// given, without the obsolete `ns` and `dropDups`. Specs stored before this order was kept
+/// are listed in it too.
+pub fn in_stored_order(spec: &Document, key_pattern: &Document, name: &str) -> Document {
+    let version = match spec.get("v") {
+        Some(Bson::Int32(version)) => *version,
+        Some(Bson::Int64(version)) => i32::try_from(*version).unwrap_or(2),
+        // Checked to be 1.0 or 2.0 when created.
+        Some(Bson::Double(version)) => *version as i32,
+        _ => 2,
+    };
+    let mut ordered = bson::doc! { "v": version };
+    for flag in ["unique", "hidden"] {
+        if truthy(spec.get(flag)) {
+            ordered.insert(flag, true);
         }
-    })
+    }
+    ordered.insert("key", key_pattern.clone());
+    ordered.insert("name", name);
+    for (field, value) in spec {
+        if !matches!(field.as_str(), "v" | "unique" | "hidden" | "key" | "name" | "ns" | "dropDups") {
+            ordered.insert(field.clone(), value.clone());
+        }
+    }
+    ordered
 }
 
 /// True when two key patterns are the same (field order and numerically equal values).
@@ -744,25 +731,32 @@ pub fn expire_after_seconds_number(value: &Bson) -> Option<f64> {
     }
 }
 
-/// Validates `expireAfterSeconds` of a createIndexes spec with key `fields` (MongoDB's rules,
-/// all CannotCreateIndex) and returns it as the Int32 the spec stores.
-pub(crate) fn validate_ttl_option(value: &Bson, fields: &[IndexField<'_>]) -> Result<i32, StorageError> {
-    let refuse = |message: String| Err(StorageError::CannotCreateIndex(message));
+/// Validates `expireAfterSeconds` of the createIndexes spec `spec` with key `fields` (MongoDB's
+/// rules and texts, all CannotCreateIndex) and returns it as the Int32 the spec stores. As
+/// mongod's `validateIndexSpecTTL`, a bad value's reason comes after the spec as given (". Index
+/// spec: { ... } :: caused by :: <reason>"), and the compound-key refusal ends with it.
+pub(crate) fn validate_ttl_option(spec: &Document, value: &Bson, fields: &[IndexField<'_>]) -> Result<i32, StorageError> {
+    let shell = || myriad_collation::shell_string(spec);
+    let refuse = |reason: &str| Err(StorageError::CannotCreateIndex(format!(". Index spec: {} :: caused by :: {reason}", shell())));
     let Some(seconds) = expire_after_seconds_number(value) else {
         let type_name = myriad_query::bson_types::type_name(value);
-        return refuse(format!("TTL index 'expireAfterSeconds' option must be numeric, but received a type of '{type_name}'"));
+        // mongod's text closes no quote after the type name.
+        return refuse(&format!("TTL index 'expireAfterSeconds' option must be numeric, but received a type of '{type_name}"));
     };
     if seconds.is_nan() {
-        return refuse("TTL index 'expireAfterSeconds' option must not be NaN".to_string());
+        return refuse("TTL index 'expireAfterSeconds' option must not be NaN");
     }
     if seconds < f64::from(i32::MIN) || seconds > f64::from(i32::MAX) {
-        return refuse("TTL index 'expireAfterSeconds' must be within the range of a 32-bit integer".to_string());
+        return refuse("TTL index 'expireAfterSeconds' must be within the range of a 32-bit integer");
     }
     if seconds < 0.0 {
-        return refuse("TTL index 'expireAfterSeconds' option cannot be less than 0".to_string());
+        return refuse("TTL index 'expireAfterSeconds' option cannot be less than 0");
     }
     if fields.len() != 1 {
-        return refuse("TTL indexes are single-field indexes, compound indexes do not support TTL".to_string());
+        return Err(StorageError::CannotCreateIndex(format!(
+            "TTL indexes are single-field indexes, compound indexes do not support TTL. Index spec: {}",
+            shell()
+        )));
     }
     // Checked to be within 0..=i32::MAX just above.
     Ok(seconds as i32)

@@ -87,7 +87,7 @@ pub use families::COLUMN_FAMILIES;
 pub use error::StorageError;
 pub use index_build::ResumedBuilds;
 pub use index_scan::IndexValuesEntry;
-pub use index::{expire_after_seconds_number, hashed_index_value, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
+pub use index::{expire_after_seconds_number, hashed_index_value, in_stored_order, ID_INDEX_NAME, MAX_INDEXES_PER_COLLECTION, MAX_KEYS_PER_DOCUMENT};
 pub use options::{rocksdb_options, EngineOptions, RocksDbOptions, DEFAULT_CATALOG_WARM_UP_ENTRIES};
 pub use catalog::WarmUpStatus;
 pub use compression::{is_supported as is_block_compressor_supported, requested_block_compressor, BlockCompressor, DEFAULT_BLOCK_COMPRESSOR};

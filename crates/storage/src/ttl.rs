@@ -195,6 +195,7 @@ mod tests {
     fn expire_after_seconds_is_validated_as_mongodb_does() {
         let single = parse_key_pattern(&bson::doc! {"at": 1}).unwrap();
         let compound = parse_key_pattern(&bson::doc! {"at": 1, "b": 1}).unwrap();
+        let validate_ttl_option = |value: &Bson, fields| validate_ttl_option(&bson::doc! {"key": {"at": 1}, "expireAfterSeconds": value.clone()}, value, fields);
         assert_eq!(validate_ttl_option(&Bson::Int32(60), &single), Ok(60));
         assert_eq!(validate_ttl_option(&Bson::Double(60.9), &single), Ok(60));
         assert_eq!(validate_ttl_option(&Bson::Double(-0.5), &single), Ok(0));
@@ -212,6 +213,9 @@ mod tests {
             assert!(matches!(validate_ttl_option(&refused, &single), Err(StorageError::CannotCreateIndex(_))), "{refused:?}");
         }
         assert!(matches!(validate_ttl_option(&Bson::Int32(1), &compound), Err(StorageError::CannotCreateIndex(_))));
+        let expected = ". Index spec: { key: { at: 1 }, expireAfterSeconds: \"60\" } :: caused by :: TTL index \
+                        'expireAfterSeconds' option must be numeric, but received a type of 'string";
+        assert_eq!(validate_ttl_option(&Bson::String("60".into()), &single), Err(StorageError::CannotCreateIndex(expected.into())));
     }
 
     #[test]

@@ -407,5 +407,5 @@ fn a_second_build_of_the_same_spec_answers_when_the_first_finishes() {
     let handle = engine.collection("join", "c").unwrap().unwrap();
     assert_eq!(common::index_entries(&engine, &handle, "k_1").len() as i64, INITIAL_DOCUMENTS);
     let error: StorageError = engine.create_indexes("join", "c", vec![doc! {"key": {"k": 1}, "name": "k_1", "unique": true}]).unwrap_err();
-    assert_eq!(error.code(), 85);
+    assert_eq!(error.code(), 86);
 }

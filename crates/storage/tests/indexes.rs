@@ -100,9 +100,19 @@ fn conflict_rules_and_idempotent_creation() {
     assert_eq!(same_id.indexes_after, 2);
     let key_conflict = engine.create_indexes("rules", "c", vec![doc! {"key": {"b": 1}, "name": "a"}]).unwrap_err();
     assert_eq!(key_conflict.code(), 86);
-    let options_conflict =
+    // An identifying option (unique, sparse, partial, collation) makes it another index: 86,
+    // as a different key does; another option only (a TTL) makes it an equivalent one: 85.
+    let identifying_conflict =
         engine.create_indexes("rules", "c", vec![doc! {"key": {"a": 1}, "name": "a", "unique": true}]).unwrap_err();
+    assert_eq!(identifying_conflict.code(), 86);
+    let options_conflict =
+        engine.create_indexes("rules", "c", vec![doc! {"key": {"a": 1}, "name": "a", "expireAfterSeconds": 10}]).unwrap_err();
     assert_eq!(options_conflict.code(), 85);
+    let equivalent_elsewhere =
+        engine.create_indexes("rules", "c", vec![doc! {"key": {"a": 1}, "name": "b", "expireAfterSeconds": 10}]).unwrap_err();
+    assert_eq!(equivalent_elsewhere.code(), 85);
+    // Another identifying option under another name is another index, built beside it.
+    engine.create_indexes("rules", "c", vec![doc! {"key": {"a": 1}, "name": "a_sparse", "sparse": true}]).unwrap();
     let name_conflict = engine.create_indexes("rules", "c", vec![doc! {"key": {"a": 1}, "name": "other"}]).unwrap_err();
     assert_eq!(name_conflict.code(), 85);
     let unsupported = engine.create_indexes("rules", "c", vec![doc! {"key": {"t": "text"}, "name": "t"}]).unwrap_err();

@@ -17,8 +17,8 @@ use bson::{doc, Bson, Document};
 
 use crate::auth::{store, AUTHENTICATION_FAILED, EXTERNAL, USER_NOT_FOUND};
 use crate::command::sasl::{log_failure, log_success, Attempt};
-use crate::request::duplicates::GENERIC_ARGUMENTS;
-use crate::error::{CommandError, CommandResult, MISSING_FIELD, PROTOCOL_ERROR, UNKNOWN_FIELD};
+use crate::request::unknown_fields::GENERIC_ARGUMENTS;
+use crate::error::{CommandError, CommandResult, MISSING_FIELD, PROTOCOL_ERROR};
 use crate::request::field_type_error;
 use crate::{CommandRequest, ServerContext};
 
@@ -63,7 +63,7 @@ fn parse(body: &Document, speculative: bool) -> CommandResult<Arguments<'_>> {
             },
             "db" if speculative => {}
             other if GENERIC_ARGUMENTS.contains(&other) => {}
-            other => return Err(CommandError::new(UNKNOWN_FIELD, format!("BSON field 'authenticate.{other}' is an unknown field."))),
+            other => return Err(CommandError::unknown_field(&format!("authenticate.{other}"))),
         }
     }
     let mechanism = mechanism.ok_or_else(|| CommandError::new(MISSING_FIELD, "BSON field 'authenticate.mechanism' is missing but a required field"))?;

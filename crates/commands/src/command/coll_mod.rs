@@ -10,15 +10,10 @@
 use bson::{doc, Bson, Document};
 use myriad_storage::{IndexOptionChanges, IndexSelector, StorageError};
 
-use crate::error::{CommandError, CommandResult, BAD_VALUE, INVALID_OPTIONS, NAMESPACE_NOT_FOUND, UNKNOWN_FIELD};
+use crate::error::{CommandError, CommandResult, BAD_VALUE, INVALID_OPTIONS, NAMESPACE_NOT_FOUND};
 use crate::request::field_type_error;
+use crate::request::unknown_fields::GENERIC_ARGUMENTS;
 use crate::{CommandRequest, ServerContext};
-
-/// Fields of the command that are transport, not collection changes.
-const GENERIC_FIELDS: &[&str] = &[
-    "$db", "lsid", "$clusterTime", "writeConcern", "comment", "$readPreference", "txnNumber", "apiVersion", "apiStrict",
-    "apiDeprecationErrors", "maxTimeMS",
-];
 
 /// Options collMod replaces in the collection's options, checked as create checks them.
 const OPTION_FIELDS: &[&str] = &["validator", "validationLevel", "validationAction", "changeStreamPreAndPostImages"];
@@ -44,7 +39,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let mut changes = Document::new();
     let mut index_change = None;
     for (key, value) in request.body.iter().skip(1) {
-        if GENERIC_FIELDS.contains(&key.as_str()) {
+        if GENERIC_ARGUMENTS.contains(&key.as_str()) {
             continue;
         }
         if OPTION_FIELDS.contains(&key.as_str()) {
@@ -54,7 +49,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         } else if UNSUPPORTED_FIELDS.contains(&key.as_str()) {
             return Err(CommandError::new(INVALID_OPTIONS, format!("Myriad does not support the collMod option '{key}' yet")));
         } else {
-            return Err(CommandError::new(UNKNOWN_FIELD, format!("BSON field 'collMod.{key}' is an unknown field.")));
+            return Err(CommandError::unknown_field(&format!("collMod.{key}")));
         }
     }
     crate::validation::check_options("collMod", &request.db, &name, &changes)?;
@@ -123,7 +118,7 @@ fn parse_index_change(value: &Bson) -> CommandResult<Option<IndexChange>> {
                 return Err(CommandError::new(INVALID_OPTIONS, format!("Myriad does not support collMod of an index's '{field}' yet")));
             }
             (field, _) => {
-                return Err(CommandError::new(UNKNOWN_FIELD, format!("BSON field 'collMod.index.{field}' is an unknown field.")));
+                return Err(CommandError::unknown_field(&format!("collMod.index.{field}")));
             }
         }
     }

@@ -8,10 +8,8 @@
 use bson::{doc, Bson, Document};
 
 use crate::error::{CommandError, CommandResult, ErrorCode, INVALID_OPTIONS, LOCATION_51024, TYPE_MISMATCH};
+use crate::request::unknown_fields::GENERIC_ARGUMENTS;
 use crate::{CommandRequest, ServerContext};
-
-/// Fields of the command that are transport, not collection options.
-const GENERIC_FIELDS: &[&str] = &["$db", "lsid", "$clusterTime", "writeConcern", "comment", "$readPreference", "txnNumber", "apiVersion", "apiStrict", "apiDeprecationErrors", "maxTimeMS"];
 
 /// The largest `size` MongoDB accepts (1 PB).
 const MAX_CAPPED_SIZE_BYTES: i64 = 1 << 50;
@@ -119,7 +117,7 @@ fn collection_options(request: &CommandRequest) -> CommandResult<Document> {
             }
             continue;
         }
-        if !GENERIC_FIELDS.contains(&key.as_str()) && !["capped", "size", "max"].contains(&key.as_str()) {
+        if !GENERIC_ARGUMENTS.contains(&key.as_str()) && !["capped", "size", "max"].contains(&key.as_str()) {
             options.insert(key.clone(), value.clone());
         }
     }

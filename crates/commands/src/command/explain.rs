@@ -72,6 +72,8 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
         None => return Err(CommandError::new(FAILED_TO_PARSE, "explain requires a command to explain")),
     };
     let inner = CommandRequest::new(request.db.clone(), inner, request.connection.clone())?;
+    // The explained command is parsed by its own parser, strict where mongod's is.
+    crate::request::unknown_fields::check_command(&inner)?;
     // The inner command's `let` is bound in its filters as the command itself binds it.
     let inner = crate::let_variables::bound_request(&inner)?.unwrap_or(inner);
     let name = inner.collection_name()?;

@@ -33,7 +33,6 @@ const AWAIT_FIELDS_NOT_PAIRED: ErrorCode = ErrorCode::new(31368);
 const NEGATIVE_TOPOLOGY_COUNTER: ErrorCode = ErrorCode::new(31372);
 const TOPOLOGY_COUNTER_FROM_FUTURE: ErrorCode = ErrorCode::new(31382);
 const MISSING_FIELD: ErrorCode = ErrorCode::new(40414);
-const UNKNOWN_FIELD: ErrorCode = ErrorCode::new(40415);
 const CLIENT_METADATA_CANNOT_BE_MUTATED: ErrorCode = ErrorCode::new(186);
 
 /// The longest wait honoured (about 24 days); larger maxAwaitTimeMS values wait this long.
@@ -44,6 +43,10 @@ pub fn process_id() -> ObjectId {
     static PROCESS_ID: OnceLock<ObjectId> = OnceLock::new();
     *PROCESS_ID.get_or_init(ObjectId::new)
 }
+
+/// The name mongod's hello parser reports in its messages, whatever spelling was sent
+/// (`isMaster` and `ismaster` included).
+const PARSER_CONTEXT: &str = "hello";
 
 /// The `hello` family: the commands that take part in the awaitable protocol.
 pub fn is_hello(command_name: &str) -> bool {
@@ -62,12 +65,12 @@ pub struct AwaitableHello {
 pub fn awaitable_fields(request: &CommandRequest) -> CommandResult<Option<AwaitableHello>> {
     let topology_version = match request.body.get("topologyVersion") {
         None => None,
-        Some(Bson::Document(version)) => Some(parse_topology_version(&request.name, version)?),
-        Some(other) => return Err(wrong_type(&format!("{}.topologyVersion", request.name), other, "'object'")),
+        Some(Bson::Document(version)) => Some(parse_topology_version(version)?),
+        Some(other) => return Err(wrong_type(&format!("{PARSER_CONTEXT}.topologyVersion"), other, "'object'")),
     };
     let max_await_time_ms = match request.body.get("maxAwaitTimeMS") {
         None => None,
-        Some(value) => Some(parse_max_await_time(&request.name, value)?),
+        Some(value) => Some(parse_max_await_time(value)?),
     };
     match (topology_version, max_await_time_ms) {
         (Some((process_id, counter)), Some(max_await_time_ms)) => {
@@ -82,33 +85,33 @@ pub fn awaitable_fields(request: &CommandRequest) -> CommandResult<Option<Awaita
     }
 }
 
-fn parse_topology_version(command_name: &str, version: &Document) -> CommandResult<(ObjectId, i64)> {
+fn parse_topology_version(version: &Document) -> CommandResult<(ObjectId, i64)> {
     let mut process_id = None;
     let mut counter = None;
     for (key, value) in version {
-        let path = format!("{command_name}.topologyVersion.{key}");
+        let path = format!("{PARSER_CONTEXT}.topologyVersion.{key}");
         match (key.as_str(), value) {
             ("processId", Bson::ObjectId(id)) => process_id = Some(*id),
             ("processId", other) => return Err(wrong_type(&path, other, "'objectId'")),
             ("counter", Bson::Int64(number)) => counter = Some(*number),
             ("counter", other) => return Err(wrong_type(&path, other, "'long'")),
-            _ => return Err(CommandError::new(UNKNOWN_FIELD, format!("BSON field '{path}' is an unknown field."))),
+            _ => return Err(CommandError::unknown_field(&path)),
         }
     }
     let missing = |field: &str| {
-        CommandError::new(MISSING_FIELD, format!("BSON field '{command_name}.topologyVersion.{field}' is missing but a required field"))
+        CommandError::new(MISSING_FIELD, format!("BSON field '{PARSER_CONTEXT}.topologyVersion.{field}' is missing but a required field"))
     };
     Ok((process_id.ok_or_else(|| missing("processId"))?, counter.ok_or_else(|| missing("counter"))?))
 }
 
 /// maxAwaitTimeMS is a safeInt64 with a `>= 0` validator in MongoDB's hello IDL.
-fn parse_max_await_time(command_name: &str, value: &Bson) -> CommandResult<i64> {
+fn parse_max_await_time(value: &Bson) -> CommandResult<i64> {
     let number = match value {
         Bson::Int32(number) => i64::from(*number),
         Bson::Int64(number) => *number,
         Bson::Double(number) if number.is_finite() => number.trunc() as i64,
         other => {
-            return Err(wrong_type(&format!("{command_name}.maxAwaitTimeMS"), other, "'[long, int, decimal, double]'"));
+            return Err(wrong_type(&format!("{PARSER_CONTEXT}.maxAwaitTimeMS"), other, "'[long, int, decimal, double]'"));
         }
     };
     if number < 0 {
@@ -216,7 +219,7 @@ fn record_client_metadata(request: &CommandRequest) -> CommandResult<()> {
     let metadata = match request.body.get("client") {
         None | Some(Bson::Null) => return Ok(()),
         Some(Bson::Document(metadata)) => metadata,
-        Some(other) => return Err(wrong_type(&format!("{}.client", request.name), other, "'object'")),
+        Some(other) => return Err(wrong_type(&format!("{PARSER_CONTEXT}.client"), other, "'object'")),
     };
     if !request.connection.session.set_client_metadata(metadata.clone()) {
         return Err(CommandError::new(

@@ -1,4 +1,5 @@
-//! `listIndexes`: the specs as created (`v`, `key`, `name` and options), through a cursor.
+//! `listIndexes`: the specs as mongod lists them (`v`, `unique`/`hidden` when set, `key`, `name`,
+//! the other options; [`myriad_storage::in_stored_order`]), through a cursor.
 
 use bson::{doc, Bson, Document};
 
@@ -17,15 +18,7 @@ pub fn run(context: &ServerContext, request: &CommandRequest) -> CommandResult<D
     let specs: Vec<Bson> = collection
         .indexes()?
         .iter()
-        .map(|index| {
-            let mut spec = doc! { "v": 2, "key": index.key_pattern.clone(), "name": &index.name };
-            for (key, value) in &index.options {
-                if !matches!(key.as_str(), "v" | "key" | "name" | "ns") {
-                    spec.insert(key.clone(), value.clone());
-                }
-            }
-            Bson::Document(spec)
-        })
+        .map(|index| Bson::Document(myriad_storage::in_stored_order(&index.options, &index.key_pattern, &index.name)))
         .collect();
     let mut cursor = Document::new();
     cursor.insert("firstBatch", specs);

@@ -347,10 +347,7 @@ fn get_options(request: &CommandRequest) -> CommandResult<GetOptions> {
                     "showDetails" => parsed.show_details = flag,
                     "setAt" => {}
                     other => {
-                        return Err(CommandError::new(
-                            crate::error::UNKNOWN_FIELD,
-                            format!("BSON field 'getParameter.{other}' is an unknown field."),
-                        ))
+                        return Err(CommandError::unknown_field(&format!("getParameter.{other}")))
                     }
                 }
             }

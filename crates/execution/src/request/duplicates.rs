@@ -16,17 +16,8 @@
 //! name, and refusing is better than silently keeping one.
 
 use myriad_reply::error::{CommandError, CommandResult, ErrorCode, DUPLICATE_FIELD};
+use super::unknown_fields::GENERIC_ARGUMENTS;
 use super::CommandRequest;
-
-/// MongoDB's generic command arguments: parsed apart from each command's own fields, so a
-/// repeat of one is not the command parser's duplicate (drivers may send `lsid` twice when a
-/// caller's command already had one).
-pub const GENERIC_ARGUMENTS: &[&str] = &[
-    "$db", "lsid", "txnNumber", "autocommit", "startTransaction", "stmtId", "$clusterTime", "$readPreference",
-    "readConcern", "writeConcern", "maxTimeMS", "comment", "apiVersion", "apiStrict", "apiDeprecationErrors",
-    "$audit", "$client", "$configServerState", "$oplogQueryData", "$queryOptions", "$replData",
-    "$topologyTime", "clientOperationKey", "databaseVersion", "shardVersion", "mayBypassWriteBlocking",
-];
 
 const PATH_COLLISION: ErrorCode = ErrorCode::new(31250);
 const GROUP_ID_TWICE: ErrorCode = ErrorCode::new(15948);

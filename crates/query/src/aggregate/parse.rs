@@ -272,7 +272,7 @@ fn parse_stage_core(name: &str, argument: &Bson, parsed: &mut Vec<Stage>) -> Que
             };
             let root = options.get("newRoot").ok_or_else(|| QueryError::Location(40231, "no newRoot specified for the $replaceRoot stage".into()))?;
             if let Some(other) = options.keys().find(|key| *key != "newRoot") {
-                return Err(QueryError::Location(40415, format!("BSON field '$replaceRoot.{other}' is an unknown field.")));
+                return Err(QueryError::unknown_field(&format!("$replaceRoot.{other}")));
             }
             Stage::ReplaceRoot(Expression::parse(root)?)
         }

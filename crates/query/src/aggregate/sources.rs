@@ -44,7 +44,7 @@ pub enum SourceStage {
 }
 
 fn unknown_field(stage: &str, field: &str) -> QueryError {
-    QueryError::Location(40415, format!("BSON field '{stage}.{field}' is an unknown field."))
+    QueryError::unknown_field(&format!("{stage}.{field}"))
 }
 
 fn wrong_type(stage: &str, field: &str, value: &Bson, expected: &str) -> QueryError {

@@ -41,7 +41,7 @@ impl UnionWith {
                             }
                         },
                         "pipeline" => pipeline_value = Some(value.clone()),
-                        other => return Err(QueryError::Location(40415, format!("BSON field '$unionWith.{other}' is an unknown field."))),
+                        other => return Err(QueryError::unknown_field(&format!("$unionWith.{other}"))),
                     }
                 }
                 let collection = collection

@@ -40,7 +40,7 @@ fn parse_namespace_document(stage: &str, namespace: &Document) -> QueryResult<Na
             ("db" | "coll", other) => {
                 return Err(QueryError::TypeMismatch(format!("BSON field '{stage}.{key}' is the wrong type '{}', expected type 'string'", type_name(other))))
             }
-            (other, _) => return Err(QueryError::Location(40415, format!("BSON field '{stage}.{other}' is an unknown field."))),
+            (other, _) => return Err(QueryError::unknown_field(&format!("{stage}.{other}"))),
         }
     }
     let collection = collection.ok_or_else(|| QueryError::Location(40414, format!("BSON field '{stage}.coll' is missing but a required field")))?;
@@ -173,7 +173,7 @@ pub(crate) fn parse_merge(argument: &Bson) -> QueryResult<(Arc<dyn BufferedStage
                     }
                 }
             }
-            other => return Err(QueryError::Location(40415, format!("BSON field '$merge.{other}' is an unknown field."))),
+            other => return Err(QueryError::unknown_field(&format!("$merge.{other}"))),
         }
     }
     let target = target.ok_or_else(|| QueryError::Location(40414, "BSON field '$merge.into' is missing but a required field".into()))?;

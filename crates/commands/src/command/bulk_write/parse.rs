@@ -7,7 +7,7 @@ use bson::{Bson, Document};
 use crate::command::update::{check_statement_types, StatementFields};
 use crate::error::{
     CommandError, CommandResult, ErrorCode, BAD_VALUE, FAILED_TO_PARSE, ILLEGAL_OPERATION, INVALID_NAMESPACE, LOCATION_51024,
-    MISSING_FIELD, UNKNOWN_FIELD,
+    MISSING_FIELD,
 };
 use crate::request::{field_type_error, CommandRequest};
 
@@ -56,7 +56,7 @@ pub struct BulkRequest<'r> {
 }
 
 fn unknown_field(path: &str, field: &str) -> CommandError {
-    CommandError::new(UNKNOWN_FIELD, format!("BSON field '{path}.{field}' is an unknown field."))
+    CommandError::unknown_field(&format!("{path}.{field}"))
 }
 
 fn missing_field(path: &str) -> CommandError {
@@ -85,7 +85,7 @@ pub fn operation_target(operation: &Document) -> Option<(&str, usize)> {
 
 pub fn parse(request: &CommandRequest) -> CommandResult<BulkRequest<'_>> {
     if let Some(field) = request.body.keys().find(|field| {
-        !TOP_LEVEL_FIELDS.contains(&field.as_str()) && !crate::request::duplicates::GENERIC_ARGUMENTS.contains(&field.as_str())
+        !TOP_LEVEL_FIELDS.contains(&field.as_str()) && !crate::request::unknown_fields::GENERIC_ARGUMENTS.contains(&field.as_str())
     }) {
         return Err(unknown_field("bulkWrite", field));
     }

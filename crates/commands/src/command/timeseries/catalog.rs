@@ -199,13 +199,7 @@ pub fn list_indexes(context: &ServerContext, request: &CommandRequest, name: &st
     let mut specs = Vec::new();
     for index in collection.indexes()? {
         let Some(key) = user_key(&index.key_pattern, &timeseries.layout) else { continue };
-        let mut spec = doc! { "v": 2, "key": key, "name": &index.name };
-        for (option, value) in &index.options {
-            if !matches!(option.as_str(), "v" | "key" | "name" | "ns") {
-                spec.insert(option.clone(), value.clone());
-            }
-        }
-        specs.push(Bson::Document(spec));
+        specs.push(Bson::Document(myriad_storage::in_stored_order(&index.options, &key, &index.name)));
     }
     Ok(doc! { "cursor": { "id": 0_i64, "ns": format!("{}.$cmd.listIndexes.{name}", request.db), "firstBatch": specs }, "ok": 1.0 })
 }

@@ -39,7 +39,6 @@ const CHANGE_STREAM_FATAL_ERROR: ErrorCode = ErrorCode::new(280);
 const CHANGE_STREAM_HISTORY_LOST: ErrorCode = ErrorCode::new(286);
 const CHANGE_STREAM_NOT_ON_REPLICA_SET: ErrorCode = ErrorCode::new(40573);
 const MULTIPLE_RESUME_OPTIONS: ErrorCode = ErrorCode::new(40674);
-const UNKNOWN_FIELD: ErrorCode = ErrorCode::new(40415);
 
 /// Oplog entries one call reads at most (then it answers with what it found).
 pub const MAX_ENTRIES_PER_CALL: usize = 10_000;
@@ -228,7 +227,7 @@ impl Options {
                     };
                     options.start = Start::At(Timestamp { time: ts.time, increment: ts.increment.max(1) });
                 }
-                other => return Err(CommandError::new(UNKNOWN_FIELD, format!("BSON field '$changeStream.{other}' is an unknown field."))),
+                other => return Err(CommandError::unknown_field(&format!("$changeStream.{other}"))),
             }
         }
         if starts > 1 {

@@ -82,7 +82,7 @@ impl Densify {
                 ("field" | "partitionByFields" | "range", other) => {
                     return Err(QueryError::TypeMismatch(format!("BSON field '$densify.{key}' is the wrong type '{}'", type_name(other))))
                 }
-                (other, _) => return Err(QueryError::Location(40415, format!("BSON field '$densify.{other}' is an unknown field."))),
+                (other, _) => return Err(QueryError::unknown_field(&format!("$densify.{other}"))),
             }
         }
         let field = field.ok_or_else(|| missing("$densify.field"))?;

@@ -33,7 +33,7 @@ pub(crate) fn desugar(argument: &Bson) -> QueryResult<(Option<SetWindowFields>, 
                 Bson::Document(fields) => output = Some(fields.clone()),
                 other => return Err(wrong_type(key, other, "object")),
             },
-            other => return Err(QueryError::Location(40415, format!("BSON field '$fill.{other}' is an unknown field."))),
+            other => return Err(QueryError::unknown_field(&format!("$fill.{other}"))),
         }
     }
     let output = output.ok_or_else(|| QueryError::Location(40414, "BSON field '$fill.output' is missing but a required field".into()))?;

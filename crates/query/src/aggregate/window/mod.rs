@@ -67,7 +67,7 @@ impl SetWindowFields {
                         )))
                     }
                 },
-                other => return Err(QueryError::Location(40415, format!("BSON field '$setWindowFields.{other}' is an unknown field."))),
+                other => return Err(QueryError::unknown_field(&format!("$setWindowFields.{other}"))),
             }
         }
         let output = output.ok_or_else(|| QueryError::Location(40414, "BSON field '$setWindowFields.output' is missing but a required field".into()))?;
