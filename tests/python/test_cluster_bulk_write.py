@@ -138,6 +138,19 @@ def test_errors_only_and_the_results_cursor(client):
     assert reply["cursor"]["id"] == 0 and len(reply["cursor"]["firstBatch"]) == 7
 
 
+def test_a_pipeline_update_reads_its_constants_on_each_shard(client):
+    """bulkWrite's `constants` reach the shards as the update statement's `c` (a shard refuses
+    a statement field it does not know, as mongod's strict parser does)."""
+    client.bulk.sharded.insert_many([{"_id": 1, "k": -5}, {"_id": 2, "k": 5}])
+    reply = client.admin.command({
+        "bulkWrite": 1,
+        "ops": [{"update": 0, "filter": {}, "multi": True, "updateMods": [{"$set": {"tag": "$$label"}}], "constants": {"label": "seen"}}],
+        "nsInfo": [{"ns": SHARDED}],
+    })
+    assert (reply["nErrors"], reply["nModified"]) == (0, 2), reply
+    assert sorted(document["tag"] for document in client.bulk.sharded.find({})) == ["seen", "seen"]
+
+
 def test_bad_arguments_answer_the_nodes_errors(client):
     with pytest.raises(OperationFailure) as missing:
         client.admin.command({"bulkWrite": 1, "nsInfo": [{"ns": SHARDED}]})

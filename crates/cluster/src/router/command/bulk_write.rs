@@ -99,13 +99,14 @@ fn add_shared_fields(body: &mut Document, bulk_body: &Document, with_let: bool) 
 }
 
 /// A bulkWrite update operation as an update command's statement (`filter` is `q`,
-/// `updateMods` is `u`; the other fields have the same names).
+/// `updateMods` is `u`, `constants` is `c`; the other fields have the same names).
 fn update_statement(operation: &Document) -> Document {
     let mut statement = Document::new();
     for (field, value) in operation.iter().skip(1) {
         let name = match field.as_str() {
             "filter" => "q",
             "updateMods" => "u",
+            "constants" => "c",
             other => other,
         };
         statement.insert(name, value.clone());
