@@ -228,6 +228,20 @@ def test_readers_at_one_cluster_time_never_see_part_of_a_transfer_across_shards(
         assert sum(document["balance"] for document in client.bank.accounts.find({})) == ACCOUNTS * INITIAL_BALANCE
 
 
+def test_a_snapshot_read_after_a_later_cluster_time_reads_at_it(bank):
+    """A snapshot read through the router carrying `afterClusterTime` (a causally consistent
+    session's time) reads every shard at that time when it is later than the router's own,
+    and answers the time it read at."""
+    with bank.client() as client:
+        reset(client)
+        first = client.bank.command({"find": "accounts", "filter": {}, "readConcern": {"level": "snapshot"}})
+        read_at = first["cursor"]["atClusterTime"]
+        later = bson.Timestamp(read_at.time, read_at.inc + 1000)
+        reply = client.bank.command({"find": "accounts", "filter": {}, "batchSize": 100, "readConcern": {"level": "snapshot", "afterClusterTime": later}})
+        assert reply["cursor"]["atClusterTime"] == later
+        assert len(reply["cursor"]["firstBatch"]) == ACCOUNTS
+
+
 def test_a_transaction_through_a_stale_router_retries_its_first_statement(bank):
     """A chunk moved through another router: this router's first statement of a transaction
     goes to the shard that owned it, which refuses it with StaleConfig. As mongos, the router

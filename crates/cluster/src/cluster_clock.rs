@@ -31,6 +31,20 @@ pub fn latest() -> Option<Timestamp> {
     (packed != 0).then_some(Timestamp { time, increment })
 }
 
+/// The time a router reads at for a read concern at level snapshot without `atClusterTime`:
+/// its latest cluster time, or the concern's `afterClusterTime` when that is later (a causally
+/// consistent session's), which it takes out of the concern (a member takes one or the other).
+pub fn read_time(concern: &mut bson::Document) -> Option<Timestamp> {
+    let after = match concern.remove("afterClusterTime") {
+        Some(bson::Bson::Timestamp(after)) => Some(after),
+        _ => None,
+    };
+    match (latest(), after) {
+        (Some(latest), Some(after)) => Some(if (after.time, after.increment) > (latest.time, latest.increment) { after } else { latest }),
+        (latest, after) => latest.or(after),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use bson::{rawdoc, Timestamp};
@@ -41,5 +55,12 @@ mod tests {
         super::observe_reply(&rawdoc! { "ok": 1.0, "operationTime": Timestamp { time: 2_000_000_000, increment: 3 } });
         super::observe_reply(&rawdoc! { "ok": 1.0 });
         assert_eq!(super::latest(), Some(Timestamp { time: 2_000_000_000, increment: 5 }));
+        // A causally consistent session's later afterClusterTime wins, and leaves the concern.
+        let later = Timestamp { time: 2_000_000_001, increment: 1 };
+        let mut concern = bson::doc! { "level": "snapshot", "afterClusterTime": later };
+        assert_eq!(super::read_time(&mut concern), Some(later));
+        assert!(!concern.contains_key("afterClusterTime"));
+        let mut concern = bson::doc! { "level": "snapshot" };
+        assert_eq!(super::read_time(&mut concern), Some(Timestamp { time: 2_000_000_000, increment: 5 }));
     }
 }

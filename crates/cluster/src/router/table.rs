@@ -132,7 +132,8 @@ fn snapshot_read_time(request: &RouterRequest) -> Option<Option<bson::Timestamp>
     }
     match concern.get("atClusterTime") {
         Some(bson::Bson::Timestamp(time)) => Some(Some(*time)),
-        _ => crate::cluster_clock::latest().map(|_| None),
+        _ if crate::cluster_clock::latest().is_some() || concern.contains_key("afterClusterTime") => Some(None),
+        _ => None,
     }
 }
 
@@ -143,7 +144,11 @@ fn snapshot_read_time(request: &RouterRequest) -> Option<Option<bson::Timestamp>
 async fn read_at_one_time(context: &Arc<RouterContext>, mut request: RouterRequest, client_time: Option<bson::Timestamp>) -> ClusterResult<Document> {
     let mut renewals = 0;
     loop {
-        let time = client_time.or_else(crate::cluster_clock::latest).ok_or_else(|| ClusterError::internal("no cluster time to read at"))?;
+        let chosen = match client_time {
+            Some(time) => Some(time),
+            None => request.body.get_document_mut("readConcern").ok().and_then(crate::cluster_clock::read_time),
+        };
+        let time = chosen.ok_or_else(|| ClusterError::internal("no cluster time to read at"))?;
         if let Ok(concern) = request.body.get_document_mut("readConcern") {
             concern.insert("atClusterTime", time);
         }

@@ -160,8 +160,10 @@ impl RouterTransaction {
         state.phase = Phase::Open;
         drop(state);
         let mut read_concern = self.read_concern.lock();
-        if let (Some(Bson::Document(concern)), Some(time)) = (read_concern.as_mut(), crate::cluster_clock::latest()) {
-            concern.insert("atClusterTime", time);
+        if let Some(Bson::Document(concern)) = read_concern.as_mut() {
+            if let Some(time) = crate::cluster_clock::read_time(concern) {
+                concern.insert("atClusterTime", time);
+            }
         }
         true
     }
@@ -340,7 +342,7 @@ fn at_one_time(read_concern: Option<&Bson>) -> (Option<Bson>, bool) {
         return (Some(Bson::Document(concern.clone())), false);
     }
     let mut concern = concern.clone();
-    let Some(time) = crate::cluster_clock::latest() else { return (Some(Bson::Document(concern)), false) };
+    let Some(time) = crate::cluster_clock::read_time(&mut concern) else { return (Some(Bson::Document(concern)), false) };
     concern.insert("atClusterTime", time);
     (Some(Bson::Document(concern)), true)
 }
