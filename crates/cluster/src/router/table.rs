@@ -116,8 +116,6 @@ pub async fn run(context: &Arc<RouterContext>, request: RouterRequest) -> Docume
 
 /// The commands that read at a snapshot outside a transaction (as on a node).
 const SNAPSHOT_READ_COMMANDS: &[&str] = &["find", "aggregate", "distinct"];
-/// How many times a snapshot read starts over at a later time after a shard refused its time.
-const MAX_READ_TIME_RENEWALS: usize = 5;
 
 /// The time a snapshot read outside a transaction reads at: the client's `atClusterTime`, else
 /// (None inside) the router's latest cluster time. None for any other command, or before the
@@ -153,7 +151,7 @@ async fn read_at_one_time(context: &Arc<RouterContext>, mut request: RouterReque
             concern.insert("atClusterTime", time);
         }
         let outcome = dispatch(context, &request).await;
-        if client_time.is_none() && renewals < MAX_READ_TIME_RENEWALS && crate::router::transaction::is_snapshot_error(&outcome) {
+        if client_time.is_none() && renewals < crate::router::transaction::MAX_READ_TIME_RENEWALS && crate::router::transaction::is_snapshot_error(&outcome) {
             renewals += 1;
             continue;
         }

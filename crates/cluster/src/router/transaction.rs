@@ -347,8 +347,9 @@ fn at_one_time(read_concern: Option<&Bson>) -> (Option<Bson>, bool) {
     (Some(Bson::Document(concern)), true)
 }
 
-/// How many times a first statement starts over at a later time.
-const MAX_READ_TIME_RENEWALS: usize = 5;
+/// How many times a first statement of a transaction, or a snapshot read outside one, starts
+/// over at a later time after a shard refused its time.
+pub(crate) const MAX_READ_TIME_RENEWALS: usize = 5;
 /// What a shard answers a read at a time older than its data: SnapshotTooOld (239),
 /// SnapshotUnavailable (246), StaleChunkHistory (250).
 const SNAPSHOT_ERRORS: &[i32] = &[239, 246, 250];
